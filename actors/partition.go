@@ -1,0 +1,194 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// pushReq is one request's items for one partition, with the channel its
+// verdicts go back on (buffered, so an actor never blocks replying).
+type pushReq struct {
+	key   partitionKey
+	items []*queen.Item
+	reply chan pushResp
+}
+
+type pushResp struct {
+	results []queen.Result
+	err     error
+}
+
+// commitDone tells a partition actor that its in-flight commit finished.
+type commitDone struct {
+	partitionID uuid.UUID
+	window      int64
+	known       bool // window was read under the lock
+}
+
+// partitionActor serialises one partition's pushes. Receive never blocks: a
+// commit runs in a goroutine and reports back with commitDone, while requests
+// that arrive meanwhile wait in pending and are fused into the next commit.
+type partitionActor struct {
+	host        *Host
+	key         partitionKey
+	partitionID uuid.UUID
+	pending     []*pushReq
+	pendingN    int
+	committing  bool
+	window      int64
+	windowKnown bool
+	cache       HashCache
+}
+
+func (a *partitionActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *pushReq:
+		if a.pendingN+len(m.items) > a.host.cfg.MaxPendingItems && a.pendingN > 0 {
+			a.host.metrics.Overloads.Inc()
+			m.reply <- pushResp{err: queen.ErrOverloaded.With("partition %q of queue %q has %d items waiting (limit %d); retry with the same transaction ids", m.key.partition, m.key.queue, a.pendingN, a.host.cfg.MaxPendingItems)}
+			return
+		}
+		a.pending = append(a.pending, m)
+		a.pendingN += len(m.items)
+		a.host.metrics.MailboxDepth.Add(float64(len(m.items)))
+		if !a.committing {
+			a.startCommit(ctx)
+		}
+	case *commitDone:
+		a.committing = false
+		a.partitionID = m.partitionID
+		if m.known {
+			a.window, a.windowKnown = m.window, true
+		}
+		if len(a.pending) > 0 {
+			a.startCommit(ctx)
+		}
+	case *actor.Stopping:
+		for _, r := range a.pending {
+			r.reply <- pushResp{err: queen.ErrShuttingDown}
+		}
+		a.host.metrics.MailboxDepth.Sub(float64(a.pendingN))
+		a.pending, a.pendingN = nil, 0
+	}
+}
+
+// startCommit takes whole pending requests, up to MaxFusedItems items (at least
+// one request), and commits them in one transaction.
+func (a *partitionActor) startCommit(ctx actor.Context) {
+	take, n := 0, 0
+	for take < len(a.pending) && (take == 0 || n+len(a.pending[take].items) <= a.host.cfg.MaxFusedItems) {
+		n += len(a.pending[take].items)
+		take++
+	}
+	reqs := make([]*pushReq, take)
+	copy(reqs, a.pending[:take])
+	a.pending = a.pending[take:]
+	a.pendingN -= n
+	a.host.metrics.MailboxDepth.Sub(float64(n))
+	a.committing = true
+
+	batch := &persistence.PushBatch{
+		PartitionID: a.partitionID,
+		Items:       make([]*queen.Item, 0, n),
+		NoDedupHint: a.windowKnown && a.window == 0,
+	}
+	for _, r := range reqs {
+		batch.Items = append(batch.Items, r.items...)
+	}
+	batch.LeaderOf = leaders(batch.Items)
+	hashes := make([]queen.Hash, 0, n)
+	for i, it := range batch.Items {
+		if int(batch.LeaderOf[i]) == i {
+			hashes = append(hashes, it.Hash)
+		}
+	}
+	batch.Watermark = a.cache.Watermark(hashes)
+
+	self := ctx.Self()
+	root := ctx.ActorSystem().Root
+	go func() {
+		done := &commitDone{partitionID: batch.PartitionID}
+		defer func() { root.Send(self, done) }()
+		out, err := a.host.commit(a.key, batch)
+		done.partitionID = batch.PartitionID
+		if err == nil {
+			done.window, done.known = out.Window, true
+			a.cache.Observe(batch, &out)
+		} else {
+			a.cache.Forget()
+		}
+		a.host.metrics.FusedRequests.Observe(float64(len(reqs)))
+		i := 0
+		for _, r := range reqs {
+			res := out.Results[i : i+len(r.items) : i+len(r.items)]
+			i += len(r.items)
+			r.reply <- pushResp{results: res}
+		}
+	}()
+}
+
+// leaders maps every item to the first item with the same hash (SPEC.md §3).
+func leaders(items []*queen.Item) []int32 {
+	out := make([]int32, len(items))
+	seen := make(map[queen.Hash]int32, len(items))
+	for i, it := range items {
+		if l, ok := seen[it.Hash]; ok {
+			out[i] = l
+			continue
+		}
+		seen[it.Hash] = int32(i)
+		out[i] = int32(i)
+	}
+	return out
+}
+
+// commit resolves the partition id on first use and runs the transaction. It
+// never panics into the actor system: a panic becomes every item failed.
+func (h *Host) commit(key partitionKey, b *persistence.PushBatch) (out persistence.PushOutcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = queen.ErrInternal.With("push commit panicked: %v", p)
+			out = failAll(b, err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CommitTimeout)
+	defer cancel()
+	if b.PartitionID == uuid.Nil {
+		id, err := h.cfg.Store.EnsurePartition(ctx, key.queue, key.partition)
+		if err != nil {
+			return failAll(b, err), err
+		}
+		b.PartitionID = id
+	}
+	start := time.Now()
+	out, err = h.cfg.Store.Commit(ctx, b)
+	h.metrics.Commits.Inc()
+	h.commits.Add(1)
+	h.metrics.CommitSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		h.log.Warn("push commit failed", "queue", key.queue, "partition", key.partition, "items", len(b.Items), "err", err)
+	}
+	if len(out.Results) != len(b.Items) {
+		err = queen.ErrInternal.With("commit returned %d results for %d items", len(out.Results), len(b.Items))
+		return failAll(b, err), err
+	}
+	return out, err
+}
+
+func failAll(b *persistence.PushBatch, err error) persistence.PushOutcome {
+	qe := queen.AsError(err)
+	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1}
+	for i := range out.Results {
+		out.Results[i] = queen.Result{Verdict: queen.Failed, PartitionID: b.PartitionID, Offset: -1, Err: qe}
+	}
+	return out
+}
+
+func (k partitionKey) String() string { return fmt.Sprintf("%s/%s", k.queue, k.partition) }

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/persistence/localpg"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+func migrateCmd() *cobra.Command {
+	var db dbFlags
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the schema migrations (safe to run twice or from several processes at once)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			url := db.databaseURL
+			if url == "" {
+				// A broker serving this data dir, or the managed cluster itself.
+				url = db.runningURL()
+			}
+			var cluster *localpg.Cluster
+			if url == "" {
+				var err error
+				if cluster, err = localpg.Start(ctx, localpg.Config{DataDir: db.dataDir, BinDir: db.pgBin}); err != nil {
+					return err
+				}
+				defer cluster.Stop() //nolint:errcheck
+				url = cluster.URL()
+			}
+			applied, err := persistence.Migrate(ctx, url)
+			if err != nil {
+				return err
+			}
+			if len(applied) == 0 {
+				fmt.Println("schema is up to date")
+			} else {
+				fmt.Printf("applied migrations %v\n", applied)
+			}
+			return nil
+		},
+	}
+	db.register(cmd)
+	return cmd
+}
+
+func pushCmd() *cobra.Command {
+	var natsURL, queueName, partition, txn, trace, payload, file string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "push",
+		Short: "Push one message (or a {\"items\":[...]} body with --file) over NATS and print the verdicts",
+		Example: `  queen push --queue orders --partition o-1 --transaction-id order:1:v1 --payload '{"n":1}'
+  queen push --file body.json     # a full push body; - reads standard input`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
+			}
+			defer nc.Close()
+			var body []byte
+			if file != "" {
+				if file == "-" {
+					body, err = io.ReadAll(os.Stdin)
+				} else {
+					body, err = os.ReadFile(file)
+				}
+				if err != nil {
+					return err
+				}
+			} else {
+				if queueName == "" {
+					return errors.New("--queue is required (or --file)")
+				}
+				if !json.Valid([]byte(payload)) {
+					return fmt.Errorf("--payload is not valid JSON: %s", payload)
+				}
+				item := transport.PushItem{Queue: queueName, Partition: partition, TransactionID: txn, TraceID: trace, Payload: json.RawMessage(payload)}
+				body, _ = json.Marshal(map[string]any{"items": []transport.PushItem{item}})
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			msg, err := nc.RequestWithContext(ctx, transport.SubjectPush, body)
+			if err != nil {
+				return fmt.Errorf("push: %w", err)
+			}
+			fmt.Println(strings.TrimSpace(string(msg.Data)))
+			if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+				return fmt.Errorf("push refused (%s): %s", code, msg.Header.Get("Nats-Service-Error"))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server of the broker (env NATS_URL)")
+	f.StringVar(&queueName, "queue", "", "queue name")
+	f.StringVar(&partition, "partition", "", "partition name (default Default)")
+	f.StringVar(&txn, "transaction-id", "", "transaction id (the idempotency key; empty = generated, unique)")
+	f.StringVar(&trace, "trace-id", "", "trace id")
+	f.StringVar(&payload, "payload", "{}", "payload JSON")
+	f.StringVar(&file, "file", "", "read a whole push body from this file (- = stdin)")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "request timeout")
+	return cmd
+}

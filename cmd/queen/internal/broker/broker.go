@@ -1,0 +1,260 @@
+// Package broker wires one broker process together: PostgreSQL (external or
+// managed), NATS (external or embedded), the partition actors, the shard
+// router and server, and the NATS and HTTP front doors. `queen serve`, the
+// end-to-end tests and `queen loadtest --embedded` all start brokers here.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/actors"
+	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/persistence/localpg"
+	"github.com/queen-mq/queen-go/shards"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// Config is a broker's settings; cmd/queen fills it from flags and the
+// environment. Zero values take the defaults named.
+type Config struct {
+	// HTTPAddr is the HTTP listen address (QUEEN_HTTP_ADDR, default 127.0.0.1:6632;
+	// port 0 picks a free port).
+	HTTPAddr string
+	// DataDir holds the managed PostgreSQL and postgres.url (QUEEN_DATA_DIR, default ./.queen).
+	DataDir string
+	// NATSListen is the embedded NATS server's address (QUEEN_NATS_LISTEN,
+	// default 127.0.0.1:4222; port 0 picks a free port). Unused with NATSURL.
+	NATSListen string
+	// NATSURL uses an external NATS server instead of the embedded one.
+	NATSURL string
+	// DatabaseURL uses an external PostgreSQL instead of the managed one.
+	DatabaseURL string
+	// PGBin is where the managed PostgreSQL's binaries are (QUEEN_PG_BIN).
+	PGBin string
+	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES, default 1 MiB.
+	MaxPayloadBytes int
+	// ShardCount is the number of shards (SPEC.md §9), default 64.
+	ShardCount int
+	// MaxPendingItems bounds one partition's waiting items (default 20000).
+	MaxPendingItems int
+	// Version is reported by the NATS micro service.
+	Version string
+	Logger  *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:6632"
+	}
+	if c.DataDir == "" {
+		c.DataDir = ".queen"
+	}
+	if c.NATSListen == "" {
+		c.NATSListen = "127.0.0.1:4222"
+	}
+	if c.ShardCount <= 0 {
+		c.ShardCount = shards.DefaultCount
+	}
+	if c.Version == "" {
+		c.Version = "0.1.0"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Broker is a running broker.
+type Broker struct {
+	cfg      Config
+	log      *slog.Logger
+	pg       *localpg.Cluster
+	dbURL    string
+	store    *persistence.Store
+	natsSrv  *server.Server
+	natsURL  string
+	nc       *nats.Conn
+	host     *actors.Host
+	shardSrv *shards.Server
+	svc      *transport.Service
+	natsSvc  *transport.NATSService
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	metrics  *queen.Metrics
+	stopped  chan struct{}
+}
+
+// Start starts a broker and returns once it serves HTTP and NATS. On error
+// everything started so far is stopped again.
+func Start(ctx context.Context, cfg Config) (b *Broker, err error) {
+	cfg.defaults()
+	b = &Broker{cfg: cfg, log: cfg.Logger, metrics: queen.NewMetrics(), stopped: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			b.teardown(context.Background())
+			b = nil
+		}
+	}()
+
+	b.dbURL = cfg.DatabaseURL
+	if b.dbURL == "" {
+		b.log.Info("starting managed PostgreSQL", "data_dir", cfg.DataDir)
+		if b.pg, err = localpg.Start(ctx, localpg.Config{DataDir: cfg.DataDir, BinDir: cfg.PGBin, Logger: b.log}); err != nil {
+			return nil, err
+		}
+		b.dbURL = b.pg.URL()
+	}
+	applied, err := persistence.Migrate(ctx, b.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if len(applied) > 0 {
+		b.log.Info("applied migrations", "versions", applied)
+	}
+	if b.store, err = persistence.Open(ctx, persistence.Config{URL: b.dbURL}); err != nil {
+		return nil, err
+	}
+
+	b.natsURL = cfg.NATSURL
+	if b.natsURL == "" {
+		if err = b.startNATS(); err != nil {
+			return nil, err
+		}
+	}
+	if b.nc, err = nats.Connect(b.natsURL, nats.Name("queen-broker"), nats.MaxReconnects(-1)); err != nil {
+		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
+	}
+
+	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems})
+	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.nc, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
+	if err = b.shardSrv.ServeAll(); err != nil {
+		return nil, err
+	}
+	router := shards.NewRouter(b.nc, cfg.ShardCount)
+	b.svc = transport.NewService(transport.Config{
+		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
+	})
+	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
+		return nil, err
+	}
+	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	b.httpSrv = &http.Server{Handler: b.svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := b.httpSrv.Serve(b.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			b.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount)
+	return b, nil
+}
+
+func (b *Broker) startNATS() error {
+	host, portStr, err := net.SplitHostPort(b.cfg.NATSListen)
+	if err != nil {
+		return fmt.Errorf("broker: bad NATS listen address %q: %w", b.cfg.NATSListen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("broker: bad NATS listen port %q", portStr)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: "queen-embedded",
+		Host:       host,
+		Port:       port,
+		// 16 MiB bodies plus room for headers (SPEC.md §11).
+		MaxPayload: queen.MaxBodyBytes + 64<<10,
+		MaxPending: 256 << 20,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("broker: embedded NATS: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("broker: embedded NATS did not start on %s (port in use?)", b.cfg.NATSListen)
+	}
+	b.natsSrv = srv
+	b.natsURL = srv.ClientURL()
+	return nil
+}
+
+// HTTPURL is the base URL of the HTTP gateway, e.g. http://127.0.0.1:6632.
+func (b *Broker) HTTPURL() string { return "http://" + b.httpLn.Addr().String() }
+
+// NATSURL is the URL of the NATS server the broker uses.
+func (b *Broker) NATSURL() string { return b.natsURL }
+
+// DatabaseURL is the URL of the PostgreSQL the broker uses.
+func (b *Broker) DatabaseURL() string { return b.dbURL }
+
+// Commits returns how many push transactions this broker ran.
+func (b *Broker) Commits() uint64 { return b.host.Commits() }
+
+// Metrics returns the broker's metrics.
+func (b *Broker) Metrics() *queen.Metrics { return b.metrics }
+
+// Stop drains the broker: it stops taking requests, answers those in flight
+// (their commits finish), then stops NATS, the pool and the managed
+// PostgreSQL. Nothing answered queued is lost.
+func (b *Broker) Stop(ctx context.Context) error {
+	select {
+	case <-b.stopped:
+		return nil
+	default:
+	}
+	b.log.Info("broker draining")
+	err := b.teardown(ctx)
+	b.log.Info("broker stopped")
+	return err
+}
+
+func (b *Broker) teardown(ctx context.Context) error {
+	defer close(b.stopped)
+	var errs []error
+	if b.httpSrv != nil {
+		errs = append(errs, b.httpSrv.Shutdown(ctx))
+	} else if b.httpLn != nil {
+		b.httpLn.Close()
+	}
+	if b.natsSvc != nil {
+		errs = append(errs, b.natsSvc.Stop())
+	}
+	if b.shardSrv != nil {
+		errs = append(errs, b.shardSrv.Stop(ctx))
+	}
+	if b.host != nil {
+		errs = append(errs, b.host.Stop(ctx))
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.natsSrv != nil {
+		b.natsSrv.Shutdown()
+		b.natsSrv.WaitForShutdown()
+	}
+	if b.store != nil {
+		b.store.Close()
+	}
+	if b.pg != nil {
+		errs = append(errs, b.pg.Stop())
+	}
+	return errors.Join(errs...)
+}

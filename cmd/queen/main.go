@@ -1,0 +1,33 @@
+// Command queen is the Queen broker: `queen serve` runs a broker, `queen
+// migrate` applies the schema, `queen push` pushes from the command line.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is the broker's version, reported by the NATS micro service.
+var version = "0.1.0"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{
+		Use:           "queen",
+		Short:         "Queen: a partitioned message queue on PostgreSQL with idempotent producers",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.AddCommand(serveCmd(), migrateCmd(), pushCmd())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "queen:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
+)
+
+// envOr returns the environment variable's value, or def when unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// databaseURLFromEnv returns DATABASE_URL, else a URL built from PG_HOST,
+// PG_PORT, PG_USER, PG_PASSWORD and PG_DB when PG_HOST is set, else "" (use
+// the managed PostgreSQL).
+func databaseURLFromEnv() string {
+	if v := os.Getenv("DATABASE_URL"); v != "" {
+		return v
+	}
+	host := os.Getenv("PG_HOST")
+	if host == "" {
+		return ""
+	}
+	u := &url.URL{Scheme: "postgres", Host: host + ":" + envOr("PG_PORT", "5432"), Path: "/" + envOr("PG_DB", "postgres")}
+	user := envOr("PG_USER", "postgres")
+	if pw, ok := os.LookupEnv("PG_PASSWORD"); ok {
+		u.User = url.UserPassword(user, pw)
+	} else {
+		u.User = url.User(user)
+	}
+	return u.String()
+}
+
+// dbFlags are the database settings shared by serve, migrate and push.
+type dbFlags struct {
+	databaseURL string
+	dataDir     string
+	pgBin       string
+}
+
+func (f *dbFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.databaseURL, "database-url", databaseURLFromEnv(), "external PostgreSQL URL (env DATABASE_URL, or PG_HOST/PG_PORT/PG_USER/PG_PASSWORD/PG_DB); empty = managed local PostgreSQL in the data dir")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", envOr("QUEEN_DATA_DIR", ".queen"), "data folder for the managed PostgreSQL and postgres.url (env QUEEN_DATA_DIR)")
+	cmd.Flags().StringVar(&f.pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "folder of the PostgreSQL binaries for the managed database (env QUEEN_PG_BIN; default pg_config --bindir, then /usr/lib/postgresql/*/bin)")
+}
+
+// runningURL returns the URL of a managed PostgreSQL that a running broker
+// wrote to <data-dir>/postgres.url, or "".
+func (f *dbFlags) runningURL() string {
+	b, err := os.ReadFile(filepath.Join(f.dataDir, "postgres.url"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("bad log level %q: %w", level, err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serveCmd() *cobra.Command {
+	var cfg broker.Config
+	var db dbFlags
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a broker (embedded NATS and managed PostgreSQL unless NATS_URL / DATABASE_URL are set)",
+		Long: `Run a broker. With no settings it starts an embedded NATS server on 127.0.0.1:4222,
+a managed local PostgreSQL in ./.queen (initdb on first start, reused after), and the
+HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			cfg.DatabaseURL, cfg.DataDir, cfg.PGBin = db.databaseURL, db.dataDir, db.pgBin
+			cfg.Version = version
+			ctx := cmd.Context()
+			b, err := broker.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			<-ctx.Done()
+			log.Info("signal received, draining")
+			drain, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			return b.Stop(drain)
+		},
+	}
+	db.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&cfg.HTTPAddr, "http-addr", envOr("QUEEN_HTTP_ADDR", "127.0.0.1:6632"), "HTTP listen address (env QUEEN_HTTP_ADDR)")
+	f.StringVar(&cfg.NATSListen, "nats-listen", envOr("QUEEN_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (env QUEEN_NATS_LISTEN)")
+	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one (env NATS_URL)")
+	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", envInt("QUEEN_MAX_PAYLOAD_BYTES", 1<<20), "largest item payload in bytes (env QUEEN_MAX_PAYLOAD_BYTES)")
+	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env QUEEN_LOG_LEVEL)")
+	return cmd
+}

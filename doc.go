@@ -1,0 +1,6 @@
+// Package queen holds the domain types every layer of the broker shares: queue
+// and partition names, push items and their verdicts, queue options, hashes of
+// transaction ids, and the registry of API errors (SPEC.md §3, §6, §10).
+//
+// It imports no transport, actor or database code, so anything may import it.
+package queen

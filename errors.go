@@ -1,0 +1,79 @@
+package queen
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error is an API error from the registry below: a stable snake_case Code, the
+// HTTP status it maps to (also the NATS Nats-Service-Error-Code header), whether
+// retrying the same request can help, and, for item errors, the item index and
+// the field path (SPEC.md §10).
+type Error struct {
+	Status    int    `json:"-"`
+	Code      string `json:"code"`
+	Message   string `json:"error"`
+	Index     *int   `json:"index,omitempty"`
+	Field     string `json:"field,omitempty"`
+	Retryable bool   `json:"retryable"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is matches errors by Code, so errors.Is(err, queen.ErrOverloaded) works for
+// any message text.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// With returns a copy of the registry entry e with a formatted message.
+func (e *Error) With(format string, args ...any) *Error {
+	c := *e
+	c.Message = fmt.Sprintf(format, args...)
+	return &c
+}
+
+// At returns a copy of e naming item index i and field path f.
+func (e *Error) At(i int, field string) *Error {
+	c := *e
+	c.Index = &i
+	c.Field = field
+	return &c
+}
+
+func reg(status int, code string, retryable bool, msg string) *Error {
+	return &Error{Status: status, Code: code, Message: msg, Retryable: retryable}
+}
+
+// The error registry. Clients branch on Code; Message is for people.
+var (
+	ErrInvalidJSON      = reg(400, "invalid_json", false, "the request body is not valid JSON")
+	ErrInvalidUTF8      = reg(400, "invalid_utf8", false, "the request body is not valid UTF-8")
+	ErrInvalidField     = reg(400, "invalid_field", false, "a field has the wrong type or value")
+	ErrMissingField     = reg(400, "missing_field", false, "a required field is missing")
+	ErrControlChar      = reg(400, "control_character", false, "a name contains a control character")
+	ErrTooLong          = reg(400, "too_long", false, "a value is too long")
+	ErrPayloadTooLarge  = reg(400, "payload_too_large", false, "an item's payload is over the limit")
+	ErrTooManyItems     = reg(400, "too_many_items", false, "the request has too many items")
+	ErrUnknownOption    = reg(400, "unknown_option", false, "unknown option")
+	ErrInvalidOption    = reg(400, "invalid_option", false, "invalid option value")
+	ErrBodyTooLarge     = reg(413, "body_too_large", false, "the request body is over 16 MiB")
+	ErrNotFound         = reg(404, "not_found", false, "not found")
+	ErrMethodNotAllowed = reg(405, "method_not_allowed", false, "method not allowed")
+	ErrOverloaded       = reg(503, "overloaded", true, "the broker is overloaded; retry with the same transaction ids")
+	ErrUnavailable      = reg(503, "unavailable", true, "the database is unavailable; retry with the same transaction ids")
+	ErrCommitUnknown    = reg(503, "commit_unknown", true, "the outcome of the commit is unknown; retry with the same transaction ids")
+	ErrShuttingDown     = reg(503, "shutting_down", true, "the broker is shutting down; retry with the same transaction ids")
+	ErrTimeout          = reg(504, "timeout", true, "the request timed out; retry with the same transaction ids")
+	ErrInternal         = reg(500, "internal", true, "internal error")
+)
+
+// AsError returns err as an *Error, wrapping unknown errors as ErrInternal.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return ErrInternal.With("internal error: %v", err)
+}

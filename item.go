@@ -1,0 +1,106 @@
+package queen
+
+import (
+	"encoding/binary"
+	"encoding/json"
+
+	"github.com/google/uuid"
+	"github.com/zeebo/xxh3"
+)
+
+// DefaultPartition is the partition an item goes to when it names none (SPEC.md §1).
+const DefaultPartition = "Default"
+
+// ZeroUUID is the "original unknown" message id of a duplicate whose original
+// segment is gone (SPEC.md §3).
+var ZeroUUID = uuid.UUID{}
+
+// Hash is the dedup key of a transaction id: XXH3-128 of its UTF-8 bytes (after
+// JSON unescaping), 16 bytes big-endian (SPEC.md §2).
+type Hash [16]byte
+
+// HashTxn returns the Hash of a transaction id.
+func HashTxn(transactionID string) Hash {
+	v := xxh3.HashString128(transactionID)
+	var h Hash
+	binary.BigEndian.PutUint64(h[0:8], v.Hi)
+	binary.BigEndian.PutUint64(h[8:16], v.Lo)
+	return h
+}
+
+// Item is one validated push item (SPEC.md §3). Payload is raw JSON, never
+// empty ("{}" when the client sent none).
+type Item struct {
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       *string         `json:"traceId,omitempty"`
+	Payload       json.RawMessage `json:"payload"`
+	// Hash is HashTxn(TransactionID); not sent on the wire.
+	Hash Hash `json:"-"`
+}
+
+// Verdict is the outcome of one push item (SPEC.md §3).
+type Verdict string
+
+// The verdicts of SPEC.md §3.
+const (
+	// Queued: the item is committed as a new message.
+	Queued Verdict = "queued"
+	// Duplicate: nothing was written; MessageID is the original's (or ZeroUUID).
+	Duplicate Verdict = "duplicate"
+	// Failed: not known to be written; retry with the same transaction id.
+	Failed Verdict = "failed"
+)
+
+// Result is the verdict of one item. It is the broker-internal form; the wire
+// form is PushReply.
+type Result struct {
+	Verdict     Verdict
+	MessageID   uuid.UUID
+	PartitionID uuid.UUID
+	// Offset of the stored message (Queued) or of the original (Duplicate, -1
+	// when unknown). Not on the Queen wire.
+	Offset int64
+	// Err is set with Verdict Failed.
+	Err *Error
+}
+
+// PushReply is one element of the HTTP/NATS push reply, field names exactly as
+// the Queen wire format (SPEC.md §3).
+type PushReply struct {
+	Index         int     `json:"index"`
+	MessageID     string  `json:"message_id"`
+	TransactionID string  `json:"transaction_id"`
+	PartitionID   string  `json:"partition_id"`
+	TraceID       *string `json:"trace_id"`
+	QueueName     string  `json:"queueName"`
+	Partition     string  `json:"partition"`
+	Status        Verdict `json:"status"`
+	Error         string  `json:"error,omitempty"`
+	Code          string  `json:"code,omitempty"`
+}
+
+// Reply builds the wire element for item i with result r.
+func Reply(i int, it *Item, r Result) PushReply {
+	p := PushReply{
+		Index:         i,
+		MessageID:     r.MessageID.String(),
+		TransactionID: it.TransactionID,
+		PartitionID:   r.PartitionID.String(),
+		TraceID:       it.TraceID,
+		QueueName:     it.Queue,
+		Partition:     it.Partition,
+		Status:        r.Verdict,
+	}
+	if r.Verdict == Failed {
+		p.MessageID = ""
+		if r.PartitionID == (uuid.UUID{}) {
+			p.PartitionID = ""
+		}
+		if r.Err != nil {
+			p.Error, p.Code = r.Err.Message, r.Err.Code
+		}
+	}
+	return p
+}

@@ -1,0 +1,57 @@
+package queen
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the broker's Prometheus metrics, registered on their own
+// registry (served at GET /metrics).
+type Metrics struct {
+	Registry *prometheus.Registry
+	// PushRequests counts push requests by transport ("http", "nats").
+	PushRequests *prometheus.CounterVec
+	// PushItems counts push items by verdict.
+	PushItems *prometheus.CounterVec
+	// Commits counts push transactions committed (or attempted) by partition actors.
+	Commits prometheus.Counter
+	// CommitSeconds is the latency of one push transaction, seconds.
+	CommitSeconds prometheus.Histogram
+	// FusedRequests is the number of push requests fused into one commit.
+	FusedRequests prometheus.Histogram
+	// MailboxDepth is the number of push items waiting in partition actors' mailboxes.
+	MailboxDepth prometheus.Gauge
+	// Overloads counts push requests refused because a mailbox was full.
+	Overloads prometheus.Counter
+}
+
+// NewMetrics creates and registers the metrics, with Go and process collectors.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		PushRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queen_push_requests_total", Help: "Push requests received, by transport.",
+		}, []string{"transport"}),
+		PushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queen_push_items_total", Help: "Push items answered, by verdict.",
+		}, []string{"verdict"}),
+		Commits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_push_commits_total", Help: "Push transactions run by partition actors.",
+		}),
+		CommitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "queen_push_commit_seconds", Help: "Latency of one push transaction.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}),
+		FusedRequests: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "queen_push_fused_requests", Help: "Push requests fused into one commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		MailboxDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "queen_mailbox_depth_items", Help: "Push items waiting in partition actors' mailboxes.",
+		}),
+		Overloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_push_overloads_total", Help: "Push requests refused with code overloaded.",
+		}),
+	}
+	r.MustRegister(m.PushRequests, m.PushItems, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,181 @@
+package queen
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Options are a queue's options (SPEC.md §6). Every value is a whole number;
+// units are in the names' docs.
+type Options struct {
+	// DedupWindowSeconds: duplicate window in seconds; 0 disables the check. Default 3600.
+	DedupWindowSeconds int64 `json:"dedupWindowSeconds"`
+	// LeaseTime: lease on popped spans, seconds. Default 300.
+	LeaseTime int64 `json:"leaseTime"`
+	// RetryLimit: redeliveries after the first before the DLQ. Default 3.
+	RetryLimit int64 `json:"retryLimit"`
+	// RetentionSeconds: delete segments older than this, consumed or not; 0 keeps. Default 0.
+	RetentionSeconds int64 `json:"retentionSeconds"`
+	// CompletedRetentionSeconds: delete segments older than this once every group consumed them; 0 keeps.
+	CompletedRetentionSeconds int64 `json:"completedRetentionSeconds"`
+	// DelayedProcessing: a message becomes visible this many seconds after it was stored.
+	DelayedProcessing int64 `json:"delayedProcessing"`
+	// WindowBuffer: a partition is served only once its newest message is this many seconds old.
+	WindowBuffer int64 `json:"windowBuffer"`
+	// NotEnforced holds the upstream options this broker stores but does not act on
+	// (SPEC.md §6), by name, as the client sent them.
+	NotEnforced map[string]json.RawMessage `json:"-"`
+}
+
+// DefaultOptions returns the defaults of SPEC.md §6.
+func DefaultOptions() Options {
+	return Options{DedupWindowSeconds: 3600, LeaseTime: 300, RetryLimit: 3}
+}
+
+// NotEnforcedOptions are accepted, stored and echoed but not acted on (SPEC.md §6).
+var NotEnforcedOptions = []string{"priority", "retryDelay", "ttl", "maxSize", "encryptionEnabled", "deadLetterQueue", "dlqAfterMaxRetries", "maxWaitTimeSeconds"}
+
+func (o *Options) fields() []struct {
+	name string
+	p    *int64
+} {
+	return []struct {
+		name string
+		p    *int64
+	}{
+		{"dedupWindowSeconds", &o.DedupWindowSeconds},
+		{"leaseTime", &o.LeaseTime},
+		{"retryLimit", &o.RetryLimit},
+		{"retentionSeconds", &o.RetentionSeconds},
+		{"completedRetentionSeconds", &o.CompletedRetentionSeconds},
+		{"delayedProcessing", &o.DelayedProcessing},
+		{"windowBuffer", &o.WindowBuffer},
+	}
+}
+
+// Map returns every option by its wire name (enforced ones as int64, the
+// not-enforced ones as stored).
+func (o Options) Map() map[string]any {
+	m := make(map[string]any, 16)
+	for _, f := range o.fields() {
+		m[f.name] = *f.p
+	}
+	for k, v := range o.NotEnforced {
+		m[k] = v
+	}
+	return m
+}
+
+// MarshalJSON encodes every option by its wire name.
+func (o Options) MarshalJSON() ([]byte, error) { return json.Marshal(o.Map()) }
+
+// UnmarshalJSON decodes options stored by MarshalJSON without validation.
+func (o *Options) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*o = DefaultOptions()
+	for _, f := range o.fields() {
+		if v, ok := raw[f.name]; ok {
+			if err := json.Unmarshal(v, f.p); err != nil {
+				return err
+			}
+			delete(raw, f.name)
+		}
+	}
+	if len(raw) > 0 {
+		o.NotEnforced = raw
+	}
+	return nil
+}
+
+// ApplyOptions validates raw client options (SPEC.md §6) and applies them on
+// top of base (DefaultOptions() for a full replace, the stored options for
+// "mode":"merge"). An unknown key, a negative or non-integer number or a value
+// of the wrong type is an ErrUnknownOption/ErrInvalidOption naming it.
+func ApplyOptions(base Options, raw map[string]json.RawMessage) (Options, error) {
+	out := base
+	if base.NotEnforced != nil {
+		out.NotEnforced = make(map[string]json.RawMessage, len(base.NotEnforced))
+		for k, v := range base.NotEnforced {
+			out.NotEnforced[k] = v
+		}
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+next:
+	for _, k := range keys {
+		v := raw[k]
+		for _, f := range out.fields() {
+			if f.name != k {
+				continue
+			}
+			var num json.Number
+			if err := json.Unmarshal(v, &num); err != nil {
+				e := ErrInvalidOption.With("option %q must be a non-negative integer, got %s", k, v)
+				e.Field = "options." + k
+				return Options{}, e
+			}
+			fl, err := num.Float64()
+			if err != nil || fl < 0 || fl != math.Trunc(fl) || fl > math.MaxInt32*1000.0 {
+				e := ErrInvalidOption.With("option %q must be a non-negative integer, got %s", k, v)
+				e.Field = "options." + k
+				return Options{}, e
+			}
+			*f.p = int64(fl)
+			continue next
+		}
+		for _, n := range NotEnforcedOptions {
+			if n == k {
+				if out.NotEnforced == nil {
+					out.NotEnforced = map[string]json.RawMessage{}
+				}
+				out.NotEnforced[k] = v
+				continue next
+			}
+		}
+		e := ErrUnknownOption.With("unknown option %q", k)
+		e.Field = "options." + k
+		return Options{}, e
+	}
+	return out, nil
+}
+
+// Change is one option's change in a configure reply (SPEC.md §6).
+type Change struct {
+	From any `json:"from"`
+	To   any `json:"to"`
+}
+
+// Diff lists the options whose values differ between old and new, by wire name.
+func Diff(old, new Options) map[string]Change {
+	a, b := old.Map(), new.Map()
+	out := map[string]Change{}
+	for k, v := range b {
+		if w, ok := a[k]; !ok || fmt.Sprint(raw(w)) != fmt.Sprint(raw(v)) {
+			if !ok {
+				w = nil
+			}
+			out[k] = Change{From: w, To: v}
+		}
+	}
+	for k, w := range a {
+		if _, ok := b[k]; !ok {
+			out[k] = Change{From: w, To: nil}
+		}
+	}
+	return out
+}
+
+func raw(v any) any {
+	if r, ok := v.(json.RawMessage); ok {
+		return string(r)
+	}
+	return v
+}

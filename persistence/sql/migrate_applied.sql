@@ -1,0 +1,1 @@
+SELECT version FROM queen.schema_migrations ORDER BY version

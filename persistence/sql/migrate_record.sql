@@ -1,0 +1,1 @@
+INSERT INTO queen.schema_migrations (version, name) VALUES ($1, $2)

@@ -1,0 +1,37 @@
+package persistence
+
+import (
+	"embed"
+	"fmt"
+)
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// q returns the statement in sql/<name>.sql; a missing file is a build-time bug.
+func q(name string) string {
+	b, err := sqlFS.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("persistence: missing statement %s: %v", name, err))
+	}
+	return string(b)
+}
+
+// The statements, read once at start.
+var (
+	sqlMigrateLock     = q("migrate_lock")
+	sqlMigrateUnlock   = q("migrate_unlock")
+	sqlMigratePrepare  = q("migrate_prepare")
+	sqlMigrateApplied  = q("migrate_applied")
+	sqlMigrateRecord   = q("migrate_record")
+	sqlEnsureQueue     = q("ensure_queue")
+	sqlEnsurePartition = q("ensure_partition")
+	sqlGetPartition    = q("get_partition")
+	sqlPushLock        = q("push_lock")
+	sqlPushProbe       = q("push_probe")
+	sqlPushInsert      = q("push_insert")
+	sqlPushNoDedup     = q("push_nodedup")
+	sqlConfigureLock   = q("configure_lock")
+	sqlConfigureUpdate = q("configure_update")
+	sqlGetQueue        = q("get_queue")
+)

@@ -1,0 +1,176 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// Config configures a Store.
+type Config struct {
+	// URL is a PostgreSQL connection URL (required).
+	URL string
+	// MaxConns is the pool size; default 32.
+	MaxConns int32
+}
+
+// Store is the broker's handle on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects a pool to cfg.URL and checks the schema is migrated. It does
+// not migrate: call Migrate first.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
+	}
+	pc.MaxConns = cfg.MaxConns
+	if pc.MaxConns <= 0 {
+		pc.MaxConns = 32
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	s := &Store{pool: pool}
+	if err := s.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool, waiting for connections in use to be returned.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// unavailable wraps a database error as queen.ErrUnavailable (retryable).
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	var qe *queen.Error
+	if errors.As(err, &qe) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return queen.ErrTimeout.With("database call interrupted: %v", err)
+	}
+	return queen.ErrUnavailable.With("database unavailable: %v", err)
+}
+
+// EnsurePartition returns the id of partition (queue, name), creating the
+// queue with default options and the partition on first use (SPEC.md §1).
+func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, sqlGetPartition, queueName, partition).Scan(&id)
+	if err == nil {
+		return id, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, unavailable(err)
+	}
+	opts := queen.DefaultOptions()
+	optsJSON, _ := json.Marshal(opts)
+	fresh, err := uuid.NewV7()
+	if err != nil {
+		return uuid.Nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds)
+	b.Queue(sqlEnsurePartition, queueName, partition, fresh)
+	b.Queue(sqlGetPartition, queueName, partition).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return uuid.Nil, unavailable(err)
+	}
+	return id, nil
+}
+
+// Queue returns a queue's description with its effective options, or an
+// error matching queen.ErrNotFound.
+func (s *Store) Queue(ctx context.Context, name string) (queen.QueueInfo, error) {
+	var qi queen.QueueInfo
+	var opts []byte
+	err := s.pool.QueryRow(ctx, sqlGetQueue, name).Scan(&qi.Name, &qi.Namespace, &qi.Task, &opts, &qi.CreatedAt, &qi.Partitions, &qi.Messages)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return qi, queen.ErrNotFound.With("queue %q does not exist", name)
+	}
+	if err != nil {
+		return qi, unavailable(err)
+	}
+	if err := json.Unmarshal(opts, &qi.Options); err != nil {
+		return qi, err
+	}
+	return qi, nil
+}
+
+// Configure creates or reconfigures a queue. Without req.Merge it is a full
+// replace: every omitted option returns to its default (SPEC.md §6). Invalid
+// options are refused (queen.ErrUnknownOption / ErrInvalidOption) and nothing
+// is written.
+func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (queen.ConfigureResult, error) {
+	res := queen.ConfigureResult{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task}
+	if _, err := queen.ApplyOptions(queen.DefaultOptions(), req.Options); err != nil {
+		return res, err
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		def := queen.DefaultOptions()
+		defJSON, _ := json.Marshal(def)
+		tag, err := tx.Exec(ctx, sqlEnsureQueue, req.Queue, defJSON, def.DedupWindowSeconds)
+		if err != nil {
+			return err
+		}
+		res.Created = tag.RowsAffected() == 1
+		var stored []byte
+		var ns, task string
+		if err := tx.QueryRow(ctx, sqlConfigureLock, req.Queue).Scan(&stored, &ns, &task); err != nil {
+			return err
+		}
+		var old queen.Options
+		if err := json.Unmarshal(stored, &old); err != nil {
+			return err
+		}
+		base := queen.DefaultOptions()
+		if req.Merge {
+			base = old
+		}
+		next, err := queen.ApplyOptions(base, req.Options)
+		if err != nil {
+			return err
+		}
+		nextJSON, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlConfigureUpdate, req.Queue, req.Namespace, req.Task, nextJSON, next.DedupWindowSeconds); err != nil {
+			return err
+		}
+		res.Options = next
+		if res.Created {
+			res.Changed = queen.Diff(def, next)
+		} else {
+			res.Changed = queen.Diff(old, next)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, unavailable(err)
+	}
+	return res, nil
+}

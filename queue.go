@@ -1,0 +1,28 @@
+package queen
+
+import "time"
+
+// QueueInfo describes a queue (GET /api/v1/resources/queues/:queue).
+type QueueInfo struct {
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	Task      string    `json:"task"`
+	Options   Options   `json:"options"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Partitions counts the queue's partitions.
+	Partitions int64 `json:"partitions"`
+	// Messages counts every message ever stored in the queue (the sum of its
+	// partitions' allocators), retained or not.
+	Messages int64 `json:"messages"`
+}
+
+// ConfigureResult is the outcome of a configure call (SPEC.md §6).
+type ConfigureResult struct {
+	Queue     string            `json:"queue"`
+	Namespace string            `json:"namespace"`
+	Task      string            `json:"task"`
+	Options   Options           `json:"options"`
+	Changed   map[string]Change `json:"changed"`
+	// Created reports that the call created the queue.
+	Created bool `json:"created"`
+}

@@ -1,0 +1,191 @@
+package shards
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/queen-mq/queen-go/actors"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// PartitionPusher hands one partition's items to that partition's actor
+// (actors.Host satisfies it through HostAdapter-free methods).
+type PartitionPusher interface {
+	// Enqueue hands items to the partition's actor without waiting; calls from
+	// one goroutine reach the actor in call order.
+	Enqueue(queue, partition string, items []*queen.Item) (Waiter, error)
+}
+
+// Waiter waits for the verdicts of an enqueued push.
+type Waiter interface {
+	Wait(ctx context.Context) ([]queen.Result, error)
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Conn   *nats.Conn
+	Pusher PartitionPusher
+	// Count is the shard count; default DefaultCount.
+	Count int
+	// Timeout bounds the wait for one shard request's verdicts; default 60s.
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Server serves the shard subjects this broker owns.
+type Server struct {
+	cfg  ServerConfig
+	mu   sync.Mutex
+	subs map[int]*nats.Subscription
+	wg   sync.WaitGroup
+}
+
+// NewServer returns a Server that serves no shard yet.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Count <= 0 {
+		cfg.Count = DefaultCount
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}
+}
+
+// queueGroup is the NATS queue group of shard subscriptions: should two
+// brokers both serve a shard, each request reaches one of them.
+const queueGroup = "queen-shard"
+
+// ServeAll subscribes to every shard's subjects (one broker owning every shard).
+func (s *Server) ServeAll() error {
+	for n := 0; n < s.cfg.Count; n++ {
+		if err := s.Serve(n); err != nil {
+			return err
+		}
+	}
+	return s.cfg.Conn.Flush()
+}
+
+// Serve subscribes to shard n's subjects; serving a shard twice is a no-op.
+func (s *Server) Serve(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subs[n]; ok {
+		return nil
+	}
+	sub, err := s.cfg.Conn.QueueSubscribe(PushSubject(n), queueGroup, s.handlePush)
+	if err != nil {
+		return err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return err
+	}
+	s.subs[n] = sub
+	return nil
+}
+
+// Stop unsubscribes from every shard (draining messages already received) and
+// waits for the pushes in flight to be answered, or ctx to end.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	for n, sub := range s.subs {
+		sub.Drain() //nolint:errcheck
+		delete(s.subs, n)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// handlePush runs on the subscription's goroutine: it enqueues every
+// partition's group at once (so pushes keep their arrival order per
+// partition) and waits for the verdicts on another goroutine.
+func (s *Server) handlePush(m *nats.Msg) {
+	items, err := decodeItems(m.Data)
+	if err != nil {
+		s.cfg.Logger.Error("bad shard push message", "subject", m.Subject, "err", err)
+		m.Respond(encodeResults(nil, nil)) //nolint:errcheck
+		return
+	}
+	type group struct {
+		idx []int
+		w   Waiter
+		err error
+	}
+	byPartition := map[[2]string]*group{}
+	var order []*group
+	for i, it := range items {
+		k := [2]string{it.Queue, it.Partition}
+		g, ok := byPartition[k]
+		if !ok {
+			g = &group{}
+			byPartition[k] = g
+			order = append(order, g)
+		}
+		g.idx = append(g.idx, i)
+	}
+	for _, g := range order {
+		part := make([]*queen.Item, len(g.idx))
+		for j, i := range g.idx {
+			part[j] = items[i]
+		}
+		g.w, g.err = s.cfg.Pusher.Enqueue(part[0].Queue, part[0].Partition, part)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		defer cancel()
+		results := make([]queen.Result, len(items))
+		for _, g := range order {
+			var rs []queen.Result
+			err := g.err
+			if err == nil {
+				rs, err = g.w.Wait(ctx)
+			}
+			for j, i := range g.idx {
+				if err != nil || j >= len(rs) {
+					results[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.AsError(errOr(err))}
+					continue
+				}
+				results[i] = rs[j]
+			}
+		}
+		if err := m.Respond(encodeResults(make([]byte, 0, 48*len(results)), results)); err != nil {
+			s.cfg.Logger.Warn("shard push reply not sent", "err", err)
+		}
+	}()
+}
+
+func errOr(err error) error {
+	if err != nil {
+		return err
+	}
+	return queen.ErrInternal.With("missing verdict")
+}
+
+// ActorPusher adapts the partition actors' host to PartitionPusher.
+func ActorPusher(h *actors.Host) PartitionPusher { return actorPusher{h} }
+
+type actorPusher struct{ h *actors.Host }
+
+func (a actorPusher) Enqueue(queue, partition string, items []*queen.Item) (Waiter, error) {
+	p, err := a.h.Enqueue(queue, partition, items)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}

@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// Handler returns the HTTP gateway on the Queen routes:
+//
+//	POST /api/v1/push                        (SPEC.md §3)
+//	POST /api/v1/configure                   (SPEC.md §6)
+//	GET  /api/v1/resources/queues/{queue}    a queue with its effective options
+//	GET  /health                             200 when PostgreSQL answers, else 503
+//	GET  /metrics                            Prometheus text
+//
+// Bodies over queen.MaxBodyBytes are refused with 413.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/push", func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r)
+		if ok {
+			writeReply(w, s.push(r.Context(), body, "http"))
+		}
+	})
+	mux.HandleFunc("POST /api/v1/configure", func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r)
+		if ok {
+			writeReply(w, s.configure(r.Context(), body))
+		}
+	})
+	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.queue(r.Context(), r.PathValue("queue")))
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.health(r.Context()))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, errReply(queen.ErrNotFound.With("no route %s %s", r.Method, r.URL.Path)))
+	})
+	return mux
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, queen.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeReply(w, errReply(queen.ErrBodyTooLarge))
+		} else {
+			writeReply(w, errReply(queen.ErrInvalidJSON.With("reading the request body failed: %v", err)))
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+func writeReply(w http.ResponseWriter, rep reply) {
+	w.Header().Set("Content-Type", "application/json")
+	if rep.retryAfter {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.WriteHeader(rep.status)
+	w.Write(mustJSON(rep.body)) //nolint:errcheck // the client went away
+}

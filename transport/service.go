@@ -1,0 +1,174 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// Pusher routes validated push items to their partitions (shards.Router).
+type Pusher interface {
+	// Push returns one verdict per item, in order.
+	Push(ctx context.Context, items []*queen.Item) []queen.Result
+}
+
+// Queues is the queue administration the transports need (persistence.Store).
+type Queues interface {
+	Configure(ctx context.Context, req queen.ConfigureRequest) (queen.ConfigureResult, error)
+	Queue(ctx context.Context, name string) (queen.QueueInfo, error)
+	Ping(ctx context.Context) error
+}
+
+// Config configures the transports' shared request handling.
+type Config struct {
+	Pusher Pusher
+	Queues Queues
+	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+	// RequestTimeout bounds one push request end to end; default 60s.
+	RequestTimeout time.Duration
+	Metrics        *queen.Metrics
+	Logger         *slog.Logger
+}
+
+// Service holds the request logic both transports share: same JSON bodies,
+// same verdicts, same errors.
+type Service struct {
+	cfg Config
+}
+
+// NewService returns a Service; zero Config fields take their defaults.
+func NewService(cfg Config) *Service {
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 60 * time.Second
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = queen.NewMetrics()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{cfg: cfg}
+}
+
+// reply is a transport-neutral answer: status, JSON body, and whether the
+// client should retry after a pause (Retry-After).
+type reply struct {
+	status     int
+	body       any
+	retryAfter bool
+}
+
+func errReply(err error) reply {
+	e := queen.AsError(err)
+	return reply{status: e.Status, body: e, retryAfter: e.Retryable && e.Status == http.StatusServiceUnavailable}
+}
+
+// push handles a push body (SPEC.md §3): 201 with one element per item, or
+// 503 with the same array when every item failed; 4xx for bad input (nothing
+// written).
+func (s *Service) push(ctx context.Context, body []byte, transport string) reply {
+	s.cfg.Metrics.PushRequests.WithLabelValues(transport).Inc()
+	items, err := queen.DecodePush(body, s.cfg.MaxPayloadBytes)
+	if err != nil {
+		return errReply(err)
+	}
+	if len(items) == 0 {
+		return reply{status: http.StatusCreated, body: []queen.PushReply{}}
+	}
+	ptrs := make([]*queen.Item, len(items))
+	for i := range items {
+		ptrs[i] = &items[i]
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	results := s.cfg.Pusher.Push(ctx, ptrs)
+	out := make([]queen.PushReply, len(items))
+	failed := 0
+	for i := range items {
+		out[i] = queen.Reply(i, ptrs[i], results[i])
+		if results[i].Verdict == queen.Failed {
+			failed++
+		}
+		s.cfg.Metrics.PushItems.WithLabelValues(string(results[i].Verdict)).Inc()
+	}
+	if failed == len(items) {
+		return reply{status: http.StatusServiceUnavailable, body: out, retryAfter: true}
+	}
+	return reply{status: http.StatusCreated, body: out}
+}
+
+// configureReply is the configure reply of SPEC.md §6.
+type configureReply struct {
+	Configured  bool                    `json:"configured"`
+	Queue       string                  `json:"queue"`
+	Namespace   string                  `json:"namespace"`
+	Task        string                  `json:"task"`
+	Options     queen.Options           `json:"options"`
+	Changed     map[string]queen.Change `json:"changed"`
+	NotEnforced []string                `json:"notEnforced"`
+	Created     bool                    `json:"created"`
+}
+
+func (s *Service) configure(ctx context.Context, body []byte) reply {
+	req, err := queen.DecodeConfigure(body)
+	if err != nil {
+		return errReply(err)
+	}
+	res, err := s.cfg.Queues.Configure(ctx, req)
+	if err != nil {
+		return errReply(err)
+	}
+	ne := []string{}
+	for _, k := range queen.NotEnforcedOptions {
+		if _, ok := res.Options.NotEnforced[k]; ok {
+			ne = append(ne, k)
+		}
+	}
+	return reply{status: http.StatusOK, body: configureReply{
+		Configured: true, Queue: res.Queue, Namespace: res.Namespace, Task: res.Task,
+		Options: res.Options, Changed: res.Changed, NotEnforced: ne, Created: res.Created,
+	}}
+}
+
+func (s *Service) queue(ctx context.Context, name string) reply {
+	if err := queen.ValidateName(name, "queue"); err != nil {
+		return errReply(err)
+	}
+	qi, err := s.cfg.Queues.Queue(ctx, name)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: qi}
+}
+
+// healthReply is GET /health.
+type healthReply struct {
+	Status   string `json:"status"`
+	Database string `json:"database"`
+	Error    string `json:"error,omitempty"`
+}
+
+func (s *Service) health(ctx context.Context) reply {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Queues.Ping(ctx); err != nil {
+		return reply{status: http.StatusServiceUnavailable, body: healthReply{Status: "unhealthy", Database: "down", Error: err.Error()}}
+	}
+	return reply{status: http.StatusOK, body: healthReply{Status: "healthy", Database: "ok"}}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(queen.ErrInternal.With("encode reply: %v", err))
+	}
+	return b
+}
