@@ -1,6 +1,7 @@
 package queen
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
@@ -32,10 +33,12 @@ const (
 // generated (a UUIDv7 string) when absent, null or "", Payload defaulted to {}
 // ("data" is an alias of "payload"; "payload" wins when both are present; an
 // explicit null is kept as null) and Hash = HashTxn(TransactionID). Payloads
-// are copies, never aliases of body. maxPayloadBytes ≤ 0 means
-// DefaultMaxPayloadBytes.
+// are copies, never aliases of body (the payloads of one call share one
+// allocation, each capped so that an append copies). maxPayloadBytes ≤ 0
+// means DefaultMaxPayloadBytes.
 //
-// Any problem returns an *Error from the registry (all 400) naming the item
+// Any problem returns an *Error from the registry (400, or 413 for a body over
+// MaxBodyBytes, which the transports normally refuse before) naming the item
 // index and field path, e.g. "items[3].transactionId". When a body has several
 // problems, the one reported is: invalid UTF-8 or a lone surrogate escape
 // anywhere; else the first JSON syntax error; else too many items; else the
@@ -43,6 +46,9 @@ const (
 // unknown keys are ignored; a known key given twice in one object is invalid
 // JSON here (as in encoding/json/v2).
 func DecodePush(body []byte, maxPayloadBytes int) ([]Item, error) {
+	if len(body) > MaxBodyBytes {
+		return nil, bodyTooLarge(len(body))
+	}
 	if maxPayloadBytes <= 0 {
 		maxPayloadBytes = DefaultMaxPayloadBytes
 	}
@@ -86,14 +92,14 @@ type ConfigureRequest struct {
 // "replace" or absent. Unknown top-level keys are ignored. Errors are *Error
 // from the registry with the field path ("queue", "options.leaseTime", ...).
 func DecodeConfigure(body []byte) (ConfigureRequest, error) {
+	if len(body) > MaxBodyBytes {
+		return ConfigureRequest{}, bodyTooLarge(len(body))
+	}
 	d := decoder{b: body, item: -1, key: -1}
 	req := ConfigureRequest{Options: map[string]json.RawMessage{}}
 	var seen uint8
 	d.skipWS()
-	if d.i < len(d.b) && d.b[d.i] != '{' {
-		d.semantic(ErrInvalidJSON.With("the body must be a JSON object"))
-	}
-	if d.i < len(d.b) && d.b[d.i] == '{' {
+	if d.peek() == '{' {
 		d.walkObject(func(key []byte) bool {
 			var bit uint8
 			var dst *string
@@ -141,6 +147,9 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 			return true
 		})
 	} else {
+		if d.i < len(d.b) {
+			d.semantic(ErrInvalidJSON.With("the body must be a JSON object"))
+		}
 		d.skipValue()
 	}
 	d.end()
@@ -172,7 +181,7 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 
 // configureOptions reads the "options" value into opts (copies of the raw values).
 func (d *decoder) configureOptions(opts map[string]json.RawMessage) bool {
-	if d.i < len(d.b) && d.b[d.i] == '{' {
+	if d.peek() == '{' {
 		return d.walkObject(func(key []byte) bool {
 			start, end, ok := d.skipValue()
 			if !ok {
@@ -241,6 +250,12 @@ func checkText(s string, max int, field string) *Error {
 	return nil
 }
 
+// bodyTooLarge is the 413 the transports give before reading a body this
+// large; the decoders refuse one too, in case a transport did not.
+func bodyTooLarge(n int) *Error {
+	return ErrBodyTooLarge.With("the request body is %d bytes; the limit is %d (16 MiB)", n, MaxBodyBytes)
+}
+
 func fieldErr(e *Error, field string) *Error {
 	e.Field = field
 	return e
@@ -273,7 +288,7 @@ type pushDecoder struct {
 
 func (p *pushDecoder) parse() {
 	p.skipWS()
-	if p.i >= len(p.b) || p.b[p.i] != '{' {
+	if p.peek() != '{' {
 		if p.i < len(p.b) {
 			p.semantic(ErrInvalidJSON.With("the body must be a JSON object {\"items\":[...]}"))
 		}
@@ -292,7 +307,7 @@ func (p *pushDecoder) parse() {
 			return ok
 		}
 		p.sawItems = true
-		if p.i < len(p.b) && p.b[p.i] == '[' {
+		if p.peek() == '[' {
 			return p.parseItems()
 		}
 		p.semantic(fieldErr(ErrInvalidJSON.With("\"items\" must be an array"), "items"))
@@ -404,8 +419,6 @@ func (p *pushDecoder) parseItem(idx int) bool {
 				fail(ErrInvalidField.With("items[%d].partition must be a string or null", idx), "partition")
 			case kind == valString && len(s) > 0:
 				it.Partition = intern(s, &p.lastPartition)
-			default:
-				it.Partition = ""
 			}
 		case keyTransactionID:
 			switch {
@@ -557,13 +570,16 @@ func (d *decoder) syntax(ctx, want string) bool {
 	if d.err != nil {
 		return false
 	}
-	var msg string
-	if d.i >= len(d.b) {
-		msg = fmt.Sprintf("invalid JSON: the body ends %s; expected %s", ctx, want)
-	} else {
-		msg = fmt.Sprintf("invalid JSON at byte %d: found %s %s; expected %s", d.i, quoteByte(d.b[d.i]), ctx, want)
+	if ctx != "" {
+		ctx = " " + ctx
 	}
-	d.err = d.locate(ErrInvalidJSON.With("%s", msg))
+	var e *Error
+	if d.i >= len(d.b) {
+		e = ErrInvalidJSON.With("invalid JSON: the body ends%s; expected %s", ctx, want)
+	} else {
+		e = ErrInvalidJSON.With("invalid JSON at byte %d: found %s%s; expected %s", d.i, quoteByte(d.b[d.i]), ctx, want)
+	}
+	d.err = d.locate(e)
 	return false
 }
 
@@ -677,15 +693,14 @@ func (d *decoder) peek() byte {
 }
 
 func (d *decoder) skipWS() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
+	i := d.i
+	for i < len(d.b) && isSpace[d.b[i]] {
+		i++
 	}
+	d.i = i
 }
+
+var isSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
 
 // end checks that nothing but whitespace follows the top-level value.
 func (d *decoder) end() {
@@ -824,6 +839,8 @@ var strPlain = func() (t [256]bool) {
 	return t
 }()
 
+const lsb = 0x0101010101010101
+
 // scanString reads the string at d.i (which is '"'), checking escapes, UTF-8
 // and surrogates, and returns the span of its contents (between the quotes)
 // and whether it has an escape.
@@ -832,6 +849,16 @@ func (d *decoder) scanString() (start, end int, esc, ok bool) {
 	i := d.i + 1
 	start = i
 	for {
+		// Eight bytes at a time while none is a control character, '"',
+		// '\\' or non-ASCII.
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			q, bs := x^(lsb*'"'), x^(lsb*'\\')
+			if (x|(x-lsb*0x20)|(q-lsb)&^q|(bs-lsb)&^bs)&(lsb*0x80) != 0 {
+				break
+			}
+			i += 8
+		}
 		for i < len(b) && strPlain[b[i]] {
 			i++
 		}
@@ -986,7 +1013,6 @@ func (d *decoder) skipValue() (start, end int, ok bool) {
 	b := d.b
 	start = d.i
 	base := len(d.stack)
-	defer func() { d.depth -= len(d.stack) - base; d.stack = d.stack[:base] }()
 	for {
 		// A value starts at d.i.
 		if d.i >= len(b) {

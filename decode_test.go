@@ -295,6 +295,15 @@ func TestDecodePushMaxItems(t *testing.T) {
 	b = bytes.Replace(b, []byte(`{"queue":"q"}`), []byte(`{"queue":7}`), 1)
 	_, err = DecodePush(b, 0)
 	wantErr(t, err, ErrTooManyItems, -1, "items")
+	// A body over 16 MiB is refused whole (the transports normally do it first).
+	huge := append(manyItems(1, `{"queue":"q","payload":"`+strings.Repeat("x", MaxBodyBytes)+`"}`), ' ')
+	_, err = DecodePush(huge, MaxBodyBytes)
+	if !errors.Is(err, ErrBodyTooLarge) || AsError(err).Status != 413 {
+		t.Fatalf("body over MaxBodyBytes: %v", err)
+	}
+	if _, err = DecodeConfigure(huge); !errors.Is(err, ErrBodyTooLarge) {
+		t.Fatalf("configure body over MaxBodyBytes: %v", err)
+	}
 	// An encoding problem in an item past the limit is still found.
 	b = manyItems(MaxItems+1, `{"queue":"q"}`)
 	b = append(b[:len(b)-2], `,{"queue":"\ud800"}]}`...)

@@ -94,14 +94,12 @@ func (s *Store) commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 	pb.Queue(sqlPushLock, b.PartitionID).QueryRow(func(r pgx.Row) error { return r.Scan(&last, &window) })
 	pb.Queue(sqlPushProbe, b.PartitionID, leaders, b.Watermark).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var h []byte
+			var k [16]byte
 			var off int64
 			var mid []byte
-			if err := rows.Scan(&h, &off, &mid); err != nil {
+			if err := rows.Scan(&k, &off, &mid); err != nil {
 				return err
 			}
-			var k queen.Hash
-			copy(k[:], h)
 			if old, ok := hits[k]; ok && old.offset < off {
 				continue // the lowest offset is the original
 			}
@@ -120,7 +118,7 @@ func (s *Store) commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 	out.Window = window
 	out.FullProbe = b.Watermark < 0
 
-	msgIDs, frames, hashes, clean := s.assign(b, window, last, hits, &out)
+	msgIDs, frames, hashes, keys, clean := s.assign(b, window, last, hits, &out)
 	if clean == 0 {
 		// Every item is a duplicate: nothing to write, nothing to undo.
 		_, err := conn.Exec(ctx, "COMMIT")
@@ -132,7 +130,7 @@ func (s *Store) commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 	}
 	var created time.Time
 	ib := &pgx.Batch{}
-	ib.Queue(sqlPushInsert, b.PartitionID, out.FirstOffset, out.LastOffset, msgIDs, frames, hashes).QueryRow(func(r pgx.Row) error { return r.Scan(&created) })
+	ib.Queue(sqlPushInsert, b.PartitionID, out.FirstOffset, out.LastOffset, msgIDs, frames, hashes, keys).QueryRow(func(r pgx.Row) error { return r.Scan(&created) })
 	ib.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, ib).Close(); err != nil {
 		var pgErr *pgconn.PgError
@@ -152,17 +150,18 @@ func (s *Store) commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 // is not 0 (nothing was written) and the caller takes the probing path.
 func (s *Store) commitNoDedup(ctx context.Context, conn *pgxpool.Conn, b *PushBatch, out *PushOutcome) (bool, error) {
 	n := len(b.Items)
-	msgIDs, frames, hashes := make([]byte, 0, 16*n), make([]byte, 0, 64*n), make([][]byte, n)
+	msgIDs, frames, hashes, keys := make([]byte, 0, 16*n), make([]byte, 0, 64*n), make([]byte, 0, 16*n), make([][16]byte, n)
 	ids := make([]uuid.UUID, n)
 	for i, it := range b.Items {
 		ids[i] = newMessageID()
 		msgIDs = append(msgIDs, ids[i][:]...)
 		frames = AppendFrame(frames, it.TransactionID, it.TraceID, it.Payload)
-		hashes[i] = it.Hash[:]
+		hashes = append(hashes, it.Hash[:]...)
+		keys[i] = it.Hash
 	}
 	var first int64
 	var created time.Time
-	err := conn.QueryRow(ctx, sqlPushNoDedup, b.PartitionID, int64(n), msgIDs, frames, hashes).Scan(&first, &created)
+	err := conn.QueryRow(ctx, sqlPushNoDedup, b.PartitionID, int64(n), msgIDs, frames, hashes, keys).Scan(&first, &created)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -190,11 +189,12 @@ type hit struct {
 // duplicates of the original; clean leaders get consecutive offsets after
 // last in item order; followers echo their leader. With window 0 every item
 // is clean (SPEC.md §3).
-func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit, out *PushOutcome) (msgIDs, frames []byte, hashes [][]byte, clean int) {
+func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit, out *PushOutcome) (msgIDs, frames, hashes []byte, keys [][16]byte, clean int) {
 	n := len(b.Items)
 	msgIDs = make([]byte, 0, 16*n)
 	frames = make([]byte, 0, 64*n)
-	hashes = make([][]byte, 0, n)
+	hashes = make([]byte, 0, 16*n)
+	keys = make([][16]byte, 0, n)
 	next := last + 1
 	out.FirstOffset = next
 	for i, it := range b.Items {
@@ -217,10 +217,11 @@ func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit
 		clean++
 		msgIDs = append(msgIDs, id[:]...)
 		frames = AppendFrame(frames, it.TransactionID, it.TraceID, it.Payload)
-		hashes = append(hashes, it.Hash[:])
+		hashes = append(hashes, it.Hash[:]...)
+		keys = append(keys, it.Hash)
 	}
 	out.LastOffset = next - 1
-	return msgIDs, frames, hashes, clean
+	return msgIDs, frames, hashes, keys, clean
 }
 
 func leaderOf(b *PushBatch, i int) int {
@@ -231,11 +232,11 @@ func leaderOf(b *PushBatch, i int) int {
 }
 
 // distinctLeaders returns the hashes to probe: one per leader.
-func distinctLeaders(b *PushBatch) [][]byte {
-	out := make([][]byte, 0, len(b.Items))
+func distinctLeaders(b *PushBatch) [][16]byte {
+	out := make([][16]byte, 0, len(b.Items))
 	for i, it := range b.Items {
 		if leaderOf(b, i) == i {
-			out = append(out, it.Hash[:])
+			out = append(out, it.Hash)
 		}
 	}
 	return out

@@ -277,6 +277,47 @@ func TestRestartKeepsDataAndPort(t *testing.T) {
 	if got := queryString(t, c3.URL(), "SELECT system_identifier::text FROM pg_control_system()"); got != sysID {
 		t.Errorf("system identifier %s, want %s (re-initdb?)", got, sysID)
 	}
+	if err := c3.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A server that cannot start: the error carries the log tail and
+	// nothing is left running.
+	auto := filepath.Join(c3.pgdata, "postgresql.auto.conf")
+	orig, err := os.ReadFile(auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(auto, append(append([]byte{}, orig...), "max_connections = 'lots'\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(context.Background(), Config{DataDir: dataDir, Logger: testLogger(t)})
+	if err == nil {
+		t.Fatal("Start succeeded with a broken setting")
+	}
+	if !strings.Contains(err.Error(), "postgresql.log (tail)") || !strings.Contains(err.Error(), `invalid value for parameter "max_connections"`) {
+		t.Errorf("error lacks the log tail: %v", err)
+	}
+	if _, ok := readPidFile(c3.pgdata); ok {
+		t.Errorf("postmaster.pid left after a failed start")
+	}
+	if err := os.WriteFile(auto, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A DataDir so deep that the Unix socket path would not fit: TCP only.
+func TestLongPath(t *testing.T) {
+	requireBinaries(t)
+	t.Parallel()
+	dataDir := filepath.Join(reachableDir(t), strings.Repeat("d", 80))
+	c := start(t, dataDir)
+	if got := queryString(t, c.URL(), "SELECT (1)::text"); got != "1" {
+		t.Errorf("SELECT 1 = %q", got)
+	}
+	if got := queryString(t, c.URL(), "SHOW unix_socket_directories"); got != "" {
+		t.Errorf("unix_socket_directories = %q, want empty", got)
+	}
 }
 
 // A broker SIGKILLed leaves its postmaster running: the next Start adopts it.

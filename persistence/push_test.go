@@ -1,0 +1,173 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+func items(queueName, partition string, txns ...string) []*queen.Item {
+	out := make([]*queen.Item, len(txns))
+	for i, t := range txns {
+		out[i] = &queen.Item{Queue: queueName, Partition: partition, TransactionID: t, Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Hash: queen.HashTxn(t)}
+	}
+	return out
+}
+
+func leadersOf(its []*queen.Item) []int32 {
+	out := make([]int32, len(its))
+	seen := map[queen.Hash]int32{}
+	for i, it := range its {
+		if l, ok := seen[it.Hash]; ok {
+			out[i] = l
+		} else {
+			seen[it.Hash] = int32(i)
+			out[i] = int32(i)
+		}
+	}
+	return out
+}
+
+func commit(t testing.TB, s *Store, pid uuid.UUID, its []*queen.Item) PushOutcome {
+	t.Helper()
+	out, err := s.Commit(context.Background(), &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	require.NoError(t, err)
+	return out
+}
+
+func verdicts(out PushOutcome) []queen.Verdict {
+	v := make([]queen.Verdict, len(out.Results))
+	for i, r := range out.Results {
+		v[i] = r.Verdict
+	}
+	return v
+}
+
+func TestCommitVerdictsAndOffsets(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	pid2, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	require.Equal(t, pid, pid2, "EnsurePartition is idempotent")
+
+	first := commit(t, s, pid, items("q", "p", "a", "b", "a"))
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued, queen.Duplicate}, verdicts(first))
+	require.Equal(t, int64(0), first.Results[0].Offset)
+	require.Equal(t, int64(1), first.Results[1].Offset)
+	require.Equal(t, first.Results[0].MessageID, first.Results[2].MessageID, "follower echoes the leader")
+	require.Equal(t, int64(3600), first.Window)
+
+	second := commit(t, s, pid, items("q", "p", "c", "b", "d"))
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Duplicate, queen.Queued}, verdicts(second))
+	require.Equal(t, first.Results[1].MessageID, second.Results[1].MessageID, "duplicate carries the original id")
+	require.Equal(t, int64(1), second.Results[1].Offset)
+	require.Equal(t, int64(2), second.Results[0].Offset)
+	require.Equal(t, int64(3), second.Results[2].Offset, "offsets only for clean items, in request order")
+
+	// The stored frames round-trip.
+	var ids, frames []byte
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT message_ids, frames FROM queen.segments WHERE partition_id=$1 AND first_offset=2`, pid).Scan(&ids, &frames))
+	fs, err := DecodeFrames(ids, frames)
+	require.NoError(t, err)
+	require.Len(t, fs, 2)
+	require.Equal(t, "c", fs[0].TransactionID)
+	require.Equal(t, "d", fs[1].TransactionID)
+	require.Equal(t, second.Results[2].MessageID, fs[1].MessageID)
+	require.JSONEq(t, `{"i":2}`, string(fs[1].Payload))
+
+	// All duplicates: nothing written.
+	third := commit(t, s, pid, items("q", "p", "a", "c"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate}, verdicts(third))
+	var segs int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id=$1`, pid).Scan(&segs))
+	require.Equal(t, 2, segs)
+}
+
+func TestCommitWatermarkNarrowsProbe(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "a"))
+	commit(t, s, pid, items("q", "p", "b"))
+	// A watermark at offset 0 vouches that "a" is not at or below 0 — a lie
+	// the probe believes, which proves the bound is applied; "b" (offset 1)
+	// is still found.
+	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "a", "b"), Watermark: 0})
+	require.NoError(t, err)
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Duplicate}, verdicts(out))
+}
+
+func TestCommitWindowZeroPaths(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	_, err := s.Configure(ctx, queen.ConfigureRequest{Queue: "z", Options: map[string]json.RawMessage{"dedupWindowSeconds": json.RawMessage("0")}})
+	require.NoError(t, err)
+	pid, err := s.EnsurePartition(ctx, "z", "p")
+	require.NoError(t, err)
+	for _, hint := range []bool{false, true, true} {
+		its := items("z", "p", "a", "a")
+		out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1, NoDedupHint: hint})
+		require.NoError(t, err)
+		require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued}, verdicts(out), "window 0: no check at all")
+		require.Equal(t, int64(0), out.Window)
+	}
+	var n int64
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT sum(length(hashes)/16) FROM queen.log_txns WHERE partition_id=$1`, pid).Scan(&n))
+	require.Equal(t, int64(6), n, "log_txns is written with dedup off")
+
+	// A stale hint on a queue whose window is no longer 0 falls back to the probe.
+	_, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "z"})
+	require.NoError(t, err)
+	its := items("z", "p", "a", "new")
+	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1, NoDedupHint: true})
+	require.NoError(t, err)
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(out))
+	require.Equal(t, int64(3600), out.Window)
+}
+
+func TestDuplicateOfDeletedSegmentHasZeroID(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "a"))
+	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segments WHERE partition_id=$1`, pid)
+	require.NoError(t, err)
+	out := commit(t, s, pid, items("q", "p", "a"))
+	require.Equal(t, queen.Duplicate, out.Results[0].Verdict)
+	require.Equal(t, queen.ZeroUUID, out.Results[0].MessageID)
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	trace := "t-1"
+	var ids, frames []byte
+	want := []Frame{
+		{MessageID: uuid.New(), TransactionID: "a", TraceID: &trace, Payload: []byte(`{"x":1}`)},
+		{MessageID: uuid.New(), TransactionID: "日本", Payload: []byte(`[]`)},
+		{MessageID: uuid.New(), TransactionID: "", Payload: []byte(`null`)},
+	}
+	for _, f := range want {
+		ids = append(ids, f.MessageID[:]...)
+		frames = AppendFrame(frames, f.TransactionID, f.TraceID, f.Payload)
+	}
+	got, err := DecodeFrames(ids, frames)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	_, err = DecodeFrames(ids, frames[:len(frames)-1])
+	require.ErrorIs(t, err, ErrCorruptSegment)
+	_, err = DecodeFrames(ids[:20], frames)
+	require.ErrorIs(t, err, ErrCorruptSegment)
+}
