@@ -602,3 +602,21 @@ func BenchmarkDecodePush(b *testing.B) {
 		})
 	}
 }
+
+func TestConfigureRefusesNonIntegerOptions(t *testing.T) {
+	for _, v := range []string{`"60"`, `1.5`, `1e3`, `-1`, `true`, `null`, `{}`, `99999999999`} {
+		_, err := DecodeConfigure([]byte(`{"queue":"q","options":{"leaseTime":` + v + `}}`))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != ErrInvalidOption.Code || e.Field != "options.leaseTime" {
+			t.Errorf("leaseTime %s: got %v, want invalid_option naming options.leaseTime", v, err)
+		}
+	}
+	req, err := DecodeConfigure([]byte(`{"queue":"q","options":{"leaseTime":60,"dedupWindowSeconds":0}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := ApplyOptions(DefaultOptions(), req.Options)
+	if err != nil || o.LeaseTime != 60 || o.DedupWindowSeconds != 0 {
+		t.Fatalf("got %+v, %v", o, err)
+	}
+}

@@ -3,8 +3,8 @@ package queen
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
+	"strings"
 )
 
 // Options are a queue's options (SPEC.md §6). Every value is a whole number;
@@ -116,19 +116,13 @@ next:
 			if f.name != k {
 				continue
 			}
-			var num json.Number
-			if err := json.Unmarshal(v, &num); err != nil {
+			n, ok := wholeNumber(v)
+			if !ok {
 				e := ErrInvalidOption.With("option %q must be a non-negative integer, got %s", k, v)
 				e.Field = "options." + k
 				return Options{}, e
 			}
-			fl, err := num.Float64()
-			if err != nil || fl < 0 || fl != math.Trunc(fl) || fl > math.MaxInt32*1000.0 {
-				e := ErrInvalidOption.With("option %q must be a non-negative integer, got %s", k, v)
-				e.Field = "options." + k
-				return Options{}, e
-			}
-			*f.p = int64(fl)
+			*f.p = n
 			continue next
 		}
 		for _, n := range NotEnforcedOptions {
@@ -145,6 +139,26 @@ next:
 		return Options{}, e
 	}
 	return out, nil
+}
+
+// maxOptionValue bounds every option (about 68 years in seconds).
+const maxOptionValue = 1 << 31
+
+// wholeNumber parses a JSON number literal made only of digits (no sign,
+// fraction, exponent or quotes) up to maxOptionValue.
+func wholeNumber(v json.RawMessage) (int64, bool) {
+	s := strings.TrimSpace(string(v))
+	if s == "" || len(s) > 10 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, n <= maxOptionValue
 }
 
 // Change is one option's change in a configure reply (SPEC.md §6).

@@ -69,8 +69,8 @@ func TestBadInput(t *testing.T) {
 		{"data_over_limit", func(q string) []byte {
 			return []byte(`{"items":[{"queue":"` + q + `","data":{"k":"` + str(maxPayload, 'x') + `"}}]}`)
 		}, "payload_too_large", 0, "items[0].data"},
-		{"lone_surrogate", func(q string) []byte { return []byte(`{"items":[{"queue":"` + q + `","transactionId":"\ud800"}]}`) }, "invalid_utf8", -1, ""},
-		{"invalid_utf8", func(q string) []byte { return []byte("{\"items\":[{\"queue\":\"" + q + "\",\"transactionId\":\"\xff\xfe\"}]}") }, "invalid_utf8", -1, ""},
+		{"lone_surrogate", func(q string) []byte { return []byte(`{"items":[{"queue":"` + q + `","transactionId":"\ud800"}]}`) }, "invalid_utf8", 0, "items[0].transactionId"},
+		{"invalid_utf8", func(q string) []byte { return []byte("{\"items\":[{\"queue\":\"" + q + "\",\"transactionId\":\"\xff\xfe\"}]}") }, "invalid_utf8", 0, "items[0].transactionId"},
 		{"10001_items", func(q string) []byte {
 			var b strings.Builder
 			b.WriteString(`{"items":[`)
@@ -230,4 +230,47 @@ func TestBodySizeLimits(t *testing.T) {
 		}
 		eq(t, int64(0), e.stats(t, q).Messages, "messages written from a body over 16 MiB")
 	})
+}
+
+// TestConcurrentErrorReplies: many refused requests at once over NATS each
+// get their own 400 with the micro error headers and the JSON body (SPEC.md
+// §11); run with -race this also checks the error path is free of races.
+func TestConcurrentErrorReplies(t *testing.T) {
+	e := startEnv(t, nil)
+	const n = 64
+	for _, via := range transports {
+		t.Run(via, func(t *testing.T) {
+			results := make([]result, n)
+			errs := make([]error, n)
+			gate := make(chan struct{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			done := make(chan int, n)
+			for i := 0; i < n; i++ {
+				go func(i int) {
+					defer func() { done <- i }()
+					<-gate
+					body := []byte(fmt.Sprintf(`{"items":[{"queue":"conc-err-%s","transactionId":%d}]}`, via, i))
+					results[i], errs[i] = e.tryPush(ctx, via, body)
+				}(i)
+			}
+			close(gate)
+			for i := 0; i < n; i++ {
+				<-done
+			}
+			for i := range results {
+				if errs[i] != nil {
+					t.Fatalf("request %d: %v", i, errs[i])
+				}
+				r := results[i]
+				checkTransportContract(t, via, r)
+				eq(t, http.StatusBadRequest, r.Status, "status of request %d", i)
+				eq(t, "items[0].transactionId", r.Err.Field, "field of request %d", i)
+				if via == "nats" {
+					eq(t, "400", r.Header.Get("Nats-Service-Error-Code"), "Nats-Service-Error-Code")
+				}
+			}
+			eq(t, stats{}, e.stats(t, "conc-err-"+via), "nothing written")
+		})
+	}
 }

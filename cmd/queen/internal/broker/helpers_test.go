@@ -392,6 +392,16 @@ func dbStats(t testing.TB, db *pgxpool.Pool, queue string) stats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// log_txns.hashes is bytea[] (one element per frame) or packed bytea
+	// (16 bytes per frame), depending on the schema version.
+	var typ string
+	if err := db.QueryRow(ctx, `SELECT data_type FROM information_schema.columns WHERE table_schema = 'queen' AND table_name = 'log_txns' AND column_name = 'hashes'`).Scan(&typ); err != nil {
+		t.Fatalf("read the type of log_txns.hashes: %v", err)
+	}
+	hashCount := "octet_length(hashes) / 16"
+	if typ == "ARRAY" {
+		hashCount = "cardinality(hashes)"
+	}
 	var s stats
 	err := db.QueryRow(ctx, `
 WITH q AS (SELECT id FROM queen.queues WHERE name = $1),
@@ -401,7 +411,7 @@ SELECT (SELECT count(*) FROM q),
        (SELECT count(*) FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),
        (SELECT coalesce(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),
        (SELECT count(*) FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)),
-       (SELECT coalesce(sum(cardinality(hashes)), 0)::bigint FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)),
+       (SELECT coalesce(sum(`+hashCount+`), 0)::bigint FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)),
        (SELECT coalesce(sum(last_offset + 1), 0)::bigint FROM p)`, queue).
 		Scan(&s.Queues, &s.Partitions, &s.Segments, &s.Messages, &s.LogTxns, &s.Hashes, &s.LastOffsets)
 	if err != nil {

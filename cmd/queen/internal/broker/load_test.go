@@ -222,6 +222,12 @@ func TestDrain(t *testing.T) {
 	var wg sync.WaitGroup
 	stopLoad := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
 	var afterStopErrs atomic.Int64
+	type failure struct {
+		sent time.Time
+		err  error
+		txns []string
+	}
+	var failures []failure
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -238,12 +244,20 @@ func TestDrain(t *testing.T) {
 					its = append(its, it("drain", fmt.Sprintf("p%d", i%2), fmt.Sprintf("w%d-r%d-i%d", w, r, i)))
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				sent := time.Now()
 				res, err := cl.tryPush(ctx, "nats", items(its...))
 				cancel()
 				if err != nil {
 					// The broker is going away (no responders, closed
 					// connection, timeout): this producer is done.
 					afterStopErrs.Add(1)
+					f := failure{sent: sent, err: err}
+					for _, x := range its {
+						f.txns = append(f.txns, x["transactionId"].(string))
+					}
+					mu.Lock()
+					failures = append(failures, f)
+					mu.Unlock()
 					return
 				}
 				mu.Lock()
@@ -302,6 +316,18 @@ func TestDrain(t *testing.T) {
 		}
 	}
 	t.Logf("%d items answered queued, %d stored, %d requests failed around Stop", queued, len(counts), afterStopErrs.Load())
+	for _, f := range failures {
+		stored := 0
+		for _, txn := range f.txns {
+			stored += counts[txn]
+		}
+		t.Logf("request sent %v relative to Stop failed with %v; %d of its %d items are stored", f.sent.Sub(stopStart), f.err, stored, len(f.txns))
+		// Stop drains: a request that was in flight when Stop began and
+		// whose items were committed must have been answered.
+		if stored > 0 && f.sent.Before(stopStart) {
+			t.Errorf("drain: a request sent %v before Stop was committed (%d of %d items stored) but never answered (client got %v)", stopStart.Sub(f.sent), stored, len(f.txns), f.err)
+		}
+	}
 	if queued == 0 {
 		t.Fatal("no item answered queued")
 	}
