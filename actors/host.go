@@ -97,6 +97,12 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // Commits returns how many push transactions the host has run.
 func (h *Host) Commits() uint64 { return h.commits.Load() }
 
+// release ends n items' stay in flight (called once per request, when it is answered).
+func (h *Host) release(n int64) {
+	h.inflight.Add(-n)
+	h.wg.Done()
+}
+
 // Pending is a push handed to a partition actor, waiting for its verdicts.
 type Pending struct {
 	h    *Host
@@ -129,7 +135,7 @@ func (h *Host) Enqueue(queueName, partition string, items []*queen.Item) (*Pendi
 		h.metrics.Overloads.Inc()
 		return nil, queen.ErrOverloaded.With("the broker has %d push items in flight (limit %d); retry with the same transaction ids", total-p.n, h.cfg.MaxInFlightItems)
 	}
-	p.req = &pushReq{key: partitionKey{queueName, partition}, items: items, reply: make(chan pushResp, 1)}
+	p.req = &pushReq{host: h, key: partitionKey{queueName, partition}, items: items, reply: make(chan pushResp, 1)}
 	h.system.Root.Send(h.parent, p.req)
 	return p, nil
 }
@@ -143,14 +149,11 @@ func (p *Pending) Wait(ctx context.Context) ([]queen.Result, error) {
 		return nil, p.err
 	}
 	p.done = true
-	release := func() { p.h.inflight.Add(-p.n); p.h.wg.Done() }
 	select {
 	case r := <-p.req.reply:
-		release()
 		return r.results, r.err
 	case <-ctx.Done():
 		// The items stay in flight until their commit ends.
-		go func() { <-p.req.reply; release() }()
 		p.err = queen.ErrTimeout.With("push timed out waiting for its commit: %v; retry with the same transaction ids", ctx.Err())
 		return nil, p.err
 	}
@@ -204,7 +207,7 @@ func (p *parentActor) Receive(ctx actor.Context) {
 			var err error
 			pid, err = ctx.SpawnNamed(props, "p"+strconv.Itoa(p.seq))
 			if err != nil {
-				m.reply <- pushResp{err: queen.ErrInternal.With("spawn partition actor %s: %v", key, err)}
+				m.respond(pushResp{err: queen.ErrInternal.With("spawn partition actor %s: %v", key, err)})
 				return
 			}
 			p.children[m.key] = pid

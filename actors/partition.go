@@ -15,9 +15,17 @@ import (
 // pushReq is one request's items for one partition, with the channel its
 // verdicts go back on (buffered, so an actor never blocks replying).
 type pushReq struct {
+	host  *Host
 	key   partitionKey
 	items []*queen.Item
 	reply chan pushResp
+}
+
+// respond answers the request exactly once and releases its share of the
+// host's in-flight bound, whether or not anyone waits for the answer.
+func (r *pushReq) respond(resp pushResp) {
+	r.reply <- resp
+	r.host.release(int64(len(r.items)))
 }
 
 type pushResp struct {
@@ -52,7 +60,7 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 	case *pushReq:
 		if a.pendingN+len(m.items) > a.host.cfg.MaxPendingItems && a.pendingN > 0 {
 			a.host.metrics.Overloads.Inc()
-			m.reply <- pushResp{err: queen.ErrOverloaded.With("partition %q of queue %q has %d items waiting (limit %d); retry with the same transaction ids", m.key.partition, m.key.queue, a.pendingN, a.host.cfg.MaxPendingItems)}
+			m.respond(pushResp{err: queen.ErrOverloaded.With("partition %q of queue %q has %d items waiting (limit %d); retry with the same transaction ids", m.key.partition, m.key.queue, a.pendingN, a.host.cfg.MaxPendingItems)})
 			return
 		}
 		a.pending = append(a.pending, m)
@@ -72,7 +80,7 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		for _, r := range a.pending {
-			r.reply <- pushResp{err: queen.ErrShuttingDown}
+			r.respond(pushResp{err: queen.ErrShuttingDown})
 		}
 		a.host.metrics.MailboxDepth.Sub(float64(a.pendingN))
 		a.pending, a.pendingN = nil, 0
@@ -129,7 +137,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		for _, r := range reqs {
 			res := out.Results[i : i+len(r.items) : i+len(r.items)]
 			i += len(r.items)
-			r.reply <- pushResp{results: res}
+			r.respond(pushResp{results: res})
 		}
 	}()
 }

@@ -39,10 +39,11 @@ type ServerConfig struct {
 
 // Server serves the shard subjects this broker owns.
 type Server struct {
-	cfg  ServerConfig
-	mu   sync.Mutex
-	subs map[int]*nats.Subscription
-	wg   sync.WaitGroup
+	cfg    ServerConfig
+	mu     sync.Mutex
+	subs   map[int]*nats.Subscription
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // NewServer returns a Server that serves no shard yet.
@@ -95,6 +96,7 @@ func (s *Server) Serve(n int) error {
 // waits for the pushes in flight to be answered, or ctx to end.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
+	s.closed = true
 	for n, sub := range s.subs {
 		sub.Drain() //nolint:errcheck
 		delete(s.subs, n)
@@ -120,6 +122,18 @@ func (s *Server) handlePush(m *nats.Msg) {
 		m.Respond(encodeResults(nil, nil)) //nolint:errcheck
 		return
 	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		failed := make([]queen.Result, len(items))
+		for i := range failed {
+			failed[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.ErrShuttingDown}
+		}
+		m.Respond(encodeResults(nil, failed)) //nolint:errcheck
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
 	type group struct {
 		idx []int
 		w   Waiter
@@ -144,7 +158,6 @@ func (s *Server) handlePush(m *nats.Msg) {
 		}
 		g.w, g.err = s.cfg.Pusher.Enqueue(part[0].Queue, part[0].Partition, part)
 	}
-	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)

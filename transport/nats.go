@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // The client subjects of SPEC.md §11.
@@ -23,9 +25,12 @@ const (
 
 // NATSService is the running micro service.
 type NATSService struct {
-	svc micro.Service
-	sem chan struct{}
-	wg  sync.WaitGroup
+	nc     *nats.Conn
+	svc    micro.Service
+	sem    chan struct{}
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // maxConcurrentRequests bounds the requests one broker handles at once over
@@ -47,14 +52,25 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 	if err != nil {
 		return nil, err
 	}
-	ns := &NATSService{svc: svc, sem: make(chan struct{}, maxConcurrentRequests)}
+	ns := &NATSService{nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrentRequests)}
+	// Handlers answer on their own goroutine, so one slow push does not hold
+	// up the endpoint. The reply is published directly: a micro.Request must
+	// not be touched after its handler returned.
 	async := func(h func(ctx context.Context, data []byte, r micro.Request) reply) micro.HandlerFunc {
 		return func(r micro.Request) {
-			ns.sem <- struct{}{}
+			subject, data := r.Reply(), r.Data()
+			ns.mu.Lock()
+			if ns.closed {
+				ns.mu.Unlock()
+				ns.publish(subject, errReply(queen.ErrShuttingDown))
+				return
+			}
 			ns.wg.Add(1)
+			ns.mu.Unlock()
+			ns.sem <- struct{}{}
 			go func() {
 				defer func() { <-ns.sem; ns.wg.Done() }()
-				respond(r, h(context.Background(), r.Data(), r))
+				ns.publish(subject, h(context.Background(), data, r))
 			}()
 		}
 	}
@@ -72,25 +88,41 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 			return nil, err
 		}
 	}
+	// The endpoints exist on the server once Flush returns: a client pushing
+	// the moment the broker reports ready finds a responder.
+	if err := nc.Flush(); err != nil {
+		svc.Stop() //nolint:errcheck
+		return nil, err
+	}
 	return ns, nil
 }
 
-// Stop drains the endpoints and waits for requests in flight to be answered.
+// Stop stops taking requests (late ones are answered 503 shutting_down),
+// drains the endpoints and waits for the requests in flight to be answered.
 func (ns *NATSService) Stop() error {
+	ns.mu.Lock()
+	ns.closed = true
+	ns.mu.Unlock()
 	err := ns.svc.Stop()
 	ns.wg.Wait()
 	return err
 }
 
-func respond(r micro.Request, rep reply) {
-	body := mustJSON(rep.body)
-	if rep.status >= 400 {
-		msg := http.StatusText(rep.status)
-		if e, ok := rep.body.(interface{ Error() string }); ok {
-			msg = e.Error()
-		}
-		r.Error(strconv.Itoa(rep.status), msg, body) //nolint:errcheck
+// publish sends a reply; errors carry the micro error headers
+// (Nats-Service-Error-Code = the HTTP status) and the JSON error body.
+func (ns *NATSService) publish(subject string, rep reply) {
+	if subject == "" {
 		return
 	}
-	r.Respond(body) //nolint:errcheck
+	msg := nats.NewMsg(subject)
+	msg.Data = mustJSON(rep.body)
+	if rep.status >= 400 {
+		text := http.StatusText(rep.status)
+		if e, ok := rep.body.(interface{ Error() string }); ok {
+			text = e.Error()
+		}
+		msg.Header.Set(micro.ErrorHeader, text)
+		msg.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(rep.status))
+	}
+	ns.nc.PublishMsg(msg) //nolint:errcheck // the requester went away
 }

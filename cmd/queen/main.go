@@ -25,7 +25,7 @@ func main() {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), pushCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "queen:", err)
 		os.Exit(1)

@@ -70,7 +70,9 @@ func TestBadInput(t *testing.T) {
 			return []byte(`{"items":[{"queue":"` + q + `","data":{"k":"` + str(maxPayload, 'x') + `"}}]}`)
 		}, "payload_too_large", 0, "items[0].data"},
 		{"lone_surrogate", func(q string) []byte { return []byte(`{"items":[{"queue":"` + q + `","transactionId":"\ud800"}]}`) }, "invalid_utf8", 0, "items[0].transactionId"},
-		{"invalid_utf8", func(q string) []byte { return []byte("{\"items\":[{\"queue\":\"" + q + "\",\"transactionId\":\"\xff\xfe\"}]}") }, "invalid_utf8", 0, "items[0].transactionId"},
+		{"invalid_utf8", func(q string) []byte {
+			return []byte("{\"items\":[{\"queue\":\"" + q + "\",\"transactionId\":\"\xff\xfe\"}]}")
+		}, "invalid_utf8", 0, "items[0].transactionId"},
 		{"10001_items", func(q string) []byte {
 			var b strings.Builder
 			b.WriteString(`{"items":[`)
@@ -237,7 +239,7 @@ func TestBodySizeLimits(t *testing.T) {
 // §11); run with -race this also checks the error path is free of races.
 func TestConcurrentErrorReplies(t *testing.T) {
 	e := startEnv(t, nil)
-	const n = 64
+	const n = 400
 	for _, via := range transports {
 		t.Run(via, func(t *testing.T) {
 			results := make([]result, n)

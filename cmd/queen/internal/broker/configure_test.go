@@ -59,7 +59,7 @@ func TestConfigure(t *testing.T) {
 				e.configureOK(t, via, marshal(map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 86400, "leaseTime": 60}}))
 				cases := []struct {
 					name, key, code string
-					value       any
+					value           any
 				}{
 					{"misspelt_key", "dedupWindowSecs", "unknown_option", 60},
 					{"negative", "dedupWindowSeconds", "invalid_option", -1},

@@ -213,6 +213,17 @@ func TestDrain(t *testing.T) {
 	}
 	defer nc.Close()
 	cl := &env{nc: nc}
+	// Wait until the broker answers over NATS (TestNATSReadyWhenStartReturns
+	// covers answering at once).
+	eventually(t, 10*time.Second, 20*time.Millisecond, "broker answers over NATS", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := cl.tryPush(ctx, "nats", items(it("drain", "p0", "warm-up")))
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.Status == http.StatusCreated, fmt.Sprintf("status %d", r.Status)
+	})
 
 	var mu sync.Mutex
 	answered := map[string]string{} // txn → verdict
@@ -275,6 +286,12 @@ func TestDrain(t *testing.T) {
 
 	eventually(t, 20*time.Second, 20*time.Millisecond, "load running", func() (bool, string) {
 		n := queuedN.Load()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) > 0 {
+			// Before Stop every request must be answered.
+			t.Fatalf("a push failed before Stop was called (%d queued so far): %v", n, failures[0].err)
+		}
 		return n >= 100, fmt.Sprintf("%d queued", n)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

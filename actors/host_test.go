@@ -1,0 +1,169 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// fakeStore answers commits from memory: every leader is queued at the next
+// offset, followers echo their leader. gate, when set, holds each commit
+// until a value is received, so tests control when commits finish.
+type fakeStore struct {
+	mu      sync.Mutex
+	next    int64
+	commits [][]string
+	gate    chan struct{}
+	started chan struct{}
+	err     error
+}
+
+func (f *fakeStore) EnsurePartition(context.Context, string, string) (uuid.UUID, error) {
+	return uuid.MustParse("00000000-0000-0000-0000-000000000001"), nil
+}
+
+func (f *fakeStore) Commit(ctx context.Context, b *persistence.PushBatch) (persistence.PushOutcome, error) {
+	if f.started != nil {
+		f.started <- struct{}{}
+	}
+	if f.gate != nil {
+		<-f.gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: 3600}
+	var txns []string
+	for i, it := range b.Items {
+		txns = append(txns, it.TransactionID)
+		if f.err != nil {
+			out.Results[i] = queen.Result{Verdict: queen.Failed, Err: queen.AsError(f.err)}
+			continue
+		}
+		if l := int(b.LeaderOf[i]); l != i {
+			out.Results[i] = queen.Result{Verdict: queen.Duplicate, MessageID: out.Results[l].MessageID, Offset: out.Results[l].Offset}
+			continue
+		}
+		out.Results[i] = queen.Result{Verdict: queen.Queued, MessageID: uuid.New(), Offset: f.next}
+		f.next++
+	}
+	f.commits = append(f.commits, txns)
+	return out, f.err
+}
+
+func item(txn string) *queen.Item {
+	return &queen.Item{Queue: "q", Partition: "p", TransactionID: txn, Payload: []byte(`{}`), Hash: queen.HashTxn(txn)}
+}
+
+func TestPushesWaitingDuringACommitAreFused(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
+	h := NewHost(Config{Store: st})
+	defer h.Stop(context.Background()) //nolint:errcheck
+
+	first, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
+	require.NoError(t, err)
+	<-st.started // the first commit is in flight and held
+	var pend []*Pending
+	for i := 0; i < 10; i++ {
+		p, err := h.Enqueue("q", "p", []*queen.Item{item(fmt.Sprintf("x%d", i)), item("dup")})
+		require.NoError(t, err)
+		pend = append(pend, p)
+	}
+	// Requests reach the actor in order; release the first commit only once
+	// all ten wait in its mailbox, so they fuse into exactly one commit.
+	require.Eventually(t, func() bool { return pendingItems(h) == 20 }, 5*time.Second, time.Millisecond)
+	st.gate <- struct{}{}
+	_, err = first.Wait(context.Background())
+	require.NoError(t, err)
+	<-st.started
+	st.gate <- struct{}{}
+	var dupLeaderID uuid.UUID
+	for i, p := range pend {
+		rs, err := p.Wait(context.Background())
+		require.NoError(t, err)
+		require.Len(t, rs, 2)
+		require.Equal(t, queen.Queued, rs[0].Verdict)
+		if i == 0 {
+			require.Equal(t, queen.Queued, rs[1].Verdict, "first occurrence in the fused batch leads")
+			dupLeaderID = rs[1].MessageID
+		} else {
+			require.Equal(t, queen.Duplicate, rs[1].Verdict, "later fused requests follow the leader")
+			require.Equal(t, dupLeaderID, rs[1].MessageID)
+		}
+	}
+	require.Equal(t, uint64(2), h.Commits(), "11 requests, 2 commits")
+	require.Len(t, st.commits[1], 20)
+}
+
+func pendingItems(h *Host) int {
+	// The mailbox gauge counts items waiting in partition actors.
+	m := &dtoGauge{}
+	return m.read(h)
+}
+
+func TestOverloadIsAFastError(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
+	h := NewHost(Config{Store: st, MaxPendingItems: 5})
+	defer func() {
+		close(st.gate)
+		h.Stop(context.Background()) //nolint:errcheck
+	}()
+	held, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
+	require.NoError(t, err)
+	<-st.started
+	ok, err := h.Enqueue("q", "p", []*queen.Item{item("b"), item("c"), item("d"), item("e")})
+	require.NoError(t, err)
+	over, err := h.Enqueue("q", "p", []*queen.Item{item("f"), item("g")})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = over.Wait(ctx)
+	require.ErrorIs(t, err, queen.ErrOverloaded, "a full mailbox answers at once, while the commit is still held")
+	_ = ok
+	_ = held
+}
+
+func TestStopDrainsInFlightPushes(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
+	h := NewHost(Config{Store: st})
+	p, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
+	require.NoError(t, err)
+	<-st.started
+	stopped := make(chan error)
+	go func() { stopped <- h.Stop(context.Background()) }()
+	// New pushes are refused while draining.
+	require.Eventually(t, func() bool {
+		_, err := h.Enqueue("q", "p", []*queen.Item{item("late")})
+		return errors.Is(err, queen.ErrShuttingDown)
+	}, 5*time.Second, time.Millisecond)
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned before the in-flight commit finished")
+	default:
+	}
+	close(st.gate) // release this commit and any "late" push enqueued before the drain began
+	rs, err := p.Wait(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, queen.Queued, rs[0].Verdict)
+	require.NoError(t, <-stopped)
+}
+
+func TestCommitErrorFailsEveryItem(t *testing.T) {
+	st := &fakeStore{err: queen.ErrUnavailable.With("db down")}
+	h := NewHost(Config{Store: st})
+	defer h.Stop(context.Background()) //nolint:errcheck
+	rs, err := h.Push(context.Background(), "q", "p", []*queen.Item{item("a"), item("b")})
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.Equal(t, queen.Failed, r.Verdict)
+		require.Equal(t, "unavailable", r.Err.Code)
+	}
+}

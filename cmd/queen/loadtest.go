@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
+	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/persistence/localpg"
+)
+
+func loadtestCmd() *cobra.Command {
+	cfg := loadtest.DefaultConfig()
+	cfg.Target = envOr("NATS_URL", cfg.Target)
+	var mode, pgBin, logLevel, cpuProfile string
+	var embedded, compare, jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "loadtest",
+		Short: "Drive a broker with producers over NATS or HTTP, report throughput and latency, and audit the database",
+		Long: `Drive a broker with producers over NATS (default) or HTTP, then audit its database
+(SPEC.md §12): each transactionId answered queued or duplicate is stored exactly once,
+every repeat was answered duplicate with the original's id, an id only ever answered
+failed is stored at most once, nothing else is stored. A failed audit exits non-zero.
+
+Each producer has one request in flight; each request holds --batch items spread over
+--partitions partitions of a fresh queue (loadtest-<unix nanos>). --dup-ratio of the
+items re-send a transactionId already sent to the same partition; items answered
+failed are retried with the same transactionId (up to 8 sends, with backoff).
+
+--mode raw writes the same batches straight into PostgreSQL with COPY (table
+queen_raw.loadtest_<unix nanos>, one row per item, no dedup). --compare runs broker and
+raw alternately, three rounds each, and prints the median ratio of stored messages/s.
+--embedded starts a broker in-process (embedded NATS, managed PostgreSQL) in a
+temporary folder and removes it afterwards, also after Ctrl-C.`,
+		Example: `  queen loadtest --embedded --duration 20s
+  queen loadtest --target nats://127.0.0.1:4222 --duration 60s --json
+  queen loadtest --target http://127.0.0.1:6632 --database-url postgres://...
+  queen loadtest --embedded --compare --duration 20s`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cfg.Mode = loadtest.Mode(mode)
+			stderr := cmd.ErrOrStderr()
+			cfg.Progress = stderr
+			cfg.ProgressLive = isTerminal(stderr)
+			if embedded {
+				log, err := newLogger(logLevel)
+				if err != nil {
+					return err
+				}
+				return withEmbeddedBroker(ctx, stderr, log, pgBin, func(b *broker.Broker) error {
+					if strings.HasPrefix(cfg.Target, "http") {
+						cfg.Target = b.HTTPURL()
+					} else {
+						cfg.Target = b.NATSURL()
+					}
+					cfg.DatabaseURL = b.DatabaseURL()
+					return runLoadtest(ctx, cmd.OutOrStdout(), cfg, compare, jsonOut, cpuProfile)
+				})
+			}
+			if cfg.DatabaseURL == "" {
+				cfg.DatabaseURL = defaultAuditURL()
+			}
+			return runLoadtest(ctx, cmd.OutOrStdout(), cfg, compare, jsonOut, cpuProfile)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Target, "target", cfg.Target, "broker to drive: nats://host:port or http://host:port (env NATS_URL); with --embedded only its scheme counts")
+	f.StringVar(&cfg.DatabaseURL, "database-url", "", "the broker's PostgreSQL, for the audit and --mode raw (default: $QUEEN_DATA_DIR/postgres.url, then DATABASE_URL)")
+	f.StringVar(&mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
+	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "concurrent producers, one request in flight each")
+	f.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the run's queue")
+	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "items per request")
+	f.IntVar(&cfg.PayloadBytes, "payload-bytes", cfg.PayloadBytes, "JSON payload size per item in bytes")
+	f.Float64Var(&cfg.DupRatio, "dup-ratio", cfg.DupRatio, "fraction of items that re-send a transactionId already sent to the same partition")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to send new items (per round with --compare)")
+	f.BoolVar(&jsonOut, "json", false, "print the report as one JSON object on stdout")
+	f.BoolVar(&embedded, "embedded", false, "start a broker in-process (embedded NATS, managed PostgreSQL) in a temporary folder and drive it")
+	f.BoolVar(&compare, "compare", false, "run broker and raw alternately, three rounds each, and print the median ratio of stored messages/s")
+	f.StringVar(&pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "PostgreSQL binaries for --embedded (env QUEEN_PG_BIN)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
+	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "warn"), "log level of the --embedded broker: debug, info, warn, error")
+	return cmd
+}
+
+// defaultAuditURL is the URL a managed broker wrote to
+// $QUEEN_DATA_DIR/postgres.url, else DATABASE_URL (or PG_*), else "".
+func defaultAuditURL() string {
+	if b, err := os.ReadFile(filepath.Join(envOr("QUEEN_DATA_DIR", ".queen"), "postgres.url")); err == nil {
+		if u := strings.TrimSpace(string(b)); u != "" {
+			return u
+		}
+	}
+	return databaseURLFromEnv()
+}
+
+func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compare, jsonOut bool, cpuProfile string) error {
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var report interface{ WriteText(io.Writer) }
+	var interrupted bool
+	var err error
+	if compare {
+		var c *loadtest.Comparison
+		c, err = loadtest.Compare(ctx, cfg, 3)
+		if c != nil {
+			report, interrupted = c, c.Interrupted
+		}
+	} else {
+		var r *loadtest.Report
+		r, err = loadtest.Run(ctx, cfg)
+		if r != nil {
+			report, interrupted = r, r.Interrupted
+		}
+	}
+	if report != nil {
+		if jsonOut {
+			b, jerr := json.Marshal(report)
+			if jerr != nil {
+				return jerr
+			}
+			fmt.Fprintln(out, string(b))
+		} else {
+			report.WriteText(out)
+		}
+	}
+	if err == nil && interrupted {
+		err = errors.New("loadtest interrupted")
+	}
+	return err
+}
+
+// The embedded broker's HTTP address and the parent of its temporary folder
+// ("" = os.TempDir()); tests change them.
+var (
+	embeddedHTTPAddr   = "127.0.0.1:0"
+	embeddedTempParent = ""
+)
+
+// withEmbeddedBroker starts a broker on embedded defaults (embedded NATS and
+// a managed PostgreSQL, random ports) in a fresh temporary folder, runs fn,
+// then stops the broker (which stops its PostgreSQL) and removes the folder
+// and, when the cluster lives outside it (root, see persistence/localpg),
+// the cluster area too. The broker is started on a context that an
+// interrupt does not cancel, so an early Ctrl-C still ends in a clean stop.
+func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger, pgBin string, fn func(*broker.Broker) error) (err error) {
+	dir, err := os.MkdirTemp(embeddedTempParent, "queen-loadtest-")
+	if err != nil {
+		return err
+	}
+	// Reachable by the postgres OS user when running as root, so the
+	// cluster lives inside the folder.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	dataDir := filepath.Join(dir, "data")
+	fmt.Fprintf(stderr, "loadtest: embedded broker in %s\n", dir)
+	removeAll := func() {
+		area := clusterArea(dataDir)
+		if area != "" && !strings.HasPrefix(area, dir+string(filepath.Separator)) {
+			if rerr := os.RemoveAll(area); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	b, err := startBroker(sctx, broker.Config{
+		DataDir:    dataDir,
+		HTTPAddr:   embeddedHTTPAddr,
+		NATSListen: "127.0.0.1:0",
+		PGBin:      pgBin,
+		Version:    version,
+		Logger:     log,
+	})
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("start the embedded broker: %w", err)
+		// A failed start may leave the managed PostgreSQL running.
+		if serr := stopLeftoverCluster(dataDir, pgBin, log); serr != nil {
+			return errors.Join(err, fmt.Errorf("stop the embedded PostgreSQL (its folder %s is kept): %w", dir, serr))
+		}
+		removeAll()
+		return err
+	}
+	fmt.Fprintf(stderr, "loadtest: embedded PostgreSQL cluster in %s\n", clusterArea(dataDir))
+	fmt.Fprintf(stderr, "loadtest: embedded broker ready: NATS %s, HTTP %s\n", b.NATSURL(), b.HTTPURL())
+	defer func() {
+		fmt.Fprintln(stderr, "loadtest: stopping the embedded broker")
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if serr := b.Stop(sctx); serr != nil {
+			// PostgreSQL may still run: keep its files and say where.
+			err = errors.Join(err, fmt.Errorf("stop the embedded broker (its folder %s is kept): %w", dir, serr))
+			return
+		}
+		removeAll()
+		fmt.Fprintf(stderr, "loadtest: embedded broker stopped, %s removed\n", dir)
+	}()
+	if ctx.Err() != nil {
+		return errors.New("loadtest interrupted")
+	}
+	return fn(b)
+}
+
+// startBroker is broker.Start with a panic turned into an error.
+func startBroker(ctx context.Context, cfg broker.Config) (b *broker.Broker, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			b, err = nil, fmt.Errorf("broker.Start panicked: %v", p)
+		}
+	}()
+	return broker.Start(ctx, cfg)
+}
+
+// stopLeftoverCluster stops a managed PostgreSQL still running for dataDir
+// (localpg adopts a running postmaster, then stops it).
+func stopLeftoverCluster(dataDir, pgBin string, log *slog.Logger) error {
+	if _, err := os.Stat(filepath.Join(clusterArea(dataDir), "data", "postmaster.pid")); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := localpg.Start(ctx, localpg.Config{DataDir: dataDir, BinDir: pgBin, Logger: log})
+	if err != nil {
+		return err
+	}
+	return c.Stop()
+}
+
+// clusterArea is the managed PostgreSQL's folder for dataDir: the one
+// dataDir/postgres.dir names (root, see persistence/localpg), else
+// dataDir/postgres.
+func clusterArea(dataDir string) string {
+	if b, err := os.ReadFile(filepath.Join(dataDir, "postgres.dir")); err == nil {
+		if p := strings.TrimSpace(string(b)); filepath.IsAbs(p) {
+			return p
+		}
+	}
+	return filepath.Join(dataDir, "postgres")
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

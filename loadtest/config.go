@@ -1,0 +1,166 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+)
+
+// Mode is what a run writes through.
+type Mode string
+
+const (
+	// ModeBroker pushes to a broker over NATS or HTTP (Config.Target) and
+	// audits its database afterwards.
+	ModeBroker Mode = "broker"
+	// ModeRaw writes the same batches straight into a plain PostgreSQL table
+	// with COPY, one row per item: no broker, no dedup. The baseline.
+	ModeRaw Mode = "raw"
+)
+
+// Config is one load-test run. DefaultConfig gives the documented defaults;
+// Validate names the first bad field.
+type Config struct {
+	// Mode is ModeBroker (default) or ModeRaw.
+	Mode Mode
+	// Target is the broker to drive in ModeBroker: nats://host:port (the
+	// transport client, subject queen.v1.push) or http://host:port (POST
+	// /api/v1/push). Default nats://127.0.0.1:4222.
+	Target string
+	// DatabaseURL is the broker's PostgreSQL: audited after a broker run
+	// (read-only), written by a raw run. Required.
+	DatabaseURL string
+
+	// Producers is the number of concurrent producers, each with one request
+	// in flight at a time (default 8, at least 1).
+	Producers int
+	// Partitions is the number of partitions of the run's queue the items are
+	// spread over, uniformly at random (default 64, 1..65535).
+	Partitions int
+	// Batch is the number of items per request (default 100, 1..10000).
+	Batch int
+	// PayloadBytes is the size of each item's JSON payload in bytes (default
+	// 200; the smallest payload is about 40 bytes).
+	PayloadBytes int
+	// DupRatio is the fraction of items that re-send a transactionId already
+	// sent to the same partition, like a producer retrying after a timeout
+	// (default 0.1, 0..1).
+	DupRatio float64
+	// Duration is how long new items are sent (default 30s). Retries of
+	// failed items may continue for up to DrainTimeout after it.
+	Duration time.Duration
+
+	// Queue is the queue pushed to; default loadtest-<unix nanos> (a fresh
+	// queue per run).
+	Queue string
+	// Table is the raw table (schema queen_raw) written in ModeRaw; default
+	// loadtest_<unix nanos>, created fresh.
+	Table string
+	// DropTable drops the raw table after counting it (Compare sets it).
+	DropTable bool
+
+	// MaxAttempts bounds the sends of one item answered failed (or lost with
+	// its request) before the producer gives up on it (default 8).
+	MaxAttempts int
+	// RequestTimeout bounds one request (default 30s); a timed-out request's
+	// items are retried with the same transactionIds.
+	RequestTimeout time.Duration
+	// DrainTimeout bounds the retries of failed items after Duration
+	// (default 15s).
+	DrainTimeout time.Duration
+
+	// Progress receives a progress line (nil: none). With ProgressLive the
+	// line is rewritten in place about twice a second (a terminal);
+	// otherwise a plain line is written every ProgressEvery (default 2s).
+	Progress      io.Writer
+	ProgressLive  bool
+	ProgressEvery time.Duration
+	// Label prefixes progress lines (Compare sets "round 2 broker").
+	Label string
+
+	// AfterLoad, when set, runs after the load and before the audit or
+	// count (tests use it to tamper with the database).
+	AfterLoad func(ctx context.Context) error
+}
+
+// DefaultConfig returns the defaults of `queen loadtest`.
+func DefaultConfig() Config {
+	return Config{
+		Mode:           ModeBroker,
+		Target:         "nats://127.0.0.1:4222",
+		Producers:      8,
+		Partitions:     64,
+		Batch:          100,
+		PayloadBytes:   200,
+		DupRatio:       0.1,
+		Duration:       30 * time.Second,
+		MaxAttempts:    8,
+		RequestTimeout: 30 * time.Second,
+		DrainTimeout:   15 * time.Second,
+		ProgressEvery:  2 * time.Second,
+	}
+}
+
+// Validate checks cfg and returns an error naming the first bad field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Mode != ModeBroker && c.Mode != ModeRaw:
+		return fmt.Errorf("mode %q: want broker or raw", c.Mode)
+	case c.DatabaseURL == "":
+		return errors.New("no database URL: pass --database-url, or run a managed broker that writes $QUEEN_DATA_DIR/postgres.url")
+	case c.Producers < 1:
+		return fmt.Errorf("producers %d: want at least 1", c.Producers)
+	case c.Partitions < 1 || c.Partitions > 65535:
+		return fmt.Errorf("partitions %d: want 1..65535", c.Partitions)
+	case c.Batch < 1 || c.Batch > 10000:
+		return fmt.Errorf("batch %d: want 1..10000 (the broker refuses larger requests)", c.Batch)
+	case c.PayloadBytes < 0:
+		return fmt.Errorf("payload bytes %d: want at least 0", c.PayloadBytes)
+	case c.DupRatio < 0 || c.DupRatio > 1:
+		return fmt.Errorf("dup ratio %g: want 0..1", c.DupRatio)
+	case c.Duration <= 0:
+		return fmt.Errorf("duration %s: want > 0", c.Duration)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 255:
+		return fmt.Errorf("max attempts %d: want 1..255", c.MaxAttempts)
+	case c.Producers > maxProducers:
+		return fmt.Errorf("producers %d: want at most %d", c.Producers, maxProducers)
+	}
+	if c.Mode == ModeBroker {
+		u, err := url.Parse(c.Target)
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("target %q: want nats://host:port or http://host:port", c.Target)
+		}
+	}
+	return nil
+}
+
+// withDefaults fills the zero-valued tuning fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Mode == "" {
+		c.Mode = d.Mode
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = d.MaxAttempts
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = d.RequestTimeout
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = d.DrainTimeout
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = d.ProgressEvery
+	}
+	now := time.Now().UnixNano()
+	if c.Queue == "" {
+		c.Queue = fmt.Sprintf("loadtest-%d", now)
+	}
+	if c.Table == "" {
+		c.Table = fmt.Sprintf("loadtest_%d", now)
+	}
+	return c
+}

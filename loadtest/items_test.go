@@ -1,0 +1,52 @@
+package loadtest
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTxnRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		producer int
+		seq      uint64
+	}{{0, 0}, {7, 123456}, {maxProducers - 1, seqMask}} {
+		s := string(appendTxn(nil, c.producer, c.seq))
+		p, q, ok := parseTxn(s)
+		require.True(t, ok, s)
+		require.Equal(t, c.producer, p)
+		require.Equal(t, c.seq, q)
+	}
+	for _, bad := range []string{"", "lt", "lt1", "lt-1", "lt1-", "lt01-2", "lt1-02", "lt1-x", "xx1-2", "lt4096-1", "lt1-1099511627776"} {
+		_, _, ok := parseTxn(bad)
+		require.False(t, ok, bad)
+	}
+	k := makeKey(63, 99)
+	require.Equal(t, 63, keyPart(k))
+	require.Equal(t, uint64(99), keySeq(k))
+}
+
+func TestPayload(t *testing.T) {
+	for _, size := range []int{0, 10, 41, 200, 1000} {
+		p := appendPayload(nil, 3, 12345, size)
+		require.True(t, json.Valid(p), string(p))
+		if size >= 45 {
+			require.Len(t, p, size)
+		}
+		require.Equal(t, p, appendPayload(nil, 3, 12345, size), "a transactionId always carries the same payload")
+	}
+	require.NotEqual(t, appendPayload(nil, 3, 1, 200), appendPayload(nil, 3, 2, 200))
+	require.Equal(t, []string{"p-00", "p-01", "p-02"}, partitionNames(3))
+	require.Equal(t, "p-99", partitionNames(100)[99])
+	require.Equal(t, "p-005", partitionNames(101)[5])
+}
+
+func TestLatencyAndCommas(t *testing.T) {
+	require.Equal(t, "0", commas(0))
+	require.Equal(t, "999", commas(999))
+	require.Equal(t, "1,000", commas(1000))
+	require.Equal(t, "-1,234,567", commas(-1234567))
+	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	require.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+}

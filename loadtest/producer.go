@@ -1,0 +1,242 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// counters are the run's live totals, shared by the producers and read by
+// the progress line.
+type counters struct {
+	requests, requestErrors          atomic.Int64
+	sent, fresh, repeats, retries    atomic.Int64
+	queued, duplicate, failed        atomic.Int64
+	gaveUp, rejected, unknownOutcome atomic.Int64
+}
+
+// recentSize is how many recently sent transactionIds a producer picks its
+// repeats from.
+const recentSize = 1 << 14
+
+// slot is one item of a request: its key and how often it was sent before.
+type slot struct {
+	key      uint64
+	attempts uint8
+}
+
+// producer sends batches, one request in flight at a time, until the run's
+// deadline; then it retries its failed items until they are resolved, give
+// up, or the drain deadline passes.
+type producer struct {
+	idx   int
+	cfg   *Config
+	parts []string
+	snd   sender
+	led   *ledger // nil in raw mode: nothing to audit
+	c     *counters
+	rng   *rand.Rand
+
+	seq     uint64
+	recent  []uint64
+	next    int // next ring position in recent
+	retries []slot
+
+	lat   []time.Duration
+	codes map[string]int64
+	// lastError is the last request error, for the report.
+	lastError string
+
+	slots   []slot
+	items   []transport.PushItem
+	results []result
+	buf     []byte
+}
+
+func newProducer(idx int, cfg *Config, parts []string, snd sender, led *ledger, c *counters) *producer {
+	return &producer{
+		idx: idx, cfg: cfg, parts: parts, snd: snd, led: led, c: c,
+		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
+		recent:  make([]uint64, 0, recentSize),
+		codes:   map[string]int64{},
+		slots:   make([]slot, 0, cfg.Batch),
+		items:   make([]transport.PushItem, 0, cfg.Batch),
+		results: make([]result, cfg.Batch),
+	}
+}
+
+// run is the producer's loop. ctx ending (an interrupt) stops it at once:
+// the request in flight is abandoned (its outcome stays unknown).
+func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
+	var backoff time.Duration
+	for ctx.Err() == nil {
+		now := time.Now()
+		fresh := now.Before(deadline)
+		if !fresh && (len(p.retries) == 0 || !now.Before(drainBy)) {
+			break
+		}
+		if backoff > 0 && !sleep(ctx, backoff) {
+			break
+		}
+		p.fill(fresh)
+		if len(p.slots) == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		start := time.Now()
+		err := p.snd.send(rctx, p.items, p.results[:len(p.slots)])
+		lat := time.Since(start)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			// Interrupted mid-request: these items' outcome is unknown.
+			p.c.unknownOutcome.Add(int64(len(p.slots)))
+			break
+		}
+		p.c.requests.Add(1)
+		p.lat = append(p.lat, lat)
+		if p.handle(err) {
+			backoff = min(max(2*backoff, 20*time.Millisecond), 2*time.Second)
+		} else {
+			backoff = 0
+		}
+	}
+	// Items still waiting for a retry stay unresolved.
+	p.c.gaveUp.Add(int64(len(p.retries)))
+	p.retries = p.retries[:0]
+}
+
+// fill builds the next request: pending retries first, then (while the run
+// lasts) new items and repeats of recently sent transactionIds.
+func (p *producer) fill(fresh bool) {
+	b := p.cfg.Batch
+	p.slots = p.slots[:0]
+	n := min(len(p.retries), b)
+	p.slots = append(p.slots, p.retries[:n]...)
+	p.retries = append(p.retries[:0], p.retries[n:]...)
+	p.c.retries.Add(int64(n))
+	if fresh {
+		var repeats, news int64
+		for len(p.slots) < b {
+			if len(p.recent) > 0 && p.cfg.DupRatio > 0 && p.rng.Float64() < p.cfg.DupRatio {
+				p.slots = append(p.slots, slot{key: p.recent[p.rng.IntN(len(p.recent))]})
+				repeats++
+				continue
+			}
+			key := makeKey(p.rng.IntN(len(p.parts)), p.seq)
+			p.seq++
+			if len(p.recent) < recentSize {
+				p.recent = append(p.recent, key)
+			} else {
+				p.recent[p.next] = key
+				p.next = (p.next + 1) % recentSize
+			}
+			p.slots = append(p.slots, slot{key: key})
+			news++
+		}
+		p.c.fresh.Add(news)
+		p.c.repeats.Add(repeats)
+	}
+	// Materialize the items; payloads share one buffer per request (the
+	// senders are done with it when send returns).
+	p.items = p.items[:0]
+	need := len(p.slots) * (p.cfg.PayloadBytes + 64)
+	if cap(p.buf) < need {
+		p.buf = make([]byte, 0, need)
+	}
+	p.buf = p.buf[:0]
+	var txn []byte
+	for _, s := range p.slots {
+		seq := keySeq(s.key)
+		txn = appendTxn(txn[:0], p.idx, seq)
+		start := len(p.buf)
+		p.buf = appendPayload(p.buf, p.idx, seq, p.cfg.PayloadBytes)
+		p.items = append(p.items, transport.PushItem{
+			Queue:         p.cfg.Queue,
+			Partition:     p.parts[keyPart(s.key)],
+			TransactionID: string(txn),
+			Payload:       json.RawMessage(p.buf[start:len(p.buf):len(p.buf)]),
+		})
+		if p.led != nil {
+			p.led.sent(s.key)
+		}
+	}
+	p.c.sent.Add(int64(len(p.slots)))
+}
+
+// handle books the answer to the request just sent and reports whether
+// anything failed (so the producer backs off).
+func (p *producer) handle(err error) (trouble bool) {
+	if err != nil {
+		qe := queen.AsError(err)
+		p.c.requestErrors.Add(1)
+		p.codes["request:"+qe.Code]++
+		p.lastError = qe.Error()
+		if qe.Retryable {
+			for _, s := range p.slots {
+				p.retry(s)
+			}
+		} else {
+			// Refused (4xx): sending it again cannot help.
+			p.c.rejected.Add(int64(len(p.slots)))
+		}
+		return true
+	}
+	var queued, dup, failed int64
+	for i, s := range p.slots {
+		r := &p.results[i]
+		if r.bad != "" && p.led != nil {
+			p.led.issues.add(IssueWrongReply, "%s", r.bad)
+		}
+		switch r.status {
+		case queen.Queued:
+			queued++
+			if p.led != nil {
+				p.led.queued(s.key, r.id)
+			}
+		case queen.Duplicate:
+			dup++
+			if p.led != nil {
+				p.led.duplicate(s.key, r.id)
+			}
+		default:
+			failed++
+			p.codes[r.code]++
+			if p.led != nil {
+				p.led.failed(s.key)
+			}
+			p.retry(s)
+		}
+	}
+	p.c.queued.Add(queued)
+	p.c.duplicate.Add(dup)
+	p.c.failed.Add(failed)
+	return failed > 0
+}
+
+// retry queues s to be sent again with the same transactionId, unless it
+// has been sent MaxAttempts times.
+func (p *producer) retry(s slot) {
+	s.attempts++
+	if int(s.attempts) >= p.cfg.MaxAttempts {
+		p.c.gaveUp.Add(1)
+		return
+	}
+	p.retries = append(p.retries, s)
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

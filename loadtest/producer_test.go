@@ -1,0 +1,127 @@
+package loadtest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// fakeBroker answers like a broker with an exact dedup per partition, and
+// fails every item of every third request (code overloaded) and some whole
+// requests (timeout), to exercise the retries.
+type fakeBroker struct {
+	mu       sync.Mutex
+	stored   map[string]uuid.UUID // partition/txn -> original id
+	requests int
+	sends    map[string]int
+}
+
+func (f *fakeBroker) send(_ context.Context, items []transport.PushItem, out []result) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests++
+	if f.requests%7 == 0 {
+		return queen.ErrTimeout.With("lost")
+	}
+	for i, it := range items {
+		k := it.Partition + "/" + it.TransactionID
+		f.sends[k]++
+		if f.requests%3 == 0 {
+			out[i] = result{status: queen.Failed, code: "overloaded"}
+			continue
+		}
+		if id, ok := f.stored[k]; ok {
+			out[i] = result{status: queen.Duplicate, id: id}
+			continue
+		}
+		id := uuid.Must(uuid.NewV7())
+		f.stored[k] = id
+		out[i] = result{status: queen.Queued, id: id}
+	}
+	return nil
+}
+
+func (f *fakeBroker) close() {}
+
+func TestProducerRepeatsAndRetries(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Queue, cfg.Partitions, cfg.Batch, cfg.DupRatio, cfg.Producers = "q", 4, 20, 0.3, 1
+	parts := partitionNames(cfg.Partitions)
+	fb := &fakeBroker{stored: map[string]uuid.UUID{}, sends: map[string]int{}}
+	c := &counters{}
+	led := newLedger(0, cfg.Queue, parts)
+	p := newProducer(0, &cfg, parts, fb, led, c)
+	// Requests, not time, bound the run: the deadline passes once 60
+	// requests went out; the drain then resolves what failed.
+	for fb.requests < 60 {
+		p.fill(true)
+		err := fb.send(context.Background(), p.items, p.results[:len(p.slots)])
+		p.handle(err)
+	}
+	p.run(context.Background(), time.Now(), time.Now().Add(time.Minute))
+
+	require.Zero(t, len(p.retries), "the drain resolved every failed item")
+	require.Zero(t, c.gaveUp.Load())
+	require.Positive(t, c.retries.Load())
+	require.Positive(t, c.failed.Load())
+	require.Positive(t, c.requestErrors.Load())
+	ratio := float64(c.repeats.Load()) / float64(c.repeats.Load()+c.fresh.Load())
+	require.InDelta(t, cfg.DupRatio, ratio, 0.1, "repeats are about dup-ratio of the new items")
+
+	// Every id went to one partition only, and each one sent was answered
+	// queued once at most; the ledger agrees with the fake's store.
+	seen := map[uint64]string{}
+	for k := range led.m {
+		seq := keySeq(k)
+		if prev, ok := seen[seq]; ok {
+			t.Fatalf("transaction id %d sent to %s and %s", seq, prev, parts[keyPart(k)])
+		}
+		seen[seq] = parts[keyPart(k)]
+	}
+	require.Equal(t, len(fb.stored), len(led.m))
+	for k, e := range led.m {
+		name := led.name(k)
+		require.Equal(t, fb.stored[name], uuid.UUID(e.id), name)
+		require.LessOrEqual(t, e.queued, uint8(1), name)
+	}
+	require.Zero(t, led.issues.total(), "%v", led.issues.examples)
+}
+
+func TestProducerGivesUp(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Queue, cfg.Partitions, cfg.Batch, cfg.MaxAttempts = "q", 2, 5, 3
+	parts := partitionNames(cfg.Partitions)
+	c := &counters{}
+	p := newProducer(0, &cfg, parts, failing{}, newLedger(0, "q", parts), c)
+	p.fill(true)
+	sent := append([]transport.PushItem(nil), p.items...)
+	p.handle(p.snd.send(context.Background(), p.items, p.results[:len(p.slots)]))
+	// Retries carry the same transaction ids and partitions.
+	p.fill(false)
+	require.Equal(t, sent, p.items)
+	p.handle(p.snd.send(context.Background(), p.items, p.results[:len(p.slots)]))
+	p.fill(false)
+	p.handle(p.snd.send(context.Background(), p.items, p.results[:len(p.slots)]))
+	require.Empty(t, p.retries)
+	require.Equal(t, int64(5), c.gaveUp.Load(), "three sends, then the producer gives up")
+	require.Equal(t, int64(15), c.failed.Load())
+}
+
+type failing struct{}
+
+func (failing) send(_ context.Context, _ []transport.PushItem, out []result) error {
+	for i := range out {
+		out[i] = result{status: queen.Failed, code: "unavailable"}
+	}
+	return nil
+}
+func (failing) close() {}

@@ -1,0 +1,122 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// progress writes the run's progress line while the producers run.
+type progress struct {
+	w     io.Writer
+	live  bool
+	every time.Duration
+	label string
+	c     *counters
+	start time.Time
+	dur   time.Duration
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startProgress(cfg *Config, c *counters, start time.Time) *progress {
+	if cfg.Progress == nil {
+		return nil
+	}
+	p := &progress{w: cfg.Progress, live: cfg.ProgressLive, every: cfg.ProgressEvery, label: cfg.Label, c: c,
+		start: start, dur: cfg.Duration, stop: make(chan struct{}), done: make(chan struct{})}
+	if p.live {
+		p.every = 500 * time.Millisecond
+	}
+	go p.loop()
+	return p
+}
+
+func (p *progress) loop() {
+	defer close(p.done)
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	lastSent, lastAt := int64(0), p.start
+	for {
+		select {
+		case <-p.stop:
+			if p.live {
+				fmt.Fprint(p.w, "\r\x1b[K")
+			}
+			return
+		case now := <-t.C:
+			sent := p.c.sent.Load()
+			rate := float64(sent-lastSent) / now.Sub(lastAt).Seconds()
+			lastSent, lastAt = sent, now
+			if p.live {
+				fmt.Fprint(p.w, "\r\x1b[K"+p.short(now, rate))
+			} else {
+				fmt.Fprintln(p.w, p.line(now, rate))
+			}
+		}
+	}
+}
+
+func (p *progress) line(now time.Time, rate float64) string {
+	label := ""
+	if p.label != "" {
+		label = " [" + p.label + "]"
+	}
+	el := now.Sub(p.start).Truncate(100 * time.Millisecond)
+	s := fmt.Sprintf("loadtest: progress%s %s/%s: %s items/s, sent %s, queued %s, duplicate %s, failed %s",
+		label, el, p.dur, commas(int64(rate)), commas(p.c.sent.Load()), commas(p.c.queued.Load()),
+		commas(p.c.duplicate.Load()), commas(p.c.failed.Load()))
+	if n := p.c.requestErrors.Load(); n > 0 {
+		s += ", request errors " + commas(n)
+	}
+	if el > p.dur {
+		s += " (retrying failed items)"
+	}
+	return s
+}
+
+// short is the live line, kept narrow so that rewriting it in place works
+// on an 80-column terminal.
+func (p *progress) short(now time.Time, rate float64) string {
+	label := ""
+	if p.label != "" {
+		label = p.label + " "
+	}
+	el := now.Sub(p.start).Truncate(100 * time.Millisecond)
+	s := fmt.Sprintf("%s%s/%s  %s items/s  sent %s  queued %s  dup %s  failed %s",
+		label, el, p.dur, commas(int64(rate)), commas(p.c.sent.Load()), commas(p.c.queued.Load()),
+		commas(p.c.duplicate.Load()), commas(p.c.failed.Load()))
+	if n := p.c.requestErrors.Load(); n > 0 {
+		s += " err " + commas(n)
+	}
+	return s
+}
+
+func (p *progress) finish() {
+	if p == nil {
+		return
+	}
+	close(p.stop)
+	<-p.done
+}
+
+// commas formats n with thousands separators.
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	out := make([]byte, 0, len(s)+len(s)/3+1)
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}

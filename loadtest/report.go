@@ -1,0 +1,243 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of one run. Rates are per second of the run's
+// elapsed time (from the first request to the last answer, retries of
+// failed items included).
+type Report struct {
+	Mode Mode `json:"mode"`
+	// Target is the broker URL (broker mode) or "postgres" (raw mode).
+	Target string `json:"target"`
+	Queue  string `json:"queue,omitempty"`
+	Table  string `json:"table,omitempty"`
+
+	Producers    int     `json:"producers"`
+	Partitions   int     `json:"partitions"`
+	Batch        int     `json:"batch"`
+	PayloadBytes int     `json:"payload_bytes"`
+	DupRatio     float64 `json:"dup_ratio"`
+
+	// Seconds is the elapsed time; Interrupted is set when the run was
+	// stopped early (SIGINT).
+	Seconds     float64 `json:"seconds"`
+	Interrupted bool    `json:"interrupted"`
+
+	// Requests answered (with verdicts or an error) and requests that got
+	// no verdict at all (timeouts, refusals, transport errors).
+	Requests      int64 `json:"requests"`
+	RequestErrors int64 `json:"request_errors"`
+	// LastError is the last request error's message.
+	LastError string `json:"last_error,omitempty"`
+
+	// ItemsSent counts every item of every request: new transactionIds,
+	// repeats and retries.
+	ItemsSent      int64   `json:"items_sent"`
+	ItemsPerSecond float64 `json:"items_per_second"`
+	NewItems       int64   `json:"new_items"`
+	Repeats        int64   `json:"repeats"`
+	Retries        int64   `json:"retries"`
+	// GaveUp counts items left without a verdict: retried MaxAttempts times,
+	// or still waiting for a retry when the run ended.
+	GaveUp int64 `json:"gave_up"`
+	// Rejected counts items of requests refused as invalid (never retried).
+	Rejected int64 `json:"rejected"`
+	// UnknownOutcome counts items of requests abandoned by an interrupt.
+	UnknownOutcome int64 `json:"unknown_outcome"`
+
+	Verdicts Verdicts `json:"verdicts"`
+	// ErrorCodes counts failed items by code, and failed requests as
+	// "request:<code>".
+	ErrorCodes map[string]int64 `json:"error_codes,omitempty"`
+
+	// StoredMessages is what the database holds afterwards: the queue's
+	// frames (broker mode) or the raw table's rows.
+	StoredMessages  int64   `json:"stored_messages"`
+	StoredPerSecond float64 `json:"stored_per_second"`
+
+	Latency Latency `json:"latency_ms"`
+
+	// Audit is the post-run audit (broker mode).
+	Audit *AuditReport `json:"audit,omitempty"`
+}
+
+// Verdicts counts the answers per item (in raw mode: queued = rows copied,
+// failed = rows of failed COPYs).
+type Verdicts struct {
+	Queued    int64 `json:"queued"`
+	Duplicate int64 `json:"duplicate"`
+	Failed    int64 `json:"failed"`
+}
+
+// Latency is the request latency in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// AuditReport is the post-run audit of SPEC.md §12.
+type AuditReport struct {
+	Passed bool `json:"passed"`
+	// TransactionIDs counts the distinct (partition, transactionId) pairs
+	// sent; Answered those answered queued or duplicate at least once;
+	// FailedOnly the rest (answered failed only, or never answered), of
+	// which FailedOnlyStored were found stored (once).
+	TransactionIDs   int64 `json:"transaction_ids"`
+	Answered         int64 `json:"answered"`
+	FailedOnly       int64 `json:"failed_only"`
+	FailedOnlyStored int64 `json:"failed_only_stored"`
+	StoredMessages   int64 `json:"stored_messages"`
+	// Issues counts findings by kind (see the Issue* constants); Examples
+	// shows a few of each as "kind: description".
+	Issues   map[string]int64 `json:"issues"`
+	Examples []string         `json:"examples,omitempty"`
+}
+
+func latencyOf(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ds)
+	ms := func(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+	at := func(q float64) time.Duration { return ds[int(math.Ceil(q*float64(len(ds))))-1] }
+	return Latency{P50: ms(at(0.50)), P99: ms(at(0.99)), Max: ms(ds[len(ds)-1])}
+}
+
+func perSecond(n int64, secs float64) float64 {
+	if secs <= 0 {
+		return 0
+	}
+	return math.Round(float64(n)/secs*10) / 10
+}
+
+// WriteText writes the report for people.
+func (r *Report) WriteText(w io.Writer) {
+	var b strings.Builder
+	if r.Mode == ModeRaw {
+		fmt.Fprintf(&b, "queen loadtest: raw COPY into queen_raw.%s, %.1f s", r.Table, r.Seconds)
+	} else {
+		fmt.Fprintf(&b, "queen loadtest: broker at %s, queue %s, %.1f s", r.Target, r.Queue, r.Seconds)
+	}
+	if r.Interrupted {
+		b.WriteString(" (interrupted)")
+	}
+	b.WriteByte('\n')
+	fmt.Fprintf(&b, "  producers %d · partitions %d · batch %d · payload %d B · dup ratio %g\n",
+		r.Producers, r.Partitions, r.Batch, r.PayloadBytes, r.DupRatio)
+	fmt.Fprintf(&b, "  sent      %s items (%s items/s): %s new, %s repeats, %s retries\n",
+		commas(r.ItemsSent), commas(int64(r.ItemsPerSecond)), commas(r.NewItems), commas(r.Repeats), commas(r.Retries))
+	if r.Mode == ModeRaw {
+		fmt.Fprintf(&b, "  copied    %s rows · failed %s\n", commas(r.Verdicts.Queued), commas(r.Verdicts.Failed))
+	} else {
+		fmt.Fprintf(&b, "  verdicts  queued %s · duplicate %s · failed %s\n",
+			commas(r.Verdicts.Queued), commas(r.Verdicts.Duplicate), commas(r.Verdicts.Failed))
+	}
+	if r.GaveUp+r.Rejected+r.UnknownOutcome > 0 {
+		fmt.Fprintf(&b, "  unresolved  gave up %s · rejected %s · outcome unknown (interrupted) %s\n",
+			commas(r.GaveUp), commas(r.Rejected), commas(r.UnknownOutcome))
+	}
+	if len(r.ErrorCodes) > 0 {
+		codes := make([]string, 0, len(r.ErrorCodes))
+		for c, n := range r.ErrorCodes {
+			codes = append(codes, fmt.Sprintf("%s %s", c, commas(n)))
+		}
+		sort.Strings(codes)
+		fmt.Fprintf(&b, "  errors    %s\n", strings.Join(codes, " · "))
+		if r.LastError != "" {
+			fmt.Fprintf(&b, "            last request error: %s\n", r.LastError)
+		}
+	}
+	fmt.Fprintf(&b, "  stored    %s messages (%s messages/s)\n", commas(r.StoredMessages), commas(int64(r.StoredPerSecond)))
+	fmt.Fprintf(&b, "  latency   p50 %.1f ms · p99 %.1f ms · max %.1f ms (%s requests, %s without verdicts)\n",
+		r.Latency.P50, r.Latency.P99, r.Latency.Max, commas(r.Requests), commas(r.RequestErrors))
+	if a := r.Audit; a != nil {
+		if a.Passed {
+			fmt.Fprintf(&b, "  audit     passed: %s transaction ids, %s answered queued or duplicate, each stored exactly once; %s failed-only (%s of them stored once); nothing else stored\n",
+				commas(a.TransactionIDs), commas(a.Answered), commas(a.FailedOnly), commas(a.FailedOnlyStored))
+		} else {
+			kinds := make([]string, 0, len(a.Issues))
+			for k, n := range a.Issues {
+				kinds = append(kinds, fmt.Sprintf("%s %s", k, commas(n)))
+			}
+			sort.Strings(kinds)
+			fmt.Fprintf(&b, "  audit     FAILED: %s\n", strings.Join(kinds, " · "))
+			for _, e := range a.Examples {
+				fmt.Fprintf(&b, "            %s\n", e)
+			}
+		}
+	}
+	io.WriteString(w, b.String()) //nolint:errcheck
+}
+
+// Comparison is the outcome of Compare: broker and raw runs alternating,
+// and the ratio of their stored messages per second.
+type Comparison struct {
+	Rounds []Round `json:"rounds"`
+	// MedianRatio is the median over the rounds of broker/raw stored
+	// messages per second: the headline figure.
+	MedianRatio float64 `json:"median_ratio"`
+	Interrupted bool    `json:"interrupted"`
+}
+
+// Round is one broker run and the raw run after it.
+type Round struct {
+	Round  int     `json:"round"`
+	Broker *Report `json:"broker"`
+	Raw    *Report `json:"raw,omitempty"`
+	// Ratio is Broker.StoredPerSecond / Raw.StoredPerSecond.
+	Ratio float64 `json:"ratio"`
+}
+
+// WriteText writes the comparison as a table.
+func (c *Comparison) WriteText(w io.Writer) {
+	var b strings.Builder
+	b.WriteString("queen loadtest --compare: broker (dedup on) vs raw COPY, stored messages per second\n")
+	fmt.Fprintf(&b, "%-5s  %-6s  %12s  %12s  %8s  %8s  %8s  %s\n", "round", "mode", "items/s", "stored/s", "p50 ms", "p99 ms", "max ms", "audit")
+	row := func(n int, r *Report) {
+		audit := "-"
+		if r.Audit != nil {
+			audit = "passed"
+			if !r.Audit.Passed {
+				audit = "FAILED"
+			}
+		}
+		fmt.Fprintf(&b, "%-5d  %-6s  %12s  %12s  %8.1f  %8.1f  %8.1f  %s\n", n, r.Mode, commas(int64(r.ItemsPerSecond)),
+			commas(int64(r.StoredPerSecond)), r.Latency.P50, r.Latency.P99, r.Latency.Max, audit)
+	}
+	var ratios []string
+	for _, rd := range c.Rounds {
+		row(rd.Round, rd.Broker)
+		if rd.Raw != nil {
+			row(rd.Round, rd.Raw)
+			ratios = append(ratios, fmt.Sprintf("round %d %.3f", rd.Round, rd.Ratio))
+		}
+	}
+	fmt.Fprintf(&b, "ratio broker/raw of stored messages/s: %s\n", strings.Join(ratios, ", "))
+	fmt.Fprintf(&b, "median ratio: %.3f (%.1f%% of the raw COPY rate)", c.MedianRatio, 100*c.MedianRatio)
+	if c.Interrupted {
+		b.WriteString(" (interrupted)")
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String()) //nolint:errcheck
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

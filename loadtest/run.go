@@ -1,0 +1,291 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// ErrAuditFailed is returned (wrapped, with the report) when the post-run
+// audit finds a violation of SPEC.md §12.
+var ErrAuditFailed = errors.New("loadtest: the audit failed")
+
+// auditTimeout bounds the audit and the final counts, which also run after
+// an interrupt.
+const auditTimeout = 10 * time.Minute
+
+// Run runs one load test: cfg.Producers producers send batches to the
+// broker at cfg.Target (or, in raw mode, COPY them into a fresh raw table)
+// for cfg.Duration, then the database is audited (broker mode) or counted
+// (raw mode). When ctx ends early the run stops, and the report (with
+// Interrupted set) and the audit still come back.
+//
+// The error is ErrAuditFailed (wrapped) with a non-nil report when the
+// audit found violations; other errors mean the run could not be made.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return run(ctx, &cfg)
+}
+
+func run(ctx context.Context, cfg *Config) (*Report, error) {
+	parts := partitionNames(cfg.Partitions)
+	c := &counters{}
+	producers := make([]*producer, cfg.Producers)
+	var audit *persistence.Audit
+	var raw *persistence.RawWriter
+	var senders []sender
+	defer func() {
+		for _, s := range senders {
+			s.close()
+		}
+		if audit != nil {
+			audit.Close()
+		}
+		if raw != nil {
+			raw.Close()
+		}
+	}()
+
+	rep := &Report{Mode: cfg.Mode, Producers: cfg.Producers, Partitions: cfg.Partitions, Batch: cfg.Batch,
+		PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio}
+	var err error
+	switch cfg.Mode {
+	case ModeBroker:
+		rep.Target, rep.Queue = cfg.Target, cfg.Queue
+		// Open the audit first: a wrong database URL fails before the load.
+		if audit, err = persistence.OpenAudit(ctx, cfg.DatabaseURL); err != nil {
+			return nil, fmt.Errorf("audit database %s: %w", redact(cfg.DatabaseURL), err)
+		}
+		var hc = newHTTPClient(cfg.Producers)
+		for i := range producers {
+			var s sender
+			if strings.HasPrefix(cfg.Target, "nats://") {
+				if s, err = newNATSSender(cfg.Target, i); err != nil {
+					return nil, err
+				}
+			} else {
+				s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
+			}
+			senders = append(senders, s)
+			producers[i] = newProducer(i, cfg, parts, s, newLedger(i, cfg.Queue, parts), c)
+		}
+	case ModeRaw:
+		rep.Target, rep.Table = "postgres", cfg.Table
+		if raw, err = persistence.OpenRaw(ctx, cfg.DatabaseURL); err != nil {
+			return nil, fmt.Errorf("raw database %s: %w", redact(cfg.DatabaseURL), err)
+		}
+		if err := raw.Reset(ctx, cfg.Table); err != nil {
+			return nil, err
+		}
+		for i := range producers {
+			s := &rawSender{w: raw, table: cfg.Table}
+			senders = append(senders, s)
+			producers[i] = newProducer(i, cfg, parts, s, nil, c)
+		}
+	}
+
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	drainBy := deadline.Add(cfg.DrainTimeout)
+	prog := startProgress(cfg, c, start)
+	var wg sync.WaitGroup
+	for _, p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.run(ctx, deadline, drainBy)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	prog.finish()
+
+	rep.Interrupted = ctx.Err() != nil
+	rep.Seconds = math.Round(elapsed.Seconds()*1000) / 1000
+	rep.Requests, rep.RequestErrors = c.requests.Load(), c.requestErrors.Load()
+	rep.ItemsSent, rep.NewItems, rep.Repeats, rep.Retries = c.sent.Load(), c.fresh.Load(), c.repeats.Load(), c.retries.Load()
+	rep.ItemsPerSecond = perSecond(rep.ItemsSent, elapsed.Seconds())
+	rep.GaveUp, rep.Rejected, rep.UnknownOutcome = c.gaveUp.Load(), c.rejected.Load(), c.unknownOutcome.Load()
+	rep.Verdicts = Verdicts{Queued: c.queued.Load(), Duplicate: c.duplicate.Load(), Failed: c.failed.Load()}
+	var lat []time.Duration
+	for _, p := range producers {
+		lat = append(lat, p.lat...)
+		for code, n := range p.codes {
+			if rep.ErrorCodes == nil {
+				rep.ErrorCodes = map[string]int64{}
+			}
+			rep.ErrorCodes[code] += n
+		}
+		if p.lastError != "" {
+			rep.LastError = p.lastError
+		}
+	}
+	rep.Latency = latencyOf(lat)
+
+	// The audit and counts run even after an interrupt.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+	defer cancel()
+	if cfg.AfterLoad != nil {
+		if err := cfg.AfterLoad(actx); err != nil {
+			return rep, fmt.Errorf("after the load: %w", err)
+		}
+	}
+	switch cfg.Mode {
+	case ModeBroker:
+		ledgers := make([]*ledger, len(producers))
+		for i, p := range producers {
+			ledgers[i] = p.led
+		}
+		ar, err := auditQueue(actx, audit, cfg.Queue, parts, ledgers)
+		if err != nil {
+			return rep, fmt.Errorf("audit: %w", err)
+		}
+		rep.Audit = ar
+		rep.StoredMessages = ar.StoredMessages
+	case ModeRaw:
+		n, err := raw.Count(actx, cfg.Table)
+		if err != nil {
+			return rep, fmt.Errorf("count raw rows: %w", err)
+		}
+		rep.StoredMessages = n
+		if cfg.DropTable {
+			if err := raw.Drop(actx, cfg.Table); err != nil {
+				return rep, fmt.Errorf("drop raw table: %w", err)
+			}
+		}
+	}
+	rep.StoredPerSecond = perSecond(rep.StoredMessages, elapsed.Seconds())
+
+	if rep.Verdicts.Queued+rep.Verdicts.Duplicate == 0 && !rep.Interrupted {
+		return rep, fmt.Errorf("no item got a verdict in %s (last error: %s)", elapsed.Truncate(time.Millisecond), rep.LastError)
+	}
+	if rep.Audit != nil && !rep.Audit.Passed {
+		var n int64
+		for _, c := range rep.Audit.Issues {
+			n += c
+		}
+		return rep, fmt.Errorf("%w: %d violations of SPEC.md §12 in queue %s", ErrAuditFailed, n, cfg.Queue)
+	}
+	return rep, nil
+}
+
+// auditQueue checks the stored frames of queue against the producers'
+// ledgers (SPEC.md §12): each transactionId answered queued or duplicate is
+// stored exactly once in its partition, with the message id the answers
+// carried; every repeat was answered duplicate with the original's id; an id
+// only ever answered failed is stored at most once; nothing else is stored.
+func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger) (*AuditReport, error) {
+	found := newIssues()
+	partIdx := make(map[string]int, len(parts))
+	for i, p := range parts {
+		partIdx[p] = i
+	}
+	for _, l := range ledgers {
+		l.resetStored()
+	}
+	var stored int64
+	err := a.EachMessage(ctx, []string{queue}, func(m *persistence.StoredMessage) error {
+		stored++
+		part, okPart := partIdx[m.Partition]
+		prod, seq, okTxn := parseTxn(m.TransactionID)
+		if !okPart || !okTxn || prod >= len(ledgers) || !ledgers[prod].store(makeKey(part, seq), m.MessageID, m.Offset, found) {
+			found.add(IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
+				m.Partition, m.Offset, m.TransactionID, m.MessageID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ar := &AuditReport{StoredMessages: stored}
+	for _, l := range ledgers {
+		t := l.check(found)
+		found.merge(l.issues)
+		ar.TransactionIDs += t.ids
+		ar.Answered += t.answered
+		ar.FailedOnly += t.failedOnly
+		ar.FailedOnlyStored += t.failedOnlyStored
+	}
+	if stored == 0 && ar.Answered > 0 {
+		found.add(IssueMissing, "queue %s has no stored message at all: is the database URL the broker's database?", queue)
+	}
+	ar.Issues = found.counts
+	ar.Examples = found.exampleList()
+	ar.Passed = found.total() == 0
+	return ar, nil
+}
+
+// redact hides a URL's password for messages.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// Compare runs broker and raw alternately, rounds times each (3 when
+// rounds <= 0), each on a fresh queue or raw table (the raw tables are
+// dropped after counting), and reports each round and the median ratio of
+// stored messages per second (broker/raw). The raw runs write into
+// cfg.DatabaseURL, the broker's database. When ctx ends the rounds stop and
+// the completed ones are reported. A failed audit is ErrAuditFailed
+// (wrapped), returned with the comparison after the last round.
+func Compare(ctx context.Context, cfg Config, rounds int) (*Comparison, error) {
+	if rounds <= 0 {
+		rounds = 3
+	}
+	cfg.Mode = ModeBroker
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cmp := &Comparison{}
+	var auditErr error
+	var ratios []float64
+	for i := 1; i <= rounds && ctx.Err() == nil; i++ {
+		stamp := time.Now().UnixNano()
+		b := cfg
+		b.Mode, b.Queue, b.Label = ModeBroker, fmt.Sprintf("loadtest-%d-r%d", stamp, i), fmt.Sprintf("round %d broker", i)
+		br, err := run(ctx, &b)
+		if err != nil && !errors.Is(err, ErrAuditFailed) {
+			return cmp, fmt.Errorf("round %d broker: %w", i, err)
+		}
+		if err != nil {
+			auditErr = fmt.Errorf("round %d: %w", i, err)
+		}
+		rd := Round{Round: i, Broker: br}
+		if ctx.Err() == nil {
+			r := cfg
+			r.Mode, r.Table, r.DropTable, r.Label = ModeRaw, fmt.Sprintf("loadtest_%d_r%d", stamp, i), true, fmt.Sprintf("round %d raw", i)
+			rr, err := run(ctx, &r)
+			if err != nil {
+				return cmp, fmt.Errorf("round %d raw: %w", i, err)
+			}
+			if !rr.Interrupted {
+				rd.Raw = rr
+				if rr.StoredPerSecond > 0 {
+					rd.Ratio = math.Round(br.StoredPerSecond/rr.StoredPerSecond*1000) / 1000
+					ratios = append(ratios, rd.Ratio)
+				}
+			}
+		}
+		cmp.Rounds = append(cmp.Rounds, rd)
+	}
+	cmp.Interrupted = ctx.Err() != nil
+	cmp.MedianRatio = median(ratios)
+	return cmp, auditErr
+}

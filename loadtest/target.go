@@ -1,0 +1,196 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// result is the outcome of one item of a request.
+type result struct {
+	status queen.Verdict
+	id     uuid.UUID
+	code   string
+	// bad describes a reply element that does not match its item ("" when it does).
+	bad string
+}
+
+// sender sends one request for a producer. send fills out (len(items))
+// with one result per item, or returns an error when no item got a verdict:
+// a *queen.Error whose Retryable tells whether the same items may be sent
+// again (a lost or timed-out request: outcome unknown).
+type sender interface {
+	send(ctx context.Context, items []transport.PushItem, out []result) error
+	close()
+}
+
+// natsSender pushes with the transport client over its own NATS connection
+// (one per producer, like independent clients).
+type natsSender struct {
+	nc *nats.Conn
+	c  *transport.Client
+}
+
+func newNATSSender(url string, producer int) (*natsSender, error) {
+	nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("queen-loadtest-%d", producer)), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return &natsSender{nc: nc, c: transport.NewClient(nc)}, nil
+}
+
+func (s *natsSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+	replies, err := s.c.Push(ctx, items)
+	if len(replies) == len(items) && len(items) > 0 {
+		// 201, or 503 with every item failed: the per-item verdicts count.
+		fillResults(items, replies, out)
+		return nil
+	}
+	if err == nil {
+		return queen.ErrInternal.With("the broker answered %d verdicts for %d items", len(replies), len(items))
+	}
+	return err
+}
+
+func (s *natsSender) close() { s.nc.Close() }
+
+// httpSender pushes with POST {base}/api/v1/push.
+type httpSender struct {
+	hc  *http.Client
+	url string
+}
+
+func newHTTPClient(producers int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = producers * 2
+	tr.MaxIdleConnsPerHost = producers * 2
+	return &http.Client{Transport: tr}
+}
+
+func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+	body, err := json.Marshal(struct {
+		Items []transport.PushItem `json:"items"`
+	}{items})
+	if err != nil {
+		return queen.ErrInternal.With("encode push body: %v", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return queen.ErrInternal.With("push request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return queen.ErrTimeout.With("POST %s: %v", s.url, err)
+		}
+		return queen.ErrUnavailable.With("POST %s: %v", s.url, err)
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return queen.ErrTimeout.With("POST %s: reading the reply: %v", s.url, err)
+	}
+	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusServiceUnavailable {
+		var replies []queen.PushReply
+		if json.Unmarshal(data, &replies) == nil && len(replies) == len(items) && len(items) > 0 {
+			fillResults(items, replies, out)
+			return nil
+		}
+	}
+	e := &queen.Error{}
+	if json.Unmarshal(data, e) != nil || e.Code == "" {
+		return queen.ErrInternal.With("POST %s answered %d: %s", s.url, resp.StatusCode, clip(data))
+	}
+	e.Status = resp.StatusCode
+	return e
+}
+
+func (s *httpSender) close() {}
+
+// fillResults turns a broker's reply elements into results, checking each
+// element belongs to its item.
+func fillResults(items []transport.PushItem, replies []queen.PushReply, out []result) {
+	for i := range items {
+		r := &replies[i]
+		it := &items[i]
+		res := result{status: r.Status, code: r.Code}
+		if r.Index != i || r.TransactionID != it.TransactionID || r.Partition != it.Partition || r.QueueName != it.Queue {
+			res.bad = fmt.Sprintf("reply element %d is {index %d, queue %q, partition %q, transaction_id %q} for item {queue %q, partition %q, transactionId %q}",
+				i, r.Index, r.QueueName, r.Partition, r.TransactionID, it.Queue, it.Partition, it.TransactionID)
+		}
+		switch r.Status {
+		case queen.Queued, queen.Duplicate:
+			id, err := uuid.Parse(r.MessageID)
+			if err != nil && res.bad == "" {
+				res.bad = fmt.Sprintf("reply element %d (%s) has message_id %q", i, r.Status, r.MessageID)
+			}
+			res.id = id
+		case queen.Failed:
+			if res.code == "" {
+				res.code = "unknown"
+			}
+		default:
+			if res.bad == "" {
+				res.bad = fmt.Sprintf("reply element %d has status %q", i, r.Status)
+			}
+		}
+		if res.bad != "" {
+			// Not a verdict we can trust: handle it as a failed item.
+			res.status, res.code = queen.Failed, "bad_reply"
+		}
+		out[i] = res
+	}
+}
+
+// rawSender writes a request's items as rows of the raw table with one COPY.
+type rawSender struct {
+	w     *persistence.RawWriter
+	table string
+	rows  []persistence.RawMessage
+}
+
+func (s *rawSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+	s.rows = s.rows[:0]
+	for i := range items {
+		id, err := uuid.NewV7()
+		if err != nil {
+			id = uuid.New()
+		}
+		s.rows = append(s.rows, persistence.RawMessage{ID: id, Queue: items[i].Queue, Partition: items[i].Partition, TransactionID: items[i].TransactionID, Payload: items[i].Payload})
+	}
+	if _, err := s.w.CopyMessages(ctx, s.table, s.rows); err != nil {
+		var qe *queen.Error
+		if errors.As(err, &qe) {
+			return qe
+		}
+		return queen.ErrUnavailable.With("COPY into %s: %v", s.table, err)
+	}
+	for i := range out {
+		out[i] = result{status: queen.Queued, id: s.rows[i].ID}
+	}
+	return nil
+}
+
+func (s *rawSender) close() {}
+
+func clip(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

@@ -1,0 +1,117 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var sqlAuditSegments = q("audit_segments")
+
+// StoredMessage is one stored frame as the load-test audit sees it
+// (SPEC.md §12): where it is, its offset and identity, and when its segment
+// was committed.
+type StoredMessage struct {
+	Queue         string
+	Partition     string
+	PartitionID   uuid.UUID
+	Offset        int64
+	MessageID     uuid.UUID
+	TransactionID string
+	// CreatedAt is the created_at of the frame's segment (PostgreSQL's clock).
+	CreatedAt time.Time
+}
+
+// Audit is a read-only view of the stored messages, for `queen loadtest`'s
+// post-run audit. Its connections run with default_transaction_read_only=on,
+// so it cannot write even by mistake. It is safe for concurrent use.
+type Audit struct {
+	pool *pgxpool.Pool
+}
+
+// OpenAudit connects a small read-only pool to url (a PostgreSQL URL or
+// key=value connection string). It does not check the schema.
+func OpenAudit(ctx context.Context, url string) (*Audit, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
+	}
+	pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, unavailable(err)
+	}
+	return &Audit{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (a *Audit) Close() { a.pool.Close() }
+
+// EachMessage calls fn for every stored frame of the named queues, segment by
+// segment (partition id, then offset), streaming: one segment is in memory at
+// a time. The scan runs in one read-only REPEATABLE READ transaction, so it
+// sees one snapshot. fn must not keep the *StoredMessage; an error from fn
+// stops the scan and is returned. A segment whose bytes do not decode, or
+// whose offset range does not match its frame count, is ErrCorruptSegment.
+func (a *Audit) EachMessage(ctx context.Context, queues []string, fn func(*StoredMessage) error) error {
+	tx, err := a.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return unavailable(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
+	rows, err := tx.Query(ctx, sqlAuditSegments, queues)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	var m StoredMessage
+	for rows.Next() {
+		var first, last int64
+		var ids, frames []byte
+		if err := rows.Scan(&m.Queue, &m.Partition, &m.PartitionID, &first, &last, &m.CreatedAt, &ids, &frames); err != nil {
+			return unavailable(err)
+		}
+		fs, err := DecodeFrames(ids, frames)
+		if err != nil {
+			return fmt.Errorf("%w: queue %q partition %q segment at offset %d", err, m.Queue, m.Partition, first)
+		}
+		if int64(len(fs)) != last-first+1 {
+			return fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds %d frames", ErrCorruptSegment, m.Queue, m.Partition, first, last, len(fs))
+		}
+		for i := range fs {
+			m.Offset = first + int64(i)
+			m.MessageID = fs[i].MessageID
+			m.TransactionID = fs[i].TransactionID
+			if err := fn(&m); err != nil {
+				return err
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// Messages returns every stored frame of the named queues (see EachMessage),
+// collected in a slice. For large queues prefer EachMessage.
+func (a *Audit) Messages(ctx context.Context, queues []string) ([]StoredMessage, error) {
+	var out []StoredMessage
+	err := a.EachMessage(ctx, queues, func(m *StoredMessage) error {
+		out = append(out, *m)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
