@@ -244,6 +244,9 @@ func (b *Broker) teardown(ctx context.Context) error {
 		errs = append(errs, b.host.Stop(ctx))
 	}
 	if b.nc != nil {
+		// Replies published by the drained handlers reach the server before
+		// the connection (and an embedded server) goes away.
+		b.nc.FlushTimeout(5 * time.Second) //nolint:errcheck
 		b.nc.Close()
 	}
 	if b.natsSrv != nil {
