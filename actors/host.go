@@ -19,8 +19,8 @@ import (
 type Store interface {
 	// EnsurePartition returns the partition's id, creating queue and partition on first use.
 	EnsurePartition(ctx context.Context, queue, partition string) (uuid.UUID, error)
-	// Commit runs one push transaction (SPEC.md §3).
-	Commit(ctx context.Context, b *persistence.PushBatch) (persistence.PushOutcome, error)
+	// CommitBundle runs one push transaction for several partitions (SPEC.md §3).
+	CommitBundle(ctx context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error)
 }
 
 // Config configures a Host. Zero values take the defaults named.
@@ -34,6 +34,12 @@ type Config struct {
 	MaxInFlightItems int64
 	// MaxFusedItems caps the items of one fused commit. Default 10000.
 	MaxFusedItems int
+	// Committers is the number of push transactions run at once. Default 4.
+	Committers int
+	// MaxBundlePartitions caps the partitions of one transaction. Default 64.
+	MaxBundlePartitions int
+	// MaxBundleItems caps the items of one transaction. Default 20000.
+	MaxBundleItems int
 	// CommitTimeout bounds one push transaction. Default 30s.
 	CommitTimeout time.Duration
 	// NewCache builds a partition's hash cache; nil means no cache (watermark -1).
@@ -54,6 +60,7 @@ type Host struct {
 	mu       sync.RWMutex
 	closed   bool
 	wg       sync.WaitGroup
+	bundler  *bundler
 }
 
 type partitionKey struct{ queue, partition string }
@@ -69,6 +76,15 @@ func NewHost(cfg Config) *Host {
 	if cfg.MaxFusedItems <= 0 {
 		cfg.MaxFusedItems = 10000
 	}
+	if cfg.Committers <= 0 {
+		cfg.Committers = 4
+	}
+	if cfg.MaxBundlePartitions <= 0 {
+		cfg.MaxBundlePartitions = 64
+	}
+	if cfg.MaxBundleItems <= 0 {
+		cfg.MaxBundleItems = 20000
+	}
 	if cfg.CommitTimeout <= 0 {
 		cfg.CommitTimeout = 30 * time.Second
 	}
@@ -82,6 +98,7 @@ func NewHost(cfg Config) *Host {
 		cfg.NewCache = func() HashCache { return noCache{} }
 	}
 	h := &Host{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger}
+	h.bundler = newBundler(h)
 	quiet := slog.New(slog.NewTextHandler(discard{}, nil))
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	h.parent = h.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
@@ -183,6 +200,7 @@ func (h *Host) Stop(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	h.system.Root.StopFuture(h.parent).Wait() //nolint:errcheck
+	h.bundler.stop()
 	h.system.Shutdown()
 	return err
 }

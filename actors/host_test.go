@@ -31,7 +31,18 @@ func (f *fakeStore) EnsurePartition(context.Context, string, string) (uuid.UUID,
 	return uuid.MustParse("00000000-0000-0000-0000-000000000001"), nil
 }
 
-func (f *fakeStore) Commit(ctx context.Context, b *persistence.PushBatch) (persistence.PushOutcome, error) {
+func (f *fakeStore) CommitBundle(ctx context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error) {
+	var outs []persistence.PushOutcome
+	var err error
+	for _, b := range bs {
+		out, e := f.commit(ctx, b)
+		outs = append(outs, out)
+		err = e
+	}
+	return outs, err
+}
+
+func (f *fakeStore) commit(ctx context.Context, b *persistence.PushBatch) (persistence.PushOutcome, error) {
 	if f.started != nil {
 		f.started <- struct{}{}
 	}

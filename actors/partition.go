@@ -1,9 +1,7 @@
 package actors
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
@@ -121,11 +119,8 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 
 	self := ctx.Self()
 	root := ctx.ActorSystem().Root
-	go func() {
+	a.host.bundler.submit(&commitJob{key: a.key, batch: batch, done: func(out persistence.PushOutcome, err error) {
 		done := &commitDone{partitionID: batch.PartitionID}
-		defer func() { root.Send(self, done) }()
-		out, err := a.host.commit(a.key, batch)
-		done.partitionID = batch.PartitionID
 		if err == nil {
 			done.window, done.known = out.Window, true
 			a.cache.Observe(batch, &out)
@@ -139,7 +134,8 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 			i += len(r.items)
 			r.respond(pushResp{results: res})
 		}
-	}()
+		root.Send(self, done)
+	}})
 }
 
 // leaders maps every item to the first item with the same hash (SPEC.md §3).
@@ -155,39 +151,6 @@ func leaders(items []*queen.Item) []int32 {
 		out[i] = int32(i)
 	}
 	return out
-}
-
-// commit resolves the partition id on first use and runs the transaction. It
-// never panics into the actor system: a panic becomes every item failed.
-func (h *Host) commit(key partitionKey, b *persistence.PushBatch) (out persistence.PushOutcome, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = queen.ErrInternal.With("push commit panicked: %v", p)
-			out = failAll(b, err)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CommitTimeout)
-	defer cancel()
-	if b.PartitionID == uuid.Nil {
-		id, err := h.cfg.Store.EnsurePartition(ctx, key.queue, key.partition)
-		if err != nil {
-			return failAll(b, err), err
-		}
-		b.PartitionID = id
-	}
-	start := time.Now()
-	out, err = h.cfg.Store.Commit(ctx, b)
-	h.metrics.Commits.Inc()
-	h.commits.Add(1)
-	h.metrics.CommitSeconds.Observe(time.Since(start).Seconds())
-	if err != nil {
-		h.log.Warn("push commit failed", "queue", key.queue, "partition", key.partition, "items", len(b.Items), "err", err)
-	}
-	if len(out.Results) != len(b.Items) {
-		err = queen.ErrInternal.With("commit returned %d results for %d items", len(out.Results), len(b.Items))
-		return failAll(b, err), err
-	}
-	return out, err
 }
 
 func failAll(b *persistence.PushBatch, err error) persistence.PushOutcome {

@@ -10,7 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-var sqlAuditSegments = q("audit_segments")
+var (
+	sqlAuditSegments   = q("audit_segments")
+	sqlAuditDurability = q("audit_durability")
+)
 
 // StoredMessage is one stored frame as the load-test audit sees it
 // (SPEC.md §12): where it is, its offset and identity, and when its segment
@@ -100,6 +103,29 @@ func (a *Audit) EachMessage(ctx context.Context, queues []string, fn func(*Store
 		return unavailable(err)
 	}
 	return nil
+}
+
+// Durability is the database's commit durability settings, as its
+// sessions see them ("on"/"off", synchronous_commit also
+// "remote_apply"/"remote_write"/"local").
+type Durability struct {
+	Fsync             string `json:"fsync"`
+	SynchronousCommit string `json:"synchronous_commit"`
+	FullPageWrites    string `json:"full_page_writes"`
+}
+
+// Durable reports whether a commit is flushed to disk before it returns.
+func (d Durability) Durable() bool {
+	return d.Fsync == "on" && d.SynchronousCommit != "off" && d.FullPageWrites == "on"
+}
+
+// Durability reads the durability settings of the audited database.
+func (a *Audit) Durability(ctx context.Context) (Durability, error) {
+	var d Durability
+	if err := a.pool.QueryRow(ctx, sqlAuditDurability).Scan(&d.Fsync, &d.SynchronousCommit, &d.FullPageWrites); err != nil {
+		return d, unavailable(err)
+	}
+	return d, nil
 }
 
 // Messages returns every stored frame of the named queues (see EachMessage),

@@ -51,6 +51,14 @@ func TestAuditMessages(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 
+	d, err := a.Durability(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, d.Fsync)
+	require.NotEmpty(t, d.SynchronousCommit)
+	require.NotEmpty(t, d.FullPageWrites)
+	require.True(t, Durability{Fsync: "on", SynchronousCommit: "on", FullPageWrites: "on"}.Durable())
+	require.False(t, Durability{Fsync: "on", SynchronousCommit: "off", FullPageWrites: "on"}.Durable())
+
 	// The pool is read-only.
 	_, err = a.pool.Exec(ctx, `DELETE FROM queen.segments`)
 	require.ErrorContains(t, err, "read-only")

@@ -1,8 +1,10 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,104 +48,209 @@ type PushOutcome struct {
 	FullProbe bool
 }
 
-// Commit runs the push transaction of SPEC.md §3 for one partition: row lock,
-// window probe above the watermark, offsets for the clean items only, one
-// segment and one log_txns row, commit. A duplicate writes nothing.
-//
-// On error every item is answered queen.Failed: queen.ErrUnavailable when the
-// transaction certainly did not commit, queen.ErrCommitUnknown when the commit
-// was sent but its outcome was lost.
+// Commit runs the push transaction of SPEC.md §3 for one partition; it is
+// CommitBundle of one batch.
 func (s *Store) Commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
-	out, err := s.commit(ctx, b)
-	if err != nil {
-		qe := queen.AsError(unavailable(err))
-		out.Results = make([]queen.Result, len(b.Items))
-		for i := range out.Results {
-			out.Results[i] = queen.Result{Verdict: queen.Failed, PartitionID: b.PartitionID, Offset: -1, Err: qe}
-		}
-		out.FirstOffset, out.LastOffset = 0, -1
-		return out, qe
-	}
-	return out, nil
+	outs, err := s.CommitBundle(ctx, []*PushBatch{b})
+	return outs[0], err
 }
 
-func (s *Store) commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
+// CommitBundle runs the push transaction of SPEC.md §3 for several partitions
+// at once, in one PostgreSQL transaction (DESIGN.md: throughput comes from
+// fewer commits): row locks in ascending partition id order, one window probe
+// above each partition's watermark, offsets for the clean items only, one
+// segment and one log_txns row per partition, commit. A duplicate writes
+// nothing. Verdicts stay independent per partition. Each batch must name a
+// distinct partition.
+//
+// It returns one PushOutcome per batch, in order. On error every item of
+// every batch is answered queen.Failed: queen.ErrUnavailable when the
+// transaction certainly did not commit, queen.ErrCommitUnknown when the
+// commit was sent but its outcome was lost.
+func (s *Store) CommitBundle(ctx context.Context, bs []*PushBatch) ([]PushOutcome, error) {
+	outs := make([]PushOutcome, len(bs))
+	err := s.commitBundle(ctx, bs, outs)
+	if err != nil {
+		qe := queen.AsError(unavailable(err))
+		for i, b := range bs {
+			outs[i] = failed(b, qe)
+		}
+		return outs, qe
+	}
+	return outs, nil
+}
+
+func failed(b *PushBatch, qe *queen.Error) PushOutcome {
 	out := PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1}
-	n := len(b.Items)
-	if n == 0 {
-		return out, nil
+	for i := range out.Results {
+		out.Results[i] = queen.Result{Verdict: queen.Failed, PartitionID: b.PartitionID, Offset: -1, Err: qe}
+	}
+	return out
+}
+
+type lockedPartition struct {
+	last, window int64
+}
+
+func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOutcome) error {
+	for i := range outs {
+		outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return out, err
+		return err
 	}
 	defer conn.Release()
 
-	if b.NoDedupHint {
-		ok, err := s.commitNoDedup(ctx, conn, b, &out)
+	if len(bs) == 1 && bs[0].NoDedupHint && len(bs[0].Items) > 0 {
+		ok, err := s.commitNoDedup(ctx, conn, bs[0], &outs[0])
 		if err != nil || ok {
-			return out, err
+			return err
 		}
 	}
 
-	var last, window int64
-	hits := map[queen.Hash]hit{}
-	leaders := distinctLeaders(b)
+	// Lock order: ascending partition id.
+	order := make([]int, 0, len(bs))
+	for i, b := range bs {
+		if len(b.Items) > 0 {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	sort.Slice(order, func(a, b int) bool {
+		return bytes.Compare(bs[order[a]].PartitionID[:], bs[order[b]].PartitionID[:]) < 0
+	})
+	ids := make([]uuid.UUID, len(order))
+	var probePIDs []uuid.UUID
+	var probeHashes [][16]byte
+	var probeWMs []int64
+	for k, i := range order {
+		b := bs[i]
+		ids[k] = b.PartitionID
+		for j, it := range b.Items {
+			if leaderOf(b, j) == j {
+				probePIDs = append(probePIDs, b.PartitionID)
+				probeHashes = append(probeHashes, it.Hash)
+				probeWMs = append(probeWMs, b.Watermark)
+			}
+		}
+	}
+
+	locked := make(map[uuid.UUID]lockedPartition, len(order))
+	hits := make(map[uuid.UUID]map[queen.Hash]hit)
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
-	pb.Queue(sqlPushLock, b.PartitionID).QueryRow(func(r pgx.Row) error { return r.Scan(&last, &window) })
-	pb.Queue(sqlPushProbe, b.PartitionID, leaders, b.Watermark).Query(func(rows pgx.Rows) error {
+	pb.Queue(sqlBundleLock, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
+			var id uuid.UUID
+			var lp lockedPartition
+			if err := rows.Scan(&id, &lp.last, &lp.window); err != nil {
+				return err
+			}
+			locked[id] = lp
+		}
+		return rows.Err()
+	})
+	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var pid uuid.UUID
 			var k [16]byte
 			var off int64
 			var mid []byte
-			if err := rows.Scan(&k, &off, &mid); err != nil {
+			if err := rows.Scan(&pid, &k, &off, &mid); err != nil {
 				return err
 			}
-			if old, ok := hits[k]; ok && old.offset < off {
+			m := hits[pid]
+			if m == nil {
+				m = map[queen.Hash]hit{}
+				hits[pid] = m
+			}
+			if old, ok := m[k]; ok && old.offset < off {
 				continue // the lowest offset is the original
 			}
 			var id uuid.UUID
 			if len(mid) == 16 {
 				copy(id[:], mid)
 			}
-			hits[k] = hit{offset: off, id: id}
+			m[k] = hit{offset: off, id: id}
 		}
 		return rows.Err()
 	})
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		rollback(conn)
-		return out, err
+		return err
 	}
-	out.Window = window
-	out.FullProbe = b.Watermark < 0
+	if len(locked) != len(order) {
+		rollback(conn)
+		return queen.ErrInternal.With("push: %d of %d partitions not found", len(order)-len(locked), len(order))
+	}
 
-	msgIDs, frames, hashes, keys, clean := s.assign(b, window, last, hits, &out)
-	if clean == 0 {
+	var (
+		segPIDs                      []uuid.UUID
+		segFirst, segLast            []int64
+		segIDs, segFrames, segHashes [][]byte
+		rowPIDs                      []uuid.UUID
+		rowHashes                    [][16]byte
+		rowOffsets                   []int64
+		written                      []int
+	)
+	for _, i := range order {
+		b, out := bs[i], &outs[i]
+		lp := locked[b.PartitionID]
+		out.Window = lp.window
+		out.FullProbe = b.Watermark < 0
+		msgIDs, frames, hashes, keys, clean := s.assign(b, lp.window, lp.last, hits[b.PartitionID], out)
+		if clean == 0 {
+			continue
+		}
+		written = append(written, i)
+		segPIDs = append(segPIDs, b.PartitionID)
+		segFirst = append(segFirst, out.FirstOffset)
+		segLast = append(segLast, out.LastOffset)
+		segIDs = append(segIDs, msgIDs)
+		segFrames = append(segFrames, frames)
+		segHashes = append(segHashes, hashes)
+		for j, k := range keys {
+			rowPIDs = append(rowPIDs, b.PartitionID)
+			rowHashes = append(rowHashes, k)
+			rowOffsets = append(rowOffsets, out.FirstOffset+int64(j))
+		}
+	}
+	if len(written) == 0 {
 		// Every item is a duplicate: nothing to write, nothing to undo.
-		_, err := conn.Exec(ctx, "COMMIT")
-		if err != nil {
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 			// Nothing was written, so the verdicts stand whatever happened.
 			conn.Conn().Close(context.Background()) //nolint:errcheck
 		}
-		return out, nil
+		return nil
 	}
 	var created time.Time
 	ib := &pgx.Batch{}
-	ib.Queue(sqlPushInsert, b.PartitionID, out.FirstOffset, out.LastOffset, msgIDs, frames, hashes, keys).QueryRow(func(r pgx.Row) error { return r.Scan(&created) })
+	ib.Queue(sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(&created); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
 	ib.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, ib).Close(); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			// The server refused a statement: the transaction did not commit.
 			rollback(conn)
-			return out, queen.ErrUnavailable.With("push failed: %v", err)
+			return queen.ErrUnavailable.With("push failed: %v", err)
 		}
 		conn.Conn().Close(context.Background()) //nolint:errcheck
-		return out, queen.ErrCommitUnknown.With("push commit outcome unknown: %v", err)
+		return queen.ErrCommitUnknown.With("push commit outcome unknown: %v", err)
 	}
-	out.CreatedAt = created
-	return out, nil
+	for _, i := range written {
+		outs[i].CreatedAt = created
+	}
+	return nil
 }
 
 // commitNoDedup tries the window-0 single statement; ok=false means the window

@@ -1,0 +1,152 @@
+package actors
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// commitJob is one partition actor's fused batch, waiting to be committed.
+type commitJob struct {
+	key   partitionKey
+	batch *persistence.PushBatch
+	// done receives the outcome; it is called exactly once, off the actor.
+	done func(out persistence.PushOutcome, err error)
+}
+
+// bundler commits the batches of many partitions together (DESIGN.md: a
+// bundler may put disjoint partitions in one transaction, locks in ascending
+// partition id). Committers take every job waiting when they become free, up
+// to the bundle limits, so bundles grow with load and no timer delays a
+// commit. Each partition has at most one job in flight (its actor waits for
+// the outcome), so a bundle never holds a partition twice and the queue is
+// bounded by the number of active partitions.
+type bundler struct {
+	h       *Host
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*commitJob
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+func newBundler(h *Host) *bundler {
+	b := &bundler{h: h}
+	b.cond = sync.NewCond(&b.mu)
+	for i := 0; i < h.cfg.Committers; i++ {
+		b.wg.Add(1)
+		go b.run()
+	}
+	return b
+}
+
+// submit queues a job; it never blocks.
+func (b *bundler) submit(j *commitJob) {
+	b.mu.Lock()
+	b.queue = append(b.queue, j)
+	b.mu.Unlock()
+	b.cond.Signal()
+}
+
+// stop lets the committers finish the queued jobs, then waits for them.
+func (b *bundler) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
+	b.wg.Wait()
+}
+
+func (b *bundler) take() []*commitJob {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.queue) == 0 && !b.stopped {
+		b.cond.Wait()
+	}
+	if len(b.queue) == 0 {
+		return nil
+	}
+	n, items := 0, 0
+	for n < len(b.queue) && n < b.h.cfg.MaxBundlePartitions && (n == 0 || items+len(b.queue[n].batch.Items) <= b.h.cfg.MaxBundleItems) {
+		items += len(b.queue[n].batch.Items)
+		n++
+	}
+	jobs := make([]*commitJob, n)
+	copy(jobs, b.queue[:n])
+	b.queue = b.queue[n:]
+	if len(b.queue) == 0 {
+		b.queue = nil // let the backing array go
+	}
+	return jobs
+}
+
+func (b *bundler) run() {
+	defer b.wg.Done()
+	for {
+		jobs := b.take()
+		if jobs == nil {
+			return
+		}
+		b.commit(jobs)
+	}
+}
+
+// commit resolves partition ids on first use, runs one transaction for the
+// bundle and hands each job its outcome. It never panics: a panic becomes
+// every item failed.
+func (b *bundler) commit(jobs []*commitJob) {
+	h := b.h
+	answered := false
+	defer func() {
+		if p := recover(); p != nil && !answered {
+			err := queen.ErrInternal.With("push commit panicked: %v", p)
+			for _, j := range jobs {
+				j.done(failAll(j.batch, err), err)
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CommitTimeout)
+	defer cancel()
+	ready := jobs[:0:0]
+	for _, j := range jobs {
+		if j.batch.PartitionID == uuid.Nil {
+			id, err := h.cfg.Store.EnsurePartition(ctx, j.key.queue, j.key.partition)
+			if err != nil {
+				j.done(failAll(j.batch, err), err)
+				continue
+			}
+			j.batch.PartitionID = id
+		}
+		ready = append(ready, j)
+	}
+	if len(ready) == 0 {
+		answered = true
+		return
+	}
+	batches := make([]*persistence.PushBatch, len(ready))
+	for i, j := range ready {
+		batches[i] = j.batch
+	}
+	start := time.Now()
+	outs, err := h.cfg.Store.CommitBundle(ctx, batches)
+	h.metrics.Commits.Inc()
+	h.commits.Add(1)
+	h.metrics.CommitSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		h.log.Warn("push commit failed", "partitions", len(ready), "err", err)
+	}
+	answered = true
+	for i, j := range ready {
+		if i >= len(outs) || len(outs[i].Results) != len(j.batch.Items) {
+			e := queen.ErrInternal.With("commit returned no verdicts for partition %s", j.key)
+			j.done(failAll(j.batch, e), e)
+			continue
+		}
+		j.done(outs[i], err)
+	}
+}
