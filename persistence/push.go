@@ -122,8 +122,9 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	sort.Slice(order, func(a, b int) bool {
 		return bytes.Compare(bs[order[a]].PartitionID[:], bs[order[b]].PartitionID[:]) < 0
 	})
-	ids := make([]uuid.UUID, len(order))
-	var probePIDs []uuid.UUID
+	// Partition ids go to pgx as [16]byte: binary uuid encoding, no reflection.
+	ids := make([][16]byte, len(order))
+	var probePIDs [][16]byte
 	var probeHashes [][16]byte
 	var probeWMs []int64
 	for k, i := range order {
@@ -138,13 +139,13 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		}
 	}
 
-	locked := make(map[uuid.UUID]lockedPartition, len(order))
-	hits := make(map[uuid.UUID]map[queen.Hash]hit)
+	locked := make(map[[16]byte]lockedPartition, len(order))
+	hits := make(map[[16]byte]map[queen.Hash]hit)
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
 	pb.Queue(sqlBundleLock, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id uuid.UUID
+			var id [16]byte
 			var lp lockedPartition
 			if err := rows.Scan(&id, &lp.last, &lp.window); err != nil {
 				return err
@@ -155,7 +156,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	})
 	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var pid uuid.UUID
+			var pid [16]byte
 			var k [16]byte
 			var off int64
 			var mid []byte
@@ -268,7 +269,7 @@ func (s *Store) commitNoDedup(ctx context.Context, conn *pgxpool.Conn, b *PushBa
 	}
 	var first int64
 	var created time.Time
-	err := conn.QueryRow(ctx, sqlPushNoDedup, b.PartitionID, int64(n), msgIDs, frames, hashes, keys).Scan(&first, &created)
+	err := conn.QueryRow(ctx, sqlPushNoDedup, [16]byte(b.PartitionID), int64(n), msgIDs, frames, hashes, keys).Scan(&first, &created)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

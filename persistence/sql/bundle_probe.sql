@@ -1,10 +1,14 @@
 -- The window probe of a bundle (SPEC.md §3, §8), run as its own statement
 -- after bundle_lock so its snapshot includes every commit made before the
--- locks were granted. One index lookup per incoming hash. $1, $2, $3
--- are parallel arrays: partition id, hash (uuid), the partition's watermark
--- offset (-1 = the whole window). Returns each hit's partition, hash, offset
--- and the original's message id sliced from its covering segment (NULL when
--- that segment is gone).
+-- locks were granted. $1, $2, $3 are parallel arrays: partition id, hash
+-- (uuid), the partition's watermark offset (-1 = the whole window). Returns
+-- each hit's partition, hash, offset and the original's message id sliced
+-- from its covering segment (NULL when that segment is gone).
+--
+-- The LATERAL ... OFFSET 0 keeps the lookup a separate subplan, so every
+-- incoming hash is one descent of log_txn_hashes_lookup on (partition_id,
+-- hash), whatever the statistics said when the plan was cached: a plan made
+-- while the table was empty must not scan a whole partition later.
 SELECT x.partition_id,
        x.hash,
        x."offset",
@@ -16,7 +20,13 @@ SELECT x.partition_id,
 FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS i (partition_id, hash, watermark)
 JOIN queen.partitions p ON p.id = i.partition_id
 JOIN queen.queues q ON q.id = p.queue_id
-JOIN queen.log_txn_hashes x ON x.hash = i.hash AND x.partition_id = i.partition_id
+CROSS JOIN LATERAL (
+    SELECT x.partition_id, x.hash, x."offset"
+      FROM queen.log_txn_hashes x
+     WHERE x.partition_id = i.partition_id
+       AND x.hash = i.hash
+       AND x."offset" > i.watermark
+       AND x.created_at > clock_timestamp() - make_interval(secs => q.dedup_window_seconds)
+    OFFSET 0
+) x
 WHERE q.dedup_window_seconds > 0
-  AND x."offset" > i.watermark
-  AND x.created_at > clock_timestamp() - make_interval(secs => q.dedup_window_seconds)

@@ -96,59 +96,62 @@ type Broker struct {
 
 // Start starts a broker and returns once it serves HTTP and NATS. On error
 // everything started so far is stopped again.
-func Start(ctx context.Context, cfg Config) (b *Broker, err error) {
+func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	cfg.defaults()
-	b = &Broker{cfg: cfg, log: cfg.Logger, metrics: queen.NewMetrics(), stopped: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			b.teardown(context.Background())
-			b = nil
-		}
-	}()
+	b := &Broker{cfg: cfg, log: cfg.Logger, metrics: queen.NewMetrics(), stopped: make(chan struct{})}
+	if err := b.start(ctx); err != nil {
+		// Stop whatever started, the managed PostgreSQL included.
+		b.teardown(context.Background()) //nolint:errcheck // the start error is the one to report
+		return nil, err
+	}
+	return b, nil
+}
 
+func (b *Broker) start(ctx context.Context) (err error) {
+	cfg := b.cfg
 	b.dbURL = cfg.DatabaseURL
 	if b.dbURL == "" {
 		b.log.Info("starting managed PostgreSQL", "data_dir", cfg.DataDir)
 		if b.pg, err = localpg.Start(ctx, localpg.Config{DataDir: cfg.DataDir, BinDir: cfg.PGBin, Logger: b.log}); err != nil {
-			return nil, err
+			return err
 		}
 		b.dbURL = b.pg.URL()
 	}
 	applied, err := persistence.Migrate(ctx, b.dbURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(applied) > 0 {
 		b.log.Info("applied migrations", "versions", applied)
 	}
 	if b.store, err = persistence.Open(ctx, persistence.Config{URL: b.dbURL}); err != nil {
-		return nil, err
+		return err
 	}
 
 	b.natsURL = cfg.NATSURL
 	if b.natsURL == "" {
 		if err = b.startNATS(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if b.nc, err = nats.Connect(b.natsURL, nats.Name("queen-broker"), nats.MaxReconnects(-1)); err != nil {
-		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
+		return fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}
 
 	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems})
 	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.nc, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
 	if err = b.shardSrv.ServeAll(); err != nil {
-		return nil, err
+		return err
 	}
 	router := shards.NewRouter(b.nc, cfg.ShardCount)
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
-		return nil, err
+		return err
 	}
 	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
+		return fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	b.httpSrv = &http.Server{Handler: b.svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -157,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (b *Broker, err error) {
 		}
 	}()
 	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount)
-	return b, nil
+	return nil
 }
 
 func (b *Broker) startNATS() error {

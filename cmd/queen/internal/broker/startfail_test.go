@@ -1,0 +1,50 @@
+package broker
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestStartFailureStopsTheManagedPostgreSQL: a broker whose HTTP port is taken
+// fails to start with an error (no panic) and leaves no postmaster behind.
+func TestStartFailureStopsTheManagedPostgreSQL(t *testing.T) {
+	base, err := os.MkdirTemp("", "queen-startfail-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil { // reachable by the postgres user when root
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(base, "data")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+
+	b, err := Start(context.Background(), Config{DataDir: dataDir, HTTPAddr: taken.Addr().String(), NATSListen: "127.0.0.1:0", Logger: quietLogger()})
+	if err == nil {
+		b.Stop(context.Background()) //nolint:errcheck
+		t.Fatal("Start succeeded on a taken HTTP port")
+	}
+	pidFile := filepath.Join(dataDir, "postgres", "data", "postmaster.pid")
+	if _, statErr := os.Stat(filepath.Dir(pidFile)); statErr != nil {
+		t.Fatalf("the managed cluster was not created where expected (%v); start error: %v", statErr, err)
+	}
+	if _, statErr := os.Stat(pidFile); statErr == nil {
+		t.Fatalf("postmaster.pid still present after a failed Start (%v): the managed PostgreSQL was left running", err)
+	}
+
+	// The same data dir starts cleanly afterwards.
+	b, err = Start(context.Background(), Config{DataDir: dataDir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
