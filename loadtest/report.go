@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/queen-mq/queen-go/persistence"
 )
 
 // Report is the outcome of one run. Rates are per second of the run's
@@ -64,6 +66,10 @@ type Report struct {
 	StoredPerSecond float64 `json:"stored_per_second"`
 
 	Latency Latency `json:"latency_ms"`
+
+	// Postgres is the database's commit durability (measured runs keep
+	// fsync and synchronous_commit on).
+	Postgres persistence.Durability `json:"postgres"`
 
 	// Audit is the post-run audit (broker mode).
 	Audit *AuditReport `json:"audit,omitempty"`
@@ -159,6 +165,8 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(&b, "  stored    %s messages (%s messages/s)\n", commas(r.StoredMessages), commas(int64(r.StoredPerSecond)))
 	fmt.Fprintf(&b, "  latency   p50 %.1f ms · p99 %.1f ms · max %.1f ms (%s requests, %s without verdicts)\n",
 		r.Latency.P50, r.Latency.P99, r.Latency.Max, commas(r.Requests), commas(r.RequestErrors))
+	fmt.Fprintf(&b, "  postgres  fsync %s · synchronous_commit %s · full_page_writes %s%s\n", r.Postgres.Fsync,
+		r.Postgres.SynchronousCommit, r.Postgres.FullPageWrites, notDurable(r.Postgres))
 	if a := r.Audit; a != nil {
 		if a.Passed {
 			fmt.Fprintf(&b, "  audit     passed: %s transaction ids, %s answered queued or duplicate, each stored exactly once; %s failed-only (%s of them stored once); nothing else stored\n",
@@ -201,6 +209,14 @@ type Round struct {
 func (c *Comparison) WriteText(w io.Writer) {
 	var b strings.Builder
 	b.WriteString("queen loadtest --compare: broker (dedup on) vs raw COPY, stored messages per second\n")
+	if len(c.Rounds) > 0 {
+		r := c.Rounds[0].Broker
+		fmt.Fprintf(&b, "producers %d · partitions %d · batch %d · payload %d B · dup ratio %g · %.0f s per run\n",
+			r.Producers, r.Partitions, r.Batch, r.PayloadBytes, r.DupRatio, r.Seconds)
+		d := r.Postgres
+		fmt.Fprintf(&b, "postgres: fsync %s · synchronous_commit %s · full_page_writes %s%s\n",
+			d.Fsync, d.SynchronousCommit, d.FullPageWrites, notDurable(d))
+	}
 	fmt.Fprintf(&b, "%-5s  %-6s  %12s  %12s  %8s  %8s  %8s  %s\n", "round", "mode", "items/s", "stored/s", "p50 ms", "p99 ms", "max ms", "audit")
 	row := func(n int, r *Report) {
 		audit := "-"
@@ -228,6 +244,13 @@ func (c *Comparison) WriteText(w io.Writer) {
 	}
 	b.WriteByte('\n')
 	io.WriteString(w, b.String()) //nolint:errcheck
+}
+
+func notDurable(d persistence.Durability) string {
+	if d.Durable() {
+		return ""
+	}
+	return " (NOT DURABLE: these figures are not comparable)"
 }
 
 func median(xs []float64) float64 {

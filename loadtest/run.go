@@ -58,15 +58,16 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 
 	rep := &Report{Mode: cfg.Mode, Producers: cfg.Producers, Partitions: cfg.Partitions, Batch: cfg.Batch,
 		PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio}
+	// Open the audit first (both modes report the database's durability):
+	// a wrong database URL fails before the load.
 	var err error
+	if audit, err = persistence.OpenAudit(ctx, cfg.DatabaseURL); err != nil {
+		return nil, fmt.Errorf("database %s: %w", redact(cfg.DatabaseURL), err)
+	}
 	switch cfg.Mode {
 	case ModeBroker:
 		rep.Target, rep.Queue = cfg.Target, cfg.Queue
-		// Open the audit first: a wrong database URL fails before the load.
-		if audit, err = persistence.OpenAudit(ctx, cfg.DatabaseURL); err != nil {
-			return nil, fmt.Errorf("audit database %s: %w", redact(cfg.DatabaseURL), err)
-		}
-		var hc = newHTTPClient(cfg.Producers)
+		hc := newHTTPClient(cfg.Producers)
 		for i := range producers {
 			var s sender
 			if strings.HasPrefix(cfg.Target, "nats://") {
@@ -140,6 +141,11 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 			return rep, fmt.Errorf("after the load: %w", err)
 		}
 	}
+	d, err := audit.Durability(actx)
+	if err != nil {
+		return rep, fmt.Errorf("read the durability settings: %w", err)
+	}
+	rep.Postgres = d
 	switch cfg.Mode {
 	case ModeBroker:
 		ledgers := make([]*ledger, len(producers))
