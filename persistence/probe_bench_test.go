@@ -74,11 +74,7 @@ func BenchmarkColdProbe(b *testing.B) {
 				for b.Loop() {
 					its := fresh()
 					hs := distinctLeaders(&PushBatch{Items: its})
-					pids, wms := make([]uuid.UUID, len(hs)), make([]int64, len(hs))
-					for i := range hs {
-						pids[i], wms[i] = pid, -1
-					}
-					rows, err := s.pool.Query(ctx, sqlBundleProbe, pids, hs, wms)
+					rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -125,18 +125,22 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	// Partition ids go to pgx as [16]byte: binary uuid encoding, no reflection.
 	ids := make([][16]byte, len(order))
 	var probePIDs [][16]byte
-	var probeHashes [][16]byte
 	var probeWMs []int64
+	var probeLo, probeHi []int32
+	var probeHashes [][16]byte
 	for k, i := range order {
 		b := bs[i]
 		ids[k] = b.PartitionID
+		lo := len(probeHashes) + 1
 		for j, it := range b.Items {
 			if leaderOf(b, j) == j {
-				probePIDs = append(probePIDs, b.PartitionID)
 				probeHashes = append(probeHashes, it.Hash)
-				probeWMs = append(probeWMs, b.Watermark)
 			}
 		}
+		probePIDs = append(probePIDs, b.PartitionID)
+		probeWMs = append(probeWMs, b.Watermark)
+		probeLo = append(probeLo, int32(lo))
+		probeHi = append(probeHi, int32(len(probeHashes)))
 	}
 
 	locked := make(map[[16]byte]lockedPartition, len(order))
@@ -154,7 +158,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		}
 		return rows.Err()
 	})
-	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs).Query(func(rows pgx.Rows) error {
+	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var pid [16]byte
 			var k [16]byte
@@ -189,10 +193,10 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	}
 
 	var (
-		segPIDs                      []uuid.UUID
+		segPIDs                      [][16]byte
 		segFirst, segLast            []int64
 		segIDs, segFrames, segHashes [][]byte
-		rowPIDs                      []uuid.UUID
+		rowPIDs                      [][16]byte
 		rowHashes                    [][16]byte
 		rowOffsets                   []int64
 		written                      []int
