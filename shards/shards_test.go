@@ -1,0 +1,142 @@
+package shards
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+func TestShardOfIsStableAndSpread(t *testing.T) {
+	require.Equal(t, Of("orders", "o-1", 64), Of("orders", "o-1", 64))
+	// The separator keeps ("ab","c") and ("a","bc") apart.
+	seen := map[int]bool{}
+	for i := 0; i < 1000; i++ {
+		n := Of("q", fmt.Sprintf("p%d", i), 64)
+		require.True(t, n >= 0 && n < 64)
+		seen[n] = true
+	}
+	require.Len(t, seen, 64, "1000 partitions reach every one of 64 shards")
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	trace := "t"
+	items := []*queen.Item{
+		{Queue: "q", Partition: "p", TransactionID: "日本", TraceID: &trace, Payload: []byte(`{"a":1}`)},
+		{Queue: "q2", Partition: "Default", TransactionID: "", Payload: []byte(`null`)},
+	}
+	got, err := decodeItems(encodeItems(nil, items))
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	for i := range items {
+		items[i].Hash = queen.HashTxn(items[i].TransactionID)
+		require.Equal(t, *items[i], *got[i])
+	}
+	rs := []queen.Result{
+		{Verdict: queen.Queued, MessageID: uuid.New(), PartitionID: uuid.New(), Offset: 7},
+		{Verdict: queen.Duplicate, MessageID: uuid.New(), PartitionID: uuid.New(), Offset: -1},
+		{Verdict: queen.Failed, Offset: -1, Err: queen.ErrOverloaded.With("busy")},
+	}
+	back, err := decodeResults(encodeResults(nil, rs))
+	require.NoError(t, err)
+	require.Equal(t, rs[:2], back[:2])
+	require.Equal(t, queen.Failed, back[2].Verdict)
+	require.Equal(t, "overloaded", back[2].Err.Code)
+	require.True(t, back[2].Err.Retryable)
+
+	_, err = decodeItems([]byte{5, 1})
+	require.Error(t, err)
+	_, err = decodeResults([]byte{1, 9})
+	require.Error(t, err)
+}
+
+// recorder is a PartitionPusher that queues everything and records what
+// each partition received, in order.
+type recorder struct {
+	mu     sync.Mutex
+	got    map[string][]string
+	chunks int
+}
+
+type done []queen.Result
+
+func (d done) Wait(context.Context) ([]queen.Result, error) { return d, nil }
+
+func (r *recorder) Enqueue(q, p string, items []*queen.Item) (Waiter, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.chunks++
+	out := make(done, len(items))
+	for i, it := range items {
+		r.got[q+"/"+p] = append(r.got[q+"/"+p], it.TransactionID)
+		out[i] = queen.Result{Verdict: queen.Queued, Offset: int64(len(r.got[q+"/"+p]) - 1)}
+	}
+	return out, nil
+}
+
+// TestRouterChunksBelowMaxPayloadAndKeepsOrder runs a NATS server whose
+// max_payload is 64 KiB and routes a 1 MiB request: the shard hops are split
+// into chunks below the limit, and each partition still sees its items in
+// request order, with verdicts reassembled in request order.
+func TestRouterChunksBelowMaxPayloadAndKeepsOrder(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: 64 << 10, NoSigs: true, NoLog: true})
+	require.NoError(t, err)
+	srv.Start()
+	defer srv.Shutdown()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+
+	rec := &recorder{got: map[string][]string{}}
+	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 8})
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
+	r := NewRouter(nc, 8)
+
+	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	var items []*queen.Item
+	for i := 0; i < 1000; i++ {
+		items = append(items, &queen.Item{Queue: "q", Partition: fmt.Sprintf("p%d", i%3), TransactionID: fmt.Sprintf("t%04d", i), Payload: payload})
+	}
+	res := r.Push(context.Background(), items)
+	require.Len(t, res, len(items))
+	for i, it := range items {
+		require.Equal(t, queen.Queued, res[i].Verdict, "item %d", i)
+		require.Equal(t, int64(i/3), res[i].Offset, "item %d (%s) answered out of order", i, it.TransactionID)
+	}
+	for p := 0; p < 3; p++ {
+		got := rec.got[fmt.Sprintf("q/p%d", p)]
+		require.Len(t, got, 334-boolInt(p > 0))
+		for j, txn := range got {
+			require.Equal(t, fmt.Sprintf("t%04d", j*3+p), txn)
+		}
+	}
+	require.Greater(t, rec.chunks, 3, "a 1 MiB request over a 64 KiB server is split")
+
+	// No broker serving: every item fails with a retryable code, fast.
+	require.NoError(t, s.Stop(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res = r.Push(ctx, items[:2])
+	for _, x := range res {
+		require.Equal(t, queen.Failed, x.Verdict)
+		require.True(t, x.Err.Retryable)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
