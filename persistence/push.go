@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	queen "github.com/queen-mq/queen-go"
@@ -122,22 +123,23 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	sort.Slice(order, func(a, b int) bool {
 		return bytes.Compare(bs[order[a]].PartitionID[:], bs[order[b]].PartitionID[:]) < 0
 	})
-	// Partition ids go to pgx as [16]byte: binary uuid encoding, no reflection.
-	ids := make([][16]byte, len(order))
-	var probePIDs [][16]byte
+	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
+	// binary without reflection.
+	ids := make([]pgtype.UUID, len(order))
+	var probePIDs []pgtype.UUID
 	var probeWMs []int64
 	var probeLo, probeHi []int32
-	var probeHashes [][16]byte
+	var probeHashes []pgtype.UUID
 	for k, i := range order {
 		b := bs[i]
-		ids[k] = b.PartitionID
+		ids[k] = pgUUID(b.PartitionID)
 		lo := len(probeHashes) + 1
 		for j, it := range b.Items {
 			if leaderOf(b, j) == j {
-				probeHashes = append(probeHashes, it.Hash)
+				probeHashes = append(probeHashes, pgUUID(it.Hash))
 			}
 		}
-		probePIDs = append(probePIDs, b.PartitionID)
+		probePIDs = append(probePIDs, pgUUID(b.PartitionID))
 		probeWMs = append(probeWMs, b.Watermark)
 		probeLo = append(probeLo, int32(lo))
 		probeHi = append(probeHi, int32(len(probeHashes)))
@@ -193,11 +195,11 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	}
 
 	var (
-		segPIDs                      [][16]byte
+		segPIDs                      []pgtype.UUID
 		segFirst, segLast            []int64
 		segIDs, segFrames, segHashes [][]byte
-		rowPIDs                      [][16]byte
-		rowHashes                    [][16]byte
+		rowPIDs                      []pgtype.UUID
+		rowHashes                    []pgtype.UUID
 		rowOffsets                   []int64
 		written                      []int
 	)
@@ -211,15 +213,15 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 			continue
 		}
 		written = append(written, i)
-		segPIDs = append(segPIDs, b.PartitionID)
+		segPIDs = append(segPIDs, pgUUID(b.PartitionID))
 		segFirst = append(segFirst, out.FirstOffset)
 		segLast = append(segLast, out.LastOffset)
 		segIDs = append(segIDs, msgIDs)
 		segFrames = append(segFrames, frames)
 		segHashes = append(segHashes, hashes)
 		for j, k := range keys {
-			rowPIDs = append(rowPIDs, b.PartitionID)
-			rowHashes = append(rowHashes, k)
+			rowPIDs = append(rowPIDs, pgUUID(b.PartitionID))
+			rowHashes = append(rowHashes, pgUUID(k))
 			rowOffsets = append(rowOffsets, out.FirstOffset+int64(j))
 		}
 	}
@@ -335,6 +337,8 @@ func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit
 	out.LastOffset = next - 1
 	return msgIDs, frames, hashes, keys, clean
 }
+
+func pgUUID(b [16]byte) pgtype.UUID { return pgtype.UUID{Bytes: b, Valid: true} }
 
 func leaderOf(b *PushBatch, i int) int {
 	if b.LeaderOf == nil {

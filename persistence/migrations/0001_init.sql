@@ -41,6 +41,15 @@ CREATE TABLE queen.segments (
 -- Uncompressed out-of-line storage lets substring() fetch one id's slice.
 ALTER TABLE queen.segments ALTER COLUMN message_ids SET STORAGE EXTERNAL;
 CREATE INDEX segments_created_at ON queen.segments (created_at);
+-- Frames are compressed with lz4 where the server supports it: pglz spends
+-- far more CPU, mostly on payloads that do not compress.
+DO $$
+BEGIN
+    IF 'lz4' = ANY (SELECT unnest(enumvals) FROM pg_settings WHERE name = 'default_toast_compression') THEN
+        ALTER TABLE queen.segments ALTER COLUMN frames SET COMPRESSION lz4;
+    END IF;
+END
+$$;
 
 -- The hash sidecar: one row per segment, one XXH3-128 hash (16 bytes,
 -- big-endian) per frame in frame order, packed. Written on every push, dedup
