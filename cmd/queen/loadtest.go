@@ -17,7 +17,6 @@ import (
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
-	"github.com/queen-mq/queen-go/persistence/localpg"
 )
 
 func loadtestCmd() *cobra.Command {
@@ -188,7 +187,7 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 	}
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-	b, err := startBroker(sctx, broker.Config{
+	b, err := broker.Start(sctx, broker.Config{
 		DataDir:    dataDir,
 		HTTPAddr:   embeddedHTTPAddr,
 		NATSListen: "127.0.0.1:0",
@@ -198,13 +197,9 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 	})
 	cancel()
 	if err != nil {
-		err = fmt.Errorf("start the embedded broker: %w", err)
-		// A failed start may leave the managed PostgreSQL running.
-		if serr := stopLeftoverCluster(dataDir, pgBin, log); serr != nil {
-			return errors.Join(err, fmt.Errorf("stop the embedded PostgreSQL (its folder %s is kept): %w", dir, serr))
-		}
+		// A failed Start has stopped what it started, the managed PostgreSQL included.
 		removeAll()
-		return err
+		return fmt.Errorf("start the embedded broker: %w", err)
 	}
 	fmt.Fprintf(stderr, "loadtest: embedded PostgreSQL cluster in %s\n", clusterArea(dataDir))
 	fmt.Fprintf(stderr, "loadtest: embedded broker ready: NATS %s, HTTP %s\n", b.NATSURL(), b.HTTPURL())
@@ -224,31 +219,6 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		return errors.New("loadtest interrupted")
 	}
 	return fn(b)
-}
-
-// startBroker is broker.Start with a panic turned into an error.
-func startBroker(ctx context.Context, cfg broker.Config) (b *broker.Broker, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			b, err = nil, fmt.Errorf("broker.Start panicked: %v", p)
-		}
-	}()
-	return broker.Start(ctx, cfg)
-}
-
-// stopLeftoverCluster stops a managed PostgreSQL still running for dataDir
-// (localpg adopts a running postmaster, then stops it).
-func stopLeftoverCluster(dataDir, pgBin string, log *slog.Logger) error {
-	if _, err := os.Stat(filepath.Join(clusterArea(dataDir), "data", "postmaster.pid")); err != nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := localpg.Start(ctx, localpg.Config{DataDir: dataDir, BinDir: pgBin, Logger: log})
-	if err != nil {
-		return err
-	}
-	return c.Stop()
 }
 
 // clusterArea is the managed PostgreSQL's folder for dataDir: the one
