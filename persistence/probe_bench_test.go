@@ -24,11 +24,11 @@ func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 		 SELECT $1, g*100, g*100+99, clock_timestamp(),
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
 		   FROM generate_series(0, %d) g`, rows-1),
-		`INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", created_at)
-		 SELECT l.partition_id, encode(substring(l.hashes FROM i*16+1 FOR 16), 'hex')::uuid, l.first_offset + i, l.created_at
+		`INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+		 SELECT l.partition_id, encode(substring(l.hashes FROM i*16+1 FOR 16), 'hex')::uuid, l.first_offset + i, l.first_offset, l.created_at
 		   FROM queen.log_txns l, generate_series(0, 99) i WHERE l.partition_id = $1`,
 		fmt.Sprintf(`UPDATE queen.partitions SET last_offset = %d WHERE id = $1`, rows*100-1),
-		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (partition_id, hash) INCLUDE ("offset", created_at)`,
+		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (partition_id, hash) INCLUDE ("offset", segment, created_at)`,
 		`VACUUM ANALYZE queen.log_txns`,
 		`VACUUM ANALYZE queen.log_txn_hashes`,
 	}

@@ -201,6 +201,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		rowPIDs                      []pgtype.UUID
 		rowHashes                    []pgtype.UUID
 		rowOffsets                   []int64
+		rowSegments                   []int64
 		written                      []int
 	)
 	for _, i := range order {
@@ -223,6 +224,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 			rowPIDs = append(rowPIDs, pgUUID(b.PartitionID))
 			rowHashes = append(rowHashes, pgUUID(k))
 			rowOffsets = append(rowOffsets, out.FirstOffset+int64(j))
+			rowSegments = append(rowSegments, out.FirstOffset)
 		}
 	}
 	if len(written) == 0 {
@@ -235,7 +237,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	}
 	var created time.Time
 	ib := &pgx.Batch{}
-	ib.Queue(sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets).Query(func(rows pgx.Rows) error {
+	ib.Queue(sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets, rowSegments).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&created); err != nil {
 				return err

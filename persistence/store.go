@@ -33,11 +33,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
 	}
-	// Plan every execution with its actual parameters. A generic plan cached
-	// while the queen tables were small (before autovacuum's first ANALYZE)
-	// made the window probe scan a whole partition, so pushes slowed down as
-	// the window filled; planning these few statements costs far less.
-	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	pc.MaxConns = cfg.MaxConns
 	if pc.MaxConns <= 0 {
 		pc.MaxConns = 32

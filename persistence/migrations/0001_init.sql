@@ -76,9 +76,12 @@ CREATE TABLE queen.log_txn_hashes (
     partition_id uuid        NOT NULL,
     hash         uuid        NOT NULL,
     "offset"     bigint      NOT NULL,
+    -- first_offset of the covering segment: a duplicate's original id is one
+    -- primary-key lookup away.
+    segment      bigint      NOT NULL,
     created_at   timestamptz NOT NULL
 );
-CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (partition_id, hash) INCLUDE ("offset", created_at);
+CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (partition_id, hash) INCLUDE ("offset", segment, created_at);
 -- Rows arrive in created_at order: a BRIN index lets retention find old rows
 -- at almost no cost per insert.
 CREATE INDEX log_txn_hashes_created_at ON queen.log_txn_hashes USING brin (created_at);

@@ -3,7 +3,8 @@
 -- clock_timestamp() while the row locks are held.
 -- Per partition (parallel arrays): $1 id, $2 first offset, $3 last offset,
 -- $4 message ids (16 bytes each), $5 packed frames, $6 packed hashes.
--- Per frame (parallel arrays): $7 partition id, $8 hash (uuid), $9 offset.
+-- Per frame (parallel arrays): $7 partition id, $8 hash (uuid), $9 offset,
+-- $10 the first offset of its segment.
 WITH t AS (SELECT clock_timestamp() AS now),
 seg AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[], $6::bytea[])
@@ -18,9 +19,9 @@ l AS (
     SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.hashes FROM seg, t
 ),
 x AS (
-    INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", created_at)
-    SELECT u.partition_id, u.hash, u."offset", t.now
-      FROM unnest($7::uuid[], $8::uuid[], $9::bigint[]) AS u (partition_id, hash, "offset"), t
+    INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+    SELECT u.partition_id, u.hash, u."offset", u.segment, t.now
+      FROM unnest($7::uuid[], $8::uuid[], $9::bigint[], $10::bigint[]) AS u (partition_id, hash, "offset", segment), t
 )
 UPDATE queen.partitions p
    SET last_offset = seg.last_offset

@@ -6,29 +6,34 @@
 -- hash, offset and the original's message id sliced from its covering
 -- segment (NULL when that segment is gone).
 --
--- Each partition is one scan of log_txn_hashes_lookup with its hashes as
--- array keys: one descent per hash, so the cost follows the number of
--- incoming hashes, not the window's size. The LATERAL ... OFFSET 0 keeps
--- that shape whatever the statistics said when the plan was cached: a plan
--- made while the table was empty must not scan a whole partition later.
+-- Every lookup is an equality on a primary key or on both columns of
+-- log_txn_hashes_lookup, and the LATERAL ... OFFSET 0 subqueries keep them
+-- per-row lookups, so each incoming hash is one index descent whatever the
+-- statistics said when the plan was cached: a generic plan made while the
+-- tables were small must not scan a partition later (an `= ANY(array
+-- slice)` probe and a `first_offset <= x ORDER BY ... LIMIT 1` segment lookup
+-- both did, and pushes slowed down as the window filled).
 SELECT x.partition_id,
        x.hash,
        x."offset",
        (SELECT substring(s.message_ids FROM ((x."offset" - s.first_offset) * 16 + 1)::int FOR 16)
           FROM queen.segments s
-         WHERE s.partition_id = x.partition_id AND s.first_offset <= x."offset" AND s.last_offset >= x."offset"
-         ORDER BY s.first_offset DESC
-         LIMIT 1) AS message_id
+         WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment) AS message_id
 FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[]) AS i (partition_id, watermark, lo, hi)
-JOIN queen.partitions p ON p.id = i.partition_id
-JOIN queen.queues q ON q.id = p.queue_id
 CROSS JOIN LATERAL (
-    SELECT x.partition_id, x.hash, x."offset"
+    SELECT q.dedup_window_seconds AS seconds
+      FROM queen.partitions p
+      JOIN queen.queues q ON q.id = p.queue_id
+     WHERE p.id = i.partition_id AND q.dedup_window_seconds > 0
+    OFFSET 0
+) w
+CROSS JOIN LATERAL unnest(($2::uuid[])[i.lo:i.hi]) AS h (hash)
+CROSS JOIN LATERAL (
+    SELECT x.partition_id, x.hash, x."offset", x.segment
       FROM queen.log_txn_hashes x
      WHERE x.partition_id = i.partition_id
-       AND x.hash = ANY (($2::uuid[])[i.lo:i.hi])
+       AND x.hash = h.hash
        AND x."offset" > i.watermark
-       AND x.created_at > clock_timestamp() - make_interval(secs => q.dedup_window_seconds)
+       AND x.created_at > clock_timestamp() - make_interval(secs => w.seconds)
     OFFSET 0
 ) x
-WHERE q.dedup_window_seconds > 0

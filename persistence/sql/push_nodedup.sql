@@ -19,7 +19,7 @@ l AS (
     SELECT $1, a.first_offset, a.last_offset, a.now, $5 FROM a
 ),
 x AS (
-    INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", created_at)
-    SELECT $1, u.h, a.first_offset + u.ord - 1, a.now FROM a, unnest($6::uuid[]) WITH ORDINALITY AS u (h, ord)
+    INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+    SELECT $1, u.h, a.first_offset + u.ord - 1, a.first_offset, a.now FROM a, unnest($6::uuid[]) WITH ORDINALITY AS u (h, ord)
 )
 SELECT first_offset, now FROM a
