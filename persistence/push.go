@@ -201,7 +201,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		rowPIDs                      []pgtype.UUID
 		rowHashes                    []pgtype.UUID
 		rowOffsets                   []int64
-		rowSegments                   []int64
+		rowSegments                  []int64
 		written                      []int
 	)
 	for _, i := range order {
