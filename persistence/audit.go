@@ -39,19 +39,9 @@ type Audit struct {
 // OpenAudit connects a small read-only pool to url (a PostgreSQL URL or
 // key=value connection string). It does not check the schema.
 func OpenAudit(ctx context.Context, url string) (*Audit, error) {
-	pc, err := pgxpool.ParseConfig(url)
+	pool, err := openPool(ctx, url, 2, map[string]string{"default_transaction_read_only": "on"})
 	if err != nil {
-		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
-	}
-	pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
-	pc.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, unavailable(err)
+		return nil, err
 	}
 	return &Audit{pool: pool}, nil
 }

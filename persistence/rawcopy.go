@@ -47,18 +47,9 @@ type RawWriter struct {
 // OpenRaw connects a pool (up to 32 connections, like the broker's Store) to
 // url.
 func OpenRaw(ctx context.Context, url string) (*RawWriter, error) {
-	pc, err := pgxpool.ParseConfig(url)
+	pool, err := openPool(ctx, url, 32, nil)
 	if err != nil {
-		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
-	}
-	pc.MaxConns = 32
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, unavailable(err)
+		return nil, err
 	}
 	return &RawWriter{pool: pool}, nil
 }

@@ -29,24 +29,36 @@ type Store struct {
 // Open connects a pool to cfg.URL and checks the schema is migrated. It does
 // not migrate: call Migrate first.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 32
+	}
+	pool, err := openPool(ctx, cfg.URL, cfg.MaxConns, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool}, nil
+}
+
+// openPool connects a pool of up to maxConns connections to url, with extra
+// session settings, and checks the server answers.
+func openPool(ctx context.Context, url string, maxConns int32, settings map[string]string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
 	}
-	pc.MaxConns = cfg.MaxConns
-	if pc.MaxConns <= 0 {
-		pc.MaxConns = 32
+	for k, v := range settings {
+		pc.ConnConfig.RuntimeParams[k] = v
 	}
+	pc.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	s := &Store{pool: pool}
-	if err := s.Ping(ctx); err != nil {
+	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, unavailable(err)
 	}
-	return s, nil
+	return pool, nil
 }
 
 // Close closes the pool, waiting for connections in use to be returned.
