@@ -27,17 +27,20 @@ func migrateCmd() *cobra.Command {
 			ctx := cmd.Context()
 			url := db.databaseURL
 			if url == "" {
-				// A broker serving this data dir, or the managed cluster itself.
-				url = db.runningURL()
-			}
-			var cluster *localpg.Cluster
-			if url == "" {
-				var err error
-				if cluster, err = localpg.Start(ctx, localpg.Config{DataDir: db.dataDir, BinDir: db.pgBin}); err != nil {
+				// The managed cluster of the data dir; when a running broker
+				// holds it, the URL that broker wrote.
+				cluster, err := localpg.Start(ctx, localpg.Config{DataDir: db.dataDir, BinDir: db.pgBin})
+				switch {
+				case err == nil:
+					defer cluster.Stop() //nolint:errcheck
+					url = cluster.URL()
+				case errors.Is(err, localpg.ErrInUse):
+					if url = db.runningURL(); url == "" {
+						return fmt.Errorf("%w, and it has written no postgres.url", err)
+					}
+				default:
 					return err
 				}
-				defer cluster.Stop() //nolint:errcheck
-				url = cluster.URL()
 			}
 			applied, err := persistence.Migrate(ctx, url)
 			if err != nil {

@@ -100,6 +100,39 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	stopped bool
+	lock    *os.File // the data folder's lock, held while this Cluster runs
+}
+
+// ErrInUse is returned by Start when another process (a running broker, or
+// `queen migrate`) already manages the cluster of that data folder.
+var ErrInUse = errors.New("localpg: data folder in use")
+
+// lockName is the data folder's lock file: an exclusive flock held by the
+// process managing the cluster. The kernel drops it when that process dies,
+// even by SIGKILL, so a leftover postmaster is adopted only when its broker
+// is gone, never taken from a live one.
+const lockName = "postgres.lock"
+
+// lockDataDir takes the data folder's lock without waiting.
+func lockDataDir(dataDir string) (*os.File, error) {
+	path := filepath.Join(dataDir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("localpg: open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is used by another process (pid %s); stop it first, or give this one another data folder",
+				ErrInUse, dataDir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("localpg: lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0) //nolint:errcheck // informative only
+	}
+	return f, nil
 }
 
 const (
@@ -160,6 +193,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("localpg: create data folder: %w", err)
 	}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Close()
+		}
+	}()
 	area, err := chooseArea(dataDir, owner)
 	if err != nil {
 		return nil, err
@@ -172,6 +215,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		logPath: filepath.Join(area, "postgresql.log"),
 		owner:   owner,
 		log:     log.With("dir", area),
+		lock:    lock,
 	}
 	if err := c.mkdirOwned(area); err != nil {
 		return nil, err
@@ -214,6 +258,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("localpg: write URL file: %w", err)
 	}
 	c.log.Info("local PostgreSQL ready", "url", c.url, "adopted", adopted)
+	started = true
 	return c, nil
 }
 
@@ -236,6 +281,15 @@ func (c *Cluster) Stop() error {
 	if c.stopped {
 		return nil
 	}
+	err := c.stop()
+	if c.stopped && c.lock != nil {
+		c.lock.Close() // releases the data folder
+		c.lock = nil
+	}
+	return err
+}
+
+func (c *Cluster) stop() error {
 	if _, ok := readPidFile(c.pgdata); !ok {
 		c.stopped = true
 		return nil

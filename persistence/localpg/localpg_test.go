@@ -329,7 +329,16 @@ func TestAdoptLeftoverPostmaster(t *testing.T) {
 	c1 := start(t, dataDir)
 	exec1(t, c1.URL(), "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('before')")
 	pid := postmasterPid(t, c1)
-	// "Forget" c1, as a killed broker would.
+
+	// While c1's process holds the data folder, nobody else may take it:
+	// a second broker must not adopt (and later stop) a live broker's server.
+	if _, err := Start(context.Background(), Config{DataDir: dataDir}); !errors.Is(err, ErrInUse) {
+		t.Fatalf("second Start while the first runs: %v, want ErrInUse", err)
+	}
+
+	// "Forget" c1, as a killed broker would: its process exits, the kernel
+	// drops its lock, its postmaster keeps running.
+	c1.lock.Close()
 
 	c2 := start(t, dataDir)
 	if got := postmasterPid(t, c2); got != pid {
@@ -372,6 +381,7 @@ func TestRecoverAfterPostmasterKill(t *testing.T) {
 // children are gone.
 func killPostmaster(t *testing.T, c *Cluster) {
 	t.Helper()
+	c.lock.Close() // its broker died with it
 	pid := postmasterPid(t, c)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

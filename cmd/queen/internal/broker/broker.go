@@ -101,7 +101,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b := &Broker{cfg: cfg, log: cfg.Logger, metrics: queen.NewMetrics(), stopped: make(chan struct{})}
 	if err := b.start(ctx); err != nil {
 		// Stop whatever started, the managed PostgreSQL included.
-		b.teardown(context.Background()) //nolint:errcheck // the start error is the one to report
+		if terr := b.teardown(context.Background()); terr != nil {
+			return nil, errors.Join(err, fmt.Errorf("broker: cleaning up after the failed start: %w", terr))
+		}
 		return nil, err
 	}
 	return b, nil
@@ -109,6 +111,17 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 
 func (b *Broker) start(ctx context.Context) (err error) {
 	cfg := b.cfg
+	// Ports first: a clash fails at once, before any database work.
+	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	b.natsURL = cfg.NATSURL
+	if b.natsURL == "" {
+		if err = b.startNATS(); err != nil {
+			return err
+		}
+	}
+
 	b.dbURL = cfg.DatabaseURL
 	if b.dbURL == "" {
 		b.log.Info("starting managed PostgreSQL", "data_dir", cfg.DataDir)
@@ -128,12 +141,6 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		return err
 	}
 
-	b.natsURL = cfg.NATSURL
-	if b.natsURL == "" {
-		if err = b.startNATS(); err != nil {
-			return err
-		}
-	}
 	if b.nc, err = nats.Connect(b.natsURL, nats.Name("queen-broker"), nats.MaxReconnects(-1)); err != nil {
 		return fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}
@@ -149,9 +156,6 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
-	}
-	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	b.httpSrv = &http.Server{Handler: b.svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -174,6 +178,13 @@ func (b *Broker) startNATS() error {
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
+	} else {
+		// The embedded server only logs a clash; find it here, at once.
+		l, err := net.Listen("tcp", b.cfg.NATSListen)
+		if err != nil {
+			return fmt.Errorf("broker: embedded NATS cannot listen on %s: %w (set QUEEN_NATS_LISTEN, or NATS_URL for an external server)", b.cfg.NATSListen, err)
+		}
+		l.Close()
 	}
 	opts := &server.Options{
 		ServerName: "queen-embedded",

@@ -8,8 +8,10 @@ import (
 	"testing"
 )
 
-// TestStartFailureStopsTheManagedPostgreSQL: a broker whose HTTP port is taken
-// fails to start with an error (no panic) and leaves no postmaster behind.
+// TestStartFailureStopsTheManagedPostgreSQL: a broker that fails after its
+// managed PostgreSQL started (its NATS server cannot be reached) returns an
+// error (no panic) and leaves no postmaster behind; a taken HTTP port fails
+// before any database work.
 func TestStartFailureStopsTheManagedPostgreSQL(t *testing.T) {
 	base, err := os.MkdirTemp("", "queen-startfail-")
 	if err != nil {
@@ -30,6 +32,15 @@ func TestStartFailureStopsTheManagedPostgreSQL(t *testing.T) {
 	if err == nil {
 		b.Stop(context.Background()) //nolint:errcheck
 		t.Fatal("Start succeeded on a taken HTTP port")
+	}
+	if _, statErr := os.Stat(filepath.Join(dataDir, "postgres")); statErr == nil {
+		t.Fatalf("a taken HTTP port (%v) still started the managed PostgreSQL", err)
+	}
+
+	b, err = Start(context.Background(), Config{DataDir: dataDir, HTTPAddr: "127.0.0.1:0", NATSURL: "nats://" + taken.Addr().String(), Logger: quietLogger()})
+	if err == nil {
+		b.Stop(context.Background()) //nolint:errcheck
+		t.Fatal("Start succeeded with an unreachable NATS server")
 	}
 	pidFile := filepath.Join(dataDir, "postgres", "data", "postmaster.pid")
 	if _, statErr := os.Stat(filepath.Dir(pidFile)); statErr != nil {
