@@ -266,14 +266,14 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 // is not 0 (nothing was written) and the caller takes the probing path.
 func (s *Store) commitNoDedup(ctx context.Context, conn *pgxpool.Conn, b *PushBatch, out *PushOutcome) (bool, error) {
 	n := len(b.Items)
-	msgIDs, frames, hashes, keys := make([]byte, 0, 16*n), make([]byte, 0, 64*n), make([]byte, 0, 16*n), make([][16]byte, n)
+	msgIDs, frames, hashes, keys := make([]byte, 0, 16*n), make([]byte, 0, 64*n), make([]byte, 0, 16*n), make([]pgtype.UUID, n)
 	ids := make([]uuid.UUID, n)
 	for i, it := range b.Items {
 		ids[i] = newMessageID()
 		msgIDs = append(msgIDs, ids[i][:]...)
 		frames = AppendFrame(frames, it.TransactionID, it.TraceID, it.Payload)
 		hashes = append(hashes, it.Hash[:]...)
-		keys[i] = it.Hash
+		keys[i] = pgUUID(it.Hash)
 	}
 	var first int64
 	var created time.Time
