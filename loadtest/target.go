@@ -81,12 +81,7 @@ func newHTTPClient(producers int) *http.Client {
 }
 
 func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
-	body, err := json.Marshal(struct {
-		Items []transport.PushItem `json:"items"`
-	}{items})
-	if err != nil {
-		return queen.ErrInternal.With("encode push body: %v", err)
-	}
+	body := transport.AppendPushRequest(nil, items)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return queen.ErrInternal.With("push request: %v", err)
@@ -105,8 +100,7 @@ func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out [
 		return queen.ErrTimeout.With("POST %s: reading the reply: %v", s.url, err)
 	}
 	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusServiceUnavailable {
-		var replies []queen.PushReply
-		if json.Unmarshal(data, &replies) == nil && len(replies) == len(items) && len(items) > 0 {
+		if replies, err := queen.DecodePushReplies(data); err == nil && len(replies) == len(items) && len(items) > 0 {
 			fillResults(items, replies, out)
 			return nil
 		}

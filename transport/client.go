@@ -37,19 +37,12 @@ type PushItem struct {
 // failure. When every item failed (503) the replies are returned too, with
 // err matching the first item's error code.
 func (c *Client) Push(ctx context.Context, items []PushItem) ([]queen.PushReply, error) {
-	body, err := json.Marshal(struct {
-		Items []PushItem `json:"items"`
-	}{items})
+	data, status, err := c.request(ctx, SubjectPush, AppendPushRequest(nil, items))
 	if err != nil {
 		return nil, err
 	}
-	data, status, err := c.request(ctx, SubjectPush, body)
-	if err != nil {
-		return nil, err
-	}
-	var out []queen.PushReply
 	if status == 0 || status == 503 {
-		if jerr := json.Unmarshal(data, &out); jerr == nil {
+		if out, jerr := queen.DecodePushReplies(data); jerr == nil {
 			if status == 503 && len(out) > 0 {
 				return out, queen.ErrUnavailable.With("every item failed: %s", out[0].Error)
 			}
@@ -57,6 +50,40 @@ func (c *Client) Push(ctx context.Context, items []PushItem) ([]queen.PushReply,
 		}
 	}
 	return nil, decodeError(data, status)
+}
+
+// AppendPushRequest appends the push body {"items":[...]} for items to dst,
+// as encoding/json would write it for PushItem, without reflection. A
+// non-empty Payload is written as is: it must be one JSON value (the broker
+// refuses the request with 400 otherwise).
+func AppendPushRequest(dst []byte, items []PushItem) []byte {
+	dst = append(dst, `{"items":[`...)
+	for i := range items {
+		it := &items[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"queue":`...)
+		dst = queen.AppendJSONString(dst, it.Queue)
+		if it.Partition != "" {
+			dst = append(dst, `,"partition":`...)
+			dst = queen.AppendJSONString(dst, it.Partition)
+		}
+		if it.TransactionID != "" {
+			dst = append(dst, `,"transactionId":`...)
+			dst = queen.AppendJSONString(dst, it.TransactionID)
+		}
+		if it.TraceID != "" {
+			dst = append(dst, `,"traceId":`...)
+			dst = queen.AppendJSONString(dst, it.TraceID)
+		}
+		if len(it.Payload) > 0 {
+			dst = append(dst, `,"payload":`...)
+			dst = append(dst, it.Payload...)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}"...)
 }
 
 // Configure configures a queue (SPEC.md §6); the reply is returned raw.

@@ -166,6 +166,9 @@ func (s *Service) health(ctx context.Context) reply {
 }
 
 func mustJSON(v any) []byte {
+	if rs, ok := v.([]queen.PushReply); ok {
+		return queen.AppendPushReplies(make([]byte, 0, 256*len(rs)), rs)
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		b, _ = json.Marshal(queen.ErrInternal.With("encode reply: %v", err))

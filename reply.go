@@ -1,0 +1,195 @@
+package queen
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// AppendPushReplies appends the JSON push reply of SPEC.md §3 (an array, one
+// element per item) to dst. It writes what encoding/json would for
+// []PushReply, without reflection: the push path's replies are its largest
+// output.
+func AppendPushReplies(dst []byte, rs []PushReply) []byte {
+	dst = append(dst, '[')
+	for i := range rs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		r := &rs[i]
+		dst = append(dst, `{"index":`...)
+		dst = strconv.AppendInt(dst, int64(r.Index), 10)
+		dst = append(dst, `,"message_id":`...)
+		dst = AppendJSONString(dst, r.MessageID)
+		dst = append(dst, `,"transaction_id":`...)
+		dst = AppendJSONString(dst, r.TransactionID)
+		dst = append(dst, `,"partition_id":`...)
+		dst = AppendJSONString(dst, r.PartitionID)
+		dst = append(dst, `,"trace_id":`...)
+		if r.TraceID == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = AppendJSONString(dst, *r.TraceID)
+		}
+		dst = append(dst, `,"queueName":`...)
+		dst = AppendJSONString(dst, r.QueueName)
+		dst = append(dst, `,"partition":`...)
+		dst = AppendJSONString(dst, r.Partition)
+		dst = append(dst, `,"status":`...)
+		dst = AppendJSONString(dst, string(r.Status))
+		if r.Error != "" {
+			dst = append(dst, `,"error":`...)
+			dst = AppendJSONString(dst, r.Error)
+		}
+		if r.Code != "" {
+			dst = append(dst, `,"code":`...)
+			dst = AppendJSONString(dst, r.Code)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendJSONString appends s as a JSON string: '"', '\\' and control
+// characters escaped, invalid UTF-8 replaced by U+FFFD (as encoding/json
+// does), everything else as is.
+func AppendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// DecodePushReplies parses a push reply (SPEC.md §3) without reflection:
+// the Go client reads one per request. Unknown fields are skipped.
+func DecodePushReplies(body []byte) ([]PushReply, error) {
+	d := &decoder{b: body, item: -1, key: -1}
+	d.skipWS()
+	if d.peek() != '[' {
+		d.syntax("at the start of a push reply", "'['")
+		return nil, d.finalErr()
+	}
+	d.open()
+	out := make([]PushReply, 0, 16)
+	if d.peek() == ']' {
+		d.close()
+		d.end()
+		if d.err != nil {
+			return nil, d.finalErr()
+		}
+		return out, nil
+	}
+	for {
+		if d.peek() != '{' {
+			d.syntax("in a push reply", "an object")
+			return nil, d.finalErr()
+		}
+		var r PushReply
+		str := func(dst *string) bool {
+			v, kind, ok := d.stringValue()
+			if kind == valString {
+				*dst = string(v)
+			}
+			return ok
+		}
+		ok := d.walkObject(func(k []byte) bool {
+			switch string(k) {
+			case "index":
+				start := d.i
+				if !d.number() {
+					return false
+				}
+				n, err := strconv.Atoi(string(d.b[start:d.i]))
+				if err != nil {
+					d.i = start
+					return d.syntax("in index", "an integer")
+				}
+				r.Index = n
+				return true
+			case "message_id":
+				return str(&r.MessageID)
+			case "transaction_id":
+				return str(&r.TransactionID)
+			case "partition_id":
+				return str(&r.PartitionID)
+			case "trace_id":
+				v, kind, ok := d.stringValue()
+				if kind == valString {
+					t := string(v)
+					r.TraceID = &t
+				}
+				return ok
+			case "queueName":
+				return str(&r.QueueName)
+			case "partition":
+				return str(&r.Partition)
+			case "status":
+				var s string
+				ok := str(&s)
+				r.Status = Verdict(s)
+				return ok
+			case "error":
+				return str(&r.Error)
+			case "code":
+				return str(&r.Code)
+			}
+			_, _, ok := d.skipValue()
+			return ok
+		})
+		if !ok {
+			return nil, d.finalErr()
+		}
+		out = append(out, r)
+		d.skipWS()
+		switch d.peek() {
+		case ',':
+			d.i++
+			d.skipWS()
+		case ']':
+			d.close()
+			d.end()
+			if d.err != nil {
+				return nil, d.finalErr()
+			}
+			return out, nil
+		default:
+			d.syntax("after a push reply element", "',' or ']'")
+			return nil, d.finalErr()
+		}
+	}
+}
