@@ -118,7 +118,7 @@ next:
 			}
 			n, ok := wholeNumber(v)
 			if !ok {
-				e := ErrInvalidOption.With("option %q must be a non-negative integer, got %s", k, v)
+				e := ErrInvalidOption.With("option %q must be a whole number from 0 to %d, got %s", k, maxOptionValue, v)
 				e.Field = "options." + k
 				return Options{}, e
 			}

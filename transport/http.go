@@ -40,6 +40,16 @@ func (s *Service) Handler() http.Handler {
 		writeReply(w, s.health(r.Context()))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{}))
+	for _, route := range []struct{ path, allow string }{
+		{"/api/v1/push", "POST"}, {"/api/v1/configure", "POST"}, {"/api/v1/resources/queues/{queue}", "GET"},
+		{"/health", "GET"}, {"/metrics", "GET"},
+	} {
+		allow := route.allow
+		mux.HandleFunc(route.path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeReply(w, errReply(queen.ErrMethodNotAllowed.With("%s %s: use %s", r.Method, r.URL.Path, allow)))
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, errReply(queen.ErrNotFound.With("no route %s %s", r.Method, r.URL.Path)))
 	})

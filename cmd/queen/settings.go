@@ -96,6 +96,14 @@ func serveCmd() *cobra.Command {
 a managed local PostgreSQL in ./.queen (initdb on first start, reused after), and the
 HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if v := os.Getenv("QUEEN_MAX_PAYLOAD_BYTES"); v != "" && !cmd.Flags().Changed("max-payload-bytes") {
+				if _, err := strconv.Atoi(v); err != nil {
+					return fmt.Errorf("QUEEN_MAX_PAYLOAD_BYTES=%q is not a whole number of bytes", v)
+				}
+			}
+			if cfg.MaxPayloadBytes <= 0 || cfg.MaxPayloadBytes > 16<<20 {
+				return fmt.Errorf("--max-payload-bytes %d: want 1 to %d (the 16 MiB body limit)", cfg.MaxPayloadBytes, 16<<20)
+			}
 			log, err := newLogger(logLevel)
 			if err != nil {
 				return err
