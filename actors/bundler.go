@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
 )
@@ -15,6 +13,7 @@ import (
 type commitJob struct {
 	key   partitionKey
 	batch *persistence.PushBatch
+	bytes int64
 	// done receives the outcome; it is called exactly once, off the actor.
 	done func(out persistence.PushOutcome, err error)
 }
@@ -71,9 +70,11 @@ func (b *bundler) take() []*commitJob {
 	if len(b.queue) == 0 {
 		return nil
 	}
-	n, items := 0, 0
-	for n < len(b.queue) && n < b.h.cfg.MaxBundlePartitions && (n == 0 || items+len(b.queue[n].batch.Items) <= b.h.cfg.MaxBundleItems) {
+	n, items, bytes := 0, 0, int64(0)
+	for n < len(b.queue) && n < b.h.cfg.MaxBundlePartitions &&
+		(n == 0 || (items+len(b.queue[n].batch.Items) <= b.h.cfg.MaxBundleItems && bytes+b.queue[n].bytes <= b.h.cfg.MaxBundleBytes)) {
 		items += len(b.queue[n].batch.Items)
+		bytes += b.queue[n].bytes
 		n++
 	}
 	jobs := make([]*commitJob, n)
@@ -96,8 +97,8 @@ func (b *bundler) run() {
 	}
 }
 
-// commit resolves partition ids on first use, runs one transaction for the
-// bundle and hands each job its outcome. It never panics: a panic becomes
+// commit runs one transaction for the bundle (every job's partition id is
+// known) and hands each job its outcome. It never panics: a panic becomes
 // every item failed.
 func (b *bundler) commit(jobs []*commitJob) {
 	h := b.h
@@ -112,22 +113,7 @@ func (b *bundler) commit(jobs []*commitJob) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CommitTimeout)
 	defer cancel()
-	ready := jobs[:0:0]
-	for _, j := range jobs {
-		if j.batch.PartitionID == uuid.Nil {
-			id, err := h.cfg.Store.EnsurePartition(ctx, j.key.queue, j.key.partition)
-			if err != nil {
-				j.done(failAll(j.batch, err), err)
-				continue
-			}
-			j.batch.PartitionID = id
-		}
-		ready = append(ready, j)
-	}
-	if len(ready) == 0 {
-		answered = true
-		return
-	}
+	ready := jobs
 	batches := make([]*persistence.PushBatch, len(ready))
 	for i, j := range ready {
 		batches[i] = j.batch

@@ -34,6 +34,16 @@ type Config struct {
 	MaxInFlightItems int64
 	// MaxFusedItems caps the items of one fused commit. Default 10000.
 	MaxFusedItems int
+	// MaxPendingBytes bounds the bytes (payloads and ids) waiting in one
+	// partition's mailbox, like MaxPendingItems. Default 64 MiB.
+	MaxPendingBytes int64
+	// MaxInFlightBytes bounds the bytes in flight across the host, like
+	// MaxInFlightItems. Default 512 MiB.
+	MaxInFlightBytes int64
+	// MaxFusedBytes caps the bytes of one fused commit (one segment). Default 16 MiB.
+	MaxFusedBytes int64
+	// MaxBundleBytes caps the bytes of one transaction. Default 64 MiB.
+	MaxBundleBytes int64
 	// Committers is the number of push transactions run at once. Default 2:
 	// on 2 cores, 1 and 2 measured alike and 4 and 8 lower (smaller bundles,
 	// more transactions for the same work).
@@ -58,6 +68,7 @@ type Host struct {
 	system   *actor.ActorSystem
 	parent   *actor.PID
 	inflight atomic.Int64
+	inBytes  atomic.Int64
 	commits  atomic.Uint64
 	mu       sync.RWMutex
 	closed   bool
@@ -77,6 +88,18 @@ func NewHost(cfg Config) *Host {
 	}
 	if cfg.MaxFusedItems <= 0 {
 		cfg.MaxFusedItems = 10000
+	}
+	if cfg.MaxPendingBytes <= 0 {
+		cfg.MaxPendingBytes = 64 << 20
+	}
+	if cfg.MaxInFlightBytes <= 0 {
+		cfg.MaxInFlightBytes = 512 << 20
+	}
+	if cfg.MaxFusedBytes <= 0 {
+		cfg.MaxFusedBytes = 16 << 20
+	}
+	if cfg.MaxBundleBytes <= 0 {
+		cfg.MaxBundleBytes = 64 << 20
 	}
 	if cfg.Committers <= 0 {
 		cfg.Committers = 2
@@ -116,10 +139,24 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // Commits returns how many push transactions the host has run.
 func (h *Host) Commits() uint64 { return h.commits.Load() }
 
-// release ends n items' stay in flight (called once per request, when it is answered).
-func (h *Host) release(n int64) {
+// release ends a request's stay in flight (called once per request, when it
+// is answered): n items, b bytes.
+func (h *Host) release(n, b int64) {
 	h.inflight.Add(-n)
+	h.inBytes.Add(-b)
 	h.wg.Done()
+}
+
+// itemBytes is what an item holds in memory, for the byte bounds.
+func itemBytes(items []*queen.Item) int64 {
+	var b int64
+	for _, it := range items {
+		b += int64(len(it.Payload) + len(it.TransactionID) + len(it.Queue) + len(it.Partition) + 96)
+		if it.TraceID != nil {
+			b += int64(len(*it.TraceID))
+		}
+	}
+	return b
 }
 
 // Pending is a push handed to a partition actor, waiting for its verdicts.
@@ -148,13 +185,17 @@ func (h *Host) Enqueue(queueName, partition string, items []*queen.Item) (*Pendi
 	}
 	h.wg.Add(1)
 	h.mu.RUnlock()
-	if total := h.inflight.Add(p.n); total > h.cfg.MaxInFlightItems && total != p.n {
+	nb := itemBytes(items)
+	total, totalB := h.inflight.Add(p.n), h.inBytes.Add(nb)
+	if (total > h.cfg.MaxInFlightItems || totalB > h.cfg.MaxInFlightBytes) && total != p.n {
 		h.inflight.Add(-p.n)
+		h.inBytes.Add(-nb)
 		h.wg.Done()
 		h.metrics.Overloads.Inc()
-		return nil, queen.ErrOverloaded.With("the broker has %d push items in flight (limit %d); retry with the same transaction ids", total-p.n, h.cfg.MaxInFlightItems)
+		return nil, queen.ErrOverloaded.With("the broker has %d push items (%d bytes) in flight (limits %d items, %d bytes); retry with the same transaction ids",
+			total-p.n, totalB-nb, h.cfg.MaxInFlightItems, h.cfg.MaxInFlightBytes)
 	}
-	p.req = &pushReq{host: h, key: partitionKey{queueName, partition}, items: items, reply: make(chan pushResp, 1)}
+	p.req = &pushReq{host: h, key: partitionKey{queueName, partition}, items: items, bytes: nb, reply: make(chan pushResp, 1)}
 	h.system.Root.Send(h.parent, p.req)
 	return p, nil
 }

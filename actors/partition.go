@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"context"
+
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -16,6 +18,7 @@ type pushReq struct {
 	host  *Host
 	key   partitionKey
 	items []*queen.Item
+	bytes int64 // payload and id bytes of items, for the byte bounds
 	reply chan pushResp
 }
 
@@ -23,7 +26,7 @@ type pushReq struct {
 // host's in-flight bound, whether or not anyone waits for the answer.
 func (r *pushReq) respond(resp pushResp) {
 	r.reply <- resp
-	r.host.release(int64(len(r.items)))
+	r.host.release(int64(len(r.items)), r.bytes)
 }
 
 type pushResp struct {
@@ -47,6 +50,7 @@ type partitionActor struct {
 	partitionID uuid.UUID
 	pending     []*pushReq
 	pendingN    int
+	pendingB    int64
 	committing  bool
 	window      int64
 	windowKnown bool
@@ -56,13 +60,15 @@ type partitionActor struct {
 func (a *partitionActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *pushReq:
-		if a.pendingN+len(m.items) > a.host.cfg.MaxPendingItems && a.pendingN > 0 {
+		if a.pendingN > 0 && (a.pendingN+len(m.items) > a.host.cfg.MaxPendingItems || a.pendingB+m.bytes > a.host.cfg.MaxPendingBytes) {
 			a.host.metrics.Overloads.Inc()
-			m.respond(pushResp{err: queen.ErrOverloaded.With("partition %q of queue %q has %d items waiting (limit %d); retry with the same transaction ids", m.key.partition, m.key.queue, a.pendingN, a.host.cfg.MaxPendingItems)})
+			m.respond(pushResp{err: queen.ErrOverloaded.With("partition %q of queue %q has %d items (%d bytes) waiting (limits %d items, %d bytes); retry with the same transaction ids",
+				m.key.partition, m.key.queue, a.pendingN, a.pendingB, a.host.cfg.MaxPendingItems, a.host.cfg.MaxPendingBytes)})
 			return
 		}
 		a.pending = append(a.pending, m)
 		a.pendingN += len(m.items)
+		a.pendingB += m.bytes
 		a.host.metrics.MailboxDepth.Add(float64(len(m.items)))
 		if !a.committing {
 			a.startCommit(ctx)
@@ -81,29 +87,30 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 			r.respond(pushResp{err: queen.ErrShuttingDown})
 		}
 		a.host.metrics.MailboxDepth.Sub(float64(a.pendingN))
-		a.pending, a.pendingN = nil, 0
+		a.pending, a.pendingN, a.pendingB = nil, 0, 0
 	}
 }
 
 // startCommit takes whole pending requests, up to MaxFusedItems items (at least
 // one request), and commits them in one transaction.
 func (a *partitionActor) startCommit(ctx actor.Context) {
-	take, n := 0, 0
-	for take < len(a.pending) && (take == 0 || n+len(a.pending[take].items) <= a.host.cfg.MaxFusedItems) {
+	take, n, nb := 0, 0, int64(0)
+	for take < len(a.pending) && (take == 0 || (n+len(a.pending[take].items) <= a.host.cfg.MaxFusedItems && nb+a.pending[take].bytes <= a.host.cfg.MaxFusedBytes)) {
 		n += len(a.pending[take].items)
+		nb += a.pending[take].bytes
 		take++
 	}
 	reqs := make([]*pushReq, take)
 	copy(reqs, a.pending[:take])
 	a.pending = a.pending[take:]
 	a.pendingN -= n
+	a.pendingB -= nb
 	a.host.metrics.MailboxDepth.Sub(float64(n))
 	a.committing = true
 
 	batch := &persistence.PushBatch{
 		PartitionID: a.partitionID,
 		Items:       make([]*queen.Item, 0, n),
-		NoDedupHint: a.windowKnown && a.window == 0,
 	}
 	for _, r := range reqs {
 		batch.Items = append(batch.Items, r.items...)
@@ -119,7 +126,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 
 	self := ctx.Self()
 	root := ctx.ActorSystem().Root
-	a.host.bundler.submit(&commitJob{key: a.key, batch: batch, done: func(out persistence.PushOutcome, err error) {
+	job := &commitJob{key: a.key, batch: batch, bytes: nb, done: func(out persistence.PushOutcome, err error) {
 		done := &commitDone{partitionID: batch.PartitionID}
 		if err == nil {
 			done.window, done.known = out.Window, true
@@ -135,7 +142,24 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 			r.respond(pushResp{results: res})
 		}
 		root.Send(self, done)
-	}})
+	}}
+	if batch.PartitionID != uuid.Nil {
+		a.host.bundler.submit(job)
+		return
+	}
+	// First commit of this partition: resolve (or create) it off the
+	// committers, so new partitions never hold up pushes to known ones.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), a.host.cfg.CommitTimeout)
+		defer cancel()
+		id, err := a.host.cfg.Store.EnsurePartition(ctx, a.key.queue, a.key.partition)
+		if err != nil {
+			job.done(failAll(batch, err), err)
+			return
+		}
+		batch.PartitionID = id
+		a.host.bundler.submit(job)
+	}()
 }
 
 // leaders maps every item to the first item with the same hash (SPEC.md §3).

@@ -29,10 +29,6 @@ type PushBatch struct {
 	// Watermark: none of the leaders' hashes occur at or below this offset
 	// (SPEC.md §8); -1 probes the whole window.
 	Watermark int64
-	// NoDedupHint: the caller last saw this partition's window at 0, so try the
-	// single UPDATE ... RETURNING path first. A wrong hint costs one round trip,
-	// never a verdict: that path writes nothing unless the window is 0.
-	NoDedupHint bool
 }
 
 // PushOutcome is the result of Commit: one queen.Result per item, in order.
@@ -103,13 +99,6 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	}
 	defer conn.Release()
 
-	if len(bs) == 1 && bs[0].NoDedupHint && len(bs[0].Items) > 0 {
-		ok, err := s.commitNoDedup(ctx, conn, bs[0], &outs[0])
-		if err != nil || ok {
-			return err
-		}
-	}
-
 	// Lock order: ascending partition id.
 	order := make([]int, 0, len(bs))
 	for i, b := range bs {
@@ -153,9 +142,10 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		for rows.Next() {
 			var id [16]byte
 			var lp lockedPartition
-			if err := rows.Scan(&id, &lp.last, &lp.window); err != nil {
+			if err := rows.Scan(&id, &lp.last); err != nil {
 				return err
 			}
+			lp.window = -1 // until the probe reads it
 			locked[id] = lp
 		}
 		return rows.Err()
@@ -163,31 +153,45 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var pid [16]byte
-			var k [16]byte
-			var off int64
+			var seconds *int64
+			var k pgtype.UUID
+			var off *int64
 			var mid []byte
-			if err := rows.Scan(&pid, &k, &off, &mid); err != nil {
+			if err := rows.Scan(&pid, &seconds, &k, &off, &mid); err != nil {
 				return err
+			}
+			if !k.Valid { // the partition's window row
+				if lp, ok := locked[pid]; ok && seconds != nil {
+					lp.window = *seconds
+					locked[pid] = lp
+				}
+				continue
 			}
 			m := hits[pid]
 			if m == nil {
 				m = map[queen.Hash]hit{}
 				hits[pid] = m
 			}
-			if old, ok := m[k]; ok && old.offset < off {
+			if old, ok := m[k.Bytes]; ok && old.offset < *off {
 				continue // the lowest offset is the original
 			}
 			var id uuid.UUID
 			if len(mid) == 16 {
 				copy(id[:], mid)
 			}
-			m[k] = hit{offset: off, id: id}
+			m[k.Bytes] = hit{offset: *off, id: id}
 		}
 		return rows.Err()
 	})
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		rollback(conn)
 		return err
+	}
+	for _, lp := range locked {
+		if lp.window < 0 {
+			rollback(conn)
+			return queen.ErrInternal.With("push: a partition's queue was not found")
+		}
 	}
 	if len(locked) != len(order) {
 		rollback(conn)
@@ -260,40 +264,6 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		outs[i].CreatedAt = created
 	}
 	return nil
-}
-
-// commitNoDedup tries the window-0 single statement; ok=false means the window
-// is not 0 (nothing was written) and the caller takes the probing path.
-func (s *Store) commitNoDedup(ctx context.Context, conn *pgxpool.Conn, b *PushBatch, out *PushOutcome) (bool, error) {
-	n := len(b.Items)
-	msgIDs, frames, hashes, keys := make([]byte, 0, 16*n), make([]byte, 0, 64*n), make([]byte, 0, 16*n), make([]pgtype.UUID, n)
-	ids := make([]uuid.UUID, n)
-	for i, it := range b.Items {
-		ids[i] = newMessageID()
-		msgIDs = append(msgIDs, ids[i][:]...)
-		frames = AppendFrame(frames, it.TransactionID, it.TraceID, it.Payload)
-		hashes = append(hashes, it.Hash[:]...)
-		keys[i] = pgUUID(it.Hash)
-	}
-	var first int64
-	var created time.Time
-	err := conn.QueryRow(ctx, sqlPushNoDedup, [16]byte(b.PartitionID), int64(n), msgIDs, frames, hashes, keys).Scan(&first, &created)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			return false, err
-		}
-		conn.Conn().Close(context.Background()) //nolint:errcheck
-		return false, queen.ErrCommitUnknown.With("push commit outcome unknown: %v", err)
-	}
-	out.Window, out.FirstOffset, out.LastOffset, out.CreatedAt = 0, first, first+int64(n)-1, created
-	for i := range b.Items {
-		out.Results[i] = queen.Result{Verdict: queen.Queued, MessageID: ids[i], PartitionID: b.PartitionID, Offset: first + int64(i)}
-	}
-	return true, nil
 }
 
 type hit struct {

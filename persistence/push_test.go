@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -108,7 +109,7 @@ func TestCommitWatermarkNarrowsProbe(t *testing.T) {
 	require.Equal(t, []queen.Verdict{queen.Queued, queen.Duplicate}, verdicts(out))
 }
 
-func TestCommitWindowZeroPaths(t *testing.T) {
+func TestCommitWindowZero(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
@@ -116,9 +117,9 @@ func TestCommitWindowZeroPaths(t *testing.T) {
 	require.NoError(t, err)
 	pid, err := s.EnsurePartition(ctx, "z", "p")
 	require.NoError(t, err)
-	for _, hint := range []bool{false, true, true} {
+	for i := 0; i < 3; i++ {
 		its := items("z", "p", "a", "a")
-		out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1, NoDedupHint: hint})
+		out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 		require.NoError(t, err)
 		require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued}, verdicts(out), "window 0: no check at all")
 		require.Equal(t, int64(0), out.Window)
@@ -127,14 +128,58 @@ func TestCommitWindowZeroPaths(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT sum(length(hashes)/16) FROM queen.log_txns WHERE partition_id=$1`, pid).Scan(&n))
 	require.Equal(t, int64(6), n, "log_txns is written with dedup off")
 
-	// A stale hint on a queue whose window is no longer 0 falls back to the probe.
+	// Back to the default window: the next push checks again.
 	_, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "z"})
 	require.NoError(t, err)
 	its := items("z", "p", "a", "new")
-	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1, NoDedupHint: true})
+	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(out))
+	require.Equal(t, int64(0), out.Results[0].Offset, "the lowest offset is the original")
 	require.Equal(t, int64(3600), out.Window)
+}
+
+// TestWindowIsReadAfterTheLock: a push waiting for the partition lock while a
+// configure changes the window 0 -> 3600 uses 3600 (SPEC.md §3: the window is
+// read under the lock), so a repeat is a duplicate, not a second copy.
+func TestWindowIsReadAfterTheLock(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	_, err := s.Configure(ctx, queen.ConfigureRequest{Queue: "w", Options: map[string]json.RawMessage{"dedupWindowSeconds": json.RawMessage("0")}})
+	require.NoError(t, err)
+	pid, err := s.EnsurePartition(ctx, "w", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("w", "p", "a"))
+
+	holder, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx) //nolint:errcheck
+	_, err = holder.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, pid)
+	require.NoError(t, err)
+
+	type res struct {
+		out PushOutcome
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		its := items("w", "p", "a")
+		out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+		done <- res{out, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('transactionid', 'tuple')`).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "the push waits for the partition lock")
+	_, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "w"}) // back to 3600
+	require.NoError(t, err)
+	require.NoError(t, holder.Rollback(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, int64(3600), r.out.Window)
+	require.Equal(t, queen.Duplicate, r.out.Results[0].Verdict)
 }
 
 func TestDuplicateOfDeletedSegmentHasZeroID(t *testing.T) {

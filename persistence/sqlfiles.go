@@ -30,7 +30,6 @@ var (
 	sqlBundleLock      = q("bundle_lock")
 	sqlBundleProbe     = q("bundle_probe")
 	sqlBundleInsert    = q("bundle_insert")
-	sqlPushNoDedup     = q("push_nodedup")
 	sqlConfigureLock   = q("configure_lock")
 	sqlConfigureUpdate = q("configure_update")
 	sqlGetQueue        = q("get_queue")

@@ -14,6 +14,10 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// stopSignals restores the default handling of SIGINT and SIGTERM: after the
+// first signal starts a drain, a second one ends the process at once.
+var stopSignals = func() {}
+
 // version is the broker's version, reported by the NATS micro service.
 var version = "0.1.0"
 
@@ -26,6 +30,7 @@ func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopSignals = stop
 	root := &cobra.Command{
 		Use:           "queen",
 		Short:         "Queen: a partitioned message queue on PostgreSQL with idempotent producers",

@@ -117,7 +117,8 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 				return err
 			}
 			<-ctx.Done()
-			log.Info("signal received, draining")
+			log.Info("signal received, draining (a second signal stops at once)")
+			stopSignals()
 			drain, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			return b.Stop(drain)

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -157,7 +158,14 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
 	}
-	b.httpSrv = &http.Server{Handler: b.svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	b.httpSrv = &http.Server{
+		Handler:           b.svc.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// A client that stops sending its body mid-way is cut off rather
+		// than holding a connection (and a drain) forever.
+		ReadTimeout: 60 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+	}
 	go func() {
 		if err := b.httpSrv.Serve(b.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			b.log.Error("HTTP server stopped", "err", err)
@@ -225,6 +233,10 @@ func (b *Broker) Commits() uint64 { return b.host.Commits() }
 // Metrics returns the broker's metrics.
 func (b *Broker) Metrics() *queen.Metrics { return b.metrics }
 
+// httpDrain bounds how long Stop waits for HTTP requests in flight (a slow
+// client still sending its body) before cutting their connections.
+const httpDrain = 10 * time.Second
+
 // Stop drains the broker: it stops taking requests, answers those in flight
 // (their commits finish), then stops NATS, the pool and the managed
 // PostgreSQL. Nothing answered queued is lost.
@@ -243,14 +255,29 @@ func (b *Broker) Stop(ctx context.Context) error {
 func (b *Broker) teardown(ctx context.Context) error {
 	defer close(b.stopped)
 	var errs []error
+	// Both front doors stop taking requests at once and answer the ones in
+	// flight. HTTP connections still sending a body get httpDrain to finish.
+	var wg sync.WaitGroup
+	if b.natsSvc != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.natsSvc.Stop(); err != nil {
+				b.log.Warn("NATS service stop", "err", err)
+			}
+		}()
+	}
 	if b.httpSrv != nil {
-		errs = append(errs, b.httpSrv.Shutdown(ctx))
+		hctx, cancel := context.WithTimeout(ctx, httpDrain)
+		if err := b.httpSrv.Shutdown(hctx); err != nil {
+			b.log.Warn("HTTP connections cut after the drain period", "drain", httpDrain, "err", err)
+			b.httpSrv.Close()
+		}
+		cancel()
 	} else if b.httpLn != nil {
 		b.httpLn.Close()
 	}
-	if b.natsSvc != nil {
-		errs = append(errs, b.natsSvc.Stop())
-	}
+	wg.Wait()
 	if b.shardSrv != nil {
 		errs = append(errs, b.shardSrv.Stop(ctx))
 	}
