@@ -2,7 +2,10 @@ package shards
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,8 +120,13 @@ func (s *Server) Stop(ctx context.Context) error {
 // partition) and waits for the verdicts on another goroutine.
 func (s *Server) handlePush(m *nats.Msg) {
 	items, err := decodeItems(m.Data)
+	if err == nil {
+		err = checkItems(items)
+	}
 	if err != nil {
-		s.cfg.Logger.Error("bad shard push message", "subject", m.Subject, "err", err)
+		// Only a broker's router should publish here; anything else is
+		// refused whole, nothing written.
+		s.cfg.Logger.Error("bad shard push message refused", "subject", m.Subject, "err", err)
 		m.Respond(encodeResults(nil, nil)) //nolint:errcheck
 		return
 	}
@@ -182,6 +190,29 @@ func (s *Server) handlePush(m *nats.Msg) {
 		}
 	}()
 }
+
+// checkItems re-checks, on the shard side, what the front door validated
+// (SPEC.md §10): the shard subjects are reachable by any NATS client, so a
+// message that did not come through a front door must not be stored.
+func checkItems(items []*queen.Item) error {
+	for i, it := range items {
+		if err := queen.ValidateName(it.Queue, "queue"); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if err := queen.ValidateName(it.Partition, "partition"); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if it.TransactionID == "" || len(it.TransactionID) > queen.MaxTransactionIDBytes || strings.ContainsFunc(it.TransactionID, isControl) {
+			return fmt.Errorf("item %d: bad transaction id", i)
+		}
+		if !json.Valid(it.Payload) {
+			return fmt.Errorf("item %d: payload is not JSON", i)
+		}
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func errOr(err error) error {
 	if err != nil {

@@ -140,3 +140,35 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// TestShardSubjectRefusesUnvalidatedItems: a client publishing straight to a
+// shard subject cannot store what the front door would refuse.
+func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	require.NoError(t, err)
+	srv.Start()
+	defer srv.Shutdown()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	rec := &recorder{got: map[string][]string{}}
+	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 1})
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
+	for _, it := range []*queen.Item{
+		{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`not json`)},
+		{Queue: "", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)},
+		{Queue: "q", Partition: "", TransactionID: "t", Payload: []byte(`{}`)},
+		{Queue: "q\x01", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)},
+		{Queue: "q", Partition: "p", TransactionID: "", Payload: []byte(`{}`)},
+		{Queue: "q", Partition: strings.Repeat("p", 256), TransactionID: "t", Payload: []byte(`{}`)},
+	} {
+		msg, err := nc.Request(PushSubject(0), encodeItems(nil, []*queen.Item{it}), 5*time.Second)
+		require.NoError(t, err)
+		rs, err := decodeResults(msg.Data)
+		require.NoError(t, err)
+		require.Empty(t, rs, "refused whole")
+	}
+	require.Empty(t, rec.got, "nothing reached a partition")
+}

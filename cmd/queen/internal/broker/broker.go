@@ -85,6 +85,7 @@ type Broker struct {
 	natsSrv  *server.Server
 	natsURL  string
 	nc       *nats.Conn
+	ncShards *nats.Conn
 	host     *actors.Host
 	shardSrv *shards.Server
 	svc      *transport.Service
@@ -142,16 +143,22 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		return err
 	}
 
-	if b.nc, err = nats.Connect(b.natsURL, nats.Name("queen-broker"), nats.MaxReconnects(-1)); err != nil {
-		return fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
+	// Two connections: client requests on one, the internal shard hops (and
+	// their replies) on the other, so a burst of large client bodies cannot
+	// starve or disconnect the hops.
+	if b.nc, err = b.connectNATS("queen-broker"); err != nil {
+		return err
+	}
+	if b.ncShards, err = b.connectNATS("queen-broker-shards"); err != nil {
+		return err
 	}
 
 	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems})
-	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.nc, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
+	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
 	if err = b.shardSrv.ServeAll(); err != nil {
 		return err
 	}
-	router := shards.NewRouter(b.nc, cfg.ShardCount)
+	router := shards.NewRouter(b.ncShards, cfg.ShardCount)
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 	})
@@ -173,6 +180,29 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}()
 	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount)
 	return nil
+}
+
+// connectNATS connects to the broker's NATS server, reconnecting forever and
+// logging every disconnect.
+func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(b.natsURL, nats.Name(name), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				b.log.Warn("NATS disconnected", "connection", name, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { b.log.Info("NATS reconnected", "connection", name) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			b.log.Warn("NATS error", "connection", name, "subject", subject, "err", err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
+	}
+	return nc, nil
 }
 
 func (b *Broker) startNATS() error {
@@ -200,7 +230,10 @@ func (b *Broker) startNATS() error {
 		Port:       port,
 		// 16 MiB bodies plus room for headers (SPEC.md §11).
 		MaxPayload: queen.MaxBodyBytes + 64<<10,
-		MaxPending: 256 << 20,
+		// Per-connection outbound buffer: the broker's connections carry many
+		// 16 MiB bodies at once; a smaller one made the server drop them
+		// as slow consumers under large-payload load.
+		MaxPending: 1 << 30,
 		NoSigs:     true,
 		NoLog:      true,
 	}
@@ -284,11 +317,13 @@ func (b *Broker) teardown(ctx context.Context) error {
 	if b.host != nil {
 		errs = append(errs, b.host.Stop(ctx))
 	}
-	if b.nc != nil {
-		// Replies published by the drained handlers reach the server before
-		// the connection (and an embedded server) goes away.
-		b.nc.FlushTimeout(5 * time.Second) //nolint:errcheck
-		b.nc.Close()
+	for _, nc := range []*nats.Conn{b.nc, b.ncShards} {
+		if nc != nil {
+			// Replies published by the drained handlers reach the server
+			// before the connection (and an embedded server) goes away.
+			nc.FlushTimeout(5 * time.Second) //nolint:errcheck
+			nc.Close()
+		}
 	}
 	if b.natsSrv != nil {
 		b.natsSrv.Shutdown()
