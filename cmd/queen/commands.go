@@ -29,15 +29,15 @@ func migrateCmd() *cobra.Command {
 			if url == "" {
 				// The managed cluster of the data dir; when a running broker
 				// holds it, the URL that broker wrote.
-				cluster, err := localpg.Start(ctx, localpg.Config{DataDir: db.dataDir, BinDir: db.pgBin})
+				cluster, err := localpg.Start(ctx, localpg.Config{Holder: "migrate", DataDir: db.dataDir, BinDir: db.pgBin})
 				switch {
 				case err == nil:
 					defer cluster.Stop() //nolint:errcheck
 					url = cluster.URL()
 				case errors.Is(err, localpg.ErrInUse):
-					if url = db.runningURL(); url == "" {
-						return fmt.Errorf("%w, and it has written no postgres.url", err)
-					}
+					// A broker holds the cluster; it may still be starting:
+					// wait (bounded) for the URL it writes to answer.
+					return migrateRunning(ctx, db, err)
 				default:
 					return err
 				}
@@ -46,16 +46,45 @@ func migrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if len(applied) == 0 {
-				fmt.Println("schema is up to date")
-			} else {
-				fmt.Printf("applied migrations %v\n", applied)
-			}
+			printApplied(applied)
 			return nil
 		},
 	}
 	db.register(cmd)
 	return cmd
+}
+
+// migrateRunning migrates through the URL a running broker wrote, waiting up
+// to a minute for a starting broker to write it and its server to answer.
+func migrateRunning(ctx context.Context, db dbFlags, inUse error) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		var err error
+		if url := db.runningURL(); url != "" {
+			var applied []int
+			if applied, err = persistence.Migrate(ctx, url); err == nil {
+				printApplied(applied)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = errors.New("it has written no postgres.url")
+			}
+			return fmt.Errorf("%w; migrating through the running broker's database failed: %v", inUse, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func printApplied(applied []int) {
+	if len(applied) == 0 {
+		fmt.Println("schema is up to date")
+	} else {
+		fmt.Printf("applied migrations %v\n", applied)
+	}
 }
 
 func pushCmd() *cobra.Command {

@@ -74,6 +74,11 @@ import (
 
 // Config configures Start.
 type Config struct {
+	// Holder names the program taking the data folder ("serve", "migrate"),
+	// shown to a process that finds the folder in use. A holder "migrate" is
+	// waited for (up to the start's deadline) instead of refused: it ends by
+	// itself in seconds.
+	Holder string
 	// DataDir is the broker data folder ($QUEEN_DATA_DIR). The cluster
 	// lives in DataDir/postgres (see the package doc for the root case) and
 	// the URL is written to DataDir/postgres.url.
@@ -113,26 +118,39 @@ var ErrInUse = errors.New("localpg: data folder in use")
 // is gone, never taken from a live one.
 const lockName = "postgres.lock"
 
-// lockDataDir takes the data folder's lock without waiting.
-func lockDataDir(dataDir string) (*os.File, error) {
+// lockDataDir takes the data folder's lock. A folder held by a `migrate` is
+// waited for (polling until ctx ends); any other holder is refused at once.
+func lockDataDir(ctx context.Context, dataDir, holder string) (*os.File, error) {
 	path := filepath.Join(dataDir, lockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("localpg: open lock file: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is used by another process (pid %s); stop it first, or give this one another data folder",
-				ErrInUse, dataDir, strings.TrimSpace(string(holder)))
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("localpg: open lock file: %w", err)
 		}
-		return nil, fmt.Errorf("localpg: lock %s: %w", path, err)
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			if err := f.Truncate(0); err == nil {
+				f.WriteAt([]byte(fmt.Sprintf("%d %s\n", os.Getpid(), holder)), 0) //nolint:errcheck // informative only
+			}
+			return f, nil
+		}
+		who, _ := os.ReadFile(path)
+		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("localpg: lock %s: %w", path, err)
+		}
+		fields := strings.Fields(string(who))
+		inUse := fmt.Errorf("%w: %s is used by another process (pid %s); stop it first, or give this one another data folder",
+			ErrInUse, dataDir, strings.Join(fields, " "))
+		if len(fields) < 2 || fields[1] != "migrate" {
+			return nil, inUse
+		}
+		select {
+		case <-ctx.Done():
+			return nil, inUse
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0) //nolint:errcheck // informative only
-	}
-	return f, nil
 }
 
 const (
@@ -193,7 +211,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("localpg: create data folder: %w", err)
 	}
-	lock, err := lockDataDir(dataDir)
+	lock, err := lockDataDir(ctx, dataDir, cfg.Holder)
 	if err != nil {
 		return nil, err
 	}

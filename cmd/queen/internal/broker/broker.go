@@ -127,7 +127,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.dbURL = cfg.DatabaseURL
 	if b.dbURL == "" {
 		b.log.Info("starting managed PostgreSQL", "data_dir", cfg.DataDir)
-		if b.pg, err = localpg.Start(ctx, localpg.Config{DataDir: cfg.DataDir, BinDir: cfg.PGBin, Logger: b.log}); err != nil {
+		if b.pg, err = localpg.Start(ctx, localpg.Config{Holder: "serve", DataDir: cfg.DataDir, BinDir: cfg.PGBin, Logger: b.log}); err != nil {
 			return err
 		}
 		b.dbURL = b.pg.URL()
