@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
@@ -29,6 +30,11 @@ type Config struct {
 	Queues Queues
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
+	// MaxInFlightBodyBytes bounds the push bodies being handled at once
+	// (each is copied a few times on its way to PostgreSQL); a push that
+	// would exceed it is answered 503 overloaded before it is decoded.
+	// Default 256 MiB.
+	MaxInFlightBodyBytes int64
 	// RequestTimeout bounds one push request end to end; default 60s.
 	RequestTimeout time.Duration
 	Metrics        *queen.Metrics
@@ -38,13 +44,17 @@ type Config struct {
 // Service holds the request logic both transports share: same JSON bodies,
 // same verdicts, same errors.
 type Service struct {
-	cfg Config
+	cfg      Config
+	inFlight atomic.Int64 // push body bytes being handled
 }
 
 // NewService returns a Service; zero Config fields take their defaults.
 func NewService(cfg Config) *Service {
 	if cfg.MaxPayloadBytes <= 0 {
 		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
+	}
+	if cfg.MaxInFlightBodyBytes <= 0 {
+		cfg.MaxInFlightBodyBytes = 256 << 20
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 60 * time.Second
@@ -74,8 +84,29 @@ func errReply(err error) reply {
 // push handles a push body (SPEC.md §3): 201 with one element per item, or
 // 503 with the same array when every item failed; 4xx for bad input (nothing
 // written).
+// admit takes n bytes of the in-flight body budget, or reports overload.
+// The first request is always admitted, whatever its size.
+func (s *Service) admit(n int64) bool {
+	total := s.inFlight.Add(n)
+	if total > s.cfg.MaxInFlightBodyBytes && total != n {
+		s.inFlight.Add(-n)
+		s.cfg.Metrics.Overloads.Inc()
+		return false
+	}
+	return true
+}
+
+func (s *Service) overloaded() reply {
+	return errReply(queen.ErrOverloaded.With("the broker is handling %d bytes of push bodies (limit %d); retry with the same transaction ids",
+		s.inFlight.Load(), s.cfg.MaxInFlightBodyBytes))
+}
+
 func (s *Service) push(ctx context.Context, body []byte, transport string) reply {
 	s.cfg.Metrics.PushRequests.WithLabelValues(transport).Inc()
+	if !s.admit(int64(len(body))) {
+		return s.overloaded()
+	}
+	defer s.inFlight.Add(-int64(len(body)))
 	items, err := queen.DecodePush(body, s.cfg.MaxPayloadBytes)
 	if err != nil {
 		return errReply(err)
