@@ -88,14 +88,7 @@ func (r *recorder) Enqueue(q, p string, items []*queen.Item) (Waiter, error) {
 // into chunks below the limit, and each partition still sees its items in
 // request order, with verdicts reassembled in request order.
 func TestRouterChunksBelowMaxPayloadAndKeepsOrder(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: 64 << 10, NoSigs: true, NoLog: true})
-	require.NoError(t, err)
-	srv.Start()
-	defer srv.Shutdown()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
+	nc := connectNATS(t, 64<<10)
 
 	rec := &recorder{got: map[string][]string{}}
 	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 8})
@@ -144,14 +137,7 @@ func boolInt(b bool) int {
 // TestShardSubjectRefusesUnvalidatedItems: a client publishing straight to a
 // shard subject cannot store what the front door would refuse.
 func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
-	require.NoError(t, err)
-	srv.Start()
-	defer srv.Shutdown()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
+	nc := connectNATS(t, 0)
 	rec := &recorder{got: map[string][]string{}}
 	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 1})
 	require.NoError(t, s.ServeAll())
@@ -171,4 +157,19 @@ func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 		require.Empty(t, rs, "refused whole")
 	}
 	require.Empty(t, rec.got, "nothing reached a partition")
+}
+
+// connectNATS runs an in-process NATS server on an ephemeral loopback port
+// (maxPayload 0 = its default) and connects to it; both end with the test.
+func connectNATS(t *testing.T, maxPayload int32) *nats.Conn {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: maxPayload, NoSigs: true, NoLog: true})
+	require.NoError(t, err)
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
 }
