@@ -178,3 +178,35 @@ func TestCommitErrorFailsEveryItem(t *testing.T) {
 		require.Equal(t, "unavailable", r.Err.Code)
 	}
 }
+
+func TestByteBoundsRefuseLargeBodies(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
+	h := NewHost(Config{Store: st, MaxPendingBytes: 1 << 20, MaxInFlightBytes: 3 << 20})
+	defer func() {
+		close(st.gate)
+		h.Stop(context.Background()) //nolint:errcheck
+	}()
+	big := func(txn string) *queen.Item {
+		it := item(txn)
+		it.Payload = make([]byte, 600<<10)
+		return it
+	}
+	held, err := h.Enqueue("q", "p", []*queen.Item{big("a")})
+	require.NoError(t, err)
+	<-st.started // the first commit is in flight and held
+	_, err = h.Enqueue("q", "p", []*queen.Item{big("b")})
+	require.NoError(t, err, "600 KiB waits in a 1 MiB mailbox")
+	over, err := h.Enqueue("q", "p", []*queen.Item{big("c")})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = over.Wait(ctx)
+	require.ErrorIs(t, err, queen.ErrOverloaded, "a second 600 KiB request overflows the partition's 1 MiB mailbox")
+
+	// Across partitions, the host's byte budget (3 MiB) refuses at Enqueue.
+	_, err = h.Enqueue("q", "p2", []*queen.Item{big("d"), big("e")})
+	require.NoError(t, err)
+	_, err = h.Enqueue("q", "p3", []*queen.Item{big("f"), big("g")})
+	require.ErrorIs(t, err, queen.ErrOverloaded)
+	_ = held
+}
