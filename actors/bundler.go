@@ -31,6 +31,7 @@ type bundler struct {
 	cond    *sync.Cond
 	queue   []*commitJob
 	stopped bool
+	exited  bool // the committers are gone: nothing queued would run
 	wg      sync.WaitGroup
 }
 
@@ -44,9 +45,15 @@ func newBundler(h *Host) *bundler {
 	return b
 }
 
-// submit queues a job; it never blocks.
+// submit queues a job; it never blocks. After stop, the job is answered
+// shutting_down at once.
 func (b *bundler) submit(j *commitJob) {
 	b.mu.Lock()
+	if b.exited {
+		b.mu.Unlock()
+		j.done(failAll(j.batch, queen.ErrShuttingDown), queen.ErrShuttingDown)
+		return
+	}
 	b.queue = append(b.queue, j)
 	b.mu.Unlock()
 	b.cond.Signal()
@@ -59,6 +66,14 @@ func (b *bundler) stop() {
 	b.mu.Unlock()
 	b.cond.Broadcast()
 	b.wg.Wait()
+	b.mu.Lock()
+	b.exited = true
+	late := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	for _, j := range late {
+		j.done(failAll(j.batch, queen.ErrShuttingDown), queen.ErrShuttingDown)
+	}
 }
 
 func (b *bundler) take() []*commitJob {
