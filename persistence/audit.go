@@ -131,3 +131,77 @@ func (a *Audit) Messages(ctx context.Context, queues []string) ([]StoredMessage,
 	}
 	return out, nil
 }
+
+var (
+	sqlAuditCursors     = q("audit_cursors")
+	sqlAuditDeadLetters = q("audit_dead_letters")
+)
+
+// Cursor is one consumer group's committed position in one partition.
+type Cursor struct {
+	Queue, Partition string
+	PartitionID      uuid.UUID
+	ConsumerGroup    string
+	// Cursor is the last committed offset (-1: nothing committed).
+	Cursor int64
+	// LastOffset is the partition's last allocated offset.
+	LastOffset int64
+}
+
+// Cursors returns every consumer group's cursor in the named queues.
+func (a *Audit) Cursors(ctx context.Context, queues []string) ([]Cursor, error) {
+	rows, err := a.pool.Query(ctx, sqlAuditCursors, queues)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Cursor, error) {
+		var c Cursor
+		err := r.Scan(&c.Queue, &c.Partition, &c.PartitionID, &c.ConsumerGroup, &c.Cursor, &c.LastOffset)
+		return c, err
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// StoredDeadLetter is one dead letter as the audit sees it.
+type StoredDeadLetter struct {
+	Queue, Partition string
+	PartitionID      uuid.UUID
+	ConsumerGroup    string
+	Offset           int64
+	MessageID        uuid.UUID
+	TransactionID    string
+	Error            string
+	Attempts         int
+}
+
+// DeadLetters returns every dead letter of the named queues, oldest first.
+func (a *Audit) DeadLetters(ctx context.Context, queues []string) ([]StoredDeadLetter, error) {
+	rows, err := a.pool.Query(ctx, sqlAuditDeadLetters, queues)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredDeadLetter, error) {
+		var d StoredDeadLetter
+		var part *string
+		var frame []byte
+		if err := r.Scan(&d.Queue, &part, &d.PartitionID, &d.ConsumerGroup, &d.Offset, &d.MessageID, &frame, &d.Error, &d.Attempts); err != nil {
+			return d, err
+		}
+		if part != nil {
+			d.Partition = *part
+		}
+		fs, err := DecodeFrames(d.MessageID[:], frame)
+		if err != nil || len(fs) != 1 {
+			return d, fmt.Errorf("%w: dead letter of queue %q at offset %d", ErrCorruptSegment, d.Queue, d.Offset)
+		}
+		d.TransactionID = fs[0].TransactionID
+		return d, nil
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}

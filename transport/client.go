@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -125,4 +126,180 @@ func decodeError(data []byte, status int) error {
 	}
 	e.Status = status
 	return fmt.Errorf("%w", e)
+}
+
+// PopOptions is a pop (SPEC.md §4); zero values take the broker's defaults
+// (batch 1, group __QUEUE_MODE__, no wait).
+type PopOptions struct {
+	Queue string `json:"queue"`
+	// Partition is empty for any partition of the queue.
+	Partition string `json:"partition,omitempty"`
+	Batch     int    `json:"batch,omitempty"`
+	// Wait makes the pop a long poll of up to TimeoutMs (default 30000).
+	Wait             bool   `json:"wait,omitempty"`
+	TimeoutMs        int    `json:"timeout,omitempty"`
+	ConsumerGroup    string `json:"consumerGroup,omitempty"`
+	AutoAck          bool   `json:"autoAck,omitempty"`
+	SubscriptionMode string `json:"subscriptionMode,omitempty"`
+	SubscriptionFrom string `json:"subscriptionFrom,omitempty"`
+}
+
+// Pop pops messages; a result with no messages means nothing was available
+// (HTTP 204). A long poll's request timeout is its TimeoutMs plus 10 s
+// unless ctx ends sooner.
+func (c *Client) Pop(ctx context.Context, opts PopOptions) (queen.PopResult, error) {
+	var res queen.PopResult
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return res, err
+	}
+	if opts.Wait {
+		wait := queen.DefaultPopTimeout
+		if opts.TimeoutMs > 0 {
+			wait = time.Duration(opts.TimeoutMs) * time.Millisecond
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait+10*time.Second)
+		defer cancel()
+	}
+	data, status, err := c.request(ctx, SubjectPop, body)
+	if err != nil {
+		return res, err
+	}
+	if status != 0 {
+		return res, decodeError(data, status)
+	}
+	if len(data) == 0 {
+		return res, nil
+	}
+	err = json.Unmarshal(data, &res)
+	return res, err
+}
+
+// Ack is one acknowledgement: the message by TransactionID or Offset, in
+// PartitionID. Status is completed (default), failed, dlq or retry.
+type Ack struct {
+	TransactionID string `json:"transactionId,omitempty"`
+	PartitionID   string `json:"partitionId"`
+	Offset        *int64 `json:"offset,omitempty"`
+	LeaseID       string `json:"leaseId,omitempty"`
+	Status        string `json:"status,omitempty"`
+	Error         string `json:"error,omitempty"`
+	ConsumerGroup string `json:"consumerGroup,omitempty"`
+}
+
+// AckFor returns the completed ack of a popped message, addressed by its
+// offset (which never ages out) and carrying its lease.
+func AckFor(m queen.Message) Ack {
+	off := m.Offset
+	a := Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, Offset: &off, Status: string(queen.AckCompleted), ConsumerGroup: m.ConsumerGroup}
+	if m.LeaseID != nil {
+		a.LeaseID = *m.LeaseID
+	}
+	return a
+}
+
+// Ack sends acks in one call (queen.v1.ack.batch); group applies to acks
+// that name none. The results are in request order.
+func (c *Client) Ack(ctx context.Context, group string, acks []Ack) ([]queen.AckResult, error) {
+	body, err := json.Marshal(struct {
+		Acks          []Ack  `json:"acknowledgments"`
+		ConsumerGroup string `json:"consumerGroup,omitempty"`
+	}{acks, group})
+	if err != nil {
+		return nil, err
+	}
+	data, status, err := c.request(ctx, SubjectAckBatch, body)
+	if err != nil {
+		return nil, err
+	}
+	if status != 0 {
+		return nil, decodeError(data, status)
+	}
+	var out []queen.AckResult
+	err = json.Unmarshal(data, &out)
+	return out, err
+}
+
+// ExtendLease extends a live lease by seconds (0: the queue's leaseTime) and
+// returns its new expiry; a lease that is not live is queen.ErrLeaseInvalid.
+func (c *Client) ExtendLease(ctx context.Context, leaseID string, seconds int) (time.Time, error) {
+	body, _ := json.Marshal(map[string]any{"leaseId": leaseID, "seconds": seconds})
+	data, status, err := c.request(ctx, SubjectLeaseExtend, body)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if status != 0 {
+		return time.Time{}, decodeError(data, status)
+	}
+	var out struct {
+		NewExpiresAt time.Time `json:"newExpiresAt"`
+	}
+	err = json.Unmarshal(data, &out)
+	return out.NewExpiresAt, err
+}
+
+// ConsumeOptions configures Consume. Pop fields as in PopOptions; Wait is
+// always on.
+type ConsumeOptions struct {
+	PopOptions
+	// OnAckError, when set, sees acks the broker did not apply as asked
+	// (results other than acked, retry_scheduled for failures, dead_lettered).
+	OnAckError func(queen.AckResult)
+}
+
+// Consume long-polls opts.Queue until ctx ends and calls handler for each
+// message in order; a nil error acks the message completed, an error acks it
+// failed with the error's text (so it is redelivered, and dead-lettered past
+// the queue's retryLimit). The acks of one popped batch go in one call, in
+// offset order; a failure stops the cursor below it (SPEC.md §4), so the
+// later messages of the batch are redelivered too. It returns ctx's error, or
+// the first request error that is not retryable.
+func (c *Client) Consume(ctx context.Context, opts ConsumeOptions, handler func(context.Context, queen.Message) error) error {
+	pop := opts.PopOptions
+	pop.Wait = true
+	if pop.TimeoutMs <= 0 {
+		pop.TimeoutMs = 5000
+	}
+	for ctx.Err() == nil {
+		res, err := c.Pop(ctx, pop)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if qe := queen.AsError(err); !qe.Retryable {
+				return err
+			}
+			continue
+		}
+		if len(res.Messages) == 0 {
+			continue
+		}
+		acks := make([]Ack, 0, len(res.Messages))
+		for _, m := range res.Messages {
+			a := AckFor(m)
+			if herr := handler(ctx, m); herr != nil {
+				a.Status = string(queen.AckFailed)
+				a.Error = herr.Error()
+				acks = append(acks, a)
+				break // the cursor stops below a failure: the rest is redelivered
+			}
+			acks = append(acks, a)
+		}
+		results, err := c.Ack(context.WithoutCancel(ctx), pop.ConsumerGroup, acks)
+		if err != nil {
+			if qe := queen.AsError(err); !qe.Retryable {
+				return err
+			}
+			continue // the lease runs out and the span is redelivered
+		}
+		if opts.OnAckError != nil {
+			for _, r := range results {
+				if !r.Success {
+					opts.OnAckError(r)
+				}
+			}
+		}
+	}
+	return ctx.Err()
 }

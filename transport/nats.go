@@ -14,9 +14,13 @@ import (
 
 // The client subjects of SPEC.md §11.
 const (
-	SubjectPush      = "queen.v1.push"
-	SubjectConfigure = "queen.v1.configure"
-	SubjectQueue     = "queen.v1.queue"
+	SubjectPush        = "queen.v1.push"
+	SubjectConfigure   = "queen.v1.configure"
+	SubjectQueue       = "queen.v1.queue"
+	SubjectPop         = "queen.v1.pop"
+	SubjectAck         = "queen.v1.ack"
+	SubjectAckBatch    = "queen.v1.ack.batch"
+	SubjectLeaseExtend = "queen.v1.lease.extend"
 	// ServiceName is the NATS micro service name (nats micro ls/info/stats).
 	ServiceName = "queen"
 	// QueueGroup is the queue group every broker serves the client subjects in.

@@ -1,0 +1,134 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+var (
+	sqlAdminDeadLetters = q("admin_dead_letters")
+	sqlAdminDeleteQueue = q("admin_delete_queue")
+	sqlAdminListQueues  = q("admin_list_queues")
+	sqlAdminDeleteGroup = q("admin_delete_group")
+	sqlAdminSeek        = q("admin_seek")
+	sqlAdminPurgeSide   = q("admin_purge_sidecar")
+)
+
+// DeadLetters lists dead letters oldest first, filtered by queue and group
+// ("" = any): limit rows from row offset, and the filter's total.
+func (s *Store) DeadLetters(ctx context.Context, queueName, group string, limit, offset int) ([]queen.DeadLetter, int64, error) {
+	rows, err := s.pool.Query(ctx, sqlAdminDeadLetters, queueName, group, limit, offset)
+	if err != nil {
+		return nil, 0, unavailable(err)
+	}
+	var total int64
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queen.DeadLetter, error) {
+		var d queen.DeadLetter
+		var pid, mid uuid.UUID
+		var frame []byte
+		if err := r.Scan(&d.ID, &d.Queue, &d.Partition, &pid, &d.ConsumerGroup, &d.Offset, &mid, &frame,
+			&d.CreatedAt, &d.Error, &d.Attempts, &d.DeadAt, &total); err != nil {
+			return d, err
+		}
+		fs, err := DecodeFrames(mid[:], frame)
+		if err != nil || len(fs) != 1 {
+			return d, fmt.Errorf("%w: dead letter %d", ErrCorruptSegment, d.ID)
+		}
+		d.PartitionID, d.MessageID = pid.String(), mid.String()
+		d.TransactionID, d.TraceID, d.Data = fs[0].TransactionID, fs[0].TraceID, fs[0].Payload
+		return d, nil
+	})
+	if err != nil {
+		return nil, 0, unavailable(err)
+	}
+	if out == nil {
+		out = []queen.DeadLetter{}
+	}
+	return out, total, nil
+}
+
+// DeleteQueue removes a queue with its partitions, segments, sidecar rows,
+// cursors, subscriptions and dead letters, in one transaction. existed is
+// false when there was no such queue (not an error).
+func (s *Store) DeleteQueue(ctx context.Context, queueName string) (existed bool, partitions int64, err error) {
+	var id int64
+	err = s.pool.QueryRow(ctx, sqlAdminDeleteQueue, queueName).Scan(&id, &partitions)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, 0, unavailable(err)
+	}
+	return true, partitions, nil
+}
+
+// QueueSummary is one row of the queue listing.
+type QueueSummary struct {
+	Name       string    `json:"name"`
+	Namespace  string    `json:"namespace"`
+	Task       string    `json:"task"`
+	CreatedAt  time.Time `json:"createdAt"`
+	Partitions int64     `json:"partitions"`
+	// Messages is every offset ever allocated (stored or retained away).
+	Messages int64 `json:"messages"`
+	// Depth is the messages above the queue-mode group's cursors.
+	Depth int64 `json:"depth"`
+}
+
+// ListQueues lists every queue by name.
+func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
+	rows, err := s.pool.Query(ctx, sqlAdminListQueues)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueSummary, error) {
+		var q QueueSummary
+		err := r.Scan(&q.Name, &q.Namespace, &q.Task, &q.CreatedAt, &q.Partitions, &q.Messages, &q.Depth)
+		return q, err
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if out == nil {
+		out = []QueueSummary{}
+	}
+	return out, nil
+}
+
+// DeleteGroup drops a consumer group's cursors, leases and subscriptions in
+// every queue and returns how many consumer rows it removed.
+func (s *Store) DeleteGroup(ctx context.Context, group string) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, sqlAdminDeleteGroup, group).Scan(&n)
+	return n, unavailable(err)
+}
+
+// Seek moves group's cursors in every partition of queueName (see
+// queen.SeekRequest) and returns how many partitions it moved.
+func (s *Store) Seek(ctx context.Context, queueName, group string, req queen.SeekRequest) (int, error) {
+	var ts *time.Time
+	if !req.ToEnd {
+		ts = req.Timestamp
+	}
+	tag, err := s.pool.Exec(ctx, sqlAdminSeek, queueName, group, ts)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// PurgeSidecar deletes the sidecar (log_txns row and per-hash rows) of the
+// segment of partition pid starting at firstOffset, as the retention loop
+// does once it ages out. Acks by transactionId of its messages become
+// unresolvable; acks by offset still work.
+func (s *Store) PurgeSidecar(ctx context.Context, pid uuid.UUID, firstOffset int64) error {
+	_, err := s.pool.Exec(ctx, sqlAdminPurgeSide, pid, firstOffset)
+	return unavailable(err)
+}

@@ -1,0 +1,499 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+var (
+	sqlConsumeEnsure     = q("consume_ensure")
+	sqlConsumeLock       = q("consume_lock")
+	sqlConsumeNewest     = q("consume_newest")
+	sqlConsumeSegments   = q("consume_segments")
+	sqlConsumeUpdate     = q("consume_update")
+	sqlConsumeResolve    = q("consume_resolve")
+	sqlConsumeSegmentAt  = q("consume_segment_at")
+	sqlConsumeDeadLetter = q("consume_dead_letter")
+	sqlConsumeExtend     = q("consume_extend")
+	sqlConsumeCandidates = q("consume_candidates")
+)
+
+// PopState says why a partition pop returned what it returned.
+type PopState int
+
+// The pop states.
+const (
+	// PopDelivered: messages were returned.
+	PopDelivered PopState = iota
+	// PopEmpty: nothing above the group's cursor; the partition is drained
+	// for the group until the next push.
+	PopEmpty
+	// PopBusy: a live lease of another consumer holds the partition for the
+	// group, or another request is popping or acking it right now.
+	PopBusy
+	// PopNotYet: messages exist above the cursor but are not visible yet
+	// (delayedProcessing, windowBuffer), or are all leased.
+	PopNotYet
+)
+
+// PopSpec is one partition pop.
+type PopSpec struct {
+	PartitionID uuid.UUID
+	Group       string
+	// Batch is the most messages returned (>= 1).
+	Batch   int
+	AutoAck bool
+	// SkipLocked makes a pop skip a consumer row another request holds
+	// (wildcard pops) instead of waiting for it.
+	SkipLocked bool
+	// SubscriptionFrom / SubscriptionNew record the group's subscription of
+	// the queue on its first pop (queen.PopRequest).
+	SubscriptionFrom *time.Time
+	SubscriptionNew  bool
+}
+
+// consumerState is a locked consumer row with what the consume paths need.
+type consumerState struct {
+	cursor       int64
+	leaseID      pgtype.UUID
+	live         bool
+	leaseTo      *int64
+	retryOffset  *int64
+	retryCount   int32
+	lastOffset   int64
+	partition    string
+	queue        string
+	leaseTime    int64
+	retryLimit   int64
+	delayed      int64
+	windowBuffer int64
+	now          time.Time
+}
+
+func (c *consumerState) scan(row pgx.Row) error {
+	return row.Scan(&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &c.retryOffset, &c.retryCount,
+		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now)
+}
+
+// lockConsumer queues, on b, the statements that create (partition, group)'s
+// consumer row on first use and lock it; *found reports whether the lock
+// statement returned the row.
+func lockConsumer(b *pgx.Batch, pid uuid.UUID, group string, skipLocked, subscribe bool, from *time.Time, isNew bool, st *consumerState, found *bool) {
+	b.Queue(sqlConsumeEnsure, pid, group, from, isNew, subscribe)
+	lock := sqlConsumeLock
+	if skipLocked {
+		lock += " SKIP LOCKED"
+	}
+	b.Queue(lock, pid, group).QueryRow(func(row pgx.Row) error {
+		err := st.scan(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		*found = err == nil
+		return err
+	})
+}
+
+// PopPartition pops up to spec.Batch messages of one partition for a
+// consumer group (SPEC.md §4), in one transaction under the group's consumer
+// row lock: from just above the cursor, only messages stored at least
+// delayedProcessing seconds ago, and only once the partition's newest message
+// is windowBuffer seconds old. Without AutoAck the returned span is leased
+// for the queue's leaseTime; with it the cursor moves past the span. An
+// expired lease's span is delivered again (not counted as a retry).
+func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult, PopState, error) {
+	var res queen.PopResult
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, PopBusy, unavailable(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
+	var st consumerState
+	var found bool
+	b := &pgx.Batch{}
+	lockConsumer(b, spec.PartitionID, spec.Group, spec.SkipLocked, true, spec.SubscriptionFrom, spec.SubscriptionNew, &st, &found)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return res, PopBusy, unavailable(err)
+	}
+	if !found {
+		return res, PopBusy, nil
+	}
+	commit := func(state PopState) (queen.PopResult, PopState, error) {
+		if err := tx.Commit(ctx); err != nil {
+			return queen.PopResult{}, PopBusy, unavailable(err)
+		}
+		return res, state, nil
+	}
+	switch {
+	case st.live:
+		return commit(PopBusy)
+	case st.cursor >= st.lastOffset:
+		return commit(PopEmpty)
+	}
+	if st.windowBuffer > 0 {
+		var newest time.Time
+		if err := tx.QueryRow(ctx, sqlConsumeNewest, spec.PartitionID).Scan(&newest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return res, PopBusy, unavailable(err)
+		}
+		if newest.After(st.now.Add(-time.Duration(st.windowBuffer) * time.Second)) {
+			return commit(PopNotYet)
+		}
+	}
+	visible := st.now.Add(-time.Duration(st.delayed) * time.Second)
+	rows, err := tx.Query(ctx, sqlConsumeSegments, spec.PartitionID, st.cursor, spec.Batch, visible)
+	if err != nil {
+		return res, PopBusy, unavailable(err)
+	}
+	pidText := spec.PartitionID.String()
+	var last int64
+	for rows.Next() {
+		var first, segLast int64
+		var created time.Time
+		var ids, frames []byte
+		if err := rows.Scan(&first, &segLast, &created, &ids, &frames); err != nil {
+			rows.Close()
+			return res, PopBusy, unavailable(err)
+		}
+		fs, err := DecodeFrames(ids, frames)
+		if err != nil {
+			rows.Close()
+			return res, PopBusy, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, first)
+		}
+		for i := range fs {
+			off := first + int64(i)
+			if off <= st.cursor || len(res.Messages) >= spec.Batch {
+				continue
+			}
+			m := queen.Message{
+				ID: fs[i].MessageID.String(), TransactionID: fs[i].TransactionID, TraceID: fs[i].TraceID,
+				Data: fs[i].Payload, CreatedAt: created, PartitionID: pidText, Partition: st.partition,
+				Queue: st.queue, Offset: off, ConsumerGroup: spec.Group,
+			}
+			if st.retryOffset != nil && *st.retryOffset == off {
+				m.RetryCount = int(st.retryCount)
+			}
+			res.Messages = append(res.Messages, m)
+			last = off
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, PopBusy, unavailable(err)
+	}
+	if len(res.Messages) == 0 {
+		return commit(PopNotYet)
+	}
+	res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
+	var expires *time.Time
+	if spec.AutoAck {
+		ro, rc := retryAfter(st, last)
+		_, err = tx.Exec(ctx, sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, ro, rc)
+	} else {
+		lease, lerr := uuid.NewV7()
+		if lerr != nil {
+			return res, PopBusy, lerr
+		}
+		err = tx.QueryRow(ctx, sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, st.retryOffset, st.retryCount).Scan(&expires)
+		ls := lease.String()
+		res.LeaseID = &ls
+		res.LeaseExpiresAt = expires
+		for i := range res.Messages {
+			res.Messages[i].LeaseID = &ls
+		}
+	}
+	if err != nil {
+		return res, PopBusy, unavailable(err)
+	}
+	return commit(PopDelivered)
+}
+
+// retryAfter returns the retry bookkeeping once the cursor is at cursor: it
+// is cleared when the cursor reached the message it counts.
+func retryAfter(st consumerState, cursor int64) (*int64, int32) {
+	if st.retryOffset == nil || *st.retryOffset <= cursor {
+		return nil, 0
+	}
+	return st.retryOffset, st.retryCount
+}
+
+// PartitionID returns the id of partition (queue, name), or uuid.Nil when it
+// does not exist (pops never create partitions).
+func (s *Store) PartitionID(ctx context.Context, queueName, partition string) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, sqlGetPartition, queueName, partition).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, nil
+	}
+	return id, unavailable(err)
+}
+
+// Candidates returns up to limit partitions of queue that may hold messages
+// group can take now (allocator above the cursor, no live lease): the
+// correction for a wildcard pop's in-memory hint.
+func (s *Store) Candidates(ctx context.Context, queueName, group string, limit int) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, sqlConsumeCandidates, queueName, group, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	return ids, unavailable(err)
+}
+
+// ExtendLease extends live lease id to at least seconds from now (<= 0: the
+// queue's leaseTime) and returns its expiry; it never shortens a lease. A
+// lease that is not live (expired, released, unknown) is queen.ErrLeaseInvalid.
+func (s *Store) ExtendLease(ctx context.Context, id uuid.UUID, seconds int64) (time.Time, error) {
+	var t time.Time
+	err := s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, queen.ErrLeaseInvalid.With("lease %s is not live (expired, released or unknown)", id)
+	}
+	return t, unavailable(err)
+}
+
+// ackKey is one consumer row an ack call touches.
+type ackKey struct {
+	pid   uuid.UUID
+	group string
+}
+
+// Ack applies acks as offset commits (SPEC.md §4) in one transaction and
+// returns one result per item, in order. Items are grouped by (partition,
+// group); each group's consumer row is locked in ascending (partition id,
+// group) order, so concurrent ack calls cannot deadlock. Per consumer row:
+// an item resolves to an offset (by offset, or by transactionId through the
+// sidecar to the lowest offset above the cursor); unresolvable, stale and
+// lease_invalid items change nothing; the lowest failed/dlq/retry signal S
+// stops the cursor below it, so completed items above S are not applied
+// (retry_scheduled, success false); completed items below S commit the
+// cursor to the highest of them. A failed S counts a failure of that
+// message; past the queue's retryLimit (or with dlq) it is copied to the DLQ
+// and the cursor moves past it. failed and retry release the lease; a cursor
+// that reaches the leased span's end releases it too.
+func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
+	out := make([]queen.AckResult, len(items))
+	byKey := map[ackKey][]int{}
+	var keys []ackKey
+	for i, it := range items {
+		out[i] = queen.AckResult{Index: i, TransactionID: it.TransactionID, PartitionID: it.PartitionID.String()}
+		k := ackKey{it.PartitionID, it.ConsumerGroup}
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		if c := bytes.Compare(keys[a].pid[:], keys[b].pid[:]); c != 0 {
+			return c < 0
+		}
+		return keys[a].group < keys[b].group
+	})
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
+	for _, k := range keys {
+		if err := ackOne(ctx, tx, k, items, byKey[k], out); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, queen.ErrCommitUnknown.With("ack commit: %v", err)
+	}
+	return out, nil
+}
+
+// ackOne applies the items idx of one consumer row (see Ack).
+func ackOne(ctx context.Context, tx pgx.Tx, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult) error {
+	var st consumerState
+	var found bool
+	b := &pgx.Batch{}
+	lockConsumer(b, k.pid, k.group, false, false, nil, false, &st, &found)
+	var hashes []pgtype.UUID
+	for _, i := range idx {
+		if items[i].Offset < 0 {
+			hashes = append(hashes, pgtype.UUID{Bytes: items[i].Hash, Valid: true})
+		}
+	}
+	type resolved struct {
+		above *int64
+		any   bool
+	}
+	res := map[queen.Hash]resolved{}
+	if len(hashes) > 0 {
+		b.Queue(sqlConsumeResolve, k.pid, hashes, k.group).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var h pgtype.UUID
+				var above, anyOff *int64
+				if err := rows.Scan(&h, &above, &anyOff); err != nil {
+					return err
+				}
+				res[h.Bytes] = resolved{above: above, any: anyOff != nil}
+			}
+			return rows.Err()
+		})
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return unavailable(err)
+	}
+	if !found { // the partition does not exist
+		for _, i := range idx {
+			out[i].Result = queen.Unresolvable
+			out[i].Error = fmt.Sprintf("partition %s does not exist", k.pid)
+		}
+		return nil
+	}
+	// Resolve every item to an offset, or answer it now.
+	offsets := map[int]int64{}
+	for _, i := range idx {
+		it := &items[i]
+		var off int64
+		switch {
+		case it.Offset >= 0:
+			if it.Offset > st.lastOffset {
+				out[i].Result = queen.Unresolvable
+				out[i].Error = fmt.Sprintf("offset %d was never allocated in partition %s (last offset %d)", it.Offset, k.pid, st.lastOffset)
+				continue
+			}
+			off = it.Offset
+		default:
+			r, ok := res[it.Hash]
+			switch {
+			case !ok || !r.any:
+				out[i].Result = queen.Unresolvable
+				out[i].Error = fmt.Sprintf("transactionId %q is not in partition %s's sidecar (never pushed there, or aged out); ack by offset instead", it.TransactionID, k.pid)
+				continue
+			case r.above == nil:
+				out[i].Result, out[i].Success = queen.Stale, true
+				continue
+			}
+			off = *r.above
+		}
+		o := off
+		out[i].Offset = &o
+		if off <= st.cursor {
+			out[i].Result, out[i].Success = queen.Stale, true
+			continue
+		}
+		if it.LeaseID != nil && (!st.live || !st.leaseID.Valid || uuid.UUID(st.leaseID.Bytes) != *it.LeaseID) {
+			out[i].Result = queen.LeaseInvalid
+			out[i].Error = fmt.Sprintf("lease %s is not the live lease of partition %s for group %q", *it.LeaseID, k.pid, k.group)
+			continue
+		}
+		offsets[i] = off
+	}
+	// The lowest failure signal stops the cursor.
+	sig := -1
+	for _, i := range idx {
+		off, ok := offsets[i]
+		if !ok || items[i].Status == queen.AckCompleted {
+			continue
+		}
+		if sig < 0 || off < offsets[sig] {
+			sig = i
+		}
+	}
+	cursor := st.cursor
+	for _, i := range idx {
+		off, ok := offsets[i]
+		if !ok {
+			continue
+		}
+		switch {
+		case sig >= 0 && off >= offsets[sig] && i != sig && !(off == offsets[sig] && items[i].Status == items[sig].Status):
+			out[i].Result = queen.RetryScheduled
+			out[i].Success = items[i].Status == queen.AckFailed || items[i].Status == queen.AckRetry
+			if !out[i].Success {
+				out[i].Error = fmt.Sprintf("not applied: a %s ack at the lower offset %d in the same call stops the cursor below it; the message will be delivered again", items[sig].Status, offsets[sig])
+			}
+		case items[i].Status == queen.AckCompleted:
+			out[i].Result, out[i].Success = queen.Acked, true
+			cursor = max(cursor, off)
+		}
+	}
+	leaseID := st.leaseID
+	var leaseTo *int64 = st.leaseTo
+	retryOffset, retryCount := st.retryOffset, st.retryCount
+	if sig >= 0 {
+		s := offsets[sig]
+		status := items[sig].Status
+		attempts := int32(1)
+		if retryOffset != nil && *retryOffset == s {
+			attempts = retryCount + 1
+		}
+		dead := status == queen.AckDLQ || (status == queen.AckFailed && int64(attempts) > st.retryLimit)
+		result := queen.RetryScheduled
+		switch {
+		case dead:
+			if err := deadLetter(ctx, tx, k, s, items[sig].Error, attempts); err != nil {
+				return err
+			}
+			cursor = s
+			result = queen.DeadLettered
+		case status == queen.AckFailed:
+			retryOffset, retryCount = &s, attempts
+		}
+		if !dead {
+			leaseID = pgtype.UUID{} // failed and retry release the span
+		}
+		for _, i := range idx {
+			if off, ok := offsets[i]; ok && off == s && items[i].Status == status {
+				out[i].Result, out[i].Success = result, true
+			}
+		}
+	}
+	if leaseID.Valid && (!st.live || leaseTo == nil || cursor >= *leaseTo) {
+		leaseID = pgtype.UUID{}
+	}
+	if retryOffset != nil && *retryOffset <= cursor {
+		retryOffset, retryCount = nil, 0
+	}
+	var lease any
+	if leaseID.Valid {
+		lease = uuid.UUID(leaseID.Bytes)
+	}
+	var expires *time.Time
+	if err := tx.QueryRow(ctx, sqlConsumeUpdate, k.pid, k.group, cursor, lease, nil, leaseTo, retryOffset, retryCount).Scan(&expires); err != nil {
+		return unavailable(err)
+	}
+	for _, i := range idx {
+		c := cursor
+		out[i].Cursor = &c
+	}
+	return nil
+}
+
+// deadLetter copies the frame at offset off of partition k.pid to the DLQ.
+func deadLetter(ctx context.Context, tx pgx.Tx, k ackKey, off int64, errText string, attempts int32) error {
+	var first int64
+	var created time.Time
+	var ids, frames []byte
+	err := tx.QueryRow(ctx, sqlConsumeSegmentAt, k.pid, off).Scan(&first, &created, &ids, &frames)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return queen.ErrNotFound.With("the message at offset %d of partition %s is gone (retention); it cannot be dead-lettered", off, k.pid)
+	}
+	if err != nil {
+		return unavailable(err)
+	}
+	fs, err := DecodeFrames(ids, frames)
+	if err != nil || off-first >= int64(len(fs)) {
+		return fmt.Errorf("%w: partition %s segment at offset %d", ErrCorruptSegment, k.pid, first)
+	}
+	f := fs[off-first]
+	frame := AppendFrame(nil, f.TransactionID, f.TraceID, f.Payload)
+	if _, err := tx.Exec(ctx, sqlConsumeDeadLetter, k.pid, k.group, off, f.MessageID, frame, created, errText, attempts); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}

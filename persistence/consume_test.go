@@ -1,0 +1,265 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+func pop(t *testing.T, s *Store, pid uuid.UUID, group string, batch int) (queen.PopResult, PopState) {
+	t.Helper()
+	res, st, err := s.PopPartition(context.Background(), PopSpec{PartitionID: pid, Group: group, Batch: batch})
+	require.NoError(t, err)
+	return res, st
+}
+
+func txns(res queen.PopResult) []string {
+	out := make([]string, len(res.Messages))
+	for i, m := range res.Messages {
+		out[i] = m.TransactionID
+	}
+	return out
+}
+
+func ackTxn(pid uuid.UUID, group, txn string, status queen.AckStatus, lease *string) queen.AckItem {
+	it := queen.AckItem{TransactionID: txn, Hash: queen.HashTxn(txn), PartitionID: pid, Offset: -1, Status: status, ConsumerGroup: group}
+	if lease != nil {
+		l := uuid.MustParse(*lease)
+		it.LeaseID = &l
+	}
+	return it
+}
+
+func ack(t *testing.T, s *Store, items ...queen.AckItem) []queen.AckOutcome {
+	t.Helper()
+	res, err := s.Ack(context.Background(), items)
+	require.NoError(t, err)
+	out := make([]queen.AckOutcome, len(res))
+	for i, r := range res {
+		out[i] = r.Result
+	}
+	return out
+}
+
+func configure(t *testing.T, s *Store, queueName, opts string) {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(opts), &m))
+	_, err := s.Configure(context.Background(), queen.ConfigureRequest{Queue: queueName, Options: m})
+	require.NoError(t, err)
+}
+
+const g = queen.DefaultConsumerGroup
+
+func TestAckIsAnOffsetCommit(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	pid, err := s.EnsurePartition(context.Background(), "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "m1", "m2", "m3"))
+
+	res, st := pop(t, s, pid, g, 2)
+	require.Equal(t, PopDelivered, st)
+	require.Equal(t, []string{"m1", "m2"}, txns(res))
+	require.Equal(t, int64(0), res.Messages[0].Offset)
+	require.NotNil(t, res.LeaseID)
+
+	_, st = pop(t, s, pid, g, 2)
+	require.Equal(t, PopBusy, st, "the lease holds the partition for the group")
+	other, st := pop(t, s, pid, "other", 5)
+	require.Equal(t, PopDelivered, st, "another group is not blocked")
+	require.Len(t, other.Messages, 3)
+
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m2", queen.AckCompleted, res.LeaseID)))
+	require.Equal(t, []queen.AckOutcome{queen.Stale}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, nil)), "m1 was completed by the offset commit")
+
+	res, st = pop(t, s, pid, g, 2)
+	require.Equal(t, PopDelivered, st, "the ack of the span's end released the lease")
+	require.Equal(t, []string{"m3"}, txns(res))
+}
+
+func TestAckUnresolvable(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	require.Equal(t, []queen.AckOutcome{queen.Unresolvable}, ack(t, s, ackTxn(pid, g, "never", queen.AckCompleted, nil)))
+
+	configure(t, s, "q", `{"leaseTime":1}`)
+	commit(t, s, pid, items("q", "p", "m1"))
+	res, _ := pop(t, s, pid, g, 1)
+	require.Len(t, res.Messages, 1)
+	require.NoError(t, s.PurgeSidecar(ctx, pid, 0))
+	out, err := s.Ack(ctx, []queen.AckItem{ackTxn(pid, g, "m1", queen.AckCompleted, res.LeaseID)})
+	require.NoError(t, err)
+	require.Equal(t, queen.Unresolvable, out[0].Result)
+	require.False(t, out[0].Success, "unresolvable is never a success")
+
+	// Redelivered once the lease runs out.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		again, st := pop(t, s, pid, g, 1)
+		if st == PopDelivered {
+			require.Equal(t, []string{"m1"}, txns(again))
+			require.Equal(t, 0, again.Messages[0].RetryCount, "an expired lease is not a retry")
+			// Ack by offset still works without the sidecar.
+			it := queen.AckItem{PartitionID: pid, Offset: 0, Status: queen.AckCompleted, ConsumerGroup: g}
+			require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, it))
+			break
+		}
+		require.Equal(t, PopBusy, st)
+		require.True(t, time.Now().Before(deadline), "lease never expired")
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestFailedAckStopsTheCursor(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	pid, err := s.EnsurePartition(context.Background(), "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "m1", "m2", "m3", "m4"))
+	res, _ := pop(t, s, pid, g, 3)
+	out := ack(t, s,
+		ackTxn(pid, g, "m1", queen.AckCompleted, res.LeaseID),
+		ackTxn(pid, g, "m2", queen.AckFailed, res.LeaseID),
+		ackTxn(pid, g, "m3", queen.AckCompleted, res.LeaseID))
+	require.Equal(t, []queen.AckOutcome{queen.Acked, queen.RetryScheduled, queen.RetryScheduled}, out)
+	res, st := pop(t, s, pid, g, 3)
+	require.Equal(t, PopDelivered, st, "a failed ack releases the lease")
+	require.Equal(t, []string{"m2", "m3", "m4"}, txns(res))
+	require.Equal(t, 1, res.Messages[0].RetryCount)
+	require.Equal(t, 0, res.Messages[1].RetryCount)
+}
+
+func TestRetryLimitDeadLetters(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	configure(t, s, "q", `{"retryLimit":2}`)
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "poison", "next"))
+	for attempt := 1; attempt <= 3; attempt++ {
+		res, st := pop(t, s, pid, g, 1)
+		require.Equal(t, PopDelivered, st)
+		require.Equal(t, []string{"poison"}, txns(res))
+		require.Equal(t, attempt-1, res.Messages[0].RetryCount)
+		it := ackTxn(pid, g, "poison", queen.AckFailed, res.LeaseID)
+		it.Error = "boom"
+		want := queen.RetryScheduled
+		if attempt == 3 {
+			want = queen.DeadLettered
+		}
+		require.Equal(t, []queen.AckOutcome{want}, ack(t, s, it), "attempt %d", attempt)
+	}
+	res, _ := pop(t, s, pid, g, 1)
+	require.Equal(t, []string{"next"}, txns(res), "the next message flows")
+	dl, total, err := s.DeadLetters(ctx, "q", g, 10, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), total)
+	require.Equal(t, "poison", dl[0].TransactionID)
+	require.Equal(t, "boom", dl[0].Error)
+	require.Equal(t, 3, dl[0].Attempts)
+	require.Equal(t, int64(0), dl[0].Offset)
+	require.JSONEq(t, `{"i":0}`, string(dl[0].Data))
+}
+
+func TestSubscriptionModes(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "old1", "old2"))
+	var mid time.Time
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid))
+	commit(t, s, pid, items("q", "p", "mid1"))
+
+	res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "new", Batch: 10, SubscriptionNew: true})
+	require.NoError(t, err)
+	require.Equal(t, PopEmpty, st, "new skips the backlog")
+	commit(t, s, pid, items("q", "p", "new1"))
+	res, _ = pop(t, s, pid, "new", 10) // the subscription is fixed by the first pop
+	require.Equal(t, []string{"new1"}, txns(res))
+
+	res, _, err = s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "from", Batch: 10, SubscriptionFrom: &mid})
+	require.NoError(t, err)
+	require.Equal(t, []string{"mid1", "new1"}, txns(res))
+
+	res, _ = pop(t, s, pid, "all", 10)
+	require.Equal(t, []string{"old1", "old2", "mid1", "new1"}, txns(res))
+}
+
+func TestExtendLease(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	configure(t, s, "q", `{"leaseTime":1}`)
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "m1"))
+	res, _ := pop(t, s, pid, g, 1)
+	lease := uuid.MustParse(*res.LeaseID)
+	long, err := s.ExtendLease(ctx, lease, 60)
+	require.NoError(t, err)
+	require.True(t, long.After(res.LeaseExpiresAt.Add(50*time.Second)))
+	short, err := s.ExtendLease(ctx, lease, 1)
+	require.NoError(t, err)
+	require.Equal(t, long, short, "extend never shortens a lease")
+	_, st := pop(t, s, pid, g, 1)
+	require.Equal(t, PopBusy, st)
+
+	// An expired lease cannot be extended.
+	_, err = s.pool.Exec(ctx, `UPDATE queen.consumers SET lease_expires_at = clock_timestamp() - interval '1 second'`)
+	require.NoError(t, err)
+	_, err = s.ExtendLease(ctx, lease, 60)
+	require.ErrorIs(t, err, queen.ErrLeaseInvalid)
+	out := ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, res.LeaseID))
+	require.Equal(t, []queen.AckOutcome{queen.LeaseInvalid}, out)
+}
+
+func TestSeekDeleteGroupDeleteQueue(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "a", "b"))
+	n, err := s.Seek(ctx, "q", "g1", queen.SeekRequest{ToEnd: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, st := pop(t, s, pid, "g1", 5)
+	require.Equal(t, PopEmpty, st)
+	past := time.Now().Add(-time.Hour)
+	_, err = s.Seek(ctx, "q", "g1", queen.SeekRequest{Timestamp: &past})
+	require.NoError(t, err)
+	res, _ := pop(t, s, pid, "g1", 5)
+	require.Equal(t, []string{"a", "b"}, txns(res))
+
+	removed, err := s.DeleteGroup(ctx, "g1")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), removed)
+
+	qs, err := s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []QueueSummary{{Name: "q", CreatedAt: qs[0].CreatedAt, Partitions: 1, Messages: 2, Depth: 2}}, qs)
+
+	existed, parts, err := s.DeleteQueue(ctx, "q")
+	require.NoError(t, err)
+	require.True(t, existed)
+	require.Equal(t, int64(1), parts)
+	var left int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.segments) + (SELECT count(*) FROM queen.log_txns) + (SELECT count(*) FROM queen.log_txn_hashes) + (SELECT count(*) FROM queen.partitions)`).Scan(&left))
+	require.Zero(t, left)
+	existed, _, err = s.DeleteQueue(ctx, "q")
+	require.NoError(t, err)
+	require.False(t, existed)
+}

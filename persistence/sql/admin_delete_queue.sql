@@ -1,0 +1,17 @@
+-- Deletes queue $1 with everything it owns: segments, sidecar rows (no
+-- foreign keys, for insert speed) and, by cascade, partitions, consumer
+-- rows, subscriptions and dead letters. Takes the partitions' row locks
+-- first, in the global order, so an in-flight push finishes or fails
+-- cleanly. Returns the queue id when it existed.
+WITH q AS (
+    SELECT id FROM queen.queues WHERE name = $1 FOR UPDATE
+), p AS (
+    SELECT id FROM queen.partitions WHERE queue_id IN (SELECT id FROM q) ORDER BY id FOR UPDATE
+), s AS (
+    DELETE FROM queen.segments WHERE partition_id IN (SELECT id FROM p)
+), t AS (
+    DELETE FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)
+), h AS (
+    DELETE FROM queen.log_txn_hashes WHERE partition_id IN (SELECT id FROM p)
+)
+DELETE FROM queen.queues WHERE id IN (SELECT id FROM q) RETURNING id, (SELECT count(*) FROM p)

@@ -1,0 +1,18 @@
+-- Moves group $2's cursors in every partition of queue $1: to the end
+-- ($3 NULL), or to just below the first segment stored at or after $3 (the
+-- end when there is none). Leases and retry counts are cleared. Returns the
+-- partitions moved.
+INSERT INTO queen.consumers AS c (partition_id, consumer_group, queue_id, "cursor")
+SELECT p.id, $2, p.queue_id,
+       CASE WHEN $3::timestamptz IS NULL THEN p.last_offset
+            ELSE COALESCE((SELECT s.first_offset - 1 FROM queen.segments s
+                           WHERE s.partition_id = p.id AND s.created_at >= $3::timestamptz
+                           ORDER BY s.first_offset LIMIT 1), p.last_offset)
+       END
+FROM queen.partitions p
+JOIN queen.queues q ON q.id = p.queue_id
+WHERE q.name = $1
+ON CONFLICT (partition_id, consumer_group) DO UPDATE
+SET "cursor" = EXCLUDED."cursor", lease_id = NULL, lease_expires_at = NULL, lease_to = NULL,
+    retry_offset = NULL, retry_count = 0, updated_at = clock_timestamp()
+RETURNING c.partition_id

@@ -1,0 +1,23 @@
+-- Locks the consumer row of (partition $1, group $2) and reads its state
+-- with the partition's allocator, names and queue options, and the
+-- database's clock. The pop path appends SKIP LOCKED: a row being popped or
+-- acked by another request is skipped, not waited for.
+SELECT c."cursor",
+       c.lease_id,
+       COALESCE(c.lease_expires_at > clock_timestamp(), false),
+       c.lease_to,
+       c.retry_offset,
+       c.retry_count,
+       p.last_offset,
+       p.name,
+       q.name,
+       COALESCE((q.options ->> 'leaseTime')::bigint, 300),
+       COALESCE((q.options ->> 'retryLimit')::bigint, 3),
+       COALESCE((q.options ->> 'delayedProcessing')::bigint, 0),
+       COALESCE((q.options ->> 'windowBuffer')::bigint, 0),
+       clock_timestamp()
+FROM queen.consumers c
+JOIN queen.partitions p ON p.id = c.partition_id
+JOIN queen.queues q ON q.id = p.queue_id
+WHERE c.partition_id = $1 AND c.consumer_group = $2
+FOR UPDATE OF c
