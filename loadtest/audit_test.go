@@ -81,7 +81,7 @@ func (e *auditEnv) push(t *testing.T, part int, seqs ...uint64) {
 
 func (e *auditEnv) audit(t *testing.T) *AuditReport {
 	t.Helper()
-	ar, err := auditQueue(context.Background(), e.a, e.queue, e.parts, []*ledger{e.led})
+	ar, err := auditQueue(context.Background(), e.a, e.queue, e.parts, []*ledger{e.led}, nil)
 	require.NoError(t, err)
 	return ar
 }

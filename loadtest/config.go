@@ -72,6 +72,39 @@ type Config struct {
 	// (default 15s).
 	DrainTimeout time.Duration
 
+	// Consumers is the number of consumers per consumer group (default 0:
+	// no consume phase). Consumers long-poll the run's queue (any
+	// partition) from the start, over the same target as the producers,
+	// and keep going after the producers stop until every group's cursor
+	// reaches every partition's last offset (or ConsumeDrainTimeout).
+	Consumers int
+	// Groups is the number of consumer groups, named <queue>-g0, -g1, ...
+	// (default 1 when Consumers > 0).
+	Groups int
+	// FailRatio is the fraction of messages that are poison: chosen by a
+	// hash of the transactionId, failed by the handler on every delivery,
+	// so each must be delivered RetryLimit+1 times per group and land in
+	// each group's DLQ once (default 0, 0..1).
+	FailRatio float64
+	// ConsumeBatch is the most messages per pop (default 100, 1..10000).
+	ConsumeBatch int
+	// RetryLimit is the queue's retryLimit, configured before the load
+	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
+	RetryLimit int
+	// LeaseSeconds is the queue's leaseTime, configured with RetryLimit
+	// (default 30): how long an unanswered ack holds a span back.
+	LeaseSeconds int
+	// PollTimeout is the consumers' long-poll timeout (default 2s).
+	PollTimeout time.Duration
+	// ConsumeDrainTimeout bounds the consumption after the producers stop
+	// (default 60s); running out of it fails the audit.
+	ConsumeDrainTimeout time.Duration
+	// WakeProbes is how many rounds the wake-latency probe runs after the
+	// consume phase (DefaultConfig: 50; 0: no probe): a long poll parks on a
+	// fresh queue, one message is pushed, and the time from its commit to
+	// the pop's reply is measured.
+	WakeProbes int
+
 	// Progress receives a progress line (nil: none). With ProgressLive the
 	// line is rewritten in place about twice a second (a terminal);
 	// otherwise a plain line is written every ProgressEvery (default 2s).
@@ -101,6 +134,9 @@ func DefaultConfig() Config {
 		RequestTimeout: 30 * time.Second,
 		DrainTimeout:   15 * time.Second,
 		ProgressEvery:  2 * time.Second,
+		ConsumeBatch:   100,
+		RetryLimit:     3,
+		WakeProbes:     50,
 	}
 }
 
@@ -127,6 +163,24 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max attempts %d: want 1..255", c.MaxAttempts)
 	case c.Producers > maxProducers:
 		return fmt.Errorf("producers %d: want at most %d", c.Producers, maxProducers)
+	case c.Consumers < 0 || c.Consumers > 1024:
+		return fmt.Errorf("consumers %d: want 0..1024 per group", c.Consumers)
+	case c.Consumers > 0 && c.Mode != ModeBroker:
+		return errors.New("consumers need a broker (mode broker)")
+	case c.Groups < 0 || c.Groups > 64:
+		return fmt.Errorf("groups %d: want 1..64", c.Groups)
+	case c.Groups > 0 && c.Consumers == 0:
+		return fmt.Errorf("groups %d without consumers: pass --consumers", c.Groups)
+	case c.FailRatio < 0 || c.FailRatio > 1:
+		return fmt.Errorf("fail ratio %g: want 0..1", c.FailRatio)
+	case c.FailRatio > 0 && c.Consumers == 0:
+		return fmt.Errorf("fail ratio %g without consumers: pass --consumers", c.FailRatio)
+	case c.Consumers > 0 && (c.ConsumeBatch < 1 || c.ConsumeBatch > 10000):
+		return fmt.Errorf("consume batch %d: want 1..10000", c.ConsumeBatch)
+	case c.RetryLimit < 0 || c.RetryLimit > 100:
+		return fmt.Errorf("retry limit %d: want 0..100", c.RetryLimit)
+	case c.WakeProbes < 0 || c.WakeProbes > 10000:
+		return fmt.Errorf("wake probes %d: want 0..10000", c.WakeProbes)
 	}
 	if c.Mode == ModeBroker {
 		u, err := url.Parse(c.Target)
@@ -154,6 +208,21 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = d.ProgressEvery
+	}
+	if c.Consumers > 0 && c.Groups == 0 {
+		c.Groups = 1
+	}
+	if c.ConsumeBatch == 0 {
+		c.ConsumeBatch = d.ConsumeBatch
+	}
+	if c.LeaseSeconds <= 0 {
+		c.LeaseSeconds = 30
+	}
+	if c.PollTimeout <= 0 {
+		c.PollTimeout = 2 * time.Second
+	}
+	if c.ConsumeDrainTimeout <= 0 {
+		c.ConsumeDrainTimeout = 60 * time.Second
 	}
 	now := time.Now().UnixNano()
 	if c.Queue == "" {

@@ -18,6 +18,16 @@ type counters struct {
 	sent, fresh, repeats, retries    atomic.Int64
 	queued, duplicate, failed        atomic.Int64
 	gaveUp, rejected, unknownOutcome atomic.Int64
+	// touched, when set (a run with consumers), marks the partitions in
+	// which an item was answered queued or duplicate.
+	touched []atomic.Bool
+}
+
+// touch marks partition part as holding a message.
+func (c *counters) touch(part int) {
+	if c.touched != nil && !c.touched[part].Load() {
+		c.touched[part].Store(true)
+	}
 }
 
 // recentSize is how many recently sent transactionIds a producer picks its
@@ -195,11 +205,13 @@ func (p *producer) handle(err error) (trouble bool) {
 		switch r.status {
 		case queen.Queued:
 			queued++
+			p.c.touch(keyPart(s.key))
 			if p.led != nil {
 				p.led.queued(s.key, r.id)
 			}
 		case queen.Duplicate:
 			dup++
+			p.c.touch(keyPart(s.key))
 			if p.led != nil {
 				p.led.duplicate(s.key, r.id)
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,17 +15,21 @@ type progress struct {
 	every time.Duration
 	label string
 	c     *counters
+	// cc is the consumers' counters (nil: no consumers).
+	cc    *consumeCounters
 	start time.Time
+	// drain is set once the producers stopped and the consumers drain.
+	drain atomic.Bool
 	dur   time.Duration
 	stop  chan struct{}
 	done  chan struct{}
 }
 
-func startProgress(cfg *Config, c *counters, start time.Time) *progress {
+func startProgress(cfg *Config, c *counters, cc *consumeCounters, start time.Time) *progress {
 	if cfg.Progress == nil {
 		return nil
 	}
-	p := &progress{w: cfg.Progress, live: cfg.ProgressLive, every: cfg.ProgressEvery, label: cfg.Label, c: c,
+	p := &progress{w: cfg.Progress, live: cfg.ProgressLive, every: cfg.ProgressEvery, label: cfg.Label, c: c, cc: cc,
 		start: start, dur: cfg.Duration, stop: make(chan struct{}), done: make(chan struct{})}
 	if p.live {
 		p.every = 500 * time.Millisecond
@@ -37,7 +42,7 @@ func (p *progress) loop() {
 	defer close(p.done)
 	t := time.NewTicker(p.every)
 	defer t.Stop()
-	lastSent, lastAt := int64(0), p.start
+	lastSent, lastAcked, lastAt := int64(0), int64(0), p.start
 	for {
 		select {
 		case <-p.stop:
@@ -46,19 +51,23 @@ func (p *progress) loop() {
 			}
 			return
 		case now := <-t.C:
-			sent := p.c.sent.Load()
-			rate := float64(sent-lastSent) / now.Sub(lastAt).Seconds()
-			lastSent, lastAt = sent, now
+			sent, acked := p.c.sent.Load(), int64(0)
+			if p.cc != nil {
+				acked = p.cc.acked.Load()
+			}
+			secs := now.Sub(lastAt).Seconds()
+			rate, ackRate := float64(sent-lastSent)/secs, float64(acked-lastAcked)/secs
+			lastSent, lastAcked, lastAt = sent, acked, now
 			if p.live {
-				fmt.Fprint(p.w, "\r\x1b[K"+p.short(now, rate))
+				fmt.Fprint(p.w, "\r\x1b[K"+p.short(now, rate, ackRate))
 			} else {
-				fmt.Fprintln(p.w, p.line(now, rate))
+				fmt.Fprintln(p.w, p.line(now, rate, ackRate))
 			}
 		}
 	}
 }
 
-func (p *progress) line(now time.Time, rate float64) string {
+func (p *progress) line(now time.Time, rate, ackRate float64) string {
 	label := ""
 	if p.label != "" {
 		label = " [" + p.label + "]"
@@ -70,7 +79,18 @@ func (p *progress) line(now time.Time, rate float64) string {
 	if n := p.c.requestErrors.Load(); n > 0 {
 		s += ", request errors " + commas(n)
 	}
-	if el > p.dur {
+	if p.cc != nil {
+		s += fmt.Sprintf("; consumed: %s acked/s, acked %s, handled %s, redelivered %s, dead-lettered %s",
+			commas(int64(ackRate)), commas(p.cc.acked.Load()), commas(p.cc.handled.Load()),
+			commas(p.cc.redelivered.Load()), commas(p.cc.deadLettered.Load()))
+		if n := p.cc.popErrors.Load() + p.cc.ackErrors.Load(); n > 0 {
+			s += ", consumer errors " + commas(n)
+		}
+	}
+	switch {
+	case p.drain.Load():
+		s += " (consumers draining)"
+	case el > p.dur:
 		s += " (retrying failed items)"
 	}
 	return s
@@ -78,7 +98,7 @@ func (p *progress) line(now time.Time, rate float64) string {
 
 // short is the live line, kept narrow so that rewriting it in place works
 // on an 80-column terminal.
-func (p *progress) short(now time.Time, rate float64) string {
+func (p *progress) short(now time.Time, rate, ackRate float64) string {
 	label := ""
 	if p.label != "" {
 		label = p.label + " "
@@ -90,7 +110,20 @@ func (p *progress) short(now time.Time, rate float64) string {
 	if n := p.c.requestErrors.Load(); n > 0 {
 		s += " err " + commas(n)
 	}
+	if p.cc != nil {
+		s += fmt.Sprintf("  acked %s (%s/s) dlq %s", commas(p.cc.acked.Load()), commas(int64(ackRate)), commas(p.cc.deadLettered.Load()))
+		if p.drain.Load() {
+			s += " draining"
+		}
+	}
 	return s
+}
+
+// draining notes that the producers stopped and the consumers drain.
+func (p *progress) draining() {
+	if p != nil {
+		p.drain.Store(true)
+	}
 }
 
 func (p *progress) finish() {

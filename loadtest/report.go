@@ -73,6 +73,10 @@ type Report struct {
 
 	// Audit is the post-run audit (broker mode).
 	Audit *AuditReport `json:"audit,omitempty"`
+
+	// Consume is the consume phase and its end-to-end audit (runs with
+	// consumers).
+	Consume *ConsumeReport `json:"consume,omitempty"`
 }
 
 // Verdicts counts the answers per item (in raw mode: queued = rows copied,
@@ -183,7 +187,70 @@ func (r *Report) WriteText(w io.Writer) {
 			}
 		}
 	}
+	if r.Consume != nil {
+		r.Consume.writeText(&b)
+	}
 	io.WriteString(w, b.String()) //nolint:errcheck
+}
+
+func (c *ConsumeReport) writeText(b *strings.Builder) {
+	fmt.Fprintf(b, "  consume   %d groups × %d consumers · batch %d · fail ratio %g · retryLimit %d · leaseTime %d s · %.1f s (drain %.1f s)\n",
+		len(c.Groups), c.ConsumersPerGroup, c.Batch, c.FailRatio, c.RetryLimit, c.LeaseSeconds, c.Seconds, c.DrainSeconds)
+	fmt.Fprintf(b, "  consumed  %s acked (%s acked/s) · %s dead-lettered · %s handled · %s delivered, %s of them redeliveries\n",
+		commas(c.Acked), commas(int64(c.AckedPerSecond)), commas(c.DeadLettered), commas(c.Handled), commas(c.Deliveries), commas(c.Redeliveries))
+	for _, g := range c.PerGroup {
+		fmt.Fprintf(b, "            %s: %s acked (%s/s), %s dead-lettered, %s handled; %s messages, %s poison\n",
+			g.Group, commas(g.Acked), commas(int64(g.AckedPerSecond)), commas(g.DeadLettered), commas(g.Handled), commas(g.Messages), commas(g.Poison))
+	}
+	fmt.Fprintf(b, "  requests  %s pops (%s empty, %s failed) · %s ack calls (%s without answer)",
+		commas(c.Pops), commas(c.EmptyPops), commas(c.PopErrors), commas(c.AckCalls), commas(c.AckErrors))
+	if len(c.AckResults) > 0 {
+		res := make([]string, 0, len(c.AckResults))
+		for k, n := range c.AckResults {
+			res = append(res, fmt.Sprintf("%s %s", k, commas(n)))
+		}
+		sort.Strings(res)
+		fmt.Fprintf(b, " · results %s", strings.Join(res, ", "))
+	}
+	b.WriteByte('\n')
+	if c.LastError != "" {
+		fmt.Fprintf(b, "            last consumer error: %s\n", c.LastError)
+	}
+	fmt.Fprintf(b, "  e2e       push commit → handler p50 %.1f ms · p99 %.1f ms · max %.1f ms (%s first handlings)\n",
+		c.Latency.P50, c.Latency.P99, c.Latency.Max, commas(c.E2ESamples))
+	if w := c.Wake; w != nil {
+		fmt.Fprintf(b, "  wake      parked long poll, push → reply p50 %.1f ms · p99 %.1f ms · max %.1f ms (%d of %d rounds, %d missed)\n",
+			w.P50, w.P99, w.Max, w.Samples, w.Rounds, w.Misses)
+		if w.LastError != "" {
+			fmt.Fprintf(b, "            last probe error: %s\n", w.LastError)
+		}
+	}
+	a := c.Audit
+	if a == nil {
+		return
+	}
+	scope := ""
+	if !a.Complete {
+		scope = " (interrupted: partial checks)"
+	}
+	if a.Passed {
+		fmt.Fprintf(b, "  e2e audit passed%s: per group, %s stored messages: %s acked exactly once, %s poison each handled %d times and dead-lettered once; cursors at the last offsets",
+			scope, commas(a.Messages), commas(a.Messages-a.Poison), commas(a.Poison), c.RetryLimit+1)
+	} else {
+		kinds := make([]string, 0, len(a.Issues))
+		for k, n := range a.Issues {
+			kinds = append(kinds, fmt.Sprintf("%s %s", k, commas(n)))
+		}
+		sort.Strings(kinds)
+		fmt.Fprintf(b, "  e2e audit FAILED%s: %s", scope, strings.Join(kinds, " · "))
+	}
+	if a.AckOutcomeUnknown+a.RedeliveredAfterLostAck > 0 {
+		fmt.Fprintf(b, "; %s acks without an answer (applied, the cursor moved), %s redeliveries after a lost ack", commas(a.AckOutcomeUnknown), commas(a.RedeliveredAfterLostAck))
+	}
+	b.WriteByte('\n')
+	for _, e := range a.Examples {
+		fmt.Fprintf(b, "            %s\n", e)
+	}
 }
 
 // Comparison is the outcome of Compare: broker and raw runs alternating,

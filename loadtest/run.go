@@ -44,7 +44,11 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	var audit *persistence.Audit
 	var raw *persistence.RawWriter
 	var senders []sender
+	var cp *consumePhase
 	defer func() {
+		if cp != nil {
+			cp.close()
+		}
 		for _, s := range senders {
 			s.close()
 		}
@@ -80,6 +84,15 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 			senders = append(senders, s)
 			producers[i] = newProducer(i, cfg, parts, s, newLedger(i, cfg.Queue, parts), c)
 		}
+		if cfg.Consumers > 0 {
+			if cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
+				return nil, err
+			}
+			c.touched = cp.touched
+			if err := cp.configure(ctx); err != nil {
+				return nil, err
+			}
+		}
 	case ModeRaw:
 		rep.Target, rep.Table = "postgres", cfg.Table
 		if raw, err = persistence.OpenRaw(ctx, cfg.DatabaseURL); err != nil {
@@ -98,7 +111,12 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	drainBy := deadline.Add(cfg.DrainTimeout)
-	prog := startProgress(cfg, c, start)
+	var cc *consumeCounters
+	if cp != nil {
+		cc = &cp.c
+		cp.run(ctx, start)
+	}
+	prog := startProgress(cfg, c, cc, start)
 	var wg sync.WaitGroup
 	for _, p := range producers {
 		wg.Add(1)
@@ -109,6 +127,11 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if cp != nil {
+		// The consumers keep going until they have consumed everything.
+		prog.draining()
+		cp.drain(ctx, audit)
+	}
 	prog.finish()
 
 	rep.Interrupted = ctx.Err() != nil
@@ -133,6 +156,11 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	}
 	rep.Latency = latencyOf(lat)
 
+	if cp != nil {
+		// The wake probe runs on a queue of its own, after the consumers stopped.
+		cp.probe(ctx)
+	}
+
 	// The audit and counts run even after an interrupt.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
 	defer cancel()
@@ -152,12 +180,27 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		for i, p := range producers {
 			ledgers[i] = p.led
 		}
-		ar, err := auditQueue(actx, audit, cfg.Queue, parts, ledgers)
+		var ca *consumeAuditor
+		var also func(*persistence.StoredMessage)
+		if cp != nil {
+			if ca, err = cp.newAuditor(actx, audit, !rep.Interrupted); err != nil {
+				return rep, fmt.Errorf("audit: %w", err)
+			}
+			also = ca.stored
+		}
+		ar, err := auditQueue(actx, audit, cfg.Queue, parts, ledgers, also)
 		if err != nil {
 			return rep, fmt.Errorf("audit: %w", err)
 		}
 		rep.Audit = ar
 		rep.StoredMessages = ar.StoredMessages
+		if cp != nil {
+			cursors, err := audit.Cursors(actx, []string{cfg.Queue})
+			if err != nil {
+				return rep, fmt.Errorf("audit: read the cursors: %w", err)
+			}
+			rep.Consume = cp.report(ca, ca.finish(cursors))
+		}
 	case ModeRaw:
 		n, err := raw.Count(actx, cfg.Table)
 		if err != nil {
@@ -182,6 +225,9 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		}
 		return rep, fmt.Errorf("%w: %d violations of SPEC.md §12 in queue %s", ErrAuditFailed, n, cfg.Queue)
 	}
+	if rep.Consume != nil && !rep.Consume.Audit.Passed {
+		return rep, errConsumeAudit(rep.Consume.Audit, cfg.Queue)
+	}
 	return rep, nil
 }
 
@@ -190,7 +236,10 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 // stored exactly once in its partition, with the message id the answers
 // carried; every repeat was answered duplicate with the original's id; an id
 // only ever answered failed is stored at most once; nothing else is stored.
-func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger) (*AuditReport, error) {
+//
+// also, when set, sees every stored message too (the consume audit rides
+// on the same scan).
+func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*AuditReport, error) {
 	found := newIssues()
 	partIdx := make(map[string]int, len(parts))
 	for i, p := range parts {
@@ -207,6 +256,9 @@ func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts [
 		if !okPart || !okTxn || prod >= len(ledgers) || !ledgers[prod].store(makeKey(part, seq), m.MessageID, m.Offset, found) {
 			found.add(IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
 				m.Partition, m.Offset, m.TransactionID, m.MessageID)
+		}
+		if also != nil {
+			also(m)
 		}
 		return nil
 	})
@@ -255,6 +307,9 @@ func Compare(ctx context.Context, cfg Config, rounds int) (*Comparison, error) {
 		rounds = 3
 	}
 	cfg.Mode = ModeBroker
+	if cfg.Consumers > 0 {
+		return nil, errors.New("--compare measures pushes against raw COPY: run it without consumers")
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

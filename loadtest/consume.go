@@ -1,0 +1,411 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// consumePhase is a run's consumers: Groups groups of Consumers consumers
+// each, started with the producers and stopped once every group's cursor
+// reached every partition's last offset (or the drain timeout passed).
+type consumePhase struct {
+	cfg       *Config
+	parts     []string
+	groups    []*group
+	consumers []*consumer
+	clients   []consumeClient
+	// admin configures the queue and runs the wake probe.
+	admin consumeClient
+	c     consumeCounters
+	// touched marks the partitions in which a producer got a queued or
+	// duplicate answer: each holds at least one message.
+	touched []atomic.Bool
+
+	wg     sync.WaitGroup
+	live   atomic.Int64
+	cancel context.CancelFunc
+
+	start, producersDone, end time.Time
+	drained                   bool
+	// drainProblem says why the drain ended without every cursor at the
+	// end ("" when drained or interrupted).
+	drainProblem string
+	wake         *WakeReport
+}
+
+// groupName is the name of consumer group i of queue.
+func groupName(queue string, i int) string { return fmt.Sprintf("%s-g%d", queue, i) }
+
+// consumeStore is what the consume phase reads of the database: the
+// cursors (the drain) and the dead letters (the audit). *persistence.Audit
+// is one.
+type consumeStore interface {
+	Cursors(ctx context.Context, queues []string) ([]persistence.Cursor, error)
+	DeadLetters(ctx context.Context, queues []string) ([]persistence.StoredDeadLetter, error)
+}
+
+// dialer connects one client, named name.
+type dialer func(name string) (consumeClient, error)
+
+// targetDialer connects clients to cfg.Target: one NATS connection each,
+// like independent clients, or one shared HTTP client.
+func targetDialer(cfg *Config) dialer {
+	hc := newHTTPClient(cfg.Groups*cfg.Consumers + 2)
+	return func(name string) (consumeClient, error) { return newConsumeClient(cfg.Target, name, hc) }
+}
+
+// newConsumePhase connects the consumers' clients through dial.
+func newConsumePhase(cfg *Config, parts []string, dial dialer) (*consumePhase, error) {
+	cp := &consumePhase{cfg: cfg, parts: parts, touched: make([]atomic.Bool, len(parts))}
+	partIdx := make(map[string]int, len(parts))
+	for i, p := range parts {
+		partIdx[p] = i
+	}
+	var err error
+	if cp.admin, err = dial("queen-loadtest-admin"); err != nil {
+		return nil, err
+	}
+	cp.clients = append(cp.clients, cp.admin)
+	for g := range cfg.Groups {
+		grp := newGroup(groupName(cfg.Queue, g))
+		cp.groups = append(cp.groups, grp)
+		for i := range cfg.Consumers {
+			cl, err := dial(fmt.Sprintf("queen-loadtest-%s-c%d", grp.name, i))
+			if err != nil {
+				cp.close()
+				return nil, err
+			}
+			cp.clients = append(cp.clients, cl)
+			cp.consumers = append(cp.consumers, &consumer{idx: i, g: grp, cfg: cfg, cl: cl, partIdx: partIdx, c: &cp.c})
+		}
+	}
+	return cp, nil
+}
+
+func (cp *consumePhase) close() {
+	for _, cl := range cp.clients {
+		cl.close()
+	}
+}
+
+// configure sets the queue's leaseTime and retryLimit. Configure is a full
+// replace (SPEC.md §6): every other option goes back to its default, which
+// is what the run's queue had before (the harness never configured it
+// otherwise). The reply must echo the retryLimit the audit counts with.
+func (cp *consumePhase) configure(ctx context.Context) error {
+	body, _ := json.Marshal(map[string]any{"queue": cp.cfg.Queue,
+		"options": map[string]any{"leaseTime": cp.cfg.LeaseSeconds, "retryLimit": cp.cfg.RetryLimit}})
+	ctx, cancel := context.WithTimeout(ctx, cp.cfg.RequestTimeout)
+	defer cancel()
+	data, err := cp.admin.configure(ctx, body)
+	if err != nil {
+		return fmt.Errorf("configure queue %s: %w", cp.cfg.Queue, err)
+	}
+	var reply struct {
+		Options struct {
+			RetryLimit *int `json:"retryLimit"`
+			LeaseTime  *int `json:"leaseTime"`
+		} `json:"options"`
+	}
+	if err := json.Unmarshal(data, &reply); err != nil {
+		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cp.cfg.Queue, err, clip(data))
+	}
+	if o := reply.Options; o.RetryLimit == nil || *o.RetryLimit != cp.cfg.RetryLimit || o.LeaseTime == nil || *o.LeaseTime != cp.cfg.LeaseSeconds {
+		return fmt.Errorf("configure queue %s with retryLimit %d, leaseTime %d: the reply says %s", cp.cfg.Queue, cp.cfg.RetryLimit, cp.cfg.LeaseSeconds, clip(data))
+	}
+	return nil
+}
+
+// run starts the consumers on a context of their own (derived from ctx,
+// so an interrupt stops them too).
+func (cp *consumePhase) run(ctx context.Context, start time.Time) {
+	cp.start = start
+	cctx, cancel := context.WithCancel(ctx)
+	cp.cancel = cancel
+	for _, k := range cp.consumers {
+		cp.wg.Add(1)
+		cp.live.Add(1)
+		go func() {
+			defer cp.wg.Done()
+			defer cp.live.Add(-1)
+			k.run(cctx)
+		}()
+	}
+}
+
+// drainPoll is how often the drain reads the cursors.
+const drainPoll = 100 * time.Millisecond
+
+// drain waits, after the producers stopped, until every group's cursor is
+// at every partition's last offset, every consumer stopped, ctx ended, or
+// ConsumeDrainTimeout passed; then it stops the consumers.
+func (cp *consumePhase) drain(ctx context.Context, a consumeStore) {
+	cp.producersDone = time.Now()
+	deadline := cp.producersDone.Add(cp.cfg.ConsumeDrainTimeout)
+	for ctx.Err() == nil {
+		behind, err := cp.behind(ctx, a)
+		if err == nil && behind == "" {
+			cp.drained = true
+			break
+		}
+		if err != nil {
+			behind = "reading the cursors: " + err.Error()
+		}
+		if cp.live.Load() == 0 {
+			cp.drainProblem = "every consumer stopped (" + cp.fatals() + "); " + behind
+			break
+		}
+		if !time.Now().Before(deadline) {
+			cp.drainProblem = fmt.Sprintf("%s after the producers stopped: %s", cp.cfg.ConsumeDrainTimeout, behind)
+			break
+		}
+		sleep(ctx, drainPoll)
+	}
+	cp.end = time.Now()
+	cp.cancel()
+	cp.wg.Wait()
+}
+
+// behind describes the partitions where a group's cursor is short of the
+// last offset ("" when none is): every partition with a cursor row, and
+// every partition a producer got a verdict in.
+func (cp *consumePhase) behind(ctx context.Context, a consumeStore) (string, error) {
+	rows, err := a.Cursors(ctx, []string{cp.cfg.Queue})
+	if err != nil {
+		return "", err
+	}
+	return cursorsBehind(cp.groups, cp.parts, cp.touched, rows), nil
+}
+
+// cursorsBehind is behind's check over cursor rows: a partition must be
+// consumed by every group when it has a message (a cursor row of any group
+// with a last offset >= 0, or touched).
+func cursorsBehind(groups []*group, parts []string, touched []atomic.Bool, rows []persistence.Cursor) string {
+	partIdx := make(map[string]int, len(parts))
+	for i, p := range parts {
+		partIdx[p] = i
+	}
+	last := make([]int64, len(parts))
+	for i := range last {
+		last[i] = -2 // unknown
+	}
+	cur := make([][]int64, len(groups))
+	gi := map[string]int{}
+	for i, g := range groups {
+		gi[g.name] = i
+		cur[i] = make([]int64, len(parts))
+		for p := range cur[i] {
+			cur[i][p] = -2 // no row
+		}
+	}
+	for _, r := range rows {
+		p, ok := partIdx[r.Partition]
+		if !ok {
+			continue
+		}
+		last[p] = max(last[p], r.LastOffset)
+		if g, ok := gi[r.ConsumerGroup]; ok {
+			cur[g][p] = r.Cursor
+		}
+	}
+	var n int
+	var example string
+	for g := range groups {
+		for p := range parts {
+			has := last[p] >= 0 || (touched != nil && touched[p].Load())
+			if !has || (cur[g][p] >= 0 && cur[g][p] == last[p]) {
+				continue
+			}
+			n++
+			if example == "" {
+				switch {
+				case cur[g][p] == -2:
+					example = fmt.Sprintf("group %s has not consumed partition %s yet", groups[g].name, parts[p])
+				default:
+					example = fmt.Sprintf("group %s's cursor in partition %s is %d, the last offset %d", groups[g].name, parts[p], cur[g][p], last[p])
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d (group, partition) pairs not consumed to the end, e.g. %s", n, example)
+}
+
+// fatals lists the consumers' refusals, or their last errors.
+func (cp *consumePhase) fatals() string {
+	var out []string
+	seen := map[string]bool{}
+	for _, k := range cp.consumers {
+		s := k.lastError
+		if k.fatal != nil {
+			s = k.fatal.Error()
+		}
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return "no error"
+	}
+	if len(out) > 3 {
+		out = append(out[:3], fmt.Sprintf("and %d more", len(out)-3))
+	}
+	return strings.Join(out, "; ")
+}
+
+// probe runs the wake-latency probe on a fresh queue next to the run's.
+func (cp *consumePhase) probe(ctx context.Context) {
+	if cp.cfg.WakeProbes <= 0 || ctx.Err() != nil {
+		return
+	}
+	var snd sender
+	if strings.HasPrefix(cp.cfg.Target, "nats://") {
+		s, err := newNATSSender(cp.cfg.Target, 0)
+		if err != nil {
+			cp.wake = &WakeReport{Queue: cp.cfg.Queue + "-probe", Rounds: cp.cfg.WakeProbes, LastError: err.Error()}
+			return
+		}
+		defer s.close()
+		snd = s
+	} else {
+		snd = &httpSender{hc: newHTTPClient(2), url: strings.TrimRight(cp.cfg.Target, "/") + "/api/v1/push"}
+	}
+	cp.wake = wakeProbe(ctx, cp.admin, snd, cp.cfg.Queue+"-probe", cp.cfg.WakeProbes)
+}
+
+// ConsumeReport is the consume phase: throughput, latency, delivery
+// counts, the wake probe and the end-to-end audit.
+type ConsumeReport struct {
+	ConsumersPerGroup int      `json:"consumers_per_group"`
+	Groups            []string `json:"groups"`
+	FailRatio         float64  `json:"fail_ratio"`
+	RetryLimit        int      `json:"retry_limit"`
+	LeaseSeconds      int      `json:"lease_seconds"`
+	Batch             int      `json:"batch"`
+	// Seconds is the consume phase, from the start of the run to the
+	// drain's end; DrainSeconds its part after the producers stopped.
+	Seconds      float64 `json:"seconds"`
+	DrainSeconds float64 `json:"drain_seconds"`
+	Drained      bool    `json:"drained"`
+	// DrainProblem says why the drain ended with cursors short of the end.
+	DrainProblem string `json:"drain_problem,omitempty"`
+
+	Pops      int64 `json:"pops"`
+	EmptyPops int64 `json:"empty_pops"`
+	PopErrors int64 `json:"pop_errors"`
+	// Deliveries counts messages in pop replies, Handled handler
+	// invocations (a batch stops at its first failure, so the rest of it is
+	// delivered but not handled), Redeliveries deliveries of a (group,
+	// message) after its first.
+	Deliveries   int64 `json:"deliveries"`
+	Handled      int64 `json:"handled"`
+	Redeliveries int64 `json:"redeliveries"`
+	// Acked counts acks answered acked; AckedPerSecond is over Seconds.
+	Acked          int64   `json:"acked"`
+	AckedPerSecond float64 `json:"acked_per_second"`
+	DeadLettered   int64   `json:"dead_lettered"`
+	// AckCalls counts ack calls, AckErrors those without an answer (their
+	// acks' outcome unknown); AckResults counts answers by result.
+	AckCalls   int64            `json:"ack_calls"`
+	AckErrors  int64            `json:"ack_errors"`
+	AckResults map[string]int64 `json:"ack_results"`
+	LastError  string           `json:"last_error,omitempty"`
+
+	PerGroup []GroupReport `json:"per_group"`
+
+	// Latency is push commit (the message's createdAt, PostgreSQL's clock
+	// on this host) → handler, over each (group, message)'s first handling.
+	Latency    Latency     `json:"e2e_latency_ms"`
+	E2ESamples int64       `json:"e2e_samples"`
+	Wake       *WakeReport `json:"wake_probe,omitempty"`
+
+	Audit *ConsumeAudit `json:"audit"`
+}
+
+// GroupReport is one consumer group's share.
+type GroupReport struct {
+	Group          string  `json:"group"`
+	Acked          int64   `json:"acked"`
+	AckedPerSecond float64 `json:"acked_per_second"`
+	Deliveries     int64   `json:"deliveries"`
+	Handled        int64   `json:"handled"`
+	Redeliveries   int64   `json:"redeliveries"`
+	DeadLettered   int64   `json:"dead_lettered"`
+	// Messages and Poison: the stored messages the group had to consume,
+	// and the poison ones among them (from the audit).
+	Messages int64 `json:"messages"`
+	Poison   int64 `json:"poison"`
+}
+
+// report builds the consume report; ca is the finished audit's auditor.
+func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *ConsumeReport {
+	secs := cp.end.Sub(cp.start).Seconds()
+	r := &ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, RetryLimit: cp.cfg.RetryLimit,
+		LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch,
+		Seconds: math.Round(secs*1000) / 1000, DrainSeconds: math.Round(cp.end.Sub(cp.producersDone).Seconds()*1000) / 1000,
+		Drained: cp.drained, DrainProblem: cp.drainProblem,
+		Pops: cp.c.pops.Load(), EmptyPops: cp.c.emptyPops.Load(), PopErrors: cp.c.popErrors.Load(),
+		Deliveries: cp.c.delivered.Load(), Handled: cp.c.handled.Load(), Redeliveries: cp.c.redelivered.Load(),
+		Acked: cp.c.acked.Load(), DeadLettered: cp.c.deadLettered.Load(),
+		AckCalls: cp.c.ackCalls.Load(), AckErrors: cp.c.ackErrors.Load(), AckResults: map[string]int64{},
+		E2ESamples: cp.c.firstDeliveries.Load(), Wake: cp.wake, Audit: audit}
+	r.AckedPerSecond = perSecond(r.Acked, secs)
+	for i, g := range cp.groups {
+		r.Groups = append(r.Groups, g.name)
+		gr := GroupReport{Group: g.name, Acked: g.acked.Load(), Deliveries: g.delivered.Load(), Handled: g.handled.Load(),
+			Redeliveries: g.redelivered.Load(), DeadLettered: g.dead.Load()}
+		gr.AckedPerSecond = perSecond(gr.Acked, secs)
+		if ca != nil {
+			gr.Messages, gr.Poison = ca.perGroup[i].messages, ca.perGroup[i].poison
+		}
+		r.PerGroup = append(r.PerGroup, gr)
+		for res, n := range g.results {
+			r.AckResults[string(res)] += n
+		}
+	}
+	var lat []time.Duration
+	for _, k := range cp.consumers {
+		lat = append(lat, k.lat...)
+		if k.fatal != nil {
+			r.LastError = k.fatal.Error()
+		} else if k.lastError != "" && r.LastError == "" {
+			r.LastError = k.lastError
+		}
+	}
+	r.Latency = latencyOf(lat)
+	return r
+}
+
+// newAuditor prepares the end-to-end audit: it reads the dead letters
+// (the consumers have stopped, so they are final).
+func (cp *consumePhase) newAuditor(ctx context.Context, a consumeStore, complete bool) (*consumeAuditor, error) {
+	dead, err := a.DeadLetters(ctx, []string{cp.cfg.Queue})
+	if err != nil {
+		return nil, fmt.Errorf("read the dead letters: %w", err)
+	}
+	ca := newConsumeAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit, complete, dead)
+	if cp.drainProblem != "" && complete {
+		ca.found.add(IssueNotDrained, "%s", cp.drainProblem)
+	}
+	return ca, nil
+}
+
+// errConsumeAudit wraps ErrAuditFailed for a failed consume audit.
+func errConsumeAudit(a *ConsumeAudit, queue string) error {
+	var n int64
+	for _, c := range a.Issues {
+		n += c
+	}
+	return fmt.Errorf("%w: %d violations of the end-to-end consume audit in queue %s", ErrAuditFailed, n, queue)
+}

@@ -1,0 +1,297 @@
+package loadtest
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// The consume audit's findings, by kind.
+const (
+	// IssueNotDrained: the groups' cursors did not reach the partitions'
+	// last offsets within the drain timeout.
+	IssueNotDrained = "not_drained"
+	// IssueNotAcked: a message that is not poison was handled but never
+	// answered acked (and no ack of it went unanswered).
+	IssueNotAcked = "not_acked"
+	// IssueNeverDelivered: a stored message that is not poison was never
+	// handled by a group.
+	IssueNeverDelivered = "never_delivered"
+	// IssueAckedTwice: two completed acks of one message were both
+	// answered acked.
+	IssueAckedTwice = "acked_twice"
+	// IssueRedelivered: a message was handled again after an ack of it
+	// was answered acked (and no ack of it went unanswered).
+	IssueRedelivered = "redelivered_after_ack"
+	// IssuePoisonDeliveries: a poison message was not handled exactly
+	// retryLimit+1 times.
+	IssuePoisonDeliveries = "poison_deliveries"
+	// IssueDLQMissing: a poison message is not in its group's DLQ.
+	IssueDLQMissing = "dlq_missing"
+	// IssueDLQTwice: a message is in a group's DLQ more than once.
+	IssueDLQTwice = "dlq_twice"
+	// IssueDLQAttempts: a dead letter's attempts is not retryLimit+1.
+	IssueDLQAttempts = "dlq_attempts"
+	// IssueDLQUnexpected: a dead letter of a message that is not poison,
+	// not stored, or of a group or partition the run does not know.
+	IssueDLQUnexpected = "dlq_unexpected"
+	// IssueCursorWrong: a group's final cursor in a partition is not the
+	// partition's last offset.
+	IssueCursorWrong = "cursor_wrong"
+	// IssueAckRefused: an ack was answered unresolvable or lease_invalid.
+	IssueAckRefused = "ack_refused"
+	// IssueAckUnexpected: an ack answer that does not fit its ack (a
+	// completed ack answered retry_scheduled, a count mismatch, ...).
+	IssueAckUnexpected = "ack_unexpected"
+	// IssueWrongDelivery: a delivered message that does not match what is
+	// stored at its offset, or is not of the run's queue, partitions or
+	// group.
+	IssueWrongDelivery = "wrong_delivery"
+	// IssueWrongRetryCount: a delivery's retryCount is not the number of
+	// failed deliveries of that message before it.
+	IssueWrongRetryCount = "wrong_retry_count"
+	// IssueOutOfOrder: one pop reply skips or repeats offsets of a
+	// partition.
+	IssueOutOfOrder = "out_of_order"
+	// IssueDeliveredUnknown: a delivered offset that is not stored.
+	IssueDeliveredUnknown = "delivered_unknown"
+)
+
+// ConsumeAudit is the end-to-end audit of the consume phase.
+type ConsumeAudit struct {
+	Passed bool `json:"passed"`
+	// Complete is false when the run was interrupted: only the checks
+	// that do not need a finished consumption were made.
+	Complete bool `json:"complete"`
+	// Messages and Poison count the stored messages (and the poison ones
+	// among them) each group had to consume; DeadLetters the DLQ rows of
+	// the run's groups.
+	Messages    int64 `json:"messages"`
+	Poison      int64 `json:"poison"`
+	DeadLetters int64 `json:"dead_letters"`
+	// AckOutcomeUnknown counts (group, message) pairs whose only acks went
+	// unanswered (a lost reply; the cursor moved past them anyway), and
+	// RedeliveredAfterLostAck those handled again after such an ack: both
+	// legitimate, reported rather than hidden.
+	AckOutcomeUnknown       int64 `json:"ack_outcome_unknown"`
+	RedeliveredAfterLostAck int64 `json:"redelivered_after_lost_ack"`
+	// Issues counts findings by kind (the Issue* constants of the consume
+	// audit); Examples shows a few of each as "kind: description".
+	Issues   map[string]int64 `json:"issues"`
+	Examples []string         `json:"examples,omitempty"`
+}
+
+// dlqSeen is what the DLQ holds for one (group, message).
+type dlqSeen struct {
+	n, attempts int
+	txn         string
+	seen        bool
+}
+
+// consumeAuditor checks the groups' records against the stored messages
+// (fed one by one to stored), the dead letters and the final cursors.
+type consumeAuditor struct {
+	groups     []*group
+	parts      []string
+	partIdx    map[string]int
+	ratio      float64
+	retryLimit int
+	complete   bool
+	found      *issues
+	// lastStored is each partition's highest stored offset (-1: none).
+	lastStored []int64
+	dlq        []map[uint64]*dlqSeen
+	ar         ConsumeAudit
+	perGroup   []groupAudit
+}
+
+// groupAudit is one group's share of the audit, for the report.
+type groupAudit struct {
+	messages, poison int64
+}
+
+func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimit int, complete bool, dead []persistence.StoredDeadLetter) *consumeAuditor {
+	a := &consumeAuditor{groups: groups, parts: parts, partIdx: map[string]int{}, ratio: ratio, retryLimit: retryLimit,
+		complete: complete, found: newIssues(), lastStored: make([]int64, len(parts)), dlq: make([]map[uint64]*dlqSeen, len(groups)),
+		perGroup: make([]groupAudit, len(groups))}
+	a.ar.Complete = complete
+	for i, p := range parts {
+		a.partIdx[p] = i
+		a.lastStored[i] = -1
+	}
+	gi := map[string]int{}
+	for i, g := range groups {
+		gi[g.name] = i
+		a.dlq[i] = map[uint64]*dlqSeen{}
+	}
+	for i := range dead {
+		d := &dead[i]
+		g, okG := gi[d.ConsumerGroup]
+		p, okP := a.partIdx[d.Partition]
+		if !okG || !okP || d.Offset < 0 || d.Offset > seqMask {
+			a.found.add(IssueDLQUnexpected, "a dead letter of group %q, partition %q, offset %d (transactionId %q) is of no group or partition of this run",
+				d.ConsumerGroup, d.Partition, d.Offset, d.TransactionID)
+			continue
+		}
+		a.ar.DeadLetters++
+		key := makeKey(p, uint64(d.Offset))
+		s := a.dlq[g][key]
+		if s == nil {
+			s = &dlqSeen{attempts: d.Attempts, txn: d.TransactionID}
+			a.dlq[g][key] = s
+		}
+		s.n++
+	}
+	return a
+}
+
+// stored checks one stored message against every group.
+func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
+	p, ok := a.partIdx[m.Partition]
+	if !ok || m.Offset < 0 || m.Offset > seqMask {
+		return // the storage audit reports it (unknown_stored)
+	}
+	a.lastStored[p] = max(a.lastStored[p], m.Offset)
+	key := makeKey(p, uint64(m.Offset))
+	poison := isPoison(m.TransactionID, a.ratio)
+	a.ar.Messages++
+	if poison {
+		a.ar.Poison++
+	}
+	want := a.retryLimit + 1
+	fp := txnPrint(m.TransactionID)
+	for gi, g := range a.groups {
+		a.perGroup[gi].messages++
+		if poison {
+			a.perGroup[gi].poison++
+		}
+		e := g.m[key]
+		if e.popped > 0 {
+			e.seen = true
+			g.m[key] = e
+			if e.txn != fp {
+				a.found.add(IssueWrongDelivery, "group %s: %s offset %d stores transactionId %q, but the message delivered there had another one",
+					g.name, m.Partition, m.Offset, m.TransactionID)
+			}
+		}
+		d := a.dlq[gi][key]
+		if d != nil {
+			d.seen = true
+			if d.txn != m.TransactionID {
+				a.found.add(IssueDLQUnexpected, "group %s: the dead letter at %s offset %d holds transactionId %q, but the stored message is %q",
+					g.name, m.Partition, m.Offset, d.txn, m.TransactionID)
+			}
+		}
+		explained := int(e.unknown) + int(e.refused)
+		if d, ok := g.retryMismatch[key]; ok && explained == 0 {
+			a.found.add(IssueWrongRetryCount, "%s", d)
+		}
+		if e.unknown > 0 && e.handled > 1 {
+			a.ar.RedeliveredAfterLostAck++
+		}
+		if poison {
+			switch {
+			case d == nil:
+				if a.complete {
+					a.found.add(IssueDLQMissing, "poison message %s is not in the DLQ (handled %d times, answered dead_lettered %d times)", msgName(g, m), e.handled, e.dead)
+				}
+			case d.n > 1:
+				a.found.add(IssueDLQTwice, "poison message %s is in the DLQ %d times", msgName(g, m), d.n)
+			case d.attempts != want:
+				a.found.add(IssueDLQAttempts, "poison message %s is in the DLQ with attempts %d, want %d (retryLimit %d + 1)", msgName(g, m), d.attempts, want, a.retryLimit)
+			}
+			if int(e.handled) > want+explained || (a.complete && int(e.handled) < want) {
+				a.found.add(IssuePoisonDeliveries, "poison message %s was handled %d times, want %d (retryLimit %d + 1)", msgName(g, m), e.handled, want, a.retryLimit)
+			}
+			if e.acked > 0 {
+				a.found.add(IssueAckUnexpected, "poison message %s was answered acked to a completed ack it was never sent", msgName(g, m))
+			}
+			continue
+		}
+		if d != nil {
+			a.found.add(IssueDLQUnexpected, "%s is not poison but is in the DLQ %d times (attempts %d)", msgName(g, m), d.n, d.attempts)
+		}
+		switch {
+		case e.acked > 1:
+			a.found.add(IssueAckedTwice, "%s was answered acked %d times", msgName(g, m), e.acked)
+		case e.acked == 0 && e.unknown > 0:
+			a.ar.AckOutcomeUnknown++
+		case e.acked == 0 && a.complete && e.handled == 0:
+			a.found.add(IssueNeverDelivered, "%s was never handled (delivered %d times)", msgName(g, m), e.popped)
+		case e.acked == 0 && a.complete && e.refused == 0:
+			a.found.add(IssueNotAcked, "%s was handled %d times but never answered acked (stale %d)", msgName(g, m), e.handled, e.stale)
+		}
+		if int(e.handled) > 1+explained {
+			a.found.add(IssueRedelivered, "%s was handled %d times, though it was answered acked %d times and no ack of it was lost or refused", msgName(g, m), e.handled, e.acked)
+		}
+	}
+}
+
+// finish checks what the stored messages did not reach (deliveries and
+// dead letters of offsets that are not stored) and the final cursors, and
+// returns the audit.
+func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
+	for gi, g := range a.groups {
+		var keys []uint64
+		for key, e := range g.m {
+			if e.popped > 0 && !e.seen {
+				keys = append(keys, key)
+			}
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+		for _, key := range keys {
+			e := g.m[key]
+			a.found.add(IssueDeliveredUnknown, "group %s was delivered %s offset %d (%d times), which is not stored", g.name, a.parts[keyPart(key)], keySeq(key), e.popped)
+		}
+		keys = keys[:0]
+		for key, d := range a.dlq[gi] {
+			if !d.seen {
+				keys = append(keys, key)
+			}
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+		for _, key := range keys {
+			d := a.dlq[gi][key]
+			a.found.add(IssueDLQUnexpected, "group %s has a dead letter at %s offset %d (transactionId %q), which is not stored", g.name, a.parts[keyPart(key)], keySeq(key), d.txn)
+		}
+		a.found.merge(g.issues)
+	}
+
+	type gp struct{ g, p int }
+	cur := map[gp]persistence.Cursor{}
+	gi := map[string]int{}
+	for i, g := range a.groups {
+		gi[g.name] = i
+	}
+	for _, c := range cursors {
+		g, okG := gi[c.ConsumerGroup]
+		p, okP := a.partIdx[c.Partition]
+		if okG && okP {
+			cur[gp{g, p}] = c
+		}
+	}
+	for g := range a.groups {
+		for p, last := range a.lastStored {
+			c, ok := cur[gp{g, p}]
+			switch {
+			case !ok && last >= 0 && a.complete:
+				a.found.add(IssueCursorWrong, "group %s has no cursor in partition %s (last offset %d)", a.groups[g].name, a.parts[p], last)
+			case !ok:
+			case c.Cursor > last || c.Cursor > c.LastOffset:
+				a.found.add(IssueCursorWrong, "group %s's cursor in partition %s is %d, past the last stored offset %d (allocator %d)", a.groups[g].name, a.parts[p], c.Cursor, last, c.LastOffset)
+			case a.complete && c.Cursor != last:
+				a.found.add(IssueCursorWrong, "group %s's cursor in partition %s is %d, the last stored offset is %d", a.groups[g].name, a.parts[p], c.Cursor, last)
+			}
+		}
+	}
+	a.ar.Issues = a.found.counts
+	a.ar.Examples = a.found.exampleList()
+	a.ar.Passed = a.found.total() == 0
+	return &a.ar
+}
+
+// msgName is "group partition/offset (transactionId)", for examples.
+func msgName(g *group, m *persistence.StoredMessage) string {
+	return g.name + " " + m.Partition + "/" + strconv.FormatInt(m.Offset, 10) + " (" + m.TransactionID + ")"
+}

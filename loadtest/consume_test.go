@@ -1,0 +1,627 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+func TestPoisonRule(t *testing.T) {
+	t.Parallel()
+	const n = 200000
+	var hits int
+	for i := range n {
+		txn := string(appendTxn(nil, i%8, uint64(i)))
+		p := isPoison(txn, 0.05)
+		require.Equal(t, p, isPoison(txn, 0.05), "deterministic")
+		require.False(t, isPoison(txn, 0))
+		require.True(t, isPoison(txn, 1))
+		if p {
+			hits++
+			require.True(t, isPoison(txn, 0.5), "a larger ratio keeps every poison message poison")
+		}
+	}
+	require.InDelta(t, 0.05, float64(hits)/n, 0.003)
+}
+
+// fakeConsumeBroker is one queue held in memory with the consume semantics
+// of SPEC.md §4: per (group, partition) a cursor and a lease on a span; a
+// completed ack commits the cursor; a failed ack releases the span and
+// counts a retry, and the retryLimit+1-th failure dead-letters the message
+// and moves the cursor past it; completed acks above a failure in one call
+// are not applied. Its bug knobs make it misbehave for the audit to catch.
+type fakeConsumeBroker struct {
+	mu         sync.Mutex
+	queue      string
+	parts      []string
+	partIDs    []string
+	msgs       [][]fakeMsg
+	groups     map[string][]*fakeCursor
+	dead       []persistence.StoredDeadLetter
+	retryLimit int
+	rr         int
+	changed    chan struct{}
+
+	// loseAckReplies: every n-th ack call is answered with a timeout;
+	// odd ones applied, even ones not applied (and the lease dropped, as
+	// if it expired).
+	loseAckReplies int
+	ackCalls       int
+	// dlqEarly dead-letters at the retryLimit-th failure.
+	dlqEarly bool
+	// skipAfterAck moves the cursor one further on every 50th completed ack.
+	skipAfterAck bool
+	acksSeen     int
+	// hidePartition is never served (the drain times out).
+	hidePartition string
+}
+
+type fakeMsg struct {
+	txn     string
+	created time.Time
+}
+
+type fakeCursor struct {
+	cursor      int64
+	lease       string
+	leaseTo     int64
+	retryOffset int64
+	retryCount  int
+}
+
+func newFakeConsumeBroker(queue string, parts []string, retryLimit int) *fakeConsumeBroker {
+	f := &fakeConsumeBroker{queue: queue, parts: parts, msgs: make([][]fakeMsg, len(parts)), groups: map[string][]*fakeCursor{},
+		retryLimit: retryLimit, changed: make(chan struct{})}
+	for range parts {
+		f.partIDs = append(f.partIDs, uuid.NewString())
+	}
+	return f
+}
+
+// notify wakes the parked long polls; the caller holds mu.
+func (f *fakeConsumeBroker) notify() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// push stores txns in partition p.
+func (f *fakeConsumeBroker) push(p int, txns ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, txn := range txns {
+		f.msgs[p] = append(f.msgs[p], fakeMsg{txn: txn, created: time.Now()})
+	}
+	f.notify()
+}
+
+func (f *fakeConsumeBroker) cursors(group string) []*fakeCursor {
+	cs := f.groups[group]
+	if cs == nil {
+		for range f.parts {
+			cs = append(cs, &fakeCursor{cursor: -1, retryOffset: -1})
+		}
+		f.groups[group] = cs
+	}
+	return cs
+}
+
+func (f *fakeConsumeBroker) pop(ctx context.Context, queue, group string, batch int, wait time.Duration) (queen.PopResult, error) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		f.mu.Lock()
+		res, ok := f.tryPop(queue, group, batch)
+		changed := f.changed
+		f.mu.Unlock()
+		if ok {
+			return res, nil
+		}
+		select {
+		case <-ctx.Done():
+			return res, queen.ErrTimeout.With("pop: %v", ctx.Err())
+		case <-timer.C:
+			return res, nil
+		case <-changed:
+		}
+	}
+}
+
+func (f *fakeConsumeBroker) tryPop(queue, group string, batch int) (queen.PopResult, bool) {
+	var res queen.PopResult
+	if queue != f.queue {
+		return res, false
+	}
+	cs := f.cursors(group)
+	for i := range f.parts {
+		p := (f.rr + i) % len(f.parts)
+		c := cs[p]
+		last := int64(len(f.msgs[p])) - 1
+		if c.lease != "" || c.cursor >= last || f.parts[p] == f.hidePartition {
+			continue
+		}
+		f.rr = p + 1
+		c.lease = uuid.NewString()
+		c.leaseTo = min(c.cursor+int64(batch), last)
+		lease := c.lease
+		res.LeaseID = &lease
+		for off := c.cursor + 1; off <= c.leaseTo; off++ {
+			m := f.msgs[p][off]
+			rc := 0
+			if off == c.retryOffset {
+				rc = c.retryCount
+			}
+			res.Messages = append(res.Messages, queen.Message{ID: uuid.NewString(), TransactionID: m.txn, Data: json.RawMessage(`{}`),
+				CreatedAt: m.created, PartitionID: f.partIDs[p], Partition: f.parts[p], Queue: f.queue, Offset: off,
+				LeaseID: &lease, ConsumerGroup: group, RetryCount: rc})
+		}
+		return res, true
+	}
+	return res, false
+}
+
+func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []transport.Ack) ([]queen.AckResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.notify()
+	f.ackCalls++
+	lost := f.loseAckReplies > 0 && f.ackCalls%f.loseAckReplies == 0
+	if lost && (f.ackCalls/f.loseAckReplies)%2 == 0 {
+		// Not applied, and the lease is gone (as if it expired).
+		for _, a := range acks {
+			for p, id := range f.partIDs {
+				if id == a.PartitionID {
+					f.cursors(group)[p].lease = ""
+				}
+			}
+		}
+		return nil, queen.ErrTimeout.With("ack: reply lost")
+	}
+	cs := f.cursors(group)
+	out := make([]queen.AckResult, len(acks))
+	failedIn := map[int]bool{}
+	for i, a := range acks {
+		r := queen.AckResult{Index: i, PartitionID: a.PartitionID}
+		p := -1
+		for j, id := range f.partIDs {
+			if id == a.PartitionID {
+				p = j
+			}
+		}
+		switch {
+		case p < 0 || a.Offset == nil || *a.Offset >= int64(len(f.msgs[p])):
+			r.Result = queen.Unresolvable
+		case cs[p].lease == "" || cs[p].lease != a.LeaseID:
+			r.Result = queen.LeaseInvalid
+		case *a.Offset <= cs[p].cursor:
+			r.Result, r.Success = queen.Stale, true
+		case failedIn[p]:
+			r.Result = queen.RetryScheduled
+		case a.Status == string(queen.AckFailed):
+			c := cs[p]
+			failedIn[p] = true
+			if c.retryOffset != *a.Offset {
+				c.retryOffset, c.retryCount = *a.Offset, 0
+			}
+			c.retryCount++
+			limit := f.retryLimit + 1
+			if f.dlqEarly {
+				limit = f.retryLimit
+			}
+			if c.retryCount >= limit {
+				f.dead = append(f.dead, persistence.StoredDeadLetter{Queue: f.queue, Partition: f.parts[p], ConsumerGroup: group,
+					Offset: *a.Offset, TransactionID: f.msgs[p][*a.Offset].txn, Attempts: c.retryCount, Error: a.Error})
+				c.cursor = *a.Offset
+				r.Result, r.Success = queen.DeadLettered, true
+			} else {
+				c.cursor = *a.Offset - 1
+				r.Result, r.Success = queen.RetryScheduled, true
+			}
+		default:
+			cs[p].cursor = *a.Offset
+			f.acksSeen++
+			if f.skipAfterAck && f.acksSeen%50 == 0 && cs[p].cursor < int64(len(f.msgs[p]))-1 {
+				cs[p].cursor++
+			}
+			r.Result, r.Success = queen.Acked, true
+		}
+		out[i] = r
+	}
+	// Every call releases the leases it touched (the harness acks up to
+	// the first failure; the rest is redelivered).
+	for _, a := range acks {
+		for p, id := range f.partIDs {
+			if id == a.PartitionID {
+				cs[p].lease = ""
+			}
+		}
+	}
+	if lost {
+		return nil, queen.ErrTimeout.With("ack: reply lost")
+	}
+	return out, nil
+}
+
+func (f *fakeConsumeBroker) configure(_ context.Context, body []byte) ([]byte, error) {
+	var in struct {
+		Options map[string]int `json:"options"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.retryLimit = in.Options["retryLimit"]
+	f.mu.Unlock()
+	return json.Marshal(map[string]any{"configured": true, "options": in.Options})
+}
+
+func (f *fakeConsumeBroker) close() {}
+
+func (f *fakeConsumeBroker) Cursors(_ context.Context, _ []string) ([]persistence.Cursor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []persistence.Cursor
+	for g, cs := range f.groups {
+		for p, c := range cs {
+			out = append(out, persistence.Cursor{Queue: f.queue, Partition: f.parts[p], ConsumerGroup: g, Cursor: c.cursor, LastOffset: int64(len(f.msgs[p])) - 1})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeConsumeBroker) DeadLetters(_ context.Context, _ []string) ([]persistence.StoredDeadLetter, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]persistence.StoredDeadLetter(nil), f.dead...), nil
+}
+
+// stored feeds every stored message to the auditor, as the audit scan does.
+func (f *fakeConsumeBroker) stored(fn func(*persistence.StoredMessage)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for p, ms := range f.msgs {
+		for off, m := range ms {
+			fn(&persistence.StoredMessage{Queue: f.queue, Partition: f.parts[p], Offset: int64(off), TransactionID: m.txn})
+		}
+	}
+}
+
+// fakeConsumeRun is a consume phase against a fake broker.
+type fakeConsumeRun struct {
+	f     *fakeConsumeBroker
+	cfg   Config
+	cp    *consumePhase
+	parts []string
+	// messages and poison pushed (per group).
+	messages, poison int64
+}
+
+func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fakeConsumeRun {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = "postgres://fake"
+	cfg.Queue, cfg.Partitions, cfg.Consumers, cfg.Groups, cfg.FailRatio, cfg.ConsumeBatch = "q", 4, 3, 2, 0.05, 7
+	cfg.PollTimeout, cfg.ConsumeDrainTimeout, cfg.WakeProbes = 200*time.Millisecond, 20*time.Second, 0
+	parts := partitionNames(cfg.Partitions)
+	f := newFakeConsumeBroker(cfg.Queue, parts, 0)
+	if tune != nil {
+		tune(&cfg, f)
+	}
+	cfg = cfg.withDefaults()
+	require.NoError(t, cfg.Validate())
+	r := &fakeConsumeRun{f: f, cfg: cfg, parts: parts}
+	cp, err := newConsumePhase(&r.cfg, parts, func(string) (consumeClient, error) { return f, nil })
+	require.NoError(t, err)
+	r.cp = cp
+	require.NoError(t, cp.configure(context.Background()))
+	require.Equal(t, cfg.RetryLimit, f.retryLimit, "the queue is configured with the run's retryLimit")
+	return r
+}
+
+// run pushes 1,000 messages in batches while the consumers run, drains,
+// and audits.
+func (r *fakeConsumeRun) run(t *testing.T) *ConsumeReport {
+	t.Helper()
+	ctx := context.Background()
+	r.cp.run(ctx, time.Now())
+	for b := range 20 {
+		p := b % len(r.parts)
+		var txns []string
+		for i := range 50 {
+			txn := string(appendTxn(nil, 0, uint64(b*50+i)))
+			txns = append(txns, txn)
+			r.messages++
+			if isPoison(txn, r.cfg.FailRatio) {
+				r.poison++
+			}
+		}
+		r.f.push(p, txns...)
+		r.cp.touched[p].Store(true)
+	}
+	r.cp.drain(ctx, r.f)
+	ca, err := r.cp.newAuditor(ctx, r.f, true)
+	require.NoError(t, err)
+	r.f.stored(ca.stored)
+	cursors, err := r.f.Cursors(ctx, nil)
+	require.NoError(t, err)
+	rep := r.cp.report(ca, ca.finish(cursors))
+	var text strings.Builder
+	rep.writeText(&text)
+	t.Log(text.String())
+	return rep
+}
+
+func TestConsumeAgainstFakeBroker(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, nil)
+	rep := r.run(t)
+	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
+	require.True(t, rep.Drained)
+	require.Positive(t, r.poison, "some messages are poison at fail ratio 0.05")
+	g, R := int64(r.cfg.Groups), int64(r.cfg.RetryLimit)
+	require.Equal(t, r.messages, rep.Audit.Messages)
+	require.Equal(t, r.poison, rep.Audit.Poison)
+	// Exact counts: each message handled once per group, a poison one
+	// retryLimit+1 times; every other one acked once; every poison one
+	// dead-lettered once.
+	require.Equal(t, g*(r.messages+r.poison*R), rep.Handled)
+	require.Equal(t, g*(r.messages-r.poison), rep.Acked)
+	require.Equal(t, g*r.poison, rep.DeadLettered)
+	require.Equal(t, g*r.poison, rep.Audit.DeadLetters)
+	require.Equal(t, g*r.poison, rep.AckResults[string(queen.DeadLettered)])
+	require.Equal(t, g*r.poison*R, rep.AckResults[string(queen.RetryScheduled)])
+	require.Equal(t, g*(r.messages-r.poison), rep.AckResults[string(queen.Acked)])
+	require.Len(t, rep.PerGroup, 2)
+	for _, gr := range rep.PerGroup {
+		require.Equal(t, r.messages-r.poison, gr.Acked)
+		require.Equal(t, r.poison, gr.DeadLettered)
+		require.Equal(t, r.messages, gr.Messages)
+	}
+	require.Equal(t, []string{"q-g0", "q-g1"}, rep.Groups)
+	require.Equal(t, g*r.messages, rep.E2ESamples)
+	require.Positive(t, rep.Latency.Max)
+	require.Zero(t, rep.AckErrors)
+}
+
+func TestConsumeLostAckRepliesAreReportedNotFailed(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, func(_ *Config, f *fakeConsumeBroker) { f.loseAckReplies = 5 })
+	rep := r.run(t)
+	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
+	require.Positive(t, rep.AckErrors)
+	require.Positive(t, rep.Audit.AckOutcomeUnknown, "an applied ack whose reply was lost")
+	require.Positive(t, rep.Audit.RedeliveredAfterLostAck, "a lost ack that was not applied: redelivered")
+}
+
+func requireConsumeIssue(t *testing.T, a *ConsumeAudit, kind string) {
+	t.Helper()
+	require.False(t, a.Passed, "the audit must fail")
+	require.Positive(t, a.Issues[kind], "issues %v, examples %v", a.Issues, a.Examples)
+	require.Contains(t, strings.Join(a.Examples, "\n"), kind+": ")
+}
+
+func TestConsumeAuditCatchesEarlyDeadLetters(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, func(_ *Config, f *fakeConsumeBroker) { f.dlqEarly = true })
+	a := r.run(t).Audit
+	requireConsumeIssue(t, a, IssuePoisonDeliveries)
+	requireConsumeIssue(t, a, IssueDLQAttempts)
+}
+
+func TestConsumeAuditCatchesSkippedMessages(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, func(_ *Config, f *fakeConsumeBroker) { f.skipAfterAck = true })
+	a := r.run(t).Audit
+	requireConsumeIssue(t, a, IssueNeverDelivered)
+}
+
+func TestConsumeAuditCatchesDrainTimeout(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, func(c *Config, f *fakeConsumeBroker) {
+		f.hidePartition = "p-03"
+		c.ConsumeDrainTimeout = 300 * time.Millisecond
+	})
+	rep := r.run(t)
+	require.False(t, rep.Drained)
+	require.Contains(t, rep.DrainProblem, "p-03")
+	a := rep.Audit
+	requireConsumeIssue(t, a, IssueNotDrained)
+	requireConsumeIssue(t, a, IssueNeverDelivered)
+	requireConsumeIssue(t, a, IssueCursorWrong)
+}
+
+// TestConsumeAuditRules feeds the auditor records by hand: each rule of
+// the end-to-end audit on its own.
+func TestConsumeAuditRules(t *testing.T) {
+	t.Parallel()
+	parts := partitionNames(2)
+	ratio := 0.3
+	var poison, plain []string
+	for i := 0; len(poison) < 3 || len(plain) < 6; i++ {
+		txn := string(appendTxn(nil, 0, uint64(i)))
+		if isPoison(txn, ratio) {
+			poison = append(poison, txn)
+		} else {
+			plain = append(plain, txn)
+		}
+	}
+	// Partition p-00: plain[0], poison[0], plain[1]; p-01: plain[2], poison[1].
+	stored := []persistence.StoredMessage{
+		{Partition: "p-00", Offset: 0, TransactionID: plain[0]},
+		{Partition: "p-00", Offset: 1, TransactionID: poison[0]},
+		{Partition: "p-00", Offset: 2, TransactionID: plain[1]},
+		{Partition: "p-01", Offset: 0, TransactionID: plain[2]},
+		{Partition: "p-01", Offset: 1, TransactionID: poison[1]},
+	}
+	const R = 2
+	clean := func() (*group, []persistence.StoredDeadLetter, []persistence.Cursor) {
+		g := newGroup("g")
+		for _, m := range stored {
+			e := consEntry{txn: txnPrint(m.TransactionID), popped: 1, handled: 1, acked: 1}
+			if isPoison(m.TransactionID, ratio) {
+				e = consEntry{txn: txnPrint(m.TransactionID), popped: R + 1, handled: R + 1, failed: R, dead: 1}
+			}
+			g.m[makeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset))] = e
+		}
+		dead := []persistence.StoredDeadLetter{
+			{Partition: "p-00", ConsumerGroup: "g", Offset: 1, TransactionID: poison[0], Attempts: R + 1},
+			{Partition: "p-01", ConsumerGroup: "g", Offset: 1, TransactionID: poison[1], Attempts: R + 1},
+		}
+		cursors := []persistence.Cursor{
+			{Partition: "p-00", ConsumerGroup: "g", Cursor: 2, LastOffset: 2},
+			{Partition: "p-01", ConsumerGroup: "g", Cursor: 1, LastOffset: 1},
+		}
+		return g, dead, cursors
+	}
+	audit := func(g *group, dead []persistence.StoredDeadLetter, cursors []persistence.Cursor, complete bool) *ConsumeAudit {
+		ca := newConsumeAuditor([]*group{g}, parts, ratio, R, complete, dead)
+		for i := range stored {
+			ca.stored(&stored[i])
+		}
+		return ca.finish(cursors)
+	}
+	key := func(p int, off uint64) uint64 { return makeKey(p, off) }
+
+	g, dead, cursors := clean()
+	a := audit(g, dead, cursors, true)
+	require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
+	require.Equal(t, int64(5), a.Messages)
+	require.Equal(t, int64(2), a.Poison)
+
+	cases := []struct {
+		name   string
+		tamper func(g *group, dead *[]persistence.StoredDeadLetter, cursors *[]persistence.Cursor)
+		kind   string
+	}{
+		{"acked twice", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			e := g.m[key(0, 0)]
+			e.acked, e.handled, e.popped = 2, 2, 2
+			g.m[key(0, 0)] = e
+		}, IssueAckedTwice},
+		{"redelivered after ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			e := g.m[key(0, 2)]
+			e.handled, e.popped, e.stale = 2, 2, 1
+			g.m[key(0, 2)] = e
+		}, IssueRedelivered},
+		{"never acked", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			e := g.m[key(1, 0)]
+			e.acked = 0
+			g.m[key(1, 0)] = e
+		}, IssueNotAcked},
+		{"never delivered", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			delete(g.m, key(1, 0))
+		}, IssueNeverDelivered},
+		{"poison handled too often", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			e := g.m[key(0, 1)]
+			e.handled = R + 2
+			g.m[key(0, 1)] = e
+		}, IssuePoisonDeliveries},
+		{"poison not dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			*dead = (*dead)[1:]
+		}, IssueDLQMissing},
+		{"dead-lettered twice", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			*dead = append(*dead, (*dead)[0])
+		}, IssueDLQTwice},
+		{"wrong attempts", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			(*dead)[0].Attempts = R
+		}, IssueDLQAttempts},
+		{"plain message dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			*dead = append(*dead, persistence.StoredDeadLetter{Partition: "p-00", ConsumerGroup: "g", Offset: 2, TransactionID: plain[1], Attempts: R + 1})
+		}, IssueDLQUnexpected},
+		{"dead letter of another group", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			*dead = append(*dead, persistence.StoredDeadLetter{Partition: "p-00", ConsumerGroup: "other", Offset: 1, TransactionID: poison[0], Attempts: R + 1})
+		}, IssueDLQUnexpected},
+		{"cursor behind", func(_ *group, _ *[]persistence.StoredDeadLetter, cursors *[]persistence.Cursor) {
+			(*cursors)[1].Cursor = 0
+		}, IssueCursorWrong},
+		{"no cursor", func(_ *group, _ *[]persistence.StoredDeadLetter, cursors *[]persistence.Cursor) {
+			*cursors = (*cursors)[:1]
+		}, IssueCursorWrong},
+		{"delivered an offset that is not stored", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			g.m[key(1, 7)] = consEntry{popped: 1, handled: 1, acked: 1}
+		}, IssueDeliveredUnknown},
+		{"delivered another transactionId", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			e := g.m[key(0, 0)]
+			e.txn++
+			g.m[key(0, 0)] = e
+		}, IssueWrongDelivery},
+		{"wrong retry count", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			g.retryMismatch[key(0, 1)] = "retryCount 0, want 1"
+		}, IssueWrongRetryCount},
+		{"refused ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			g.issues.add(IssueAckRefused, "answered lease_invalid")
+		}, IssueAckRefused},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g, dead, cursors := clean()
+			tc.tamper(g, &dead, &cursors)
+			a := audit(g, dead, cursors, true)
+			requireConsumeIssue(t, a, tc.kind)
+		})
+	}
+
+	t.Run("lost ack reply is reported, not failed", func(t *testing.T) {
+		g, dead, cursors := clean()
+		e := g.m[key(0, 0)]
+		e.acked, e.unknown = 0, 1
+		g.m[key(0, 0)] = e
+		e = g.m[key(0, 2)]
+		e.unknown, e.handled, e.popped = 1, 2, 2
+		g.m[key(0, 2)] = e
+		a := audit(g, dead, cursors, true)
+		require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
+		require.Equal(t, int64(1), a.AckOutcomeUnknown)
+		require.Equal(t, int64(1), a.RedeliveredAfterLostAck)
+	})
+
+	t.Run("interrupted: only what does not need the end", func(t *testing.T) {
+		g, dead, cursors := clean()
+		delete(g.m, key(1, 0))
+		dead = dead[1:]
+		cursors[1].Cursor = 0
+		a := audit(g, dead, cursors, false)
+		require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
+		require.False(t, a.Complete)
+		e := g.m[key(0, 0)]
+		e.acked = 2
+		g.m[key(0, 0)] = e
+		requireConsumeIssue(t, audit(g, dead, cursors, false), IssueAckedTwice)
+	})
+}
+
+func TestCursorsBehind(t *testing.T) {
+	t.Parallel()
+	parts := partitionNames(3)
+	groups := []*group{newGroup("a"), newGroup("b")}
+	touched := make([]atomic.Bool, 3)
+	rows := []persistence.Cursor{
+		{Partition: "p-00", ConsumerGroup: "a", Cursor: 4, LastOffset: 4},
+		{Partition: "p-00", ConsumerGroup: "b", Cursor: 4, LastOffset: 4},
+	}
+	require.Empty(t, cursorsBehind(groups, parts, touched, rows))
+	touched[2].Store(true)
+	require.Contains(t, cursorsBehind(groups, parts, touched, rows), "group a has not consumed partition p-02 yet")
+	rows = append(rows, persistence.Cursor{Partition: "p-02", ConsumerGroup: "a", Cursor: 1, LastOffset: 3},
+		persistence.Cursor{Partition: "p-02", ConsumerGroup: "b", Cursor: 3, LastOffset: 3})
+	b := cursorsBehind(groups, parts, touched, rows)
+	require.Contains(t, b, "1 (group, partition) pairs")
+	require.Contains(t, b, "group a's cursor in partition p-02 is 1, the last offset 3")
+	rows[2].Cursor = 3
+	require.Empty(t, cursorsBehind(groups, parts, touched, rows))
+	// Group a has no row in p-02, which holds messages (b's row says so,
+	// even when no producer saw a verdict there).
+	touched[2].Store(false)
+	rows = append(rows[:2], rows[3])
+	require.Contains(t, cursorsBehind(groups, parts, touched, rows), "group a has not consumed partition p-02")
+}

@@ -1,0 +1,299 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// consEntry is what one consumer group saw of one message (keyed by
+// makeKey(partition index, offset)): 12 bytes, so millions of messages per
+// group stay small. Counts saturate at 255.
+type consEntry struct {
+	// txn is txnPrint of the transactionId of the first delivery.
+	txn uint32
+	// popped: deliveries (in pop replies); handled: handler invocations.
+	popped, handled uint8
+	// Ack results of the harness's acks of this message: acked (completed
+	// → acked), stale (completed → stale), failed (failed →
+	// retry_scheduled), dead (failed → dead_lettered), refused
+	// (unresolvable or lease_invalid: not applied), unknown (the ack call
+	// got no reply: applied or not).
+	acked, stale, failed, dead, refused, unknown uint8
+	// seen is set by the audit when the message is found stored.
+	seen bool
+}
+
+// group is one consumer group's shared record, written by its consumers
+// under mu and read by the audit after they stopped.
+type group struct {
+	name string
+	mu   sync.Mutex
+	m    map[uint64]consEntry
+	// issues found while consuming (wrong replies, refused acks).
+	issues  *issues
+	results map[queen.AckOutcome]int64
+	// retryMismatch describes the first delivery of a message whose
+	// retryCount was not its earlier failures (judged by the audit).
+	retryMismatch map[uint64]string
+
+	delivered, handled, redelivered, acked, dead atomic.Int64
+}
+
+func newGroup(name string) *group {
+	return &group{name: name, m: map[uint64]consEntry{}, issues: newIssues(), results: map[queen.AckOutcome]int64{},
+		retryMismatch: map[uint64]string{}}
+}
+
+// consumeCounters are the consume phase's live totals, for the progress
+// line and the report.
+type consumeCounters struct {
+	pops, emptyPops, popErrors   atomic.Int64
+	delivered, handled, acked    atomic.Int64
+	deadLettered                 atomic.Int64
+	ackCalls, ackErrors          atomic.Int64
+	redelivered, firstDeliveries atomic.Int64
+}
+
+// consumer long-polls the run's queue for its group, handles each popped
+// message in order (failing poison messages), and acks each batch in one
+// call up to and including the first failure (SPEC.md §4: the cursor stops
+// below a failure, so the rest of the batch is redelivered anyway).
+type consumer struct {
+	idx     int
+	g       *group
+	cfg     *Config
+	cl      consumeClient
+	partIdx map[string]int
+	c       *consumeCounters
+
+	// lat is push commit → handler of each first handling.
+	lat []time.Duration
+	// fatal is the refusal that stopped the consumer (nil: stopped by ctx).
+	fatal     error
+	lastError string
+
+	keys []uint64
+	acks []transport.Ack
+}
+
+// noKey marks a delivered message the run cannot place (unknown partition,
+// offset out of range).
+const noKey = ^uint64(0)
+
+// run consumes until ctx ends or the broker refuses a request (4xx).
+func (k *consumer) run(ctx context.Context) {
+	var backoff time.Duration
+	for ctx.Err() == nil {
+		if backoff > 0 && !sleep(ctx, backoff) {
+			return
+		}
+		res, err := k.cl.pop(ctx, k.cfg.Queue, k.g.name, k.cfg.ConsumeBatch, k.cfg.PollTimeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			k.c.popErrors.Add(1)
+			qe := queen.AsError(err)
+			k.lastError = "pop: " + qe.Error()
+			if !qe.Retryable {
+				k.fatal = fmt.Errorf("group %s consumer %d: pop refused (%s): %s", k.g.name, k.idx, qe.Code, qe.Error())
+				return
+			}
+			backoff = min(max(2*backoff, 20*time.Millisecond), time.Second)
+			continue
+		}
+		backoff = 0
+		k.c.pops.Add(1)
+		if len(res.Messages) == 0 {
+			k.c.emptyPops.Add(1)
+			continue
+		}
+		k.handle(ctx, &res)
+	}
+}
+
+// handle runs the handler over a popped batch and acks it.
+func (k *consumer) handle(ctx context.Context, res *queen.PopResult) {
+	now := time.Now()
+	msgs := res.Messages
+	// The handler: every message succeeds but a poison one, which fails;
+	// the batch stops at the first failure.
+	k.acks = k.acks[:0]
+	for i := range msgs {
+		a := transport.AckFor(msgs[i])
+		if a.LeaseID == "" && res.LeaseID != nil {
+			a.LeaseID = *res.LeaseID
+		}
+		if a.ConsumerGroup == "" {
+			a.ConsumerGroup = k.g.name
+		}
+		if isPoison(msgs[i].TransactionID, k.cfg.FailRatio) {
+			a.Status, a.Error = string(queen.AckFailed), "loadtest: poison message"
+			k.acks = append(k.acks, a)
+			break
+		}
+		k.acks = append(k.acks, a)
+	}
+	handled := len(k.acks)
+	k.keys = k.g.deliver(k.keys[:0], msgs, handled, now, k)
+
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RequestTimeout)
+	results, err := k.cl.ack(actx, k.g.name, k.acks)
+	cancel()
+	k.c.ackCalls.Add(1)
+	if err != nil {
+		k.c.ackErrors.Add(1)
+		k.lastError = "ack: " + queen.AsError(err).Error()
+	}
+	k.g.record(k.keys[:handled], msgs[:handled], k.acks, results, err, k.c)
+}
+
+// deliver books a pop reply: every message as delivered, the first handled
+// as handled, with their checks (the group, the transactionId, the order,
+// the retry count). It appends each message's key to keys.
+func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now time.Time, k *consumer) []uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var redelivered, first int64
+	for i := range msgs {
+		m := &msgs[i]
+		key := noKey
+		pi, ok := k.partIdx[m.Partition]
+		switch {
+		case m.Queue != "" && m.Queue != k.cfg.Queue:
+			g.issues.add(IssueWrongDelivery, "group %s popped from queue %s got a message of queue %q (partition %q offset %d)", g.name, k.cfg.Queue, m.Queue, m.Partition, m.Offset)
+		case !ok:
+			g.issues.add(IssueWrongDelivery, "group %s got a message of partition %q (offset %d, transactionId %q), which this run never pushed to", g.name, m.Partition, m.Offset, m.TransactionID)
+		case m.Offset < 0 || m.Offset > seqMask:
+			g.issues.add(IssueWrongDelivery, "group %s got partition %s offset %d (transactionId %q)", g.name, m.Partition, m.Offset, m.TransactionID)
+		default:
+			key = makeKey(pi, uint64(m.Offset))
+		}
+		if m.ConsumerGroup != "" && m.ConsumerGroup != g.name {
+			g.issues.add(IssueWrongDelivery, "group %s got %s/%d labelled consumerGroup %q", g.name, m.Partition, m.Offset, m.ConsumerGroup)
+		}
+		if i > 0 && m.Partition == msgs[i-1].Partition && m.Offset != msgs[i-1].Offset+1 {
+			g.issues.add(IssueOutOfOrder, "group %s: one pop reply has %s offset %d right after offset %d", g.name, m.Partition, m.Offset, msgs[i-1].Offset)
+		}
+		keys = append(keys, key)
+		if key == noKey {
+			continue
+		}
+		e := g.m[key]
+		fp := txnPrint(m.TransactionID)
+		if e.popped == 0 {
+			e.txn = fp
+		} else {
+			redelivered++
+			if e.txn != fp {
+				g.issues.add(IssueWrongDelivery, "group %s got %s offset %d with transactionId %q, another transactionId than at an earlier delivery", g.name, m.Partition, m.Offset, m.TransactionID)
+			}
+		}
+		e.popped = inc(e.popped)
+		if i < handled {
+			poison := isPoison(m.TransactionID, k.cfg.FailRatio)
+			// The retry count is the failures of this message before this
+			// delivery: every earlier handling of a poison message failed,
+			// and nothing else ever fails. The audit judges a mismatch once
+			// it knows whether an ack of the message went unanswered (its
+			// failure may not have counted).
+			want := 0
+			if poison {
+				want = int(e.handled)
+			}
+			if m.RetryCount != want {
+				if _, ok := g.retryMismatch[key]; !ok {
+					g.retryMismatch[key] = fmt.Sprintf("group %s: %s offset %d (%s, handled %d times before) came with retryCount %d, want %d",
+						g.name, m.Partition, m.Offset, poisonWord(poison), e.handled, m.RetryCount, want)
+				}
+			}
+			if e.handled == 0 {
+				first++
+				k.lat = append(k.lat, now.Sub(m.CreatedAt))
+			}
+			e.handled = inc(e.handled)
+		}
+		g.m[key] = e
+	}
+	n := int64(len(msgs))
+	g.delivered.Add(n)
+	g.handled.Add(int64(handled))
+	g.redelivered.Add(redelivered)
+	k.c.delivered.Add(n)
+	k.c.handled.Add(int64(handled))
+	k.c.redelivered.Add(redelivered)
+	k.c.firstDeliveries.Add(first)
+	return keys
+}
+
+func poisonWord(p bool) string {
+	if p {
+		return "poison"
+	}
+	return "not poison"
+}
+
+// record books the answer to an ack call: results (in request order) for
+// acks, or err when the call got no answer (each ack's outcome unknown).
+func (g *group) record(keys []uint64, msgs []queen.Message, acks []transport.Ack, results []queen.AckResult, err error, c *consumeCounters) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err == nil && len(results) != len(acks) {
+		g.issues.add(IssueAckUnexpected, "group %s: an ack call of %d acks was answered with %d results", g.name, len(acks), len(results))
+		err = fmt.Errorf("%d results for %d acks", len(results), len(acks))
+	}
+	var acked, dead int64
+	for i, key := range keys {
+		var e consEntry
+		if key != noKey {
+			e = g.m[key]
+		}
+		m := &msgs[i]
+		if err != nil {
+			e.unknown = inc(e.unknown)
+			if key != noKey {
+				g.m[key] = e
+			}
+			continue
+		}
+		r := &results[i]
+		g.results[r.Result]++
+		if r.Index != i {
+			g.issues.add(IssueAckUnexpected, "group %s: ack result %d of a call carries index %d", g.name, i, r.Index)
+		}
+		failed := acks[i].Status == string(queen.AckFailed)
+		switch {
+		case r.Result == queen.Unresolvable || r.Result == queen.LeaseInvalid:
+			e.refused = inc(e.refused)
+			g.issues.add(IssueAckRefused, "group %s: the %s ack of %s offset %d (transactionId %q, lease %s) was answered %s: %s",
+				g.name, acks[i].Status, m.Partition, m.Offset, m.TransactionID, acks[i].LeaseID, r.Result, r.Error)
+		case !failed && r.Result == queen.Acked && r.Success:
+			e.acked = inc(e.acked)
+			acked++
+		case !failed && r.Result == queen.Stale:
+			e.stale = inc(e.stale)
+		case failed && r.Result == queen.RetryScheduled:
+			e.failed = inc(e.failed)
+		case failed && r.Result == queen.DeadLettered:
+			e.dead = inc(e.dead)
+			dead++
+		default:
+			e.refused = inc(e.refused)
+			g.issues.add(IssueAckUnexpected, "group %s: the %s ack of %s offset %d (transactionId %q) was answered {success %t, result %q, error %q}",
+				g.name, acks[i].Status, m.Partition, m.Offset, m.TransactionID, r.Success, r.Result, r.Error)
+		}
+		if key != noKey {
+			g.m[key] = e
+		}
+	}
+	g.acked.Add(acked)
+	g.dead.Add(dead)
+	c.acked.Add(acked)
+	c.deadLettered.Add(dead)
+}

@@ -1,0 +1,49 @@
+package loadtest
+
+// The consumers' failure injection must be exactly countable: a message is
+// poison (its handler fails on every delivery) iff a deterministic function
+// of its transactionId falls under the run's fail ratio. Every group sees
+// the same poison messages, every delivery of a poison message fails, and
+// every other message succeeds at once, so the audit knows exactly how
+// often each message must be delivered and which ones must be dead-lettered.
+
+// poisonUnit maps a transactionId to [0, 1): FNV-1a 64 of its bytes, then
+// a splitmix64 finalizer (consecutive ids like lt0-1, lt0-2 differ in one
+// byte), top 53 bits.
+func poisonUnit(txn string) float64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(txn); i++ {
+		h ^= uint64(txn[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return float64(h>>11) / (1 << 53)
+}
+
+// isPoison reports whether the handler fails every delivery of the message
+// with transactionId txn under fail ratio ratio (0: none, 1: all).
+func isPoison(txn string, ratio float64) bool {
+	switch {
+	case ratio <= 0:
+		return false
+	case ratio >= 1:
+		return true
+	}
+	return poisonUnit(txn) < ratio
+}
+
+// txnPrint is a 32-bit fingerprint of a transactionId (FNV-1a 32), kept per
+// delivered message so the audit can tell that a delivery carried the
+// stored message's transactionId without keeping the string.
+func txnPrint(txn string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(txn); i++ {
+		h ^= uint32(txn[i])
+		h *= 16777619
+	}
+	return h
+}
