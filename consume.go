@@ -210,7 +210,7 @@ func DecodePopQuery(queue, partition string, q url.Values) (PopRequest, error) {
 // "autoAck","subscriptionMode","subscriptionFrom"}.
 func DecodePop(body []byte) (PopRequest, error) {
 	var in popInput
-	if err := decodeStrict(body, &in); err != nil {
+	if err := DecodeObject(body, &in); err != nil {
 		return PopRequest{}, err
 	}
 	return in.validate()
@@ -304,7 +304,7 @@ type ackInput struct {
 // "partitionId","leaseId","status","error","consumerGroup"} (SPEC.md §4).
 func DecodeAck(body []byte) (AckItem, error) {
 	var a ackInput
-	if err := decodeStrict(body, &a); err != nil {
+	if err := DecodeObject(body, &a); err != nil {
 		return AckItem{}, err
 	}
 	return a.validate(-1, "", "")
@@ -317,7 +317,7 @@ func DecodeAckBatch(body []byte) ([]AckItem, error) {
 		Acks          *[]ackInput `json:"acknowledgments"`
 		ConsumerGroup *string     `json:"consumerGroup"`
 	}
-	if err := decodeStrict(body, &in); err != nil {
+	if err := DecodeObject(body, &in); err != nil {
 		return nil, err
 	}
 	if in.Acks == nil {
@@ -421,7 +421,7 @@ func DecodeLeaseExtend(body []byte) (int64, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return 0, nil
 	}
-	if err := decodeStrict(body, &in); err != nil {
+	if err := DecodeObject(body, &in); err != nil {
 		return 0, err
 	}
 	if in.Seconds == nil {
@@ -446,7 +446,7 @@ func DecodeSeek(body []byte) (SeekRequest, error) {
 		ToEnd     bool    `json:"toEnd"`
 		Timestamp *string `json:"timestamp"`
 	}
-	if err := decodeStrict(body, &in); err != nil {
+	if err := DecodeObject(body, &in); err != nil {
 		return SeekRequest{}, err
 	}
 	var r SeekRequest
@@ -467,10 +467,10 @@ func DecodeSeek(body []byte) (SeekRequest, error) {
 	return r, nil
 }
 
-// decodeStrict decodes a JSON object body into v with encoding/json after
-// the checks every body gets (size, UTF-8, lone surrogates); type errors name
-// the field.
-func decodeStrict(body []byte, v any) error {
+// DecodeObject decodes a JSON object body into v with encoding/json after
+// the checks every body gets (size, UTF-8, lone surrogates): *Error from the
+// registry, type errors naming the field. Unknown keys are ignored.
+func DecodeObject(body []byte, v any) error {
 	if len(body) > MaxBodyBytes {
 		return bodyTooLarge(len(body))
 	}

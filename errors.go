@@ -65,6 +65,7 @@ var (
 	ErrUnavailable      = reg(503, "unavailable", true, "the database is unavailable; retry with the same transaction ids")
 	ErrCommitUnknown    = reg(503, "commit_unknown", true, "the outcome of the commit is unknown; retry with the same transaction ids")
 	ErrShuttingDown     = reg(503, "shutting_down", true, "the broker is shutting down; retry with the same transaction ids")
+	ErrPartitionGone    = reg(503, "partition_gone", true, "the partition was deleted while the push was in flight; retry with the same transaction ids")
 	ErrTimeout          = reg(504, "timeout", true, "the request timed out; retry with the same transaction ids")
 	ErrInternal         = reg(500, "internal", true, "internal error")
 )

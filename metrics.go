@@ -20,6 +20,10 @@ type Metrics struct {
 	MailboxDepth prometheus.Gauge
 	// Overloads counts push requests refused because a mailbox was full.
 	Overloads prometheus.Counter
+	// PopMessages counts messages returned by pops.
+	PopMessages prometheus.Counter
+	// AckItems counts ack items by result.
+	AckItems *prometheus.CounterVec
 }
 
 // NewMetrics creates and registers the metrics, with Go and process collectors.
@@ -50,8 +54,15 @@ func NewMetrics() *Metrics {
 		Overloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "queen_push_overloads_total", Help: "Push requests refused with code overloaded.",
 		}),
+		PopMessages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_pop_messages_total", Help: "Messages returned by pops.",
+		}),
+		AckItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queen_ack_items_total", Help: "Ack items answered, by result.",
+		}, []string{"result"}),
 	}
 	r.MustRegister(m.PushRequests, m.PushItems, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
+		m.PopMessages, m.AckItems,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

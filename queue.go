@@ -26,3 +26,16 @@ type ConfigureResult struct {
 	// Created reports that the call created the queue.
 	Created bool `json:"created"`
 }
+
+// QueueSummary is one row of the queue listing.
+type QueueSummary struct {
+	Name       string    `json:"name"`
+	Namespace  string    `json:"namespace"`
+	Task       string    `json:"task"`
+	CreatedAt  time.Time `json:"createdAt"`
+	Partitions int64     `json:"partitions"`
+	// Messages is every offset ever allocated (stored or retained away).
+	Messages int64 `json:"messages"`
+	// Depth is the messages above the queue-mode group's cursors.
+	Depth int64 `json:"depth"`
+}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 
 	"fmt"
 
@@ -133,6 +134,11 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 			a.cache.Observe(batch, &out)
 		} else {
 			a.cache.Forget()
+			if errors.Is(err, queen.ErrPartitionGone) {
+				// The queue was deleted: the next push resolves (and
+				// recreates) the partition.
+				done.partitionID = uuid.Nil
+			}
 		}
 		a.host.metrics.FusedRequests.Observe(float64(len(reqs)))
 		i := 0

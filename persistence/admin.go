@@ -69,27 +69,14 @@ func (s *Store) DeleteQueue(ctx context.Context, queueName string) (existed bool
 	return true, partitions, nil
 }
 
-// QueueSummary is one row of the queue listing.
-type QueueSummary struct {
-	Name       string    `json:"name"`
-	Namespace  string    `json:"namespace"`
-	Task       string    `json:"task"`
-	CreatedAt  time.Time `json:"createdAt"`
-	Partitions int64     `json:"partitions"`
-	// Messages is every offset ever allocated (stored or retained away).
-	Messages int64 `json:"messages"`
-	// Depth is the messages above the queue-mode group's cursors.
-	Depth int64 `json:"depth"`
-}
-
 // ListQueues lists every queue by name.
-func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
+func (s *Store) ListQueues(ctx context.Context) ([]queen.QueueSummary, error) {
 	rows, err := s.pool.Query(ctx, sqlAdminListQueues)
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueSummary, error) {
-		var q QueueSummary
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queen.QueueSummary, error) {
+		var q queen.QueueSummary
 		err := r.Scan(&q.Name, &q.Namespace, &q.Task, &q.CreatedAt, &q.Partitions, &q.Messages, &q.Depth)
 		return q, err
 	})
@@ -97,7 +84,7 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 		return nil, unavailable(err)
 	}
 	if out == nil {
-		out = []QueueSummary{}
+		out = []queen.QueueSummary{}
 	}
 	return out, nil
 }

@@ -278,8 +278,9 @@ type ackKey struct {
 // (retry_scheduled, success false); completed items below S commit the
 // cursor to the highest of them. A failed S counts a failure of that
 // message; past the queue's retryLimit (or with dlq) it is copied to the DLQ
-// and the cursor moves past it. failed and retry release the lease; a cursor
-// that reaches the leased span's end releases it too.
+// and the cursor moves past it. Any failure signal releases the lease (the
+// rest of the span is delivered again); a cursor that reaches the leased
+// span's end releases it too.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	out := make([]queen.AckResult, len(items))
 	byKey := map[ackKey][]int{}
@@ -444,9 +445,9 @@ func ackOne(ctx context.Context, tx pgx.Tx, k ackKey, items []queen.AckItem, idx
 		case status == queen.AckFailed:
 			retryOffset, retryCount = &s, attempts
 		}
-		if !dead {
-			leaseID = pgtype.UUID{} // failed and retry release the span
-		}
+		// Any failure signal releases the span: the messages above it (not
+		// applied in this call) are delivered again at once.
+		leaseID = pgtype.UUID{}
 		for _, i := range idx {
 			if off, ok := offsets[i]; ok && off == s && items[i].Status == status {
 				out[i].Result, out[i].Success = result, true

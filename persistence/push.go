@@ -190,12 +190,12 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	for _, lp := range locked {
 		if lp.window < 0 {
 			rollback(conn)
-			return queen.ErrInternal.With("push: a partition's queue was not found")
+			return queen.ErrPartitionGone.With("push: a partition's queue was deleted; retry with the same transaction ids")
 		}
 	}
 	if len(locked) != len(order) {
 		rollback(conn)
-		return queen.ErrInternal.With("push: %d of %d partitions not found", len(order)-len(locked), len(order))
+		return queen.ErrPartitionGone.With("push: %d of %d partitions were deleted (their queue was deleted); retry with the same transaction ids", len(order)-len(locked), len(order))
 	}
 
 	var (

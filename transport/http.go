@@ -15,6 +15,14 @@ import (
 //	POST /api/v1/push                        (SPEC.md §3)
 //	POST /api/v1/configure                   (SPEC.md §6)
 //	GET  /api/v1/resources/queues/{queue}    a queue with its effective options
+//	GET  /api/v1/pop/queue/{queue}[/partition/{partition}]  pop (SPEC.md §4): 200, or 204 when nothing is available
+//	POST /api/v1/ack, /api/v1/ack/batch      acks as offset commits, per-item results in order
+//	POST /api/v1/lease/{lease}/extend        {"seconds":N}; 409 lease_invalid when not live
+//	GET  /api/v1/dlq?queue=&consumerGroup=&limit=&offset=
+//	GET  /api/v1/resources/queues            queues with partition counts and depth
+//	DELETE /api/v1/resources/queues/{queue}  the queue and everything it owns (200 either way)
+//	DELETE /api/v1/consumer-groups/{group}   the group's cursors
+//	POST /api/v1/consumer-groups/{group}/queues/{queue}/seek  {"toEnd":true} | {"timestamp":"..."}
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
 //
@@ -44,12 +52,56 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.queue(r.Context(), r.PathValue("queue")))
 	})
+	mux.HandleFunc("GET /api/v1/pop/queue/{queue}", func(w http.ResponseWriter, r *http.Request) {
+		req, err := queen.DecodePopQuery(r.PathValue("queue"), "", r.URL.Query())
+		writeReply(w, s.pop(r.Context(), req, err))
+	})
+	mux.HandleFunc("GET /api/v1/pop/queue/{queue}/partition/{partition}", func(w http.ResponseWriter, r *http.Request) {
+		req, err := queen.DecodePopQuery(r.PathValue("queue"), r.PathValue("partition"), r.URL.Query())
+		writeReply(w, s.pop(r.Context(), req, err))
+	})
+	mux.HandleFunc("POST /api/v1/ack", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.ack(r.Context(), body))
+		}
+	})
+	mux.HandleFunc("POST /api/v1/ack/batch", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.ackBatch(r.Context(), body))
+		}
+	})
+	mux.HandleFunc("POST /api/v1/lease/{lease}/extend", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.extendLease(r.Context(), r.PathValue("lease"), body))
+		}
+	})
+	mux.HandleFunc("GET /api/v1/dlq", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.deadLetters(r.Context(), r.URL.Query()))
+	})
+	mux.HandleFunc("GET /api/v1/resources/queues", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.listQueues(r.Context()))
+	})
+	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.deleteQueue(r.Context(), r.PathValue("queue")))
+	})
+	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.deleteGroup(r.Context(), r.PathValue("group")))
+	})
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.seek(r.Context(), r.PathValue("group"), r.PathValue("queue"), body))
+		}
+	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	for _, route := range []struct{ path, allow string }{
-		{"/api/v1/push", "POST"}, {"/api/v1/configure", "POST"}, {"/api/v1/resources/queues/{queue}", "GET"},
+		{"/api/v1/push", "POST"}, {"/api/v1/configure", "POST"}, {"/api/v1/resources/queues/{queue}", "GET, DELETE"},
+		{"/api/v1/resources/queues", "GET"}, {"/api/v1/pop/queue/{queue}", "GET"},
+		{"/api/v1/pop/queue/{queue}/partition/{partition}", "GET"}, {"/api/v1/ack", "POST"}, {"/api/v1/ack/batch", "POST"},
+		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
+		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"},
 		{"/health", "GET"}, {"/metrics", "GET"},
 	} {
 		allow := route.allow
@@ -82,6 +134,11 @@ func writeReply(w http.ResponseWriter, rep reply) {
 	w.Header().Set("Content-Type", "application/json")
 	if rep.retryAfter {
 		w.Header().Set("Retry-After", "1")
+	}
+	if rep.status == http.StatusNoContent {
+		w.Header().Del("Content-Type")
+		w.WriteHeader(rep.status)
+		return
 	}
 	w.WriteHeader(rep.status)
 	w.Write(mustJSON(rep.body)) //nolint:errcheck // the client went away

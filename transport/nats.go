@@ -42,7 +42,10 @@ type NATSService struct {
 const maxConcurrentRequests = 4096
 
 // ServeNATS registers the micro service "queen" on nc with the endpoints
-// queen.v1.push, queen.v1.configure and queen.v1.queue, in queue group
+// queen.v1.push, queen.v1.configure, queen.v1.queue, queen.v1.pop (a JSON
+// body with the HTTP pop's query fields; an empty reply when nothing is
+// available), queen.v1.ack, queen.v1.ack.batch and queen.v1.lease.extend
+// ({"leaseId","seconds"}), in queue group
 // "queen". Request and reply bodies are the HTTP ones; errors carry the micro
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
 // body (SPEC.md §11).
@@ -85,6 +88,13 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 		{"push", SubjectPush, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.push(ctx, b, "nats") }},
 		{"configure", SubjectConfigure, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.configure(ctx, b) }},
 		{"queue", SubjectQueue, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.queue(ctx, string(b)) }},
+		{"pop", SubjectPop, func(ctx context.Context, b []byte, _ micro.Request) reply {
+			req, err := queen.DecodePop(b)
+			return s.pop(ctx, req, err)
+		}},
+		{"ack", SubjectAck, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.ack(ctx, b) }},
+		{"ack_batch", SubjectAckBatch, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.ackBatch(ctx, b) }},
+		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.extendLeaseNATS(ctx, b) }},
 	}
 	for _, ep := range eps {
 		if err := svc.AddEndpoint(ep.name, async(ep.h), micro.WithEndpointSubject(ep.subject)); err != nil {

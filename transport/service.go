@@ -28,6 +28,14 @@ type Queues interface {
 type Config struct {
 	Pusher Pusher
 	Queues Queues
+	// Consumer serves pops, acks, leases, the DLQ and queue/group
+	// administration (SPEC.md §4).
+	Consumer Consumer
+	// OnPushed, when set, is told of every push's results (the broker wakes
+	// long polls with it, here and on other brokers).
+	OnPushed func(items []*queen.Item, results []queen.Result)
+	// OnQueueDeleted, when set, is told of a deleted queue.
+	OnQueueDeleted func(queue string)
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push bodies being handled at once
@@ -46,6 +54,9 @@ type Config struct {
 type Service struct {
 	cfg      Config
 	inFlight atomic.Int64 // push body bytes being handled
+	// polls ends parked long polls at shutdown (StopPolls).
+	polls     context.Context
+	stopPolls context.CancelFunc
 }
 
 // NewService returns a Service; zero Config fields take their defaults.
@@ -65,8 +76,13 @@ func NewService(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Service{cfg: cfg}
+	polls, stop := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, polls: polls, stopPolls: stop}
 }
+
+// StopPolls answers every parked long poll now (empty) and every later one
+// at once, so a shutdown does not wait for poll timeouts.
+func (s *Service) StopPolls() { s.stopPolls() }
 
 // reply is a transport-neutral answer: status, JSON body, and whether the
 // client should retry after a pause (Retry-After).
@@ -121,6 +137,9 @@ func (s *Service) push(ctx context.Context, body []byte, transport string) reply
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	results := s.cfg.Pusher.Push(ctx, ptrs)
+	if s.cfg.OnPushed != nil {
+		s.cfg.OnPushed(ptrs, results)
+	}
 	out := make([]queen.PushReply, len(items))
 	failed := 0
 	for i := range items {
@@ -197,6 +216,9 @@ func (s *Service) health(ctx context.Context) reply {
 }
 
 func mustJSON(v any) []byte {
+	if v == nil {
+		return nil
+	}
 	if rs, ok := v.([]queen.PushReply); ok {
 		return queen.AppendPushReplies(make([]byte, 0, 256*len(rs)), rs)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"net"
 	"net/http"
@@ -89,6 +90,8 @@ type Broker struct {
 	host     *actors.Host
 	shardSrv *shards.Server
 	svc      *transport.Service
+	cons     *actors.Consumers
+	notifier *transport.Notifier
 	natsSvc  *transport.NATSService
 	httpSrv  *http.Server
 	httpLn   net.Listener
@@ -159,8 +162,17 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		return err
 	}
 	router := shards.NewRouter(b.ncShards, cfg.ShardCount)
+	b.cons = actors.NewConsumers(b.store, 0)
+	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
+		return err
+	}
+	b.cons.OnAvailable = b.notifier.Available
+	b.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "queen_pop_parked_polls", Help: "Long polls waiting for messages.",
+	}, func() float64 { return float64(b.cons.Parked()) }))
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
+		Consumer: consumer{b.cons, b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
@@ -251,6 +263,21 @@ func (b *Broker) startNATS() error {
 	return nil
 }
 
+// consumer is the transports' consumer side: pops and acks through the
+// coordinator (hints, long polls, wake-ups), the rest straight to the store.
+type consumer struct {
+	*actors.Consumers
+	*persistence.Store
+}
+
+func (c consumer) Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error) {
+	return c.Consumers.Pop(ctx, req)
+}
+
+func (c consumer) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
+	return c.Consumers.Ack(ctx, items)
+}
+
 // HTTPURL is the base URL of the HTTP gateway, e.g. http://127.0.0.1:6632.
 func (b *Broker) HTTPURL() string { return "http://" + b.httpLn.Addr().String() }
 
@@ -291,6 +318,12 @@ func (b *Broker) teardown(ctx context.Context) error {
 	// Both front doors stop taking requests at once and answer the ones in
 	// flight. HTTP connections still sending a body get httpDrain to finish.
 	var wg sync.WaitGroup
+	if b.svc != nil {
+		b.svc.StopPolls() // parked long polls answer now, empty
+	}
+	if b.notifier != nil {
+		b.notifier.Stop()
+	}
 	if b.natsSvc != nil {
 		wg.Add(1)
 		go func() {

@@ -1,0 +1,306 @@
+package actors
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// ConsumeStore is what the consumer side needs from persistence.
+type ConsumeStore interface {
+	PopPartition(ctx context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error)
+	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
+	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
+	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
+}
+
+// Consumers serves pops (SPEC.md §4) for one broker: it keeps, per queue and
+// consumer group, an in-memory hint of the partitions that may hold work, so
+// a wildcard pop tries a few likely partitions instead of scanning them all,
+// and it parks long polls until a push to their queue (Notify) or a periodic
+// re-check. The hint is only an optimisation: PostgreSQL decides every pop
+// under the consumer row lock, and a pop that finds nothing through the hint
+// asks PostgreSQL for the candidates before answering empty, so a message
+// committed before a pop started is visible to it. It is safe for concurrent use.
+type Consumers struct {
+	store ConsumeStore
+	// Recheck is how often a parked long poll looks again without a wake-up
+	// (lease expiries and delayed messages wake nobody). Default 1s.
+	recheck time.Duration
+	// OnAvailable, when set, is told of partitions whose messages became
+	// deliverable again (a failed or retry ack), so other brokers' parked
+	// polls wake too.
+	OnAvailable func(queue string, pids []uuid.UUID)
+
+	parked atomic.Int64
+
+	mu     sync.Mutex
+	queues map[string]*queueHint
+	owner  map[uuid.UUID]string // partition id -> queue name, learnt from pops
+}
+
+type queueHint struct {
+	wake   chan struct{} // closed (and replaced) by Notify
+	groups map[string]*groupHint
+}
+
+type groupHint struct {
+	cands []uuid.UUID
+	next  int
+}
+
+// maxTries is how many partitions one wildcard pop attempt tries.
+const maxTries = 8
+
+// candidateLimit bounds one PostgreSQL candidate scan.
+const candidateLimit = 512
+
+// NewConsumers returns the pop coordinator over store. recheck <= 0 means 1s.
+func NewConsumers(store ConsumeStore, recheck time.Duration) *Consumers {
+	if recheck <= 0 {
+		recheck = time.Second
+	}
+	return &Consumers{store: store, recheck: recheck, queues: map[string]*queueHint{}, owner: map[uuid.UUID]string{}}
+}
+
+// Parked returns how many long polls are waiting right now.
+func (c *Consumers) Parked() int64 { return c.parked.Load() }
+
+func (c *Consumers) queue(name string) *queueHint {
+	q := c.queues[name]
+	if q == nil {
+		q = &queueHint{wake: make(chan struct{}), groups: map[string]*groupHint{}}
+		c.queues[name] = q
+	}
+	return q
+}
+
+// Notify records that partitions pids of queue got new messages (a push
+// committed, here or on another broker) and wakes the queue's parked polls.
+func (c *Consumers) Notify(queue string, pids []uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queue(queue)
+	for _, g := range q.groups {
+		for _, pid := range pids {
+			g.add(pid)
+		}
+	}
+	for _, pid := range pids {
+		c.owner[pid] = queue
+	}
+	close(q.wake)
+	q.wake = make(chan struct{})
+}
+
+// Forget drops what is known of a queue (it was deleted) and wakes its polls.
+func (c *Consumers) Forget(queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.queues[queue]; q != nil {
+		close(q.wake)
+		delete(c.queues, queue)
+	}
+	for pid, name := range c.owner {
+		if name == queue {
+			delete(c.owner, pid)
+		}
+	}
+}
+
+func (g *groupHint) add(pid uuid.UUID) {
+	for _, p := range g.cands {
+		if p == pid {
+			return
+		}
+	}
+	g.cands = append(g.cands, pid)
+}
+
+func (g *groupHint) drop(pid uuid.UUID) {
+	for i, p := range g.cands {
+		if p == pid {
+			g.cands = append(g.cands[:i], g.cands[i+1:]...)
+			return
+		}
+	}
+}
+
+// pick returns up to n hinted partitions, rotating where it starts so
+// consumers of a group spread over the partitions.
+func (c *Consumers) pick(queue, group string, n int) []uuid.UUID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queue(queue)
+	g := q.groups[group]
+	if g == nil {
+		g = &groupHint{}
+		q.groups[group] = g
+	}
+	if len(g.cands) == 0 {
+		return nil
+	}
+	n = min(n, len(g.cands))
+	out := make([]uuid.UUID, n)
+	start := g.next % len(g.cands)
+	for i := range out {
+		out[i] = g.cands[(start+i)%len(g.cands)]
+	}
+	g.next = start + 1
+	return out
+}
+
+func (c *Consumers) update(queue, group string, fn func(g *groupHint)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queue(queue)
+	g := q.groups[group]
+	if g == nil {
+		g = &groupHint{}
+		q.groups[group] = g
+	}
+	fn(g)
+}
+
+func (c *Consumers) wakeChan(queue string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queue(queue).wake
+}
+
+// Pop answers a pop (SPEC.md §4): messages, or none (HTTP 204). A long poll
+// (req.Wait) waits up to req.Timeout for messages, waking on Notify for its
+// queue and re-checking every recheck interval; it ends early, empty, when
+// ctx ends.
+func (c *Consumers) Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error) {
+	deadline := time.Now().Add(req.Timeout)
+	for {
+		wake := c.wakeChan(req.Queue)
+		res, soon, err := c.tryOnce(ctx, req)
+		if err != nil || len(res.Messages) > 0 || !req.Wait {
+			return res, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return res, nil
+		}
+		wait := min(left, c.recheck)
+		if soon {
+			wait = min(wait, 20*time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		c.parked.Add(1)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+			c.parked.Add(-1)
+			t.Stop()
+			return queen.PopResult{}, nil
+		}
+		c.parked.Add(-1)
+		t.Stop()
+	}
+}
+
+// tryOnce makes one pop attempt; soon reports that a partition was skipped
+// because another request held it, so a long poll should look again shortly.
+func (c *Consumers) tryOnce(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
+	spec := persistence.PopSpec{Group: req.ConsumerGroup, Batch: req.Batch, AutoAck: req.AutoAck,
+		SubscriptionFrom: req.SubscriptionFrom, SubscriptionNew: req.SubscriptionNew}
+	if req.Partition != "" {
+		pid, err := c.store.PartitionID(ctx, req.Queue, req.Partition)
+		if err != nil || pid == uuid.Nil {
+			return queen.PopResult{}, false, err
+		}
+		spec.PartitionID = pid
+		res, _, err := c.store.PopPartition(ctx, spec)
+		if err == nil && len(res.Messages) > 0 {
+			c.learn(req.Queue, pid)
+		}
+		return res, false, err
+	}
+	spec.SkipLocked = true
+	tried := map[uuid.UUID]bool{}
+	soon := false
+	try := func(pids []uuid.UUID) (queen.PopResult, error) {
+		for _, pid := range pids {
+			if tried[pid] || len(tried) >= 2*maxTries {
+				continue
+			}
+			tried[pid] = true
+			spec.PartitionID = pid
+			res, st, err := c.store.PopPartition(ctx, spec)
+			if err != nil {
+				return res, err
+			}
+			switch st {
+			case persistence.PopDelivered:
+				c.learn(req.Queue, pid)
+				return res, nil
+			case persistence.PopEmpty:
+				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
+			case persistence.PopBusy:
+				soon = true
+			}
+		}
+		return queen.PopResult{}, nil
+	}
+	res, err := try(c.pick(req.Queue, req.ConsumerGroup, maxTries))
+	if err != nil || len(res.Messages) > 0 {
+		return res, false, err
+	}
+	// Nothing through the hint: PostgreSQL corrects it.
+	cands, err := c.store.Candidates(ctx, req.Queue, req.ConsumerGroup, candidateLimit)
+	if err != nil {
+		return res, false, err
+	}
+	c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) {
+		for _, pid := range cands {
+			g.add(pid)
+		}
+	})
+	res, err = try(cands)
+	return res, soon, err
+}
+
+func (c *Consumers) learn(queue string, pid uuid.UUID) {
+	c.mu.Lock()
+	c.owner[pid] = queue
+	c.mu.Unlock()
+}
+
+// Ack applies acks (persistence.Store.Ack) and wakes the polls of queues
+// whose messages became deliverable again (failed or retry acks).
+func (c *Consumers) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
+	res, err := c.store.Ack(ctx, items)
+	if err != nil {
+		return res, err
+	}
+	again := map[string][]uuid.UUID{}
+	for i, r := range res {
+		if r.Result != queen.RetryScheduled {
+			continue
+		}
+		pid := items[i].PartitionID
+		c.mu.Lock()
+		queue, ok := c.owner[pid]
+		c.mu.Unlock()
+		if ok {
+			again[queue] = append(again[queue], pid)
+		}
+	}
+	for queue, pids := range again {
+		c.Notify(queue, pids)
+		if c.OnAvailable != nil {
+			c.OnAvailable(queue, pids)
+		}
+	}
+	return res, nil
+}

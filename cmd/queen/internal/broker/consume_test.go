@@ -1,0 +1,465 @@
+package broker
+
+// End-to-end consumption (SPEC.md §4) over the Queen HTTP routes and the
+// NATS client: pop, ack as an offset commit, leases, retries, DLQ, groups,
+// subscriptions, long polls and administration.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+type popReply struct {
+	Messages []queen.Message `json:"messages"`
+	LeaseID  *string         `json:"leaseId"`
+}
+
+// httpDo sends an HTTP request and returns status and body.
+func (e *env) httpDo(t testing.TB, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(marshal(body))
+	}
+	req, err := http.NewRequest(method, e.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// popHTTP pops through GET /api/v1/pop/...; q holds the query.
+func (e *env) popHTTP(t testing.TB, queue, partition string, q url.Values) popReply {
+	t.Helper()
+	path := "/api/v1/pop/queue/" + url.PathEscape(queue)
+	if partition != "" {
+		path += "/partition/" + url.PathEscape(partition)
+	}
+	st, b := e.httpDo(t, http.MethodGet, path+"?"+q.Encode(), nil)
+	var out popReply
+	switch st {
+	case http.StatusNoContent:
+		if len(b) != 0 {
+			t.Fatalf("204 with a body: %s", b)
+		}
+	case http.StatusOK:
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("pop reply %s: %v", b, err)
+		}
+		if len(out.Messages) == 0 {
+			t.Fatalf("200 without messages: %s", b)
+		}
+	default:
+		t.Fatalf("pop: status %d: %s", st, b)
+	}
+	return out
+}
+
+func ackBatch(t testing.TB, e *env, group string, acks ...map[string]any) []queen.AckResult {
+	t.Helper()
+	st, b := e.httpDo(t, http.MethodPost, "/api/v1/ack/batch", map[string]any{"acknowledgments": acks, "consumerGroup": group})
+	if st != http.StatusOK {
+		t.Fatalf("ack batch: status %d: %s", st, b)
+	}
+	var out []queen.AckResult
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("ack reply %s: %v", b, err)
+	}
+	return out
+}
+
+func ackOf(m queen.Message, status string) map[string]any {
+	a := map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "status": status}
+	if m.LeaseID != nil {
+		a["leaseId"] = *m.LeaseID
+	}
+	return a
+}
+
+func results(rs []queen.AckResult) []queen.AckOutcome {
+	out := make([]queen.AckOutcome, len(rs))
+	for i, r := range rs {
+		out[i] = r.Result
+	}
+	return out
+}
+
+func txnsOf(ms []queen.Message) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = m.TransactionID
+	}
+	return strings.Join(s, ",")
+}
+
+func vals(kv ...string) url.Values {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v
+}
+
+func TestConsumeOffsetCommit(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("oc", "p", "m1"), it("oc", "p", "m2"), it("oc", "p", "m3")), 3)
+	got := e.popHTTP(t, "oc", "p", vals("batch", "2"))
+	if txnsOf(got.Messages) != "m1,m2" || got.LeaseID == nil {
+		t.Fatalf("pop = %s lease %v", txnsOf(got.Messages), got.LeaseID)
+	}
+	m := got.Messages[0]
+	if m.Offset != 0 || m.Queue != "oc" || m.Partition != "p" || m.ConsumerGroup != queen.DefaultConsumerGroup || string(m.Data) != "{}" || m.ID == "" {
+		t.Fatalf("message fields: %+v", m)
+	}
+	// Single ack route (Queen's POST /api/v1/ack): ack the second.
+	st, b := e.httpDo(t, http.MethodPost, "/api/v1/ack", ackOf(got.Messages[1], "completed"))
+	var one queen.AckResult
+	if st != http.StatusOK || json.Unmarshal(b, &one) != nil || one.Result != queen.Acked || !one.Success {
+		t.Fatalf("ack: %d %s", st, b)
+	}
+	res := ackBatch(t, e, "", ackOf(got.Messages[0], "completed"))
+	if res[0].Result != queen.Stale || !res[0].Success {
+		t.Fatalf("the first is completed by the offset commit: %+v", res[0])
+	}
+	got = e.popHTTP(t, "oc", "", vals("batch", "5"))
+	if txnsOf(got.Messages) != "m3" {
+		t.Fatalf("pop after ack = %s", txnsOf(got.Messages))
+	}
+}
+
+func TestConsumeUnresolvableAndAckByOffset(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	res := ackBatch(t, e, "", map[string]any{"transactionId": "never", "partitionId": "0190a4b6-0000-7000-8000-000000000000"})
+	if res[0].Result != queen.Unresolvable || res[0].Success || res[0].Error == "" {
+		t.Fatalf("never-pushed id: %+v", res[0])
+	}
+	e.configureOK(t, "http", []byte(`{"queue":"ur","options":{"leaseTime":1}}`))
+	e.pushOK(t, "http", items(it("ur", "p", "m1")), 1)
+	got := e.popHTTP(t, "ur", "p", nil)
+	m := got.Messages[0]
+	// The retention loop's step: the segment's log_txns row goes.
+	if _, err := e.db.Exec(context.Background(), `DELETE FROM queen.log_txns WHERE partition_id = $1`, m.PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	res = ackBatch(t, e, "", ackOf(m, "completed"))
+	if res[0].Result != queen.Unresolvable || res[0].Success {
+		t.Fatalf("aged-out id: %+v", res[0])
+	}
+	// Redelivered after its lease (1 s); a long poll sees it.
+	again := e.popHTTP(t, "ur", "p", vals("wait", "true", "timeout", "10000"))
+	if txnsOf(again.Messages) != "m1" || again.Messages[0].RetryCount != 0 {
+		t.Fatalf("redelivery: %+v", again.Messages)
+	}
+	// Ack by offset never ages out.
+	res = ackBatch(t, e, "", map[string]any{"partitionId": m.PartitionID, "offset": 0, "leaseId": *again.LeaseID})
+	if res[0].Result != queen.Acked {
+		t.Fatalf("ack by offset: %+v", res[0])
+	}
+}
+
+func TestConsumeFailedStopsTheCursor(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("fc", "p", "m1"), it("fc", "p", "m2"), it("fc", "p", "m3")), 3)
+	got := e.popHTTP(t, "fc", "p", vals("batch", "3"))
+	res := ackBatch(t, e, "", ackOf(got.Messages[0], "completed"), ackOf(got.Messages[1], "failed"), ackOf(got.Messages[2], "completed"))
+	want := []queen.AckOutcome{queen.Acked, queen.RetryScheduled, queen.RetryScheduled}
+	if g := results(res); !equalOutcomes(g, want) || res[2].Success {
+		t.Fatalf("results = %v (m3 success %v), want %v", g, res[2].Success, want)
+	}
+	again := e.popHTTP(t, "fc", "p", vals("batch", "3"))
+	if txnsOf(again.Messages) != "m2,m3" || again.Messages[0].RetryCount != 1 {
+		t.Fatalf("redelivered %s (retry %d)", txnsOf(again.Messages), again.Messages[0].RetryCount)
+	}
+}
+
+func equalOutcomes(a, b []queen.AckOutcome) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestConsumeLeases(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.configureOK(t, "http", []byte(`{"queue":"ls","options":{"leaseTime":2}}`))
+	e.pushOK(t, "http", items(it("ls", "p", "m1")), 1)
+	first := e.popHTTP(t, "ls", "p", nil)
+	if len(e.popHTTP(t, "ls", "p", nil).Messages) != 0 {
+		t.Fatal("a second consumer of the group got a leased partition")
+	}
+	if len(e.popHTTP(t, "ls", "", nil).Messages) != 0 {
+		t.Fatal("a wildcard consumer of the group got a leased partition")
+	}
+	if other := e.popHTTP(t, "ls", "p", vals("consumerGroup", "other")); txnsOf(other.Messages) != "m1" {
+		t.Fatal("another group is blocked by the lease")
+	}
+	// Extend keeps it past its original expiry.
+	st, b := e.httpDo(t, http.MethodPost, "/api/v1/lease/"+*first.LeaseID+"/extend", map[string]any{"seconds": 4})
+	var ext struct {
+		NewExpiresAt time.Time `json:"newExpiresAt"`
+	}
+	if st != http.StatusOK || json.Unmarshal(b, &ext) != nil {
+		t.Fatalf("extend: %d %s", st, b)
+	}
+	orig := first.Messages[0].CreatedAt.Add(2 * time.Second)
+	if !ext.NewExpiresAt.After(orig.Add(time.Second)) {
+		t.Fatalf("extended to %v, original expiry about %v", ext.NewExpiresAt, orig)
+	}
+	// The lease expires: the message is delivered again, not as a retry.
+	deadline := time.Now().Add(15 * time.Second)
+	var again popReply
+	for len(again.Messages) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease never expired")
+		}
+		again = e.popHTTP(t, "ls", "p", vals("wait", "true", "timeout", "2000"))
+	}
+	if !time.Now().After(ext.NewExpiresAt.Add(-200*time.Millisecond)) || again.Messages[0].RetryCount != 0 {
+		t.Fatalf("redelivered before the extended expiry %v, or counted as retry %d", ext.NewExpiresAt, again.Messages[0].RetryCount)
+	}
+	// The old lease cannot be extended any more.
+	st, b = e.httpDo(t, http.MethodPost, "/api/v1/lease/"+*first.LeaseID+"/extend", map[string]any{"seconds": 10})
+	if st != http.StatusConflict || !strings.Contains(string(b), "lease_invalid") {
+		t.Fatalf("extend of an expired lease: %d %s", st, b)
+	}
+	res := ackBatch(t, e, "", ackOf(first.Messages[0], "completed"))
+	if res[0].Result != queen.LeaseInvalid {
+		t.Fatalf("ack with the expired lease: %+v", res[0])
+	}
+}
+
+func TestConsumeRetryLimitAndDLQ(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.configureOK(t, "http", []byte(`{"queue":"rl","options":{"retryLimit":2}}`))
+	e.pushOK(t, "http", items(it("rl", "p", "poison"), it("rl", "p", "next")), 2)
+	for attempt := 1; attempt <= 3; attempt++ {
+		got := e.popHTTP(t, "rl", "", nil)
+		if txnsOf(got.Messages) != "poison" || got.Messages[0].RetryCount != attempt-1 {
+			t.Fatalf("attempt %d: %s retry %d", attempt, txnsOf(got.Messages), got.Messages[0].RetryCount)
+		}
+		a := ackOf(got.Messages[0], "failed")
+		a["error"] = "handler exploded"
+		res := ackBatch(t, e, "", a)
+		want := queen.RetryScheduled
+		if attempt == 3 {
+			want = queen.DeadLettered
+		}
+		if res[0].Result != want {
+			t.Fatalf("attempt %d: %+v", attempt, res[0])
+		}
+	}
+	if got := e.popHTTP(t, "rl", "", nil); txnsOf(got.Messages) != "next" {
+		t.Fatalf("after the DLQ: %s", txnsOf(got.Messages))
+	}
+	st, b := e.httpDo(t, http.MethodGet, "/api/v1/dlq?queue=rl&consumerGroup="+url.QueryEscape(queen.DefaultConsumerGroup), nil)
+	var dlq struct {
+		Messages []queen.DeadLetter `json:"messages"`
+		Total    int64              `json:"total"`
+	}
+	if st != http.StatusOK || json.Unmarshal(b, &dlq) != nil || dlq.Total != 1 {
+		t.Fatalf("dlq: %d %s", st, b)
+	}
+	if d := dlq.Messages[0]; d.TransactionID != "poison" || d.Error != "handler exploded" || d.Attempts != 3 || d.Offset != 0 {
+		t.Fatalf("dead letter: %+v", d)
+	}
+}
+
+func TestConsumeGroupsAndSubscriptions(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("gs", "a", "old1"), it("gs", "b", "old2")), 2)
+	for _, g := range []string{"g1", "g2"} {
+		seen := map[string]bool{}
+		for len(seen) < 2 {
+			got := e.popHTTP(t, "gs", "", vals("consumerGroup", g, "batch", "10", "autoAck", "true"))
+			if len(got.Messages) == 0 {
+				t.Fatalf("group %s saw only %v", g, seen)
+			}
+			for _, m := range got.Messages {
+				seen[m.TransactionID] = true
+			}
+		}
+	}
+	if got := e.popHTTP(t, "gs", "", vals("consumerGroup", "fresh", "subscriptionMode", "new")); len(got.Messages) != 0 {
+		t.Fatalf("subscription new got the backlog: %s", txnsOf(got.Messages))
+	}
+	var mid time.Time
+	if err := e.db.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	e.pushOK(t, "http", items(it("gs", "a", "new1")), 1)
+	if got := e.popHTTP(t, "gs", "", vals("consumerGroup", "fresh")); txnsOf(got.Messages) != "new1" {
+		t.Fatalf("subscription new: %s", txnsOf(got.Messages))
+	}
+	if got := e.popHTTP(t, "gs", "a", vals("consumerGroup", "since", "subscriptionFrom", mid.Format(time.RFC3339Nano), "batch", "10")); txnsOf(got.Messages) != "new1" {
+		t.Fatalf("subscriptionFrom: %s", txnsOf(got.Messages))
+	}
+}
+
+func TestConsumeLongPollWakes(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("lp", "p", "seed")), 1) // the queue exists
+	e.popHTTP(t, "lp", "", vals("autoAck", "true"))
+	type out struct {
+		r       popReply
+		elapsed time.Duration
+	}
+	done := make(chan out, 1)
+	start := time.Now()
+	go func() {
+		r := e.popHTTP(t, "lp", "", vals("wait", "true", "timeout", "10000"))
+		done <- out{r, time.Since(start)}
+	}()
+	// Push once the poll is parked.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.b.cons.Parked() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll never parked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.pushOK(t, "http", items(it("lp", "other", "wake")), 1)
+	select {
+	case o := <-done:
+		if txnsOf(o.r.Messages) != "wake" {
+			t.Fatalf("long poll returned %s", txnsOf(o.r.Messages))
+		}
+		if o.elapsed > 2*time.Second {
+			t.Fatalf("long poll took %v (timeout 10 s); the push did not wake it", o.elapsed)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("long poll never returned")
+	}
+}
+
+func TestConsumeNATSClient(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	c := transport.NewClient(e.nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.configureOK(t, "nats", []byte(`{"queue":"nc","options":{"retryLimit":1}}`))
+	var push []transport.PushItem
+	for _, id := range []string{"a", "b", "bad", "c"} {
+		push = append(push, transport.PushItem{Queue: "nc", Partition: "p", TransactionID: id})
+	}
+	if _, err := c.Push(ctx, push); err != nil {
+		t.Fatal(err)
+	}
+	handled := map[string]int{}
+	cctx, stop := context.WithCancel(ctx)
+	err := c.Consume(cctx, transport.ConsumeOptions{PopOptions: transport.PopOptions{Queue: "nc", Batch: 10, TimeoutMs: 500}}, func(_ context.Context, m queen.Message) error {
+		handled[m.TransactionID]++
+		if m.TransactionID == "bad" {
+			return errors.New("bad message")
+		}
+		if m.TransactionID == "c" {
+			stop()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Consume: %v (handled %v)", err, handled)
+	}
+	if handled["a"] != 1 || handled["b"] != 1 || handled["bad"] != 2 || handled["c"] != 1 {
+		t.Fatalf("handled %v", handled)
+	}
+	// The last ack went out before Consume returned.
+	res, err := c.Pop(ctx, transport.PopOptions{Queue: "nc"})
+	if err != nil || len(res.Messages) != 0 {
+		t.Fatalf("after consume: %v %+v", err, res.Messages)
+	}
+}
+
+func TestConsumeAdmin(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("ad", "p", "a"), it("ad", "q", "b")), 2)
+	st, b := e.httpDo(t, http.MethodGet, "/api/v1/resources/queues", nil)
+	if st != http.StatusOK || !strings.Contains(string(b), `"name":"ad"`) || !strings.Contains(string(b), `"partitions":2`) || !strings.Contains(string(b), `"depth":2`) {
+		t.Fatalf("list: %d %s", st, b)
+	}
+	st, b = e.httpDo(t, http.MethodPost, "/api/v1/consumer-groups/g/queues/ad/seek", map[string]any{"toEnd": true})
+	if st != http.StatusOK {
+		t.Fatalf("seek: %d %s", st, b)
+	}
+	if got := e.popHTTP(t, "ad", "", vals("consumerGroup", "g")); len(got.Messages) != 0 {
+		t.Fatal("seek to end left messages")
+	}
+	st, b = e.httpDo(t, http.MethodDelete, "/api/v1/consumer-groups/g", nil)
+	if st != http.StatusOK || !strings.Contains(string(b), `"deleted":true`) {
+		t.Fatalf("delete group: %d %s", st, b)
+	}
+	st, b = e.httpDo(t, http.MethodDelete, "/api/v1/resources/queues/ad", nil)
+	if st != http.StatusOK || !strings.Contains(string(b), `"existed":true`) {
+		t.Fatalf("delete queue: %d %s", st, b)
+	}
+	if s := e.stats(t, "ad"); s.Queues != 0 {
+		t.Fatalf("after delete: %+v", s)
+	}
+	st, b = e.httpDo(t, http.MethodDelete, "/api/v1/resources/queues/ad", nil)
+	if st != http.StatusOK || !strings.Contains(string(b), `"existed":false`) {
+		t.Fatalf("delete again: %d %s", st, b)
+	}
+	// Pushing to the deleted queue's name recreates it (the broker forgets
+	// the deleted partition's id).
+	for i := 0; ; i++ {
+		st, rs, _ := e.push(t, "http", items(it("ad", "p", "again")))
+		if st == http.StatusCreated && rs[0].Status == "queued" {
+			break
+		}
+		if i > 3 {
+			t.Fatalf("push after delete: %d %+v", st, rs)
+		}
+	}
+	// Bad input is refused with a 4xx and a JSON error.
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{http.MethodGet, "/api/v1/pop/queue/ad?batch=abc", nil, 400},
+		{http.MethodGet, "/api/v1/pop/queue/ad?subscriptionMode=sometimes", nil, 400},
+		{http.MethodPost, "/api/v1/ack", map[string]any{"transactionId": "x"}, 400},
+		{http.MethodPost, "/api/v1/ack", map[string]any{"transactionId": "x", "partitionId": "nope"}, 400},
+		{http.MethodPost, "/api/v1/ack/batch", map[string]any{"acknowledgments": []any{map[string]any{"partitionId": "0190a4b6-0000-7000-8000-000000000000", "status": "maybe", "offset": 1}}}, 400},
+		{http.MethodPost, "/api/v1/lease/not-a-uuid/extend", map[string]any{}, 400},
+		{http.MethodPost, "/api/v1/consumer-groups/g/queues/ad/seek", map[string]any{}, 400},
+		{http.MethodGet, "/api/v1/dlq?limit=-1", nil, 400},
+		{http.MethodPut, "/api/v1/ack", nil, 405},
+	} {
+		st, b := e.httpDo(t, c.method, c.path, c.body)
+		var eb errBody
+		if st != c.status || json.Unmarshal(b, &eb) != nil || eb.Code == "" {
+			t.Errorf("%s %s: %d %s, want %d with a JSON error", c.method, c.path, st, b, c.status)
+		}
+	}
+}

@@ -1,0 +1,231 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// Consumer is the consumer side the transports need (actors.Consumers for
+// pops and acks, persistence.Store for the rest).
+type Consumer interface {
+	Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error)
+	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
+	ExtendLease(ctx context.Context, lease uuid.UUID, seconds int64) (time.Time, error)
+	DeadLetters(ctx context.Context, queue, group string, limit, offset int) ([]queen.DeadLetter, int64, error)
+	DeleteQueue(ctx context.Context, queue string) (existed bool, partitions int64, err error)
+	ListQueues(ctx context.Context) ([]queen.QueueSummary, error)
+	DeleteGroup(ctx context.Context, group string) (int64, error)
+	Seek(ctx context.Context, queue, group string, req queen.SeekRequest) (int, error)
+}
+
+// noContent is a 204 with no body (a pop that found nothing).
+var noContent = reply{status: http.StatusNoContent}
+
+// pop answers a decoded pop: 200 with the messages, or 204.
+func (s *Service) pop(ctx context.Context, req queen.PopRequest, err error) reply {
+	if err != nil {
+		return errReply(err)
+	}
+	if req.Wait {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.polls, cancel)()
+	}
+	res, err := s.cfg.Consumer.Pop(ctx, req)
+	if err != nil {
+		return errReply(err)
+	}
+	if len(res.Messages) == 0 {
+		return noContent
+	}
+	s.cfg.Metrics.PopMessages.Add(float64(len(res.Messages)))
+	return reply{status: http.StatusOK, body: res}
+}
+
+// ack answers a single ack: 200 with its result object. A result that is not
+// a success carries "error" (Queen clients read that key).
+func (s *Service) ack(ctx context.Context, body []byte) reply {
+	it, err := queen.DecodeAck(body)
+	if err != nil {
+		return errReply(err)
+	}
+	res, err := s.cfg.Consumer.Ack(ctx, []queen.AckItem{it})
+	if err != nil {
+		return errReply(err)
+	}
+	s.countAcks(res)
+	return reply{status: http.StatusOK, body: res[0]}
+}
+
+// ackBatch answers a batch ack: 200 with one result per item, in order.
+func (s *Service) ackBatch(ctx context.Context, body []byte) reply {
+	items, err := queen.DecodeAckBatch(body)
+	if err != nil {
+		return errReply(err)
+	}
+	if len(items) == 0 {
+		return reply{status: http.StatusOK, body: []queen.AckResult{}}
+	}
+	res, err := s.cfg.Consumer.Ack(ctx, items)
+	if err != nil {
+		return errReply(err)
+	}
+	s.countAcks(res)
+	return reply{status: http.StatusOK, body: res}
+}
+
+func (s *Service) countAcks(res []queen.AckResult) {
+	for _, r := range res {
+		s.cfg.Metrics.AckItems.WithLabelValues(string(r.Result)).Inc()
+	}
+}
+
+// leaseReply is the lease extension reply.
+type leaseReply struct {
+	LeaseID      string    `json:"leaseId"`
+	NewExpiresAt time.Time `json:"newExpiresAt"`
+	Success      bool      `json:"success"`
+}
+
+func (s *Service) extendLease(ctx context.Context, leaseID string, body []byte) reply {
+	id, err := uuid.Parse(leaseID)
+	if err != nil {
+		return errReply(queen.ErrInvalidField.With("leaseId must be a UUID, got %q", leaseID))
+	}
+	secs, err := queen.DecodeLeaseExtend(body)
+	if err != nil {
+		return errReply(err)
+	}
+	t, err := s.cfg.Consumer.ExtendLease(ctx, id, secs)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: leaseReply{LeaseID: id.String(), NewExpiresAt: t, Success: true}}
+}
+
+// extendLeaseNATS reads {"leaseId":...,"seconds":N}.
+func (s *Service) extendLeaseNATS(ctx context.Context, body []byte) reply {
+	var in struct {
+		LeaseID string `json:"leaseId"`
+	}
+	if err := queen.DecodeObject(body, &in); err != nil {
+		return errReply(err)
+	}
+	return s.extendLease(ctx, in.LeaseID, body)
+}
+
+// dlqReply is GET /api/v1/dlq.
+type dlqReply struct {
+	Messages []queen.DeadLetter `json:"messages"`
+	Total    int64              `json:"total"`
+	Limit    int                `json:"limit"`
+	Offset   int                `json:"offset"`
+}
+
+func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
+	limit, offset := 100, 0
+	for _, p := range []struct {
+		k   string
+		dst *int
+		max int
+	}{{"limit", &limit, 10000}, {"offset", &offset, 1 << 31}} {
+		if v := q.Get(p.k); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > p.max {
+				return errReply(queen.ErrInvalidField.With("%s must be a whole number from 0 to %d, got %q", p.k, p.max, v))
+			}
+			*p.dst = n
+		}
+	}
+	queue, group := q.Get("queue"), q.Get("consumerGroup")
+	for _, f := range []struct{ v, name string }{{queue, "queue"}, {group, "consumerGroup"}} {
+		if f.v != "" {
+			if err := queen.ValidateName(f.v, f.name); err != nil {
+				return errReply(err)
+			}
+		}
+	}
+	msgs, total, err := s.cfg.Consumer.DeadLetters(ctx, queue, group, limit, offset)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: dlqReply{Messages: msgs, Total: total, Limit: limit, Offset: offset}}
+}
+
+// deleteQueueReply says whether the queue existed.
+type deleteQueueReply struct {
+	Deleted    bool   `json:"deleted"`
+	Existed    bool   `json:"existed"`
+	Queue      string `json:"queue"`
+	Partitions int64  `json:"partitions"`
+}
+
+func (s *Service) deleteQueue(ctx context.Context, name string) reply {
+	if err := queen.ValidateName(name, "queue"); err != nil {
+		return errReply(err)
+	}
+	existed, parts, err := s.cfg.Consumer.DeleteQueue(ctx, name)
+	if err != nil {
+		return errReply(err)
+	}
+	if s.cfg.OnQueueDeleted != nil {
+		s.cfg.OnQueueDeleted(name)
+	}
+	return reply{status: http.StatusOK, body: deleteQueueReply{Deleted: existed, Existed: existed, Queue: name, Partitions: parts}}
+}
+
+func (s *Service) listQueues(ctx context.Context) reply {
+	qs, err := s.cfg.Consumer.ListQueues(ctx)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: struct {
+		Queues []queen.QueueSummary `json:"queues"`
+	}{qs}}
+}
+
+func (s *Service) deleteGroup(ctx context.Context, group string) reply {
+	if err := queen.ValidateName(group, "consumerGroup"); err != nil {
+		return errReply(err)
+	}
+	n, err := s.cfg.Consumer.DeleteGroup(ctx, group)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: struct {
+		Deleted       bool   `json:"deleted"`
+		ConsumerGroup string `json:"consumerGroup"`
+		Cursors       int64  `json:"cursors"`
+	}{n > 0, group, n}}
+}
+
+func (s *Service) seek(ctx context.Context, group, queue string, body []byte) reply {
+	if err := queen.ValidateName(group, "consumerGroup"); err != nil {
+		return errReply(err)
+	}
+	if err := queen.ValidateName(queue, "queue"); err != nil {
+		return errReply(err)
+	}
+	req, err := queen.DecodeSeek(body)
+	if err != nil {
+		return errReply(err)
+	}
+	n, err := s.cfg.Consumer.Seek(ctx, queue, group, req)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: struct {
+		Success       bool   `json:"success"`
+		ConsumerGroup string `json:"consumerGroup"`
+		Queue         string `json:"queue"`
+		Partitions    int    `json:"partitions"`
+	}{true, group, queue, n}}
+}
