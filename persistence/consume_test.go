@@ -263,3 +263,59 @@ func TestSeekDeleteGroupDeleteQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, existed)
 }
+
+func TestDelayedProcessingAndWindowBuffer(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	for _, c := range []struct{ queue, opts string }{
+		{"delayed", `{"delayedProcessing":1}`},
+		{"buffered", `{"windowBuffer":1}`},
+	} {
+		configure(t, s, c.queue, c.opts)
+		pid, err := s.EnsurePartition(ctx, c.queue, "p")
+		require.NoError(t, err)
+		commit(t, s, pid, items(c.queue, "p", "m1"))
+		_, st := pop(t, s, pid, g, 1)
+		require.Equal(t, PopNotYet, st, "%s: not visible at once", c.queue)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res, st := pop(t, s, pid, g, 1)
+			if st == PopDelivered {
+				var now time.Time
+				require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now))
+				require.GreaterOrEqual(t, now.Sub(res.Messages[0].CreatedAt), time.Second, c.queue)
+				break
+			}
+			require.Equal(t, PopNotYet, st)
+			require.True(t, time.Now().Before(deadline), "%s never became visible", c.queue)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestAutoAckAndDLQStatus(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "a", "b", "c"))
+	res, _, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: g, Batch: 1, AutoAck: true})
+	require.NoError(t, err)
+	require.Nil(t, res.LeaseID, "autoAck leases nothing")
+	res, _ = pop(t, s, pid, g, 2)
+	require.Equal(t, []string{"b", "c"}, txns(res), "autoAck committed the cursor")
+	out := ack(t, s,
+		ackTxn(pid, g, "b", queen.AckDLQ, res.LeaseID),
+		ackTxn(pid, g, "c", queen.AckCompleted, res.LeaseID))
+	require.Equal(t, []queen.AckOutcome{queen.DeadLettered, queen.RetryScheduled}, out, "dlq moves the cursor past b; c above the signal is not applied")
+	res, st := pop(t, s, pid, g, 2)
+	require.Equal(t, PopDelivered, st)
+	require.Equal(t, []string{"c"}, txns(res))
+	out = ack(t, s, ackTxn(pid, g, "c", queen.AckRetry, res.LeaseID))
+	require.Equal(t, []queen.AckOutcome{queen.RetryScheduled}, out)
+	res, _ = pop(t, s, pid, g, 2)
+	require.Equal(t, []string{"c"}, txns(res))
+	require.Equal(t, 0, res.Messages[0].RetryCount, "retry does not count")
+}

@@ -9,10 +9,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -460,6 +462,101 @@ func TestConsumeAdmin(t *testing.T) {
 		var eb errBody
 		if st != c.status || json.Unmarshal(b, &eb) != nil || eb.Code == "" {
 			t.Errorf("%s %s: %d %s, want %d with a JSON error", c.method, c.path, st, b, c.status)
+		}
+	}
+}
+
+// A long poll parked on broker A wakes when the push enters through broker
+// B (same database, same NATS): the wake-up crosses brokers over NATS.
+func TestConsumeLongPollWakesAcrossBrokers(t *testing.T) {
+	t.Parallel()
+	a := startEnv(t, nil)
+	b := startEnvOn(t, a.url, func(c *Config) { c.NATSURL = a.b.NATSURL() })
+	b.pushOK(t, "http", items(it("xb", "p", "seed")), 1)
+	a.popHTTP(t, "xb", "", vals("autoAck", "true"))
+	done := make(chan popReply, 1)
+	start := time.Now()
+	go func() { done <- a.popHTTP(t, "xb", "", vals("wait", "true", "timeout", "10000")) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.b.cons.Parked() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll never parked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.pushOK(t, "http", items(it("xb", "q", "wake")), 1)
+	select {
+	case r := <-done:
+		if txnsOf(r.Messages) != "wake" || time.Since(start) > 2*time.Second {
+			t.Fatalf("long poll returned %s after %v", txnsOf(r.Messages), time.Since(start))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("long poll never returned")
+	}
+}
+
+// Several consumers of one group popping any partition at once: every
+// message is delivered exactly once and everything gets acked.
+func TestConsumeConcurrentConsumersExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	const parts, per = 8, 50
+	var push []item
+	for p := 0; p < parts; p++ {
+		for i := 0; i < per; i++ {
+			push = append(push, it("cc", fmt.Sprintf("p%d", p), fmt.Sprintf("m%d-%d", p, i)))
+		}
+	}
+	e.pushOK(t, "http", items(push...), parts*per)
+	c := transport.NewClient(e.nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			idle := 0
+			for idle < 3 && ctx.Err() == nil {
+				res, err := c.Pop(ctx, transport.PopOptions{Queue: "cc", Batch: 7, Wait: true, TimeoutMs: 300})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(res.Messages) == 0 {
+					idle++
+					continue
+				}
+				idle = 0
+				acks := make([]transport.Ack, len(res.Messages))
+				mu.Lock()
+				for i, m := range res.Messages {
+					seen[m.TransactionID]++
+					acks[i] = transport.AckFor(m)
+				}
+				mu.Unlock()
+				out, err := c.Ack(ctx, "", acks)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range out {
+					if r.Result != queen.Acked {
+						t.Errorf("ack: %+v", r)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != parts*per {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), parts*per)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s delivered %d times", id, n)
 		}
 	}
 }

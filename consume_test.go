@@ -1,0 +1,88 @@
+package queen
+
+import (
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+)
+
+func TestDecodePopQuery(t *testing.T) {
+	r, err := DecodePopQuery("q", "", url.Values{})
+	if err != nil || r.Batch != 1 || r.Timeout != DefaultPopTimeout || r.ConsumerGroup != DefaultConsumerGroup || r.Wait || r.AutoAck {
+		t.Fatalf("defaults: %+v %v", r, err)
+	}
+	r, err = DecodePopQuery("q", "p", url.Values{"batch": {"50"}, "wait": {"true"}, "timeout": {"1500"}, "consumerGroup": {"g"},
+		"autoAck": {"true"}, "subscriptionMode": {"new-only"}})
+	if err != nil || r.Batch != 50 || !r.Wait || r.Timeout != 1500*time.Millisecond || r.ConsumerGroup != "g" || !r.AutoAck || !r.SubscriptionNew || r.Partition != "p" {
+		t.Fatalf("parsed: %+v %v", r, err)
+	}
+	r, err = DecodePopQuery("q", "", url.Values{"subscriptionFrom": {"2026-01-02T03:04:05Z"}})
+	if err != nil || r.SubscriptionFrom == nil || r.SubscriptionFrom.Year() != 2026 {
+		t.Fatalf("subscriptionFrom: %+v %v", r, err)
+	}
+	for _, bad := range []url.Values{
+		{"batch": {"0x1"}}, {"batch": {"-1"}}, {"batch": {"10001"}}, {"timeout": {"-5"}}, {"wait": {"maybe"}},
+		{"subscriptionMode": {"later"}}, {"subscriptionFrom": {"yesterday"}}, {"consumerGroup": {"a\x01b"}},
+	} {
+		if _, err := DecodePopQuery("q", "", bad); err == nil || AsError(err).Status != 400 {
+			t.Errorf("%v: %v, want a 400", bad, err)
+		}
+	}
+	if _, err := DecodePopQuery("", "", nil); !errors.Is(err, ErrMissingField) {
+		t.Errorf("no queue: %v", err)
+	}
+}
+
+func TestDecodeAck(t *testing.T) {
+	it, err := DecodeAck([]byte(`{"transactionId":"Bed&Breakfast-771","partitionId":"0190a4b6-0000-7000-8000-000000000001","status":"success","leaseId":"0190a4b6-0000-7000-8000-000000000002"}`))
+	if err != nil || it.Status != AckCompleted || it.Offset != -1 || it.Hash != HashTxn("Bed&Breakfast-771") || it.LeaseID == nil || it.ConsumerGroup != DefaultConsumerGroup {
+		t.Fatalf("%+v %v", it, err)
+	}
+	its, err := DecodeAckBatch([]byte(`{"consumerGroup":"g","acknowledgments":[{"partitionId":"0190a4b6-0000-7000-8000-000000000001","offset":4,"status":"failed","error":"x"},{"partitionId":"0190a4b6-0000-7000-8000-000000000001","transactionId":"t","consumerGroup":"h"}]}`))
+	if err != nil || len(its) != 2 || its[0].Offset != 4 || its[0].Status != AckFailed || its[0].ConsumerGroup != "g" || its[1].ConsumerGroup != "h" {
+		t.Fatalf("%+v %v", its, err)
+	}
+	for _, bad := range []string{
+		`{"transactionId":"t"}`,
+		`{"partitionId":"x","transactionId":"t"}`,
+		`{"partitionId":"0190a4b6-0000-7000-8000-000000000001"}`,
+		`{"partitionId":"0190a4b6-0000-7000-8000-000000000001","offset":-1}`,
+		`{"partitionId":"0190a4b6-0000-7000-8000-000000000001","offset":"1"}`,
+		`{"partitionId":"0190a4b6-0000-7000-8000-000000000001","transactionId":"t","status":"done"}`,
+		`{"partitionId":"0190a4b6-0000-7000-8000-000000000001","transactionId":"t\u0000"}`,
+		`[1]`, `{"partitionId":`, "{\"partitionId\":\"\xff\"}",
+	} {
+		if _, err := DecodeAck([]byte(bad)); err == nil || AsError(err).Status != 400 {
+			t.Errorf("%s: %v, want a 400", bad, err)
+		}
+	}
+	if _, err := DecodeAckBatch([]byte(`{}`)); !errors.Is(err, ErrMissingField) {
+		t.Errorf("no acknowledgments: %v", err)
+	}
+	if _, err := DecodeAckBatch([]byte(`{"acknowledgments":[{"transactionId":"t"}]}`)); err == nil || AsError(err).Index == nil || *AsError(err).Index != 0 {
+		t.Errorf("item errors name the index: %v", err)
+	}
+}
+
+func TestDecodeLeaseExtendAndSeek(t *testing.T) {
+	for body, want := range map[string]int64{``: 0, `{}`: 0, `{"seconds":30}`: 30} {
+		if n, err := DecodeLeaseExtend([]byte(body)); err != nil || n != want {
+			t.Errorf("%q: %d %v", body, n, err)
+		}
+	}
+	if _, err := DecodeLeaseExtend([]byte(`{"seconds":-1}`)); err == nil {
+		t.Error("negative seconds accepted")
+	}
+	if r, err := DecodeSeek([]byte(`{"toEnd":true}`)); err != nil || !r.ToEnd {
+		t.Errorf("toEnd: %+v %v", r, err)
+	}
+	if r, err := DecodeSeek([]byte(`{"timestamp":"2026-01-02T03:04:05.5Z"}`)); err != nil || r.Timestamp == nil {
+		t.Errorf("timestamp: %+v %v", r, err)
+	}
+	for _, bad := range []string{`{}`, `{"toEnd":true,"timestamp":"2026-01-02T03:04:05Z"}`, `{"timestamp":"soon"}`} {
+		if _, err := DecodeSeek([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
