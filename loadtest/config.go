@@ -96,8 +96,10 @@ type Config struct {
 	LeaseSeconds int
 	// PollTimeout is the consumers' long-poll timeout (default 2s).
 	PollTimeout time.Duration
-	// ConsumeDrainTimeout bounds the consumption after the producers stop
-	// (default 60s); running out of it fails the audit.
+	// ConsumeDrainTimeout bounds how long the consumption after the
+	// producers stop may go without moving any group's cursor (default
+	// 60s); running out of it fails the audit. A drain that keeps moving
+	// is waited for.
 	ConsumeDrainTimeout time.Duration
 	// WakeProbes is how many rounds the wake-latency probe runs after the
 	// consume phase (DefaultConfig: 50; 0: no probe): a long poll parks on a

@@ -142,29 +142,36 @@ func (cp *consumePhase) run(ctx context.Context, start time.Time) {
 }
 
 // drainPoll is how often the drain reads the cursors.
-const drainPoll = 100 * time.Millisecond
+const drainPoll = 250 * time.Millisecond
 
 // drain waits, after the producers stopped, until every group's cursor is
 // at every partition's last offset, every consumer stopped, ctx ended, or
-// ConsumeDrainTimeout passed; then it stops the consumers.
+// no cursor moved for ConsumeDrainTimeout; then it stops the consumers.
+// The timeout is one of no progress: a slow drain that keeps moving is
+// waited for (it ends, the cursors only move forward towards the last
+// offsets), a stuck one fails.
 func (cp *consumePhase) drain(ctx context.Context, a consumeStore) {
 	cp.producersDone = time.Now()
-	deadline := cp.producersDone.Add(cp.cfg.ConsumeDrainTimeout)
+	lastMove, lastSum := cp.producersDone, int64(-1)
 	for ctx.Err() == nil {
-		behind, err := cp.behind(ctx, a)
-		if err == nil && behind == "" {
+		st, err := cp.behind(ctx, a)
+		if err == nil && st.behind == "" {
 			cp.drained = true
 			break
 		}
+		now := time.Now()
 		if err != nil {
-			behind = "reading the cursors: " + err.Error()
+			st.behind = "reading the cursors: " + err.Error()
+		} else if st.sum > lastSum {
+			lastMove, lastSum = now, st.sum
 		}
 		if cp.live.Load() == 0 {
-			cp.drainProblem = "every consumer stopped (" + cp.fatals() + "); " + behind
+			cp.drainProblem = "every consumer stopped (" + cp.fatals() + "); " + st.behind
 			break
 		}
-		if !time.Now().Before(deadline) {
-			cp.drainProblem = fmt.Sprintf("%s after the producers stopped: %s", cp.cfg.ConsumeDrainTimeout, behind)
+		if now.Sub(lastMove) >= cp.cfg.ConsumeDrainTimeout {
+			cp.drainProblem = fmt.Sprintf("no cursor moved for %s (%s after the producers stopped): %s",
+				cp.cfg.ConsumeDrainTimeout, now.Sub(cp.producersDone).Truncate(time.Second), st.behind)
 			break
 		}
 		sleep(ctx, drainPoll)
@@ -174,13 +181,18 @@ func (cp *consumePhase) drain(ctx context.Context, a consumeStore) {
 	cp.wg.Wait()
 }
 
-// behind describes the partitions where a group's cursor is short of the
-// last offset ("" when none is): every partition with a cursor row, and
-// every partition a producer got a verdict in.
-func (cp *consumePhase) behind(ctx context.Context, a consumeStore) (string, error) {
+// drainState is one look at the cursors: behind describes the (group,
+// partition) pairs short of the last offset ("" when none is); sum is the
+// sum of the groups' cursors, which grows as long as anything is consumed.
+type drainState struct {
+	behind string
+	sum    int64
+}
+
+func (cp *consumePhase) behind(ctx context.Context, a consumeStore) (drainState, error) {
 	rows, err := a.Cursors(ctx, []string{cp.cfg.Queue})
 	if err != nil {
-		return "", err
+		return drainState{}, err
 	}
 	return cursorsBehind(cp.groups, cp.parts, cp.touched, rows), nil
 }
@@ -188,7 +200,8 @@ func (cp *consumePhase) behind(ctx context.Context, a consumeStore) (string, err
 // cursorsBehind is behind's check over cursor rows: a partition must be
 // consumed by every group when it has a message (a cursor row of any group
 // with a last offset >= 0, or touched).
-func cursorsBehind(groups []*group, parts []string, touched []atomic.Bool, rows []persistence.Cursor) string {
+func cursorsBehind(groups []*group, parts []string, touched []atomic.Bool, rows []persistence.Cursor) drainState {
+	var st drainState
 	partIdx := make(map[string]int, len(parts))
 	for i, p := range parts {
 		partIdx[p] = i
@@ -214,6 +227,7 @@ func cursorsBehind(groups []*group, parts []string, touched []atomic.Bool, rows 
 		last[p] = max(last[p], r.LastOffset)
 		if g, ok := gi[r.ConsumerGroup]; ok {
 			cur[g][p] = r.Cursor
+			st.sum += r.Cursor + 1
 		}
 	}
 	var n int
@@ -235,10 +249,10 @@ func cursorsBehind(groups []*group, parts []string, touched []atomic.Bool, rows 
 			}
 		}
 	}
-	if n == 0 {
-		return ""
+	if n > 0 {
+		st.behind = fmt.Sprintf("%d (group, partition) pairs not consumed to the end, e.g. %s", n, example)
 	}
-	return fmt.Sprintf("%d (group, partition) pairs not consumed to the end, e.g. %s", n, example)
+	return st
 }
 
 // fatals lists the consumers' refusals, or their last errors.
@@ -328,6 +342,10 @@ type ConsumeReport struct {
 	// on this host) → handler, over each (group, message)'s first handling.
 	Latency    Latency     `json:"e2e_latency_ms"`
 	E2ESamples int64       `json:"e2e_samples"`
+	// PopLatency is the request latency of pops that returned messages
+	// (a long poll that waited counts its wait); AckLatency of ack calls.
+	PopLatency Latency `json:"pop_latency_ms"`
+	AckLatency Latency `json:"ack_latency_ms"`
 	Wake       *WakeReport `json:"wake_probe,omitempty"`
 
 	Audit *ConsumeAudit `json:"audit"`
@@ -374,9 +392,11 @@ func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *Consume
 			r.AckResults[string(res)] += n
 		}
 	}
-	var lat []time.Duration
+	var lat, popLat, ackLat []time.Duration
 	for _, k := range cp.consumers {
 		lat = append(lat, k.lat...)
+		popLat = append(popLat, k.popLat...)
+		ackLat = append(ackLat, k.ackLat...)
 		if k.fatal != nil {
 			r.LastError = k.fatal.Error()
 		} else if k.lastError != "" && r.LastError == "" {
@@ -384,6 +404,7 @@ func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *Consume
 		}
 	}
 	r.Latency = latencyOf(lat)
+	r.PopLatency, r.AckLatency = latencyOf(popLat), latencyOf(ackLat)
 	return r
 }
 

@@ -24,14 +24,25 @@ import (
 // HTTP (SPEC.md §4, §6). Errors are *queen.Error (Retryable tells whether
 // trying again can help).
 type consumeClient interface {
-	// pop long-polls queue (any partition) for up to wait for at most batch
-	// messages of group; no messages means nothing was available (204).
-	pop(ctx context.Context, queue, group string, batch int, wait time.Duration) (queen.PopResult, error)
+	// pop pops at most r.batch messages for r.group from r.queue; no
+	// messages means nothing was available (204).
+	pop(ctx context.Context, r popReq) (queen.PopResult, error)
 	// ack sends acks in one call; the results are in request order.
 	ack(ctx context.Context, group string, acks []transport.Ack) ([]queen.AckResult, error)
 	// configure sends a configure body and returns the reply.
 	configure(ctx context.Context, body []byte) ([]byte, error)
 	close()
+}
+
+// popReq is one pop.
+type popReq struct {
+	queue string
+	// partition is "" for any partition of the queue.
+	partition string
+	group     string
+	batch     int
+	// wait > 0 makes the pop a long poll of up to wait; 0 answers at once.
+	wait time.Duration
 }
 
 // newConsumeClient connects a client to target (nats:// or http://); name
@@ -54,9 +65,9 @@ type natsConsumer struct {
 	c  *transport.Client
 }
 
-func (n *natsConsumer) pop(ctx context.Context, queue, group string, batch int, wait time.Duration) (queen.PopResult, error) {
-	res, err := n.c.Pop(ctx, transport.PopOptions{Queue: queue, Batch: batch, Wait: true,
-		TimeoutMs: int(wait.Milliseconds()), ConsumerGroup: group})
+func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
+	res, err := n.c.Pop(ctx, transport.PopOptions{Queue: r.queue, Partition: r.partition, Batch: r.batch, Wait: r.wait > 0,
+		TimeoutMs: int(r.wait.Milliseconds()), ConsumerGroup: r.group})
 	if err != nil {
 		return res, asQueenError(err, "pop")
 	}
@@ -99,16 +110,22 @@ type httpConsumer struct {
 	base string
 }
 
-func (h *httpConsumer) pop(ctx context.Context, queue, group string, batch int, wait time.Duration) (queen.PopResult, error) {
+func (h *httpConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
 	var res queen.PopResult
 	q := url.Values{}
-	q.Set("batch", strconv.Itoa(batch))
-	q.Set("wait", "true")
-	q.Set("timeout", strconv.FormatInt(wait.Milliseconds(), 10))
-	q.Set("consumerGroup", group)
-	u := h.base + "/api/v1/pop/queue/" + url.PathEscape(queue) + "?" + q.Encode()
+	q.Set("batch", strconv.Itoa(r.batch))
+	if r.wait > 0 {
+		q.Set("wait", "true")
+		q.Set("timeout", strconv.FormatInt(r.wait.Milliseconds(), 10))
+	}
+	q.Set("consumerGroup", r.group)
+	u := h.base + "/api/v1/pop/queue/" + url.PathEscape(r.queue)
+	if r.partition != "" {
+		u += "/partition/" + url.PathEscape(r.partition)
+	}
+	u += "?" + q.Encode()
 	// The broker answers by the end of the long poll; allow it 10 s more.
-	ctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, r.wait+10*time.Second)
 	defer cancel()
 	status, data, err := h.do(ctx, http.MethodGet, u, nil)
 	if err != nil {

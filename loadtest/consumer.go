@@ -72,8 +72,10 @@ type consumer struct {
 	partIdx map[string]int
 	c       *consumeCounters
 
-	// lat is push commit → handler of each first handling.
-	lat []time.Duration
+	// lat is push commit → handler of each first handling; popLat and
+	// ackLat the request latencies of pops that returned messages and of
+	// ack calls.
+	lat, popLat, ackLat []time.Duration
 	// fatal is the refusal that stopped the consumer (nil: stopped by ctx).
 	fatal     error
 	lastError string
@@ -87,13 +89,30 @@ type consumer struct {
 const noKey = ^uint64(0)
 
 // run consumes until ctx ends or the broker refuses a request (4xx).
+//
+// After a failure the broker redelivers the failed message and everything
+// after it in its partition; with batches of 100 and a few percent of poison
+// messages, re-popping whole batches would move each message dozens of
+// times. So after a failure answered retry_scheduled the consumer pops that
+// partition alone, one message at a time without waiting, until the poison
+// message is dead-lettered (or the partition is taken or empty), then goes
+// back to long polls of any partition. Every delivery still goes through
+// the broker and is counted.
 func (k *consumer) run(ctx context.Context) {
 	var backoff time.Duration
+	focus := ""
 	for ctx.Err() == nil {
 		if backoff > 0 && !sleep(ctx, backoff) {
 			return
 		}
-		res, err := k.cl.pop(ctx, k.cfg.Queue, k.g.name, k.cfg.ConsumeBatch, k.cfg.PollTimeout)
+		req := popReq{queue: k.cfg.Queue, group: k.g.name, batch: k.cfg.ConsumeBatch, wait: k.cfg.PollTimeout}
+		if focus != "" {
+			req.partition, req.batch, req.wait = focus, 1, 0
+			focus = ""
+		}
+		popStart := time.Now()
+		res, err := k.cl.pop(ctx, req)
+		popTook := time.Since(popStart)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -114,12 +133,14 @@ func (k *consumer) run(ctx context.Context) {
 			k.c.emptyPops.Add(1)
 			continue
 		}
-		k.handle(ctx, &res)
+		k.popLat = append(k.popLat, popTook)
+		focus = k.handle(ctx, &res)
 	}
 }
 
-// handle runs the handler over a popped batch and acks it.
-func (k *consumer) handle(ctx context.Context, res *queen.PopResult) {
+// handle runs the handler over a popped batch and acks it. It returns the
+// partition of a failure answered retry_scheduled ("" when none).
+func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry string) {
 	now := time.Now()
 	msgs := res.Messages
 	// The handler: every message succeeds but a poison one, which fails;
@@ -144,7 +165,9 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult) {
 	k.keys = k.g.deliver(k.keys[:0], msgs, handled, now, k)
 
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RequestTimeout)
+	ackStart := time.Now()
 	results, err := k.cl.ack(actx, k.g.name, k.acks)
+	k.ackLat = append(k.ackLat, time.Since(ackStart))
 	cancel()
 	k.c.ackCalls.Add(1)
 	if err != nil {
@@ -152,6 +175,11 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult) {
 		k.lastError = "ack: " + queen.AsError(err).Error()
 	}
 	k.g.record(k.keys[:handled], msgs[:handled], k.acks, results, err, k.c)
+	if last := handled - 1; err == nil && len(results) == handled && k.acks[last].Status == string(queen.AckFailed) &&
+		results[last].Result == queen.RetryScheduled {
+		return msgs[last].Partition
+	}
+	return ""
 }
 
 // deliver books a pop reply: every message as delivered, the first handled

@@ -53,7 +53,7 @@ func wakeProbe(ctx context.Context, cl consumeClient, snd sender, queue string, 
 		}
 		ch := make(chan popped, 1)
 		go func() {
-			res, err := cl.pop(ctx, queue, queen.DefaultConsumerGroup, 1, probeWait)
+			res, err := cl.pop(ctx, popReq{queue: queue, group: queen.DefaultConsumerGroup, batch: 1, wait: probeWait})
 			ch <- popped{res, time.Now(), err}
 		}()
 		if !sleep(ctx, probePark) {
@@ -129,7 +129,7 @@ func (pb *prober) ack(ctx context.Context, msgs []queen.Message) {
 // empty.
 func (pb *prober) drain(ctx context.Context) {
 	for range 20 {
-		res, err := pb.cl.pop(ctx, pb.queue, queen.DefaultConsumerGroup, 100, 200*time.Millisecond)
+		res, err := pb.cl.pop(ctx, popReq{queue: pb.queue, group: queen.DefaultConsumerGroup, batch: 100, wait: 200 * time.Millisecond})
 		if err != nil || len(res.Messages) == 0 {
 			return
 		}

@@ -213,6 +213,8 @@ func (c *ConsumeReport) writeText(b *strings.Builder) {
 		fmt.Fprintf(b, " · results %s", strings.Join(res, ", "))
 	}
 	b.WriteByte('\n')
+	fmt.Fprintf(b, "            pop (with messages) p50 %.1f ms · p99 %.1f ms · max %.1f ms · ack p50 %.1f ms · p99 %.1f ms · max %.1f ms\n",
+		c.PopLatency.P50, c.PopLatency.P99, c.PopLatency.Max, c.AckLatency.P50, c.AckLatency.P99, c.AckLatency.Max)
 	if c.LastError != "" {
 		fmt.Fprintf(b, "            last consumer error: %s\n", c.LastError)
 	}
