@@ -340,12 +340,12 @@ type ConsumeReport struct {
 
 	// Latency is push commit (the message's createdAt, PostgreSQL's clock
 	// on this host) → handler, over each (group, message)'s first handling.
-	Latency    Latency     `json:"e2e_latency_ms"`
-	E2ESamples int64       `json:"e2e_samples"`
+	Latency    Latency `json:"e2e_latency_ms"`
+	E2ESamples int64   `json:"e2e_samples"`
 	// PopLatency is the request latency of pops that returned messages
 	// (a long poll that waited counts its wait); AckLatency of ack calls.
-	PopLatency Latency `json:"pop_latency_ms"`
-	AckLatency Latency `json:"ack_latency_ms"`
+	PopLatency Latency     `json:"pop_latency_ms"`
+	AckLatency Latency     `json:"ack_latency_ms"`
 	Wake       *WakeReport `json:"wake_probe,omitempty"`
 
 	Audit *ConsumeAudit `json:"audit"`
