@@ -117,13 +117,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		batch.Items = append(batch.Items, r.items...)
 	}
 	batch.LeaderOf = leaders(batch.Items)
-	hashes := make([]queen.Hash, 0, n)
-	for i, it := range batch.Items {
-		if int(batch.LeaderOf[i]) == i {
-			hashes = append(hashes, it.Hash)
-		}
-	}
-	batch.Watermark = a.cache.Watermark(hashes)
+	a.cache.Prepare(batch)
 
 	self := ctx.Self()
 	root := ctx.ActorSystem().Root

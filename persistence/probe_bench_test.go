@@ -74,7 +74,7 @@ func BenchmarkColdProbe(b *testing.B) {
 				for b.Loop() {
 					its := fresh()
 					hs := distinctLeaders(&PushBatch{Items: its})
-					rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))})
+					rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{0})
 					if err != nil {
 						b.Fatal(err)
 					}

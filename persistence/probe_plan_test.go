@@ -45,7 +45,7 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 	}
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `PREPARE probe(uuid[], uuid[], bigint[], int[], int[]) AS `+sqlBundleProbe)
+	_, err = conn.Exec(ctx, `PREPARE probe(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[]) AS `+sqlBundleProbe)
 	require.NoError(t, err)
 	fill(200, 199_999)
 	var hashes []string
@@ -53,7 +53,7 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 		hashes = append(hashes, fmt.Sprintf("'00000000-0000-0000-0000-%012d'::uuid", i))
 	}
 	hashes = append(hashes, hits...)
-	probe := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{-1}', '{1}', '{100}')`
+	probe := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{-1}', '{1}', '{100}', array_fill(false, ARRAY[100]), '{0}')`
 	found := 0
 	res, err := conn.Query(ctx, probe)
 	require.NoError(t, err)

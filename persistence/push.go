@@ -26,9 +26,19 @@ type PushBatch struct {
 	// SPEC.md §3). It is applied only when the window is > 0. nil means every
 	// item is a leader.
 	LeaderOf []int32
-	// Watermark: none of the leaders' hashes occur at or below this offset
-	// (SPEC.md §8); -1 probes the whole window.
+	// Watermark: none of the leaders' hashes outside Suspects occurs inside
+	// the window at or below this offset (SPEC.md §8); -1 probes the whole
+	// window. It is always a segment boundary (the last offset of a segment
+	// the cache saw, or -1): the probe then reads only the sidecar rows of
+	// later segments, plus one index lookup per suspect.
 	Watermark int64
+	// Suspects are hashes the cache has seen in the partition: each is looked
+	// up in the whole window, whatever the watermark.
+	Suspects map[queen.Hash]struct{}
+	// AssumedWindow is the window (seconds) the cache's knowledge covers: if
+	// the window read under the lock is larger (a configure widened it), the
+	// watermark is ignored and every hash is looked up.
+	AssumedWindow int64
 }
 
 // PushOutcome is the result of Commit: one queen.Result per item, in order.
@@ -116,9 +126,10 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	// binary without reflection.
 	ids := make([]pgtype.UUID, len(order))
 	var probePIDs []pgtype.UUID
-	var probeWMs []int64
+	var probeWMs, probeAssumed []int64
 	var probeLo, probeHi []int32
 	var probeHashes []pgtype.UUID
+	var probeSuspect []bool
 	for k, i := range order {
 		b := bs[i]
 		ids[k] = pgUUID(b.PartitionID)
@@ -126,10 +137,13 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		for j, it := range b.Items {
 			if leaderOf(b, j) == j {
 				probeHashes = append(probeHashes, pgUUID(it.Hash))
+				_, sus := b.Suspects[it.Hash]
+				probeSuspect = append(probeSuspect, sus)
 			}
 		}
 		probePIDs = append(probePIDs, pgUUID(b.PartitionID))
 		probeWMs = append(probeWMs, b.Watermark)
+		probeAssumed = append(probeAssumed, b.AssumedWindow)
 		probeLo = append(probeLo, int32(lo))
 		probeHi = append(probeHi, int32(len(probeHashes)))
 	}
@@ -150,7 +164,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		}
 		return rows.Err()
 	})
-	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi).Query(func(rows pgx.Rows) error {
+	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var pid [16]byte
 			var seconds *int64

@@ -104,9 +104,22 @@ func TestCommitWatermarkNarrowsProbe(t *testing.T) {
 	// A watermark at offset 0 vouches that "a" is not at or below 0 — a lie
 	// the probe believes, which proves the bound is applied; "b" (offset 1)
 	// is still found.
-	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "a", "b"), Watermark: 0})
+	// (found in the sidecar rows after the watermark).
+	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "a", "b"), Watermark: 0, AssumedWindow: 3600})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Queued, queen.Duplicate}, verdicts(out))
+
+	// A suspect is looked up in the whole window, whatever the watermark.
+	out, err = s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "a", "c"), Watermark: 3, AssumedWindow: 3600,
+		Suspects: map[queen.Hash]struct{}{queen.HashTxn("a"): {}}})
+	require.NoError(t, err)
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(out))
+	require.Equal(t, int64(0), out.Results[0].Offset, "the lowest offset is the original")
+
+	// A window wider than the cache assumed voids the watermark.
+	out, err = s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "b"), Watermark: 10, AssumedWindow: 60})
+	require.NoError(t, err)
+	require.Equal(t, []queen.Verdict{queen.Duplicate}, verdicts(out))
 }
 
 func TestCommitWindowZero(t *testing.T) {

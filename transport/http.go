@@ -23,6 +23,7 @@ import (
 //	DELETE /api/v1/resources/queues/{queue}  the queue and everything it owns (200 either way)
 //	DELETE /api/v1/consumer-groups/{group}   the group's cursors
 //	POST /api/v1/consumer-groups/{group}/queues/{queue}/seek  {"toEnd":true} | {"timestamp":"..."}
+//	GET|POST /api/v1/admin/dedup-cache      the dedup cache's stats; {"enabled":false} is the live kill switch
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
 //
@@ -92,6 +93,14 @@ func (s *Service) Handler() http.Handler {
 			writeReply(w, s.seek(r.Context(), r.PathValue("group"), r.PathValue("queue"), body))
 		}
 	})
+	mux.HandleFunc("GET /api/v1/admin/dedup-cache", func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.dedupCache(nil))
+	})
+	mux.HandleFunc("POST /api/v1/admin/dedup-cache", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.dedupCache(body))
+		}
+	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})
@@ -102,7 +111,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/pop/queue/{queue}/partition/{partition}", "GET"}, {"/api/v1/ack", "POST"}, {"/api/v1/ack/batch", "POST"},
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
 		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"},
-		{"/health", "GET"}, {"/metrics", "GET"},
+		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
 	} {
 		allow := route.allow
 		mux.HandleFunc(route.path, func(w http.ResponseWriter, r *http.Request) {

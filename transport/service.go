@@ -36,6 +36,9 @@ type Config struct {
 	OnPushed func(items []*queen.Item, results []queen.Result)
 	// OnQueueDeleted, when set, is told of a deleted queue.
 	OnQueueDeleted func(queue string)
+	// DedupCache, when set, is the dedup cache's kill switch and stats
+	// (/api/v1/admin/dedup-cache, /health).
+	DedupCache CacheSwitch
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push bodies being handled at once
@@ -199,11 +202,40 @@ func (s *Service) queue(ctx context.Context, name string) reply {
 	return reply{status: http.StatusOK, body: qi}
 }
 
+// CacheSwitch is the broker-side dedup cache seen from the transports.
+type CacheSwitch interface {
+	SetEnabled(on bool)
+	Stats() any
+}
+
 // healthReply is GET /health.
 type healthReply struct {
-	Status   string `json:"status"`
-	Database string `json:"database"`
-	Error    string `json:"error,omitempty"`
+	Status     string `json:"status"`
+	Database   string `json:"database"`
+	Error      string `json:"error,omitempty"`
+	DedupCache any    `json:"dedupCache,omitempty"`
+}
+
+// dedupCache answers GET (body nil) and POST {"enabled":bool} on the
+// cache's admin route: the stats after the change.
+func (s *Service) dedupCache(body []byte) reply {
+	if s.cfg.DedupCache == nil {
+		return errReply(queen.ErrNotFound.With("this broker has no dedup cache"))
+	}
+	if body != nil {
+		var in struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if err := queen.DecodeObject(body, &in); err != nil {
+			return errReply(err)
+		}
+		if in.Enabled == nil {
+			return errReply(queen.ErrMissingField.With("enabled is required (true or false)"))
+		}
+		s.cfg.DedupCache.SetEnabled(*in.Enabled)
+		s.cfg.Logger.Info("dedup cache switched", "enabled", *in.Enabled)
+	}
+	return reply{status: http.StatusOK, body: s.cfg.DedupCache.Stats()}
 }
 
 func (s *Service) health(ctx context.Context) reply {
@@ -212,7 +244,11 @@ func (s *Service) health(ctx context.Context) reply {
 	if err := s.cfg.Queues.Ping(ctx); err != nil {
 		return reply{status: http.StatusServiceUnavailable, body: healthReply{Status: "unhealthy", Database: "down", Error: err.Error()}}
 	}
-	return reply{status: http.StatusOK, body: healthReply{Status: "healthy", Database: "ok"}}
+	h := healthReply{Status: "healthy", Database: "ok"}
+	if s.cfg.DedupCache != nil {
+		h.DedupCache = s.cfg.DedupCache.Stats()
+	}
+	return reply{status: http.StatusOK, body: h}
 }
 
 func mustJSON(v any) []byte {

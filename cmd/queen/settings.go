@@ -88,7 +88,7 @@ func newLogger(level string) (*slog.Logger, error) {
 func serveCmd() *cobra.Command {
 	var cfg broker.Config
 	var db dbFlags
-	var logLevel string
+	var logLevel, dedupCache string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a broker (embedded NATS and managed PostgreSQL unless NATS_URL / DATABASE_URL are set)",
@@ -100,6 +100,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 				if _, err := strconv.Atoi(v); err != nil {
 					return fmt.Errorf("QUEEN_MAX_PAYLOAD_BYTES=%q is not a whole number of bytes", v)
 				}
+			}
+			if err := dedupCacheSettings(&cfg, dedupCache); err != nil {
+				return err
 			}
 			if cfg.MaxPayloadBytes <= 0 || cfg.MaxPayloadBytes > 16<<20 {
 				return fmt.Errorf("--max-payload-bytes %d: want 1 to %d (the 16 MiB body limit)", cfg.MaxPayloadBytes, 16<<20)
@@ -131,5 +134,27 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one (env NATS_URL)")
 	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", envInt("QUEEN_MAX_PAYLOAD_BYTES", 1<<20), "largest item payload in bytes (env QUEEN_MAX_PAYLOAD_BYTES)")
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env QUEEN_LOG_LEVEL)")
+	f.StringVar(&dedupCache, "dedup-cache", envOr("QUEEN_DEDUP_CACHE", "on"), "broker-side dedup cache: on or off (env QUEEN_DEDUP_CACHE; switch live with POST /api/v1/admin/dedup-cache)")
+	f.IntVar(&cfg.DedupCacheMB, "dedup-cache-mb", envInt("QUEEN_DEDUP_CACHE_MB", 512), "memory budget of the dedup cache for all partitions, MiB (env QUEEN_DEDUP_CACHE_MB)")
 	return cmd
+}
+
+// dedupCacheSettings validates the dedup cache settings (SPEC.md §8) into cfg.
+func dedupCacheSettings(cfg *broker.Config, mode string) error {
+	switch strings.ToLower(mode) {
+	case "on", "true", "1", "":
+	case "off", "false", "0":
+		cfg.DedupCacheOff = true
+	default:
+		return fmt.Errorf("QUEEN_DEDUP_CACHE / --dedup-cache = %q: want on or off", mode)
+	}
+	if v := os.Getenv("QUEEN_DEDUP_CACHE_MB"); v != "" {
+		if _, err := strconv.Atoi(v); err != nil {
+			return fmt.Errorf("QUEEN_DEDUP_CACHE_MB=%q is not a whole number of MiB", v)
+		}
+	}
+	if cfg.DedupCacheMB < 1 {
+		return fmt.Errorf("--dedup-cache-mb %d: want at least 1", cfg.DedupCacheMB)
+	}
+	return nil
 }

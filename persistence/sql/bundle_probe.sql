@@ -3,12 +3,23 @@
 -- locks were granted: the pushes of other brokers and the latest configure.
 -- Per partition (parallel arrays): $1 partition id, $3 its watermark offset
 -- (-1 = the whole window), $4..$5 the 1-based bounds of its distinct
--- incoming hashes in $2 (uuid[]).
+-- incoming hashes in $2 (uuid[]), $7 the window (seconds) the watermark
+-- assumes. Per hash: $6 whether the cache suspects it (it has seen it).
 --
 -- Returns one row per partition with hash NULL, giving the window read from
 -- its queue row, then one row per hit: partition, window, hash, offset and
 -- the original's message id sliced from its covering segment (NULL when that
 -- segment is gone). A window of 0 looks nothing up.
+--
+-- Two ways to find hits, both limited to rows inside the window:
+--  * narrowed (the watermark is >= 0 and the window is not wider than the
+--    cache assumed): the sidecar rows of segments after the watermark, the
+--    writes the cache has not seen (usually none: one primary-key range
+--    probe), unpacked and matched against the incoming hashes; plus one
+--    index lookup per suspect, in the whole window.
+--  * otherwise: one index lookup per incoming hash, in the whole window.
+-- The watermark is a segment boundary (persistence.PushBatch), so "segments
+-- after it" is first_offset > watermark.
 --
 -- Every lookup is an equality on a primary key or on both columns of
 -- log_txn_hashes_lookup, and the LATERAL ... OFFSET 0 subqueries keep them
@@ -18,12 +29,15 @@
 -- slice)` probe and a `first_offset <= x ORDER BY ... LIMIT 1` segment lookup
 -- both did, and pushes slowed down as the window filled).
 WITH w AS MATERIALIZED (
-    SELECT i.partition_id, i.watermark, i.lo, i.hi,
-           (SELECT q.dedup_window_seconds
-              FROM queen.partitions p
-              JOIN queen.queues q ON q.id = p.queue_id
-             WHERE p.id = i.partition_id) AS seconds
-      FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[]) AS i (partition_id, watermark, lo, hi)
+    SELECT i.partition_id, i.watermark, i.lo, i.hi, s.seconds,
+           (i.watermark >= 0 AND s.seconds <= i.assumed) AS narrowed
+      FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[], $7::bigint[]) AS i (partition_id, watermark, lo, hi, assumed)
+     CROSS JOIN LATERAL (
+        SELECT q.dedup_window_seconds AS seconds
+          FROM queen.partitions p
+          JOIN queen.queues q ON q.id = p.queue_id
+         WHERE p.id = i.partition_id
+     ) s
 )
 SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id
   FROM w
@@ -36,14 +50,35 @@ SELECT x.partition_id,
           FROM queen.segments s
          WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment)
   FROM w
- CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi]) AS h (hash)
+ CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi]) AS h (hash, suspect)
  CROSS JOIN LATERAL (
     SELECT x.partition_id, x.hash, x."offset", x.segment
       FROM queen.log_txn_hashes x
      WHERE x.partition_id = w.partition_id
        AND x.hash = h.hash
-       AND x."offset" > w.watermark
        AND x.created_at > clock_timestamp() - make_interval(secs => w.seconds)
     OFFSET 0
  ) x
- WHERE w.seconds > 0
+ WHERE w.seconds > 0 AND (NOT w.narrowed OR h.suspect)
+UNION ALL
+SELECT w.partition_id,
+       w.seconds,
+       u.hash,
+       t.first_offset + u.i,
+       (SELECT substring(s.message_ids FROM (u.i * 16 + 1)::int FOR 16)
+          FROM queen.segments s
+         WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset)
+  FROM w
+ CROSS JOIN LATERAL (
+    SELECT t.first_offset, t.hashes
+      FROM queen.log_txns t
+     WHERE t.partition_id = w.partition_id
+       AND t.first_offset > w.watermark
+       AND t.created_at > clock_timestamp() - make_interval(secs => w.seconds)
+    OFFSET 0
+ ) t
+ CROSS JOIN LATERAL (
+    SELECT k.i, encode(substring(t.hashes FROM (k.i * 16 + 1)::int FOR 16), 'hex')::uuid AS hash
+      FROM generate_series(0, length(t.hashes) / 16 - 1) AS k (i)
+ ) u
+ WHERE w.seconds > 0 AND w.narrowed AND u.hash = ANY (($2::uuid[])[w.lo:w.hi])

@@ -50,6 +50,13 @@ type Config struct {
 	ShardCount int
 	// MaxPendingItems bounds one partition's waiting items (default 20000).
 	MaxPendingItems int
+	// DedupCacheOff starts with the broker-side dedup cache off
+	// (QUEEN_DEDUP_CACHE=off, SPEC.md §8); it can be switched live through
+	// /api/v1/admin/dedup-cache.
+	DedupCacheOff bool
+	// DedupCacheMB is the cache's memory budget for all partitions
+	// (QUEEN_DEDUP_CACHE_MB, default 512).
+	DedupCacheMB int
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
@@ -88,6 +95,7 @@ type Broker struct {
 	nc       *nats.Conn
 	ncShards *nats.Conn
 	host     *actors.Host
+	cache    *actors.Cache
 	shardSrv *shards.Server
 	svc      *transport.Service
 	cons     *actors.Consumers
@@ -156,7 +164,9 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		return err
 	}
 
-	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems})
+	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: int64(cfg.DedupCacheMB) << 20, Disabled: cfg.DedupCacheOff, Source: b.store, Logger: b.log})
+	registerCacheMetrics(b.metrics, b.cache)
+	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New})
 	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
 	if err = b.shardSrv.ServeAll(); err != nil {
 		return err
@@ -173,6 +183,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{b.cons, b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
+		DedupCache: cacheSwitch{b.cache},
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
@@ -261,6 +272,38 @@ func (b *Broker) startNATS() error {
 	b.natsSrv = srv
 	b.natsURL = srv.ClientURL()
 	return nil
+}
+
+// cacheSwitch is the dedup cache's admin face for the transports.
+type cacheSwitch struct{ c *actors.Cache }
+
+func (s cacheSwitch) SetEnabled(on bool) { s.c.SetEnabled(on) }
+func (s cacheSwitch) Stats() any         { return s.c.Stats() }
+
+// registerCacheMetrics exposes the dedup cache's size and counters.
+func registerCacheMetrics(m *queen.Metrics, c *actors.Cache) {
+	gauge := func(name, help string, f func(actors.CacheStats) int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f(c.Stats())) })
+	}
+	counter := func(name, help string, f func(actors.CacheStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(c.Stats())) })
+	}
+	m.Registry.MustRegister(
+		gauge("queen_dedup_cache_enabled", "1 while the dedup cache is on (the kill switch).", func(s actors.CacheStats) int64 {
+			if s.Enabled {
+				return 1
+			}
+			return 0
+		}),
+		gauge("queen_dedup_cache_bytes", "Estimated memory of every partition's dedup cache.", func(s actors.CacheStats) int64 { return s.Bytes }),
+		gauge("queen_dedup_cache_entries", "Hashes held by the dedup cache.", func(s actors.CacheStats) int64 { return s.Entries }),
+		gauge("queen_dedup_cache_partitions", "Partitions whose dedup cache holds memory.", func(s actors.CacheStats) int64 { return int64(s.Partitions) }),
+		counter("queen_dedup_cache_hits_total", "Incoming hashes the cache had seen (looked up in the window).", func(s actors.CacheStats) int64 { return s.Hits }),
+		counter("queen_dedup_cache_evictions_total", "Partition caches dropped to keep the memory budget.", func(s actors.CacheStats) int64 { return s.Evictions }),
+		counter("queen_dedup_full_window_probes_total", "Partition probes of the whole window (watermark -1).", func(s actors.CacheStats) int64 { return s.FullProbes }),
+		counter("queen_dedup_narrowed_probes_total", "Partition probes narrowed by the cache's watermark.", func(s actors.CacheStats) int64 { return s.NarrowedProbes }),
+		counter("queen_dedup_cache_hydrations_total", "Sidecar reads that filled a partition cache.", func(s actors.CacheStats) int64 { return s.Hydrations }),
+	)
 }
 
 // consumer is the transports' consumer side: pops and acks through the
