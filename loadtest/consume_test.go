@@ -638,3 +638,21 @@ func TestCursorsBehind(t *testing.T) {
 	rows = append(rows[:2], rows[3])
 	require.Contains(t, cursorsBehind(groups, parts, touched, rows).behind, "group a has not consumed partition p-02")
 }
+
+func TestProgressShowsConsumers(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Duration = 10 * time.Second
+	start := time.Now()
+	c, cc := &counters{}, &consumeCounters{}
+	c.sent.Store(1000)
+	cc.acked.Store(900)
+	cc.deadLettered.Store(7)
+	p := &progress{c: c, cc: cc, start: start, dur: cfg.Duration}
+	line := p.line(start.Add(3*time.Second), 100, 1234)
+	require.Contains(t, line, "consumed: 1,234 acked/s, acked 900")
+	require.Contains(t, line, "dead-lettered 7")
+	p.draining()
+	require.Contains(t, p.line(start.Add(12*time.Second), 0, 10), "(consumers draining)")
+	require.Contains(t, p.short(start.Add(12*time.Second), 0, 10), "acked 900 (10/s) dlq 7 draining")
+}

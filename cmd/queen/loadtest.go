@@ -41,11 +41,25 @@ failed are retried with the same transactionId (up to 8 sends, with backoff).
 queen_raw.loadtest_<unix nanos>, one row per item, no dedup). --compare runs broker and
 raw alternately, three rounds each, and prints the median ratio of stored messages/s.
 --embedded starts a broker in-process (embedded NATS, managed PostgreSQL) in a
-temporary folder and removes it afterwards, also after Ctrl-C.`,
+temporary folder and removes it afterwards, also after Ctrl-C.
+
+--consumers N adds N consumers per consumer group (--groups, named <queue>-g0, ...)
+that long-poll the queue from the start over the same target, ack each popped batch
+by offset, and keep going after the producers stop until every group's cursor is at
+every partition's last offset (failing when no cursor moves for --drain-timeout). --fail-ratio of the messages are
+poison (chosen by a hash of the transactionId): the handler fails every delivery, so
+each is delivered retryLimit+1 times per group and dead-lettered once. The queue is
+configured with --retry-limit first. The end-to-end audit then checks, per group:
+every other stored message acked exactly once, every poison message in the DLQ once
+with attempts retryLimit+1, nothing else dead-lettered, the cursors at the end, no
+ack answered unresolvable or lease_invalid. The report adds consume throughput,
+push-commit-to-handler latency, and a wake-latency probe (a parked long poll, one
+push, the time to the pop's reply).`,
 		Example: `  queen loadtest --embedded --duration 20s
   queen loadtest --target nats://127.0.0.1:4222 --duration 60s --json
   queen loadtest --target http://127.0.0.1:6632 --database-url postgres://...
-  queen loadtest --embedded --compare --duration 20s`,
+  queen loadtest --embedded --compare --duration 20s
+  queen loadtest --embedded --duration 20s --consumers 4 --groups 2 --fail-ratio 0.02`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cfg.Mode = loadtest.Mode(mode)
@@ -83,6 +97,13 @@ temporary folder and removes it afterwards, also after Ctrl-C.`,
 	f.IntVar(&cfg.PayloadBytes, "payload-bytes", cfg.PayloadBytes, "JSON payload size per item in bytes")
 	f.Float64Var(&cfg.DupRatio, "dup-ratio", cfg.DupRatio, "fraction of items that re-send a transactionId already sent to the same partition")
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to send new items (per round with --compare)")
+	f.IntVar(&cfg.Consumers, "consumers", cfg.Consumers, "consumers per consumer group (0: no consume phase)")
+	f.IntVar(&cfg.Groups, "groups", cfg.Groups, "consumer groups, named <queue>-g0, -g1, ... (default 1 with --consumers)")
+	f.Float64Var(&cfg.FailRatio, "fail-ratio", cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
+	f.IntVar(&cfg.ConsumeBatch, "consume-batch", cfg.ConsumeBatch, "most messages per pop")
+	f.IntVar(&cfg.RetryLimit, "retry-limit", cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
+	f.DurationVar(&cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
+	f.IntVar(&cfg.WakeProbes, "wake-probes", cfg.WakeProbes, "rounds of the wake-latency probe after the consume phase (0: none)")
 	f.BoolVar(&jsonOut, "json", false, "print the report as one JSON object on stdout")
 	f.BoolVar(&embedded, "embedded", false, "start a broker in-process (embedded NATS, managed PostgreSQL) in a temporary folder and drive it")
 	f.BoolVar(&compare, "compare", false, "run broker and raw alternately, three rounds each, and print the median ratio of stored messages/s")

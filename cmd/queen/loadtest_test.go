@@ -147,6 +147,85 @@ func TestLoadtestAudit(t *testing.T) {
 	})
 }
 
+// consumeRun is smallRun with consumers: two groups of two, 5% poison,
+// a light load (the consume phase pays four pop/ack cycles per poison
+// message and group).
+func consumeRun(b *broker.Broker, target string) loadtest.Config {
+	cfg := smallRun(b, target)
+	cfg.Producers, cfg.Batch = 1, 25
+	cfg.Consumers, cfg.Groups, cfg.FailRatio, cfg.ConsumeBatch, cfg.WakeProbes = 2, 2, 0.05, 50, 10
+	cfg.ConsumeDrainTimeout = 30 * time.Second
+	return cfg
+}
+
+func TestLoadtestConsume(t *testing.T) {
+	t.Parallel()
+	b := startTestBroker(t)
+	ctx := context.Background()
+
+	for _, target := range []string{b.NATSURL(), b.HTTPURL()} {
+		rep, err := loadtest.Run(ctx, consumeRun(b, target))
+		require.NoError(t, err, "%s", target)
+		require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+		c := rep.Consume
+		require.NotNil(t, c)
+		var text bytes.Buffer
+		rep.WriteText(&text)
+		t.Logf("%s:\n%s", target, text.String())
+		a := c.Audit
+		require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
+		require.True(t, a.Complete)
+		require.True(t, c.Drained, c.DrainProblem)
+		require.Equal(t, rep.StoredMessages, a.Messages)
+		require.Positive(t, a.Poison, "5%% of the messages are poison")
+		require.Zero(t, c.AckErrors)
+		// Exact, per group: every other message acked once, every poison
+		// one dead-lettered once after retryLimit+1 handlings.
+		require.Equal(t, 2*(a.Messages-a.Poison), c.Acked)
+		require.Equal(t, 2*a.Poison, c.DeadLettered)
+		require.Equal(t, 2*a.Poison, a.DeadLetters)
+		require.Equal(t, 2*(a.Messages+int64(c.RetryLimit)*a.Poison), c.Handled)
+		require.Equal(t, 3, c.RetryLimit)
+		require.Len(t, c.PerGroup, 2)
+		require.Equal(t, rep.Queue+"-g1", c.PerGroup[1].Group)
+		require.Positive(t, c.AckedPerSecond)
+		require.Positive(t, c.Latency.P50)
+		require.Equal(t, 10, c.Wake.Samples, "wake probe: %+v", c.Wake)
+		require.Positive(t, c.Wake.P50)
+		require.Contains(t, text.String(), "e2e audit passed")
+	}
+
+	t.Run("tampered", func(t *testing.T) {
+		cfg := consumeRun(b, b.NATSURL())
+		cfg.Queue, cfg.WakeProbes = "loadtest-consume-tampered", 0
+		cfg.AfterLoad = func(ctx context.Context) error {
+			// A dead letter twice, and a cursor one short of the end.
+			require.Equal(t, int64(1), dbExec(t, ctx, b.DatabaseURL(), `
+				INSERT INTO queen.dead_letters (queue_id, partition_id, consumer_group, "offset", message_id, frame, created_at, error, attempts)
+				SELECT d.queue_id, d.partition_id, d.consumer_group, d."offset", d.message_id, d.frame, d.created_at, d.error, d.attempts
+				FROM queen.dead_letters d JOIN queen.queues q ON q.id = d.queue_id
+				WHERE q.name = $1 ORDER BY d.id LIMIT 1`, cfg.Queue))
+			require.Equal(t, int64(1), dbExec(t, ctx, b.DatabaseURL(), `
+				UPDATE queen.consumers SET "cursor" = "cursor" - 1
+				WHERE (partition_id, consumer_group) IN (
+					SELECT c.partition_id, c.consumer_group FROM queen.consumers c
+					JOIN queen.partitions p ON p.id = c.partition_id
+					JOIN queen.queues q ON q.id = p.queue_id
+					WHERE q.name = $1 AND c."cursor" >= 0 LIMIT 1)`, cfg.Queue))
+			return nil
+		}
+		rep, err := loadtest.Run(ctx, cfg)
+		require.ErrorIs(t, err, loadtest.ErrAuditFailed)
+		require.ErrorContains(t, err, "end-to-end consume audit")
+		require.True(t, rep.Audit.Passed, "the storage audit still passes")
+		a := rep.Consume.Audit
+		require.False(t, a.Passed)
+		require.Equal(t, int64(1), a.Issues[loadtest.IssueDLQTwice], "%v", a.Examples)
+		require.Equal(t, int64(1), a.Issues[loadtest.IssueCursorWrong], "%v", a.Examples)
+		require.Len(t, a.Issues, 2, "%v", a.Examples)
+	})
+}
+
 func TestLoadtestCompare(t *testing.T) {
 	t.Parallel()
 	b := startTestBroker(t)
@@ -329,7 +408,8 @@ func postgresIn(area string) []string {
 func TestLoadtestEmbedded(t *testing.T) {
 	t.Parallel()
 	c := startChild(t, "--embedded", "--target", "http://embedded", "--duration", "1s", "--json",
-		"--producers", "2", "--partitions", "4", "--batch", "20")
+		"--producers", "2", "--partitions", "4", "--batch", "20",
+		"--consumers", "1", "--groups", "2", "--fail-ratio", "0.05", "--consume-batch", "30", "--wake-probes", "5")
 	cl := c.cluster(t)
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
 	var rep loadtest.Report
@@ -339,6 +419,15 @@ func TestLoadtestEmbedded(t *testing.T) {
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.StoredMessages)
 	require.NotContains(t, c.stdout.String(), "progress", "progress goes to stderr only")
+	// The consume phase, from the flags.
+	require.NotNil(t, rep.Consume)
+	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	require.Equal(t, 1, rep.Consume.ConsumersPerGroup)
+	require.Len(t, rep.Consume.Groups, 2)
+	require.Equal(t, 0.05, rep.Consume.FailRatio)
+	require.Equal(t, 30, rep.Consume.Batch)
+	require.Equal(t, rep.StoredMessages, rep.Consume.Audit.Messages)
+	require.Equal(t, 5, rep.Consume.Wake.Rounds)
 	c.requireCleanedUp(t, cl)
 }
 
