@@ -57,6 +57,9 @@ type Config struct {
 	// DedupCacheMB is the cache's memory budget for all partitions
 	// (QUEEN_DEDUP_CACHE_MB, default 512).
 	DedupCacheMB int
+	// DedupCacheBytes, when > 0, is the budget in bytes and wins over
+	// DedupCacheMB (tests use tiny budgets that evict constantly).
+	DedupCacheBytes int64
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
@@ -164,7 +167,11 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		return err
 	}
 
-	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: int64(cfg.DedupCacheMB) << 20, Disabled: cfg.DedupCacheOff, Source: b.store, Logger: b.log})
+	budget := int64(cfg.DedupCacheMB) << 20
+	if cfg.DedupCacheBytes > 0 {
+		budget = cfg.DedupCacheBytes
+	}
+	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, Source: b.store, Logger: b.log})
 	registerCacheMetrics(b.metrics, b.cache)
 	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New})
 	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})

@@ -1,0 +1,297 @@
+package broker
+
+// The model-based equivalence test of the dedup cache (SPEC.md §3, §8): one
+// seeded random sequence of pushes (new ids, repeats, in-request repeats,
+// several partitions), window changes (to 0 and back), clock advances and
+// retention steps runs against the broker with the cache on, off, on with a
+// budget so small that it evicts constantly, and split across two brokers
+// sharing one database; the verdicts and message-id relations of every run
+// must equal each other and a plain reference model of SPEC.md §3.
+//
+// Time: an advance of d seconds moves every stored created_at back by d
+// (what the passing of d seconds looks like to the window check, which runs
+// on PostgreSQL's clock). Virtual ages are multiples of 50 s and windows of
+// 100 s, so the milliseconds the test itself takes never sit on a boundary.
+// Retention: segments older than retainSeconds are deleted (the original's
+// id becomes the zero UUID), sidecar rows older than GREATEST(window,
+// floorSeconds) are purged (the id is forgotten), as the retention loop does.
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const (
+	eqQueue       = "eq"
+	retainSeconds = 600
+	floorSeconds  = 250
+)
+
+// eqOp is one step of a sequence.
+type eqOp struct {
+	kind   string // push, window, advance, retain
+	items  []item // push
+	window int    // window
+	secs   int    // advance
+}
+
+// eqSequence makes the seeded sequence.
+func eqSequence(seed int64, n int) []eqOp {
+	r := rand.New(rand.NewSource(seed))
+	var ops []eqOp
+	for len(ops) < n {
+		switch x := r.Intn(100); {
+		case x < 70:
+			k := 1 + r.Intn(5)
+			var its []item
+			for i := 0; i < k; i++ {
+				part := fmt.Sprintf("p%d", r.Intn(3))
+				txn := fmt.Sprintf("t%d", r.Intn(25))
+				if i > 0 && r.Intn(4) == 0 { // an in-request repeat
+					prev := its[r.Intn(len(its))]
+					part, txn = prev["partition"].(string), prev["transactionId"].(string)
+				}
+				its = append(its, it(eqQueue, part, txn))
+			}
+			ops = append(ops, eqOp{kind: "push", items: its})
+		case x < 78:
+			ops = append(ops, eqOp{kind: "window", window: []int{0, 100, 200, 300, 3600}[r.Intn(5)]})
+		case x < 93:
+			ops = append(ops, eqOp{kind: "advance", secs: 50 * (1 + r.Intn(3))})
+		default:
+			ops = append(ops, eqOp{kind: "retain"})
+		}
+	}
+	return ops
+}
+
+// eqModel is the reference model of SPEC.md §3.
+type eqModel struct {
+	window int
+	now    int // virtual seconds
+	msgs   map[string][]*eqMsg
+	next   int
+}
+
+type eqMsg struct {
+	txn      string
+	at       int
+	id       string // canonical: "m<k>"
+	segment  bool   // the segment still exists
+	sidecar  bool   // the sidecar row still exists
+	position int
+}
+
+func newEqModel() *eqModel { return &eqModel{window: 3600, msgs: map[string][]*eqMsg{}} }
+
+// push returns the canonical verdict of every item: "queued m<k>",
+// "duplicate m<k>" or "duplicate zero".
+func (m *eqModel) push(its []item) []string {
+	out := make([]string, len(its))
+	leader := map[string]int{}
+	for i, it := range its {
+		part, txn := it["partition"].(string), it["transactionId"].(string)
+		key := part + "\x00" + txn
+		if m.window > 0 {
+			if l, ok := leader[key]; ok {
+				out[i] = "duplicate " + strings.Fields(out[l])[1]
+				continue
+			}
+			leader[key] = i
+			var orig *eqMsg
+			for _, msg := range m.msgs[part] {
+				if msg.txn == txn && msg.sidecar && m.now-msg.at < m.window {
+					orig = msg
+					break // the lowest offset
+				}
+			}
+			if orig != nil {
+				if orig.segment {
+					out[i] = "duplicate " + orig.id
+				} else {
+					out[i] = "duplicate zero"
+				}
+				continue
+			}
+		}
+		m.next++
+		msg := &eqMsg{txn: txn, at: m.now, id: "m" + strconv.Itoa(m.next), segment: true, sidecar: true}
+		m.msgs[part] = append(m.msgs[part], msg)
+		out[i] = "queued " + msg.id
+	}
+	return out
+}
+
+func (m *eqModel) retain() {
+	purge := max(m.window, floorSeconds)
+	for _, msgs := range m.msgs {
+		for _, msg := range msgs {
+			age := m.now - msg.at
+			// The test's real milliseconds make an age of exactly N
+			// seconds slightly more than N on PostgreSQL's clock.
+			if age >= retainSeconds {
+				msg.segment = false
+			}
+			if age >= purge {
+				msg.sidecar = false
+			}
+		}
+	}
+}
+
+// eqRun runs ops against pushers (round robin per push) and returns the
+// canonical verdicts.
+func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
+	t.Helper()
+	ctx := context.Background()
+	db := envs[0].db
+	canon := map[string]string{zeroUUID: "zero"}
+	next := 0
+	window := 3600
+	var out []string
+	pushes := 0
+	for i, op := range ops {
+		switch op.kind {
+		case "push":
+			e := envs[pushes%len(envs)]
+			pushes++
+			replies := e.pushOK(t, "http", items(op.items...), len(op.items))
+			for j, r := range replies {
+				switch r.Status {
+				case "queued":
+					next++
+					canon[r.MessageID] = "m" + strconv.Itoa(next)
+				case "duplicate":
+				default:
+					t.Fatalf("op %d item %d: %+v", i, j, r)
+				}
+				id, ok := canon[r.MessageID]
+				if !ok {
+					id = "unknown " + r.MessageID
+				}
+				out = append(out, r.Status+" "+id)
+			}
+		case "window":
+			window = op.window
+			envs[0].configureOK(t, "http", []byte(fmt.Sprintf(`{"queue":%q,"options":{"dedupWindowSeconds":%d}}`, eqQueue, op.window)))
+		case "advance":
+			for _, tbl := range []string{"segments", "log_txns", "log_txn_hashes"} {
+				if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)`, tbl, op.secs)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case "retain":
+			purge := max(window, floorSeconds)
+			stmts := []string{
+				fmt.Sprintf(`DELETE FROM queen.segments WHERE created_at < clock_timestamp() - make_interval(secs => %d)`, retainSeconds),
+				fmt.Sprintf(`DELETE FROM queen.log_txn_hashes WHERE created_at < clock_timestamp() - make_interval(secs => %d)`, purge),
+				fmt.Sprintf(`DELETE FROM queen.log_txns WHERE created_at < clock_timestamp() - make_interval(secs => %d)`, purge),
+			}
+			for _, s := range stmts {
+				if _, err := db.Exec(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func eqExpected(ops []eqOp) []string {
+	m := newEqModel()
+	var out []string
+	for _, op := range ops {
+		switch op.kind {
+		case "push":
+			out = append(out, m.push(op.items)...)
+		case "window":
+			m.window = op.window
+		case "advance":
+			m.now += op.secs
+		case "retain":
+			m.retain()
+		}
+	}
+	return out
+}
+
+func TestDedupCacheEquivalence(t *testing.T) {
+	seeds := 3
+	if v := os.Getenv("QUEEN_EQUIV_SEEDS"); v != "" {
+		seeds, _ = strconv.Atoi(v)
+	}
+	base := int64(20261130)
+	if v := os.Getenv("QUEEN_EQUIV_SEED"); v != "" {
+		base, _ = strconv.ParseInt(v, 10, 64)
+	}
+	for s := 0; s < seeds; s++ {
+		seed := base + int64(s)
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			ops := eqSequence(seed, 120)
+			want := eqExpected(ops)
+			runs := []struct {
+				name  string
+				setup func(t *testing.T) []*env
+			}{
+				{"cache-off", func(t *testing.T) []*env {
+					return []*env{startEnv(t, func(c *Config) { c.DedupCacheOff = true })}
+				}},
+				{"cache-on", func(t *testing.T) []*env { return []*env{startEnv(t, nil)} }},
+				{"cache-evicting", func(t *testing.T) []*env {
+					return []*env{startEnv(t, func(c *Config) { c.DedupCacheBytes = 800 })}
+				}},
+				{"two-brokers", func(t *testing.T) []*env {
+					a := startEnv(t, nil)
+					b := startEnvOn(t, a.url, func(c *Config) { c.NATSURL = a.b.NATSURL() })
+					return []*env{a, b}
+				}},
+			}
+			for _, run := range runs {
+				envs := run.setup(t)
+				got := eqRun(t, envs, ops)
+				if d := firstDiff(got, want); d >= 0 {
+					t.Errorf("seed %d, run %s: item %d is %q, the model says %q (rerun with QUEEN_EQUIV_SEED=%d QUEEN_EQUIV_SEEDS=1)",
+						seed, run.name, d, at(got, d), at(want, d), seed)
+					continue
+				}
+				st := envs[0].b.cache.Stats()
+				switch run.name {
+				case "cache-on", "two-brokers":
+					if st.NarrowedProbes == 0 {
+						t.Errorf("run %s never used the cache: %+v", run.name, st)
+					}
+				case "cache-evicting":
+					if st.Evictions == 0 {
+						t.Errorf("run %s never evicted: %+v", run.name, st)
+					}
+				case "cache-off":
+					if st.NarrowedProbes != 0 || st.Bytes != 0 {
+						t.Errorf("run %s used the cache: %+v", run.name, st)
+					}
+				}
+			}
+		})
+	}
+}
+
+func firstDiff(a, b []string) int {
+	for i := 0; i < max(len(a), len(b)); i++ {
+		if at(a, i) != at(b, i) {
+			return i
+		}
+	}
+	return -1
+}
+
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return "<none>"
+}
