@@ -66,6 +66,10 @@ type natsConsumer struct {
 }
 
 func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
+	// The broker answers by the end of the long poll (at once without
+	// one); allow it 10 s more.
+	ctx, cancel := context.WithTimeout(ctx, r.wait+10*time.Second)
+	defer cancel()
 	res, err := n.c.Pop(ctx, transport.PopOptions{Queue: r.queue, Partition: r.partition, Batch: r.batch, Wait: r.wait > 0,
 		TimeoutMs: int(r.wait.Milliseconds()), ConsumerGroup: r.group})
 	if err != nil {
