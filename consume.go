@@ -156,6 +156,18 @@ type DeadLetter struct {
 	Attempts      int             `json:"attempts"`
 	CreatedAt     time.Time       `json:"createdAt"`
 	DeadAt        time.Time       `json:"deadLetteredAt"`
+	// ErrorMessage and RetryCount repeat Error and Attempts under the names
+	// upstream Queen SDKs read.
+	ErrorMessage string `json:"errorMessage"`
+	RetryCount   int    `json:"retryCount"`
+}
+
+// DLQFilter selects dead letters: by queue, group and partition name ("" =
+// any), dead-lettered in [From, To] when set; Limit rows from row Offset.
+type DLQFilter struct {
+	Queue, ConsumerGroup, Partition string
+	From, To                        *time.Time
+	Limit, Offset                   int
 }
 
 // ErrLeaseInvalid answers a lease extension of a lease that is not live.
@@ -433,23 +445,39 @@ func DecodeLeaseExtend(body []byte) (int64, error) {
 	return *in.Seconds, nil
 }
 
-// SeekRequest moves a consumer group's cursors on one queue: to the end, or
-// to just before the first message stored at or after Timestamp.
+// SeekRequest moves a consumer group's cursors on one queue: to the end, to
+// the beginning, or to just before the first message stored at or after
+// Timestamp.
 type SeekRequest struct {
-	ToEnd     bool
-	Timestamp *time.Time
+	ToEnd       bool
+	ToBeginning bool
+	Timestamp   *time.Time
 }
 
-// DecodeSeek validates {"toEnd":true} or {"timestamp":"<RFC 3339>"}.
+// DecodeSeek validates {"toEnd":true}, {"timestamp":"<RFC 3339>"} or, as
+// upstream SDKs send, {"mode":"end"|"beginning"}.
 func DecodeSeek(body []byte) (SeekRequest, error) {
 	var in struct {
 		ToEnd     bool    `json:"toEnd"`
 		Timestamp *string `json:"timestamp"`
+		Mode      *string `json:"mode"`
 	}
 	if err := DecodeObject(body, &in); err != nil {
 		return SeekRequest{}, err
 	}
 	var r SeekRequest
+	if in.Mode != nil {
+		switch {
+		case in.ToEnd || in.Timestamp != nil:
+			return r, fieldErr(ErrInvalidField.With("give mode, toEnd or timestamp, not several"), "mode")
+		case *in.Mode == "end":
+			return SeekRequest{ToEnd: true}, nil
+		case *in.Mode == "beginning":
+			return SeekRequest{ToBeginning: true}, nil
+		default:
+			return r, fieldErr(ErrInvalidField.With("mode must be \"end\" or \"beginning\", got %q", *in.Mode), "mode")
+		}
+	}
 	switch {
 	case in.ToEnd && in.Timestamp != nil:
 		return r, fieldErr(ErrInvalidField.With("give toEnd or timestamp, not both"), "timestamp")

@@ -21,10 +21,10 @@ var (
 	sqlAdminPurgeSide   = q("admin_purge_sidecar")
 )
 
-// DeadLetters lists dead letters oldest first, filtered by queue and group
-// ("" = any): limit rows from row offset, and the filter's total.
-func (s *Store) DeadLetters(ctx context.Context, queueName, group string, limit, offset int) ([]queen.DeadLetter, int64, error) {
-	rows, err := s.pool.Query(ctx, sqlAdminDeadLetters, queueName, group, limit, offset)
+// DeadLetters lists the dead letters f selects, oldest first, and the
+// filter's total.
+func (s *Store) DeadLetters(ctx context.Context, f queen.DLQFilter) ([]queen.DeadLetter, int64, error) {
+	rows, err := s.pool.Query(ctx, sqlAdminDeadLetters, f.Queue, f.ConsumerGroup, f.Limit, f.Offset, f.Partition, f.From, f.To)
 	if err != nil {
 		return nil, 0, unavailable(err)
 	}
@@ -43,6 +43,7 @@ func (s *Store) DeadLetters(ctx context.Context, queueName, group string, limit,
 		}
 		d.PartitionID, d.MessageID = pid.String(), mid.String()
 		d.TransactionID, d.TraceID, d.Data = fs[0].TransactionID, fs[0].TraceID, fs[0].Payload
+		d.ErrorMessage, d.RetryCount = d.Error, d.Attempts
 		return d, nil
 	})
 	if err != nil {
@@ -104,7 +105,7 @@ func (s *Store) Seek(ctx context.Context, queueName, group string, req queen.See
 	if !req.ToEnd {
 		ts = req.Timestamp
 	}
-	tag, err := s.pool.Exec(ctx, sqlAdminSeek, queueName, group, ts)
+	tag, err := s.pool.Exec(ctx, sqlAdminSeek, queueName, group, ts, req.ToBeginning)
 	if err != nil {
 		return 0, unavailable(err)
 	}
@@ -118,4 +119,33 @@ func (s *Store) Seek(ctx context.Context, queueName, group string, req queen.See
 func (s *Store) PurgeSidecar(ctx context.Context, pid uuid.UUID, firstOffset int64) error {
 	_, err := s.pool.Exec(ctx, sqlAdminPurgeSide, pid, firstOffset)
 	return unavailable(err)
+}
+
+var (
+	sqlAdminGroupQueues     = q("admin_group_queues")
+	sqlAdminSetSubscription = q("admin_set_subscription")
+)
+
+// SetSubscription moves consumer group's subscription point to ts in every
+// queue it consumes: its cursors move to just below the first message stored
+// at or after ts (queen.SeekRequest), and partitions it meets later start
+// there too. It returns how many queues it touched.
+func (s *Store) SetSubscription(ctx context.Context, group string, ts time.Time) (int, error) {
+	rows, err := s.pool.Query(ctx, sqlAdminGroupQueues, group)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	queues, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	if _, err := s.pool.Exec(ctx, sqlAdminSetSubscription, group, ts); err != nil {
+		return 0, unavailable(err)
+	}
+	for _, q := range queues {
+		if _, err := s.Seek(ctx, q, group, queen.SeekRequest{Timestamp: &ts}); err != nil {
+			return 0, err
+		}
+	}
+	return len(queues), nil
 }

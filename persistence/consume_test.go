@@ -162,7 +162,7 @@ func TestRetryLimitDeadLetters(t *testing.T) {
 	}
 	res, _ := pop(t, s, pid, g, 1)
 	require.Equal(t, []string{"next"}, txns(res), "the next message flows")
-	dl, total, err := s.DeadLetters(ctx, "q", g, 10, 0)
+	dl, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), total)
 	require.Equal(t, "poison", dl[0].TransactionID)

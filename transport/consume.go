@@ -18,11 +18,43 @@ type Consumer interface {
 	Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error)
 	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
 	ExtendLease(ctx context.Context, lease uuid.UUID, seconds int64) (time.Time, error)
-	DeadLetters(ctx context.Context, queue, group string, limit, offset int) ([]queen.DeadLetter, int64, error)
+	DeadLetters(ctx context.Context, f queen.DLQFilter) ([]queen.DeadLetter, int64, error)
 	DeleteQueue(ctx context.Context, queue string) (existed bool, partitions int64, err error)
 	ListQueues(ctx context.Context) ([]queen.QueueSummary, error)
 	DeleteGroup(ctx context.Context, group string) (int64, error)
 	Seek(ctx context.Context, queue, group string, req queen.SeekRequest) (int, error)
+	SetSubscription(ctx context.Context, group string, ts time.Time) (int, error)
+}
+
+// setSubscription answers POST /api/v1/consumer-groups/{group}/subscription
+// {"subscriptionTimestamp":"<RFC 3339>"} (the upstream SDKs' call): a
+// timestamp seek of the group in every queue it consumes.
+func (s *Service) setSubscription(ctx context.Context, group string, body []byte) reply {
+	if err := queen.ValidateName(group, "consumerGroup"); err != nil {
+		return errReply(err)
+	}
+	var in struct {
+		TS *string `json:"subscriptionTimestamp"`
+	}
+	if err := queen.DecodeObject(body, &in); err != nil {
+		return errReply(err)
+	}
+	if in.TS == nil {
+		return errReply(queen.ErrMissingField.With("subscriptionTimestamp is required (an RFC 3339 time)"))
+	}
+	ts, err := time.Parse(time.RFC3339Nano, *in.TS)
+	if err != nil {
+		return errReply(queen.ErrInvalidField.With("subscriptionTimestamp must be an RFC 3339 time, got %q", *in.TS))
+	}
+	n, err := s.cfg.Consumer.SetSubscription(ctx, group, ts)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: struct {
+		Success       bool   `json:"success"`
+		ConsumerGroup string `json:"consumerGroup"`
+		Queues        int    `json:"queues"`
+	}{true, group, n}}
 }
 
 // noContent is a 204 with no body (a pop that found nothing).
@@ -145,15 +177,27 @@ func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
 			*p.dst = n
 		}
 	}
-	queue, group := q.Get("queue"), q.Get("consumerGroup")
-	for _, f := range []struct{ v, name string }{{queue, "queue"}, {group, "consumerGroup"}} {
-		if f.v != "" {
-			if err := queen.ValidateName(f.v, f.name); err != nil {
+	f := queen.DLQFilter{Queue: q.Get("queue"), ConsumerGroup: q.Get("consumerGroup"), Partition: q.Get("partition"), Limit: limit, Offset: offset}
+	for _, v := range []struct{ v, name string }{{f.Queue, "queue"}, {f.ConsumerGroup, "consumerGroup"}, {f.Partition, "partition"}} {
+		if v.v != "" {
+			if err := queen.ValidateName(v.v, v.name); err != nil {
 				return errReply(err)
 			}
 		}
 	}
-	msgs, total, err := s.cfg.Consumer.DeadLetters(ctx, queue, group, limit, offset)
+	for _, t := range []struct {
+		k   string
+		dst **time.Time
+	}{{"from", &f.From}, {"to", &f.To}} {
+		if v := q.Get(t.k); v != "" {
+			ts, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return errReply(queen.ErrInvalidField.With("%s must be an RFC 3339 time, got %q", t.k, v))
+			}
+			*t.dst = &ts
+		}
+	}
+	msgs, total, err := s.cfg.Consumer.DeadLetters(ctx, f)
 	if err != nil {
 		return errReply(err)
 	}

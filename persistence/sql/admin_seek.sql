@@ -1,10 +1,11 @@
--- Moves group $2's cursors in every partition of queue $1: to the end
--- ($3 NULL), or to just below the first segment stored at or after $3 (the
--- end when there is none). Leases and retry counts are cleared. Returns the
+-- Moves group $2's cursors in every partition of queue $1: to the
+-- beginning (-1) when $4, to the end ($3 NULL), or to just below the first
+-- segment stored at or after $3 (the end when there is none). Leases and retry counts are cleared. Returns the
 -- partitions moved.
 INSERT INTO queen.consumers AS c (partition_id, consumer_group, queue_id, "cursor")
 SELECT p.id, $2, p.queue_id,
-       CASE WHEN $3::timestamptz IS NULL THEN p.last_offset
+       CASE WHEN $4::boolean THEN -1
+            WHEN $3::timestamptz IS NULL THEN p.last_offset
             ELSE COALESCE((SELECT s.first_offset - 1 FROM queen.segments s
                            WHERE s.partition_id = p.id AND s.created_at >= $3::timestamptz
                            ORDER BY s.first_offset LIMIT 1), p.last_offset)
