@@ -1,0 +1,396 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Retention (SPEC.md §6, §7): one broker at a time deletes segments older
+// than their queue's retentionSeconds, segments older than
+// completedRetentionSeconds that every consumer group has committed past,
+// and sidecar rows (log_txns with their log_txn_hashes rows) older than
+// GREATEST(dedupWindowSeconds, completedRetentionSeconds, the floor). Every
+// statement deletes a bounded batch and commits on its own; none locks a
+// partition row, so pushes never wait for retention.
+
+var (
+	sqlRetentionExpired   = q("retention_expired")
+	sqlRetentionCompleted = q("retention_completed")
+	sqlRetentionSidecar   = q("retention_sidecar")
+	sqlRetentionLock      = q("retention_lock")
+	sqlRetentionUnlock    = q("retention_unlock")
+)
+
+// Retention defaults.
+const (
+	// DefaultRetentionInterval is the pause between two passes (QUEEN_RETENTION_INTERVAL).
+	DefaultRetentionInterval = 5 * time.Second
+	// DefaultRetentionBatch bounds one statement (QUEEN_RETENTION_BATCH).
+	DefaultRetentionBatch = 1000
+	// DefaultTxnsFloor is the least age of a purged sidecar row: acks by
+	// transactionId resolve through the sidecar for at least this long
+	// whatever a queue's window (SPEC.md §7).
+	DefaultTxnsFloor = 900 * time.Second
+)
+
+// retentionStatementTimeout bounds one retention statement run by the loop
+// (each deletes at most a batch, normally in milliseconds).
+const retentionStatementTimeout = 30 * time.Second
+
+// retentionMaxStatements bounds the statements of one step in one pass, so
+// a pass over a very large backlog ends and the next pass goes on with it.
+const retentionMaxStatements = 10000
+
+// RetentionConfig configures retention passes and the loop.
+type RetentionConfig struct {
+	// Interval is the pause between the end of one pass and the start of the
+	// next; default 5 s (DefaultRetentionInterval). Must not be negative.
+	Interval time.Duration
+	// Batch bounds each statement: at most Batch segments (or log_txns rows),
+	// and no further segment once those taken hold Batch messages (a segment
+	// is never split, so one statement may delete one segment of more).
+	// Default 1000 (DefaultRetentionBatch).
+	Batch int
+	// TxnsFloor is the least age of a purged sidecar row; default and
+	// production value 900 s (DefaultTxnsFloor). Only tests lower it
+	// (QUEEN_TEST_TXNS_FLOOR); nothing in production sets it.
+	TxnsFloor time.Duration
+	// Logger gets leadership changes (info), pass counts (debug) and errors
+	// (warn); default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c RetentionConfig) withDefaults() RetentionConfig {
+	if c.Interval <= 0 {
+		c.Interval = DefaultRetentionInterval
+	}
+	if c.Batch <= 0 {
+		c.Batch = DefaultRetentionBatch
+	}
+	if c.TxnsFloor <= 0 {
+		c.TxnsFloor = DefaultTxnsFloor
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// RetentionStepCount is what one step of a pass deleted.
+type RetentionStepCount struct {
+	// Statements is how many bounded statements (each its own transaction)
+	// the step ran.
+	Statements int
+	// Rows is the segments (or log_txns rows) deleted.
+	Rows int64
+	// Messages is the messages those segments held; for the sidecar step, the
+	// log_txn_hashes rows deleted (one per message).
+	Messages int64
+}
+
+func (c *RetentionStepCount) add(o RetentionStepCount) {
+	c.Statements += o.Statements
+	c.Rows += o.Rows
+	c.Messages += o.Messages
+}
+
+// RetentionCounts is what a pass (or a loop so far) deleted, per step.
+type RetentionCounts struct {
+	// Expired: segments older than their queue's retentionSeconds.
+	Expired RetentionStepCount
+	// Completed: segments older than completedRetentionSeconds that every
+	// consumer group committed past.
+	Completed RetentionStepCount
+	// Sidecar: log_txns rows (Rows) and log_txn_hashes rows (Messages) older
+	// than GREATEST(dedupWindowSeconds, completedRetentionSeconds, floor).
+	Sidecar RetentionStepCount
+}
+
+func (c *RetentionCounts) add(o RetentionCounts) {
+	c.Expired.add(o.Expired)
+	c.Completed.add(o.Completed)
+	c.Sidecar.add(o.Sidecar)
+}
+
+// Deleted reports whether anything was deleted.
+func (c RetentionCounts) Deleted() bool {
+	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Sidecar.Messages > 0
+}
+
+// rowQuerier is what a pass runs its statements on: the pool, or the loop's
+// own connection.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// RetentionStep runs one retention pass on the pool, now, without the
+// loop's lock: the three steps, each as bounded statements that commit on
+// their own until one deletes less than a full batch. For tests and
+// maintenance; brokers run the loop (NewRetention). cfg.Interval is unused.
+// A failing step does not stop the others; the error joins their errors.
+func (s *Store) RetentionStep(ctx context.Context, cfg RetentionConfig) (RetentionCounts, error) {
+	return retentionPass(ctx, s.pool, cfg.withDefaults(), 0, ctx.Done())
+}
+
+// retentionPass runs the three steps on db. Statements run under ctx (each
+// with its own timeout when timeout > 0); stop is checked between
+// statements, so a statement in flight always finishes.
+func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, timeout time.Duration, stop <-chan struct{}) (RetentionCounts, error) {
+	var c RetentionCounts
+	batch := int64(cfg.Batch)
+	floor := cfg.TxnsFloor.Seconds()
+	steps := []struct {
+		name  string
+		sql   string
+		args  []any
+		count *RetentionStepCount
+	}{
+		{"expired segments", sqlRetentionExpired, []any{batch}, &c.Expired},
+		{"completed segments", sqlRetentionCompleted, []any{batch}, &c.Completed},
+		{"sidecar", sqlRetentionSidecar, []any{batch, floor}, &c.Sidecar},
+	}
+	var errs []error
+	for _, st := range steps {
+		// QueryExecModeExec: planned for these arguments on every run, never
+		// a generic plan cached while the tables were small.
+		args := append([]any{pgx.QueryExecModeExec}, st.args...)
+		for range retentionMaxStatements {
+			if stopped(stop) {
+				return c, errors.Join(errs...)
+			}
+			var rows, msgs int64
+			err := func() error {
+				sctx := ctx
+				if timeout > 0 {
+					var cancel context.CancelFunc
+					sctx, cancel = context.WithTimeout(ctx, timeout)
+					defer cancel()
+				}
+				return db.QueryRow(sctx, st.sql, args...).Scan(&rows, &msgs)
+			}()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("retention: %s: %w", st.name, unavailable(err)))
+				break
+			}
+			st.count.Statements++
+			st.count.Rows += rows
+			st.count.Messages += msgs
+			cfg.Logger.Debug("retention statement", "step", st.name, "rows", rows, "messages", msgs)
+			if rows < batch && msgs < batch {
+				break // not a full batch: the step is done
+			}
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Retention is the retention loop: every Interval it runs a pass, while it
+// holds a session advisory lock on its own connection, so one broker at a
+// time deletes (SPEC.md §7). The pass runs on that connection: a loop whose
+// connection drops stops deleting at once and the lock goes to another
+// broker; it reconnects and tries the lock again on its next tick.
+type Retention struct {
+	store *Store
+	cfg   RetentionConfig
+	log   *slog.Logger
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	mu       sync.Mutex
+	done     chan struct{} // closed when Run returns; nil before Run
+	totals   RetentionCounts
+	passes   int64
+	leader   atomic.Bool
+}
+
+// NewRetention returns a stopped retention loop on the store's database.
+func (s *Store) NewRetention(cfg RetentionConfig) *Retention {
+	cfg = cfg.withDefaults()
+	return &Retention{store: s, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+}
+
+// Start runs the loop in a goroutine until ctx ends or Stop is called.
+func (r *Retention) Start(ctx context.Context) {
+	done, ok := r.begin()
+	if ok {
+		go r.run(ctx, done)
+	}
+}
+
+// Run runs the loop until ctx ends or Stop is called. It returns at once
+// when the loop already ran.
+func (r *Retention) Run(ctx context.Context) {
+	if done, ok := r.begin(); ok {
+		r.run(ctx, done)
+	}
+}
+
+func (r *Retention) begin() (chan struct{}, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return nil, false
+	}
+	r.done = make(chan struct{})
+	return r.done, true
+}
+
+// Stop stops the loop: it lets the statement in flight finish (each
+// deletes at most a batch; retentionStatementTimeout bounds it), releases the
+// lock, closes the connection and returns once the loop has. Safe to call
+// more than once, and before Start.
+func (r *Retention) Stop() {
+	r.stopOnce.Do(func() { close(r.stop) })
+	r.mu.Lock()
+	done := r.done
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// Leader reports whether this loop holds the retention lock now.
+func (r *Retention) Leader() bool { return r.leader.Load() }
+
+// Totals returns what this loop has deleted so far and how many passes it
+// ran as the leader.
+func (r *Retention) Totals() (RetentionCounts, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.totals, r.passes
+}
+
+func (r *Retention) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	// stopCtx ends with Stop or ctx: it interrupts connecting and waiting,
+	// never a delete statement.
+	stopCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-stopCtx.Done():
+		}
+	}()
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			r.release(conn)
+		}
+	}()
+	timer := time.NewTimer(0) // the first pass at once
+	defer timer.Stop()
+	for {
+		select {
+		case <-stopCtx.Done():
+			return
+		case <-timer.C:
+		}
+		if stopCtx.Err() != nil {
+			return
+		}
+		conn = r.tick(stopCtx, conn)
+		timer.Reset(r.cfg.Interval)
+	}
+}
+
+// tick makes sure of the connection and the lock, then runs a pass as the
+// leader. It returns the connection to keep (nil: reconnect next time).
+func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
+	if conn != nil && conn.IsClosed() {
+		r.lost(conn, errors.New("connection closed"))
+		conn = nil
+	}
+	if conn == nil {
+		cctx, cancel := context.WithTimeout(stopCtx, retentionStatementTimeout)
+		defer cancel()
+		cc := r.store.pool.Config().ConnConfig
+		cc.RuntimeParams["application_name"] = "queen-retention"
+		c, err := pgx.ConnectConfig(cctx, cc)
+		if err != nil {
+			if stopCtx.Err() == nil {
+				r.log.Warn("retention: cannot connect; retrying next interval", "err", err)
+			}
+			return nil
+		}
+		conn = c
+	}
+	if !r.leader.Load() {
+		lctx, cancel := context.WithTimeout(stopCtx, retentionStatementTimeout)
+		defer cancel()
+		var got bool
+		if err := conn.QueryRow(lctx, sqlRetentionLock).Scan(&got); err != nil {
+			if stopCtx.Err() == nil {
+				r.lost(conn, err)
+			} else {
+				conn.Close(context.Background()) //nolint:errcheck
+			}
+			return nil
+		}
+		if !got {
+			return conn // another broker runs retention
+		}
+		r.leader.Store(true)
+		r.log.Info("retention: this broker runs the retention loop", "interval", r.cfg.Interval, "batch", r.cfg.Batch)
+	}
+	// Statements are not interrupted by Stop: they finish (bounded by the
+	// batch and the timeout) and Stop waits for them.
+	counts, err := retentionPass(context.WithoutCancel(stopCtx), conn, r.cfg, retentionStatementTimeout, stopCtx.Done())
+	r.mu.Lock()
+	r.totals.add(counts)
+	r.passes++
+	r.mu.Unlock()
+	if counts.Deleted() {
+		r.log.Debug("retention pass",
+			"expired_segments", counts.Expired.Rows, "expired_messages", counts.Expired.Messages,
+			"completed_segments", counts.Completed.Rows, "completed_messages", counts.Completed.Messages,
+			"sidecar_rows", counts.Sidecar.Rows, "sidecar_hashes", counts.Sidecar.Messages)
+	}
+	if err != nil {
+		if conn.IsClosed() {
+			r.lost(conn, err)
+			return nil
+		}
+		r.log.Warn("retention pass failed; retrying next interval", "err", err)
+	}
+	return conn
+}
+
+// lost drops a broken connection and with it the lock.
+func (r *Retention) lost(conn *pgx.Conn, err error) {
+	if r.leader.Swap(false) {
+		r.log.Warn("retention: lost the connection holding the retention lock; another broker may take over", "err", err)
+	} else {
+		r.log.Warn("retention: connection failed; retrying next interval", "err", err)
+	}
+	conn.Close(context.Background()) //nolint:errcheck
+}
+
+// release unlocks (when leading) and closes the connection.
+func (r *Retention) release(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if r.leader.Swap(false) && !conn.IsClosed() {
+		var ok bool
+		_ = conn.QueryRow(ctx, sqlRetentionUnlock).Scan(&ok) // the session's end releases it anyway
+		r.log.Info("retention: stopped; the retention lock is released")
+	}
+	conn.Close(ctx) //nolint:errcheck
+}

@@ -1,0 +1,64 @@
+-- Deletes segments older than their queue's completedRetentionSeconds that
+-- every consumer group of the queue has committed past (SPEC.md §6, §7): a
+-- group has committed past a segment when its cursor in that partition is
+-- at or above the segment's last offset; a group with no consumer row in a
+-- partition (it never popped or acked there) has consumed nothing of it.
+-- The groups of a queue are those with a consumer row or a subscription in
+-- it; a queue with no group has nothing completed, so nothing is deleted.
+-- $1 is the batch: at most $1 segments, and no more once those taken hold $1
+-- messages (a segment is never split). Returns the segments and messages
+-- deleted.
+--
+-- The walk is retention_sidecar's (per partition, oldest first through the
+-- primary key, stopping at the first segment too young or not yet consumed
+-- by every group); deletes by ctid; no partition or consumer row lock.
+WITH RECURSIVE q AS MATERIALIZED (
+    SELECT q.id,
+           clock_timestamp() - make_interval(secs => (q.options ->> 'completedRetentionSeconds')::float8) AS cutoff
+      FROM queen.queues q
+     WHERE COALESCE((q.options ->> 'completedRetentionSeconds')::bigint, 0) > 0
+), grp AS MATERIALIZED (
+    SELECT c.queue_id, c.consumer_group FROM queen.consumers c WHERE c.queue_id IN (SELECT id FROM q)
+    UNION
+    SELECT s.queue_id, s.consumer_group FROM queen.subscriptions s WHERE s.queue_id IN (SELECT id FROM q)
+), part AS MATERIALIZED (
+    SELECT p.id, q.cutoff, min(COALESCE(c."cursor", -1)) AS bound
+      FROM q
+      JOIN queen.partitions p ON p.queue_id = q.id
+      JOIN grp g ON g.queue_id = q.id
+      LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+     GROUP BY p.id, q.cutoff
+    HAVING min(COALESCE(c."cursor", -1)) >= 0
+), walk AS (
+    SELECT part.id, part.cutoff, part.bound, s.ctid, s.first_offset, s.frames, 1 AS n
+      FROM part
+     CROSS JOIN LATERAL (
+        SELECT s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
+          FROM queen.segments s
+         WHERE s.partition_id = part.id
+         ORDER BY s.first_offset
+         LIMIT 1
+     ) s
+     WHERE s.created_at < part.cutoff AND s.last_offset <= part.bound
+    UNION ALL
+    SELECT w.id, w.cutoff, w.bound, s.ctid, s.first_offset, s.frames, w.n + 1
+      FROM walk w
+     CROSS JOIN LATERAL (
+        SELECT s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
+          FROM queen.segments s
+         WHERE s.partition_id = w.id AND s.first_offset > w.first_offset
+         ORDER BY s.first_offset
+         LIMIT 1
+     ) s
+     WHERE s.created_at < w.cutoff AND s.last_offset <= w.bound AND w.n < $1::bigint
+), pick AS (
+    SELECT x.ctid
+      FROM (SELECT w.ctid, w.frames, sum(w.frames) OVER (ROWS UNBOUNDED PRECEDING) AS acc
+              FROM (SELECT * FROM walk LIMIT $1::bigint) w) x
+     WHERE x.acc - x.frames < $1::bigint
+), d AS (
+    DELETE FROM queen.segments s
+     WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM pick))
+    RETURNING s.last_offset - s.first_offset + 1 AS frames
+)
+SELECT count(*), COALESCE(sum(frames), 0)::bigint FROM d
