@@ -68,6 +68,13 @@ var (
 	ErrPartitionGone    = reg(503, "partition_gone", true, "the partition was deleted while the push was in flight; retry with the same transaction ids")
 	ErrTimeout          = reg(504, "timeout", true, "the request timed out; retry with the same transaction ids")
 	ErrInternal         = reg(500, "internal", true, "internal error")
+
+	// ErrDuplicate: a transaction's push repeats a transactionId already in
+	// its partition's window, or an earlier push of the same transaction; the
+	// whole transaction rolled back (SPEC.md §5).
+	ErrDuplicate = reg(409, "duplicate", false, "a push of the transaction is a duplicate; nothing was written")
+	// ErrUnresolvable: a transaction's ack names no message (SPEC.md §4, §5).
+	ErrUnresolvable = reg(409, "unresolvable", false, "an ack of the transaction names no message; nothing was written")
 )
 
 // AsError returns err as an *Error, wrapping unknown errors as ErrInternal.

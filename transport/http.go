@@ -18,6 +18,7 @@ import (
 //	GET  /api/v1/pop/queue/{queue}[/partition/{partition}]  pop (SPEC.md §4): 200, or 204 when nothing is available
 //	POST /api/v1/ack, /api/v1/ack/batch      acks as offset commits, per-item results in order
 //	POST /api/v1/lease/{lease}/extend        {"seconds":N}; 409 lease_invalid when not live
+//	POST /api/v1/transaction                 pushes and acks in one PostgreSQL transaction (SPEC.md §5)
 //	GET  /api/v1/dlq?queue=&consumerGroup=&limit=&offset=
 //	GET  /api/v1/resources/queues            queues with partition counts and depth
 //	DELETE /api/v1/resources/queues/{queue}  the queue and everything it owns (200 either way)
@@ -76,6 +77,7 @@ func (s *Service) Handler() http.Handler {
 			writeReply(w, s.extendLease(r.Context(), r.PathValue("lease"), body))
 		}
 	})
+	mux.HandleFunc("POST /api/v1/transaction", s.handleTransaction)
 	mux.HandleFunc("GET /api/v1/dlq", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deadLetters(r.Context(), r.URL.Query()))
 	})
@@ -110,7 +112,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/resources/queues", "GET"}, {"/api/v1/pop/queue/{queue}", "GET"},
 		{"/api/v1/pop/queue/{queue}/partition/{partition}", "GET"}, {"/api/v1/ack", "POST"}, {"/api/v1/ack/batch", "POST"},
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
-		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"},
+		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/transaction", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
 	} {
 		allow := route.allow

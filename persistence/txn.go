@@ -1,0 +1,482 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+var (
+	sqlTxnProbe  = q("txn_probe")
+	sqlTxnLeases = q("txn_leases")
+)
+
+// txnRef is where a push item sits in a transaction: operation and item index.
+type txnRef struct{ op, item int }
+
+// txnPartition is one partition a transaction pushes to: its items in
+// request order (operation order, then item order) and where each came from.
+type txnPartition struct {
+	batch PushBatch
+	refs  []txnRef
+	out   PushOutcome
+	seg   *txnSegment // what assign made to write; nil when nothing
+}
+
+// txnSegment is one partition's new segment, as assign builds it.
+type txnSegment struct {
+	msgIDs, frames, hashes []byte
+	keys                   [][16]byte
+}
+
+// Transaction runs the operations of req in one PostgreSQL transaction
+// (SPEC.md §5) and returns one result per operation, in order; on any error
+// nothing of it is written.
+//
+// Pushes keep the push path's semantics (partitions and queues created on
+// first use, the window read from the queue row under the row lock, a window
+// of 0 checks nothing, offsets in request order, one segment and one
+// log_txns row per partition, UUIDv7 message ids), except that a duplicate
+// is not a verdict: a push whose transactionId is inside its partition's
+// window, or repeats an earlier push of the same partition in this
+// transaction (window > 0), aborts everything with a *queen.TxnAbort
+// matching queen.ErrDuplicate. Acks are applied as Store.Ack applies them
+// (an offset commit per consumer row), after the pushes, so an ack may name
+// a message pushed earlier in the same transaction; an ack answered
+// unresolvable or lease_invalid aborts everything (queen.ErrUnresolvable,
+// queen.ErrLeaseInvalid), as does a required lease that is not live when
+// its consumer row is locked.
+//
+// Lock order (the global one, so concurrent transactions cannot deadlock):
+// the row of every partition pushed to or acked in, in ascending id order,
+// then every consumer row, in ascending (partition id, group) order. Acked
+// partitions are locked too because a first ack of a group creates its
+// consumer row, whose foreign key takes a lock on the partition row: taken
+// out of order, that lock could deadlock two transactions. Partitions of the
+// pushes are resolved (and created) before the transaction begins.
+func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error) {
+	res := make([]queen.TxnOpResult, len(req.Ops))
+
+	// Pushes, by partition.
+	type pkey struct{ queue, partition string }
+	pidOf := map[pkey]uuid.UUID{}
+	parts := map[uuid.UUID]*txnPartition{}
+	var pushPIDs []uuid.UUID
+	for i, op := range req.Ops {
+		if op.Type != queen.TxnPush {
+			continue
+		}
+		res[i].Push = make([]queen.Result, len(op.Items))
+		for j := range op.Items {
+			it := &op.Items[j]
+			k := pkey{it.Queue, it.Partition}
+			pid, ok := pidOf[k]
+			if !ok {
+				var err error
+				if pid, err = s.EnsurePartition(ctx, it.Queue, it.Partition); err != nil {
+					return nil, err
+				}
+				pidOf[k] = pid
+			}
+			p := parts[pid]
+			if p == nil {
+				p = &txnPartition{batch: PushBatch{PartitionID: pid, Watermark: -1}}
+				parts[pid] = p
+				pushPIDs = append(pushPIDs, pid)
+			}
+			p.batch.Items = append(p.batch.Items, it)
+			p.refs = append(p.refs, txnRef{i, j})
+		}
+	}
+	sortUUIDs(pushPIDs)
+	for _, pid := range pushPIDs {
+		p := parts[pid]
+		p.batch.LeaderOf = txnLeaders(p.batch.Items)
+	}
+
+	// Acks, by consumer row.
+	var acks []queen.AckItem
+	var ackOps []int
+	byKey := map[ackKey][]int{}
+	for i, op := range req.Ops {
+		if op.Type != queen.TxnAck {
+			continue
+		}
+		k := ackKey{op.Ack.PartitionID, op.Ack.ConsumerGroup}
+		byKey[k] = append(byKey[k], len(acks))
+		acks = append(acks, op.Ack)
+		ackOps = append(ackOps, i)
+	}
+	ackOut := make([]queen.AckResult, len(acks))
+	for n, a := range acks {
+		ackOut[n] = queen.AckResult{Index: n, TransactionID: a.TransactionID, PartitionID: a.PartitionID.String()}
+	}
+
+	// The consumer rows of the required leases, found before the locks and
+	// checked under them.
+	leaseKeys := map[ackKey]bool{}
+	if len(req.RequiredLeases) > 0 {
+		rows, err := s.pool.Query(ctx, sqlTxnLeases, req.RequiredLeases)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		for rows.Next() {
+			var k ackKey
+			if err := rows.Scan(&k.pid, &k.group); err != nil {
+				rows.Close()
+				return nil, unavailable(err)
+			}
+			leaseKeys[k] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, unavailable(err)
+		}
+	}
+
+	// Every partition row to lock, then every consumer row, ascending.
+	lockSet := map[uuid.UUID]bool{}
+	for _, pid := range pushPIDs {
+		lockSet[pid] = true
+	}
+	keys := make([]ackKey, 0, len(byKey)+len(leaseKeys))
+	for k := range byKey {
+		lockSet[k.pid] = true
+		keys = append(keys, k)
+	}
+	for k := range leaseKeys {
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	lockPIDs := make([]uuid.UUID, 0, len(lockSet))
+	for pid := range lockSet {
+		lockPIDs = append(lockPIDs, pid)
+	}
+	sortUUIDs(lockPIDs)
+	sort.Slice(keys, func(a, b int) bool {
+		if c := bytes.Compare(keys[a].pid[:], keys[b].pid[:]); c != 0 {
+			return c < 0
+		}
+		return keys[a].group < keys[b].group
+	})
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
+
+	if len(lockPIDs) > 0 {
+		if err := s.txnPush(ctx, tx, lockPIDs, pushPIDs, parts); err != nil {
+			return nil, err
+		}
+	}
+	for _, pid := range pushPIDs {
+		p := parts[pid]
+		for n, ref := range p.refs {
+			res[ref.op].Push[ref.item] = p.out.Results[n]
+		}
+	}
+
+	// Lock every consumer row in order (creating an acked group's row on
+	// first use), then check the required leases before any ack moves a
+	// cursor or releases a lease.
+	states := make([]consumerState, len(keys))
+	found := make([]bool, len(keys))
+	if len(keys) > 0 {
+		b := &pgx.Batch{}
+		for n, k := range keys {
+			if _, ok := byKey[k]; ok {
+				lockConsumer(b, k.pid, k.group, false, false, nil, false, &states[n], &found[n])
+				continue
+			}
+			st, f := &states[n], &found[n]
+			b.Queue(sqlConsumeLock, k.pid, k.group).QueryRow(func(row pgx.Row) error {
+				err := st.scan(row)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				*f = err == nil
+				return err
+			})
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, unavailable(err)
+		}
+	}
+	for n, id := range req.RequiredLeases {
+		live := false
+		for m := range keys {
+			if found[m] && states[m].live && states[m].leaseID.Valid && uuid.UUID(states[m].leaseID.Bytes) == id {
+				live = true
+				break
+			}
+		}
+		if !live {
+			field := fmt.Sprintf("requiredLeases[%d]", n)
+			a := queen.NewTxnAbort(queen.ErrLeaseInvalid, -1, field,
+				fmt.Sprintf("%s: lease %s is not live (expired, released or unknown); the transaction was rolled back", field, id))
+			a.LeaseID = id.String()
+			return nil, a
+		}
+	}
+	for _, k := range keys {
+		idx, ok := byKey[k]
+		if !ok {
+			continue
+		}
+		if err := ackOne(ctx, tx, k, acks, idx, ackOut); err != nil {
+			return nil, err
+		}
+	}
+	for n, r := range ackOut {
+		if r.Result == queen.Unresolvable || r.Result == queen.LeaseInvalid {
+			return nil, ackAbort(ackOps[n], acks[n], r)
+		}
+	}
+	for n, r := range ackOut {
+		r.Index = ackOps[n]
+		res[ackOps[n]].Ack = r
+	}
+
+	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return nil, queen.ErrUnavailable.With("transaction failed: %v", err)
+		}
+		return nil, queen.ErrCommitUnknown.With("transaction commit outcome unknown: %v", err)
+	}
+	return res, nil
+}
+
+// txnPush locks lockPIDs (ascending) and writes the pushes of parts (keyed
+// by the ascending pushPIDs): the window probe, verdicts under the locks (a
+// duplicate aborts), one segment and one log_txns row per partition.
+func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
+	ids := make([]pgtype.UUID, len(lockPIDs))
+	for k, pid := range lockPIDs {
+		ids[k] = pgUUID(pid)
+	}
+	var probePIDs, probeHashes []pgtype.UUID
+	var probeLo, probeHi []int32
+	for _, pid := range pushPIDs {
+		b := &parts[pid].batch
+		lo := len(probeHashes) + 1
+		for j, it := range b.Items {
+			if leaderOf(b, j) == j {
+				probeHashes = append(probeHashes, pgUUID(it.Hash))
+			}
+		}
+		probePIDs = append(probePIDs, pgUUID(pid))
+		probeLo = append(probeLo, int32(lo))
+		probeHi = append(probeHi, int32(len(probeHashes)))
+	}
+
+	locked := make(map[[16]byte]lockedPartition, len(lockPIDs))
+	hits := map[[16]byte]map[queen.Hash]hit{}
+	pb := &pgx.Batch{}
+	pb.Queue(sqlBundleLock, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id [16]byte
+			var lp lockedPartition
+			if err := rows.Scan(&id, &lp.last); err != nil {
+				return err
+			}
+			lp.window = -1 // until the probe reads it
+			locked[id] = lp
+		}
+		return rows.Err()
+	})
+	if len(pushPIDs) > 0 {
+		pb.Queue(sqlTxnProbe, probePIDs, probeHashes, probeLo, probeHi).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var pid [16]byte
+				var seconds *int64
+				var k pgtype.UUID
+				var off *int64
+				var mid []byte
+				if err := rows.Scan(&pid, &seconds, &k, &off, &mid); err != nil {
+					return err
+				}
+				if !k.Valid { // the partition's window row
+					if lp, ok := locked[pid]; ok && seconds != nil {
+						lp.window = *seconds
+						locked[pid] = lp
+					}
+					continue
+				}
+				m := hits[pid]
+				if m == nil {
+					m = map[queen.Hash]hit{}
+					hits[pid] = m
+				}
+				if old, ok := m[k.Bytes]; ok && old.offset < *off {
+					continue // the lowest offset is the original
+				}
+				var id uuid.UUID
+				if len(mid) == 16 {
+					copy(id[:], mid)
+				}
+				m[k.Bytes] = hit{offset: *off, id: id}
+			}
+			return rows.Err()
+		})
+	}
+	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+		return unavailable(err)
+	}
+
+	// Verdicts under the locks: any duplicate aborts; the first one in
+	// request order is named.
+	var dup *queen.TxnAbort
+	var dupRef txnRef
+	for _, pid := range pushPIDs {
+		p := parts[pid]
+		lp, ok := locked[pid]
+		if !ok || lp.window < 0 {
+			return queen.ErrPartitionGone.With("transaction: partition %q of queue %q was deleted (its queue was deleted); retry", p.batch.Items[0].Partition, p.batch.Items[0].Queue)
+		}
+		p.out = PushOutcome{Results: make([]queen.Result, len(p.batch.Items)), LastOffset: -1, Window: lp.window, FullProbe: true}
+		msgIDs, frames, hashes, keys, clean := s.assign(&p.batch, lp.window, lp.last, hits[pid], &p.out)
+		if clean > 0 {
+			p.seg = &txnSegment{msgIDs: msgIDs, frames: frames, hashes: hashes, keys: keys}
+		}
+		// refs are in request order: the partition's first duplicate is its
+		// lowest.
+		for n, r := range p.out.Results {
+			if r.Verdict != queen.Duplicate {
+				continue
+			}
+			if ref := p.refs[n]; dup == nil || ref.op < dupRef.op || (ref.op == dupRef.op && ref.item < dupRef.item) {
+				dup, dupRef = dupAbort(p, n, lp.window), ref
+			}
+			break
+		}
+	}
+	if dup != nil {
+		return dup
+	}
+
+	var (
+		segPIDs                      []pgtype.UUID
+		segFirst, segLast            []int64
+		segIDs, segFrames, segHashes [][]byte
+		rowPIDs, rowHashes           []pgtype.UUID
+		rowOffsets, rowSegments      []int64
+		written                      []*txnPartition
+	)
+	for _, pid := range pushPIDs {
+		p := parts[pid]
+		sg := p.seg
+		if sg == nil {
+			continue
+		}
+		written = append(written, p)
+		segPIDs = append(segPIDs, pgUUID(pid))
+		segFirst = append(segFirst, p.out.FirstOffset)
+		segLast = append(segLast, p.out.LastOffset)
+		segIDs = append(segIDs, sg.msgIDs)
+		segFrames = append(segFrames, sg.frames)
+		segHashes = append(segHashes, sg.hashes)
+		for j, k := range sg.keys {
+			rowPIDs = append(rowPIDs, pgUUID(pid))
+			rowHashes = append(rowHashes, pgUUID(k))
+			rowOffsets = append(rowOffsets, p.out.FirstOffset+int64(j))
+			rowSegments = append(rowSegments, p.out.FirstOffset)
+		}
+	}
+	if len(written) == 0 {
+		return nil
+	}
+	var created time.Time
+	rows, err := tx.Query(ctx, sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets, rowSegments)
+	if err != nil {
+		return unavailable(err)
+	}
+	for rows.Next() {
+		if err := rows.Scan(&created); err != nil {
+			rows.Close()
+			return unavailable(err)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
+	}
+	for _, p := range written {
+		p.out.CreatedAt = created
+	}
+	return nil
+}
+
+// dupAbort is the abort naming item n of p, a duplicate (SPEC.md §5).
+func dupAbort(p *txnPartition, n int, window int64) *queen.TxnAbort {
+	it, ref, r := p.batch.Items[n], p.refs[n], p.out.Results[n]
+	at := fmt.Sprintf("operations[%d].items[%d]", ref.op, ref.item)
+	var msg string
+	var original string
+	if l := leaderOf(&p.batch, n); l != n {
+		lr := p.refs[l]
+		msg = fmt.Sprintf("%s: transactionId %q repeats operations[%d].items[%d] of the same transaction in partition %q of queue %q; the transaction was rolled back",
+			at, it.TransactionID, lr.op, lr.item, it.Partition, it.Queue)
+	} else {
+		original = r.MessageID.String()
+		msg = fmt.Sprintf("%s: transactionId %q is already in partition %q of queue %q (message %s at offset %d, inside the %d s window); the transaction was rolled back",
+			at, it.TransactionID, it.Partition, it.Queue, original, r.Offset, window)
+	}
+	a := queen.NewTxnAbort(queen.ErrDuplicate, ref.op, at+".transactionId", msg)
+	item := ref.item
+	a.Item = &item
+	a.Queue, a.Partition, a.PartitionID, a.TransactionID = it.Queue, it.Partition, p.batch.PartitionID.String(), it.TransactionID
+	a.MessageID = original
+	return a
+}
+
+// ackAbort is the abort naming ack operation op, answered r (unresolvable
+// or lease_invalid).
+func ackAbort(op int, a queen.AckItem, r queen.AckResult) *queen.TxnAbort {
+	e, field := queen.ErrUnresolvable, "transactionId"
+	if a.Offset >= 0 {
+		field = "offset"
+	}
+	if r.Result == queen.LeaseInvalid {
+		e, field = queen.ErrLeaseInvalid, "leaseId"
+	}
+	ab := queen.NewTxnAbort(e, op, fmt.Sprintf("operations[%d].%s", op, field),
+		fmt.Sprintf("operations[%d]: %s; the transaction was rolled back", op, r.Error))
+	ab.PartitionID, ab.TransactionID = a.PartitionID.String(), a.TransactionID
+	if a.LeaseID != nil {
+		ab.LeaseID = a.LeaseID.String()
+	}
+	return ab
+}
+
+// txnLeaders maps every item to the first item with the same hash (SPEC.md §3).
+func txnLeaders(items []*queen.Item) []int32 {
+	out := make([]int32, len(items))
+	seen := make(map[queen.Hash]int32, len(items))
+	for i, it := range items {
+		if l, ok := seen[it.Hash]; ok {
+			out[i] = l
+			continue
+		}
+		seen[it.Hash] = int32(i)
+		out[i] = int32(i)
+	}
+	return out
+}
+
+func sortUUIDs(ids []uuid.UUID) {
+	sort.Slice(ids, func(a, b int) bool { return bytes.Compare(ids[a][:], ids[b][:]) < 0 })
+}

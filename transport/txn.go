@@ -1,0 +1,211 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// Transactor runs transactions (persistence.Store).
+type Transactor interface {
+	// Transaction runs every operation in one PostgreSQL transaction and
+	// returns one result per operation; a *queen.TxnAbort when an operation
+	// rolled it back.
+	Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error)
+}
+
+// transactor is Config.Transactions, or else the Queues or Consumer
+// implementation when it runs transactions too (persistence.Store does).
+func (s *Service) transactor() Transactor {
+	if s.cfg.Transactions != nil {
+		return s.cfg.Transactions
+	}
+	if t, ok := s.cfg.Queues.(Transactor); ok {
+		return t
+	}
+	if t, ok := s.cfg.Consumer.(Transactor); ok {
+		return t
+	}
+	return nil
+}
+
+// handleTransaction is POST /api/v1/transaction.
+func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
+	// Refuse before reading a body that would not be admitted.
+	if n := r.ContentLength; n > 0 && n <= queen.MaxBodyBytes {
+		if !s.admit(n) {
+			writeReply(w, txnErrReply(s.overloaded()))
+			return
+		}
+		s.inFlight.Add(-n)
+	}
+	if body, ok := readBody(w, r); ok {
+		writeReply(w, s.transaction(r.Context(), body))
+	}
+}
+
+// transaction handles a transaction body (SPEC.md §5): 200
+// {"success":true,"results":[...]} with one result per operation once
+// everything committed; otherwise nothing was written and the body is a
+// queen.TxnErrorReply ("success":false with the registry error fields): 409
+// when an operation rolled it back (duplicate, unresolvable,
+// lease_invalid), 4xx for bad input, 503/504 when the database failed (retry
+// the same transaction: a push that did commit answers 409 duplicate).
+func (s *Service) transaction(ctx context.Context, body []byte) reply {
+	t := s.transactor()
+	if t == nil {
+		return txnErrReply(errReply(queen.ErrNotFound.With("this broker does not run transactions")))
+	}
+	if !s.admit(int64(len(body))) {
+		return txnErrReply(s.overloaded())
+	}
+	defer s.inFlight.Add(-int64(len(body)))
+	req, err := queen.DecodeTransaction(body, s.cfg.MaxPayloadBytes)
+	if err != nil {
+		return txnErrReply(errReply(err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	res, err := t.Transaction(ctx, &req)
+	if err != nil {
+		var ab *queen.TxnAbort
+		if errors.As(err, &ab) {
+			return reply{status: ab.Err.Status, body: ab}
+		}
+		return txnErrReply(errReply(err))
+	}
+	var pushed []*queen.Item
+	var results []queen.Result
+	for i, op := range req.Ops {
+		switch op.Type {
+		case queen.TxnPush:
+			for j := range op.Items {
+				pushed = append(pushed, &req.Ops[i].Items[j])
+				results = append(results, res[i].Push[j])
+				s.cfg.Metrics.PushItems.WithLabelValues(string(res[i].Push[j].Verdict)).Inc()
+			}
+		case queen.TxnAck:
+			s.cfg.Metrics.AckItems.WithLabelValues(string(res[i].Ack.Result)).Inc()
+		}
+	}
+	if len(pushed) > 0 && s.cfg.OnPushed != nil {
+		s.cfg.OnPushed(pushed, results)
+	}
+	return reply{status: http.StatusOK, body: queen.TxnReply{Success: true, Results: queen.TxnOpReplies(req.Ops, res)}}
+}
+
+// txnErrReply gives an error reply the transaction error body: the registry
+// fields plus "success":false.
+func txnErrReply(rep reply) reply {
+	e, ok := rep.body.(*queen.Error)
+	if !ok {
+		return rep
+	}
+	rep.body = &queen.TxnAbort{TxnErrorReply: queen.TxnErrorReply{
+		Message: e.Message, Code: e.Code, Index: e.Index, Field: e.Field, Retryable: e.Retryable,
+	}, Err: e}
+	return rep
+}
+
+// TxnBuilder builds a transaction for Client.Transaction: push and ack
+// operations run in one PostgreSQL transaction, in the order added
+// (SPEC.md §5). It is not safe for concurrent use.
+type TxnBuilder struct {
+	c      *Client
+	ops    []json.RawMessage
+	leases []string
+	err    error
+}
+
+// Transaction starts a transaction:
+//
+//	res, err := client.Transaction().Ack(transport.AckFor(msg)).Push(out...).Commit(ctx)
+func (c *Client) Transaction() *TxnBuilder { return &TxnBuilder{c: c} }
+
+// Push adds one push operation with items (SPEC.md §3 items). Inside a
+// transaction a transactionId already in its partition's window, or
+// repeated within the transaction, rolls everything back (queen.ErrDuplicate).
+func (t *TxnBuilder) Push(items ...PushItem) *TxnBuilder {
+	body := AppendPushRequest([]byte(`{"type":"push",`), items)
+	// AppendPushRequest wrote {"items":[...]} after the prefix: drop its '{'.
+	body = append(body[:len(`{"type":"push",`)], body[len(`{"type":"push",`)+1:]...)
+	t.ops = append(t.ops, body)
+	return t
+}
+
+// Ack adds one ack operation per ack (SPEC.md §4). An ack that names no
+// message (queen.ErrUnresolvable) or a lease that is not live
+// (queen.ErrLeaseInvalid) rolls everything back.
+func (t *TxnBuilder) Ack(acks ...Ack) *TxnBuilder {
+	for _, a := range acks {
+		b, err := json.Marshal(struct {
+			Type queen.TxnOpType `json:"type"`
+			Ack
+		}{queen.TxnAck, a})
+		if err != nil && t.err == nil {
+			t.err = err
+		}
+		t.ops = append(t.ops, b)
+	}
+	return t
+}
+
+// RequireLeases adds leases that must be live when the transaction runs (the
+// "requiredLeases" Queen SDKs send), else queen.ErrLeaseInvalid.
+func (t *TxnBuilder) RequireLeases(ids ...string) *TxnBuilder {
+	t.leases = append(t.leases, ids...)
+	return t
+}
+
+// Body returns the request body the transaction sends (the HTTP and NATS
+// body are the same).
+func (t *TxnBuilder) Body() ([]byte, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	ops := t.ops
+	if ops == nil {
+		ops = []json.RawMessage{}
+	}
+	return json.Marshal(struct {
+		Operations     []json.RawMessage `json:"operations"`
+		RequiredLeases []string          `json:"requiredLeases,omitempty"`
+	}{ops, t.leases})
+}
+
+// Commit sends the transaction (queen.v1.transaction) and returns one result
+// per operation, in order. A transaction rolled back by one of its
+// operations is a *queen.TxnAbort (errors.Is with queen.ErrDuplicate,
+// queen.ErrUnresolvable or queen.ErrLeaseInvalid), with nothing written;
+// other errors are *queen.Error (bad input, or retryable: the database or the
+// broker failed, and a retry of a transaction that did commit answers
+// queen.ErrDuplicate for its pushes).
+func (t *TxnBuilder) Commit(ctx context.Context) ([]queen.TxnOpReply, error) {
+	body, err := t.Body()
+	if err != nil {
+		return nil, err
+	}
+	data, status, err := t.c.request(ctx, SubjectTransaction, body)
+	if err != nil {
+		return nil, err
+	}
+	if status != 0 {
+		var r queen.TxnErrorReply
+		if err := json.Unmarshal(data, &r); err != nil || r.Code == "" {
+			return nil, decodeError(data, status)
+		}
+		e := &queen.Error{Status: status, Code: r.Code, Message: r.Message, Index: r.Index, Field: r.Field, Retryable: r.Retryable}
+		if status == http.StatusConflict {
+			return nil, &queen.TxnAbort{TxnErrorReply: r, Err: e}
+		}
+		return nil, e
+	}
+	var out queen.TxnReply
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, queen.ErrInternal.With("decode transaction reply: %v", err)
+	}
+	return out.Results, nil
+}
