@@ -211,7 +211,14 @@ type partitionCache struct {
 	seen      int64 // last offset known: the end of the last observed commit
 	window    int64 // seconds the knowledge covers
 	epoch     uint64
+	// cooldown is how many more commits to wait before knowledge starts
+	// again after a budget eviction, so a partition too large for the
+	// budget is not re-read from the sidecar on every commit.
+	cooldown int
 }
+
+// evictionCooldown is the commits a partition waits after a budget eviction.
+const evictionCooldown = 16
 
 func (p *partitionCache) Prepare(b *persistence.PushBatch) {
 	b.Watermark, b.Suspects, b.AssumedWindow = -1, nil, 0
@@ -258,6 +265,11 @@ func (p *partitionCache) Observe(b *persistence.PushBatch, out *persistence.Push
 		p.reset()
 	}
 	start := false
+	if !p.based && p.cooldown > 0 {
+		p.cooldown--
+		p.mu.Unlock()
+		return
+	}
 	switch {
 	case !p.based:
 		p.based, p.pid, p.window, p.seen = true, b.PartitionID, out.Window, prevLast
@@ -299,6 +311,9 @@ func (p *partitionCache) Forget() { p.drop(false) }
 func (p *partitionCache) drop(evicted bool) {
 	p.mu.Lock()
 	p.reset()
+	if evicted {
+		p.cooldown = evictionCooldown
+	}
 	p.mu.Unlock()
 	if evicted {
 		p.c.evictions.Add(1)
@@ -381,7 +396,7 @@ func (p *partitionCache) hydrate(epoch uint64) {
 			p.c.account(p, 0)
 			return
 		}
-		for _, sg := range segs {
+		for k, sg := range segs {
 			n := len(sg.Hashes) / 16
 			gen := generation{created: sg.CreatedAt, first: sg.First, hashes: make([]queen.Hash, n)}
 			for i := 0; i < n; i++ {
@@ -389,6 +404,19 @@ func (p *partitionCache) hydrate(epoch uint64) {
 				p.add(gen.hashes[i], sg.First+int64(i))
 			}
 			p.gens = append(p.gens, gen)
+			segs[k].Hashes = nil
+			if k%64 == 63 {
+				// Account as it grows, so a partition too large for the
+				// budget is evicted (and this hydration abandoned) early.
+				size := p.size()
+				p.mu.Unlock()
+				p.c.account(p, size)
+				p.mu.Lock()
+				if p.epoch != epoch {
+					p.mu.Unlock()
+					return
+				}
+			}
 		}
 		p.gaps = p.gaps[1:]
 		size := p.size()

@@ -23,7 +23,8 @@ import (
 //	GET  /api/v1/resources/queues            queues with partition counts and depth
 //	DELETE /api/v1/resources/queues/{queue}  the queue and everything it owns (200 either way)
 //	DELETE /api/v1/consumer-groups/{group}   the group's cursors
-//	POST /api/v1/consumer-groups/{group}/queues/{queue}/seek  {"toEnd":true} | {"timestamp":"..."}
+//	POST /api/v1/consumer-groups/{group}/queues/{queue}/seek  {"toEnd":true} | {"timestamp":"..."} | {"mode":"end"|"beginning"}
+//	POST /api/v1/consumer-groups/{group}/subscription  {"subscriptionTimestamp":"..."}: a timestamp seek on every queue of the group
 //	GET|POST /api/v1/admin/dedup-cache      the dedup cache's stats; {"enabled":false} is the live kill switch
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
@@ -103,6 +104,11 @@ func (s *Service) Handler() http.Handler {
 			writeReply(w, s.dedupCache(body))
 		}
 	})
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/subscription", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.setSubscription(r.Context(), r.PathValue("group"), body))
+		}
+	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})
@@ -112,7 +118,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/resources/queues", "GET"}, {"/api/v1/pop/queue/{queue}", "GET"},
 		{"/api/v1/pop/queue/{queue}/partition/{partition}", "GET"}, {"/api/v1/ack", "POST"}, {"/api/v1/ack/batch", "POST"},
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
-		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/transaction", "POST"},
+		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
 	} {
 		allow := route.allow
