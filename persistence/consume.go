@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	queen "github.com/queen-mq/queen-go"
@@ -18,7 +19,6 @@ import (
 var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeLock       = q("consume_lock")
-	sqlConsumeNewest     = q("consume_newest")
 	sqlConsumeSegments   = q("consume_segments")
 	sqlConsumeUpdate     = q("consume_update")
 	sqlConsumeResolve    = q("consume_resolve")
@@ -113,70 +113,76 @@ func lockConsumer(b *pgx.Batch, pid uuid.UUID, group string, skipLocked, subscri
 // expired lease's span is delivered again (not counted as a retry).
 func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult, PopState, error) {
 	var res queen.PopResult
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, PopBusy, unavailable(err)
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
+	defer conn.Release()
+	// One round trip: begin, create the consumer row on first use, lock it,
+	// read the segments to deliver (the statement sees the locked row).
 	var st consumerState
 	var found bool
+	type segment struct {
+		first   int64
+		created time.Time
+		ids     []byte
+		frames  []byte
+	}
+	var segs []segment
 	b := &pgx.Batch{}
+	b.Queue("BEGIN")
 	lockConsumer(b, spec.PartitionID, spec.Group, spec.SkipLocked, true, spec.SubscriptionFrom, spec.SubscriptionNew, &st, &found)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var sg segment
+			var last int64
+			if err := rows.Scan(&sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
+				return err
+			}
+			segs = append(segs, sg)
+		}
+		return rows.Err()
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		rollback(conn)
 		return res, PopBusy, unavailable(err)
 	}
-	if !found {
-		return res, PopBusy, nil
-	}
-	commit := func(state PopState) (queen.PopResult, PopState, error) {
-		if err := tx.Commit(ctx); err != nil {
+	finish := func(state PopState, extra func(b *pgx.Batch)) (queen.PopResult, PopState, error) {
+		b := &pgx.Batch{}
+		if extra != nil {
+			extra(b)
+		}
+		b.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			rollback(conn)
 			return queen.PopResult{}, PopBusy, unavailable(err)
 		}
 		return res, state, nil
 	}
 	switch {
+	case !found:
+		return finish(PopBusy, nil)
 	case st.live:
-		return commit(PopBusy)
+		return finish(PopBusy, nil)
 	case st.cursor >= st.lastOffset:
-		return commit(PopEmpty)
-	}
-	if st.windowBuffer > 0 {
-		var newest time.Time
-		if err := tx.QueryRow(ctx, sqlConsumeNewest, spec.PartitionID).Scan(&newest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return res, PopBusy, unavailable(err)
-		}
-		if newest.After(st.now.Add(-time.Duration(st.windowBuffer) * time.Second)) {
-			return commit(PopNotYet)
-		}
-	}
-	visible := st.now.Add(-time.Duration(st.delayed) * time.Second)
-	rows, err := tx.Query(ctx, sqlConsumeSegments, spec.PartitionID, st.cursor, spec.Batch, visible)
-	if err != nil {
-		return res, PopBusy, unavailable(err)
+		return finish(PopEmpty, nil)
 	}
 	pidText := spec.PartitionID.String()
 	var last int64
-	for rows.Next() {
-		var first, segLast int64
-		var created time.Time
-		var ids, frames []byte
-		if err := rows.Scan(&first, &segLast, &created, &ids, &frames); err != nil {
-			rows.Close()
-			return res, PopBusy, unavailable(err)
-		}
-		fs, err := DecodeFrames(ids, frames)
+	for _, sg := range segs {
+		fs, err := DecodeFrames(sg.ids, sg.frames)
 		if err != nil {
-			rows.Close()
-			return res, PopBusy, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, first)
+			rollback(conn)
+			return res, PopBusy, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
 		}
 		for i := range fs {
-			off := first + int64(i)
+			off := sg.first + int64(i)
 			if off <= st.cursor || len(res.Messages) >= spec.Batch {
 				continue
 			}
 			m := queen.Message{
 				ID: fs[i].MessageID.String(), TransactionID: fs[i].TransactionID, TraceID: fs[i].TraceID,
-				Data: fs[i].Payload, CreatedAt: created, PartitionID: pidText, Partition: st.partition,
+				Data: fs[i].Payload, CreatedAt: sg.created, PartitionID: pidText, Partition: st.partition,
 				Queue: st.queue, Offset: off, ConsumerGroup: spec.Group,
 			}
 			if st.retryOffset != nil && *st.retryOffset == off {
@@ -186,35 +192,35 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 			last = off
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return res, PopBusy, unavailable(err)
-	}
 	if len(res.Messages) == 0 {
-		return commit(PopNotYet)
+		return finish(PopNotYet, nil)
 	}
 	res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
-	var expires *time.Time
 	if spec.AutoAck {
 		ro, rc := retryAfter(st, last)
-		_, err = tx.Exec(ctx, sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, ro, rc)
-	} else {
-		lease, lerr := uuid.NewV7()
-		if lerr != nil {
-			return res, PopBusy, lerr
-		}
-		err = tx.QueryRow(ctx, sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, st.retryOffset, st.retryCount).Scan(&expires)
-		ls := lease.String()
-		res.LeaseID = &ls
-		res.LeaseExpiresAt = expires
-		for i := range res.Messages {
-			res.Messages[i].LeaseID = &ls
-		}
+		return finish(PopDelivered, func(b *pgx.Batch) {
+			b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, ro, rc)
+		})
 	}
+	lease, err := uuid.NewV7()
 	if err != nil {
-		return res, PopBusy, unavailable(err)
+		rollback(conn)
+		return res, PopBusy, err
 	}
-	return commit(PopDelivered)
+	ls := lease.String()
+	var expires *time.Time
+	res, state, err := finish(PopDelivered, func(b *pgx.Batch) {
+		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, st.retryOffset, st.retryCount).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&expires) })
+	})
+	if err != nil {
+		return res, state, err
+	}
+	res.LeaseID, res.LeaseExpiresAt = &ls, expires
+	for i := range res.Messages {
+		res.Messages[i].LeaseID = &ls
+	}
+	return res, state, nil
 }
 
 // retryAfter returns the retry bookkeeping once the cursor is at cursor: it
@@ -299,27 +305,39 @@ func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResu
 		}
 		return keys[a].group < keys[b].group
 	})
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
-	for _, k := range keys {
-		if err := ackOne(ctx, tx, k, items, byKey[k], out); err != nil {
+	defer conn.Release()
+	// BEGIN rides with the first row's lock, COMMIT with the last row's
+	// update: a one-row ack is two round trips.
+	for n, k := range keys {
+		if err := ackOne(ctx, conn, k, items, byKey[k], out, n == 0, n == len(keys)-1); err != nil {
+			rollback(conn)
 			return nil, err
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, queen.ErrCommitUnknown.With("ack commit: %v", err)
 	}
 	return out, nil
 }
 
-// ackOne applies the items idx of one consumer row (see Ack).
-func ackOne(ctx context.Context, tx pgx.Tx, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult) error {
+// querier is what ackOne needs of a connection or transaction.
+type querier interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// ackOne applies the items idx of one consumer row (see Ack) through tx.
+// begin queues BEGIN before its first statement; commit queues COMMIT after
+// its last (for a connection outside a transaction).
+func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, begin, commit bool) error {
 	var st consumerState
 	var found bool
 	b := &pgx.Batch{}
+	if begin {
+		b.Queue("BEGIN")
+	}
 	lockConsumer(b, k.pid, k.group, false, false, nil, false, &st, &found)
 	var hashes []pgtype.UUID
 	for _, i := range idx {
@@ -352,6 +370,11 @@ func ackOne(ctx context.Context, tx pgx.Tx, k ackKey, items []queen.AckItem, idx
 		for _, i := range idx {
 			out[i].Result = queen.Unresolvable
 			out[i].Error = fmt.Sprintf("partition %s does not exist", k.pid)
+		}
+		if commit {
+			if _, err := tx.Exec(ctx, "COMMIT"); err != nil {
+				return queen.ErrCommitUnknown.With("ack commit: %v", err)
+			}
 		}
 		return nil
 	}
@@ -464,8 +487,15 @@ func ackOne(ctx context.Context, tx pgx.Tx, k ackKey, items []queen.AckItem, idx
 	if leaseID.Valid {
 		lease = uuid.UUID(leaseID.Bytes)
 	}
-	var expires *time.Time
-	if err := tx.QueryRow(ctx, sqlConsumeUpdate, k.pid, k.group, cursor, lease, nil, leaseTo, retryOffset, retryCount).Scan(&expires); err != nil {
+	ub := &pgx.Batch{}
+	ub.Queue(sqlConsumeUpdate, k.pid, k.group, cursor, lease, nil, leaseTo, retryOffset, retryCount)
+	if commit {
+		ub.Queue("COMMIT")
+	}
+	if err := tx.SendBatch(ctx, ub).Close(); err != nil {
+		if commit {
+			return queen.ErrCommitUnknown.With("ack commit: %v", err)
+		}
 		return unavailable(err)
 	}
 	for _, i := range idx {
@@ -476,7 +506,7 @@ func ackOne(ctx context.Context, tx pgx.Tx, k ackKey, items []queen.AckItem, idx
 }
 
 // deadLetter copies the frame at offset off of partition k.pid to the DLQ.
-func deadLetter(ctx context.Context, tx pgx.Tx, k ackKey, off int64, errText string, attempts int32) error {
+func deadLetter(ctx context.Context, tx querier, k ackKey, off int64, errText string, attempts int32) error {
 	var first int64
 	var created time.Time
 	var ids, frames []byte
