@@ -3,9 +3,11 @@ package persistence
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,8 +70,7 @@ type consumerState struct {
 	leaseID      pgtype.UUID
 	live         bool
 	leaseTo      *int64
-	retryOffset  *int64
-	retryCount   int32
+	failCounts   map[int64]int32
 	lastOffset   int64
 	partition    string
 	queue        string
@@ -81,8 +82,33 @@ type consumerState struct {
 }
 
 func (c *consumerState) scan(row pgx.Row) error {
-	return row.Scan(&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &c.retryOffset, &c.retryCount,
-		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now)
+	var counts []byte
+	if err := row.Scan(&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
+		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now); err != nil {
+		return err
+	}
+	var m map[string]int32
+	if err := json.Unmarshal(counts, &m); err != nil {
+		return fmt.Errorf("persistence: consumer fail_counts: %w", err)
+	}
+	c.failCounts = make(map[int64]int32, len(m))
+	for k, v := range m {
+		off, err := strconv.ParseInt(k, 10, 64)
+		if err != nil {
+			return fmt.Errorf("persistence: consumer fail_counts key %q: %w", k, err)
+		}
+		c.failCounts[off] = v
+	}
+	return nil
+}
+
+// encodeCounts writes failure counts as the fail_counts jsonb object.
+func encodeCounts(counts map[int64]int32) ([]byte, error) {
+	m := make(map[string]int32, len(counts))
+	for off, n := range counts {
+		m[strconv.FormatInt(off, 10)] = n
+	}
+	return json.Marshal(m)
 }
 
 // lockConsumer queues, on b, the statements that create (partition, group)'s
@@ -185,9 +211,7 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 				Data: fs[i].Payload, CreatedAt: sg.created, PartitionID: pidText, Partition: st.partition,
 				Queue: st.queue, Offset: off, ConsumerGroup: spec.Group,
 			}
-			if st.retryOffset != nil && *st.retryOffset == off {
-				m.RetryCount = int(st.retryCount)
-			}
+			m.RetryCount = int(st.failCounts[off])
 			res.Messages = append(res.Messages, m)
 			last = off
 		}
@@ -197,10 +221,24 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	}
 	res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
 	if spec.AutoAck {
-		ro, rc := retryAfter(st, last)
+		for off := range st.failCounts {
+			if off <= last {
+				delete(st.failCounts, off)
+			}
+		}
+		counts, err := encodeCounts(st.failCounts)
+		if err != nil {
+			rollback(conn)
+			return res, PopBusy, err
+		}
 		return finish(PopDelivered, func(b *pgx.Batch) {
-			b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, ro, rc)
+			b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, counts)
 		})
+	}
+	counts, err := encodeCounts(st.failCounts)
+	if err != nil {
+		rollback(conn)
+		return res, PopBusy, err
 	}
 	lease, err := uuid.NewV7()
 	if err != nil {
@@ -210,7 +248,7 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	ls := lease.String()
 	var expires *time.Time
 	res, state, err := finish(PopDelivered, func(b *pgx.Batch) {
-		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, st.retryOffset, st.retryCount).
+		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&expires) })
 	})
 	if err != nil {
@@ -221,15 +259,6 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 		res.Messages[i].LeaseID = &ls
 	}
 	return res, state, nil
-}
-
-// retryAfter returns the retry bookkeeping once the cursor is at cursor: it
-// is cleared when the cursor reached the message it counts.
-func retryAfter(st consumerState, cursor int64) (*int64, int32) {
-	if st.retryOffset == nil || *st.retryOffset <= cursor {
-		return nil, 0
-	}
-	return st.retryOffset, st.retryCount
 }
 
 // PartitionID returns the id of partition (queue, name), or uuid.Nil when it
@@ -282,9 +311,9 @@ type ackKey struct {
 // lease_invalid items change nothing; the lowest failed/dlq/retry signal S
 // stops the cursor below it, so completed items above S are not applied
 // (retry_scheduled, success false); completed items below S commit the
-// cursor to the highest of them. A failed S counts a failure of that
-// message; past the queue's retryLimit (or with dlq) it is copied to the DLQ
-// and the cursor moves past it. Any failure signal releases the lease (the
+// cursor to the highest of them. Every failed item counts a failure of its
+// message; a message past the queue's retryLimit (or acked dlq) is copied to
+// the DLQ and the cursor moves past it, so it does not stop the sweep. Any failure signal releases the lease (the
 // rest of the span is delivered again); a cursor that reaches the leased
 // span's end releases it too.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
@@ -417,78 +446,95 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 		}
 		offsets[i] = off
 	}
-	// The lowest failure signal stops the cursor.
-	sig := -1
+	// Sweep the resolved items in offset order: completed ones commit the
+	// cursor; a failure counts against its message (every failed message of
+	// the call, so a batch nack brings each to the DLQ after retryLimit + 1
+	// deliveries); a message dead-lettered (dlq, or failed past retryLimit)
+	// is passed; the first failure that is not dead-lettered stops the sweep
+	// and nothing above it is applied.
+	order := make([]int, 0, len(offsets))
 	for _, i := range idx {
-		off, ok := offsets[i]
-		if !ok || items[i].Status == queen.AckCompleted {
-			continue
+		if _, ok := offsets[i]; ok {
+			order = append(order, i)
 		}
-		if sig < 0 || off < offsets[sig] {
-			sig = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return offsets[order[a]] < offsets[order[b]] })
+	counts := st.failCounts
+	counted := map[int64]bool{}
+	for _, i := range order {
+		if off := offsets[i]; items[i].Status == queen.AckFailed && !counted[off] {
+			counted[off] = true
+			counts[off]++
 		}
 	}
 	cursor := st.cursor
-	for _, i := range idx {
-		off, ok := offsets[i]
-		if !ok {
+	leaseID := st.leaseID
+	stop := int64(-1) // the offset of the failure that stopped the sweep
+	dead := map[int64]bool{}
+	for _, i := range order {
+		off, it := offsets[i], &items[i]
+		if stop >= 0 && off > stop {
+			out[i].Result = queen.RetryScheduled
+			out[i].Success = it.Status == queen.AckFailed || it.Status == queen.AckRetry
+			if !out[i].Success {
+				out[i].Error = fmt.Sprintf("not applied: a failure at the lower offset %d in the same call stops the cursor below it; the message will be delivered again", stop)
+			}
 			continue
 		}
-		switch {
-		case sig >= 0 && off >= offsets[sig] && i != sig && !(off == offsets[sig] && items[i].Status == items[sig].Status):
-			out[i].Result = queen.RetryScheduled
-			out[i].Success = items[i].Status == queen.AckFailed || items[i].Status == queen.AckRetry
-			if !out[i].Success {
-				out[i].Error = fmt.Sprintf("not applied: a %s ack at the lower offset %d in the same call stops the cursor below it; the message will be delivered again", items[sig].Status, offsets[sig])
+		switch it.Status {
+		case queen.AckCompleted:
+			if stop >= 0 { // the same offset as the stopping failure
+				out[i].Result = queen.RetryScheduled
+				out[i].Error = fmt.Sprintf("not applied: the same call failed offset %d", off)
+				continue
 			}
-		case items[i].Status == queen.AckCompleted:
 			out[i].Result, out[i].Success = queen.Acked, true
 			cursor = max(cursor, off)
-		}
-	}
-	leaseID := st.leaseID
-	var leaseTo *int64 = st.leaseTo
-	retryOffset, retryCount := st.retryOffset, st.retryCount
-	if sig >= 0 {
-		s := offsets[sig]
-		status := items[sig].Status
-		attempts := int32(1)
-		if retryOffset != nil && *retryOffset == s {
-			attempts = retryCount + 1
-		}
-		dead := status == queen.AckDLQ || (status == queen.AckFailed && int64(attempts) > st.retryLimit)
-		result := queen.RetryScheduled
-		switch {
-		case dead:
-			if err := deadLetter(ctx, tx, k, s, items[sig].Error, attempts); err != nil {
-				return err
+		case queen.AckDLQ, queen.AckFailed:
+			attempts := counts[off]
+			if it.Status == queen.AckDLQ {
+				attempts++
 			}
-			cursor = s
-			result = queen.DeadLettered
-		case status == queen.AckFailed:
-			retryOffset, retryCount = &s, attempts
-		}
-		// Any failure signal releases the span: the messages above it (not
-		// applied in this call) are delivered again at once.
-		leaseID = pgtype.UUID{}
-		for _, i := range idx {
-			if off, ok := offsets[i]; ok && off == s && items[i].Status == status {
-				out[i].Result, out[i].Success = result, true
+			if it.Status == queen.AckDLQ || int64(attempts) > st.retryLimit || dead[off] {
+				if !dead[off] {
+					if err := deadLetter(ctx, tx, k, off, it.Error, attempts); err != nil {
+						return err
+					}
+					dead[off] = true
+				}
+				out[i].Result, out[i].Success = queen.DeadLettered, true
+				cursor = max(cursor, off)
+				leaseID = pgtype.UUID{}
+				continue
+			}
+			fallthrough
+		case queen.AckRetry:
+			out[i].Result, out[i].Success = queen.RetryScheduled, true
+			leaseID = pgtype.UUID{} // the rest of the span is delivered again at once
+			if stop < 0 {
+				stop = off
 			}
 		}
 	}
+	leaseTo := st.leaseTo
 	if leaseID.Valid && (!st.live || leaseTo == nil || cursor >= *leaseTo) {
 		leaseID = pgtype.UUID{}
 	}
-	if retryOffset != nil && *retryOffset <= cursor {
-		retryOffset, retryCount = nil, 0
+	for off := range counts {
+		if off <= cursor {
+			delete(counts, off)
+		}
+	}
+	countsJSON, err := encodeCounts(counts)
+	if err != nil {
+		return err
 	}
 	var lease any
 	if leaseID.Valid {
 		lease = uuid.UUID(leaseID.Bytes)
 	}
 	ub := &pgx.Batch{}
-	ub.Queue(sqlConsumeUpdate, k.pid, k.group, cursor, lease, nil, leaseTo, retryOffset, retryCount)
+	ub.Queue(sqlConsumeUpdate, k.pid, k.group, cursor, lease, nil, leaseTo, countsJSON)
 	if commit {
 		ub.Queue("COMMIT")
 	}

@@ -307,15 +307,59 @@ func TestAutoAckAndDLQStatus(t *testing.T) {
 	res, _ = pop(t, s, pid, g, 2)
 	require.Equal(t, []string{"b", "c"}, txns(res), "autoAck committed the cursor")
 	out := ack(t, s,
+		ackTxn(pid, g, "c", queen.AckCompleted, res.LeaseID),
+		ackTxn(pid, g, "b", queen.AckRetry, res.LeaseID))
+	require.Equal(t, []queen.AckOutcome{queen.RetryScheduled, queen.RetryScheduled}, out, "retry at b stops the cursor below it: c is not applied")
+	res, _ = pop(t, s, pid, g, 2)
+	require.Equal(t, []string{"b", "c"}, txns(res))
+	out = ack(t, s,
 		ackTxn(pid, g, "b", queen.AckDLQ, res.LeaseID),
 		ackTxn(pid, g, "c", queen.AckCompleted, res.LeaseID))
-	require.Equal(t, []queen.AckOutcome{queen.DeadLettered, queen.RetryScheduled}, out, "dlq moves the cursor past b; c above the signal is not applied")
+	require.Equal(t, []queen.AckOutcome{queen.DeadLettered, queen.Acked}, out, "a dead-lettered message is passed, so c above it commits")
+	commit(t, s, pid, items("q", "p", "d"))
 	res, st := pop(t, s, pid, g, 2)
 	require.Equal(t, PopDelivered, st)
-	require.Equal(t, []string{"c"}, txns(res))
-	out = ack(t, s, ackTxn(pid, g, "c", queen.AckRetry, res.LeaseID))
+	require.Equal(t, []string{"d"}, txns(res))
+	require.Equal(t, 0, res.Messages[0].RetryCount)
+	out = ack(t, s, ackTxn(pid, g, "d", queen.AckRetry, res.LeaseID))
 	require.Equal(t, []queen.AckOutcome{queen.RetryScheduled}, out)
 	res, _ = pop(t, s, pid, g, 2)
-	require.Equal(t, []string{"c"}, txns(res))
+	require.Equal(t, []string{"d"}, txns(res))
 	require.Equal(t, 0, res.Messages[0].RetryCount, "retry does not count")
+}
+
+// A batch nack (every message of a popped batch acked failed, as upstream
+// SDKs do when a batch handler fails) counts a failure for each message, so
+// each is delivered retryLimit + 1 times and then dead-lettered.
+func TestBatchNackCountsEveryMessage(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	configure(t, s, "q", `{"retryLimit":1}`)
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "a", "b", "c"))
+	deliveries := map[string]int{}
+	for round := 1; round <= 2; round++ {
+		res, st := pop(t, s, pid, g, 3)
+		require.Equal(t, PopDelivered, st, "round %d", round)
+		require.Equal(t, []string{"a", "b", "c"}, txns(res))
+		var acks []queen.AckItem
+		for _, m := range res.Messages {
+			deliveries[m.TransactionID]++
+			require.Equal(t, round-1, m.RetryCount, "%s in round %d", m.TransactionID, round)
+			acks = append(acks, ackTxn(pid, g, m.TransactionID, queen.AckFailed, res.LeaseID))
+		}
+		want := queen.RetryScheduled
+		if round == 2 {
+			want = queen.DeadLettered
+		}
+		require.Equal(t, []queen.AckOutcome{want, want, want}, ack(t, s, acks...))
+	}
+	_, st := pop(t, s, pid, g, 3)
+	require.Equal(t, PopEmpty, st, "all three dead-lettered after 2 deliveries each")
+	_, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), total)
+	require.Equal(t, map[string]int{"a": 2, "b": 2, "c": 2}, deliveries)
 }

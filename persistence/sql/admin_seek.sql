@@ -15,5 +15,5 @@ JOIN queen.queues q ON q.id = p.queue_id
 WHERE q.name = $1
 ON CONFLICT (partition_id, consumer_group) DO UPDATE
 SET "cursor" = EXCLUDED."cursor", lease_id = NULL, lease_expires_at = NULL, lease_to = NULL,
-    retry_offset = NULL, retry_count = 0, updated_at = clock_timestamp()
+    fail_counts = '{}', updated_at = clock_timestamp()
 RETURNING c.partition_id

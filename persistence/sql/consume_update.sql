@@ -1,7 +1,7 @@
 -- Writes a consumer row's state after a pop or an ack: $3 cursor, $4 lease
 -- id (NULL releases the lease), $5 lease seconds from now (NULL keeps the
--- current expiry), $6 lease_to, $7 retry_offset, $8 retry_count. Returns the
--- lease expiry.
+-- current expiry), $6 lease_to, $7 the failure counts of the messages above
+-- the cursor (jsonb). Returns the lease expiry.
 UPDATE queen.consumers
 SET "cursor"         = $3,
     lease_id         = $4,
@@ -9,8 +9,7 @@ SET "cursor"         = $3,
                             WHEN $5::float8 IS NULL THEN lease_expires_at
                             ELSE clock_timestamp() + make_interval(secs => $5::float8) END,
     lease_to         = CASE WHEN $4::uuid IS NULL THEN NULL ELSE $6::bigint END,
-    retry_offset     = $7,
-    retry_count      = $8,
+    fail_counts      = $7::jsonb,
     updated_at       = clock_timestamp()
 WHERE partition_id = $1 AND consumer_group = $2
 RETURNING lease_expires_at
