@@ -27,7 +27,11 @@ const (
 
 // PopRequest is a validated pop (SPEC.md §4).
 type PopRequest struct {
-	Queue string
+	// Queue is the queue to pop; empty with Namespace and/or Task: any
+	// queue carrying those labels (SPEC.md §6).
+	Queue     string
+	Namespace string
+	Task      string
 	// Partition is empty for a pop from any partition of the queue.
 	Partition string
 	// Batch is the most messages returned, 1..MaxPopBatch (default 1).
@@ -212,6 +216,8 @@ func DecodePopQuery(queue, partition string, q url.Values) (PopRequest, error) {
 		}
 	}
 	in.ConsumerGroup, _ = get("consumerGroup")
+	in.Namespace, _ = get("namespace")
+	in.Task, _ = get("task")
 	in.SubscriptionMode, _ = get("subscriptionMode")
 	in.SubscriptionFrom, _ = get("subscriptionFrom")
 	return in.validate()
@@ -230,6 +236,8 @@ func DecodePop(body []byte) (PopRequest, error) {
 
 type popInput struct {
 	Queue            string `json:"queue"`
+	Namespace        string `json:"namespace"`
+	Task             string `json:"task"`
 	Partition        string `json:"partition"`
 	Batch            int    `json:"batch"`
 	Wait             bool   `json:"wait"`
@@ -249,13 +257,24 @@ func popInt(v, field string) (int, error) {
 }
 
 func (in popInput) validate() (PopRequest, error) {
-	r := PopRequest{Queue: in.Queue, Partition: in.Partition, Batch: in.Batch, Wait: in.Wait,
+	r := PopRequest{Queue: in.Queue, Namespace: in.Namespace, Task: in.Task, Partition: in.Partition, Batch: in.Batch, Wait: in.Wait,
 		ConsumerGroup: in.ConsumerGroup, AutoAck: in.AutoAck, Timeout: DefaultPopTimeout}
-	if r.Queue == "" {
-		return r, fieldErr(ErrMissingField.With("queue is required"), "queue")
+	switch {
+	case r.Queue != "":
+		if err := ValidateName(r.Queue, "queue"); err != nil {
+			return r, err
+		}
+	case r.Namespace == "" && r.Task == "":
+		return r, fieldErr(ErrMissingField.With("queue is required (or namespace and/or task, to pop any queue with those labels)"), "queue")
+	case r.Partition != "":
+		return r, fieldErr(ErrInvalidField.With("a partition needs a queue"), "partition")
 	}
-	if err := ValidateName(r.Queue, "queue"); err != nil {
-		return r, err
+	for _, l := range []struct{ v, f string }{{r.Namespace, "namespace"}, {r.Task, "task"}} {
+		if l.v != "" {
+			if err := ValidateName(l.v, l.f); err != nil {
+				return r, err
+			}
+		}
 	}
 	if r.Partition != "" {
 		if err := ValidateName(r.Partition, "partition"); err != nil {

@@ -18,6 +18,7 @@ type ConsumeStore interface {
 	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
 	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
+	QueuesByLabel(ctx context.Context, namespace, task string) ([]string, error)
 }
 
 // Consumers serves pops (SPEC.md §4) for one broker: it keeps, per queue and
@@ -41,6 +42,8 @@ type Consumers struct {
 	parked atomic.Int64
 
 	mu     sync.Mutex
+	any    chan struct{} // closed (and replaced) by every Notify: label pops wait on it
+	next   int           // rotates label pops over their queues
 	queues map[string]*queueHint
 	owner  map[uuid.UUID]string // partition id -> queue name, learnt from pops
 }
@@ -66,7 +69,7 @@ func NewConsumers(store ConsumeStore, recheck time.Duration) *Consumers {
 	if recheck <= 0 {
 		recheck = time.Second
 	}
-	return &Consumers{store: store, recheck: recheck, queues: map[string]*queueHint{}, owner: map[uuid.UUID]string{}}
+	return &Consumers{store: store, recheck: recheck, any: make(chan struct{}), queues: map[string]*queueHint{}, owner: map[uuid.UUID]string{}}
 }
 
 // Parked returns how many long polls are waiting right now.
@@ -97,6 +100,8 @@ func (c *Consumers) Notify(queue string, pids []uuid.UUID) {
 	}
 	close(q.wake)
 	q.wake = make(chan struct{})
+	close(c.any)
+	c.any = make(chan struct{})
 }
 
 // Forget drops what is known of a queue (it was deleted) and wakes its polls.
@@ -171,6 +176,9 @@ func (c *Consumers) update(queue, group string, fn func(g *groupHint)) {
 func (c *Consumers) wakeChan(queue string) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if queue == "" {
+		return c.any
+	}
 	return c.queue(queue).wake
 }
 
@@ -212,6 +220,9 @@ func (c *Consumers) Pop(ctx context.Context, req queen.PopRequest) (queen.PopRes
 // tryOnce makes one pop attempt; soon reports that a partition was skipped
 // because another request held it, so a long poll should look again shortly.
 func (c *Consumers) tryOnce(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
+	if req.Queue == "" {
+		return c.tryLabels(ctx, req)
+	}
 	spec := persistence.PopSpec{Group: req.ConsumerGroup, Batch: req.Batch, AutoAck: req.AutoAck,
 		SubscriptionFrom: req.SubscriptionFrom, SubscriptionNew: req.SubscriptionNew}
 	if req.Partition != "" {
@@ -268,6 +279,30 @@ func (c *Consumers) tryOnce(ctx context.Context, req queen.PopRequest) (queen.Po
 	})
 	res, err = try(cands)
 	return res, soon, err
+}
+
+// tryLabels makes one attempt on every queue labelled req.Namespace /
+// req.Task, starting at a rotating queue so consumers spread.
+func (c *Consumers) tryLabels(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
+	names, err := c.store.QueuesByLabel(ctx, req.Namespace, req.Task)
+	if err != nil || len(names) == 0 {
+		return queen.PopResult{}, false, err
+	}
+	c.mu.Lock()
+	start := c.next % len(names)
+	c.next++
+	c.mu.Unlock()
+	soon := false
+	for i := range names {
+		r := req
+		r.Queue = names[(start+i)%len(names)]
+		res, s, err := c.tryOnce(ctx, r)
+		if err != nil || len(res.Messages) > 0 {
+			return res, false, err
+		}
+		soon = soon || s
+	}
+	return queen.PopResult{}, soon, nil
 }
 
 func (c *Consumers) learn(queue string, pid uuid.UUID) {

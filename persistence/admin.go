@@ -149,3 +149,16 @@ func (s *Store) SetSubscription(ctx context.Context, group string, ts time.Time)
 	}
 	return len(queues), nil
 }
+
+var sqlAdminQueuesByLabel = q("admin_queues_by_label")
+
+// QueuesByLabel returns the names of the queues labelled namespace and task
+// ("" = any), at most 1,000, by name.
+func (s *Store) QueuesByLabel(ctx context.Context, namespace, task string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, sqlAdminQueuesByLabel, namespace, task)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return names, unavailable(err)
+}

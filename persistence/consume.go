@@ -115,7 +115,20 @@ func encodeCounts(counts map[int64]int32) ([]byte, error) {
 // consumer row on first use and lock it; *found reports whether the lock
 // statement returned the row.
 func lockConsumer(b *pgx.Batch, pid uuid.UUID, group string, skipLocked, subscribe bool, from *time.Time, isNew bool, st *consumerState, found *bool) {
+	ensureConsumer(b, pid, group, subscribe, from, isNew)
+	lockOnly(b, pid, group, skipLocked, st, found)
+}
+
+// ensureConsumer queues the statement that creates (partition, group)'s
+// consumer row on first use. Creating one takes a key-share lock on the
+// partition row (the foreign key), so a call that creates several does it
+// for all of them, in ascending order, before it locks any consumer row.
+func ensureConsumer(b *pgx.Batch, pid uuid.UUID, group string, subscribe bool, from *time.Time, isNew bool) {
 	b.Queue(sqlConsumeEnsure, pid, group, from, isNew, subscribe)
+}
+
+// lockOnly queues the consumer row lock (see lockConsumer).
+func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *consumerState, found *bool) {
 	lock := sqlConsumeLock
 	if skipLocked {
 		lock += " SKIP LOCKED"
@@ -339,13 +352,21 @@ func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResu
 		return nil, unavailable(err)
 	}
 	defer conn.Release()
-	// BEGIN rides with the first row's lock, COMMIT with the last row's
-	// update: a one-row ack is two round trips.
+	// BEGIN and every consumer row's creation ride with the first row's
+	// lock, COMMIT with the last row's update: a one-row ack is two round
+	// trips. The rows are created (partition key-share locks, ascending)
+	// before any is locked, as transactions do, so the two cannot deadlock.
+	pre := &pgx.Batch{}
+	pre.Queue("BEGIN")
+	for _, k := range keys {
+		ensureConsumer(pre, k.pid, k.group, false, nil, false)
+	}
 	for n, k := range keys {
-		if err := ackOne(ctx, conn, k, items, byKey[k], out, n == 0, n == len(keys)-1); err != nil {
+		if err := ackOne(ctx, conn, k, items, byKey[k], out, pre, n == len(keys)-1); err != nil {
 			rollback(conn)
 			return nil, err
 		}
+		pre = nil
 	}
 	return out, nil
 }
@@ -357,17 +378,19 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// ackOne applies the items idx of one consumer row (see Ack) through tx.
-// begin queues BEGIN before its first statement; commit queues COMMIT after
-// its last (for a connection outside a transaction).
-func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, begin, commit bool) error {
+// ackOne applies the items idx of one consumer row (see Ack) through tx,
+// whose consumer row must exist or be created by pre. pre, when not nil,
+// holds statements to send first in the same round trip (BEGIN and the
+// creation of consumer rows); commit queues COMMIT after the last statement
+// (for a connection outside a transaction).
+func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, pre *pgx.Batch, commit bool) error {
 	var st consumerState
 	var found bool
-	b := &pgx.Batch{}
-	if begin {
-		b.Queue("BEGIN")
+	b := pre
+	if b == nil {
+		b = &pgx.Batch{}
 	}
-	lockConsumer(b, k.pid, k.group, false, false, nil, false, &st, &found)
+	lockOnly(b, k.pid, k.group, false, &st, &found)
 	var hashes []pgtype.UUID
 	for _, i := range idx {
 		if items[i].Offset < 0 {

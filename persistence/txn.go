@@ -236,7 +236,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 		if !ok {
 			continue
 		}
-		if err := ackOne(ctx, tx, k, acks, idx, ackOut, false, false); err != nil {
+		if err := ackOne(ctx, tx, k, acks, idx, ackOut, nil, false); err != nil {
 			return nil, err
 		}
 	}

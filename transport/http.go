@@ -16,6 +16,7 @@ import (
 //	POST /api/v1/configure                   (SPEC.md §6)
 //	GET  /api/v1/resources/queues/{queue}    a queue with its effective options
 //	GET  /api/v1/pop/queue/{queue}[/partition/{partition}]  pop (SPEC.md §4): 200, or 204 when nothing is available
+//	GET  /api/v1/pop?namespace=&task=        pop any queue with those labels
 //	POST /api/v1/ack, /api/v1/ack/batch      acks as offset commits, per-item results in order
 //	POST /api/v1/lease/{lease}/extend        {"seconds":N}; 409 lease_invalid when not live
 //	POST /api/v1/transaction                 pushes and acks in one PostgreSQL transaction (SPEC.md §5)
@@ -54,6 +55,10 @@ func (s *Service) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.queue(r.Context(), r.PathValue("queue")))
+	})
+	mux.HandleFunc("GET /api/v1/pop", func(w http.ResponseWriter, r *http.Request) {
+		req, err := queen.DecodePopQuery("", "", r.URL.Query())
+		writeReply(w, s.pop(r.Context(), req, err))
 	})
 	mux.HandleFunc("GET /api/v1/pop/queue/{queue}", func(w http.ResponseWriter, r *http.Request) {
 		req, err := queen.DecodePopQuery(r.PathValue("queue"), "", r.URL.Query())
@@ -115,7 +120,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	for _, route := range []struct{ path, allow string }{
 		{"/api/v1/push", "POST"}, {"/api/v1/configure", "POST"}, {"/api/v1/resources/queues/{queue}", "GET, DELETE"},
-		{"/api/v1/resources/queues", "GET"}, {"/api/v1/pop/queue/{queue}", "GET"},
+		{"/api/v1/resources/queues", "GET"}, {"/api/v1/pop/queue/{queue}", "GET"}, {"/api/v1/pop", "GET"},
 		{"/api/v1/pop/queue/{queue}/partition/{partition}", "GET"}, {"/api/v1/ack", "POST"}, {"/api/v1/ack/batch", "POST"},
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
 		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"},
