@@ -207,15 +207,23 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		}
 	}
 
+	bcfg := broker.Config{
+		DataDir:      dataDir,
+		HTTPAddr:     embeddedHTTPAddr,
+		NATSListen:   "127.0.0.1:0",
+		PGBin:        pgBin,
+		Version:      version,
+		Logger:       log,
+		DedupCacheMB: envInt("QUEEN_DEDUP_CACHE_MB", 512),
+	}
+	// The embedded broker takes the dedup cache settings from the
+	// environment, as `queen serve` does.
+	if err := dedupCacheSettings(&bcfg, envOr("QUEEN_DEDUP_CACHE", "on")); err != nil {
+		removeAll()
+		return err
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-	b, err := broker.Start(sctx, broker.Config{
-		DataDir:    dataDir,
-		HTTPAddr:   embeddedHTTPAddr,
-		NATSListen: "127.0.0.1:0",
-		PGBin:      pgBin,
-		Version:    version,
-		Logger:     log,
-	})
+	b, err := broker.Start(sctx, bcfg)
 	cancel()
 	if err != nil {
 		// A failed Start has stopped what it started, the managed PostgreSQL included.
