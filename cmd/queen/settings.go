@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
+	"github.com/queen-mq/queen-go/persistence"
 )
 
 // envOr returns the environment variable's value, or def when unset or empty.
@@ -104,6 +105,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := dedupCacheSettings(&cfg, dedupCache); err != nil {
 				return err
 			}
+			if err := retentionSettings(cmd, &cfg.Retention); err != nil {
+				return err
+			}
 			if cfg.MaxPayloadBytes <= 0 || cfg.MaxPayloadBytes > 16<<20 {
 				return fmt.Errorf("--max-payload-bytes %d: want 1 to %d (the 16 MiB body limit)", cfg.MaxPayloadBytes, 16<<20)
 			}
@@ -136,6 +140,10 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env QUEEN_LOG_LEVEL)")
 	f.StringVar(&dedupCache, "dedup-cache", envOr("QUEEN_DEDUP_CACHE", "on"), "broker-side dedup cache: on or off (env QUEEN_DEDUP_CACHE; switch live with POST /api/v1/admin/dedup-cache)")
 	f.IntVar(&cfg.DedupCacheMB, "dedup-cache-mb", envInt("QUEEN_DEDUP_CACHE_MB", 512), "memory budget of the dedup cache for all partitions, MiB (env QUEEN_DEDUP_CACHE_MB)")
+	f.DurationVar(&cfg.Retention.Interval, "retention-interval", persistence.DefaultRetentionInterval, "pause between retention passes, a Go duration (env QUEEN_RETENTION_INTERVAL)")
+	f.IntVar(&cfg.Retention.Batch, "retention-batch", persistence.DefaultRetentionBatch, "most rows (and about most messages) one retention statement deletes (env QUEEN_RETENTION_BATCH)")
+	f.DurationVar(&cfg.Retention.TxnsFloor, "test-txns-floor", persistence.DefaultTxnsFloor, "TEST ONLY: least age of a purged log_txns row; production keeps the default (env QUEEN_TEST_TXNS_FLOOR)")
+	_ = f.MarkHidden("test-txns-floor")
 	return cmd
 }
 
@@ -155,6 +163,45 @@ func dedupCacheSettings(cfg *broker.Config, mode string) error {
 	}
 	if cfg.DedupCacheMB < 1 {
 		return fmt.Errorf("--dedup-cache-mb %d: want at least 1", cfg.DedupCacheMB)
+	}
+	return nil
+}
+
+// retentionSettings applies QUEEN_RETENTION_INTERVAL, QUEEN_RETENTION_BATCH
+// and the test-only QUEEN_TEST_TXNS_FLOOR where their flags were not given,
+// and checks the values: bad ones stop the start with an error naming them.
+func retentionSettings(cmd *cobra.Command, rc *persistence.RetentionConfig) error {
+	f := cmd.Flags()
+	for _, d := range []struct {
+		flag, env string
+		dst       *time.Duration
+	}{
+		{"retention-interval", "QUEEN_RETENTION_INTERVAL", &rc.Interval},
+		{"test-txns-floor", "QUEEN_TEST_TXNS_FLOOR", &rc.TxnsFloor},
+	} {
+		if v := os.Getenv(d.env); v != "" && !f.Changed(d.flag) {
+			n, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%s=%q is not a Go duration (for example 5s, 500ms or 1m)", d.env, v)
+			}
+			*d.dst = n
+		}
+	}
+	if v := os.Getenv("QUEEN_RETENTION_BATCH"); v != "" && !f.Changed("retention-batch") {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("QUEEN_RETENTION_BATCH=%q is not a whole number of rows", v)
+		}
+		rc.Batch = n
+	}
+	if rc.Interval <= 0 {
+		return fmt.Errorf("retention interval %v (--retention-interval, QUEEN_RETENTION_INTERVAL): want a positive duration, for example 5s", rc.Interval)
+	}
+	if rc.Batch < 1 || rc.Batch > 1_000_000 {
+		return fmt.Errorf("retention batch %d (--retention-batch, QUEEN_RETENTION_BATCH): want 1 to 1000000 rows", rc.Batch)
+	}
+	if rc.TxnsFloor <= 0 {
+		return fmt.Errorf("log_txns floor %v (QUEEN_TEST_TXNS_FLOOR, test only): want a positive duration", rc.TxnsFloor)
 	}
 	return nil
 }

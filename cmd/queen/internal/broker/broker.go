@@ -50,6 +50,10 @@ type Config struct {
 	ShardCount int
 	// MaxPendingItems bounds one partition's waiting items (default 20000).
 	MaxPendingItems int
+	// Retention configures the retention loop (QUEEN_RETENTION_INTERVAL,
+	// QUEEN_RETENTION_BATCH, test-only QUEEN_TEST_TXNS_FLOOR); zero values
+	// take persistence's defaults. Its Logger defaults to Logger.
+	Retention persistence.RetentionConfig
 	// DedupCacheOff starts with the broker-side dedup cache off
 	// (QUEEN_DEDUP_CACHE=off, SPEC.md §8); it can be switched live through
 	// /api/v1/admin/dedup-cache.
@@ -93,6 +97,7 @@ type Broker struct {
 	pg       *localpg.Cluster
 	dbURL    string
 	store    *persistence.Store
+	retain   *persistence.Retention
 	natsSrv  *server.Server
 	natsURL  string
 	nc       *nats.Conn
@@ -156,6 +161,12 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if b.store, err = persistence.Open(ctx, persistence.Config{URL: b.dbURL}); err != nil {
 		return err
 	}
+	rc := cfg.Retention
+	if rc.Logger == nil {
+		rc.Logger = b.log
+	}
+	b.retain = b.store.NewRetention(rc)
+	b.retain.Start(context.Background()) // one broker at a time deletes (SPEC.md §7)
 
 	// Two connections: client requests on one, the internal shard hops (and
 	// their replies) on the other, so a burst of large client bodies cannot
@@ -365,6 +376,9 @@ func (b *Broker) Stop(ctx context.Context) error {
 func (b *Broker) teardown(ctx context.Context) error {
 	defer close(b.stopped)
 	var errs []error
+	if b.retain != nil {
+		b.retain.Stop() // waits for the retention statement in flight
+	}
 	// Both front doors stop taking requests at once and answer the ones in
 	// flight. HTTP connections still sending a body get httpDrain to finish.
 	var wg sync.WaitGroup
