@@ -3,6 +3,8 @@ package persistence
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 )
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // Retention tests make rows old by moving their created_at back (tests
 // only), never by waiting.
@@ -177,10 +181,10 @@ func TestSidecarPurgeHonoursWindowCompletedRetentionAndFloor(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
 	low := RetentionConfig{TxnsFloor: time.Second}
-	configure(t, s, "w", `{"dedupWindowSeconds":5}`)                                 // cutoff 5 s
-	configure(t, s, "cr", `{"dedupWindowSeconds":5,"completedRetentionSeconds":50}`) // cutoff 50 s
-	configure(t, s, "long", `{"dedupWindowSeconds":500}`)                            // cutoff 500 s
-	configure(t, s, "zero", `{"dedupWindowSeconds":0}`)                              // the floor
+	configure(t, s, "w", `{"dedupWindowSeconds":30}`)                                  // cutoff 30 s
+	configure(t, s, "cr", `{"dedupWindowSeconds":30,"completedRetentionSeconds":300}`) // cutoff 300 s
+	configure(t, s, "long", `{"dedupWindowSeconds":3000}`)                             // cutoff 3000 s
+	configure(t, s, "zero", `{"dedupWindowSeconds":0}`)                                // the floor
 	w := partition(t, s, "w", "p")
 	cr := partition(t, s, "cr", "p")
 	long := partition(t, s, "long", "p")
@@ -191,7 +195,7 @@ func TestSidecarPurgeHonoursWindowCompletedRetentionAndFloor(t *testing.T) {
 	commitEach(t, s, long, "long", "p", "l0")
 	commitEach(t, s, zero, "zero", "p", "z0")
 	for _, pid := range []uuid.UUID{w, cr, long, zero} {
-		age(t, s, pid, 20*time.Second)
+		age(t, s, pid, 60*time.Second)
 	}
 
 	// The production floor (900 s) keeps every row younger than 900 s.
@@ -199,10 +203,10 @@ func TestSidecarPurgeHonoursWindowCompletedRetentionAndFloor(t *testing.T) {
 	require.Zero(t, c.Sidecar.Rows)
 
 	c = step(t, s, low)
-	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 4, Messages: 6}, c.Sidecar, "w (5 s) and zero (the 1 s floor)")
+	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 4, Messages: 6}, c.Sidecar, "w (30 s) and zero (the 1 s floor)")
 	require.Equal(t, rowCounts{Segments: 3, Messages: 5}, counts(t, s, w), "segments stay; log_txns and log_txn_hashes go together")
-	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Txns: 1, Hashes: 1}, counts(t, s, cr), "completedRetentionSeconds 50 keeps it")
-	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Txns: 1, Hashes: 1}, counts(t, s, long), "the window 500 keeps it")
+	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Txns: 1, Hashes: 1}, counts(t, s, cr), "completedRetentionSeconds 300 keeps it")
+	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Txns: 1, Hashes: 1}, counts(t, s, long), "the window 3000 keeps it")
 
 	// After the purge: an ack by transactionId is unresolvable, by offset it
 	// still commits.
@@ -214,13 +218,13 @@ func TestSidecarPurgeHonoursWindowCompletedRetentionAndFloor(t *testing.T) {
 	require.Equal(t, int64(5), out.Results[0].Offset)
 
 	for _, pid := range []uuid.UUID{cr, long} {
-		age(t, s, pid, 100*time.Second) // 120 s old
+		age(t, s, pid, 300*time.Second) // 360 s old
 	}
 	c = step(t, s, low)
-	require.Equal(t, int64(1), c.Sidecar.Rows, "cr is past 50 s, long is not past 500 s")
+	require.Equal(t, int64(1), c.Sidecar.Rows, "cr is past 300 s, long is not past 3000 s")
 	require.Equal(t, int64(0), counts(t, s, cr).Txns)
 	require.Equal(t, int64(1), counts(t, s, long).Txns)
-	age(t, s, long, 400*time.Second) // 520 s old
+	age(t, s, long, 2700*time.Second) // 3060 s old
 	c = step(t, s, low)
 	require.Equal(t, int64(1), c.Sidecar.Rows)
 
@@ -303,7 +307,7 @@ func TestRetentionNeverBlocksPushes(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
-	configure(t, s, "nb", `{"retentionSeconds":60,"dedupWindowSeconds":1}`)
+	configure(t, s, "nb", `{"retentionSeconds":60,"dedupWindowSeconds":60}`)
 	cfg := RetentionConfig{Batch: 10, TxnsFloor: time.Second}
 	pid := partition(t, s, "nb", "p")
 	commitEach(t, s, pid, "nb", "p", "old-a", "old-b", "old-c")
@@ -370,7 +374,7 @@ func TestRetentionLoopOneAtATime(t *testing.T) {
 	s := setup(t)
 	configure(t, s, "one", `{"retentionSeconds":60}`)
 	pid := partition(t, s, "one", "p")
-	cfg := RetentionConfig{Interval: 10 * time.Millisecond}
+	cfg := RetentionConfig{Interval: 10 * time.Millisecond, Logger: quiet}
 	a, b := s.NewRetention(cfg), s.NewRetention(cfg)
 	a.Start(context.Background())
 	b.Start(context.Background())
@@ -406,7 +410,7 @@ func TestRetentionLoopReacquiresAfterLosingItsConnection(t *testing.T) {
 	ctx := context.Background()
 	configure(t, s, "re", `{"retentionSeconds":60}`)
 	pid := partition(t, s, "re", "p")
-	r := s.NewRetention(RetentionConfig{Interval: 10 * time.Millisecond})
+	r := s.NewRetention(RetentionConfig{Interval: 10 * time.Millisecond, Logger: quiet})
 	r.Start(ctx)
 	t.Cleanup(r.Stop)
 	waitFor(t, "the loop leads", r.Leader)

@@ -63,14 +63,14 @@ func TestRetentionLoopDeletesAndDuplicatesKeepTheZeroID(t *testing.T) {
 func TestRetentionLoopPurgesTheSidecar(t *testing.T) {
 	t.Parallel()
 	e := retentionEnv(t)
-	e.configureOK(t, "http", []byte(`{"queue":"side","options":{"dedupWindowSeconds":5}}`))
+	e.configureOK(t, "http", []byte(`{"queue":"side","options":{"dedupWindowSeconds":30}}`))
 	orig := e.pushOK(t, "http", items(it("side", "p", "m1"), it("side", "p", "m2")), 2)
 	pid := orig[0].PartitionID
-	e.ageQueue(t, "side", 2*time.Second) // inside the window (5 s), past the floor (1 s)
+	e.ageQueue(t, "side", 10*time.Second) // inside the window (30 s), past the floor (1 s)
 	if s := e.stats(t, "side"); s.LogTxns != 1 {
 		t.Fatalf("purged inside the window: %+v", s)
 	}
-	e.ageQueue(t, "side", 30*time.Second)
+	e.ageQueue(t, "side", 60*time.Second)
 	eventually(t, 20*time.Second, 10*time.Millisecond, "the loop purges the sidecar", func() (bool, string) {
 		s := e.stats(t, "side")
 		return s.LogTxns == 0, "log_txns " + itoa(s.LogTxns)
