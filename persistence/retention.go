@@ -51,12 +51,12 @@ const retentionMaxStatements = 10000
 // RetentionConfig configures retention passes and the loop.
 type RetentionConfig struct {
 	// Interval is the pause between the end of one pass and the start of the
-	// next; default 5 s (DefaultRetentionInterval). Must not be negative.
+	// next; 0 (or less) takes the default, 5 s (DefaultRetentionInterval).
 	Interval time.Duration
 	// Batch bounds each statement: at most Batch segments (or log_txns rows),
 	// and no further segment once those taken hold Batch messages (a segment
-	// is never split, so one statement may delete one segment of more).
-	// Default 1000 (DefaultRetentionBatch).
+	// is never split, so a single segment of more messages goes whole).
+	// 0 (or less) takes the default, 1000 (DefaultRetentionBatch).
 	Batch int
 	// TxnsFloor is the least age of a purged sidecar row; default and
 	// production value 900 s (DefaultTxnsFloor). Only tests lower it
