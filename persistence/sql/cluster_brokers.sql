@@ -1,0 +1,7 @@
+-- The brokers for the cluster view, with how many live leases each holds.
+SELECT b.id, b.http_url, b.started_at, b.heartbeat_at, b.expires_at,
+       b.expires_at > clock_timestamp() AS live,
+       (SELECT count(*) FROM queen.shard_leases l
+        WHERE l.owner = b.id AND l.expires_at > clock_timestamp())::int AS shards
+FROM queen.brokers b
+ORDER BY b.started_at, b.id
