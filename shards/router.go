@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -17,9 +18,22 @@ type Router struct {
 	count int
 	// chunk is the largest internal message, kept below the server's max_payload.
 	chunk int
+	// owners and local make the router cluster-aware (NewClusterRouter).
+	owners Owners
+	local  PartitionPusher
+	stats  struct{ local, remote, fallback atomic.Uint64 }
 }
 
-// NewRouter returns a Router over nc for count shards (DefaultCount when <= 0).
+// Owners is the Router's view of shard ownership (Membership).
+type Owners interface {
+	// Remote reports whether another broker holds a live lease on shard n,
+	// so its items go to that broker over NATS. False means serve them here:
+	// this broker holds the lease, or no broker holds a live one.
+	Remote(n int) bool
+}
+
+// NewRouter returns a Router over nc for count shards (DefaultCount when <= 0)
+// that sends every shard's items over NATS.
 func NewRouter(nc *nats.Conn, count int) *Router {
 	if count <= 0 {
 		count = DefaultCount
@@ -29,6 +43,31 @@ func NewRouter(nc *nats.Conn, count int) *Router {
 		chunk = int(nc.MaxPayload()) / 2
 	}
 	return &Router{nc: nc, count: count, chunk: chunk}
+}
+
+// NewClusterRouter returns a Router that sends a shard's items over NATS
+// only when owners reports another broker holds a live lease on it; every
+// other shard's items, and those of a shard whose subject has no responder
+// (its owner stopped serving it), go straight to local, this broker's
+// partition actors. Correctness never waits for ownership: the partition row
+// lock decides every verdict wherever the actor runs (SPEC.md §9).
+func NewClusterRouter(nc *nats.Conn, count int, owners Owners, local PartitionPusher) *Router {
+	r := NewRouter(nc, count)
+	r.owners, r.local = owners, local
+	return r
+}
+
+// RouterStats counts the shard groups a Router handled: served here because
+// this broker owns the shard or no one does (Local), sent to the owner
+// (Remote), and sent but served here after all because no broker answered
+// the subject (Fallback, also counted in Remote).
+type RouterStats struct {
+	Local, Remote, Fallback uint64
+}
+
+// Stats returns the counts so far.
+func (r *Router) Stats() RouterStats {
+	return RouterStats{Local: r.stats.local.Load(), Remote: r.stats.remote.Load(), Fallback: r.stats.fallback.Load()}
 }
 
 // Push routes items and returns one verdict per item in request order. It
@@ -47,12 +86,31 @@ func (r *Router) Push(ctx context.Context, items []*queen.Item) []queen.Result {
 		groups[n] = append(groups[n], i)
 	}
 	var wg sync.WaitGroup
+	var here []int // indexes of the items served by this broker
+	localGroups, remoteGroups := 0, 0
 	for _, n := range shardsInOrder {
+		if r.local != nil && (r.owners == nil || !r.owners.Remote(n)) {
+			localGroups++
+			if len(shardsInOrder) == 1 {
+				here = groups[n]
+			} else {
+				here = append(here, groups[n]...)
+			}
+			continue
+		}
+		remoteGroups++
 		wg.Add(1)
 		go func(n int, idx []int) {
 			defer wg.Done()
 			r.pushShard(ctx, n, items, idx, results)
 		}(n, groups[n])
+	}
+	if localGroups > 0 {
+		r.stats.local.Add(uint64(localGroups))
+		waitGroups(ctx, enqueueByPartition(r.local, items, here), results)
+	}
+	if remoteGroups > 0 {
+		r.stats.remote.Add(uint64(remoteGroups))
 	}
 	wg.Wait()
 	return results
@@ -80,6 +138,17 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 			chunk[j] = items[idx[start+j]]
 		}
 		rs, err := r.request(ctx, n, chunk)
+		if err == errNoResponders {
+			if r.local != nil {
+				// No broker serves the shard (its owner released it, stopped
+				// or died): serve the rest of its items here, in order.
+				r.stats.fallback.Add(1)
+				waitGroups(ctx, enqueueByPartition(r.local, items, idx[start:]), results)
+				return
+			}
+			err = queen.ErrUnavailable.With("no broker serves shard %d; retry with the same transaction ids", n)
+		}
+		var again []int
 		for j := range chunk {
 			i := idx[start+j]
 			if err != nil || j >= len(rs) {
@@ -87,10 +156,23 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 				continue
 			}
 			results[i] = rs[j]
+			if r.local != nil && rs[j].Verdict == queen.Failed && rs[j].Err != nil && rs[j].Err.Code == queen.ErrShuttingDown.Code {
+				again = append(again, i)
+			}
+		}
+		if len(again) > 0 {
+			// The owner is shutting down and stored none of these: serve
+			// them here, before the shard's next chunk.
+			r.stats.fallback.Add(1)
+			waitGroups(ctx, enqueueByPartition(r.local, items, again), results)
 		}
 		start = end
 	}
 }
+
+// errNoResponders: no broker subscribes to the shard's subject. No broker
+// received the items, so they may be served elsewhere.
+var errNoResponders = errors.New("shards: no responders")
 
 func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]queen.Result, error) {
 	body := encodeItems(make([]byte, 0, 256*len(chunk)), chunk)
@@ -98,7 +180,7 @@ func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]que
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, queen.ErrUnavailable.With("no broker serves shard %d; retry with the same transaction ids", n)
+		return nil, errNoResponders
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.Canceled):
 		return nil, queen.ErrTimeout.With("shard %d did not answer in time; the outcome is unknown, retry with the same transaction ids", n)
 	default:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -95,6 +96,32 @@ func (s *Server) Serve(n int) error {
 	return nil
 }
 
+// Unserve stops serving shard n: its subscription drains (messages already
+// received are still answered) and is removed. Unserving a shard not served
+// is a no-op.
+func (s *Server) Unserve(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.subs[n]
+	if !ok {
+		return nil
+	}
+	delete(s.subs, n)
+	return sub.Drain()
+}
+
+// Serving lists the shards served, in order.
+func (s *Server) Serving() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int, 0, len(s.subs))
+	for n := range s.subs {
+		out = append(out, n)
+	}
+	sort.Ints(out)
+	return out
+}
+
 // Stop unsubscribes from every shard (draining messages already received) and
 // waits for the pushes in flight to be answered, or ctx to end.
 func (s *Server) Stop(ctx context.Context) error {
@@ -142,53 +169,79 @@ func (s *Server) handlePush(m *nats.Msg) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	type group struct {
-		idx []int
-		w   Waiter
-		err error
-	}
-	byPartition := map[[2]string]*group{}
-	var order []*group
-	for i, it := range items {
-		k := [2]string{it.Queue, it.Partition}
+	groups := enqueueByPartition(s.cfg.Pusher, items, nil)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		defer cancel()
+		results := make([]queen.Result, len(items))
+		waitGroups(ctx, groups, results)
+		if err := m.Respond(encodeResults(make([]byte, 0, 48*len(results)), results)); err != nil {
+			s.cfg.Logger.Warn("shard push reply not sent", "err", err)
+		}
+	}()
+}
+
+// partGroup is one partition's items of a request, handed to its actor.
+type partGroup struct {
+	idx []int // indexes into the request's items (and results)
+	w   Waiter
+	err error
+}
+
+// enqueueByPartition hands the items at idx (every item when idx is nil) to
+// p, one Enqueue per partition in order of first appearance, without
+// waiting: pushes enqueued one after another from one goroutine keep their
+// arrival order per partition.
+func enqueueByPartition(p PartitionPusher, items []*queen.Item, idx []int) []*partGroup {
+	byPartition := map[[2]string]*partGroup{}
+	var order []*partGroup
+	add := func(i int) {
+		k := [2]string{items[i].Queue, items[i].Partition}
 		g, ok := byPartition[k]
 		if !ok {
-			g = &group{}
+			g = &partGroup{}
 			byPartition[k] = g
 			order = append(order, g)
 		}
 		g.idx = append(g.idx, i)
+	}
+	if idx == nil {
+		for i := range items {
+			add(i)
+		}
+	} else {
+		for _, i := range idx {
+			add(i)
+		}
 	}
 	for _, g := range order {
 		part := make([]*queen.Item, len(g.idx))
 		for j, i := range g.idx {
 			part[j] = items[i]
 		}
-		g.w, g.err = s.cfg.Pusher.Enqueue(part[0].Queue, part[0].Partition, part)
+		g.w, g.err = p.Enqueue(part[0].Queue, part[0].Partition, part)
 	}
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-		defer cancel()
-		results := make([]queen.Result, len(items))
-		for _, g := range order {
-			var rs []queen.Result
-			err := g.err
-			if err == nil {
-				rs, err = g.w.Wait(ctx)
-			}
-			for j, i := range g.idx {
-				if err != nil || j >= len(rs) {
-					results[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.AsError(errOr(err))}
-					continue
-				}
-				results[i] = rs[j]
-			}
+	return order
+}
+
+// waitGroups waits for every group's verdicts and puts them at the groups'
+// indexes in results; a group that failed as a whole fails each of its items.
+func waitGroups(ctx context.Context, groups []*partGroup, results []queen.Result) {
+	for _, g := range groups {
+		var rs []queen.Result
+		err := g.err
+		if err == nil {
+			rs, err = g.w.Wait(ctx)
 		}
-		if err := m.Respond(encodeResults(make([]byte, 0, 48*len(results)), results)); err != nil {
-			s.cfg.Logger.Warn("shard push reply not sent", "err", err)
+		for j, i := range g.idx {
+			if err != nil || j >= len(rs) {
+				results[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.AsError(errOr(err))}
+				continue
+			}
+			results[i] = rs[j]
 		}
-	}()
+	}
 }
 
 // checkItems re-checks, on the shard side, what the front door validated

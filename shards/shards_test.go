@@ -173,3 +173,65 @@ func connectNATS(t *testing.T, maxPayload int32) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// owners is a fixed Owners: every shard remote or none.
+type owners bool
+
+func (o owners) Remote(int) bool { return bool(o) }
+
+// TestClusterRouterServesHereWhenNoOwnerAnswers: shards this broker owns (or
+// nobody does) go straight to the local pusher; a shard routed to an owner
+// whose subject has no responder, or whose owner answers shutting_down
+// (nothing stored), is served locally, in request order.
+func TestClusterRouterServesHereWhenNoOwnerAnswers(t *testing.T) {
+	nc := connectNATS(t, 0)
+	var items []*queen.Item
+	for i := 0; i < 30; i++ {
+		items = append(items, &queen.Item{Queue: "q", Partition: fmt.Sprintf("p%d", i%5), TransactionID: fmt.Sprintf("t%02d", i), Payload: []byte(`{}`)})
+	}
+	check := func(r *Router, rec *recorder, res []queen.Result) {
+		t.Helper()
+		for i, x := range res {
+			require.Equal(t, queen.Queued, x.Verdict, "item %d: %+v", i, x.Err)
+			require.Equal(t, int64(i/5), x.Offset, "item %d", i)
+		}
+		for p := 0; p < 5; p++ {
+			got := rec.got[fmt.Sprintf("q/p%d", p)]
+			require.Len(t, got, 6)
+			for j, txn := range got {
+				require.Equal(t, fmt.Sprintf("t%02d", j*5+p), txn)
+			}
+		}
+	}
+
+	rec := &recorder{got: map[string][]string{}}
+	r := NewClusterRouter(nc, 4, owners(false), rec)
+	check(r, rec, r.Push(context.Background(), items))
+	require.Equal(t, RouterStats{Local: r.Stats().Local}, r.Stats())
+	require.NotZero(t, r.Stats().Local)
+
+	rec = &recorder{got: map[string][]string{}}
+	r = NewClusterRouter(nc, 4, owners(true), rec)
+	check(r, rec, r.Push(context.Background(), items))
+	require.Equal(t, r.Stats().Remote, r.Stats().Fallback, "no responder on any shard: all served here")
+
+	// An owner shutting down answers every item shutting_down.
+	sub, err := nc.QueueSubscribe(SubjectPrefix+".*.push", queueGroup, func(m *nats.Msg) {
+		in, err := decodeItems(m.Data)
+		if err != nil {
+			return
+		}
+		out := make([]queen.Result, len(in))
+		for i := range out {
+			out[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.ErrShuttingDown}
+		}
+		m.Respond(encodeResults(nil, out)) //nolint:errcheck
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe() //nolint:errcheck
+	require.NoError(t, nc.Flush())
+	rec = &recorder{got: map[string][]string{}}
+	r = NewClusterRouter(nc, 4, owners(true), rec)
+	check(r, rec, r.Push(context.Background(), items))
+	require.NotZero(t, r.Stats().Fallback)
+}
