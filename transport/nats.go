@@ -22,6 +22,8 @@ const (
 	SubjectAckBatch    = "queen.v1.ack.batch"
 	SubjectLeaseExtend = "queen.v1.lease.extend"
 	SubjectTransaction = "queen.v1.transaction"
+	// SubjectCluster answers the cluster view of GET /api/v1/cluster (any body).
+	SubjectCluster = "queen.v1.cluster"
 	// ServiceName is the NATS micro service name (nats micro ls/info/stats).
 	ServiceName = "queen"
 	// QueueGroup is the queue group every broker serves the client subjects in.
@@ -46,7 +48,8 @@ const maxConcurrentRequests = 4096
 // queen.v1.push, queen.v1.configure, queen.v1.queue, queen.v1.pop (a JSON
 // body with the HTTP pop's query fields; an empty reply when nothing is
 // available), queen.v1.ack, queen.v1.ack.batch, queen.v1.lease.extend
-// ({"leaseId","seconds"}) and queen.v1.transaction, in queue group
+// ({"leaseId","seconds"}), queen.v1.transaction and queen.v1.cluster (the
+// cluster view of GET /api/v1/cluster), in queue group
 // "queen". Request and reply bodies are the HTTP ones; errors carry the micro
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
 // body (SPEC.md §11).
@@ -97,6 +100,7 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 		{"ack_batch", SubjectAckBatch, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.ackBatch(ctx, b) }},
 		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.extendLeaseNATS(ctx, b) }},
 		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.transaction(ctx, b) }},
+		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte, _ micro.Request) reply { return s.cluster(ctx) }},
 	}
 	for _, ep := range eps {
 		if err := svc.AddEndpoint(ep.name, async(ep.h), micro.WithEndpointSubject(ep.subject)); err != nil {

@@ -42,6 +42,8 @@ type Config struct {
 	// DedupCache, when set, is the dedup cache's kill switch and stats
 	// (/api/v1/admin/dedup-cache, /health).
 	DedupCache CacheSwitch
+	// Cluster, when set, answers GET /api/v1/cluster and queen.v1.cluster.
+	Cluster ClusterViewer
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push bodies being handled at once
@@ -203,6 +205,25 @@ func (s *Service) queue(ctx context.Context, name string) reply {
 		return errReply(err)
 	}
 	return reply{status: http.StatusOK, body: qi}
+}
+
+// ClusterViewer lists the cluster's brokers and shard leases
+// (shards.Membership).
+type ClusterViewer interface {
+	ClusterView(ctx context.Context) (queen.ClusterView, error)
+}
+
+// cluster answers GET /api/v1/cluster: brokers with heartbeat expiries,
+// every shard's owner and lease expiry, as PostgreSQL records them.
+func (s *Service) cluster(ctx context.Context) reply {
+	if s.cfg.Cluster == nil {
+		return errReply(queen.ErrNotFound.With("this broker has no cluster view"))
+	}
+	v, err := s.cfg.Cluster.ClusterView(ctx)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: v}
 }
 
 // CacheSwitch is the broker-side dedup cache seen from the transports.
