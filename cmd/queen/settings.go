@@ -15,6 +15,7 @@ import (
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/shards"
 )
 
 // envOr returns the environment variable's value, or def when unset or empty.
@@ -108,6 +109,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := retentionSettings(cmd, &cfg.Retention); err != nil {
 				return err
 			}
+			if err := clusterSettings(cmd, &cfg); err != nil {
+				return err
+			}
 			if cfg.MaxPayloadBytes <= 0 || cfg.MaxPayloadBytes > 16<<20 {
 				return fmt.Errorf("--max-payload-bytes %d: want 1 to %d (the 16 MiB body limit)", cfg.MaxPayloadBytes, 16<<20)
 			}
@@ -144,7 +148,36 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.IntVar(&cfg.Retention.Batch, "retention-batch", persistence.DefaultRetentionBatch, "most rows (and about most messages) one retention statement deletes (env QUEEN_RETENTION_BATCH)")
 	f.DurationVar(&cfg.Retention.TxnsFloor, "test-txns-floor", persistence.DefaultTxnsFloor, "TEST ONLY: least age of a purged log_txns row; production keeps the default (env QUEEN_TEST_TXNS_FLOOR)")
 	_ = f.MarkHidden("test-txns-floor")
+	f.DurationVar(&cfg.ShardLease, "shard-lease", shards.DefaultLease, "how long a shard lease lives without renewal, a Go duration; renewed every third of it, and a dead broker's shards move after it (env QUEEN_SHARD_LEASE)")
+	f.IntVar(&cfg.ShardCount, "shard-count", 0, "shards of a new cluster (64 when 0); fixed at creation, a broker with another count refuses to start (env QUEEN_SHARD_COUNT)")
 	return cmd
+}
+
+// clusterSettings applies QUEEN_SHARD_LEASE and QUEEN_SHARD_COUNT where their
+// flags were not given and checks them (SPEC.md §9).
+func clusterSettings(cmd *cobra.Command, cfg *broker.Config) error {
+	f := cmd.Flags()
+	if v := os.Getenv("QUEEN_SHARD_LEASE"); v != "" && !f.Changed("shard-lease") {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("QUEEN_SHARD_LEASE=%q is not a Go duration (for example 10s or 1m)", v)
+		}
+		cfg.ShardLease = d
+	}
+	if v := os.Getenv("QUEEN_SHARD_COUNT"); v != "" && !f.Changed("shard-count") {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("QUEEN_SHARD_COUNT=%q is not a whole number of shards", v)
+		}
+		cfg.ShardCount = n
+	}
+	if cfg.ShardLease < time.Second || cfg.ShardLease > time.Hour {
+		return fmt.Errorf("shard lease %v (--shard-lease, QUEEN_SHARD_LEASE): want 1s to 1h, for example 10s", cfg.ShardLease)
+	}
+	if cfg.ShardCount < 0 || cfg.ShardCount > 65536 {
+		return fmt.Errorf("shard count %d (--shard-count, QUEEN_SHARD_COUNT): want 1 to 65536, or 0 for the cluster's (64 for a new one)", cfg.ShardCount)
+	}
+	return nil
 }
 
 // dedupCacheSettings validates the dedup cache settings (SPEC.md §8) into cfg.

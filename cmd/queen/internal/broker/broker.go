@@ -46,8 +46,16 @@ type Config struct {
 	PGBin string
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES, default 1 MiB.
 	MaxPayloadBytes int
-	// ShardCount is the number of shards (SPEC.md §9), default 64.
+	// ShardCount is the number of shards (SPEC.md §9, QUEEN_SHARD_COUNT). It
+	// is fixed when the first broker starts on a database (default 64) and
+	// stored there; 0 adopts the stored count, and a broker configured with
+	// a different count refuses to start.
 	ShardCount int
+	// ShardLease is how long a shard lease and a broker heartbeat live
+	// without renewal (QUEEN_SHARD_LEASE, default 10s); leases are renewed
+	// every ShardLease/3, and a broker that stops renewing loses its shards
+	// at most ShardLease after its last renewal.
+	ShardLease time.Duration
 	// MaxPendingItems bounds one partition's waiting items (default 20000).
 	MaxPendingItems int
 	// Retention configures the retention loop (QUEEN_RETENTION_INTERVAL,
@@ -79,8 +87,8 @@ func (c *Config) defaults() {
 	if c.NATSListen == "" {
 		c.NATSListen = "127.0.0.1:4222"
 	}
-	if c.ShardCount <= 0 {
-		c.ShardCount = shards.DefaultCount
+	if c.ShardLease <= 0 {
+		c.ShardLease = shards.DefaultLease
 	}
 	if c.Version == "" {
 		c.Version = "0.1.0"
@@ -105,6 +113,8 @@ type Broker struct {
 	host     *actors.Host
 	cache    *actors.Cache
 	shardSrv *shards.Server
+	members  *shards.Membership
+	router   *shards.Router
 	svc      *transport.Service
 	cons     *actors.Consumers
 	notifier *transport.Notifier
@@ -168,6 +178,11 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.retain = b.store.NewRetention(rc)
 	b.retain.Start(context.Background()) // one broker at a time deletes (SPEC.md §7)
 
+	if cfg.ShardCount, err = b.joinCluster(ctx); err != nil {
+		return err
+	}
+	b.cfg.ShardCount = cfg.ShardCount
+
 	// Two connections: client requests on one, the internal shard hops (and
 	// their replies) on the other, so a burst of large client bodies cannot
 	// starve or disconnect the hops.
@@ -186,10 +201,18 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	registerCacheMetrics(b.metrics, b.cache)
 	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New})
 	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
-	if err = b.shardSrv.ServeAll(); err != nil {
+	// The shards this broker serves are those it holds leases on (SPEC.md
+	// §9); a broker alone holds them all once Start returns.
+	b.members = shards.NewMembership(shards.MembershipConfig{
+		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(),
+		Count: cfg.ShardCount, Lease: cfg.ShardLease, Logger: b.log,
+	})
+	if err = b.members.Start(ctx); err != nil {
 		return err
 	}
-	router := shards.NewRouter(b.ncShards, cfg.ShardCount)
+	router := shards.NewClusterRouter(b.ncShards, cfg.ShardCount, b.members, shards.ActorPusher(b.host))
+	b.router = router
+	registerClusterMetrics(b.metrics, b.members, router)
 	b.cons = actors.NewConsumers(b.store, 0)
 	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
 		return err
@@ -201,7 +224,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{b.cons, b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
-		DedupCache: cacheSwitch{b.cache},
+		DedupCache: cacheSwitch{b.cache}, Cluster: b.members,
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
@@ -221,6 +244,23 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}()
 	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount)
 	return nil
+}
+
+// joinCluster creates the cluster's shard count on a new database, or reads
+// the stored one: a broker configured with another count refuses to start.
+func (b *Broker) joinCluster(ctx context.Context) (int, error) {
+	want := b.cfg.ShardCount
+	if want <= 0 {
+		want = shards.DefaultCount
+	}
+	n, err := b.store.InitCluster(ctx, want)
+	if err != nil {
+		return 0, fmt.Errorf("broker: reading the cluster's shard count: %w", err)
+	}
+	if b.cfg.ShardCount > 0 && n != b.cfg.ShardCount {
+		return 0, fmt.Errorf("broker: this database's cluster has %d shards (fixed when its first broker started), but this broker is configured for %d: unset QUEEN_SHARD_COUNT or set it to %d", n, b.cfg.ShardCount, n)
+	}
+	return n, nil
 }
 
 // connectNATS connects to the broker's NATS server, reconnecting forever and
@@ -376,6 +416,13 @@ func (b *Broker) Stop(ctx context.Context) error {
 func (b *Broker) teardown(ctx context.Context) error {
 	defer close(b.stopped)
 	var errs []error
+	if b.members != nil {
+		// First: the leases go, so the other brokers take the shards while
+		// this one still answers what is routed to it.
+		if err := b.members.Stop(ctx); err != nil {
+			b.log.Warn("shard leases not released; they run out after the lease", "err", err)
+		}
+	}
 	if b.retain != nil {
 		b.retain.Stop() // waits for the retention statement in flight
 	}
