@@ -34,6 +34,10 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 			SELECT $1, g, g + 99, clock_timestamp(), decode(repeat('ab', 1600), 'hex'), ''::bytea
 			  FROM generate_series($2::int, $3::int, 100) g`, pid, from, to)
 		require.NoError(t, err)
+		_, err = conn.Exec(ctx, `INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+			SELECT $1, g, g + 99, clock_timestamp(), decode(repeat('cd', 1600), 'hex')
+			  FROM generate_series($2::int, $3::int, 100) g`, pid, from, to)
+		require.NoError(t, err)
 	}
 	_, err = conn.Exec(ctx, `INSERT INTO queen.queues (name) VALUES ('q');
 		INSERT INTO queen.partitions (id, queue_id, name) SELECT '`+pid+`', id, 'p' FROM queen.queues`)
@@ -75,4 +79,21 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 	require.NotNil(t, m, text)
 	buffers, _ := strconv.Atoi(m[1])
 	require.Less(t, buffers, 1000, text)
+
+	// A warm cache's watermark (the last offset): the probe reads the
+	// log_txns rows after it through the primary key (none here) and looks
+	// nothing up by hash.
+	narrowed := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{199999}', '{1}', '{100}', array_fill(false, ARRAY[100]), '{3600}')`
+	rows, err = conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+narrowed)
+	require.NoError(t, err)
+	plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	text = strings.Join(plan, "\n")
+	require.Contains(t, text, "Index Scan using log_txns_pkey", text)
+	require.NotContains(t, text, "Seq Scan on log_txns", text)
+	require.NotContains(t, text, "Seq Scan on partitions", text)
+	m = regexp.MustCompile(`Buffers: shared hit=(\d+)`).FindStringSubmatch(text)
+	require.NotNil(t, m, text)
+	buffers, _ = strconv.Atoi(m[1])
+	require.Less(t, buffers, 50, text)
 }

@@ -46,6 +46,10 @@ func openPool(ctx context.Context, url string, maxConns int32, settings map[stri
 	if err != nil {
 		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
 	}
+	// Every statement here is a short OLTP statement: JIT compilation costs
+	// tens of milliseconds and is triggered by cost estimates of branches
+	// that usually read nothing (the probe's narrowed scan).
+	pc.ConnConfig.RuntimeParams["jit"] = "off"
 	for k, v := range settings {
 		pc.ConnConfig.RuntimeParams[k] = v
 	}

@@ -21,6 +21,11 @@
 -- The watermark is a segment boundary (persistence.PushBatch), so "segments
 -- after it" is first_offset > watermark.
 --
+-- The conditions that choose a branch (narrowed, suspect, window > 0) sit
+-- inside the LATERAL subqueries, where they only read outer values and
+-- become one-time filters: a branch that does not apply reads nothing
+-- (outside, they filtered rows only after every lookup had run).
+--
 -- Every lookup is an equality on a primary key or on both columns of
 -- log_txn_hashes_lookup, and the LATERAL ... OFFSET 0 subqueries keep them
 -- per-row lookups, so each incoming hash is one index descent whatever the
@@ -28,16 +33,17 @@
 -- tables were small must not scan a partition later (an `= ANY(array
 -- slice)` probe and a `first_offset <= x ORDER BY ... LIMIT 1` segment lookup
 -- both did, and pushes slowed down as the window filled).
-WITH w AS MATERIALIZED (
-    SELECT i.partition_id, i.watermark, i.lo, i.hi, s.seconds,
-           (i.watermark >= 0 AND s.seconds <= i.assumed) AS narrowed
+WITH w0 AS MATERIALIZED (
+    SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed,
+           (SELECT q.dedup_window_seconds
+              FROM queen.partitions p
+              JOIN queen.queues q ON q.id = p.queue_id
+             WHERE p.id = i.partition_id) AS seconds
       FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[], $7::bigint[]) AS i (partition_id, watermark, lo, hi, assumed)
-     CROSS JOIN LATERAL (
-        SELECT q.dedup_window_seconds AS seconds
-          FROM queen.partitions p
-          JOIN queen.queues q ON q.id = p.queue_id
-         WHERE p.id = i.partition_id
-     ) s
+), w AS MATERIALIZED (
+    SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds,
+           (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed
+      FROM w0
 )
 SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id
   FROM w
@@ -54,12 +60,12 @@ SELECT x.partition_id,
  CROSS JOIN LATERAL (
     SELECT x.partition_id, x.hash, x."offset", x.segment
       FROM queen.log_txn_hashes x
-     WHERE x.partition_id = w.partition_id
+     WHERE (NOT w.narrowed OR h.suspect) AND w.seconds > 0
+       AND x.partition_id = w.partition_id
        AND x.hash = h.hash
        AND x.created_at > clock_timestamp() - make_interval(secs => w.seconds)
     OFFSET 0
  ) x
- WHERE w.seconds > 0 AND (NOT w.narrowed OR h.suspect)
 UNION ALL
 SELECT w.partition_id,
        w.seconds,
@@ -72,8 +78,13 @@ SELECT w.partition_id,
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes
       FROM queen.log_txns t
-     WHERE t.partition_id = w.partition_id
+     WHERE w.narrowed AND w.seconds > 0
+       AND t.partition_id = w.partition_id
+       -- A two-sided range on parameters is estimated narrow, so this
+       -- stays a primary-key range scan (a one-sided one was planned as a
+       -- scan of the table when one partition held most of it).
        AND t.first_offset > w.watermark
+       AND t.first_offset < w.watermark + 4611686018427387904
        AND t.created_at > clock_timestamp() - make_interval(secs => w.seconds)
     OFFSET 0
  ) t
@@ -81,4 +92,4 @@ SELECT w.partition_id,
     SELECT k.i, encode(substring(t.hashes FROM (k.i * 16 + 1)::int FOR 16), 'hex')::uuid AS hash
       FROM generate_series(0, length(t.hashes) / 16 - 1) AS k (i)
  ) u
- WHERE w.seconds > 0 AND w.narrowed AND u.hash = ANY (($2::uuid[])[w.lo:w.hi])
+ WHERE u.hash = ANY (($2::uuid[])[w.lo:w.hi])
