@@ -116,7 +116,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 	for _, r := range reqs {
 		batch.Items = append(batch.Items, r.items...)
 	}
-	batch.LeaderOf = leaders(batch.Items)
+	batch.LeaderOf = persistence.Leaders(batch.Items)
 	a.cache.Prepare(batch)
 
 	self := ctx.Self()
@@ -160,21 +160,6 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		batch.PartitionID = id
 		a.host.bundler.submit(job)
 	}()
-}
-
-// leaders maps every item to the first item with the same hash (SPEC.md §3).
-func leaders(items []*queen.Item) []int32 {
-	out := make([]int32, len(items))
-	seen := make(map[queen.Hash]int32, len(items))
-	for i, it := range items {
-		if l, ok := seen[it.Hash]; ok {
-			out[i] = l
-			continue
-		}
-		seen[it.Hash] = int32(i)
-		out[i] = int32(i)
-	}
-	return out
 }
 
 func failAll(b *persistence.PushBatch, err error) persistence.PushOutcome {

@@ -164,39 +164,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		}
 		return rows.Err()
 	})
-	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var pid [16]byte
-			var seconds *int64
-			var k pgtype.UUID
-			var off *int64
-			var mid []byte
-			if err := rows.Scan(&pid, &seconds, &k, &off, &mid); err != nil {
-				return err
-			}
-			if !k.Valid { // the partition's window row
-				if lp, ok := locked[pid]; ok && seconds != nil {
-					lp.window = *seconds
-					locked[pid] = lp
-				}
-				continue
-			}
-			m := hits[pid]
-			if m == nil {
-				m = map[queen.Hash]hit{}
-				hits[pid] = m
-			}
-			if old, ok := m[k.Bytes]; ok && old.offset < *off {
-				continue // the lowest offset is the original
-			}
-			var id uuid.UUID
-			if len(mid) == 16 {
-				copy(id[:], mid)
-			}
-			m[k.Bytes] = hit{offset: *off, id: id}
-		}
-		return rows.Err()
-	})
+	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed).Query(scanProbe(locked, hits))
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		rollback(conn)
 		return err
@@ -322,6 +290,61 @@ func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit
 	}
 	out.LastOffset = next - 1
 	return msgIDs, frames, hashes, keys, clean
+}
+
+// scanProbe reads a probe's rows (bundle_probe, txn_probe): each partition's
+// window into locked, and each hit's lowest offset and original id into hits.
+func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var pid [16]byte
+			var seconds *int64
+			var k pgtype.UUID
+			var off *int64
+			var mid []byte
+			if err := rows.Scan(&pid, &seconds, &k, &off, &mid); err != nil {
+				return err
+			}
+			if !k.Valid { // the partition's window row
+				if lp, ok := locked[pid]; ok && seconds != nil {
+					lp.window = *seconds
+					locked[pid] = lp
+				}
+				continue
+			}
+			m := hits[pid]
+			if m == nil {
+				m = map[queen.Hash]hit{}
+				hits[pid] = m
+			}
+			if old, ok := m[k.Bytes]; ok && old.offset < *off {
+				continue // the lowest offset is the original
+			}
+			var id uuid.UUID
+			if len(mid) == 16 {
+				copy(id[:], mid)
+			}
+			m[k.Bytes] = hit{offset: *off, id: id}
+		}
+		return rows.Err()
+	}
+}
+
+// Leaders maps every item to the first item with the same hash: the
+// leader/follower rule for in-request repeats (SPEC.md §3), for
+// PushBatch.LeaderOf.
+func Leaders(items []*queen.Item) []int32 {
+	out := make([]int32, len(items))
+	seen := make(map[queen.Hash]int32, len(items))
+	for i, it := range items {
+		if l, ok := seen[it.Hash]; ok {
+			out[i] = l
+			continue
+		}
+		seen[it.Hash] = int32(i)
+		out[i] = int32(i)
+	}
+	return out
 }
 
 func pgUUID(b [16]byte) pgtype.UUID { return pgtype.UUID{Bytes: b, Valid: true} }

@@ -101,7 +101,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 	sortUUIDs(pushPIDs)
 	for _, pid := range pushPIDs {
 		p := parts[pid]
-		p.batch.LeaderOf = txnLeaders(p.batch.Items)
+		p.batch.LeaderOf = Leaders(p.batch.Items)
 	}
 
 	// Acks, by consumer row.
@@ -299,39 +299,7 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 		return rows.Err()
 	})
 	if len(pushPIDs) > 0 {
-		pb.Queue(sqlTxnProbe, probePIDs, probeHashes, probeLo, probeHi).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var pid [16]byte
-				var seconds *int64
-				var k pgtype.UUID
-				var off *int64
-				var mid []byte
-				if err := rows.Scan(&pid, &seconds, &k, &off, &mid); err != nil {
-					return err
-				}
-				if !k.Valid { // the partition's window row
-					if lp, ok := locked[pid]; ok && seconds != nil {
-						lp.window = *seconds
-						locked[pid] = lp
-					}
-					continue
-				}
-				m := hits[pid]
-				if m == nil {
-					m = map[queen.Hash]hit{}
-					hits[pid] = m
-				}
-				if old, ok := m[k.Bytes]; ok && old.offset < *off {
-					continue // the lowest offset is the original
-				}
-				var id uuid.UUID
-				if len(mid) == 16 {
-					copy(id[:], mid)
-				}
-				m[k.Bytes] = hit{offset: *off, id: id}
-			}
-			return rows.Err()
-		})
+		pb.Queue(sqlTxnProbe, probePIDs, probeHashes, probeLo, probeHi).Query(scanProbe(locked, hits))
 	}
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return unavailable(err)
@@ -460,21 +428,6 @@ func ackAbort(op int, a queen.AckItem, r queen.AckResult) *queen.TxnAbort {
 		ab.LeaseID = a.LeaseID.String()
 	}
 	return ab
-}
-
-// txnLeaders maps every item to the first item with the same hash (SPEC.md §3).
-func txnLeaders(items []*queen.Item) []int32 {
-	out := make([]int32, len(items))
-	seen := make(map[queen.Hash]int32, len(items))
-	for i, it := range items {
-		if l, ok := seen[it.Hash]; ok {
-			out[i] = l
-			continue
-		}
-		seen[it.Hash] = int32(i)
-		out[i] = int32(i)
-	}
-	return out
 }
 
 func sortUUIDs(ids []uuid.UUID) {
