@@ -140,27 +140,22 @@ func (g *groupHint) drop(pid uuid.UUID) {
 // pick returns up to n hinted partitions, rotating where it starts so
 // consumers of a group spread over the partitions.
 func (c *Consumers) pick(queue, group string, n int) []uuid.UUID {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	q := c.queue(queue)
-	g := q.groups[group]
-	if g == nil {
-		g = &groupHint{}
-		q.groups[group] = g
-	}
-	if len(g.cands) == 0 {
-		return nil
-	}
-	n = min(n, len(g.cands))
-	out := make([]uuid.UUID, n)
-	start := g.next % len(g.cands)
-	for i := range out {
-		out[i] = g.cands[(start+i)%len(g.cands)]
-	}
-	g.next = start + 1
+	var out []uuid.UUID
+	c.update(queue, group, func(g *groupHint) {
+		if len(g.cands) == 0 {
+			return
+		}
+		out = make([]uuid.UUID, min(n, len(g.cands)))
+		start := g.next % len(g.cands)
+		for i := range out {
+			out[i] = g.cands[(start+i)%len(g.cands)]
+		}
+		g.next = start + 1
+	})
 	return out
 }
 
+// update runs fn on the hint of (queue, group), created on first use.
 func (c *Consumers) update(queue, group string, fn func(g *groupHint)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
