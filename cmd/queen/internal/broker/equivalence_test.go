@@ -12,9 +12,12 @@ package broker
 // (what the passing of d seconds looks like to the window check, which runs
 // on PostgreSQL's clock). Virtual ages are multiples of 50 s and windows of
 // 100 s, so the milliseconds the test itself takes never sit on a boundary.
-// Retention: segments older than retainSeconds are deleted (the original's
-// id becomes the zero UUID), sidecar rows older than GREATEST(window,
-// floorSeconds) are purged (the id is forgotten), as the retention loop does.
+// Retention: a step of the real retention loop (persistence.RetentionStep)
+// with the queue's retentionSeconds = retainSeconds and the test-only
+// sidecar floor lowered to floorSeconds: segments older than retainSeconds
+// go (the original's id becomes the zero UUID), sidecar rows older than
+// GREATEST(window, floorSeconds) are purged (the id is forgotten). The
+// brokers' own loops are slowed to once an hour so only these steps act.
 
 import (
 	"context"
@@ -24,6 +27,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/queen-mq/queen-go/persistence"
 )
 
 const (
@@ -150,9 +156,15 @@ func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
 	t.Helper()
 	ctx := context.Background()
 	db := envs[0].db
+	store, err := persistence.Open(ctx, persistence.Config{URL: envs[0].url, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
 	canon := map[string]string{zeroUUID: "zero"}
 	next := 0
 	window := 3600
+	eqConfigure(t, envs[0], window)
 	var out []string
 	pushes := 0
 	for i, op := range ops {
@@ -178,7 +190,7 @@ func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
 			}
 		case "window":
 			window = op.window
-			envs[0].configureOK(t, "http", []byte(fmt.Sprintf(`{"queue":%q,"options":{"dedupWindowSeconds":%d}}`, eqQueue, op.window)))
+			eqConfigure(t, envs[0], window)
 		case "advance":
 			for _, tbl := range []string{"segments", "log_txns", "log_txn_hashes"} {
 				if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)`, tbl, op.secs)); err != nil {
@@ -186,20 +198,19 @@ func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
 				}
 			}
 		case "retain":
-			purge := max(window, floorSeconds)
-			stmts := []string{
-				fmt.Sprintf(`DELETE FROM queen.segments WHERE created_at < clock_timestamp() - make_interval(secs => %d)`, retainSeconds),
-				fmt.Sprintf(`DELETE FROM queen.log_txn_hashes WHERE created_at < clock_timestamp() - make_interval(secs => %d)`, purge),
-				fmt.Sprintf(`DELETE FROM queen.log_txns WHERE created_at < clock_timestamp() - make_interval(secs => %d)`, purge),
-			}
-			for _, s := range stmts {
-				if _, err := db.Exec(ctx, s); err != nil {
-					t.Fatal(err)
-				}
+			if _, err := store.RetentionStep(ctx, persistence.RetentionConfig{TxnsFloor: floorSeconds * time.Second}); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
 	return out
+}
+
+// eqConfigure sets the queue's window, keeping retentionSeconds (a
+// configure is a full replace).
+func eqConfigure(t *testing.T, e *env, window int) {
+	t.Helper()
+	e.configureOK(t, "http", []byte(fmt.Sprintf(`{"queue":%q,"options":{"dedupWindowSeconds":%d,"retentionSeconds":%d}}`, eqQueue, window, retainSeconds)))
 }
 
 func eqExpected(ops []eqOp) []string {
@@ -221,7 +232,7 @@ func eqExpected(ops []eqOp) []string {
 }
 
 func TestDedupCacheEquivalence(t *testing.T) {
-	seeds := 3
+	seeds := 5
 	if v := os.Getenv("QUEEN_EQUIV_SEEDS"); v != "" {
 		seeds, _ = strconv.Atoi(v)
 	}
@@ -235,20 +246,21 @@ func TestDedupCacheEquivalence(t *testing.T) {
 			t.Parallel()
 			ops := eqSequence(seed, 120)
 			want := eqExpected(ops)
+			slow := func(c *Config) { c.Retention.Interval = time.Hour }
 			runs := []struct {
 				name  string
 				setup func(t *testing.T) []*env
 			}{
 				{"cache-off", func(t *testing.T) []*env {
-					return []*env{startEnv(t, func(c *Config) { c.DedupCacheOff = true })}
+					return []*env{startEnv(t, func(c *Config) { slow(c); c.DedupCacheOff = true })}
 				}},
-				{"cache-on", func(t *testing.T) []*env { return []*env{startEnv(t, nil)} }},
+				{"cache-on", func(t *testing.T) []*env { return []*env{startEnv(t, slow)} }},
 				{"cache-evicting", func(t *testing.T) []*env {
-					return []*env{startEnv(t, func(c *Config) { c.DedupCacheBytes = 800 })}
+					return []*env{startEnv(t, func(c *Config) { slow(c); c.DedupCacheBytes = 800 })}
 				}},
 				{"two-brokers", func(t *testing.T) []*env {
-					a := startEnv(t, nil)
-					b := startEnvOn(t, a.url, func(c *Config) { c.NATSURL = a.b.NATSURL() })
+					a := startEnv(t, slow)
+					b := startEnvOn(t, a.url, func(c *Config) { slow(c); c.NATSURL = a.b.NATSURL() })
 					return []*env{a, b}
 				}},
 			}
