@@ -116,6 +116,23 @@ type Config struct {
 	// Label prefixes progress lines (Compare sets "round 2 broker").
 	Label string
 
+	// Targets, when it holds several HTTP URLs (the brokers of a
+	// cluster), spreads the producers and consumers over them round robin;
+	// a client whose broker fails in transport moves to the next one.
+	// Target stays the first (the wake probe, the configure call).
+	Targets []string
+	// Cluster, when set, is the cluster of broker processes the run drives
+	// (StartCluster): the run watches its shard ownership, applies Chaos,
+	// and reports both (Report.Cluster).
+	Cluster *Cluster
+	// Chaos is ChaosNone ("" too) or ChaosKill (needs Cluster): every
+	// ChaosInterval (default 20s, at least twice the brokers' shard lease)
+	// a random live broker is killed with SIGKILL and restarted after
+	// ChaosPause (default 1s), while the producers run.
+	Chaos         string
+	ChaosInterval time.Duration
+	ChaosPause    time.Duration
+
 	// AfterLoad, when set, runs after the load and before the audit or
 	// count (tests use it to tamper with the database).
 	AfterLoad func(ctx context.Context) error
@@ -184,6 +201,24 @@ func (c *Config) Validate() error {
 	case c.WakeProbes < 0 || c.WakeProbes > 10000:
 		return fmt.Errorf("wake probes %d: want 0..10000", c.WakeProbes)
 	}
+	switch c.Chaos {
+	case "", ChaosNone:
+	case ChaosKill:
+		lease := 10 * time.Second // the brokers' default
+		if c.Cluster != nil && c.Cluster.cfg.Lease > 0 {
+			lease = c.Cluster.cfg.Lease
+		}
+		switch {
+		case c.Cluster == nil:
+			return errors.New("chaos kill needs brokers of our own: pass --brokers N")
+		case c.ChaosInterval < 2*lease:
+			return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", c.ChaosInterval, 2*lease)
+		case c.ChaosPause < 0 || c.ChaosPause >= c.ChaosInterval:
+			return fmt.Errorf("chaos pause %s: want 0 up to the chaos interval %s", c.ChaosPause, c.ChaosInterval)
+		}
+	default:
+		return fmt.Errorf("chaos %q: want none or kill", c.Chaos)
+	}
 	if c.Mode == ModeBroker {
 		u, err := url.Parse(c.Target)
 		if err != nil || (u.Scheme != "nats" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -222,6 +257,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PollTimeout <= 0 {
 		c.PollTimeout = 2 * time.Second
+	}
+	if c.Chaos == ChaosKill && c.ChaosInterval <= 0 {
+		c.ChaosInterval = 20 * time.Second
+	}
+	if c.Chaos == ChaosKill && c.ChaosPause == 0 {
+		c.ChaosPause = time.Second
 	}
 	if c.ConsumeDrainTimeout <= 0 {
 		c.ConsumeDrainTimeout = 60 * time.Second

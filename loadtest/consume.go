@@ -59,7 +59,23 @@ type dialer func(name string) (consumeClient, error)
 // like independent clients, or one shared HTTP client.
 func targetDialer(cfg *Config) dialer {
 	hc := newHTTPClient(cfg.Groups*cfg.Consumers + 2)
-	return func(name string) (consumeClient, error) { return newConsumeClient(cfg.Target, name, hc) }
+	if len(cfg.Targets) > 1 && !strings.HasPrefix(cfg.Target, "nats://") {
+		// Spread over the brokers round robin (the admin client first).
+		n := 0
+		return func(string) (consumeClient, error) {
+			n++
+			return newFailoverConsumer(hc, cfg.Targets, n-1), nil
+		}
+	}
+	return func(name string) (consumeClient, error) {
+		cl, err := newConsumeClient(cfg.Target, name, hc)
+		if nc, ok := cl.(*natsConsumer); ok && cfg.Chaos == ChaosKill {
+			// A pop that went to a killed broker is never answered: give
+			// up on it as on a push.
+			nc.slack = min(10*time.Second, cfg.RequestTimeout)
+		}
+		return cl, err
+	}
 }
 
 // newConsumePhase connects the consumers' clients through dial.

@@ -63,12 +63,18 @@ func newConsumeClient(target, name string, hc *http.Client) (consumeClient, erro
 type natsConsumer struct {
 	nc *nats.Conn
 	c  *transport.Client
+	// slack is how long a pop may take beyond its long poll (default 10s).
+	slack time.Duration
 }
 
 func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
 	// The broker answers by the end of the long poll (at once without
-	// one); allow it 10 s more.
-	ctx, cancel := context.WithTimeout(ctx, r.wait+10*time.Second)
+	// one); allow it slack more.
+	slack := n.slack
+	if slack <= 0 {
+		slack = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.wait+slack)
 	defer cancel()
 	res, err := n.c.Pop(ctx, transport.PopOptions{Queue: r.queue, Partition: r.partition, Batch: r.batch, Wait: r.wait > 0,
 		TimeoutMs: int(r.wait.Milliseconds()), ConsumerGroup: r.group})
@@ -112,6 +118,9 @@ func asQueenError(err error, what string) error {
 type httpConsumer struct {
 	hc   *http.Client
 	base string
+	// transportFailed tells whether the last request failed in transport
+	// (no answer from the broker).
+	transportFailed bool
 }
 
 func (h *httpConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
@@ -198,8 +207,10 @@ func (h *httpConsumer) do(ctx context.Context, method, u string, body []byte) (i
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	h.transportFailed = false
 	resp, err := h.hc.Do(req)
 	if err != nil {
+		h.transportFailed = true
 		if ctx.Err() != nil {
 			return 0, nil, queen.ErrTimeout.With("%s %s: %v", method, u, err)
 		}
@@ -208,6 +219,7 @@ func (h *httpConsumer) do(ctx context.Context, method, u string, body []byte) (i
 	data, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
+		h.transportFailed = true
 		return 0, nil, queen.ErrTimeout.With("%s %s: reading the reply: %v", method, u, err)
 	}
 	return resp.StatusCode, data, nil

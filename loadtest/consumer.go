@@ -58,6 +58,8 @@ type consumeCounters struct {
 	deadLettered                 atomic.Int64
 	ackCalls, ackErrors          atomic.Int64
 	redelivered, firstDeliveries atomic.Int64
+	// obs, when set (a cluster run), sees every request's outcome.
+	obs *clientStats
 }
 
 // consumer long-polls the run's queue for its group, handles each popped
@@ -119,6 +121,7 @@ func (k *consumer) run(ctx context.Context) {
 			}
 			k.c.popErrors.Add(1)
 			qe := queen.AsError(err)
+			k.c.obs.record("pop:" + qe.Code)
 			k.lastError = "pop: " + qe.Error()
 			if !qe.Retryable {
 				k.fatal = fmt.Errorf("group %s consumer %d: pop refused (%s): %s", k.g.name, k.idx, qe.Code, qe.Error())
@@ -128,6 +131,7 @@ func (k *consumer) run(ctx context.Context) {
 			continue
 		}
 		backoff = 0
+		k.c.obs.record("")
 		k.c.pops.Add(1)
 		if len(res.Messages) == 0 {
 			k.c.emptyPops.Add(1)
@@ -172,7 +176,11 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry stri
 	k.c.ackCalls.Add(1)
 	if err != nil {
 		k.c.ackErrors.Add(1)
-		k.lastError = "ack: " + queen.AsError(err).Error()
+		qe := queen.AsError(err)
+		k.lastError = "ack: " + qe.Error()
+		k.c.obs.record("ack:" + qe.Code)
+	} else {
+		k.c.obs.record("")
 	}
 	k.g.record(k.keys[:handled], msgs[:handled], k.acks, results, err, k.c)
 	if last := handled - 1; err == nil && len(results) == handled && k.acks[last].Status == string(queen.AckFailed) &&

@@ -21,6 +21,8 @@ type counters struct {
 	// touched, when set (a run with consumers), marks the partitions in
 	// which an item was answered queued or duplicate.
 	touched []atomic.Bool
+	// obs, when set (a cluster run), sees every request's outcome.
+	obs *clientStats
 }
 
 // touch marks partition part as holding a message.
@@ -186,6 +188,7 @@ func (p *producer) handle(err error) (trouble bool) {
 		p.c.requestErrors.Add(1)
 		p.codes["request:"+qe.Code]++
 		p.lastError = qe.Error()
+		p.c.obs.record("push:" + qe.Code)
 		if qe.Retryable {
 			for _, s := range p.slots {
 				p.retry(s)
@@ -197,6 +200,7 @@ func (p *producer) handle(err error) (trouble bool) {
 		return true
 	}
 	var queued, dup, failed int64
+	firstCode := ""
 	for i, s := range p.slots {
 		r := &p.results[i]
 		if r.bad != "" && p.led != nil {
@@ -217,6 +221,9 @@ func (p *producer) handle(err error) (trouble bool) {
 			}
 		default:
 			failed++
+			if firstCode == "" {
+				firstCode = r.code
+			}
 			p.codes[r.code]++
 			if p.led != nil {
 				p.led.failed(s.key)
@@ -227,6 +234,11 @@ func (p *producer) handle(err error) (trouble bool) {
 	p.c.queued.Add(queued)
 	p.c.duplicate.Add(dup)
 	p.c.failed.Add(failed)
+	if failed > 0 {
+		p.c.obs.record("push:failed:" + firstCode)
+	} else {
+		p.c.obs.record("")
+	}
 	return failed > 0
 }
 

@@ -77,6 +77,10 @@ type Report struct {
 	// Consume is the consume phase and its end-to-end audit (runs with
 	// consumers).
 	Consume *ConsumeReport `json:"consume,omitempty"`
+
+	// Cluster is the brokers of a --brokers N run, the chaos and the
+	// failover it caused.
+	Cluster *ClusterReport `json:"cluster,omitempty"`
 }
 
 // Verdicts counts the answers per item (in raw mode: queued = rows copied,
@@ -189,6 +193,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.Consume != nil {
 		r.Consume.writeText(&b)
+	}
+	if r.Cluster != nil {
+		r.Cluster.writeText(&b)
 	}
 	io.WriteString(w, b.String()) //nolint:errcheck
 }

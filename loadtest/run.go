@@ -78,6 +78,8 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 				if s, err = newNATSSender(cfg.Target, i); err != nil {
 					return nil, err
 				}
+			} else if len(cfg.Targets) > 1 {
+				s = newFailoverSender(hc, cfg.Targets, i)
 			} else {
 				s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
 			}
@@ -109,6 +111,16 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	}
 
 	start := time.Now()
+	var chaos *chaosRun
+	if cfg.Cluster != nil && cfg.Mode == ModeBroker {
+		stats := newClientStats(start)
+		c.obs = stats
+		if cp != nil {
+			cp.c.obs = stats
+		}
+		chaos = startChaos(ctx, cfg, stats)
+		defer chaos.endChaos()
+	}
 	deadline := start.Add(cfg.Duration)
 	drainBy := deadline.Add(cfg.DrainTimeout)
 	var cc *consumeCounters
@@ -127,12 +139,19 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if chaos != nil {
+		// No kill after the load; a restart under way finishes.
+		chaos.endChaos()
+	}
 	if cp != nil {
 		// The consumers keep going until they have consumed everything.
 		prog.draining()
 		cp.drain(ctx, audit)
 	}
 	prog.finish()
+	if chaos != nil {
+		rep.Cluster = chaos.finish()
+	}
 
 	rep.Interrupted = ctx.Err() != nil
 	rep.Seconds = math.Round(elapsed.Seconds()*1000) / 1000

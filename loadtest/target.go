@@ -71,6 +71,9 @@ func (s *natsSender) close() { s.nc.Close() }
 type httpSender struct {
 	hc  *http.Client
 	url string
+	// transportFailed tells whether the last send failed in transport (no
+	// answer from the broker).
+	transportFailed bool
 }
 
 func newHTTPClient(producers int) *http.Client {
@@ -87,8 +90,10 @@ func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out [
 		return queen.ErrInternal.With("push request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	s.transportFailed = false
 	resp, err := s.hc.Do(req)
 	if err != nil {
+		s.transportFailed = true
 		if ctx.Err() != nil {
 			return queen.ErrTimeout.With("POST %s: %v", s.url, err)
 		}
@@ -97,6 +102,7 @@ func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out [
 	data, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
+		s.transportFailed = true
 		return queen.ErrTimeout.With("POST %s: reading the reply: %v", s.url, err)
 	}
 	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusServiceUnavailable {

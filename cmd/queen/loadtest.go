@@ -24,6 +24,8 @@ func loadtestCmd() *cobra.Command {
 	cfg.Target = envOr("NATS_URL", cfg.Target)
 	var mode, pgBin, logLevel, cpuProfile string
 	var embedded, compare, jsonOut bool
+	var brokers int
+	var shardLease time.Duration
 	cmd := &cobra.Command{
 		Use:   "loadtest",
 		Short: "Drive a broker with producers over NATS or HTTP, report throughput and latency, and audit the database",
@@ -54,18 +56,43 @@ every other stored message acked exactly once, every poison message in the DLQ o
 with attempts retryLimit+1, nothing else dead-lettered, the cursors at the end, no
 ack answered unresolvable or lease_invalid. The report adds consume throughput,
 push-commit-to-handler latency, and a wake-latency probe (a parked long poll, one
-push, the time to the pop's reply).`,
+push, the time to the pop's reply).
+
+--brokers N starts N broker processes (` + "`queen serve`" + ` of this binary) sharing one
+managed PostgreSQL and one NATS server run by the load test, in a temporary folder
+removed afterwards (the brokers' logs are kept when the run fails). Over NATS the
+queue group spreads the requests over the brokers; over HTTP (--target http://...)
+each producer and consumer starts at one broker, round robin, and moves to the next
+one when its broker does not answer. --chaos kill kills a random broker with SIGKILL
+every --chaos-interval and restarts it on the same port after --chaos-pause; items
+are retried with the same transactionIds until they get a verdict. The audits then
+prove nothing answered queued was lost, no id is stored twice, every acked message
+stayed acked, and the report adds a cluster section: kills, restarts, how long shards
+had no live owner, and the errors clients saw during failover.`,
 		Example: `  queen loadtest --embedded --duration 20s
   queen loadtest --target nats://127.0.0.1:4222 --duration 60s --json
   queen loadtest --target http://127.0.0.1:6632 --database-url postgres://...
   queen loadtest --embedded --compare --duration 20s
-  queen loadtest --embedded --duration 20s --consumers 4 --groups 2 --fail-ratio 0.02`,
+  queen loadtest --embedded --duration 20s --consumers 4 --groups 2 --fail-ratio 0.02
+  queen loadtest --brokers 3 --chaos kill --duration 60s --dup-ratio 0.2 --consumers 3 --json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cfg.Mode = loadtest.Mode(mode)
 			stderr := cmd.ErrOrStderr()
 			cfg.Progress = stderr
 			cfg.ProgressLive = isTerminal(stderr)
+			if brokers > 0 {
+				if embedded || compare {
+					return errors.New("--brokers starts its own brokers: drop --embedded and --compare")
+				}
+				if !cmd.Flags().Changed("log-level") {
+					logLevel = "info" // the brokers' log files
+				}
+				return runClusterLoadtest(ctx, cmd, cfg, brokers, shardLease, pgBin, logLevel, jsonOut, cpuProfile)
+			}
+			if cfg.Chaos != "" && cfg.Chaos != loadtest.ChaosNone {
+				return errors.New("--chaos needs brokers of its own: pass --brokers N")
+			}
 			if embedded {
 				log, err := newLogger(logLevel)
 				if err != nil {
@@ -109,8 +136,69 @@ push, the time to the pop's reply).`,
 	f.BoolVar(&compare, "compare", false, "run broker and raw alternately, three rounds each, and print the median ratio of stored messages/s")
 	f.StringVar(&pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "PostgreSQL binaries for --embedded (env QUEEN_PG_BIN)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
+	f.IntVar(&brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
+	f.StringVar(&cfg.Chaos, "chaos", loadtest.ChaosNone, "with --brokers: none, or kill: SIGKILL a random broker every --chaos-interval and restart it")
+	f.DurationVar(&cfg.ChaosInterval, "chaos-interval", 20*time.Second, "with --chaos kill: time between kills (at least twice --shard-lease)")
+	f.DurationVar(&cfg.ChaosPause, "chaos-pause", time.Second, "with --chaos kill: how long a killed broker stays down before its restart")
+	f.DurationVar(&shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos kill, else the brokers' default)")
+	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos kill)")
+	f.IntVar(&cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back")
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "warn"), "log level of the --embedded broker: debug, info, warn, error")
 	return cmd
+}
+
+// runClusterLoadtest starts brokers processes of this binary with their
+// PostgreSQL and NATS (loadtest.StartCluster), drives them, and stops
+// everything, also after Ctrl-C.
+func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, brokers int, lease time.Duration,
+	pgBin, logLevel string, jsonOut bool, cpuProfile string) (err error) {
+	stderr := cmd.ErrOrStderr()
+	chaos := cfg.Chaos == loadtest.ChaosKill
+	if chaos {
+		if lease == 0 {
+			lease = 5 * time.Second
+		}
+		if !cmd.Flags().Changed("request-timeout") {
+			cfg.RequestTimeout = 5 * time.Second
+		}
+		// Items are retried with the same transactionIds until they get a
+		// verdict: a kill must not make the producers give up.
+		cfg.MaxAttempts = 255
+		cfg.DrainTimeout = max(15*time.Second, 2*lease+cfg.RequestTimeout+cfg.ChaosPause+5*time.Second)
+	}
+	if lease != 0 && (lease < time.Second || lease > time.Hour) {
+		return fmt.Errorf("shard lease %s: want 1s to 1h", lease)
+	}
+	// Check the chaos settings before starting anything.
+	eff := lease
+	if eff == 0 {
+		eff = 10 * time.Second
+	}
+	if chaos && cfg.ChaosInterval < 2*eff {
+		return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", cfg.ChaosInterval, 2*eff)
+	}
+	cl, err := loadtest.StartCluster(ctx, loadtest.ClusterConfig{Brokers: brokers, PGBin: pgBin, Lease: lease, LogLevel: logLevel,
+		TempParent: embeddedTempParent, Status: stderr})
+	if err != nil {
+		return fmt.Errorf("start %d brokers: %w", brokers, err)
+	}
+	defer func() {
+		if cerr := cl.Close(err != nil); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("stop the cluster: %w", cerr))
+		}
+	}()
+	cfg.Cluster = cl
+	cfg.DatabaseURL = cl.DatabaseURL()
+	if strings.HasPrefix(cfg.Target, "http") {
+		cfg.Targets = cl.HTTPURLs()
+		cfg.Target = cfg.Targets[0]
+	} else {
+		cfg.Target = cl.NATSURL()
+	}
+	if ctx.Err() != nil {
+		return errors.New("loadtest interrupted")
+	}
+	return runLoadtest(ctx, cmd.OutOrStdout(), cfg, false, jsonOut, cpuProfile)
 }
 
 // defaultAuditURL is the URL a managed broker wrote to

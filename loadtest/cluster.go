@@ -1,0 +1,426 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence/localpg"
+)
+
+// ClusterConfig describes the brokers `queen loadtest --brokers N` starts:
+// N `queen serve` processes sharing one managed PostgreSQL and one NATS
+// server (both run by the load-test process).
+type ClusterConfig struct {
+	// Brokers is the number of broker processes (at least 1).
+	Brokers int
+	// Exe is the queen binary run as `Exe serve` (default: this process's
+	// own executable, os.Executable).
+	Exe string
+	// Env is added to every broker's environment (after this process's).
+	Env []string
+	// PGBin names the PostgreSQL binaries of the managed cluster ("": found
+	// as `queen serve` finds them).
+	PGBin string
+	// Lease is the brokers' QUEEN_SHARD_LEASE (0: their default).
+	Lease time.Duration
+	// LogLevel is the brokers' QUEEN_LOG_LEVEL (default info).
+	LogLevel string
+	// TempParent is where the temporary folder is made ("": os.TempDir()).
+	TempParent string
+	// Status receives one line per step (nil: none).
+	Status io.Writer
+}
+
+// Cluster is a running set of broker processes with their PostgreSQL and
+// NATS server, in a temporary folder that Close removes.
+type Cluster struct {
+	cfg     ClusterConfig
+	dir     string
+	pg      *localpg.Cluster
+	ns      *server.Server
+	natsURL string
+	brokers []*brokerProc
+	hc      *http.Client
+}
+
+// brokerProc is one broker process; restarts keep its index and port.
+type brokerProc struct {
+	idx     int
+	addr    string // 127.0.0.1:port
+	url     string // http://127.0.0.1:port
+	logPath string
+	dataDir string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+	id   string        // the broker id it reports (GET /api/v1/cluster "self")
+	up   bool          // started, healthy and not killed
+}
+
+// StartCluster starts the managed PostgreSQL, the NATS server and
+// cfg.Brokers brokers, and waits until each answers /health and every
+// shard has a live owner. On error everything started is stopped.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error) {
+	if cfg.Brokers < 1 {
+		return nil, fmt.Errorf("brokers %d: want at least 1", cfg.Brokers)
+	}
+	if cfg.Exe == "" {
+		if cfg.Exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find this program to start brokers: %w", err)
+		}
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	c = &Cluster{cfg: cfg, hc: &http.Client{Timeout: 5 * time.Second}}
+	if c.dir, err = os.MkdirTemp(cfg.TempParent, "queen-loadtest-cluster-"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Close(true)
+			c = nil
+		}
+	}()
+	// Reachable by the postgres OS user when running as root, so the
+	// managed cluster lives inside the folder.
+	if err := os.Chmod(c.dir, 0o755); err != nil {
+		return c, err
+	}
+	c.status("loadtest: cluster folder %s", c.dir)
+
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	defer cancel()
+	c.pg, err = localpg.Start(pctx, localpg.Config{Holder: "loadtest", DataDir: filepath.Join(c.dir, "pg"), BinDir: cfg.PGBin,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return c, fmt.Errorf("start the managed PostgreSQL: %w", err)
+	}
+	c.status("loadtest: PostgreSQL cluster in %s", c.pg.Dir())
+
+	ns, err := server.NewServer(&server.Options{ServerName: "queen-loadtest", Host: "127.0.0.1", Port: server.RANDOM_PORT,
+		MaxPayload: queen.MaxBodyBytes + 64<<10, MaxPending: 1 << 30, NoSigs: true, NoLog: true})
+	if err != nil {
+		return c, fmt.Errorf("NATS server: %w", err)
+	}
+	ns.Start()
+	c.ns = ns
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return c, errors.New("the NATS server did not start")
+	}
+	c.natsURL = ns.ClientURL()
+	c.status("loadtest: NATS server %s", c.natsURL)
+
+	for i := range cfg.Brokers {
+		port, err := freePort()
+		if err != nil {
+			return c, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		c.brokers = append(c.brokers, &brokerProc{idx: i, addr: addr, url: "http://" + addr,
+			logPath: filepath.Join(c.dir, fmt.Sprintf("broker-%d.log", i)), dataDir: filepath.Join(c.dir, fmt.Sprintf("broker-%d", i))})
+	}
+	// Start them together, then wait for each.
+	for _, b := range c.brokers {
+		if err := c.spawn(b); err != nil {
+			return c, err
+		}
+	}
+	for _, b := range c.brokers {
+		if err := c.waitReady(pctx, b); err != nil {
+			return c, err
+		}
+	}
+	if err := c.waitOwned(pctx, 2*max(cfg.Lease, 10*time.Second)+10*time.Second); err != nil {
+		return c, err
+	}
+	c.status("loadtest: %d brokers ready: %s", len(c.brokers), strings.Join(c.HTTPURLs(), " "))
+	return c, nil
+}
+
+func (c *Cluster) status(format string, args ...any) {
+	if c.cfg.Status != nil {
+		fmt.Fprintf(c.cfg.Status, format+"\n", args...)
+	}
+}
+
+// NATSURL is the shared NATS server; DatabaseURL the shared PostgreSQL.
+func (c *Cluster) NATSURL() string     { return c.natsURL }
+func (c *Cluster) DatabaseURL() string { return c.pg.URL() }
+
+// Dir is the cluster's temporary folder (the brokers' logs are there).
+func (c *Cluster) Dir() string { return c.dir }
+
+// HTTPURLs are the brokers' HTTP gateways, in broker order.
+func (c *Cluster) HTTPURLs() []string {
+	out := make([]string, len(c.brokers))
+	for i, b := range c.brokers {
+		out[i] = b.url
+	}
+	return out
+}
+
+// spawn starts b's process (not waiting for it to be ready).
+func (c *Cluster) spawn(b *brokerProc) error {
+	logf, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "=== loadtest: starting broker %d at %s\n", b.idx, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(c.cfg.Exe, "serve")
+	env := append(os.Environ(), c.cfg.Env...)
+	env = append(env, "DATABASE_URL="+c.pg.URL(), "NATS_URL="+c.natsURL, "QUEEN_HTTP_ADDR="+b.addr,
+		"QUEEN_DATA_DIR="+b.dataDir, "QUEEN_LOG_LEVEL="+c.cfg.LogLevel)
+	if c.cfg.Lease > 0 {
+		env = append(env, "QUEEN_SHARD_LEASE="+c.cfg.Lease.String())
+	}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group (a terminal's Ctrl-C is ours to handle), killed
+	// with us if we die.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start broker %d (%s serve): %w", b.idx, c.cfg.Exe, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	b.mu.Lock()
+	b.cmd, b.done, b.up, b.id = cmd, done, false, ""
+	b.mu.Unlock()
+	return nil
+}
+
+// waitReady polls b's /health until it answers 200, then reads its broker id.
+func (c *Cluster) waitReady(ctx context.Context, b *brokerProc) error {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case <-done:
+			return fmt.Errorf("broker %d exited while starting; its log %s ends:\n%s", b.idx, b.logPath, tail(b.logPath, 20))
+		default:
+		}
+		if resp, err := c.hc.Get(b.url + "/health"); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("broker %d did not answer %s/health within 2 minutes; its log: %s", b.idx, b.url, b.logPath)
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	v, err := c.view(b.url)
+	if err != nil {
+		return fmt.Errorf("broker %d: %w", b.idx, err)
+	}
+	b.mu.Lock()
+	b.id, b.up = v.Self, true
+	b.mu.Unlock()
+	return nil
+}
+
+// waitOwned waits until every broker is live and every shard has a live owner.
+func (c *Cluster) waitOwned(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		if b := c.anyUp(); b != nil {
+			v, err := c.view(b.url)
+			if err == nil {
+				live := 0
+				for _, n := range v.Brokers {
+					if n.Live {
+						live++
+					}
+				}
+				own := ownerless(&v, nil)
+				if live == len(c.brokers) && own == 0 && len(v.Shards) > 0 {
+					return nil
+				}
+				last = fmt.Sprintf("%d of %d brokers live, %d of %d shards without a live owner", live, len(c.brokers), own, len(v.Shards))
+			} else {
+				last = err.Error()
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the cluster did not settle within %s: %s (logs in %s)", within, last, c.dir)
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// view reads GET /api/v1/cluster from the broker at url.
+func (c *Cluster) view(url string) (queen.ClusterView, error) {
+	var v queen.ClusterView
+	resp, err := c.hc.Get(url + "/api/v1/cluster")
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return v, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("GET %s/api/v1/cluster answered %d: %s", url, resp.StatusCode, clip(data))
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, fmt.Errorf("GET %s/api/v1/cluster: %v", url, err)
+	}
+	return v, nil
+}
+
+// ownerless counts the shards without a live lease, or leased by a broker
+// in dead (killed, its lease not yet run out).
+func ownerless(v *queen.ClusterView, dead map[string]bool) int {
+	n := 0
+	for _, s := range v.Shards {
+		if s.Owner == "" || !s.Live || dead[s.Owner] {
+			n++
+		}
+	}
+	return n
+}
+
+// anyUp returns a broker that is up (nil when none is).
+func (c *Cluster) anyUp() *brokerProc {
+	for _, b := range c.brokers {
+		b.mu.Lock()
+		up := b.up
+		b.mu.Unlock()
+		if up {
+			return b
+		}
+	}
+	return nil
+}
+
+// kill sends SIGKILL to b's process group and waits for it to exit. It
+// returns the broker id b had.
+func (c *Cluster) kill(b *brokerProc) string {
+	b.mu.Lock()
+	cmd, done, id := b.cmd, b.done, b.id
+	b.up = false
+	b.mu.Unlock()
+	if cmd == nil {
+		return id
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+	return id
+}
+
+// stop ends b: SIGTERM (a clean shutdown), SIGKILL after grace.
+func (c *Cluster) stop(b *brokerProc, grace time.Duration) {
+	b.mu.Lock()
+	cmd, done := b.cmd, b.done
+	b.up = false
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Close stops the brokers, the NATS server and PostgreSQL and removes the
+// temporary folder. With keepLogs the brokers' logs are first copied to a
+// folder of their own, named on Status.
+func (c *Cluster) Close(keepLogs bool) error {
+	var wg sync.WaitGroup
+	for _, b := range c.brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.stop(b, 30*time.Second)
+		}()
+	}
+	wg.Wait()
+	if c.ns != nil {
+		c.ns.Shutdown()
+		c.ns.WaitForShutdown()
+	}
+	var err error
+	if c.pg != nil {
+		if perr := c.pg.Stop(); perr != nil {
+			c.status("loadtest: stop PostgreSQL (its folder %s is kept): %v", c.dir, perr)
+			return perr
+		}
+		if area := c.pg.Dir(); area != "" && !strings.HasPrefix(area, c.dir+string(filepath.Separator)) {
+			err = errors.Join(err, os.RemoveAll(area))
+		}
+	}
+	if keepLogs && len(c.brokers) > 0 {
+		if logs, lerr := os.MkdirTemp(c.cfg.TempParent, "queen-loadtest-logs-"); lerr == nil {
+			for _, b := range c.brokers {
+				if data, rerr := os.ReadFile(b.logPath); rerr == nil {
+					_ = os.WriteFile(filepath.Join(logs, filepath.Base(b.logPath)), data, 0o644)
+				}
+			}
+			c.status("loadtest: the brokers' logs are kept in %s", logs)
+		}
+	}
+	err = errors.Join(err, os.RemoveAll(c.dir))
+	if err == nil {
+		c.status("loadtest: cluster stopped, %s removed", c.dir)
+	}
+	return err
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
