@@ -19,6 +19,7 @@ type ConsumeStore interface {
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
 	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
 	QueuesByLabel(ctx context.Context, namespace, task string) ([]string, error)
+	Subscribe(ctx context.Context, queue, group string, from *time.Time, isNew bool) (bool, error)
 }
 
 // Consumers serves pops (SPEC.md §4) for one broker: it keeps, per queue and
@@ -46,6 +47,7 @@ type Consumers struct {
 	next   int           // rotates label pops over their queues
 	queues map[string]*queueHint
 	owner  map[uuid.UUID]string // partition id -> queue name, learnt from pops
+	subbed map[[2]string]bool   // (queue, group) whose subscription is recorded
 }
 
 type queueHint struct {
@@ -69,7 +71,7 @@ func NewConsumers(store ConsumeStore, recheck time.Duration) *Consumers {
 	if recheck <= 0 {
 		recheck = time.Second
 	}
-	return &Consumers{store: store, recheck: recheck, any: make(chan struct{}), queues: map[string]*queueHint{}, owner: map[uuid.UUID]string{}}
+	return &Consumers{store: store, recheck: recheck, any: make(chan struct{}), queues: map[string]*queueHint{}, owner: map[uuid.UUID]string{}, subbed: map[[2]string]bool{}}
 }
 
 // Parked returns how many long polls are waiting right now.
@@ -115,6 +117,11 @@ func (c *Consumers) Forget(queue string) {
 	for pid, name := range c.owner {
 		if name == queue {
 			delete(c.owner, pid)
+		}
+	}
+	for key := range c.subbed {
+		if key[0] == queue {
+			delete(c.subbed, key)
 		}
 	}
 }
@@ -218,6 +225,9 @@ func (c *Consumers) tryOnce(ctx context.Context, req queen.PopRequest) (queen.Po
 	if req.Queue == "" {
 		return c.tryLabels(ctx, req)
 	}
+	if err := c.subscribe(ctx, req); err != nil {
+		return queen.PopResult{}, false, err
+	}
 	spec := persistence.PopSpec{Group: req.ConsumerGroup, Batch: req.Batch, AutoAck: req.AutoAck,
 		SubscriptionFrom: req.SubscriptionFrom, SubscriptionNew: req.SubscriptionNew}
 	if req.Partition != "" {
@@ -298,6 +308,27 @@ func (c *Consumers) tryLabels(ctx context.Context, req queen.PopRequest) (queen.
 		soon = soon || s
 	}
 	return queen.PopResult{}, soon, nil
+}
+
+// subscribe records the group's subscription of the queue at its first pop
+// (before any partition may exist, so a group that subscribes "new" and
+// waits gets what is pushed after), once per broker process.
+func (c *Consumers) subscribe(ctx context.Context, req queen.PopRequest) error {
+	key := [2]string{req.Queue, req.ConsumerGroup}
+	c.mu.Lock()
+	done := c.subbed[key]
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	exists, err := c.store.Subscribe(ctx, req.Queue, req.ConsumerGroup, req.SubscriptionFrom, req.SubscriptionNew)
+	if err != nil || !exists {
+		return err
+	}
+	c.mu.Lock()
+	c.subbed[key] = true
+	c.mu.Unlock()
+	return nil
 }
 
 func (c *Consumers) learn(queue string, pid uuid.UUID) {

@@ -28,6 +28,7 @@ var (
 	sqlConsumeDeadLetter = q("consume_dead_letter")
 	sqlConsumeExtend     = q("consume_extend")
 	sqlConsumeCandidates = q("consume_candidates")
+	sqlConsumeSubscribe  = q("consume_subscribe")
 )
 
 // PopState says why a partition pop returned what it returned.
@@ -272,6 +273,28 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 		res.Messages[i].LeaseID = &ls
 	}
 	return res, state, nil
+}
+
+// Subscribe records group's subscription of queue at its first pop (SPEC.md
+// §4): from, or now when isNew, or from the oldest message. It is a no-op
+// once the group is subscribed. exists is false when the queue does not
+// exist (nothing is recorded).
+func (s *Store) Subscribe(ctx context.Context, queueName, group string, from *time.Time, isNew bool) (exists bool, err error) {
+	tag, err := s.pool.Exec(ctx, sqlConsumeSubscribe, queueName, group, from, isNew)
+	if err != nil {
+		return false, unavailable(err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	// Already subscribed, or no such queue.
+	if _, err := s.Queue(ctx, queueName); err != nil {
+		if errors.Is(err, queen.ErrNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // PartitionID returns the id of partition (queue, name), or uuid.Nil when it

@@ -77,6 +77,12 @@ func (s *Store) Commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 func (s *Store) CommitBundle(ctx context.Context, bs []*PushBatch) ([]PushOutcome, error) {
 	outs := make([]PushOutcome, len(bs))
 	err := s.commitBundle(ctx, bs, outs)
+	if errors.Is(err, queen.ErrPartitionGone) && s.reresolve(ctx, bs) {
+		// A queue was deleted while its partition ids were cached: the
+		// partitions were created again under their names; commit once more
+		// (nothing was written by the failed attempt).
+		err = s.commitBundle(ctx, bs, outs)
+	}
 	if err != nil {
 		qe := queen.AsError(unavailable(err))
 		for i, b := range bs {
@@ -85,6 +91,26 @@ func (s *Store) CommitBundle(ctx context.Context, bs []*PushBatch) ([]PushOutcom
 		return outs, qe
 	}
 	return outs, nil
+}
+
+// reresolve looks every batch's partition up again by name (creating it if
+// its queue was deleted) and reports whether any id changed.
+func (s *Store) reresolve(ctx context.Context, bs []*PushBatch) bool {
+	changed := false
+	for _, b := range bs {
+		if len(b.Items) == 0 {
+			continue
+		}
+		id, err := s.EnsurePartition(ctx, b.Items[0].Queue, b.Items[0].Partition)
+		if err != nil {
+			return false
+		}
+		if id != b.PartitionID {
+			b.PartitionID, b.Watermark, b.Suspects = id, -1, nil
+			changed = true
+		}
+	}
+	return changed
 }
 
 func failed(b *PushBatch, qe *queen.Error) PushOutcome {

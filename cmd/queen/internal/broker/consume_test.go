@@ -431,16 +431,10 @@ func TestConsumeAdmin(t *testing.T) {
 	if st != http.StatusOK || !strings.Contains(string(b), `"existed":false`) {
 		t.Fatalf("delete again: %d %s", st, b)
 	}
-	// Pushing to the deleted queue's name recreates it (the broker forgets
-	// the deleted partition's id).
-	for i := 0; ; i++ {
-		st, rs, _ := e.push(t, "http", items(it("ad", "p", "again")))
-		if st == http.StatusCreated && rs[0].Status == "queued" {
-			break
-		}
-		if i > 3 {
-			t.Fatalf("push after delete: %d %+v", st, rs)
-		}
+	// Pushing to the deleted queue's name recreates it at once: the broker
+	// resolves the partition again (its cached id is gone).
+	if st, rs, _ := e.push(t, "http", items(it("ad", "p", "again"))); st != http.StatusCreated || rs[0].Status != "queued" {
+		t.Fatalf("push after delete: %d %+v", st, rs)
 	}
 	// Bad input is refused with a 4xx and a JSON error.
 	for _, c := range []struct {
@@ -558,5 +552,33 @@ func TestConsumeConcurrentConsumersExactlyOnce(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("%s delivered %d times", id, n)
 		}
+	}
+}
+
+// A group that subscribes "new" before the queue has any partition gets
+// what is pushed after its first pop (the subscription is recorded then).
+func TestConsumeSubscribeNewBeforeAnyPartition(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.configureOK(t, "http", []byte(`{"queue":"early","options":{}}`))
+	done := make(chan popReply, 1)
+	go func() {
+		done <- e.popHTTP(t, "early", "", vals("consumerGroup", "gn", "subscriptionMode", "new", "wait", "true", "timeout", "10000"))
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.b.cons.Parked() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll never parked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.pushOK(t, "http", items(it("early", "p", "after")), 1)
+	select {
+	case r := <-done:
+		if txnsOf(r.Messages) != "after" {
+			t.Fatalf("got %q, want the message pushed after the group's first pop", txnsOf(r.Messages))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the long poll never returned")
 	}
 }
