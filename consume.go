@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -160,8 +161,8 @@ type DeadLetter struct {
 	Attempts      int             `json:"attempts"`
 	CreatedAt     time.Time       `json:"createdAt"`
 	DeadAt        time.Time       `json:"deadLetteredAt"`
-	// ErrorMessage and RetryCount repeat Error and Attempts under the names
-	// upstream Queen SDKs read.
+	// ErrorMessage repeats Error, and RetryCount is Attempts - 1 (the
+	// deliveries after the first), under the names upstream Queen SDKs read.
 	ErrorMessage string `json:"errorMessage"`
 	RetryCount   int    `json:"retryCount"`
 }
@@ -290,7 +291,7 @@ func (in popInput) validate() (PopRequest, error) {
 	case r.Batch == 0:
 		r.Batch = 1
 	case r.Batch < 0 || r.Batch > MaxPopBatch:
-		return r, fieldErr(ErrInvalidField.With("batch must be 1 to %d, got %d", MaxPopBatch, r.Batch), "batch")
+		return r, fieldErr(ErrInvalidField.With("batch must be 1 to %d (0 or absent: 1), got %d", MaxPopBatch, r.Batch), "batch")
 	}
 	if in.Timeout != nil {
 		ms := *in.Timeout
@@ -309,11 +310,17 @@ func (in popInput) validate() (PopRequest, error) {
 	switch in.SubscriptionFrom {
 	case "":
 	case "now":
+		if in.SubscriptionMode == "all" {
+			return r, fieldErr(ErrInvalidField.With("give subscriptionMode all or subscriptionFrom, not both"), "subscriptionFrom")
+		}
 		r.SubscriptionNew = true
 	default:
 		t, err := time.Parse(time.RFC3339Nano, in.SubscriptionFrom)
 		if err != nil {
 			return r, fieldErr(ErrInvalidField.With("subscriptionFrom must be \"now\" or an RFC 3339 time, got %q", in.SubscriptionFrom), "subscriptionFrom")
+		}
+		if r.SubscriptionNew || in.SubscriptionMode == "all" {
+			return r, fieldErr(ErrInvalidField.With("give subscriptionMode or a subscriptionFrom time, not both"), "subscriptionFrom")
 		}
 		r.SubscriptionFrom = &t
 	}
@@ -530,9 +537,47 @@ func DecodeObject(body []byte, v any) error {
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		if te, ok := err.(*json.UnmarshalTypeError); ok {
-			return fieldErr(ErrInvalidField.With("%s has the wrong type: want %s, got JSON %s", te.Field, te.Type, te.Value), te.Field)
+			field := te.Field
+			if field == "" {
+				field = "body"
+			}
+			return fieldErr(ErrInvalidField.With("%s must be %s, got %s", field, jsonKind(te.Type), jsonValueKind(te.Value)), te.Field)
 		}
 		return ErrInvalidJSON.With("the request body is not valid JSON: %v", err)
 	}
 	return nil
+}
+
+// jsonKind names the JSON value a Go type decodes from, for error messages.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number in range"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	default:
+		return "an object"
+	}
+}
+
+// jsonValueKind names encoding/json's description of a JSON value.
+func jsonValueKind(v string) string {
+	switch {
+	case v == "number" || strings.HasPrefix(v, "number "):
+		return "the number " + strings.TrimPrefix(v, "number ")
+	case v == "":
+		return "another type"
+	default:
+		return "a JSON " + v
+	}
 }

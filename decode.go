@@ -77,6 +77,10 @@ func DecodePush(body []byte, maxPayloadBytes int) ([]Item, error) {
 // ConfigureRequest is a decoded POST /api/v1/configure body (SPEC.md §6).
 type ConfigureRequest struct {
 	Queue, Namespace, Task string
+	// NamespaceSet / TaskSet report that the body gave the label: a label
+	// the body leaves out keeps its stored value (labels are not options:
+	// the full replace is about options).
+	NamespaceSet, TaskSet bool
 	// Merge is "mode":"merge"; "mode":"replace", null or absent is a full replace.
 	Merge bool
 	// Options are the raw client options, never nil; ApplyOptions has already
@@ -143,6 +147,8 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 				}
 			case kind == valString:
 				*dst = string(s)
+				req.NamespaceSet = req.NamespaceSet || bit == 2
+				req.TaskSet = req.TaskSet || bit == 4
 			}
 			return true
 		})

@@ -122,6 +122,11 @@ next:
 				e.Field = "options." + k
 				return Options{}, e
 			}
+			if k == "leaseTime" && n < 1 {
+				e := ErrInvalidOption.With("option \"leaseTime\" must be at least 1 second (a lease of 0 would hand the same messages to every pop), got %s", v)
+				e.Field = "options." + k
+				return Options{}, e
+			}
 			*f.p = n
 			continue next
 		}

@@ -43,7 +43,7 @@ func (s *Store) DeadLetters(ctx context.Context, f queen.DLQFilter) ([]queen.Dea
 		}
 		d.PartitionID, d.MessageID = pid.String(), mid.String()
 		d.TransactionID, d.TraceID, d.Data = fs[0].TransactionID, fs[0].TraceID, fs[0].Payload
-		d.ErrorMessage, d.RetryCount = d.Error, d.Attempts
+		d.ErrorMessage, d.RetryCount = d.Error, max(d.Attempts-1, 0) // retries: deliveries after the first
 		return d, nil
 	})
 	if err != nil {
@@ -101,6 +101,9 @@ func (s *Store) DeleteGroup(ctx context.Context, group string) (int64, error) {
 // Seek moves group's cursors in every partition of queueName (see
 // queen.SeekRequest) and returns how many partitions it moved.
 func (s *Store) Seek(ctx context.Context, queueName, group string, req queen.SeekRequest) (int, error) {
+	if _, err := s.Queue(ctx, queueName); err != nil {
+		return 0, err // queen.ErrNotFound for a queue that does not exist
+	}
 	var ts *time.Time
 	if !req.ToEnd {
 		ts = req.Timestamp

@@ -550,6 +550,9 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 				}
 				out[i].Result, out[i].Success = queen.DeadLettered, true
 				cursor = max(cursor, off)
+				// A failure ends the lease even when it dead-letters: a
+				// consumer stops at its first failure, so the rest of the
+				// span is delivered again at once.
 				leaseID = pgtype.UUID{}
 				continue
 			}

@@ -363,3 +363,23 @@ func TestBatchNackCountsEveryMessage(t *testing.T) {
 	require.Equal(t, int64(3), total)
 	require.Equal(t, map[string]int{"a": 2, "b": 2, "c": 2}, deliveries)
 }
+
+// A configure without namespace/task keeps the stored labels (the full
+// replace is about options), and a label change is listed in changed.
+func TestConfigureKeepsLabelsItDoesNotName(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	_, err := s.Configure(ctx, queen.ConfigureRequest{Queue: "lab", Namespace: "billing", NamespaceSet: true})
+	require.NoError(t, err)
+	res, err := s.Configure(ctx, queen.ConfigureRequest{Queue: "lab", Options: map[string]json.RawMessage{"leaseTime": json.RawMessage(`8`)}})
+	require.NoError(t, err)
+	require.Equal(t, "billing", res.Namespace)
+	require.NotContains(t, res.Changed, "namespace")
+	res, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "lab", Namespace: "", NamespaceSet: true, Task: "t", TaskSet: true})
+	require.NoError(t, err)
+	require.Equal(t, queen.Change{From: "billing", To: ""}, res.Changed["namespace"])
+	require.Equal(t, queen.Change{From: "", To: "t"}, res.Changed["task"])
+	_, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "lab", Options: map[string]json.RawMessage{"leaseTime": json.RawMessage(`0`)}})
+	require.ErrorIs(t, err, queen.ErrInvalidOption, "a lease of 0 is refused")
+}

@@ -174,14 +174,29 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlConfigureUpdate, req.Queue, req.Namespace, req.Task, nextJSON, next.DedupWindowSeconds); err != nil {
+		nsNext, taskNext := ns, task
+		if req.NamespaceSet {
+			nsNext = req.Namespace
+		}
+		if req.TaskSet {
+			taskNext = req.Task
+		}
+		if _, err := tx.Exec(ctx, sqlConfigureUpdate, req.Queue, nsNext, taskNext, nextJSON, next.DedupWindowSeconds); err != nil {
 			return err
 		}
-		res.Options = next
+		res.Options, res.Namespace, res.Task = next, nsNext, taskNext
 		if res.Created {
 			res.Changed = queen.Diff(def, next)
 		} else {
 			res.Changed = queen.Diff(old, next)
+		}
+		for _, l := range [...]struct{ name, from, to string }{{"namespace", ns, nsNext}, {"task", task, taskNext}} {
+			if l.from != l.to {
+				if res.Changed == nil {
+					res.Changed = map[string]queen.Change{}
+				}
+				res.Changed[l.name] = queen.Change{From: l.from, To: l.to}
+			}
 		}
 		return nil
 	})

@@ -40,11 +40,15 @@ func (s *Service) setSubscription(ctx context.Context, group string, body []byte
 		return errReply(err)
 	}
 	if in.TS == nil {
-		return errReply(queen.ErrMissingField.With("subscriptionTimestamp is required (an RFC 3339 time)"))
+		e := queen.ErrMissingField.With("subscriptionTimestamp is required (an RFC 3339 time)")
+		e.Field = "subscriptionTimestamp"
+		return errReply(e)
 	}
 	ts, err := time.Parse(time.RFC3339Nano, *in.TS)
 	if err != nil {
-		return errReply(queen.ErrInvalidField.With("subscriptionTimestamp must be an RFC 3339 time, got %q", *in.TS))
+		e := queen.ErrInvalidField.With("subscriptionTimestamp must be an RFC 3339 time, got %q", *in.TS)
+		e.Field = "subscriptionTimestamp"
+		return errReply(e)
 	}
 	n, err := s.cfg.Consumer.SetSubscription(ctx, group, ts)
 	if err != nil {
@@ -130,7 +134,9 @@ type leaseReply struct {
 func (s *Service) extendLease(ctx context.Context, leaseID string, body []byte) reply {
 	id, err := uuid.Parse(leaseID)
 	if err != nil {
-		return errReply(queen.ErrInvalidField.With("leaseId must be a UUID, got %q", leaseID))
+		e := queen.ErrInvalidField.With("leaseId must be a UUID, got %q", leaseID)
+		e.Field = "leaseId"
+		return errReply(e)
 	}
 	secs, err := queen.DecodeLeaseExtend(body)
 	if err != nil {
@@ -168,11 +174,13 @@ func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
 		k   string
 		dst *int
 		max int
-	}{{"limit", &limit, 10000}, {"offset", &offset, 1 << 31}} {
+	}{{"limit", &limit, 10000}, {"offset", &offset, 1<<31 - 1}} {
 		if v := q.Get(p.k); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > p.max {
-				return errReply(queen.ErrInvalidField.With("%s must be a whole number from 0 to %d, got %q", p.k, p.max, v))
+				e := queen.ErrInvalidField.With("%s must be a whole number from 0 to %d, got %q", p.k, p.max, v)
+				e.Field = p.k
+				return errReply(e)
 			}
 			*p.dst = n
 		}
@@ -192,7 +200,9 @@ func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
 		if v := q.Get(t.k); v != "" {
 			ts, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				return errReply(queen.ErrInvalidField.With("%s must be an RFC 3339 time, got %q", t.k, v))
+				e := queen.ErrInvalidField.With("%s must be an RFC 3339 time, got %q", t.k, v)
+				e.Field = t.k
+				return errReply(e)
 			}
 			*t.dst = &ts
 		}

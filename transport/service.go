@@ -254,7 +254,9 @@ func (s *Service) dedupCache(body []byte) reply {
 			return errReply(err)
 		}
 		if in.Enabled == nil {
-			return errReply(queen.ErrMissingField.With("enabled is required (true or false)"))
+			e := queen.ErrMissingField.With("enabled is required (true or false)")
+			e.Field = "enabled"
+			return errReply(e)
 		}
 		s.cfg.DedupCache.SetEnabled(*in.Enabled)
 		s.cfg.Logger.Info("dedup cache switched", "enabled", *in.Enabled)
