@@ -114,8 +114,9 @@ type ClusterReport struct {
 	ClusterPolls             int     `json:"cluster_polls"`
 	ClusterPollErrors        int     `json:"cluster_poll_errors"`
 	// Client is the whole run; Failover the failover windows together
-	// (each from a kill to the later of the broker's restart and every
-	// shard owned again, plus a second); Steady the rest.
+	// (each from a kill to the latest of the broker's restart, every shard
+	// owned again and the clients' request timeout, plus a second, so the
+	// requests the killed broker never answered count); Steady the rest.
 	Client   ClientErrors `json:"client"`
 	Failover ClientErrors `json:"failover"`
 	Steady   ClientErrors `json:"steady"`
@@ -146,9 +147,12 @@ type chaosRun struct {
 	c               *Cluster
 	mode            string
 	interval, pause time.Duration
-	stats           *clientStats
-	start           time.Time
-	rng             *rand.Rand
+	// reqTimeout is the clients' request timeout: a request the killed
+	// broker had in flight fails that long after the kill.
+	reqTimeout time.Duration
+	stats      *clientStats
+	start      time.Time
+	rng        *rand.Rand
 
 	mu      sync.Mutex
 	dead    map[string]bool
@@ -176,7 +180,7 @@ type ownSample struct {
 
 // startChaos starts the watcher and (with ChaosKill) the killer.
 func startChaos(ctx context.Context, cfg *Config, stats *clientStats) *chaosRun {
-	r := &chaosRun{c: cfg.Cluster, mode: cfg.Chaos, interval: cfg.ChaosInterval, pause: cfg.ChaosPause, stats: stats,
+	r := &chaosRun{c: cfg.Cluster, mode: cfg.Chaos, interval: cfg.ChaosInterval, pause: cfg.ChaosPause, reqTimeout: cfg.RequestTimeout, stats: stats,
 		start: stats.start, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)), dead: map[string]bool{},
 		stopChaos: make(chan struct{}), stopWatch: make(chan struct{}), chaosDone: make(chan struct{}), watchDone: make(chan struct{})}
 	go r.watch()
@@ -363,7 +367,7 @@ func (r *chaosRun) finish() *ClusterReport {
 		kr.OwnerlessShardSeconds, kr.MaxOwnerlessShards = round3(ss), m
 		rep.MaxOwnerlessShardSeconds = max(rep.MaxOwnerlessShardSeconds, kr.OwnerlessShardSeconds)
 		rep.MaxOwnerlessSeconds = max(rep.MaxOwnerlessSeconds, kr.OwnerlessSeconds)
-		w := span{ev.at, min(max(settled, owned)+time.Second, next)}
+		w := span{ev.at, min(max(settled, owned, ev.at+r.reqTimeout)+time.Second, next)}
 		windows = append(windows, w)
 		kr.Clients = r.stats.window(w.from, w.to)
 		rep.Events = append(rep.Events, kr)
