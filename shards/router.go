@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -21,7 +22,10 @@ type Router struct {
 	// owners and local make the router cluster-aware (NewClusterRouter).
 	owners Owners
 	local  PartitionPusher
-	stats  struct{ local, remote, fallback atomic.Uint64 }
+	// hopTimeout bounds one request to a shard owner (0: the caller's
+	// deadline only); see SetHopTimeout.
+	hopTimeout time.Duration
+	stats      struct{ local, remote, fallback atomic.Uint64 }
 }
 
 // Owners is the Router's view of shard ownership (Membership).
@@ -56,6 +60,14 @@ func NewClusterRouter(nc *nats.Conn, count int, owners Owners, local PartitionPu
 	r.owners, r.local = owners, local
 	return r
 }
+
+// SetHopTimeout bounds each request to another broker's shard at d: a hop
+// already delivered to an owner that then dies is never answered, and
+// without a bound every push in flight across the cluster would wait for
+// its whole request timeout. A hop that times out is answered failed with
+// queen.ErrTimeout (outcome unknown: the client retries with the same
+// transaction ids and gets queued or duplicate). Call before use.
+func (r *Router) SetHopTimeout(d time.Duration) { r.hopTimeout = d }
 
 // RouterStats counts the shard groups a Router handled: served here because
 // this broker owns the shard or no one does (Local), sent to the owner
@@ -176,6 +188,11 @@ var errNoResponders = errors.New("shards: no responders")
 
 func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]queen.Result, error) {
 	body := encodeItems(make([]byte, 0, 256*len(chunk)), chunk)
+	if r.hopTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.hopTimeout)
+		defer cancel()
+	}
 	msg, err := r.nc.RequestWithContext(ctx, PushSubject(n), body)
 	switch {
 	case err == nil:

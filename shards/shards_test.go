@@ -235,3 +235,24 @@ func TestClusterRouterServesHereWhenNoOwnerAnswers(t *testing.T) {
 	check(r, rec, r.Push(context.Background(), items))
 	require.NotZero(t, r.Stats().Fallback)
 }
+
+// TestClusterRouterBoundsAHopToADeadOwner: an owner that received a hop and
+// never answers (killed mid-request) holds the push only for the hop
+// timeout; its items are answered failed with timeout (outcome unknown).
+func TestClusterRouterBoundsAHopToADeadOwner(t *testing.T) {
+	nc := connectNATS(t, 0)
+	sub, err := nc.QueueSubscribe(SubjectPrefix+".*.push", queueGroup, func(*nats.Msg) {}) // never answers
+	require.NoError(t, err)
+	defer sub.Unsubscribe() //nolint:errcheck
+	require.NoError(t, nc.Flush())
+	rec := &recorder{got: map[string][]string{}}
+	r := NewClusterRouter(nc, 4, owners(true), rec)
+	r.SetHopTimeout(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := r.Push(ctx, []*queen.Item{{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}})
+	require.Equal(t, queen.Failed, res[0].Verdict)
+	require.ErrorIs(t, res[0].Err, queen.ErrTimeout)
+	require.NoError(t, ctx.Err(), "the push ended at the hop timeout, not the request's deadline")
+	require.Empty(t, rec.got, "an unanswered hop is never served here too (its outcome is unknown)")
+}

@@ -211,6 +211,9 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		return err
 	}
 	router := shards.NewClusterRouter(b.ncShards, cfg.ShardCount, b.members, shards.ActorPusher(b.host))
+	// A hop to an owner killed mid-request is never answered: bound it by
+	// half a lease (at least 2 s), about when its shards move.
+	router.SetHopTimeout(max(cfg.ShardLease/2, 2*time.Second))
 	b.router = router
 	registerClusterMetrics(b.metrics, b.members, router)
 	b.cons = actors.NewConsumers(b.store, 0)
