@@ -18,6 +18,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/shards"
+	"github.com/queen-mq/queen-go/transport"
 )
 
 // startCluster starts n brokers on one fresh database; the first runs the
@@ -472,4 +473,92 @@ func TestClusterShardCountFixedAtCreation(t *testing.T) {
 	rs := b.pushOK(t, "http", items(it("eight", "x", "t"), it("eight", "y", "t")), 2)
 	wantStatuses(t, rs, "queued", "queued")
 	wantStatuses(t, a.pushOK(t, "nats", items(it("eight", "x", "t"), it("eight", "y", "t")), 2), "duplicate", "duplicate")
+}
+
+// TestClusterGracefulStopUnderLoad: one broker of three stops gracefully
+// while clients push over NATS: it stops taking requests, finishes what it
+// has, hands its shards over, and no client sees an error or a failed item.
+func TestClusterGracefulStopUnderLoad(t *testing.T) {
+	t.Parallel()
+	bs := startCluster(t, 3, 2*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		owners := liveOwners(bs[0].clusterView(t))
+		if owners[""] == 0 && owners[bs[2].id()] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shards never spread: %v", owners)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := transport.NewClient(bs[0].nc)
+	var (
+		mu       sync.Mutex
+		problems []string
+		pushed   int
+		stopped  = make(chan struct{})
+		after    int // pushes completed after the stop finished
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				var its []transport.PushItem
+				for i := 0; i < 20; i++ {
+					its = append(its, transport.PushItem{Queue: "gs", Partition: fmt.Sprintf("p%d", i%16), TransactionID: fmt.Sprintf("w%d-%d-%d", w, n, i)})
+				}
+				rs, err := c.Push(ctx, its)
+				mu.Lock()
+				if err != nil {
+					problems = append(problems, err.Error())
+				}
+				for _, r := range rs {
+					if r.Status != queen.Queued {
+						problems = append(problems, fmt.Sprintf("%s: %s %s", r.TransactionID, r.Status, r.Error))
+					}
+				}
+				pushed++
+				select {
+				case <-stopped:
+					after++
+				default:
+				}
+				done := after >= 40
+				mu.Unlock()
+				if done {
+					return
+				}
+			}
+		}()
+	}
+	for {
+		mu.Lock()
+		n := pushed
+		mu.Unlock()
+		if n >= 40 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the pushes never got going")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := bs[2].b.Stop(sctx); err != nil {
+		t.Errorf("graceful stop: %v", err)
+	}
+	scancel()
+	close(stopped)
+	wg.Wait()
+	if len(problems) > 0 {
+		t.Fatalf("%d client-visible problems around the graceful stop, e.g. %v", len(problems), problems[:min(5, len(problems))])
+	}
+	if owners := liveOwners(bs[0].clusterView(t)); owners[bs[2].id()] != 0 {
+		t.Fatalf("the stopped broker still holds shards: %v", owners)
+	}
 }
