@@ -341,13 +341,7 @@ func TestConsumeLongPollWakes(t *testing.T) {
 		done <- out{r, time.Since(start)}
 	}()
 	// Push once the poll is parked.
-	deadline := time.Now().Add(10 * time.Second)
-	for e.b.cons.Parked() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the long poll never parked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitParked(t, e)
 	e.pushOK(t, "http", items(it("lp", "other", "wake")), 1)
 	select {
 	case o := <-done:
@@ -471,13 +465,7 @@ func TestConsumeLongPollWakesAcrossBrokers(t *testing.T) {
 	done := make(chan popReply, 1)
 	start := time.Now()
 	go func() { done <- a.popHTTP(t, "xb", "", vals("wait", "true", "timeout", "10000")) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for a.b.cons.Parked() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the long poll never parked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitParked(t, a)
 	b.pushOK(t, "http", items(it("xb", "q", "wake")), 1)
 	select {
 	case r := <-done:
@@ -565,13 +553,7 @@ func TestConsumeSubscribeNewBeforeAnyPartition(t *testing.T) {
 	go func() {
 		done <- e.popHTTP(t, "early", "", vals("consumerGroup", "gn", "subscriptionMode", "new", "wait", "true", "timeout", "10000"))
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.b.cons.Parked() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the long poll never parked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitParked(t, e)
 	e.pushOK(t, "http", items(it("early", "p", "after")), 1)
 	select {
 	case r := <-done:
@@ -580,5 +562,18 @@ func TestConsumeSubscribeNewBeforeAnyPartition(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the long poll never returned")
+	}
+}
+
+// waitParked waits (polling, with a deadline) until a long poll is parked
+// on e's broker.
+func waitParked(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.b.cons.Parked() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll never parked")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
