@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -38,6 +40,9 @@ type NATSService struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
+	// received counts requests dispatched to the endpoints (Stop waits
+	// until it stops moving).
+	received atomic.Int64
 }
 
 // maxConcurrentRequests bounds the requests one broker handles at once over
@@ -70,6 +75,7 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 	async := func(h func(ctx context.Context, data []byte, r micro.Request) reply) micro.HandlerFunc {
 		return func(r micro.Request) {
 			subject, data := r.Reply(), r.Data()
+			ns.received.Add(1)
 			ns.mu.Lock()
 			if ns.closed {
 				ns.mu.Unlock()
@@ -117,13 +123,25 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 	return ns, nil
 }
 
-// Stop stops taking requests (late ones are answered 503 shutting_down),
-// drains the endpoints and waits for the requests in flight to be answered.
+// Stop stops taking requests and waits for those in flight to be answered.
+// The endpoints are drained first, so the queue group sends new requests to
+// the other brokers while the ones already delivered here are still served
+// normally; only a request that arrives once the drain has settled (none
+// for quiet) is answered 503 shutting_down.
 func (ns *NATSService) Stop() error {
+	err := ns.svc.Stop() // unsubscribes; messages already here are still dispatched
+	ns.nc.Flush()        //nolint:errcheck // the server has seen the unsubscribes
+	const quiet, most = 100 * time.Millisecond, 2 * time.Second
+	for deadline := time.Now().Add(most); time.Now().Before(deadline); {
+		before := ns.received.Load()
+		time.Sleep(quiet)
+		if ns.received.Load() == before {
+			break
+		}
+	}
 	ns.mu.Lock()
 	ns.closed = true
 	ns.mu.Unlock()
-	err := ns.svc.Stop()
 	ns.wg.Wait()
 	return err
 }
