@@ -178,18 +178,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	hits := make(map[[16]byte]map[queen.Hash]hit)
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
-	pb.Queue(sqlBundleLock, ids).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id [16]byte
-			var lp lockedPartition
-			if err := rows.Scan(&id, &lp.last); err != nil {
-				return err
-			}
-			lp.window = -1 // until the probe reads it
-			locked[id] = lp
-		}
-		return rows.Err()
-	})
+	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked))
 	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed).Query(scanProbe(locked, hits))
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		rollback(conn)
@@ -318,7 +307,24 @@ func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit
 	return msgIDs, frames, hashes, keys, clean
 }
 
-// scanProbe reads a probe's rows (bundle_probe, txn_probe): each partition's
+// scanLocked reads bundle_lock's rows: each locked partition's allocator,
+// its window unknown (-1) until the probe reads it.
+func scanLocked(locked map[[16]byte]lockedPartition) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id [16]byte
+			var lp lockedPartition
+			if err := rows.Scan(&id, &lp.last); err != nil {
+				return err
+			}
+			lp.window = -1
+			locked[id] = lp
+		}
+		return rows.Err()
+	}
+}
+
+// scanProbe reads bundle_probe's rows (pushes and transactions): each partition's
 // window into locked, and each hit's lowest offset and original id into hits.
 func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {

@@ -17,7 +17,6 @@ import (
 )
 
 var (
-	sqlTxnProbe  = q("txn_probe")
 	sqlTxnLeases = q("txn_leases")
 )
 
@@ -270,6 +269,7 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	}
 	var probePIDs, probeHashes []pgtype.UUID
 	var probeLo, probeHi []int32
+	var probeWMs, probeAssumed []int64
 	for _, pid := range pushPIDs {
 		b := &parts[pid].batch
 		lo := len(probeHashes) + 1
@@ -279,6 +279,8 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 			}
 		}
 		probePIDs = append(probePIDs, pgUUID(pid))
+		probeWMs = append(probeWMs, -1) // no cache: the whole window
+		probeAssumed = append(probeAssumed, 0)
 		probeLo = append(probeLo, int32(lo))
 		probeHi = append(probeHi, int32(len(probeHashes)))
 	}
@@ -286,20 +288,11 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	locked := make(map[[16]byte]lockedPartition, len(lockPIDs))
 	hits := map[[16]byte]map[queen.Hash]hit{}
 	pb := &pgx.Batch{}
-	pb.Queue(sqlBundleLock, ids).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id [16]byte
-			var lp lockedPartition
-			if err := rows.Scan(&id, &lp.last); err != nil {
-				return err
-			}
-			lp.window = -1 // until the probe reads it
-			locked[id] = lp
-		}
-		return rows.Err()
-	})
+	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked))
 	if len(pushPIDs) > 0 {
-		pb.Queue(sqlTxnProbe, probePIDs, probeHashes, probeLo, probeHi).Query(scanProbe(locked, hits))
+		// A transaction does not pass through the actors' caches: no
+		// watermark, no suspects, every hash looked up in the whole window.
+		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed).Query(scanProbe(locked, hits))
 	}
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return unavailable(err)
