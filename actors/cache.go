@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"log/slog"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,9 @@ type partitionCache struct {
 	// again after a budget eviction, so a partition too large for the
 	// budget is not re-read from the sidecar on every commit.
 	cooldown int
+	// unsorted: gens are not in created order (a hydration appended older
+	// ones); prune sorts them first.
+	unsorted bool
 }
 
 // evictionCooldown is the commits a partition waits after a budget eviction.
@@ -323,7 +327,7 @@ func (p *partitionCache) drop(evicted bool) {
 
 func (p *partitionCache) reset() {
 	p.hashes = map[queen.Hash]int64{}
-	p.gens = nil
+	p.gens, p.unsorted = nil, false
 	p.based, p.gaps, p.hydrating = false, nil, false
 	p.epoch++
 }
@@ -343,23 +347,23 @@ func (p *partitionCache) prune(now time.Time) {
 	if now.IsZero() {
 		return
 	}
+	if p.unsorted { // hydrated generations arrive after newer commits
+		sort.SliceStable(p.gens, func(a, b int) bool { return p.gens[a].created.Before(p.gens[b].created) })
+		p.unsorted = false
+	}
+	// Oldest first: the work is the generations that expire, not all of them.
 	cut := now.Add(-time.Duration(p.window) * time.Second)
-	keep := p.gens[:0]
-	for _, g := range p.gens {
-		if !g.created.Before(cut) {
-			keep = append(keep, g)
-			continue
-		}
+	k := 0
+	for ; k < len(p.gens) && p.gens[k].created.Before(cut); k++ {
+		g := &p.gens[k]
 		for i, h := range g.hashes {
 			if p.hashes[h] == g.first+int64(i) {
 				delete(p.hashes, h)
 			}
 		}
+		*g = generation{}
 	}
-	for i := len(keep); i < len(p.gens); i++ {
-		p.gens[i] = generation{}
-	}
-	p.gens = keep
+	p.gens = p.gens[k:]
 }
 
 // hydrate fills the gaps of epoch from the sidecar, one range at a time.
@@ -404,6 +408,7 @@ func (p *partitionCache) hydrate(epoch uint64) {
 				p.add(gen.hashes[i], sg.First+int64(i))
 			}
 			p.gens = append(p.gens, gen)
+			p.unsorted = true
 			segs[k].Hashes = nil
 			if k%64 == 63 {
 				// Account as it grows, so a partition too large for the
