@@ -57,6 +57,7 @@ type queueHint struct {
 
 type groupHint struct {
 	cands []uuid.UUID
+	in    map[uuid.UUID]struct{} // the members of cands (pushes add often)
 	next  int
 }
 
@@ -127,15 +128,21 @@ func (c *Consumers) Forget(queue string) {
 }
 
 func (g *groupHint) add(pid uuid.UUID) {
-	for _, p := range g.cands {
-		if p == pid {
-			return
-		}
+	if _, ok := g.in[pid]; ok {
+		return
 	}
+	if g.in == nil {
+		g.in = map[uuid.UUID]struct{}{}
+	}
+	g.in[pid] = struct{}{}
 	g.cands = append(g.cands, pid)
 }
 
 func (g *groupHint) drop(pid uuid.UUID) {
+	if _, ok := g.in[pid]; !ok {
+		return
+	}
+	delete(g.in, pid)
 	for i, p := range g.cands {
 		if p == pid {
 			g.cands = append(g.cands[:i], g.cands[i+1:]...)
