@@ -43,37 +43,53 @@ type SidecarSource interface {
 
 // CacheConfig configures the process-wide dedup cache (SPEC.md §8).
 type CacheConfig struct {
-	// BudgetBytes bounds the estimated memory of every partition's cache
-	// together (QUEEN_DEDUP_CACHE_MB); the least recently used partitions'
-	// caches are evicted beyond it. Default 512 MiB.
+	// BudgetBytes bounds the memory of every partition's cache together
+	// (QUEEN_DEDUP_CACHE_MB); beyond it whole partition caches are evicted
+	// (those still warming first, then the least recently used) and stay
+	// cold for ColdFor. Default 512 MiB.
 	BudgetBytes int64
 	// Disabled starts the cache switched off (QUEEN_DEDUP_CACHE=off).
 	Disabled bool
 	// Source hydrates partition caches (required).
 	Source SidecarSource
-	// HydrateTimeout bounds one hydration query. Default 60s.
+	// HydrateTimeout bounds one hydration query (one page). Default 60s.
 	HydrateTimeout time.Duration
-	Logger         *slog.Logger
+	// ColdFor is how long a partition whose cache was evicted stays without
+	// one, measured on PostgreSQL's clock by the partition's own commits.
+	// 0 (the production value) means one window: a partition is re-read from
+	// the sidecar at most once per window, whatever the budget. Tests
+	// shorten it.
+	ColdFor time.Duration
+	// MaxHydrations bounds the hydrations running at once (each reads one
+	// partition's window from the sidecar in pages). Default 2.
+	MaxHydrations int
+	Logger        *slog.Logger
 }
 
-// EntryBytes is the estimated memory of one cached hash: its map entry
-// (16-byte key, 8-byte offset and the map's overhead) and its 16 bytes in a
-// generation.
-const EntryBytes = 80
-
 // Cache is the process-wide dedup cache: it hands each partition actor its
-// own cache (New), keeps their total memory under the budget by evicting the
-// least recently used, and has a kill switch (SetEnabled). It is safe for
-// concurrent use.
+// own cache (New), keeps their total memory under the budget, and has a kill
+// switch (SetEnabled). It is safe for concurrent use.
+//
+// A partition's cache holds the partition's in-window transactionId hashes
+// as Bloom filters (filter, about 2 bytes per hash) in time generations of
+// window/8, dropped whole once older than the window on PostgreSQL's clock.
+// It is lossy: a hash a filter may hold is a suspect, looked up by the SQL
+// probe in the whole window; a hash no filter holds is certainly not in the
+// window at or below the watermark, so the probe skips it. A cold, evicted,
+// warming or disabled cache sends watermark -1, and the verdicts are the
+// same.
 type Cache struct {
 	cfg     CacheConfig
 	enabled atomic.Bool
+	// hydrating bounds concurrent hydrations (MaxHydrations tokens).
+	hydrating chan struct{}
 
-	mu    sync.Mutex
-	lru   *list.List // of *partitionCache holding memory; front = most recently used
-	total int64      // bytes accounted
+	mu      sync.Mutex
+	lru     *list.List // of *partitionCache holding memory; front = most recently used
+	total   int64      // bytes accounted
+	entries int64      // hashes accounted
 
-	hits, evictions, fullProbes, narrowedProbes, hydrations, hydrationErrors atomic.Int64
+	hits, evictions, fullProbes, narrowedProbes, hydrations, gapReads, hydrationErrors atomic.Int64
 }
 
 // NewCache returns the process-wide cache.
@@ -84,17 +100,20 @@ func NewCache(cfg CacheConfig) *Cache {
 	if cfg.HydrateTimeout <= 0 {
 		cfg.HydrateTimeout = 60 * time.Second
 	}
+	if cfg.MaxHydrations <= 0 {
+		cfg.MaxHydrations = 2
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Cache{cfg: cfg, lru: list.New()}
+	c := &Cache{cfg: cfg, lru: list.New(), hydrating: make(chan struct{}, cfg.MaxHydrations)}
 	c.enabled.Store(!cfg.Disabled)
 	return c
 }
 
 // New returns a new partition cache (Config.NewCache).
 func (c *Cache) New() HashCache {
-	return &partitionCache{c: c, hashes: map[queen.Hash]int64{}}
+	return &partitionCache{c: c}
 }
 
 // SetEnabled is the kill switch: off drops every partition's cache at once
@@ -111,7 +130,10 @@ func (c *Cache) SetEnabled(on bool) {
 	}
 	c.mu.Unlock()
 	for _, p := range all {
-		p.drop(false)
+		p.mu.Lock()
+		p.reset()
+		p.mu.Unlock()
+		p.c.account(p, 0, 0, false)
 	}
 }
 
@@ -120,43 +142,60 @@ func (c *Cache) Enabled() bool { return c.enabled.Load() }
 
 // CacheStats is the cache's state for /health and metrics.
 type CacheStats struct {
-	Enabled     bool  `json:"enabled"`
-	Partitions  int   `json:"partitions"`
-	Bytes       int64 `json:"bytes"`
+	Enabled    bool `json:"enabled"`
+	Partitions int  `json:"partitions"`
+	// Bytes is the memory the partitions' caches hold (filters and their
+	// bookkeeping), within BudgetBytes.
+	Bytes int64 `json:"bytes"`
+	// Entries is the hashes held (in-window hashes, plus those of
+	// generations not yet expired).
 	Entries     int64 `json:"entries"`
 	BudgetBytes int64 `json:"budgetBytes"`
-	// Hits counts incoming hashes the cache had seen (looked up in the window).
+	// Hits counts incoming hashes the cache may have seen (suspects, looked
+	// up in the window): repeats and the filters' false positives.
 	Hits int64 `json:"hits"`
 	// Evictions counts partition caches dropped to keep the budget.
 	Evictions int64 `json:"evictions"`
 	// FullProbes counts partition probes sent with watermark -1 (whole window).
 	FullProbes int64 `json:"fullProbes"`
 	// NarrowedProbes counts partition probes sent with a watermark.
-	NarrowedProbes  int64 `json:"narrowedProbes"`
-	Hydrations      int64 `json:"hydrations"`
+	NarrowedProbes int64 `json:"narrowedProbes"`
+	// Hydrations counts partition caches filled with a whole window read
+	// from the sidecar (at a partition's first commit on this broker, or
+	// after a cold period when the budget has room).
+	Hydrations int64 `json:"hydrations"`
+	// GapReads counts sidecar reads of segments others wrote between two of
+	// this broker's commits (other brokers, transactions, lost outcomes).
+	GapReads        int64 `json:"gapReads"`
 	HydrationErrors int64 `json:"hydrationErrors"`
 }
 
 // Stats returns the cache's counters and size.
 func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()
-	s := CacheStats{Partitions: c.lru.Len(), Bytes: c.total}
+	s := CacheStats{Partitions: c.lru.Len(), Bytes: c.total, Entries: c.entries}
 	c.mu.Unlock()
 	s.Enabled = c.enabled.Load()
-	s.Entries = s.Bytes / EntryBytes
 	s.BudgetBytes = c.cfg.BudgetBytes
 	s.Hits, s.Evictions = c.hits.Load(), c.evictions.Load()
 	s.FullProbes, s.NarrowedProbes = c.fullProbes.Load(), c.narrowedProbes.Load()
-	s.Hydrations, s.HydrationErrors = c.hydrations.Load(), c.hydrationErrors.Load()
+	s.Hydrations, s.GapReads, s.HydrationErrors = c.hydrations.Load(), c.gapReads.Load(), c.hydrationErrors.Load()
 	return s
 }
 
-// account sets p's accounted size and evicts the least recently used caches
-// while the total is over the budget (p itself last).
-func (c *Cache) account(p *partitionCache, size int64) {
+// evictScan bounds how far from the least recently used end an eviction
+// looks for a partition that is still warming.
+const evictScan = 64
+
+// account sets p's accounted size, hashes and warmth, and evicts while the
+// total is over the budget: first a partition cache that is still warming
+// (it cannot vouch yet, so dropping it costs no narrowed probe), among the
+// least recently used, else the least recently used (p itself last).
+func (c *Cache) account(p *partitionCache, size, entries int64, warm bool) {
 	c.mu.Lock()
 	c.total += size - p.accounted
-	p.accounted = size
+	c.entries += entries - p.entries
+	p.accounted, p.entries, p.warm = size, entries, warm
 	switch {
 	case size > 0 && p.elem == nil:
 		p.elem = c.lru.PushFront(p)
@@ -169,60 +208,96 @@ func (c *Cache) account(p *partitionCache, size int64) {
 	var victims []*partitionCache
 	for c.total > c.cfg.BudgetBytes && c.lru.Len() > 0 {
 		e := c.lru.Back()
+		for i, x := 0, e; i < evictScan && x != nil; i, x = i+1, x.Prev() {
+			if !x.Value.(*partitionCache).warm {
+				e = x
+				break
+			}
+		}
 		v := e.Value.(*partitionCache)
 		c.lru.Remove(e)
 		v.elem = nil
 		c.total -= v.accounted
-		v.accounted = 0
+		c.entries -= v.entries
+		v.lastSize = v.accounted
+		v.accounted, v.entries = 0, 0
 		victims = append(victims, v)
 	}
 	c.mu.Unlock()
 	for _, v := range victims {
-		v.drop(true)
+		v.evict()
 	}
 }
 
-// generation is the hashes one segment added, for pruning by age.
-type generation struct {
-	created time.Time
-	first   int64
-	hashes  []queen.Hash
+// room reports whether the budget has room to read p's window back: the
+// size p had when it was last evicted (any size if it never was).
+func (c *Cache) room(p *partitionCache) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.lastSize == 0 || c.total+p.lastSize <= c.cfg.BudgetBytes
 }
 
-// partitionCache is one partition's cache. Knowledge: every in-window hash
-// of the partition at offsets up to seen, once the base hydration and every
-// gap (segments written by others: transactions, other brokers) is filled.
-// hashes maps a hash to the highest offset it was seen at; a generation is
-// pruned once older than the window on PostgreSQL's clock (the newest
-// commit's created_at), which keeps only in-window hashes.
+// generation holds the hashes of the segments stored in one span of time
+// (window/8), until the newest of them is older than the window.
+type generation struct {
+	start, newest time.Time // created_at of its first and newest segment
+	filters       []*filter // the last one is being filled
+	n             int64
+}
+
+// generationBytes is a generation's fixed cost beside its filters.
+const generationBytes = 96
+
+func (g *generation) add(h *queen.Hash) {
+	f := g.filters[len(g.filters)-1]
+	if f.full() {
+		f = newFilter(2 * f.limit)
+		g.filters = append(g.filters, f)
+	}
+	f.add(h)
+	g.n++
+}
+
+func (g *generation) bytes() int64 {
+	n := int64(generationBytes)
+	for _, f := range g.filters {
+		n += f.bytes()
+	}
+	return n
+}
+
+// partitionCache is one partition's cache. Knowledge: every hash stored in
+// the partition at offsets up to seen inside the window, except those stored
+// at or before unknownUntil, once the gaps (segments written by others:
+// transactions, other brokers, commits whose outcome was lost) are read.
+// It vouches (sends a watermark) only while nothing unknown can still be in
+// the window: unknownUntil <= newest - window, where newest is the newest
+// commit's created_at (PostgreSQL's clock; a probe's clock is later).
 type partitionCache struct {
 	c *Cache
 
 	// guarded by c.mu
 	elem      *list.Element
 	accounted int64
+	entries   int64
+	warm      bool
+	lastSize  int64 // accounted when last evicted: the room a re-hydration needs
 
-	mu        sync.Mutex
-	pid       uuid.UUID
-	hashes    map[queen.Hash]int64
-	gens      []generation
-	based     bool       // knowledge started for this epoch
-	gaps      [][2]int64 // (after, upTo] ranges still to hydrate
-	hydrating bool
-	seen      int64 // last offset known: the end of the last observed commit
-	window    int64 // seconds the knowledge covers
-	epoch     uint64
-	// cooldown is how many more commits to wait before knowledge starts
-	// again after a budget eviction, so a partition too large for the
-	// budget is not re-read from the sidecar on every commit.
-	cooldown int
-	// unsorted: gens are not in created order (a hydration appended older
-	// ones); prune sorts them first.
-	unsorted bool
+	mu           sync.Mutex
+	pid          uuid.UUID
+	gens         []*generation // ascending newest
+	based        bool          // knowledge started for this epoch
+	gaps         [][2]int64    // (after, upTo] ranges still to read
+	hydrating    bool
+	seen         int64 // last offset known: the end of the last observed commit
+	window       int64 // seconds the knowledge covers
+	epoch        uint64
+	newest       time.Time // the newest commit's created_at
+	unknownUntil time.Time // zero: nothing unknown
+	// cold: evicted; no knowledge is gathered until newest reaches coldUntil.
+	cold      bool
+	coldUntil time.Time
 }
-
-// evictionCooldown is the commits a partition waits after a budget eviction.
-const evictionCooldown = 16
 
 func (p *partitionCache) Prepare(b *persistence.PushBatch) {
 	b.Watermark, b.Suspects, b.AssumedWindow = -1, nil, 0
@@ -231,19 +306,20 @@ func (p *partitionCache) Prepare(b *persistence.PushBatch) {
 		return
 	}
 	p.mu.Lock()
-	ready := p.based && !p.hydrating && len(p.gaps) == 0 && p.pid == b.PartitionID
+	ready := p.vouches() && p.pid == b.PartitionID
 	hits := 0
 	if ready {
 		b.Watermark, b.AssumedWindow = p.seen, p.window
-		for i, it := range b.Items {
+		for i := range b.Items {
 			if b.LeaderOf != nil && int(b.LeaderOf[i]) != i {
 				continue
 			}
-			if _, ok := p.hashes[it.Hash]; ok {
+			h := &b.Items[i].Hash
+			if p.mayHave(h) {
 				if b.Suspects == nil {
 					b.Suspects = map[queen.Hash]struct{}{}
 				}
-				b.Suspects[it.Hash] = struct{}{}
+				b.Suspects[*h] = struct{}{}
 				hits++
 			}
 		}
@@ -257,28 +333,61 @@ func (p *partitionCache) Prepare(b *persistence.PushBatch) {
 	}
 }
 
+// vouches reports whether the knowledge is complete for the window.
+func (p *partitionCache) vouches() bool {
+	return p.based && !p.hydrating && len(p.gaps) == 0 &&
+		(p.unknownUntil.IsZero() || !p.unknownUntil.After(p.newest.Add(-time.Duration(p.window)*time.Second)))
+}
+
+// mayHave tests the generations, newest first (repeats are mostly recent).
+func (p *partitionCache) mayHave(h *queen.Hash) bool {
+	for i := len(p.gens) - 1; i >= 0; i-- {
+		fs := p.gens[i].filters
+		for j := len(fs) - 1; j >= 0; j-- {
+			if fs[j].test(h) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (p *partitionCache) Observe(b *persistence.PushBatch, out *persistence.PushOutcome) {
 	if !p.c.enabled.Load() {
 		return
 	}
+	wrote := out.LastOffset >= out.FirstOffset
 	p.mu.Lock()
+	if wrote && out.CreatedAt.After(p.newest) {
+		p.newest = out.CreatedAt
+	}
 	prevLast := out.FirstOffset - 1
 	if p.based && (b.PartitionID != p.pid || out.Window > p.window) {
 		// A new partition id (its queue was deleted and recreated), or a
 		// window wider than the knowledge covers: start again.
 		p.reset()
 	}
-	start := false
-	if !p.based && p.cooldown > 0 {
-		p.cooldown--
+	if p.cold && !p.newest.Before(p.coldUntil) {
+		p.cold = false
+	}
+	if p.cold || (!p.based && !wrote) {
+		// Cold after an eviction; or nothing written, so no clock reading
+		// to start knowledge from: wait for a commit that writes.
 		p.mu.Unlock()
 		return
 	}
+	start := false
 	switch {
 	case !p.based:
 		p.based, p.pid, p.window, p.seen = true, b.PartitionID, out.Window, prevLast
 		if prevLast >= 0 {
-			p.gaps = append(p.gaps, [2]int64{-1, prevLast})
+			if p.c.room(p) {
+				p.gaps = append(p.gaps, [2]int64{-1, prevLast})
+			} else {
+				// No room to read the window back: what came before this
+				// commit stays unknown until it leaves the window.
+				p.unknownUntil = out.CreatedAt
+			}
 		}
 	case prevLast != p.seen:
 		// Others wrote (p.seen, prevLast]: learn it from the sidecar.
@@ -287,87 +396,132 @@ func (p *partitionCache) Observe(b *persistence.PushBatch, out *persistence.Push
 	if len(p.gaps) > 0 && !p.hydrating {
 		p.hydrating, start = true, true
 	}
-	if out.LastOffset >= out.FirstOffset {
-		g := generation{created: out.CreatedAt, first: out.FirstOffset, hashes: make([]queen.Hash, 0, out.LastOffset-out.FirstOffset+1)}
-		for i, r := range out.Results {
-			if r.Verdict == queen.Queued {
-				g.hashes = append(g.hashes, b.Items[i].Hash)
-				p.add(b.Items[i].Hash, r.Offset)
+	if wrote {
+		if p.window > 0 {
+			g := p.genAt(&p.gens, out.CreatedAt)
+			for i, r := range out.Results {
+				if r.Verdict == queen.Queued {
+					g.add(&b.Items[i].Hash)
+				}
 			}
 		}
-		p.gens = append(p.gens, g)
 		p.seen = out.LastOffset
-		p.prune(out.CreatedAt)
+		p.prune()
 	} else {
 		p.seen = prevLast
 	}
-	epoch, size := p.epoch, p.size()
+	epoch, size, n, warm := p.epoch, p.size(), p.count(), p.vouches()
 	p.mu.Unlock()
-	p.c.account(p, size)
+	p.c.account(p, size, n, warm)
 	if start {
 		go p.hydrate(epoch)
 	}
 }
 
-func (p *partitionCache) Forget() { p.drop(false) }
+// genAt returns the generation of *gens (ascending time) that a segment
+// stored at t goes to: the newest one while t is within its span, else a new
+// one sized like the one before.
+func (p *partitionCache) genAt(gens *[]*generation, t time.Time) *generation {
+	if k := len(*gens); k > 0 {
+		g := (*gens)[k-1]
+		if t.Sub(g.start) < p.span() {
+			if t.After(g.newest) {
+				g.newest = t
+			}
+			return g
+		}
+	}
+	return p.newGeneration(t, gens)
+}
 
-// drop forgets everything; evicted counts it as a budget eviction.
-func (p *partitionCache) drop(evicted bool) {
+// newGeneration appends a generation starting at t to *gens, its first
+// filter sized for the hashes of the generation before it.
+func (p *partitionCache) newGeneration(t time.Time, gens *[]*generation) *generation {
+	keys := filterMinKeys
+	if k := len(*gens); k > 0 {
+		keys = int((*gens)[k-1].n + (*gens)[k-1].n/4)
+	}
+	g := &generation{start: t, newest: t, filters: []*filter{newFilter(keys)}}
+	*gens = append(*gens, g)
+	return g
+}
+
+// span is a generation's length of time: an eighth of the window.
+func (p *partitionCache) span() time.Duration {
+	return max(time.Duration(p.window)*time.Second/8, time.Second)
+}
+
+// Forget is called after a commit failed. Nothing needs forgetting: a commit
+// whose outcome was lost shows up as a gap at the next commit, and the
+// watermark stays below it until then.
+func (p *partitionCache) Forget() {}
+
+// evict drops the knowledge after a budget eviction and keeps the partition
+// cold for ColdFor (one window by default).
+func (p *partitionCache) evict() {
 	p.mu.Lock()
 	p.reset()
-	if evicted {
-		p.cooldown = evictionCooldown
+	cold := p.c.cfg.ColdFor
+	if cold <= 0 {
+		cold = time.Duration(p.window) * time.Second
 	}
+	p.cold, p.coldUntil = true, p.newest.Add(cold)
 	p.mu.Unlock()
-	if evicted {
-		p.c.evictions.Add(1)
-	}
-	p.c.account(p, 0)
+	p.c.evictions.Add(1)
+	p.c.account(p, 0, 0, false)
 }
 
 func (p *partitionCache) reset() {
-	p.hashes = map[queen.Hash]int64{}
-	p.gens, p.unsorted = nil, false
+	p.gens = nil
 	p.based, p.gaps, p.hydrating = false, nil, false
+	p.unknownUntil = time.Time{}
 	p.epoch++
 }
 
-func (p *partitionCache) size() int64 { return int64(len(p.hashes)) * EntryBytes }
+// partitionBytes is a partition cache's fixed cost while it holds knowledge.
+const partitionBytes = 256
 
-func (p *partitionCache) add(h queen.Hash, off int64) {
-	if old, ok := p.hashes[h]; !ok || off > old {
-		p.hashes[h] = off
+func (p *partitionCache) size() int64 {
+	if !p.based {
+		return 0
 	}
+	n := int64(partitionBytes)
+	for _, g := range p.gens {
+		n += g.bytes()
+	}
+	return n
 }
 
-// prune drops the generations stored before now - window (now: the newest
-// commit's created_at, PostgreSQL's clock): out of the window for every
-// later probe.
-func (p *partitionCache) prune(now time.Time) {
-	if now.IsZero() {
-		return
+func (p *partitionCache) count() int64 {
+	var n int64
+	for _, g := range p.gens {
+		n += g.n
 	}
-	if p.unsorted { // hydrated generations arrive after newer commits
-		sort.SliceStable(p.gens, func(a, b int) bool { return p.gens[a].created.Before(p.gens[b].created) })
-		p.unsorted = false
-	}
-	// Oldest first: the work is the generations that expire, not all of them.
-	cut := now.Add(-time.Duration(p.window) * time.Second)
+	return n
+}
+
+// prune drops the generations whose newest segment is out of the window for
+// every later probe: stored at or before newest - window.
+func (p *partitionCache) prune() {
+	cut := p.newest.Add(-time.Duration(p.window) * time.Second)
 	k := 0
-	for ; k < len(p.gens) && p.gens[k].created.Before(cut); k++ {
-		g := &p.gens[k]
-		for i, h := range g.hashes {
-			if p.hashes[h] == g.first+int64(i) {
-				delete(p.hashes, h)
-			}
-		}
-		*g = generation{}
+	for k < len(p.gens) && !p.gens[k].newest.After(cut) {
+		p.gens[k] = nil
+		k++
 	}
 	p.gens = p.gens[k:]
 }
 
-// hydrate fills the gaps of epoch from the sidecar, one range at a time.
+// hydratePage is the offsets one hydration query covers (about 1 MiB of
+// hashes at most).
+const hydratePage = 1 << 16
+
+// hydrate reads the gaps of epoch from the sidecar, one page at a time,
+// accounting as it grows: a partition too large for the budget is evicted
+// (and its hydration abandoned) early.
 func (p *partitionCache) hydrate(epoch uint64) {
+	p.c.hydrating <- struct{}{}
+	defer func() { <-p.c.hydrating }()
 	for {
 		p.mu.Lock()
 		if p.epoch != epoch {
@@ -376,56 +530,61 @@ func (p *partitionCache) hydrate(epoch uint64) {
 		}
 		if len(p.gaps) == 0 {
 			p.hydrating = false
+			size, n, warm := p.size(), p.count(), p.vouches()
 			p.mu.Unlock()
+			p.c.account(p, size, n, warm)
 			return
 		}
 		g, pid, window := p.gaps[0], p.pid, p.window
 		p.mu.Unlock()
-
-		ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.HydrateTimeout)
-		segs, err := p.c.cfg.Source.SidecarRange(ctx, pid, g[0], g[1], window)
-		cancel()
-		p.c.hydrations.Add(1)
-
+		if g[0] < 0 {
+			p.c.hydrations.Add(1)
+		} else {
+			p.c.gapReads.Add(1)
+		}
+		var read []*generation
+		for after := g[0]; after < g[1]; {
+			upTo := min(g[1], after+hydratePage)
+			ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.HydrateTimeout)
+			segs, err := p.c.cfg.Source.SidecarRange(ctx, pid, after, upTo, window)
+			cancel()
+			p.mu.Lock()
+			if p.epoch != epoch {
+				p.mu.Unlock()
+				return
+			}
+			if err != nil {
+				p.c.hydrationErrors.Add(1)
+				p.c.cfg.Logger.Warn("dedup cache hydration failed; the partition probes its whole window until the next try", "partition", pid, "err", err)
+				p.reset() // the next commit starts again
+				p.mu.Unlock()
+				p.c.account(p, 0, 0, false)
+				return
+			}
+			for _, sg := range segs {
+				gen := p.genAt(&read, sg.CreatedAt)
+				for i := 0; i+16 <= len(sg.Hashes); i += 16 {
+					gen.add((*queen.Hash)(sg.Hashes[i : i+16]))
+				}
+			}
+			size, n := p.size(), p.count()
+			for _, gen := range read {
+				size += gen.bytes()
+				n += gen.n
+			}
+			p.mu.Unlock()
+			p.c.account(p, size, n, false)
+			after = upTo
+		}
 		p.mu.Lock()
 		if p.epoch != epoch {
 			p.mu.Unlock()
 			return
 		}
-		if err != nil {
-			p.c.hydrationErrors.Add(1)
-			p.c.cfg.Logger.Warn("dedup cache hydration failed; the partition probes its whole window until the next try", "partition", pid, "err", err)
-			p.reset() // the next commit starts again
-			p.mu.Unlock()
-			p.c.account(p, 0)
-			return
-		}
-		for k, sg := range segs {
-			n := len(sg.Hashes) / 16
-			gen := generation{created: sg.CreatedAt, first: sg.First, hashes: make([]queen.Hash, n)}
-			for i := 0; i < n; i++ {
-				copy(gen.hashes[i][:], sg.Hashes[i*16:])
-				p.add(gen.hashes[i], sg.First+int64(i))
-			}
-			p.gens = append(p.gens, gen)
-			p.unsorted = true
-			segs[k].Hashes = nil
-			if k%64 == 63 {
-				// Account as it grows, so a partition too large for the
-				// budget is evicted (and this hydration abandoned) early.
-				size := p.size()
-				p.mu.Unlock()
-				p.c.account(p, size)
-				p.mu.Lock()
-				if p.epoch != epoch {
-					p.mu.Unlock()
-					return
-				}
-			}
-		}
+		p.gens = append(p.gens, read...)
+		sort.SliceStable(p.gens, func(a, b int) bool { return p.gens[a].newest.Before(p.gens[b].newest) })
+		p.prune()
 		p.gaps = p.gaps[1:]
-		size := p.size()
 		p.mu.Unlock()
-		p.c.account(p, size)
 	}
 }

@@ -72,6 +72,10 @@ type Config struct {
 	// DedupCacheBytes, when > 0, is the budget in bytes and wins over
 	// DedupCacheMB (tests use tiny budgets that evict constantly).
 	DedupCacheBytes int64
+	// DedupCacheColdFor, when > 0, is how long a partition whose cache was
+	// evicted stays without one (actors.CacheConfig.ColdFor); 0, the
+	// production value, means one window. Tests shorten it.
+	DedupCacheColdFor time.Duration
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
@@ -197,7 +201,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if cfg.DedupCacheBytes > 0 {
 		budget = cfg.DedupCacheBytes
 	}
-	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, Source: b.store, Logger: b.log})
+	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, ColdFor: cfg.DedupCacheColdFor, Source: b.store, Logger: b.log})
 	registerCacheMetrics(b.metrics, b.cache)
 	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New})
 	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
@@ -356,14 +360,15 @@ func registerCacheMetrics(m *queen.Metrics, c *actors.Cache) {
 			}
 			return 0
 		}),
-		gauge("queen_dedup_cache_bytes", "Estimated memory of every partition's dedup cache.", func(s actors.CacheStats) int64 { return s.Bytes }),
-		gauge("queen_dedup_cache_entries", "Hashes held by the dedup cache.", func(s actors.CacheStats) int64 { return s.Entries }),
+		gauge("queen_dedup_cache_bytes", "Memory held by every partition's dedup cache (filters and bookkeeping).", func(s actors.CacheStats) int64 { return s.Bytes }),
+		gauge("queen_dedup_cache_entries", "Hashes held by the dedup cache's filters.", func(s actors.CacheStats) int64 { return s.Entries }),
 		gauge("queen_dedup_cache_partitions", "Partitions whose dedup cache holds memory.", func(s actors.CacheStats) int64 { return int64(s.Partitions) }),
-		counter("queen_dedup_cache_hits_total", "Incoming hashes the cache had seen (looked up in the window).", func(s actors.CacheStats) int64 { return s.Hits }),
+		counter("queen_dedup_cache_hits_total", "Incoming hashes the cache may have seen (suspects looked up in the whole window: repeats and filter false positives).", func(s actors.CacheStats) int64 { return s.Hits }),
 		counter("queen_dedup_cache_evictions_total", "Partition caches dropped to keep the memory budget.", func(s actors.CacheStats) int64 { return s.Evictions }),
 		counter("queen_dedup_full_window_probes_total", "Partition probes of the whole window (watermark -1).", func(s actors.CacheStats) int64 { return s.FullProbes }),
 		counter("queen_dedup_narrowed_probes_total", "Partition probes narrowed by the cache's watermark.", func(s actors.CacheStats) int64 { return s.NarrowedProbes }),
-		counter("queen_dedup_cache_hydrations_total", "Sidecar reads that filled a partition cache.", func(s actors.CacheStats) int64 { return s.Hydrations }),
+		counter("queen_dedup_cache_hydrations_total", "Partition caches filled with a whole window read from the sidecar.", func(s actors.CacheStats) int64 { return s.Hydrations }),
+		counter("queen_dedup_cache_gap_reads_total", "Sidecar reads of segments other writers stored between two of this broker's commits.", func(s actors.CacheStats) int64 { return s.GapReads }),
 	)
 }
 

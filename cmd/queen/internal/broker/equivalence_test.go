@@ -256,7 +256,7 @@ func TestDedupCacheEquivalence(t *testing.T) {
 				}},
 				{"cache-on", func(t *testing.T) []*env { return []*env{startEnv(t, slow)} }},
 				{"cache-evicting", func(t *testing.T) []*env {
-					return []*env{startEnv(t, func(c *Config) { slow(c); c.DedupCacheBytes = 800 })}
+					return []*env{startEnv(t, func(c *Config) { slow(c); c.DedupCacheBytes = 800; c.DedupCacheColdFor = time.Nanosecond })}
 				}},
 				{"two-brokers", func(t *testing.T) []*env {
 					a := startEnv(t, slow)

@@ -1,0 +1,359 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// simDB is a model of the partitions' sidecar on a virtual clock: what the
+// SQL probe would see. It checks every watermark a cache sends.
+type simDB struct {
+	mu    sync.Mutex
+	now   time.Time
+	parts map[uuid.UUID]*simPartition
+	reads int
+}
+
+type simPartition struct {
+	last   int64
+	window int64
+	segs   []persistence.SidecarSegment
+	// stored: every offset and time each hash was stored at, in order.
+	stored map[queen.Hash][]simFrame
+}
+
+type simFrame struct {
+	offset  int64
+	created time.Time
+}
+
+func newSimDB() *simDB {
+	return &simDB{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), parts: map[uuid.UUID]*simPartition{}}
+}
+
+func (d *simDB) part(pid uuid.UUID) *simPartition {
+	p := d.parts[pid]
+	if p == nil {
+		p = &simPartition{last: -1, window: 60, stored: map[queen.Hash][]simFrame{}}
+		d.parts[pid] = p
+	}
+	return p
+}
+
+func (d *simDB) advance(by time.Duration) {
+	d.mu.Lock()
+	d.now = d.now.Add(by)
+	d.mu.Unlock()
+}
+
+// SidecarRange is the hydration query over the model.
+func (d *simDB) SidecarRange(_ context.Context, pid uuid.UUID, after, upTo, window int64) ([]persistence.SidecarSegment, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reads++
+	var out []persistence.SidecarSegment
+	for _, s := range d.part(pid).segs {
+		if s.First > after && s.First <= upTo && s.CreatedAt.After(d.now.Add(-time.Duration(window)*time.Second)) {
+			out = append(out, persistence.SidecarSegment{First: s.First, CreatedAt: s.CreatedAt, Hashes: append([]byte(nil), s.Hashes...)})
+		}
+	}
+	return out, nil
+}
+
+// inWindow returns the offset of h's original inside the window, or -1.
+func (d *simDB) inWindow(p *simPartition, h queen.Hash) int64 {
+	cut := d.now.Add(-time.Duration(p.window) * time.Second)
+	for _, f := range p.stored[h] {
+		if f.created.After(cut) {
+			return f.offset
+		}
+	}
+	return -1
+}
+
+// store appends a segment of hashes at the allocator, stamped now.
+func (d *simDB) store(p *simPartition, hashes []byte) {
+	p.segs = append(p.segs, persistence.SidecarSegment{First: p.last + 1, CreatedAt: d.now, Hashes: hashes})
+	for i := 0; i+16 <= len(hashes); i += 16 {
+		p.last++
+		h := queen.Hash(hashes[i : i+16])
+		p.stored[h] = append(p.stored[h], simFrame{p.last, d.now})
+	}
+}
+
+// commit is the push transaction over the model: it checks the cache's
+// promise (no hash outside Suspects occurs in the window at or below the
+// watermark, unless the window read under the lock is wider than the one
+// assumed) and gives the verdicts of SPEC.md §3.
+func (d *simDB) commit(t *testing.T, b *persistence.PushBatch) persistence.PushOutcome {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.part(b.PartitionID)
+	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: p.window, FirstOffset: p.last + 1, LastOffset: p.last}
+	vouched := b.Watermark >= 0 && p.window <= b.AssumedWindow
+	var hashes []byte
+	for i, it := range b.Items {
+		if b.LeaderOf != nil && int(b.LeaderOf[i]) != i {
+			out.Results[i] = queen.Result{Verdict: queen.Duplicate, Offset: out.Results[b.LeaderOf[i]].Offset}
+			continue
+		}
+		orig := d.inWindow(p, it.Hash)
+		if _, sus := b.Suspects[it.Hash]; vouched && !sus && orig >= 0 && orig <= b.Watermark {
+			t.Fatalf("the cache vouched for watermark %d but %x is in the window at offset %d", b.Watermark, it.Hash, orig)
+		}
+		if orig >= 0 && p.window > 0 {
+			out.Results[i] = queen.Result{Verdict: queen.Duplicate, Offset: orig}
+			continue
+		}
+		out.LastOffset++
+		out.Results[i] = queen.Result{Verdict: queen.Queued, Offset: out.LastOffset}
+		hashes = append(hashes, it.Hash[:]...)
+	}
+	if out.LastOffset >= out.FirstOffset {
+		out.CreatedAt = d.now
+		d.store(p, hashes)
+	}
+	return out
+}
+
+// otherWrite stores a segment the cache does not observe (another broker).
+func (d *simDB) otherWrite(pid uuid.UUID, hs []queen.Hash) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.part(pid)
+	var b []byte
+	for _, h := range hs {
+		if d.inWindow(p, h) < 0 {
+			b = append(b, h[:]...)
+		}
+	}
+	if len(b) == 0 {
+		return
+	}
+	d.store(p, b)
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func hashOf(s string) queen.Hash { return queen.HashTxn(s) }
+
+func batchOf(pid uuid.UUID, txns []string) *persistence.PushBatch {
+	b := &persistence.PushBatch{PartitionID: pid}
+	for _, x := range txns {
+		b.Items = append(b.Items, &queen.Item{TransactionID: x, Hash: hashOf(x)})
+	}
+	b.LeaderOf = persistence.Leaders(b.Items)
+	return b
+}
+
+// push runs one push through a partition cache and the model.
+func push(t *testing.T, d *simDB, pc HashCache, pid uuid.UUID, txns []string) persistence.PushOutcome {
+	b := batchOf(pid, txns)
+	pc.Prepare(b)
+	out := d.commit(t, b)
+	pc.Observe(b, &out)
+	return out
+}
+
+// waitHydrated waits until no partition of caches is reading the sidecar.
+func waitHydrated(t *testing.T, caches []HashCache) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		busy := false
+		for _, c := range caches {
+			p := c.(*partitionCache)
+			p.mu.Lock()
+			busy = busy || p.hydrating
+			p.mu.Unlock()
+		}
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("hydration did not finish")
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestCacheWatermarkIsAPromise drives random pushes, repeats, writes by
+// another broker, window changes, budget evictions and time through caches
+// of several partitions, and checks every watermark against the model.
+func TestCacheWatermarkIsAPromise(t *testing.T) {
+	for _, budget := range []int64{512 << 20, 4 << 10, 1 << 10} {
+		t.Run(fmt.Sprintf("budget-%d", budget), func(t *testing.T) {
+			t.Parallel()
+			d := newSimDB()
+			c := NewCache(CacheConfig{BudgetBytes: budget, Source: d, ColdFor: 20 * time.Second, Logger: quiet()})
+			r := rand.New(rand.NewSource(budget))
+			pids := make([]uuid.UUID, 4)
+			caches := make([]HashCache, 4)
+			for i := range pids {
+				pids[i], caches[i] = uuid.New(), c.New()
+			}
+			seq := 0
+			for step := 0; step < 3000; step++ {
+				k := r.Intn(len(pids))
+				switch x := r.Intn(100); {
+				case x < 75:
+					var txns []string
+					for n := 1 + r.Intn(8); n > 0; n-- {
+						if seq > 0 && r.Intn(3) == 0 {
+							txns = append(txns, fmt.Sprintf("t%d", seq-1-r.Intn(min(seq, 200))))
+						} else {
+							txns = append(txns, fmt.Sprintf("t%d", seq))
+							seq++
+						}
+					}
+					push(t, d, caches[k], pids[k], txns)
+				case x < 82:
+					d.otherWrite(pids[k], []queen.Hash{hashOf(fmt.Sprintf("t%d", seq)), hashOf(fmt.Sprintf("t%d", seq-1))})
+					seq++
+				case x < 84:
+					d.mu.Lock()
+					d.part(pids[k]).window = []int64{0, 30, 60, 120}[r.Intn(4)]
+					d.mu.Unlock()
+				case x < 99:
+					d.advance(time.Duration(r.Intn(5000)) * time.Millisecond)
+				default:
+					waitHydrated(t, caches)
+				}
+			}
+			st := c.Stats()
+			require.NotZero(t, st.NarrowedProbes, "%+v", st)
+			require.LessOrEqual(t, st.Bytes, budget, "%+v", st)
+			if budget < 8<<10 {
+				require.NotZero(t, st.Evictions, "%+v", st)
+			}
+		})
+	}
+}
+
+// TestCacheDegradesWithoutThrashing: 64 equally busy partitions whose
+// windows need about four times the budget. Over many windows each partition
+// is read back from the sidecar at most once per window, the budget holds,
+// and the partitions that fit keep narrowing their probes.
+func TestCacheDegradesWithoutThrashing(t *testing.T) {
+	d := newSimDB()
+	const parts, window, perPush = 64, 30, 20
+	// One push per partition per simulated second, 20 new ids each: a
+	// window holds 1,200 hashes per partition (~2.6 KB of filters).
+	c := NewCache(CacheConfig{BudgetBytes: 48 << 10, Source: d, Logger: quiet()})
+	pids := make([]uuid.UUID, parts)
+	caches := make([]HashCache, parts)
+	for i := range pids {
+		pids[i], caches[i] = uuid.New(), c.New()
+		d.part(pids[i]).window = window
+	}
+	seq := 0
+	const seconds = 8 * window
+	var maxBytes int64
+	for s := 0; s < seconds; s++ {
+		for k := range pids {
+			txns := make([]string, 0, perPush+1)
+			for i := 0; i < perPush; i++ {
+				txns = append(txns, fmt.Sprintf("t%d", seq))
+				seq++
+			}
+			txns = append(txns, fmt.Sprintf("t%d", seq-perPush*parts/2)) // a repeat
+			push(t, d, caches[k], pids[k], txns)
+		}
+		maxBytes = max(maxBytes, c.Stats().Bytes)
+		d.advance(time.Second)
+	}
+	st := c.Stats()
+	t.Logf("%+v (max bytes %d)", st, maxBytes)
+	require.LessOrEqual(t, maxBytes, int64(48<<10))
+	// At most one read-back per partition per window (plus the first).
+	require.LessOrEqual(t, st.Hydrations, int64(parts*(seconds/window+1)), "%+v", st)
+	require.Zero(t, st.GapReads, "%+v", st)
+	// Evictions: a partition is cold for a window after each one.
+	require.LessOrEqual(t, st.Evictions, int64(parts*(seconds/window+1)), "%+v", st)
+	require.NotZero(t, st.NarrowedProbes, "%+v", st)
+	require.NotZero(t, st.Partitions, "%+v", st)
+}
+
+// TestCacheAccountingMatchesTheHeap: the bytes the cache accounts are the
+// Go heap it adds, within 25%.
+func TestCacheAccountingMatchesTheHeap(t *testing.T) {
+	d := newSimDB()
+	c := NewCache(CacheConfig{BudgetBytes: 1 << 30, Source: d, Logger: quiet()})
+	const parts, pushes, perPush = 100, 50, 200
+	caches := make([]HashCache, parts)
+	pids := make([]uuid.UUID, parts)
+	for i := range caches {
+		caches[i], pids[i] = c.New(), uuid.New()
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	seq := 0
+	for r := 0; r < pushes; r++ {
+		for k := range caches {
+			b := &persistence.PushBatch{PartitionID: pids[k]}
+			out := persistence.PushOutcome{Results: make([]queen.Result, perPush), Window: 3600, FirstOffset: int64(r * perPush), LastOffset: int64(r*perPush + perPush - 1), CreatedAt: d.now}
+			for i := 0; i < perPush; i++ {
+				b.Items = append(b.Items, &queen.Item{Hash: hashOf(fmt.Sprintf("h%d", seq))})
+				out.Results[i] = queen.Result{Verdict: queen.Queued, Offset: int64(r*perPush + i)}
+				seq++
+			}
+			caches[k].Prepare(b)
+			caches[k].Observe(b, &out)
+		}
+		d.now = d.now.Add(time.Second)
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	st := c.Stats()
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("accounted %d bytes for %d hashes (%.2f B/hash), heap grew %d", st.Bytes, st.Entries, float64(st.Bytes)/float64(st.Entries), heap)
+	require.Equal(t, int64(parts*pushes*perPush), st.Entries)
+	require.InEpsilon(t, float64(heap), float64(st.Bytes), 0.25)
+	runtime.KeepAlive(caches)
+}
+
+// TestCacheColdAfterEvictionVouchesOnlyOnceTheUnknownLeftTheWindow: a
+// partition re-based without a read-back sends watermark -1 until what it
+// does not know is older than the window.
+func TestCacheColdAfterEvictionVouchesOnlyOnceTheUnknownLeftTheWindow(t *testing.T) {
+	d := newSimDB()
+	c := NewCache(CacheConfig{BudgetBytes: 1 << 20, Source: d, Logger: quiet()})
+	pid := uuid.New()
+	pc := c.New()
+	push(t, d, pc, pid, []string{"a"})
+	p := pc.(*partitionCache)
+	waitHydrated(t, []HashCache{pc})
+	// Evict with no room to read back, so the next base starts unknown.
+	c.mu.Lock()
+	p.lastSize = 2 << 20
+	c.mu.Unlock()
+	p.evict()
+	d.advance(61 * time.Second) // one window: cold no longer
+	push(t, d, pc, pid, []string{"b"})
+	b := batchOf(pid, []string{"c"})
+	pc.Prepare(b)
+	require.EqualValues(t, -1, b.Watermark, "the part before the re-base is unknown and inside the window")
+	d.advance(59 * time.Second)
+	push(t, d, pc, pid, []string{"d"})
+	pc.Prepare(b)
+	require.EqualValues(t, -1, b.Watermark)
+	d.advance(2 * time.Second)
+	push(t, d, pc, pid, []string{"e"})
+	pc.Prepare(b)
+	require.EqualValues(t, 3, b.Watermark, "the unknown part left the window")
+	require.EqualValues(t, 1, c.Stats().Evictions)
+}
