@@ -28,7 +28,8 @@ func main() {
 		debug.SetGCPercent(400)
 	}
 	// ...but the heap must not grow five-fold under large bodies: past a
-	// soft limit the collector runs as often as needed. GOMEMLIMIT wins.
+	// soft limit the collector runs as often as needed. GOMEMLIMIT wins;
+	// serve lowers it to its cache budget plus headroom (serveMemoryLimit).
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(2 << 30)
 	}
@@ -47,5 +48,21 @@ func main() {
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "queen:", err)
 		os.Exit(1)
+	}
+}
+
+// serveHeadroom is the memory a broker needs beside its dedup cache: the
+// push path's working set, connection buffers and the runtime.
+const serveHeadroom = 192 << 20
+
+// serveMemoryLimit sets the Go soft memory limit of `queen serve` to the
+// dedup cache's budget plus serveHeadroom (SPEC.md §8: the budget bounds the
+// memory the process really spends on the cache), unless GOMEMLIMIT is set.
+// The cache holds pointer-free filters, so a heap near the limit costs the
+// collector little; GOGC 400 still spaces collections while the heap is
+// small.
+func serveMemoryLimit(cacheBudget int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(cacheBudget + serveHeadroom)
 	}
 }

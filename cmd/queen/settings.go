@@ -106,6 +106,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := dedupCacheSettings(&cfg, dedupCache); err != nil {
 				return err
 			}
+			serveMemoryLimit(int64(cfg.DedupCacheMB) << 20)
 			if err := retentionSettings(cmd, &cfg.Retention); err != nil {
 				return err
 			}
