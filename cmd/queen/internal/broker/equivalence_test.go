@@ -33,7 +33,6 @@ import (
 )
 
 const (
-	eqQueue       = "eq"
 	retainSeconds = 600
 	floorSeconds  = 250
 )
@@ -47,7 +46,7 @@ type eqOp struct {
 }
 
 // eqSequence makes the seeded sequence.
-func eqSequence(seed int64, n int) []eqOp {
+func eqSequence(queue string, seed int64, n int) []eqOp {
 	r := rand.New(rand.NewSource(seed))
 	var ops []eqOp
 	for len(ops) < n {
@@ -62,7 +61,7 @@ func eqSequence(seed int64, n int) []eqOp {
 					prev := its[r.Intn(len(its))]
 					part, txn = prev["partition"].(string), prev["transactionId"].(string)
 				}
-				its = append(its, it(eqQueue, part, txn))
+				its = append(its, it(queue, part, txn))
 			}
 			ops = append(ops, eqOp{kind: "push", items: its})
 		case x < 78:
@@ -152,7 +151,7 @@ func (m *eqModel) retain() {
 
 // eqRun runs ops against pushers (round robin per push) and returns the
 // canonical verdicts.
-func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
+func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp) []string {
 	t.Helper()
 	ctx := context.Background()
 	db := envs[0].db
@@ -164,7 +163,7 @@ func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
 	canon := map[string]string{zeroUUID: "zero"}
 	next := 0
 	window := 3600
-	eqConfigure(t, envs[0], window)
+	eqConfigure(t, envs[0], queue, window)
 	var out []string
 	pushes := 0
 	for i, op := range ops {
@@ -190,10 +189,11 @@ func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
 			}
 		case "window":
 			window = op.window
-			eqConfigure(t, envs[0], window)
+			eqConfigure(t, envs[0], queue, window)
 		case "advance":
 			for _, tbl := range []string{"segments", "log_txns", "log_txn_hashes"} {
-				if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)`, tbl, op.secs)); err != nil {
+				if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)
+					WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, tbl, op.secs), queue); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -208,9 +208,9 @@ func eqRun(t *testing.T, envs []*env, ops []eqOp) []string {
 
 // eqConfigure sets the queue's window, keeping retentionSeconds (a
 // configure is a full replace).
-func eqConfigure(t *testing.T, e *env, window int) {
+func eqConfigure(t *testing.T, e *env, queue string, window int) {
 	t.Helper()
-	e.configureOK(t, "http", []byte(fmt.Sprintf(`{"queue":%q,"options":{"dedupWindowSeconds":%d,"retentionSeconds":%d}}`, eqQueue, window, retainSeconds)))
+	e.configureOK(t, "http", []byte(fmt.Sprintf(`{"queue":%q,"options":{"dedupWindowSeconds":%d,"retentionSeconds":%d}}`, queue, window, retainSeconds)))
 }
 
 func eqExpected(ops []eqOp) []string {
@@ -232,7 +232,7 @@ func eqExpected(ops []eqOp) []string {
 }
 
 func TestDedupCacheEquivalence(t *testing.T) {
-	seeds := 5
+	seeds := 20
 	if v := os.Getenv("QUEEN_EQUIV_SEEDS"); v != "" {
 		seeds, _ = strconv.Atoi(v)
 	}
@@ -240,56 +240,64 @@ func TestDedupCacheEquivalence(t *testing.T) {
 	if v := os.Getenv("QUEEN_EQUIV_SEED"); v != "" {
 		base, _ = strconv.ParseInt(v, 10, 64)
 	}
+	// The brokers are started once and shared by the seeds, which run one
+	// after another, each on a queue of its own (a retention step acts on
+	// every queue, so two seeds must not interleave).
+	slow := func(c *Config) { c.Retention.Interval = time.Hour }
+	off := startEnv(t, func(c *Config) { slow(c); c.DedupCacheOff = true })
+	on := startEnv(t, slow)
+	evicting := startEnv(t, func(c *Config) { slow(c); c.DedupCacheBytes = 800; c.DedupCacheColdFor = time.Nanosecond })
+	a := startEnv(t, slow)
+	b := startEnvOn(t, a.url, func(c *Config) { slow(c); c.NATSURL = a.b.NATSURL() })
+	runs := []struct {
+		name string
+		envs []*env
+	}{
+		{"cache-off", []*env{off}},
+		{"cache-on", []*env{on}},
+		{"cache-evicting", []*env{evicting}},
+		{"two-brokers", []*env{a, b}},
+	}
 	for s := 0; s < seeds; s++ {
 		seed := base + int64(s)
+		queue := fmt.Sprintf("eq-%d", seed)
+		ops := eqSequence(queue, seed, 120)
+		want := eqExpected(ops)
+		// The runs use databases of their own: they go side by side.
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			ops := eqSequence(seed, 120)
-			want := eqExpected(ops)
-			slow := func(c *Config) { c.Retention.Interval = time.Hour }
-			runs := []struct {
-				name  string
-				setup func(t *testing.T) []*env
-			}{
-				{"cache-off", func(t *testing.T) []*env {
-					return []*env{startEnv(t, func(c *Config) { slow(c); c.DedupCacheOff = true })}
-				}},
-				{"cache-on", func(t *testing.T) []*env { return []*env{startEnv(t, slow)} }},
-				{"cache-evicting", func(t *testing.T) []*env {
-					return []*env{startEnv(t, func(c *Config) { slow(c); c.DedupCacheBytes = 800; c.DedupCacheColdFor = time.Nanosecond })}
-				}},
-				{"two-brokers", func(t *testing.T) []*env {
-					a := startEnv(t, slow)
-					b := startEnvOn(t, a.url, func(c *Config) { slow(c); c.NATSURL = a.b.NATSURL() })
-					return []*env{a, b}
-				}},
-			}
 			for _, run := range runs {
-				envs := run.setup(t)
-				got := eqRun(t, envs, ops)
-				if d := firstDiff(got, want); d >= 0 {
-					t.Errorf("seed %d, run %s: item %d is %q, the model says %q (rerun with QUEEN_EQUIV_SEED=%d QUEEN_EQUIV_SEEDS=1)",
-						seed, run.name, d, at(got, d), at(want, d), seed)
-					continue
-				}
-				st := envs[0].b.cache.Stats()
-				switch run.name {
-				case "cache-on", "two-brokers":
-					if st.NarrowedProbes == 0 {
-						t.Errorf("run %s never used the cache: %+v", run.name, st)
+				t.Run(run.name, func(t *testing.T) {
+					t.Parallel()
+					got := eqRun(t, queue, run.envs, ops)
+					if d := firstDiff(got, want); d >= 0 {
+						t.Errorf("seed %d, run %s: item %d is %q, the model says %q (rerun with QUEEN_EQUIV_SEED=%d QUEEN_EQUIV_SEEDS=1)",
+							seed, run.name, d, at(got, d), at(want, d), seed)
 					}
-				case "cache-evicting":
-					if st.Evictions == 0 {
-						t.Errorf("run %s never evicted: %+v", run.name, st)
-					}
-				case "cache-off":
-					if st.NarrowedProbes != 0 || st.Bytes != 0 {
-						t.Errorf("run %s used the cache: %+v", run.name, st)
-					}
-				}
+				})
 			}
 		})
+		if t.Failed() {
+			return
+		}
 	}
+	for _, run := range runs {
+		st := run.envs[0].b.cache.Stats()
+		switch run.name {
+		case "cache-on", "two-brokers":
+			if st.NarrowedProbes == 0 {
+				t.Errorf("run %s never used the cache: %+v", run.name, st)
+			}
+		case "cache-evicting":
+			if st.Evictions == 0 {
+				t.Errorf("run %s never evicted: %+v", run.name, st)
+			}
+		case "cache-off":
+			if st.NarrowedProbes != 0 || st.Bytes != 0 {
+				t.Errorf("run %s used the cache: %+v", run.name, st)
+			}
+		}
+	}
+	t.Logf("%d seeds, 0 divergences", seeds)
 }
 
 func firstDiff(a, b []string) int {
