@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -356,4 +357,44 @@ func TestCacheColdAfterEvictionVouchesOnlyOnceTheUnknownLeftTheWindow(t *testing
 	pc.Prepare(b)
 	require.EqualValues(t, 3, b.Watermark, "the unknown part left the window")
 	require.EqualValues(t, 1, c.Stats().Evictions)
+}
+
+// BenchmarkCacheSteadyState pushes 100 new ids per commit into one
+// partition at a constant rate for three windows and reports the memory per
+// in-window hash once generations expire, and the cost of Prepare+Observe.
+func BenchmarkCacheSteadyState(b *testing.B) {
+	d := newSimDB()
+	c := NewCache(CacheConfig{BudgetBytes: 1 << 30, Source: d, Logger: quiet()})
+	pc := c.New()
+	pid := uuid.New()
+	const window, perCommit, commitsPerSecond = 600, 100, 10
+	items := make([]*queen.Item, perCommit)
+	for i := range items {
+		items[i] = &queen.Item{}
+	}
+	commit := func(k int) {
+		bt := &persistence.PushBatch{PartitionID: pid, Items: items}
+		out := persistence.PushOutcome{Results: make([]queen.Result, perCommit), Window: window, FirstOffset: int64(k * perCommit), LastOffset: int64(k*perCommit + perCommit - 1), CreatedAt: d.now}
+		for i := range items {
+			binary.BigEndian.PutUint64(items[i].Hash[:8], uint64(k*perCommit+i)*0x9E3779B97F4A7C15)
+			binary.BigEndian.PutUint64(items[i].Hash[8:], uint64(k*perCommit+i)*0xC2B2AE3D27D4EB4F)
+			out.Results[i] = queen.Result{Verdict: queen.Queued, Offset: int64(k*perCommit + i)}
+		}
+		pc.Prepare(bt)
+		pc.Observe(bt, &out)
+		d.now = d.now.Add(time.Second / commitsPerSecond)
+	}
+	k := 0
+	for ; k < 3*window*commitsPerSecond; k++ {
+		commit(k)
+	}
+	st := c.Stats()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		commit(k)
+		k++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCommit), "ns/item")
+	b.ReportMetric(float64(st.Bytes)/float64(window*commitsPerSecond*perCommit), "bytes/in-window-hash")
+	b.ReportMetric(float64(st.Hits)/float64(st.NarrowedProbes*perCommit), "false-positives/item")
 }
