@@ -9,7 +9,7 @@ import (
 	"math/bits"
 	"net/http"
 	"os"
-	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,8 +126,9 @@ type TimelinePoint struct {
 	CacheHydrations int64 `json:"cache_hydrations"`
 	// LedgerBytes is the memory of the harness's audit ledgers (4 bits per
 	// id sent plus the ids awaiting their stored frame or answer);
-	// HarnessHeap is this process's Go heap in use (runtime.MemStats
-	// HeapAlloc; with --embedded the broker's heap too).
+	// HarnessHeap is this process's live Go heap as the last GC marked it
+	// (runtime/metrics /gc/heap/live:bytes; with --embedded the broker's
+	// heap too).
 	LedgerBytes int64 `json:"ledger_bytes"`
 	HarnessHeap int64 `json:"harness_heap_bytes"`
 }
@@ -303,9 +304,7 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	for _, l := range s.ledgers {
 		p.LedgerBytes += l.bytes()
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	p.HarnessHeap = int64(ms.HeapAlloc)
+	p.HarnessHeap = liveHeap()
 	s.points = append(s.points, p)
 	s.lastAt, s.lastSent, s.lastStored, s.lastHist = now, sent, stored, hist
 	if s.out != nil {
@@ -338,6 +337,16 @@ func (s *sampler) writeLine(now time.Time, p TimelinePoint) {
 	}
 }
 
+// liveHeap is the heap the last GC found live (bytes).
+func liveHeap() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
+
 // mib formats bytes as MiB with one decimal.
 func mib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" }
 
@@ -363,7 +372,9 @@ const warmup = time.Minute
 
 // SustainedRatio is the median stored/s of the last quarter of the run over
 // the median of its first quarter, both after the first minute of warm-up
-// (points with t_s <= 60 are skipped when later points exist). meaningful
+// (a point covers the interval since the previous one: points whose
+// interval started before t_s 60 are skipped when later points exist;
+// quarters are by time, t_s ascending). meaningful
 // is false for runs shorter than two minutes: the ratio is then computed
 // over the points there are. 0 with fewer than two points, or when the
 // first quarter's median is 0.
@@ -373,9 +384,11 @@ func SustainedRatio(points []TimelinePoint) (ratio float64, meaningful bool) {
 	}
 	last := points[len(points)-1].T
 	meaningful = last >= 2*warmup.Seconds()
+	// A point covers the interval since the one before: skip those whose
+	// interval started inside the warm-up.
 	use := points
-	for i, p := range points {
-		if p.T > warmup.Seconds() {
+	for i := 1; i < len(points); i++ {
+		if points[i-1].T >= warmup.Seconds() {
 			use = points[i:]
 			break
 		}

@@ -147,6 +147,10 @@ func TestSustainedRatio(t *testing.T) {
 		{"steady decline", pts(60, 1000, 100, 100, 100, 90, 80, 70, 50, 60, 70), 0.6, true},
 		{"flat", pts(60, 5, 100, 100, 100, 100, 100, 100, 100, 100, 100), 1, true},
 		{"zero start", pts(60, 5, 0, 0, 0, 100, 100, 100, 100, 100, 100), 0, true},
+		// A point every 30 s: the one at t=60 covers [30, 60], inside
+		// the warm-up; [90, 180]: first quarter t <= 112.5 (50), last
+		// quarter t >= 157.5 (100).
+		{"interval straddles warm-up", pts(30, 1, 1, 50, 1, 1, 100), 2, true},
 		// Exactly 2 min: meaningful; after the warm-up only t=120.
 		{"two minutes", pts(60, 100, 80), 0, true},
 	} {
