@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
@@ -17,11 +18,14 @@ import (
 // push transaction, and producer 0's ledger recording the answers, as a
 // producer would.
 type auditEnv struct {
+	url   string
 	s     *persistence.Store
 	a     *persistence.Audit
 	queue string
 	parts []string
 	led   *ledger
+	// ids are the message ids the queued answers gave.
+	ids map[uint64]uuid.UUID
 }
 
 func newAuditEnv(t *testing.T) *auditEnv {
@@ -35,12 +39,16 @@ func newAuditEnv(t *testing.T) *auditEnv {
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 	parts := partitionNames(2)
-	return &auditEnv{s: s, a: a, queue: "lt", parts: parts, led: newLedger(0, "lt", parts)}
+	return &auditEnv{url: url, s: s, a: a, queue: "lt", parts: parts, led: newLedger(0, "lt", parts), ids: map[uint64]uuid.UUID{}}
 }
 
-func (e *auditEnv) item(part int, seq uint64) *queen.Item {
+// part is the partition index of producer 0's id seq.
+func (e *auditEnv) part(seq uint64) int { return partOf(0, seq, len(e.parts)) }
+
+// item is producer 0's id seq, for its partition.
+func (e *auditEnv) item(seq uint64) *queen.Item {
 	txn := string(appendTxn(nil, 0, seq))
-	return &queen.Item{Queue: e.queue, Partition: e.parts[part], TransactionID: txn,
+	return &queen.Item{Queue: e.queue, Partition: e.parts[e.part(seq)], TransactionID: txn,
 		Payload: json.RawMessage(appendPayload(nil, 0, seq, 60)), Hash: queen.HashTxn(txn)}
 }
 
@@ -51,30 +59,41 @@ func (e *auditEnv) commit(t *testing.T, part int, its ...*queen.Item) persistenc
 	ctx := context.Background()
 	pid, err := e.s.EnsurePartition(ctx, e.queue, e.parts[part])
 	require.NoError(t, err)
+	for _, it := range its {
+		it.Partition = e.parts[part]
+	}
 	out, err := e.s.Commit(ctx, &persistence.PushBatch{PartitionID: pid, Items: its, Watermark: -1})
 	require.NoError(t, err)
 	return out
 }
 
-// push commits the transaction ids seqs to partition part and records the
-// sends and their answers in the ledger.
-func (e *auditEnv) push(t *testing.T, part int, seqs ...uint64) {
+// push commits the transaction ids seqs (one request per partition) and
+// records the sends and their answers in the ledger, a repeat's with the
+// original's id as the producer knows it.
+func (e *auditEnv) push(t *testing.T, seqs ...uint64) {
 	t.Helper()
-	its := make([]*queen.Item, len(seqs))
-	for i, s := range seqs {
-		its[i] = e.item(part, s)
-		e.led.sent(makeKey(part, s))
+	byPart := map[int][]uint64{}
+	for _, s := range seqs {
+		byPart[e.part(s)] = append(byPart[e.part(s)], s)
 	}
-	out := e.commit(t, part, its...)
-	for i, r := range out.Results {
-		k := makeKey(part, seqs[i])
-		switch r.Verdict {
-		case queen.Queued:
-			e.led.queued(k, r.MessageID)
-		case queen.Duplicate:
-			e.led.duplicate(k, r.MessageID)
-		default:
-			e.led.failed(k)
+	for part, ss := range byPart {
+		its := make([]*queen.Item, len(ss))
+		for i, s := range ss {
+			its[i] = e.item(s)
+			e.led.sent(s)
+		}
+		out := e.commit(t, part, its...)
+		for i, r := range out.Results {
+			switch r.Verdict {
+			case queen.Queued:
+				e.led.queued(ss[i], r.MessageID)
+				e.ids[ss[i]] = r.MessageID
+			case queen.Duplicate:
+				want := [16]byte(e.ids[ss[i]])
+				e.led.duplicate(ss[i], r.MessageID, &want)
+			default:
+				e.led.failed(ss[i])
+			}
 		}
 	}
 }
@@ -86,12 +105,12 @@ func (e *auditEnv) audit(t *testing.T) *AuditReport {
 	return ar
 }
 
-// clean sends new ids and repeats (in later requests) to two partitions.
+// clean sends new ids and repeats (in later requests).
 func (e *auditEnv) clean(t *testing.T) {
-	e.push(t, 0, 1, 2, 3)
-	e.push(t, 1, 4, 5)
-	e.push(t, 0, 2, 6)    // a repeat and a new id
-	e.push(t, 1, 4, 5, 7) // two repeats and a new id
+	e.push(t, 1, 2, 3)
+	e.push(t, 4, 5)
+	e.push(t, 2, 6)    // a repeat and a new id
+	e.push(t, 4, 5, 7) // two repeats and a new id
 }
 
 func requireIssue(t *testing.T, ar *AuditReport, kind string, n int64) {
@@ -106,35 +125,111 @@ func TestAuditPassesOnCleanRun(t *testing.T) {
 	e := newAuditEnv(t)
 	e.clean(t)
 	// An id answered failed only (its request was lost) but stored once: allowed.
-	e.led.sent(makeKey(0, 8))
-	e.led.failed(makeKey(0, 8))
-	e.commit(t, 0, e.item(0, 8))
+	e.led.sent(8)
+	e.led.failed(8)
+	e.commit(t, e.part(8), e.item(8))
 	// An id never answered and not stored: allowed.
-	e.led.sent(makeKey(1, 9))
+	e.led.sent(9)
 
 	ar := e.audit(t)
 	require.True(t, ar.Passed, "issues %v, examples %v", ar.Issues, ar.Examples)
-	require.Equal(t, int64(9), ar.TransactionIDs)
+	require.Equal(t, int64(10), ar.TransactionIDs, "ids 0 to 9 (0 was never sent: it counts as failed-only, not stored)")
 	require.Equal(t, int64(7), ar.Answered)
-	require.Equal(t, int64(2), ar.FailedOnly)
+	require.Equal(t, int64(3), ar.FailedOnly)
 	require.Equal(t, int64(1), ar.FailedOnlyStored)
 	require.Equal(t, int64(8), ar.StoredMessages)
+	require.True(t, ar.Recounted)
 
 	// Auditing again gives the same answer (stored counts are reset).
 	again := e.audit(t)
 	require.True(t, again.Passed, "issues %v", again.Issues)
 }
 
+// TestAuditIncremental: passes during the run read each segment once; a
+// tampering after a pass read its partition is still found by the final
+// recount, and a message deleted before any pass read it (retention) is an
+// unaudited gap.
+func TestAuditIncremental(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newAuditEnv(t)
+	au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led})
+	e.push(t, 1, 2, 3)
+	n, err := au.pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+	require.Zero(t, e.led.pending(), "each answered id met its frame")
+	e.push(t, 2, 4, 5)
+	n, err = au.pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "only the new frames")
+	n, err = au.pass(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	t.Run("deleted after a pass, found by the recount", func(t *testing.T) {
+		e := newAuditEnv(t)
+		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led})
+		e.push(t, 1, 2, 3, 4, 5, 6)
+		_, err := au.pass(ctx)
+		require.NoError(t, err)
+		n := deleteFrameOf(t, e, 3)
+		ar, err := au.finish(ctx, true, nil)
+		require.NoError(t, err)
+		requireIssue(t, ar, IssueMissing, n)
+	})
+	t.Run("deleted before a pass read it", func(t *testing.T) {
+		e := newAuditEnv(t)
+		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led})
+		// Two segments in the partition of id 1; the first one goes.
+		var other uint64 = 2
+		for e.part(other) != e.part(1) {
+			other++
+		}
+		e.push(t, 1)
+		e.push(t, other)
+		deleteFrameOf(t, e, 1)
+		ar, err := au.finish(ctx, false, nil)
+		require.NoError(t, err)
+		requireIssue(t, ar, IssueUnaudited, 1)
+		require.Equal(t, int64(1), ar.UnauditedOffsets)
+		require.False(t, ar.Recounted)
+	})
+}
+
+// deleteFrameOf deletes the segment holding producer 0's id seq (each push
+// of the tests writes one segment per partition: the whole segment goes)
+// and returns how many frames it held.
+func deleteFrameOf(t *testing.T, e *auditEnv, seq uint64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	ms, err := e.a.Messages(ctx, []string{e.queue})
+	require.NoError(t, err)
+	txn := string(appendTxn(nil, 0, seq))
+	for _, m := range ms {
+		if m.TransactionID == txn {
+			conn, err := pgx.Connect(ctx, e.url)
+			require.NoError(t, err)
+			defer conn.Close(ctx)
+			var n int64
+			require.NoError(t, conn.QueryRow(ctx, `DELETE FROM queen.segments WHERE partition_id = $1 AND first_offset <= $2 AND last_offset >= $2
+				RETURNING last_offset - first_offset + 1`, m.PartitionID, m.Offset).Scan(&n))
+			return n
+		}
+	}
+	t.Fatalf("%s is not stored", txn)
+	return 0
+}
+
 func TestAuditFailsOnDoubleRow(t *testing.T) {
 	t.Parallel()
 	e := newAuditEnv(t)
 	e.clean(t)
-	// A second frame of transaction id 2 in partition 0: the push
-	// transaction is fooled with another hash, so a second segment repeats
-	// the stored frame.
-	it := e.item(0, 2)
+	// A second frame of transaction id 2: the push transaction is fooled
+	// with another hash, so a second segment repeats the stored frame.
+	it := e.item(2)
 	it.Hash = queen.HashTxn("not-" + it.TransactionID)
-	require.Equal(t, queen.Queued, e.commit(t, 0, it).Results[0].Verdict)
+	require.Equal(t, queen.Queued, e.commit(t, e.part(2), it).Results[0].Verdict)
 	requireIssue(t, e.audit(t), IssueStoredTwice, 1)
 }
 
@@ -143,9 +238,8 @@ func TestAuditFailsOnQueuedWithoutRow(t *testing.T) {
 	e := newAuditEnv(t)
 	e.clean(t)
 	// An answer the database does not back.
-	k := makeKey(1, 40)
-	e.led.sent(k)
-	e.led.queued(k, uuid.Must(uuid.NewV7()))
+	e.led.sent(40)
+	e.led.queued(40, uuid.Must(uuid.NewV7()))
 	requireIssue(t, e.audit(t), IssueMissing, 1)
 }
 
@@ -155,9 +249,8 @@ func TestAuditFailsOnRepeatAnsweredQueued(t *testing.T) {
 	e.clean(t)
 	// Transaction id 3 was answered queued; its repeat is answered queued
 	// again (with another message id) instead of duplicate.
-	k := makeKey(0, 3)
-	e.led.sent(k)
-	e.led.queued(k, uuid.Must(uuid.NewV7()))
+	e.led.sent(3)
+	e.led.queued(3, uuid.Must(uuid.NewV7()))
 	requireIssue(t, e.audit(t), IssueRepeatQueued, 1)
 }
 
@@ -167,13 +260,19 @@ func TestAuditFailsOnWrongIDs(t *testing.T) {
 	e.clean(t)
 	// A duplicate answer carrying another id than the original's, and a
 	// queued answer whose id is not the stored frame's.
-	e.led.duplicate(makeKey(0, 1), uuid.Must(uuid.NewV7()))
-	k := makeKey(1, 41)
-	e.led.sent(k)
-	e.led.queued(k, uuid.Must(uuid.NewV7()))
-	e.commit(t, 1, e.item(1, 41))
+	want := [16]byte(e.ids[1])
+	e.led.duplicate(1, uuid.Must(uuid.NewV7()), &want)
+	e.led.sent(41)
+	e.led.queued(41, uuid.Must(uuid.NewV7()))
+	e.commit(t, e.part(41), e.item(41))
+	// An id whose original answer was lost: its first duplicate answer
+	// carries another id than the stored frame's.
+	e.led.sent(42)
+	e.led.failed(42)
+	e.commit(t, e.part(42), e.item(42))
+	e.led.duplicate(42, uuid.Must(uuid.NewV7()), nil)
 	ar := e.audit(t)
-	requireIssue(t, ar, IssueWrongDuplicateID, 1)
+	requireIssue(t, ar, IssueWrongDuplicateID, 2)
 	requireIssue(t, ar, IssueWrongMessageID, 1)
 }
 
@@ -183,9 +282,9 @@ func TestAuditFailsOnUnknownStored(t *testing.T) {
 	e.clean(t)
 	// A frame nobody sent: a foreign transaction id, and a known one in
 	// the wrong partition.
-	foreign := e.item(0, 1)
+	foreign := e.item(1)
 	foreign.TransactionID, foreign.Hash = "someone-else", queen.HashTxn("someone-else")
 	e.commit(t, 0, foreign)
-	e.commit(t, 1, e.item(1, 1))
+	e.commit(t, 1-e.part(1), e.item(1))
 	requireIssue(t, e.audit(t), IssueUnknownStored, 2)
 }

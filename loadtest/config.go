@@ -133,6 +133,30 @@ type Config struct {
 	ChaosInterval time.Duration
 	ChaosPause    time.Duration
 
+	// DedupWindow, when > 0, is configured as the queue's
+	// dedupWindowSeconds before the load (whole seconds, at least 1s); 0
+	// leaves the queue's default (3600 s, SPEC.md §6). Repeats are only
+	// sent while their original is younger than a quarter of the window, and
+	// failed items are retried only within half of it, so every repeat must
+	// be answered duplicate.
+	DedupWindow time.Duration
+	// Retention, when > 0, is configured as the queue's retentionSeconds
+	// (whole seconds): segments are deleted while the run goes on, so the
+	// audit reads each partition's new segments every SampleEvery, before
+	// retention can delete them (at least 30s and 4×SampleEvery; not with
+	// consumers).
+	Retention time.Duration
+	// SampleEvery is the timeline's interval (default 10s, at least 1s):
+	// every SampleEvery the run records a point (Report.Timeline) and the
+	// incremental audit reads what was stored since the last one.
+	SampleEvery time.Duration
+	// MetricsURLs are the brokers' HTTP base URLs whose /metrics the
+	// timeline reads (RSS, dedup cache); empty: the HTTP targets, if any.
+	MetricsURLs []string
+	// SelfRSS: the broker runs in this process (--embedded), so its RSS is
+	// this process's, harness included.
+	SelfRSS bool
+
 	// AfterLoad, when set, runs after the load and before the audit or
 	// count (tests use it to tamper with the database).
 	AfterLoad func(ctx context.Context) error
@@ -156,6 +180,7 @@ func DefaultConfig() Config {
 		ConsumeBatch:   100,
 		RetryLimit:     3,
 		WakeProbes:     50,
+		SampleEvery:    10 * time.Second,
 	}
 }
 
@@ -200,6 +225,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("retry limit %d: want 0..100", c.RetryLimit)
 	case c.WakeProbes < 0 || c.WakeProbes > 10000:
 		return fmt.Errorf("wake probes %d: want 0..10000", c.WakeProbes)
+	case c.DedupWindow < 0 || c.DedupWindow%time.Second != 0 || (c.DedupWindow > 0 && c.DedupWindow < time.Second):
+		return fmt.Errorf("dedup window %s: want whole seconds, at least 1s (0: the queue's default)", c.DedupWindow)
+	case c.Retention < 0 || c.Retention%time.Second != 0:
+		return fmt.Errorf("retention %s: want whole seconds (0: keep)", c.Retention)
+	case c.SampleEvery < time.Second:
+		return fmt.Errorf("sample every %s: want at least 1s", c.SampleEvery)
+	case c.Retention > 0 && (c.Retention < 30*time.Second || c.Retention < 4*c.SampleEvery):
+		return fmt.Errorf("retention %s: want at least 30s and 4 × --sample-every (%s), so the audit reads new segments before retention deletes them", c.Retention, c.SampleEvery)
+	case c.Retention > 0 && c.Consumers > 0:
+		return errors.New("retention with consumers: the consume audit needs every message; drop --retention or --consumers")
+	case c.Retention > 0 && c.Mode != ModeBroker:
+		return errors.New("retention needs a broker (mode broker)")
 	}
 	switch c.Chaos {
 	case "", ChaosNone:
@@ -264,6 +301,9 @@ func (c Config) withDefaults() Config {
 	if c.Chaos == ChaosKill && c.ChaosPause == 0 {
 		c.ChaosPause = time.Second
 	}
+	if c.SampleEvery == 0 {
+		c.SampleEvery = d.SampleEvery
+	}
 	if c.ConsumeDrainTimeout <= 0 {
 		c.ConsumeDrainTimeout = 60 * time.Second
 	}
@@ -275,4 +315,12 @@ func (c Config) withDefaults() Config {
 		c.Table = fmt.Sprintf("loadtest_%d", now)
 	}
 	return c
+}
+
+// window is the run queue's dedup window: DedupWindow, else the default.
+func (c *Config) window() time.Duration {
+	if c.DedupWindow > 0 {
+		return c.DedupWindow
+	}
+	return 3600 * time.Second
 }

@@ -112,30 +112,40 @@ func (cp *consumePhase) close() {
 	}
 }
 
-// configure sets the queue's leaseTime and retryLimit. Configure is a full
-// replace (SPEC.md §6): every other option goes back to its default, which
-// is what the run's queue had before (the harness never configured it
-// otherwise). The reply must echo the retryLimit the audit counts with.
-func (cp *consumePhase) configure(ctx context.Context) error {
-	body, _ := json.Marshal(map[string]any{"queue": cp.cfg.Queue,
-		"options": map[string]any{"leaseTime": cp.cfg.LeaseSeconds, "retryLimit": cp.cfg.RetryLimit}})
-	ctx, cancel := context.WithTimeout(ctx, cp.cfg.RequestTimeout)
+// configureQueue configures the run's queue through cl before the load:
+// leaseTime and retryLimit when consuming, dedupWindowSeconds and
+// retentionSeconds when set. Configure is a full replace (SPEC.md §6):
+// every other option goes back to its default, which is what the run's
+// queue had before (the harness never configured it otherwise). The reply
+// must echo what the audit counts with.
+func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
+	want := map[string]int{}
+	if cfg.Consumers > 0 {
+		want["leaseTime"], want["retryLimit"] = cfg.LeaseSeconds, cfg.RetryLimit
+	}
+	if cfg.DedupWindow > 0 {
+		want["dedupWindowSeconds"] = int(cfg.DedupWindow / time.Second)
+	}
+	if cfg.Retention > 0 {
+		want["retentionSeconds"] = int(cfg.Retention / time.Second)
+	}
+	body, _ := json.Marshal(map[string]any{"queue": cfg.Queue, "options": want})
+	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
-	data, err := cp.admin.configure(ctx, body)
+	data, err := cl.configure(ctx, body)
 	if err != nil {
-		return fmt.Errorf("configure queue %s: %w", cp.cfg.Queue, err)
+		return fmt.Errorf("configure queue %s: %w", cfg.Queue, err)
 	}
 	var reply struct {
-		Options struct {
-			RetryLimit *int `json:"retryLimit"`
-			LeaseTime  *int `json:"leaseTime"`
-		} `json:"options"`
+		Options map[string]any `json:"options"`
 	}
 	if err := json.Unmarshal(data, &reply); err != nil {
-		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cp.cfg.Queue, err, clip(data))
+		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cfg.Queue, err, clip(data))
 	}
-	if o := reply.Options; o.RetryLimit == nil || *o.RetryLimit != cp.cfg.RetryLimit || o.LeaseTime == nil || *o.LeaseTime != cp.cfg.LeaseSeconds {
-		return fmt.Errorf("configure queue %s with retryLimit %d, leaseTime %d: the reply says %s", cp.cfg.Queue, cp.cfg.RetryLimit, cp.cfg.LeaseSeconds, clip(data))
+	for k, v := range want {
+		if got, ok := reply.Options[k].(float64); !ok || got != float64(v) {
+			return fmt.Errorf("configure queue %s with %s %d: the reply says %s", cfg.Queue, k, v, clip(data))
+		}
 	}
 	return nil
 }

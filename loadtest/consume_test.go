@@ -331,7 +331,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 	cp, err := newConsumePhase(&r.cfg, parts, func(string) (consumeClient, error) { return f, nil })
 	require.NoError(t, err)
 	r.cp = cp
-	require.NoError(t, cp.configure(context.Background()))
+	require.NoError(t, configureQueue(context.Background(), &r.cfg, cp.admin))
 	require.Equal(t, cfg.RetryLimit, f.retryLimit, "the queue is configured with the run's retryLimit")
 	return r
 }

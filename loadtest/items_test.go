@@ -25,6 +25,16 @@ func TestTxnRoundTrip(t *testing.T) {
 	k := makeKey(63, 99)
 	require.Equal(t, 63, keyPart(k))
 	require.Equal(t, uint64(99), keySeq(k))
+	// A sequence number's partition is fixed and spread over all of them.
+	hits := make([]int, 5)
+	for seq := range uint64(5000) {
+		p := partOf(7, seq, 5)
+		require.Equal(t, p, partOf(7, seq, 5))
+		hits[p]++
+	}
+	for _, h := range hits {
+		require.InDelta(t, 1000, h, 150)
+	}
 }
 
 func TestPayload(t *testing.T) {

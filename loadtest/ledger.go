@@ -3,6 +3,7 @@ package loadtest
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/google/uuid"
 )
@@ -28,6 +29,9 @@ const (
 	IssueUnknownStored = "unknown_stored"
 	// IssueWrongReply: a reply element that does not match its request item.
 	IssueWrongReply = "wrong_reply"
+	// IssueUnaudited: segments were deleted (by retention) before the
+	// incremental audit read them, so the ids they held could not be checked.
+	IssueUnaudited = "unaudited"
 )
 
 // maxExamples bounds the examples kept per kind of issue.
@@ -63,6 +67,12 @@ func (is *issues) merge(o *issues) {
 	}
 }
 
+// drop forgets the findings of kind (a recount finds them again).
+func (is *issues) drop(kind string) {
+	delete(is.counts, kind)
+	delete(is.examples, kind)
+}
+
 func (is *issues) total() int64 {
 	var n int64
 	for _, c := range is.counts {
@@ -87,123 +97,223 @@ func (is *issues) exampleList() []string {
 	return out
 }
 
-// entry is what a producer remembers of one (partition, transactionId):
-// 21 bytes, so a run of millions of ids stays small.
-type entry struct {
-	// id is the original's message id: from the first queued answer, else
-	// from the first duplicate answer (the original's commit answer was lost).
-	id [16]byte
-	// Answers and stored frames, saturating at 255.
-	queued, dup, failed, stored uint8
-	flags                       uint8
-}
-
+// The ledger keeps 4 bits per transactionId (a nibble), indexed by the
+// producer's sequence number: whether it was answered queued or duplicate,
+// whether it was ever answered failed, and how often a frame of it was seen
+// stored (0, 1, 2, 3 = 3 or more). The partition of a sequence number is a
+// function of (producer, seq) (partOf), so nothing else is kept per id; the
+// message ids are checked through small maps of what is still awaited.
 const (
-	flagID           = 1 << iota // id is set
-	flagIDFromQueued             // id came from a queued answer
+	stAnswered   = 1 << 0
+	stFailed     = 1 << 1
+	stStoredMask = 3 << 2
+	stStoredOne  = 1 << 2
+
+	// chunkSeqs is how many sequence numbers one bitmap chunk holds (16 per
+	// uint64): 32 KiB a chunk.
+	chunkSeqs = 1 << 16
 )
 
-func inc(n uint8) uint8 {
-	if n == 255 {
-		return n
-	}
-	return n + 1
+// pendingID is a message id waiting for its other half: the id an answer
+// carried, waiting for the stored frame, or the stored frame's id, waiting
+// for an answer.
+type pendingID struct {
+	id [16]byte
+	// fromStore: id is the stored frame's; else the answer's.
+	fromStore bool
+	// fromQueued: the answer was queued (else duplicate).
+	fromQueued bool
 }
 
-// ledger is one producer's bookkeeping: every (partition, transactionId) it
-// sent, keyed by makeKey, with the answers it got. Owned by its producer
-// while the run lasts, then by the audit; never shared.
+// ledger is one producer's bookkeeping of the transactionIds it sent,
+// lt<producer>-<seq> for seq 0, 1, 2, ..., and of the answers they got, for
+// the audit (SPEC.md §12). Its memory is 4 bits per id plus the ids still
+// awaited (answered but not yet seen stored by the incremental audit, or
+// stored but not yet answered): bounded by the rate times the audit's
+// interval, not by the run's length. The producer and the audit use it from
+// different goroutines; a mutex guards it.
 type ledger struct {
+	mu       sync.Mutex
 	producer int
 	parts    []string
 	queue    string
-	m        map[uint64]entry
-	issues   *issues
+	chunks   [][]uint64
+	// hi is one more than the highest sequence number sent.
+	hi     uint64
+	pend   map[uint64]pendingID
+	issues *issues
 }
 
 func newLedger(producer int, queue string, parts []string) *ledger {
-	return &ledger{producer: producer, parts: parts, queue: queue, m: map[uint64]entry{}, issues: newIssues()}
+	return &ledger{producer: producer, parts: parts, queue: queue, pend: map[uint64]pendingID{}, issues: newIssues()}
 }
 
-// name is "partition/transactionId" of key, for examples.
-func (l *ledger) name(key uint64) string {
-	return l.parts[keyPart(key)] + "/" + string(appendTxn(nil, l.producer, keySeq(key)))
+// partOf is the partition index of (producer, seq): a fixed mix, so a
+// transactionId goes to one partition for its whole life and the audit
+// needs no table of them.
+func partOf(producer int, seq uint64, parts int) int {
+	s := uint64(producer)<<seqBits ^ seq
+	return int(splitmix64(&s) % uint64(parts))
 }
 
-// sent records that key was sent (creating its entry).
-func (l *ledger) sent(key uint64) {
-	if _, ok := l.m[key]; !ok {
-		l.m[key] = entry{}
+// name is "partition/transactionId" of seq, for examples.
+func (l *ledger) name(seq uint64) string {
+	return l.parts[partOf(l.producer, seq, len(l.parts))] + "/" + string(appendTxn(nil, l.producer, seq))
+}
+
+func (l *ledger) get(seq uint64) uint8 {
+	c := seq / chunkSeqs
+	if c >= uint64(len(l.chunks)) {
+		return 0
+	}
+	i := seq % chunkSeqs
+	return uint8(l.chunks[c][i/16]>>(4*(i%16))) & 0xf
+}
+
+func (l *ledger) set(seq uint64, st uint8) {
+	c := seq / chunkSeqs
+	for c >= uint64(len(l.chunks)) {
+		l.chunks = append(l.chunks, make([]uint64, chunkSeqs/16))
+	}
+	i := seq % chunkSeqs
+	w := &l.chunks[c][i/16]
+	sh := 4 * (i % 16)
+	*w = *w&^(0xf<<sh) | uint64(st&0xf)<<sh
+}
+
+// sent records that seq was sent.
+func (l *ledger) sent(seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sentLocked(seq)
+}
+
+func (l *ledger) sentLocked(seq uint64) {
+	if seq >= l.hi {
+		l.hi = seq + 1
+		if c := seq / chunkSeqs; c >= uint64(len(l.chunks)) {
+			l.set(seq, 0) // grows the bitmap
+		}
+	}
+}
+
+// match pairs an answer's message id with the stored frame's (or keeps it
+// until the frame is read). kind is what the answer was.
+func (l *ledger) match(seq uint64, id uuid.UUID, queued bool, st uint8) {
+	p, ok := l.pend[seq]
+	switch {
+	case ok && p.fromStore:
+		if uuid.UUID(p.id) != id {
+			if queued {
+				l.issues.add(IssueWrongMessageID, "%s was answered queued with message %s, but the stored frame is message %s", l.name(seq), id, uuid.UUID(p.id))
+			} else {
+				l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original is message %s", l.name(seq), id, uuid.UUID(p.id))
+			}
+		}
+		delete(l.pend, seq)
+	case ok:
+		if uuid.UUID(p.id) != id {
+			l.issues.add(IssueWrongDuplicateID, "%s was answered with message %s and with message %s", l.name(seq), uuid.UUID(p.id), id)
+		}
+	case st&stStoredMask == 0:
+		l.pend[seq] = pendingID{id: id, fromQueued: queued}
 	}
 }
 
 // queued records a queued answer with message id id.
-func (l *ledger) queued(key uint64, id uuid.UUID) {
-	e := l.m[key]
-	if e.queued > 0 || e.dup > 0 {
-		first := "queued"
-		if e.queued == 0 {
-			first = "duplicate"
-		}
-		l.issues.add(IssueRepeatQueued, "%s was answered queued (message %s) after it had been answered %s (message %s)",
-			l.name(key), id, first, uuid.UUID(e.id))
+func (l *ledger) queued(seq uint64, id uuid.UUID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sentLocked(seq)
+	st := l.get(seq)
+	if st&stAnswered != 0 {
+		l.issues.add(IssueRepeatQueued, "%s was answered queued (message %s) after it had been answered queued or duplicate", l.name(seq), id)
 	} else {
-		e.id, e.flags = id, flagID|flagIDFromQueued
+		l.match(seq, id, true, st)
 	}
-	e.queued = inc(e.queued)
-	l.m[key] = e
+	l.set(seq, st|stAnswered)
 }
 
-// duplicate records a duplicate answer carrying message id id.
-func (l *ledger) duplicate(key uint64, id uuid.UUID) {
-	e := l.m[key]
+// duplicate records a duplicate answer carrying message id id; want, when
+// not nil, is the original's id as its queued answer gave it.
+func (l *ledger) duplicate(seq uint64, id uuid.UUID, want *[16]byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sentLocked(seq)
+	st := l.get(seq)
 	switch {
 	case id == uuid.Nil:
-		l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with the zero id (original gone) though nothing was deleted", l.name(key))
-	case e.flags&flagID != 0 && uuid.UUID(e.id) != id:
-		l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the original is %s", l.name(key), id, uuid.UUID(e.id))
-	case e.flags&flagID == 0:
-		e.id, e.flags = id, flagID
+		l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with the zero id (original gone) though its original is inside retention", l.name(seq))
+	case want != nil && uuid.UUID(*want) != id:
+		l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the original is %s", l.name(seq), id, uuid.UUID(*want))
+	case want == nil:
+		l.match(seq, id, false, st)
 	}
-	e.dup = inc(e.dup)
-	l.m[key] = e
+	l.set(seq, st|stAnswered)
 }
 
 // failed records a failed answer.
-func (l *ledger) failed(key uint64) {
-	e := l.m[key]
-	e.failed = inc(e.failed)
-	l.m[key] = e
+func (l *ledger) failed(seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sentLocked(seq)
+	l.set(seq, l.get(seq)|stFailed)
 }
 
-// resetStored forgets stored counts before an audit pass.
+// resetStored forgets stored counts before a recount pass.
 func (l *ledger) resetStored() {
-	for k, e := range l.m {
-		if e.stored != 0 {
-			e.stored = 0
-			l.m[k] = e
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	const mask = 0xcccccccccccccccc // the stored bits of 16 nibbles
+	for _, c := range l.chunks {
+		for i := range c {
+			c[i] &^= mask
 		}
 	}
 }
 
-// store records a stored frame of key with message id id. Frames arrive in
-// offset order, so the first one is the original: its id must be the one
-// the answers carried.
-func (l *ledger) store(key uint64, id uuid.UUID, offset int64, into *issues) bool {
-	e, ok := l.m[key]
-	if !ok {
+// store records a stored frame of seq with message id id, and reports
+// whether seq was sent at all. Frames of a partition arrive in offset order,
+// so the first one is the original: its id must be the one the answers
+// carried. recount (a second pass over frames already checked) only counts.
+func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, into *issues) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq >= l.hi {
 		return false
 	}
-	if e.stored == 0 && e.flags&flagID != 0 && uuid.UUID(e.id) != id {
-		if e.flags&flagIDFromQueued != 0 {
-			into.add(IssueWrongMessageID, "%s was answered queued with message %s, but the stored frame (offset %d) is message %s", l.name(key), uuid.UUID(e.id), offset, id)
-		} else {
-			into.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original (offset %d) is message %s", l.name(key), uuid.UUID(e.id), offset, id)
+	st := l.get(seq)
+	n := st & stStoredMask >> 2
+	if n == 0 && !recount {
+		p, ok := l.pend[seq]
+		switch {
+		case ok && !p.fromStore:
+			if uuid.UUID(p.id) != id {
+				if p.fromQueued {
+					into.add(IssueWrongMessageID, "%s was answered queued with message %s, but the stored frame (offset %d) is message %s", l.name(seq), uuid.UUID(p.id), offset, id)
+				} else {
+					into.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original (offset %d) is message %s", l.name(seq), uuid.UUID(p.id), offset, id)
+				}
+			}
+			delete(l.pend, seq)
+		case !ok:
+			// Not answered yet (or only failed): the answer, if one
+			// comes, is checked against the frame.
+			l.pend[seq] = pendingID{id: id, fromStore: true}
 		}
 	}
-	e.stored = inc(e.stored)
-	l.m[key] = e
+	if n < 3 {
+		n++
+	}
+	l.set(seq, st&^stStoredMask|n<<2)
 	return true
+}
+
+// pending is how many ids wait for their other half.
+func (l *ledger) pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pend)
 }
 
 // ledgerTotals are the counts of a final pass over a ledger.
@@ -214,48 +324,62 @@ type ledgerTotals struct {
 // check runs the final pass: every id answered queued or duplicate is
 // stored exactly once; every other id at most once.
 func (l *ledger) check(into *issues) ledgerTotals {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var t ledgerTotals
-	for key, e := range l.m {
+	for seq := range l.hi {
+		st := l.get(seq)
 		t.ids++
-		answered := e.queued > 0 || e.dup > 0
+		answered := st&stAnswered != 0
+		stored := st & stStoredMask >> 2
 		if answered {
 			t.answered++
 		} else {
 			t.failedOnly++
-			if e.stored == 1 {
+			if stored == 1 {
 				t.failedOnlyStored++
 			}
 		}
 		switch {
-		case answered && e.stored == 0:
-			into.add(IssueMissing, "%s was answered %s but is not stored", l.name(key), answers(e))
-		case e.stored > 1:
-			into.add(IssueStoredTwice, "%s is stored %d times (answers: %s)", l.name(key), e.stored, answers(e))
+		case answered && stored == 0:
+			into.add(IssueMissing, "%s was answered %s but is not stored", l.name(seq), answers(st))
+		case stored > 1:
+			into.add(IssueStoredTwice, "%s is stored %s times (answers: %s)", l.name(seq), storedTimes(stored), answers(st))
 		}
 	}
 	return t
 }
 
-func answers(e entry) string {
-	s := ""
-	add := func(n uint8, v string) {
-		if n == 0 {
-			return
-		}
-		if s != "" {
-			s += ", "
-		}
-		if n == 1 {
-			s += v
-		} else {
-			s += fmt.Sprintf("%s ×%d", v, n)
-		}
+func storedTimes(n uint8) string {
+	if n >= 3 {
+		return "3 or more"
 	}
-	add(e.queued, "queued")
-	add(e.dup, "duplicate")
-	add(e.failed, "failed")
-	if s == "" {
-		s = "never"
+	return fmt.Sprint(n)
+}
+
+func answers(st uint8) string {
+	switch {
+	case st&stAnswered != 0 && st&stFailed != 0:
+		return "queued or duplicate, and failed"
+	case st&stAnswered != 0:
+		return "queued or duplicate"
+	case st&stFailed != 0:
+		return "failed"
 	}
-	return s
+	return "never"
+}
+
+func inc(n uint8) uint8 {
+	if n == 255 {
+		return n
+	}
+	return n + 1
+}
+
+// bytes is the ledger's memory: the bitmap chunks and the awaited ids (a
+// map entry costs about 48 bytes).
+func (l *ledger) bytes() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(len(l.chunks))*chunkSeqs/2 + int64(len(l.pend))*48
 }

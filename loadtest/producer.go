@@ -3,6 +3,8 @@ package loadtest
 import (
 	"context"
 	"encoding/json"
+
+	"github.com/google/uuid"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,10 @@ type counters struct {
 	touched []atomic.Bool
 	// obs, when set (a cluster run), sees every request's outcome.
 	obs *clientStats
+	// lat is the push requests' latency; windowGuard counts items not sent
+	// again because their original is too old (see producer.guard).
+	lat         histogram
+	windowGuard atomic.Int64
 }
 
 // touch marks partition part as holding a message.
@@ -33,13 +39,34 @@ func (c *counters) touch(part int) {
 }
 
 // recentSize is how many recently sent transactionIds a producer picks its
-// repeats from.
-const recentSize = 1 << 14
+// repeats from (a ring: the newest ones).
+const recentSize = 1 << 12
 
-// slot is one item of a request: its key and how often it was sent before.
+// recentID is one entry of the ring of recently sent transactionIds.
+type recentID struct {
+	seq uint64
+	// first is when the id was first sent (unix nanos).
+	first int64
+	// id is the original's message id, once an answer gave it.
+	id    [16]byte
+	hasID bool
+}
+
+// slot is one item of a request: its sequence number and how often it was
+// sent before.
 type slot struct {
-	key      uint64
+	seq      uint64
 	attempts uint8
+	// first is when the id was first sent (unix nanos): a repeat's is its
+	// original's.
+	first int64
+	// ring is the id's position in the ring for a new id (-1 for a
+	// repeat): its answer records the message id there.
+	ring int32
+	// want is the original's message id a repeat must be answered with
+	// (hasWant false: not known when it was sent).
+	want    [16]byte
+	hasWant bool
 }
 
 // producer sends batches, one request in flight at a time, until the run's
@@ -55,11 +82,15 @@ type producer struct {
 	rng   *rand.Rand
 
 	seq     uint64
-	recent  []uint64
+	recent  []recentID
 	next    int // next ring position in recent
 	retries []slot
+	// guard is how old (nanoseconds since its first send) an id may be and
+	// still be sent again (a repeat or a retry): well inside the queue's
+	// dedup window, so that a second queued answer or a second stored
+	// frame is a violation, never the window closing.
+	guard int64
 
-	lat   []time.Duration
 	codes map[string]int64
 	// lastError is the last request error, for the report.
 	lastError string
@@ -74,7 +105,8 @@ func newProducer(idx int, cfg *Config, parts []string, snd sender, led *ledger, 
 	return &producer{
 		idx: idx, cfg: cfg, parts: parts, snd: snd, led: led, c: c,
 		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
-		recent:  make([]uint64, 0, recentSize),
+		recent:  make([]recentID, 0, recentSize),
+		guard:   int64(cfg.window() / 2),
 		codes:   map[string]int64{},
 		slots:   make([]slot, 0, cfg.Batch),
 		items:   make([]transport.PushItem, 0, cfg.Batch),
@@ -110,7 +142,7 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 			break
 		}
 		p.c.requests.Add(1)
-		p.lat = append(p.lat, lat)
+		p.c.lat.record(lat)
 		if p.handle(err) {
 			backoff = min(max(2*backoff, 20*time.Millisecond), 2*time.Second)
 		} else {
@@ -126,6 +158,7 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 // lasts) new items and repeats of recently sent transactionIds.
 func (p *producer) fill(fresh bool) {
 	b := p.cfg.Batch
+	now := time.Now().UnixNano()
 	p.slots = p.slots[:0]
 	n := min(len(p.retries), b)
 	p.slots = append(p.slots, p.retries[:n]...)
@@ -135,19 +168,27 @@ func (p *producer) fill(fresh bool) {
 		var repeats, news int64
 		for len(p.slots) < b {
 			if len(p.recent) > 0 && p.cfg.DupRatio > 0 && p.rng.Float64() < p.cfg.DupRatio {
-				p.slots = append(p.slots, slot{key: p.recent[p.rng.IntN(len(p.recent))]})
-				repeats++
-				continue
+				// A repeat of a recent id young enough that its window is
+				// surely open (else a new id instead).
+				r := &p.recent[p.rng.IntN(len(p.recent))]
+				if now-r.first < p.guard/2 {
+					p.slots = append(p.slots, slot{seq: r.seq, first: r.first, ring: -1, want: r.id, hasWant: r.hasID})
+					repeats++
+					continue
+				}
 			}
-			key := makeKey(p.rng.IntN(len(p.parts)), p.seq)
+			seq := p.seq
 			p.seq++
-			if len(p.recent) < recentSize {
-				p.recent = append(p.recent, key)
+			e := recentID{seq: seq, first: now}
+			idx := len(p.recent)
+			if idx < recentSize {
+				p.recent = append(p.recent, e)
 			} else {
-				p.recent[p.next] = key
+				idx = p.next
+				p.recent[idx] = e
 				p.next = (p.next + 1) % recentSize
 			}
-			p.slots = append(p.slots, slot{key: key})
+			p.slots = append(p.slots, slot{seq: seq, first: now, ring: int32(idx)})
 			news++
 		}
 		p.c.fresh.Add(news)
@@ -163,21 +204,33 @@ func (p *producer) fill(fresh bool) {
 	p.buf = p.buf[:0]
 	var txn []byte
 	for _, s := range p.slots {
-		seq := keySeq(s.key)
-		txn = appendTxn(txn[:0], p.idx, seq)
+		txn = appendTxn(txn[:0], p.idx, s.seq)
 		start := len(p.buf)
-		p.buf = appendPayload(p.buf, p.idx, seq, p.cfg.PayloadBytes)
+		p.buf = appendPayload(p.buf, p.idx, s.seq, p.cfg.PayloadBytes)
 		p.items = append(p.items, transport.PushItem{
 			Queue:         p.cfg.Queue,
-			Partition:     p.parts[keyPart(s.key)],
+			Partition:     p.parts[p.part(s.seq)],
 			TransactionID: string(txn),
 			Payload:       json.RawMessage(p.buf[start:len(p.buf):len(p.buf)]),
 		})
 		if p.led != nil {
-			p.led.sent(s.key)
+			p.led.sent(s.seq)
 		}
 	}
 	p.c.sent.Add(int64(len(p.slots)))
+}
+
+// part is the partition index of this producer's id seq.
+func (p *producer) part(seq uint64) int { return partOf(p.idx, seq, len(p.parts)) }
+
+// learn records the message id an answer gave for s's original in the ring
+// (while the ring still holds it).
+func (p *producer) learn(s *slot, id uuid.UUID) {
+	if s.ring >= 0 && int(s.ring) < len(p.recent) {
+		if r := &p.recent[s.ring]; r.seq == s.seq && !r.hasID {
+			r.id, r.hasID = id, true
+		}
+	}
 }
 
 // handle books the answer to the request just sent and reports whether
@@ -201,23 +254,34 @@ func (p *producer) handle(err error) (trouble bool) {
 	}
 	var queued, dup, failed int64
 	firstCode := ""
-	for i, s := range p.slots {
+	for i := range p.slots {
+		s := &p.slots[i]
 		r := &p.results[i]
 		if r.bad != "" && p.led != nil {
+			p.led.mu.Lock()
 			p.led.issues.add(IssueWrongReply, "%s", r.bad)
+			p.led.mu.Unlock()
 		}
 		switch r.status {
 		case queen.Queued:
 			queued++
-			p.c.touch(keyPart(s.key))
+			p.c.touch(p.part(s.seq))
 			if p.led != nil {
-				p.led.queued(s.key, r.id)
+				p.led.queued(s.seq, r.id)
 			}
+			p.learn(s, r.id)
 		case queen.Duplicate:
 			dup++
-			p.c.touch(keyPart(s.key))
+			p.c.touch(p.part(s.seq))
 			if p.led != nil {
-				p.led.duplicate(s.key, r.id)
+				var want *[16]byte
+				if s.hasWant {
+					want = &s.want
+				}
+				p.led.duplicate(s.seq, r.id, want)
+			}
+			if r.id != uuid.Nil {
+				p.learn(s, r.id)
 			}
 		default:
 			failed++
@@ -226,9 +290,9 @@ func (p *producer) handle(err error) (trouble bool) {
 			}
 			p.codes[r.code]++
 			if p.led != nil {
-				p.led.failed(s.key)
+				p.led.failed(s.seq)
 			}
-			p.retry(s)
+			p.retry(*s)
 		}
 	}
 	p.c.queued.Add(queued)
@@ -243,11 +307,20 @@ func (p *producer) handle(err error) (trouble bool) {
 }
 
 // retry queues s to be sent again with the same transactionId, unless it
-// has been sent MaxAttempts times.
+// has been sent MaxAttempts times or its original was first sent more than
+// half the dedup window ago.
 func (p *producer) retry(s slot) {
 	s.attempts++
 	if int(s.attempts) >= p.cfg.MaxAttempts {
 		p.c.gaveUp.Add(1)
+		return
+	}
+	if time.Now().UnixNano()-s.first > p.guard {
+		// Its original may leave the window before this send is probed:
+		// a second queued answer would then be right, and the audit could
+		// not tell it from a violation.
+		p.c.gaveUp.Add(1)
+		p.c.windowGuard.Add(1)
 		return
 	}
 	p.retries = append(p.retries, s)

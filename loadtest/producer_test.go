@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,21 +79,22 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 
 	// Every id went to one partition only, and each one sent was answered
 	// queued once at most; the ledger agrees with the fake's store.
-	seen := map[uint64]string{}
-	for k := range led.m {
-		seq := keySeq(k)
-		if prev, ok := seen[seq]; ok {
-			t.Fatalf("transaction id %d sent to %s and %s", seq, prev, parts[keyPart(k)])
-		}
-		seen[seq] = parts[keyPart(k)]
+	found := newIssues()
+	for name, id := range fb.stored {
+		part, txn, ok := strings.Cut(name, "/")
+		require.True(t, ok)
+		prod, seq, ok := parseTxn(txn)
+		require.True(t, ok, txn)
+		require.Equal(t, 0, prod)
+		require.Equal(t, parts[partOf(0, seq, len(parts))], part, "transaction id %d went to its partition only", seq)
+		require.True(t, led.store(seq, id, 0, false, found))
 	}
-	require.Equal(t, len(fb.stored), len(led.m))
-	for k, e := range led.m {
-		name := led.name(k)
-		require.Equal(t, fb.stored[name], uuid.UUID(e.id), name)
-		require.LessOrEqual(t, e.queued, uint8(1), name)
-	}
+	tot := led.check(found)
+	require.Equal(t, int64(len(fb.stored)), tot.ids)
+	require.Equal(t, tot.ids, tot.answered)
+	require.Zero(t, found.total(), "%v", found.examples)
 	require.Zero(t, led.issues.total(), "%v", led.issues.examples)
+	require.Zero(t, led.pending(), "every answered id met its stored frame")
 }
 
 func TestProducerGivesUp(t *testing.T) {

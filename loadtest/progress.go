@@ -25,7 +25,10 @@ type progress struct {
 	done  chan struct{}
 }
 
-func startProgress(cfg *Config, c *counters, cc *consumeCounters, start time.Time) *progress {
+// startProgress starts the progress line. sampled: a timeline sampler
+// runs, and in a log (not live) its line every SampleEvery is the progress
+// line, so long runs stay readable.
+func startProgress(cfg *Config, c *counters, cc *consumeCounters, start time.Time, sampled bool) *progress {
 	if cfg.Progress == nil {
 		return nil
 	}
@@ -33,6 +36,10 @@ func startProgress(cfg *Config, c *counters, cc *consumeCounters, start time.Tim
 		start: start, dur: cfg.Duration, stop: make(chan struct{}), done: make(chan struct{})}
 	if p.live {
 		p.every = 500 * time.Millisecond
+	}
+	if sampled && !p.live {
+		close(p.done)
+		return p
 	}
 	go p.loop()
 	return p

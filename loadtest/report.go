@@ -81,6 +81,24 @@ type Report struct {
 	// Cluster is the brokers of a --brokers N run, the chaos and the
 	// failover it caused.
 	Cluster *ClusterReport `json:"cluster,omitempty"`
+
+	// DedupWindowSeconds and RetentionSeconds are the run queue's window
+	// and retention (0: keep); SampleEverySeconds the timeline's interval
+	// (broker mode).
+	DedupWindowSeconds int     `json:"dedup_window_seconds,omitempty"`
+	RetentionSeconds   int     `json:"retention_seconds,omitempty"`
+	SampleEverySeconds float64 `json:"sample_every_seconds,omitempty"`
+	// Timeline is a point every SampleEvery (broker mode).
+	Timeline []TimelinePoint `json:"timeline,omitempty"`
+	// SustainedRatio is the median stored/s of the timeline's last quarter
+	// over its first quarter's, after one minute of warm-up
+	// (SustainedRatio()); SustainedRatioMeaningful is false for runs
+	// shorter than two minutes.
+	SustainedRatio           float64 `json:"sustained_ratio"`
+	SustainedRatioMeaningful bool    `json:"sustained_ratio_meaningful"`
+	// TimelineError is the last error of a sample (a pass or a read that
+	// failed; the next one catches up).
+	TimelineError string `json:"timeline_error,omitempty"`
 }
 
 // Verdicts counts the answers per item (in raw mode: queued = rows copied,
@@ -110,6 +128,14 @@ type AuditReport struct {
 	FailedOnly       int64 `json:"failed_only"`
 	FailedOnlyStored int64 `json:"failed_only_stored"`
 	StoredMessages   int64 `json:"stored_messages"`
+	// IncrementalPasses counts the passes that read each partition's new
+	// segments during the run (one per sample, and a last one after it);
+	// Recounted is set when a final pass recounted every stored frame of
+	// the queue (runs without retention); UnauditedOffsets counts offsets
+	// deleted before a pass read them (each fails the audit).
+	IncrementalPasses int   `json:"incremental_passes"`
+	Recounted         bool  `json:"recounted"`
+	UnauditedOffsets  int64 `json:"unaudited_offsets"`
 	// Issues counts findings by kind (see the Issue* constants); Examples
 	// shows a few of each as "kind: description".
 	Issues   map[string]int64 `json:"issues"`
@@ -190,6 +216,18 @@ func (r *Report) WriteText(w io.Writer) {
 				fmt.Fprintf(&b, "            %s\n", e)
 			}
 		}
+	}
+	if a := r.Audit; a != nil {
+		scope := "every frame read once by offset during the run"
+		if a.Recounted {
+			scope += ", then every stored frame recounted after it"
+		} else {
+			scope += " (retention deletes them after: no final recount)"
+		}
+		fmt.Fprintf(&b, "            audited incrementally in %d passes: %s\n", a.IncrementalPasses, scope)
+	}
+	if len(r.Timeline) > 0 {
+		r.writeTimeline(&b)
 	}
 	if r.Consume != nil {
 		r.Consume.writeText(&b)
@@ -340,3 +378,25 @@ func median(xs []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// writeTimeline writes the timeline as a table and the sustained ratio.
+func (r *Report) writeTimeline(b *strings.Builder) {
+	fmt.Fprintf(b, "  timeline  every %gs (window %d s, retention %d s; MiB; cache evictions and hydrations are totals)\n", r.SampleEverySeconds, r.DedupWindowSeconds, r.RetentionSeconds)
+	fmt.Fprintf(b, "  %7s %10s %10s %8s %8s %8s %8s %8s %8s %8s %7s %7s %7s\n",
+		"t s", "stored/s", "items/s", "p50 ms", "p99 ms", "rss", "db", "sidecar", "wal", "cache", "evict", "hydr", "ledger")
+	for _, p := range r.Timeline {
+		fmt.Fprintf(b, "  %7.0f %10s %10s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %7d %7d %7.1f\n",
+			p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, mb(p.BrokerRSS), mb(p.DBBytes),
+			mb(p.SidecarBytes), mb(p.WALBytes), mb(p.CacheBytes), p.CacheEvictions, p.CacheHydrations, mb(p.LedgerBytes))
+	}
+	note := ""
+	if !r.SustainedRatioMeaningful {
+		note = " (run shorter than 2 min: not meaningful, computed over the points there are)"
+	}
+	fmt.Fprintf(b, "  sustained ratio %.3f: median stored/s of the last quarter over the first quarter, after 1 min warm-up%s\n", r.SustainedRatio, note)
+	if r.TimelineError != "" {
+		fmt.Fprintf(b, "            last sample error: %s\n", r.TimelineError)
+	}
+}
+
+func mb(n int64) float64 { return float64(n) / (1 << 20) }

@@ -91,10 +91,23 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 				return nil, err
 			}
 			c.touched = cp.touched
-			if err := cp.configure(ctx); err != nil {
+			if err := configureQueue(ctx, cfg, cp.admin); err != nil {
+				return nil, err
+			}
+		} else if cfg.DedupWindow > 0 || cfg.Retention > 0 {
+			cl, err := targetDialer(cfg)("queen-loadtest-admin")
+			if err != nil {
+				return nil, err
+			}
+			err = configureQueue(ctx, cfg, cl)
+			cl.close()
+			if err != nil {
 				return nil, err
 			}
 		}
+		rep.DedupWindowSeconds = int(cfg.window() / time.Second)
+		rep.RetentionSeconds = int(cfg.Retention / time.Second)
+		rep.SampleEverySeconds = cfg.SampleEvery.Seconds()
 	case ModeRaw:
 		rep.Target, rep.Table = "postgres", cfg.Table
 		if raw, err = persistence.OpenRaw(ctx, cfg.DatabaseURL); err != nil {
@@ -128,7 +141,20 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		cc = &cp.c
 		cp.run(ctx, start)
 	}
-	prog := startProgress(cfg, c, cc, start)
+	var ledgers []*ledger
+	var au *auditor
+	var smp *sampler
+	if cfg.Mode == ModeBroker {
+		ledgers = make([]*ledger, len(producers))
+		for i, p := range producers {
+			ledgers[i] = p.led
+		}
+		au = newAuditor(audit, cfg.Queue, parts, ledgers)
+	}
+	prog := startProgress(cfg, c, cc, start, cfg.Mode == ModeBroker)
+	if au != nil {
+		smp = startSampler(ctx, cfg, c, au, audit, ledgers, prog, start)
+	}
 	var wg sync.WaitGroup
 	for _, p := range producers {
 		wg.Add(1)
@@ -139,6 +165,11 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	rep.Timeline = smp.finish()
+	if smp != nil {
+		rep.SustainedRatio, rep.SustainedRatioMeaningful = SustainedRatio(rep.Timeline)
+		rep.TimelineError = smp.lastErr
+	}
 	if chaos != nil {
 		// No kill after the load; a restart under way finishes.
 		chaos.endChaos()
@@ -160,9 +191,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	rep.ItemsPerSecond = perSecond(rep.ItemsSent, elapsed.Seconds())
 	rep.GaveUp, rep.Rejected, rep.UnknownOutcome = c.gaveUp.Load(), c.rejected.Load(), c.unknownOutcome.Load()
 	rep.Verdicts = Verdicts{Queued: c.queued.Load(), Duplicate: c.duplicate.Load(), Failed: c.failed.Load()}
-	var lat []time.Duration
 	for _, p := range producers {
-		lat = append(lat, p.lat...)
 		for code, n := range p.codes {
 			if rep.ErrorCodes == nil {
 				rep.ErrorCodes = map[string]int64{}
@@ -173,7 +202,13 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 			rep.LastError = p.lastError
 		}
 	}
-	rep.Latency = latencyOf(lat)
+	rep.Latency = c.lat.latency()
+	if n := c.windowGuard.Load(); n > 0 {
+		if rep.ErrorCodes == nil {
+			rep.ErrorCodes = map[string]int64{}
+		}
+		rep.ErrorCodes["gave_up:window_guard"] = n
+	}
 
 	if cp != nil {
 		// The wake probe runs on a queue of its own, after the consumers stopped.
@@ -195,10 +230,6 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	rep.Postgres = d
 	switch cfg.Mode {
 	case ModeBroker:
-		ledgers := make([]*ledger, len(producers))
-		for i, p := range producers {
-			ledgers[i] = p.led
-		}
 		var ca *consumeAuditor
 		var also func(*persistence.StoredMessage)
 		if cp != nil {
@@ -207,7 +238,9 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 			}
 			also = ca.stored
 		}
-		ar, err := auditQueue(actx, audit, cfg.Queue, parts, ledgers, also)
+		// Without retention everything is still stored: the final pass
+		// recounts it all.
+		ar, err := au.finish(actx, cfg.Retention == 0, also)
 		if err != nil {
 			return rep, fmt.Errorf("audit: %w", err)
 		}
@@ -248,58 +281,6 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		return rep, errConsumeAudit(rep.Consume.Audit, cfg.Queue)
 	}
 	return rep, nil
-}
-
-// auditQueue checks the stored frames of queue against the producers'
-// ledgers (SPEC.md §12): each transactionId answered queued or duplicate is
-// stored exactly once in its partition, with the message id the answers
-// carried; every repeat was answered duplicate with the original's id; an id
-// only ever answered failed is stored at most once; nothing else is stored.
-//
-// also, when set, sees every stored message too (the consume audit rides
-// on the same scan).
-func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*AuditReport, error) {
-	found := newIssues()
-	partIdx := make(map[string]int, len(parts))
-	for i, p := range parts {
-		partIdx[p] = i
-	}
-	for _, l := range ledgers {
-		l.resetStored()
-	}
-	var stored int64
-	err := a.EachMessage(ctx, []string{queue}, func(m *persistence.StoredMessage) error {
-		stored++
-		part, okPart := partIdx[m.Partition]
-		prod, seq, okTxn := parseTxn(m.TransactionID)
-		if !okPart || !okTxn || prod >= len(ledgers) || !ledgers[prod].store(makeKey(part, seq), m.MessageID, m.Offset, found) {
-			found.add(IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
-				m.Partition, m.Offset, m.TransactionID, m.MessageID)
-		}
-		if also != nil {
-			also(m)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	ar := &AuditReport{StoredMessages: stored}
-	for _, l := range ledgers {
-		t := l.check(found)
-		found.merge(l.issues)
-		ar.TransactionIDs += t.ids
-		ar.Answered += t.answered
-		ar.FailedOnly += t.failedOnly
-		ar.FailedOnlyStored += t.failedOnlyStored
-	}
-	if stored == 0 && ar.Answered > 0 {
-		found.add(IssueMissing, "queue %s has no stored message at all: is the database URL the broker's database?", queue)
-	}
-	ar.Issues = found.counts
-	ar.Examples = found.exampleList()
-	ar.Passed = found.total() == 0
-	return ar, nil
 }
 
 // redact hides a URL's password for messages.

@@ -11,8 +11,10 @@ import (
 )
 
 var (
-	sqlAuditSegments   = q("audit_segments")
-	sqlAuditDurability = q("audit_durability")
+	sqlAuditSegments      = q("audit_segments")
+	sqlAuditSegmentsAfter = q("audit_segments_after")
+	sqlAuditDurability    = q("audit_durability")
+	sqlAuditStats         = q("audit_stats")
 )
 
 // StoredMessage is one stored frame as the load-test audit sees it
@@ -73,26 +75,112 @@ func (a *Audit) EachMessage(ctx context.Context, queues []string, fn func(*Store
 		if err := rows.Scan(&m.Queue, &m.Partition, &m.PartitionID, &first, &last, &m.CreatedAt, &ids, &frames); err != nil {
 			return unavailable(err)
 		}
-		fs, err := DecodeFrames(ids, frames)
-		if err != nil {
-			return fmt.Errorf("%w: queue %q partition %q segment at offset %d", err, m.Queue, m.Partition, first)
-		}
-		if int64(len(fs)) != last-first+1 {
-			return fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds %d frames", ErrCorruptSegment, m.Queue, m.Partition, first, last, len(fs))
-		}
-		for i := range fs {
-			m.Offset = first + int64(i)
-			m.MessageID = fs[i].MessageID
-			m.TransactionID = fs[i].TransactionID
-			if err := fn(&m); err != nil {
-				return err
-			}
+		if err := eachFrame(&m, first, last, ids, frames, fn); err != nil {
+			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return unavailable(err)
 	}
 	return nil
+}
+
+// eachFrame unpacks one segment [first, last] of m's partition and calls fn
+// for each frame, m filled in.
+func eachFrame(m *StoredMessage, first, last int64, ids, frames []byte, fn func(*StoredMessage) error) error {
+	fs, err := DecodeFrames(ids, frames)
+	if err != nil {
+		return fmt.Errorf("%w: queue %q partition %q segment at offset %d", err, m.Queue, m.Partition, first)
+	}
+	if int64(len(fs)) != last-first+1 {
+		return fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds %d frames", ErrCorruptSegment, m.Queue, m.Partition, first, last, len(fs))
+	}
+	for i := range fs {
+		m.Offset = first + int64(i)
+		m.MessageID = fs[i].MessageID
+		m.TransactionID = fs[i].TransactionID
+		if err := fn(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EachMessageAfter calls fn for every stored frame of queue whose segment
+// starts above after[partition name] (the last offset already read there;
+// a partition not in after is read from offset 0), segment by segment
+// (partition id, then offset), streaming, in one read-only REPEATABLE READ
+// snapshot like EachMessage. Offsets are allocated and committed in order
+// under the partition's row lock (SPEC.md §1), so a caller that moves
+// after[p] to the last offset it saw reads every segment exactly once, as
+// long as it reads again before retention deletes what is new (SPEC.md §7:
+// retention deletes by age). A segment whose first offset is above after+1
+// means the offsets in between were deleted before they were read.
+// fn must not keep the *StoredMessage; an error from fn stops the scan and is
+// returned. A segment that does not decode is ErrCorruptSegment.
+func (a *Audit) EachMessageAfter(ctx context.Context, queue string, after map[string]int64, fn func(*StoredMessage) error) error {
+	names := make([]string, 0, len(after))
+	offs := make([]int64, 0, len(after))
+	for p, o := range after {
+		names = append(names, p)
+		offs = append(offs, o)
+	}
+	tx, err := a.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return unavailable(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
+	rows, err := tx.Query(ctx, sqlAuditSegmentsAfter, queue, names, offs)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	m := StoredMessage{Queue: queue}
+	for rows.Next() {
+		var first, last int64
+		var ids, frames []byte
+		if err := rows.Scan(&m.Partition, &m.PartitionID, &first, &last, &m.CreatedAt, &ids, &frames); err != nil {
+			return unavailable(err)
+		}
+		if err := eachFrame(&m, first, last, ids, frames, fn); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// DBStats is the database's size figures at one moment, for the load test's
+// timeline (bytes).
+type DBStats struct {
+	// DatabaseBytes is pg_database_size of the database.
+	DatabaseBytes int64
+	// SidecarBytes is pg_total_relation_size summed over queen.log_txns and
+	// queen.log_txn_hashes, every partition of a partitioned table included
+	// (indexes and TOAST too).
+	SidecarBytes int64
+	// WALPosition is pg_current_wal_lsn() as text ("16/B374D848").
+	WALPosition string
+	// WALBytes is the WAL written since the position passed to Stats (0
+	// when none was passed).
+	WALBytes int64
+}
+
+// Stats reads the database's size figures and the WAL written since
+// walSince (a WALPosition of an earlier call; "" for none). Read-only; one
+// round trip.
+func (a *Audit) Stats(ctx context.Context, walSince string) (DBStats, error) {
+	var since *string
+	if walSince != "" {
+		since = &walSince
+	}
+	var s DBStats
+	if err := a.pool.QueryRow(ctx, sqlAuditStats, since).Scan(&s.DatabaseBytes, &s.SidecarBytes, &s.WALPosition, &s.WALBytes); err != nil {
+		return s, unavailable(err)
+	}
+	return s, nil
 }
 
 // Durability is the database's commit durability settings, as its

@@ -2,6 +2,8 @@ package persistence
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -80,4 +82,55 @@ func TestAuditCorruptSegment(t *testing.T) {
 	defer a.Close()
 	_, err = a.Messages(ctx, []string{"audit"})
 	require.ErrorIs(t, err, ErrCorruptSegment)
+}
+
+func TestAuditMessagesAfter(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pa, err := s.EnsurePartition(ctx, "audit", "a")
+	require.NoError(t, err)
+	pb, err := s.EnsurePartition(ctx, "audit", "b")
+	require.NoError(t, err)
+	commit(t, s, pa, items("audit", "a", "x", "y"))
+	commit(t, s, pb, items("audit", "b", "x"))
+	a, err := OpenAudit(ctx, s.pool.Config().ConnString())
+	require.NoError(t, err)
+	defer a.Close()
+
+	read := func(after map[string]int64) []string {
+		t.Helper()
+		var got []string
+		require.NoError(t, a.EachMessageAfter(ctx, "audit", after, func(m *StoredMessage) error {
+			require.Equal(t, "audit", m.Queue)
+			got = append(got, fmt.Sprintf("%s/%d/%s", m.Partition, m.Offset, m.TransactionID))
+			after[m.Partition] = max(after[m.Partition], m.Offset)
+			return nil
+		}))
+		return got
+	}
+	after := map[string]int64{}
+	require.Equal(t, []string{"a/0/x", "a/1/y", "b/0/x"}, sortedCopy(read(after)))
+	require.Empty(t, read(after), "nothing new")
+	commit(t, s, pa, items("audit", "a", "z"))
+	commit(t, s, pb, items("audit", "b", "w", "v"))
+	require.Equal(t, []string{"a/2/z", "b/1/w", "b/2/v"}, sortedCopy(read(after)))
+	require.Equal(t, map[string]int64{"a": 2, "b": 2}, after)
+
+	st, err := a.Stats(ctx, "")
+	require.NoError(t, err)
+	require.Positive(t, st.DatabaseBytes)
+	require.Positive(t, st.SidecarBytes)
+	require.NotEmpty(t, st.WALPosition)
+	require.Zero(t, st.WALBytes)
+	commit(t, s, pa, items("audit", "a", "u"))
+	st2, err := a.Stats(ctx, st.WALPosition)
+	require.NoError(t, err)
+	require.Positive(t, st2.WALBytes, "a commit writes WAL")
+}
+
+func sortedCopy(xs []string) []string {
+	out := append([]string(nil), xs...)
+	sort.Strings(out)
+	return out
 }

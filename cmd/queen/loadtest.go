@@ -68,13 +68,26 @@ every --chaos-interval and restarts it on the same port after --chaos-pause; ite
 are retried with the same transactionIds until they get a verdict. The audits then
 prove nothing answered queued was lost, no id is stored twice, every acked message
 stayed acked, and the report adds a cluster section: kills, restarts, how long shards
-had no live owner, and the errors clients saw during failover.`,
+had no live owner, and the errors clients saw during failover.
+
+Soak runs: every --sample-every (default 10s) the run records a timeline point
+(stored/s and items/s of the interval, its p50/p99 latency, the broker's RSS and dedup
+cache bytes, evictions and hydrations from its /metrics, the database's size, the hash
+sidecar's size and the WAL written since the start) and prints it as a line; the report
+adds the timeline and the sustained ratio (median stored/s of the last quarter over the
+first quarter, after one minute of warm-up). The audit reads each partition's new
+segments at every sample, so its memory stays at a few bits per transactionId and a run
+with --retention (segments deleted while it goes on) is audited before they go; without
+retention a final pass recounts every stored frame. --dedup-window and --retention
+configure the run's queue; repeats are only sent while their original is younger than a
+quarter of the window, retries only within half of it.`,
 		Example: `  queen loadtest --embedded --duration 20s
   queen loadtest --target nats://127.0.0.1:4222 --duration 60s --json
   queen loadtest --target http://127.0.0.1:6632 --database-url postgres://...
   queen loadtest --embedded --compare --duration 20s
   queen loadtest --embedded --duration 20s --consumers 4 --groups 2 --fail-ratio 0.02
-  queen loadtest --brokers 3 --chaos kill --duration 60s --dup-ratio 0.2 --consumers 3 --json`,
+  queen loadtest --brokers 3 --chaos kill --duration 60s --dup-ratio 0.2 --consumers 3 --json
+  queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cfg.Mode = loadtest.Mode(mode)
@@ -105,6 +118,9 @@ had no live owner, and the errors clients saw during failover.`,
 						cfg.Target = b.NATSURL()
 					}
 					cfg.DatabaseURL = b.DatabaseURL()
+					// The broker's /metrics is this process's: its RSS
+					// includes the harness.
+					cfg.MetricsURLs, cfg.SelfRSS = []string{b.HTTPURL()}, true
 					return runLoadtest(ctx, cmd.OutOrStdout(), cfg, compare, jsonOut, cpuProfile)
 				})
 			}
@@ -143,6 +159,10 @@ had no live owner, and the errors clients saw during failover.`,
 	f.DurationVar(&shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos kill, else the brokers' default)")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos kill)")
 	f.IntVar(&cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back")
+	f.DurationVar(&cfg.DedupWindow, "dedup-window", 0, "configure the run's queue with this dedupWindowSeconds (whole seconds; 0: the queue's default, 1h)")
+	f.DurationVar(&cfg.Retention, "retention", 0, "configure the run's queue with this retentionSeconds (whole seconds, at least 30s and 4 × --sample-every; 0: keep); the audit then runs during the run")
+	f.DurationVar(&cfg.SampleEvery, "sample-every", cfg.SampleEvery, "interval of the timeline (and of the incremental audit passes)")
+	f.StringSliceVar(&cfg.MetricsURLs, "metrics-url", nil, "brokers' HTTP base URLs whose /metrics the timeline reads (default: the HTTP target, the --embedded broker, the --brokers N brokers)")
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "warn"), "log level of the --embedded broker: debug, info, warn, error")
 	return cmd
 }
@@ -189,6 +209,7 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	}()
 	cfg.Cluster = cl
 	cfg.DatabaseURL = cl.DatabaseURL()
+	cfg.MetricsURLs = cl.HTTPURLs()
 	if strings.HasPrefix(cfg.Target, "http") {
 		cfg.Targets = cl.HTTPURLs()
 		cfg.Target = cfg.Targets[0]
