@@ -22,6 +22,13 @@ const (
 	MaxPopBatch = 10000
 	// DefaultPopTimeout is a long poll's timeout when the request names none (SPEC.md §4).
 	DefaultPopTimeout = 30 * time.Second
+	// MaxPopPartitions is the most partitions one pop may claim.
+	MaxPopPartitions = 100
+	// MaxPopReplyBytes bounds the payload bytes of one pop reply (a pop
+	// returns fewer messages than its batch rather than exceed it; the first
+	// message is always returned): 16 MiB less room for the envelope, so a
+	// reply fits the embedded NATS server's max_payload (SPEC.md §11).
+	MaxPopReplyBytes = MaxBodyBytes - 64<<10
 	// MaxPopTimeout bounds a long poll.
 	MaxPopTimeout = 10 * time.Minute
 )
@@ -53,6 +60,13 @@ type PopRequest struct {
 	SubscriptionFrom *time.Time
 	// SubscriptionNew is subscriptionMode "new": start at the group's first pop.
 	SubscriptionNew bool
+	// Partitions is the most partitions one pop of any partition may claim
+	// (query "partitions", upstream Queen's v4 multi-partition pop), default
+	// 1; larger values are capped at MaxPopPartitions, negative ones refused. Batch stays the cap on all messages
+	// returned; every claimed partition is leased under one leaseId, and
+	// every message carries its own partition, partitionId and leaseId. A
+	// pop of one named partition ignores it.
+	Partitions int
 }
 
 // Message is one popped message, field names as the Queen wire format (SPEC.md §4).
@@ -75,13 +89,17 @@ type Message struct {
 // PopResult is a pop's answer: no messages means HTTP 204.
 type PopResult struct {
 	Messages []Message `json:"messages"`
-	// LeaseID is the lease on the returned span (nil with autoAck).
+	// LeaseID is the lease on the returned span (nil with autoAck); a
+	// multi-partition pop leases every claimed partition under it. Queue,
+	// Partition and PartitionID name the first claimed partition.
 	LeaseID        *string    `json:"leaseId"`
 	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
 	Queue          string     `json:"queue,omitempty"`
 	Partition      string     `json:"partition,omitempty"`
 	PartitionID    string     `json:"partitionId,omitempty"`
 	ConsumerGroup  string     `json:"consumerGroup,omitempty"`
+	// PartitionsClaimed is how many partitions the messages come from.
+	PartitionsClaimed int `json:"partitionsClaimed,omitempty"`
 }
 
 // AckStatus is what an ack says of a message (SPEC.md §4).
@@ -195,6 +213,11 @@ func DecodePopQuery(queue, partition string, q url.Values) (PopRequest, error) {
 			return PopRequest{}, err
 		}
 	}
+	if v, ok := get("partitions"); ok {
+		if in.Partitions, err = popInt(v, "partitions"); err != nil {
+			return PopRequest{}, err
+		}
+	}
 	if v, ok := get("timeout"); ok {
 		var ms int
 		if ms, err = popInt(v, "timeout"); err != nil {
@@ -226,7 +249,7 @@ func DecodePopQuery(queue, partition string, q url.Values) (PopRequest, error) {
 
 // DecodePop validates a NATS pop body: a JSON object with the HTTP pop's
 // fields, {"queue","partition","batch","wait","timeout","consumerGroup",
-// "autoAck","subscriptionMode","subscriptionFrom"}.
+// "autoAck","subscriptionMode","subscriptionFrom","partitions"}.
 func DecodePop(body []byte) (PopRequest, error) {
 	var in popInput
 	if err := DecodeObject(body, &in); err != nil {
@@ -247,6 +270,7 @@ type popInput struct {
 	AutoAck          bool   `json:"autoAck"`
 	SubscriptionMode string `json:"subscriptionMode"`
 	SubscriptionFrom string `json:"subscriptionFrom"`
+	Partitions       int    `json:"partitions"`
 }
 
 func popInt(v, field string) (int, error) {
@@ -292,6 +316,16 @@ func (in popInput) validate() (PopRequest, error) {
 		r.Batch = 1
 	case r.Batch < 0 || r.Batch > MaxPopBatch:
 		return r, fieldErr(ErrInvalidField.With("batch must be 1 to %d (0 or absent: 1), got %d", MaxPopBatch, r.Batch), "batch")
+	}
+	switch {
+	case in.Partitions == 0:
+		r.Partitions = 1
+	case in.Partitions < 0:
+		return r, fieldErr(ErrInvalidField.With("partitions must be 1 or more (0 or absent: 1), got %d", in.Partitions), "partitions")
+	case in.Partitions > MaxPopPartitions:
+		r.Partitions = MaxPopPartitions
+	default:
+		r.Partitions = in.Partitions
 	}
 	if in.Timeout != nil {
 		ms := *in.Timeout

@@ -34,6 +34,28 @@ func TestDecodePopQuery(t *testing.T) {
 	}
 }
 
+// partitions=N (upstream's v4 multi-partition pop): default 1, capped at
+// MaxPopPartitions, a negative or non-integer value refused.
+func TestDecodePopPartitions(t *testing.T) {
+	for q, want := range map[string]int{"": 1, "0": 1, "1": 1, "3": 3, "100": 100, "500": MaxPopPartitions} {
+		v := url.Values{}
+		if q != "" {
+			v.Set("partitions", q)
+		}
+		if r, err := DecodePopQuery("q", "", v); err != nil || r.Partitions != want {
+			t.Errorf("partitions=%q: %d %v, want %d", q, r.Partitions, err, want)
+		}
+	}
+	for _, bad := range []string{"-1", "two", "1.5"} {
+		if _, err := DecodePopQuery("q", "", url.Values{"partitions": {bad}}); err == nil || AsError(err).Field != "partitions" {
+			t.Errorf("partitions=%q: %v, want a 400 naming partitions", bad, err)
+		}
+	}
+	if r, err := DecodePop([]byte(`{"queue":"q","batch":10,"partitions":4}`)); err != nil || r.Partitions != 4 || r.Batch != 10 {
+		t.Errorf("NATS pop body: %+v %v", r, err)
+	}
+}
+
 func TestDecodeAck(t *testing.T) {
 	it, err := DecodeAck([]byte(`{"transactionId":"Bed&Breakfast-771","partitionId":"0190a4b6-0000-7000-8000-000000000001","status":"success","leaseId":"0190a4b6-0000-7000-8000-000000000002"}`))
 	if err != nil || it.Status != AckCompleted || it.Offset != -1 || it.Hash != HashTxn("Bed&Breakfast-771") || it.LeaseID == nil || it.ConsumerGroup != DefaultConsumerGroup {

@@ -15,8 +15,9 @@ const (
 	MaxItems = 10000
 	// MaxBodyBytes is the largest request body (16 MiB); the transports enforce it with 413.
 	MaxBodyBytes = 16 << 20
-	// DefaultMaxPayloadBytes is the default QUEEN_MAX_PAYLOAD_BYTES (1 MiB).
-	DefaultMaxPayloadBytes = 1 << 20
+	// DefaultMaxPayloadBytes is the default QUEEN_MAX_PAYLOAD_BYTES (4 MiB,
+	// SPEC.md §10): a 1 MiB document fits with room for its wrapping.
+	DefaultMaxPayloadBytes = 4 << 20
 	// MaxNameBytes is the longest queue or partition name, in bytes after JSON unescaping.
 	MaxNameBytes = 255
 	// MaxTransactionIDBytes is the longest transactionId, in bytes after JSON unescaping.

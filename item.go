@@ -67,7 +67,8 @@ type Result struct {
 }
 
 // PushReply is one element of the HTTP/NATS push reply, field names exactly as
-// the Queen wire format (SPEC.md §3).
+// the Queen wire format (SPEC.md §3); on the wire TransactionID is written
+// under "transactionId" as well (MarshalJSON), the key upstream SDKs read.
 type PushReply struct {
 	Index         int     `json:"index"`
 	MessageID     string  `json:"message_id"`

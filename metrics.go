@@ -24,6 +24,8 @@ type Metrics struct {
 	PopMessages prometheus.Counter
 	// AckItems counts ack items by result.
 	AckItems *prometheus.CounterVec
+	// TracesDiscarded counts POST /api/v1/traces events accepted and not kept.
+	TracesDiscarded prometheus.Counter
 }
 
 // NewMetrics creates and registers the metrics, with Go and process collectors.
@@ -60,9 +62,12 @@ func NewMetrics() *Metrics {
 		AckItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "queen_ack_items_total", Help: "Ack items answered, by result.",
 		}, []string{"result"}),
+		TracesDiscarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_traces_discarded_total", Help: "Message trace events accepted by POST /api/v1/traces and not kept.",
+		}),
 	}
 	r.MustRegister(m.PushRequests, m.PushItems, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
-		m.PopMessages, m.AckItems,
+		m.PopMessages, m.AckItems, m.TracesDiscarded,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

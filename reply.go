@@ -6,9 +6,11 @@ import (
 )
 
 // AppendPushReplies appends the JSON push reply of SPEC.md §3 (an array, one
-// element per item) to dst. It writes what encoding/json would for
-// []PushReply, without reflection: the push path's replies are its largest
-// output.
+// element per item) to dst. It writes what encoding/json writes for
+// []PushReply (PushReply.MarshalJSON), without reflection: the push path's
+// replies are its largest output. Each element carries the transaction id
+// twice: "transaction_id" (SPEC.md §3) and "transactionId", the key the
+// upstream Queen SDKs read.
 func AppendPushReplies(dst []byte, rs []PushReply) []byte {
 	dst = append(dst, '[')
 	for i := range rs {
@@ -21,6 +23,8 @@ func AppendPushReplies(dst []byte, rs []PushReply) []byte {
 		dst = append(dst, `,"message_id":`...)
 		dst = AppendJSONString(dst, r.MessageID)
 		dst = append(dst, `,"transaction_id":`...)
+		dst = AppendJSONString(dst, r.TransactionID)
+		dst = append(dst, `,"transactionId":`...)
 		dst = AppendJSONString(dst, r.TransactionID)
 		dst = append(dst, `,"partition_id":`...)
 		dst = AppendJSONString(dst, r.PartitionID)
@@ -47,6 +51,12 @@ func AppendPushReplies(dst []byte, rs []PushReply) []byte {
 		dst = append(dst, '}')
 	}
 	return append(dst, ']')
+}
+
+// MarshalJSON writes r as one element of AppendPushReplies.
+func (r PushReply) MarshalJSON() ([]byte, error) {
+	b := AppendPushReplies(nil, []PushReply{r})
+	return b[1 : len(b)-1], nil
 }
 
 const hexDigits = "0123456789abcdef"
@@ -143,7 +153,7 @@ func DecodePushReplies(body []byte) ([]PushReply, error) {
 				return true
 			case "message_id":
 				return str(&r.MessageID)
-			case "transaction_id":
+			case "transaction_id", "transactionId":
 				return str(&r.TransactionID)
 			case "partition_id":
 				return str(&r.PartitionID)

@@ -250,47 +250,90 @@ func (c *Consumers) tryOnce(ctx context.Context, req queen.PopRequest) (queen.Po
 		return res, false, err
 	}
 	spec.SkipLocked = true
+	// A multi-partition pop (req.Partitions > 1) goes on claiming partitions
+	// until it holds req.Partitions of them, req.Batch messages or
+	// MaxPopReplyBytes, all leased under one id (upstream Queen's v4 pop).
+	multi := req.Partitions > 1
+	if multi && !req.AutoAck {
+		lease, err := uuid.NewV7()
+		if err != nil {
+			return queen.PopResult{}, false, err
+		}
+		spec.LeaseID = lease
+	}
+	var out queen.PopResult
+	claimed, size := 0, 0
+	done := func() bool {
+		return claimed > 0 && (!multi || claimed >= req.Partitions || len(out.Messages) >= req.Batch ||
+			size+persistence.PopMessageOverhead > queen.MaxPopReplyBytes)
+	}
 	tried := map[uuid.UUID]bool{}
+	maxTried := max(2*maxTries, 2*req.Partitions)
 	soon := false
-	try := func(pids []uuid.UUID) (queen.PopResult, error) {
+	try := func(pids []uuid.UUID) error {
 		for _, pid := range pids {
-			if tried[pid] || len(tried) >= 2*maxTries {
+			if done() {
+				return nil
+			}
+			if tried[pid] || len(tried) >= maxTried {
 				continue
 			}
 			tried[pid] = true
 			spec.PartitionID = pid
+			spec.Batch = req.Batch - len(out.Messages)
+			spec.MaxBytes = queen.MaxPopReplyBytes - size
+			spec.BytesStrict = claimed > 0
 			res, st, err := c.store.PopPartition(ctx, spec)
 			if err != nil {
-				return res, err
+				if claimed > 0 {
+					return nil // answer what is already leased
+				}
+				return err
 			}
 			switch st {
 			case persistence.PopDelivered:
 				c.learn(req.Queue, pid)
-				return res, nil
+				if claimed == 0 {
+					out = res // the first claim names the reply's partition and lease
+				} else {
+					out.Messages = append(out.Messages, res.Messages...)
+				}
+				for _, m := range res.Messages {
+					size += len(m.Data) + persistence.PopMessageOverhead
+				}
+				claimed++
 			case persistence.PopEmpty:
 				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
 			case persistence.PopBusy:
 				soon = true
 			}
 		}
-		return queen.PopResult{}, nil
+		return nil
 	}
-	res, err := try(c.pick(req.Queue, req.ConsumerGroup, maxTries))
-	if err != nil || len(res.Messages) > 0 {
-		return res, false, err
+	finish := func(err error) (queen.PopResult, bool, error) {
+		if multi && claimed > 0 {
+			out.PartitionsClaimed = claimed
+		}
+		return out, soon && claimed == 0, err
 	}
-	// Nothing through the hint: PostgreSQL corrects it.
+	if err := try(c.pick(req.Queue, req.ConsumerGroup, max(maxTries, req.Partitions))); err != nil || done() {
+		return finish(err)
+	}
+	// Nothing (or, for a multi-partition pop, not enough) through the hint:
+	// PostgreSQL corrects it.
 	cands, err := c.store.Candidates(ctx, req.Queue, req.ConsumerGroup, candidateLimit)
 	if err != nil {
-		return res, false, err
+		if claimed > 0 {
+			return finish(nil)
+		}
+		return queen.PopResult{}, false, err
 	}
 	c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) {
 		for _, pid := range cands {
 			g.add(pid)
 		}
 	})
-	res, err = try(cands)
-	return res, soon, err
+	return finish(try(cands))
 }
 
 // tryLabels makes one attempt on every queue labelled req.Namespace /

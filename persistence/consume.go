@@ -63,7 +63,24 @@ type PopSpec struct {
 	// the queue on its first pop (queen.PopRequest).
 	SubscriptionFrom *time.Time
 	SubscriptionNew  bool
+	// LeaseID, when not uuid.Nil, is the lease id to take instead of a new
+	// one: a multi-partition pop leases every partition it claims under one
+	// id, so one extension renews them all (queen.PopRequest.Partitions).
+	LeaseID uuid.UUID
+	// MaxBytes bounds the bytes returned, each message counted as its
+	// payload plus PopMessageOverhead (the first message is always
+	// returned unless BytesStrict); <= 0 means queen.MaxPopReplyBytes. It
+	// keeps a reply of large messages below the NATS max_payload (SPEC.md §11).
+	MaxBytes int
+	// BytesStrict makes MaxBytes bind the first message too (a
+	// multi-partition pop's later claims): when it does not fit, nothing is
+	// returned or leased (PopNotYet).
+	BytesStrict bool
 }
+
+// PopMessageOverhead is what one message adds to a pop reply besides its
+// payload (ids, names, offsets and keys), counted against PopSpec.MaxBytes.
+const PopMessageOverhead = 512
 
 // consumerState is a locked consumer row with what the consume paths need.
 type consumerState struct {
@@ -209,6 +226,11 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	}
 	pidText := spec.PartitionID.String()
 	var last int64
+	maxBytes, size := spec.MaxBytes, 0
+	if maxBytes <= 0 {
+		maxBytes = queen.MaxPopReplyBytes
+	}
+	full := false
 	for _, sg := range segs {
 		fs, err := DecodeFrames(sg.ids, sg.frames)
 		if err != nil {
@@ -217,7 +239,11 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 		}
 		for i := range fs {
 			off := sg.first + int64(i)
-			if off <= st.cursor || len(res.Messages) >= spec.Batch {
+			if off <= st.cursor || full || len(res.Messages) >= spec.Batch {
+				continue
+			}
+			if size += len(fs[i].Payload) + PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+				full = true // the rest stays unleased for the next pop
 				continue
 			}
 			m := queen.Message{
@@ -254,10 +280,12 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 		rollback(conn)
 		return res, PopBusy, err
 	}
-	lease, err := uuid.NewV7()
-	if err != nil {
-		rollback(conn)
-		return res, PopBusy, err
+	lease := spec.LeaseID
+	if lease == uuid.Nil {
+		if lease, err = uuid.NewV7(); err != nil {
+			rollback(conn)
+			return res, PopBusy, err
+		}
 	}
 	ls := lease.String()
 	var expires *time.Time

@@ -150,6 +150,20 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 			chunk[j] = items[idx[start+j]]
 		}
 		rs, err := r.request(ctx, n, chunk)
+		if err == errTooLarge && r.local != nil {
+			// One item above the NATS server's max_payload (an external
+			// server with a smaller limit than the embedded one's 16 MiB):
+			// serve it here, in order; the row lock decides its verdict
+			// wherever it is served (SPEC.md §9).
+			r.stats.fallback.Add(1)
+			waitGroups(ctx, enqueueByPartition(r.local, items, idx[start:end]), results)
+			start = end
+			continue
+		}
+		if err == errTooLarge {
+			err = queen.ErrPayloadTooLarge.With("an item of shard %d does not fit the NATS server's max_payload (%d bytes); raise max_payload to 16 MiB or more",
+				n, r.nc.MaxPayload())
+		}
 		if err == errNoResponders {
 			if r.local != nil {
 				// No broker serves the shard (its owner released it, stopped
@@ -186,8 +200,15 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 // received the items, so they may be served elsewhere.
 var errNoResponders = errors.New("shards: no responders")
 
+// errTooLarge: a chunk (then one item) above the NATS server's max_payload;
+// nothing was sent.
+var errTooLarge = errors.New("shards: above max_payload")
+
 func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]queen.Result, error) {
 	body := encodeItems(make([]byte, 0, 256*len(chunk)), chunk)
+	if int64(len(body)) > r.nc.MaxPayload() {
+		return nil, errTooLarge
+	}
 	if r.hopTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.hopTimeout)

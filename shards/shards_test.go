@@ -256,3 +256,37 @@ func TestClusterRouterBoundsAHopToADeadOwner(t *testing.T) {
 	require.NoError(t, ctx.Err(), "the push ended at the hop timeout, not the request's deadline")
 	require.Empty(t, rec.got, "an unanswered hop is never served here too (its outcome is unknown)")
 }
+
+// TestRouterServesItemsAboveMaxPayloadHere: with a NATS server whose
+// max_payload (64 KiB here, 1 MiB for a default external server) is below
+// one item, the cluster router serves that item on this broker, in order with
+// the shard's other items, instead of failing it; a router without a local
+// pusher answers it failed with payload_too_large (not retryable).
+func TestRouterServesItemsAboveMaxPayloadHere(t *testing.T) {
+	nc := connectNATS(t, 64<<10)
+	remote := &recorder{got: map[string][]string{}}
+	s := NewServer(ServerConfig{Conn: nc, Pusher: remote, Count: 1})
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
+	local := &recorder{got: map[string][]string{}}
+	r := NewClusterRouter(nc, 1, owners(true), local)
+
+	small, big := []byte(`{}`), []byte(`"`+strings.Repeat("x", 100<<10)+`"`)
+	items := []*queen.Item{
+		{Queue: "q", Partition: "p", TransactionID: "a", Payload: small},
+		{Queue: "q", Partition: "p", TransactionID: "b", Payload: big},
+		{Queue: "q", Partition: "p", TransactionID: "c", Payload: small},
+	}
+	res := r.Push(context.Background(), items)
+	for i, x := range res {
+		require.Equal(t, queen.Queued, x.Verdict, "item %d: %+v", i, x.Err)
+	}
+	require.Equal(t, []string{"a", "c"}, remote.got["q/p"], "the items that fit go to the owner")
+	require.Equal(t, []string{"b"}, local.got["q/p"], "the one above max_payload is served here")
+	require.EqualValues(t, 1, r.Stats().Fallback)
+
+	res = NewRouter(nc, 1).Push(context.Background(), items[1:2])
+	require.Equal(t, queen.Failed, res[0].Verdict)
+	require.Equal(t, "payload_too_large", res[0].Err.Code)
+	require.False(t, res[0].Err.Retryable)
+}

@@ -20,6 +20,7 @@ import (
 //	POST /api/v1/ack, /api/v1/ack/batch      acks as offset commits, per-item results in order
 //	POST /api/v1/lease/{lease}/extend        {"seconds":N}; 409 lease_invalid when not live
 //	POST /api/v1/transaction                 pushes and acks in one PostgreSQL transaction (SPEC.md §5)
+//	POST /api/v1/traces                      a message trace event: validated, 202, not kept (see Service.trace)
 //	GET  /api/v1/dlq?queue=&consumerGroup=&limit=&offset=
 //	GET  /api/v1/resources/queues            queues with partition counts and depth
 //	DELETE /api/v1/resources/queues/{queue}  the queue and everything it owns (200 either way)
@@ -85,6 +86,11 @@ func (s *Service) Handler() http.Handler {
 		}
 	})
 	mux.HandleFunc("POST /api/v1/transaction", s.handleTransaction)
+	mux.HandleFunc("POST /api/v1/traces", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.trace(body))
+		}
+	})
 	mux.HandleFunc("GET /api/v1/dlq", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deadLetters(r.Context(), r.URL.Query()))
 	})
@@ -127,7 +133,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/resources/queues", "GET"}, {"/api/v1/pop/queue/{queue}", "GET"}, {"/api/v1/pop", "GET"},
 		{"/api/v1/pop/queue/{queue}/partition/{partition}", "GET"}, {"/api/v1/ack", "POST"}, {"/api/v1/ack/batch", "POST"},
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
-		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"},
+		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"}, {"/api/v1/traces", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
 		{"/api/v1/cluster", "GET"},
 	} {

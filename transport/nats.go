@@ -2,12 +2,16 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
@@ -33,21 +37,72 @@ const (
 )
 
 // NATSService is the running micro service.
+//
+// It speaks the NATS micro protocol itself ($SRV.PING, $SRV.INFO and
+// $SRV.STATS for all services, for "queen" and for its instance id, with the
+// micro package's reply types) instead of running a micro.Service: handlers
+// answer on their own goroutines, after the micro.Service's handler would
+// have returned, and that service counts an error only when its handler
+// answers through the request before returning. Here every reply, success or
+// error, is counted when it is published, so `nats micro stats queen` shows
+// the requests answered, the error replies (Nats-Service-Error-Code set) and
+// the time from receipt to reply.
 type NATSService struct {
-	nc     *nats.Conn
-	svc    micro.Service
-	sem    chan struct{}
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	nc       *nats.Conn
+	id       string
+	version  string
+	started  time.Time
+	eps      []*natsEndpoint
+	verbSubs []*nats.Subscription
+	sem      chan struct{}
+	mu       sync.Mutex
+	closed   bool
+	wg       sync.WaitGroup
 	// received counts requests dispatched to the endpoints (Stop waits
 	// until it stops moving).
 	received atomic.Int64
 }
 
+// natsEndpoint is one endpoint with its micro stats.
+type natsEndpoint struct {
+	name, subject string
+	sub           *nats.Subscription
+	mu            sync.Mutex
+	requests      int
+	errors        int
+	lastError     string
+	processing    time.Duration
+}
+
+// record counts one answered request.
+func (ep *natsEndpoint) record(rep reply, took time.Duration) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.requests++
+	ep.processing += took
+	if rep.status >= 400 {
+		ep.errors++
+		ep.lastError = strconv.Itoa(rep.status) + ":" + errorText(rep)
+	}
+}
+
+func (ep *natsEndpoint) stats() *micro.EndpointStats {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	st := &micro.EndpointStats{Name: ep.name, Subject: ep.subject, QueueGroup: QueueGroup, NumRequests: ep.requests,
+		NumErrors: ep.errors, LastError: ep.lastError, ProcessingTime: ep.processing}
+	if ep.requests > 0 {
+		st.AverageProcessingTime = ep.processing / time.Duration(ep.requests)
+	}
+	return st
+}
+
 // maxConcurrentRequests bounds the requests one broker handles at once over
 // NATS; beyond it the subscription stops reading and NATS buffers.
 const maxConcurrentRequests = 4096
+
+// serviceDescription is the micro service's description.
+const serviceDescription = "Queen partitioned message queue on PostgreSQL with idempotent producers"
 
 // ServeNATS registers the micro service "queen" on nc with the endpoints
 // queen.v1.push, queen.v1.configure, queen.v1.queue, queen.v1.pop (a JSON
@@ -57,29 +112,23 @@ const maxConcurrentRequests = 4096
 // cluster view of GET /api/v1/cluster), in queue group
 // "queen". Request and reply bodies are the HTTP ones; errors carry the micro
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
-// body (SPEC.md §11).
+// body (SPEC.md §11). The micro monitoring subjects ($SRV.PING|INFO|STATS,
+// .queen, .queen.<id>) answer for it; the stats count every reply, errors
+// included (NATSService). version must be SemVer, as nats micro wants.
 func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error) {
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
-		Version:     version,
-		Description: "Queen partitioned message queue on PostgreSQL with idempotent producers",
-		QueueGroup:  QueueGroup,
-	})
-	if err != nil {
-		return nil, err
-	}
-	ns := &NATSService{nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrentRequests)}
+	ns := &NATSService{nc: nc, id: strings.ReplaceAll(uuid.NewString(), "-", ""), version: version,
+		started: time.Now().UTC(), sem: make(chan struct{}, maxConcurrentRequests)}
 	// Handlers answer on their own goroutine, so one slow push does not hold
-	// up the endpoint. The reply is published directly: a micro.Request must
-	// not be touched after its handler returned.
-	async := func(h func(ctx context.Context, data []byte, r micro.Request) reply) micro.HandlerFunc {
-		return func(r micro.Request) {
-			subject, data := r.Reply(), r.Data()
+	// up the endpoint's subscription.
+	async := func(ep *natsEndpoint, h func(ctx context.Context, data []byte) reply) nats.MsgHandler {
+		return func(m *nats.Msg) {
+			start := time.Now()
+			subject, data := m.Reply, m.Data
 			ns.received.Add(1)
 			ns.mu.Lock()
 			if ns.closed {
 				ns.mu.Unlock()
-				ns.publish(subject, errReply(queen.ErrShuttingDown))
+				ns.answer(ep, subject, errReply(queen.ErrShuttingDown), start)
 				return
 			}
 			ns.wg.Add(1)
@@ -87,40 +136,109 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 			ns.sem <- struct{}{}
 			go func() {
 				defer func() { <-ns.sem; ns.wg.Done() }()
-				ns.publish(subject, h(context.Background(), data, r))
+				ns.answer(ep, subject, h(context.Background(), data), start)
 			}()
 		}
 	}
 	eps := []struct {
 		name, subject string
-		h             func(ctx context.Context, data []byte, r micro.Request) reply
+		h             func(ctx context.Context, data []byte) reply
 	}{
-		{"push", SubjectPush, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.push(ctx, b, "nats") }},
-		{"configure", SubjectConfigure, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.configure(ctx, b) }},
-		{"queue", SubjectQueue, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.queue(ctx, string(b)) }},
-		{"pop", SubjectPop, func(ctx context.Context, b []byte, _ micro.Request) reply {
+		{"push", SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }},
+		{"configure", SubjectConfigure, func(ctx context.Context, b []byte) reply { return s.configure(ctx, b) }},
+		{"queue", SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }},
+		{"pop", SubjectPop, func(ctx context.Context, b []byte) reply {
 			req, err := queen.DecodePop(b)
 			return s.pop(ctx, req, err)
 		}},
-		{"ack", SubjectAck, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.ack(ctx, b) }},
-		{"ack_batch", SubjectAckBatch, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.ackBatch(ctx, b) }},
-		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.extendLeaseNATS(ctx, b) }},
-		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte, _ micro.Request) reply { return s.transaction(ctx, b) }},
-		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte, _ micro.Request) reply { return s.cluster(ctx) }},
+		{"ack", SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }},
+		{"ack_batch", SubjectAckBatch, func(ctx context.Context, b []byte) reply { return s.ackBatch(ctx, b) }},
+		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }},
+		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }},
+		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }},
 	}
-	for _, ep := range eps {
-		if err := svc.AddEndpoint(ep.name, async(ep.h), micro.WithEndpointSubject(ep.subject)); err != nil {
-			svc.Stop() //nolint:errcheck
+	for _, e := range eps {
+		ep := &natsEndpoint{name: e.name, subject: e.subject}
+		sub, err := nc.QueueSubscribe(e.subject, QueueGroup, async(ep, e.h))
+		if err != nil {
+			ns.unsubscribe()
 			return nil, err
+		}
+		ep.sub = sub
+		ns.eps = append(ns.eps, ep)
+	}
+	for verb, value := range map[micro.Verb]func() any{
+		micro.PingVerb:  func() any { return micro.Ping{ServiceIdentity: ns.identity(), Type: micro.PingResponseType} },
+		micro.InfoVerb:  func() any { return ns.info() },
+		micro.StatsVerb: func() any { return ns.Stats() },
+	} {
+		for _, name := range [][2]string{{"", ""}, {ServiceName, ""}, {ServiceName, ns.id}} {
+			subject, err := micro.ControlSubject(verb, name[0], name[1])
+			if err == nil {
+				var sub *nats.Subscription
+				sub, err = nc.Subscribe(subject, func(m *nats.Msg) {
+					b, _ := json.Marshal(value())
+					m.Respond(b) //nolint:errcheck // the requester went away
+				})
+				if err == nil {
+					ns.verbSubs = append(ns.verbSubs, sub)
+				}
+			}
+			if err != nil {
+				ns.unsubscribe()
+				return nil, err
+			}
 		}
 	}
 	// The endpoints exist on the server once Flush returns: a client pushing
 	// the moment the broker reports ready finds a responder.
 	if err := nc.Flush(); err != nil {
-		svc.Stop() //nolint:errcheck
+		ns.unsubscribe()
 		return nil, err
 	}
 	return ns, nil
+}
+
+func (ns *NATSService) identity() micro.ServiceIdentity {
+	return micro.ServiceIdentity{Name: ServiceName, ID: ns.id, Version: ns.version, Metadata: map[string]string{}}
+}
+
+func (ns *NATSService) info() micro.Info {
+	in := micro.Info{ServiceIdentity: ns.identity(), Type: micro.InfoResponseType, Description: serviceDescription,
+		Endpoints: make([]micro.EndpointInfo, 0, len(ns.eps))}
+	for _, ep := range ns.eps {
+		in.Endpoints = append(in.Endpoints, micro.EndpointInfo{Name: ep.name, Subject: ep.subject, QueueGroup: QueueGroup})
+	}
+	return in
+}
+
+// Stats is what $SRV.STATS.queen answers: per endpoint, the requests
+// answered, the error replies (status >= 400) with the last one as
+// "<status>:<sentence>", and the time from receipt to reply.
+func (ns *NATSService) Stats() micro.Stats {
+	st := micro.Stats{ServiceIdentity: ns.identity(), Type: micro.StatsResponseType, Started: ns.started,
+		Endpoints: make([]*micro.EndpointStats, 0, len(ns.eps))}
+	for _, ep := range ns.eps {
+		st.Endpoints = append(st.Endpoints, ep.stats())
+	}
+	return st
+}
+
+// answer counts rep in ep's stats, then publishes it (so a client that has
+// its reply finds it counted).
+func (ns *NATSService) answer(ep *natsEndpoint, subject string, rep reply, start time.Time) {
+	ep.record(rep, time.Since(start))
+	ns.publish(subject, rep)
+}
+
+// unsubscribe drops every subscription (a failed start).
+func (ns *NATSService) unsubscribe() {
+	for _, ep := range ns.eps {
+		ep.sub.Unsubscribe() //nolint:errcheck
+	}
+	for _, sub := range ns.verbSubs {
+		sub.Unsubscribe() //nolint:errcheck
+	}
 }
 
 // Stop stops taking requests and waits for those in flight to be answered.
@@ -129,8 +247,16 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 // normally; only a request that arrives once the drain has settled (none
 // for quiet) is answered 503 shutting_down.
 func (ns *NATSService) Stop() error {
-	err := ns.svc.Stop() // unsubscribes; messages already here are still dispatched
-	ns.nc.Flush()        //nolint:errcheck // the server has seen the unsubscribes
+	var err error
+	for _, ep := range ns.eps { // unsubscribes; messages already here are still dispatched
+		if e := ep.sub.Drain(); e != nil && err == nil && !errors.Is(e, nats.ErrConnectionClosed) {
+			err = e
+		}
+	}
+	for _, sub := range ns.verbSubs {
+		sub.Unsubscribe() //nolint:errcheck
+	}
+	ns.nc.Flush() //nolint:errcheck // the server has seen the unsubscribes
 	const quiet, most = 100 * time.Millisecond, 2 * time.Second
 	for deadline := time.Now().Add(most); time.Now().Before(deadline); {
 		before := ns.received.Load()
@@ -146,6 +272,14 @@ func (ns *NATSService) Stop() error {
 	return err
 }
 
+// errorText is an error reply's sentence.
+func errorText(rep reply) string {
+	if e, ok := rep.body.(interface{ Error() string }); ok {
+		return e.Error()
+	}
+	return http.StatusText(rep.status)
+}
+
 // publish sends a reply; errors carry the micro error headers
 // (Nats-Service-Error-Code = the HTTP status) and the JSON error body.
 func (ns *NATSService) publish(subject string, rep reply) {
@@ -155,11 +289,7 @@ func (ns *NATSService) publish(subject string, rep reply) {
 	msg := nats.NewMsg(subject)
 	msg.Data = mustJSON(rep.body)
 	if rep.status >= 400 {
-		text := http.StatusText(rep.status)
-		if e, ok := rep.body.(interface{ Error() string }); ok {
-			text = e.Error()
-		}
-		msg.Header.Set(micro.ErrorHeader, text)
+		msg.Header.Set(micro.ErrorHeader, errorText(rep))
 		msg.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(rep.status))
 	}
 	ns.nc.PublishMsg(msg) //nolint:errcheck // the requester went away

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/queen-mq/queen-go/persistence"
@@ -88,23 +87,31 @@ func printApplied(applied []int) {
 }
 
 func pushCmd() *cobra.Command {
-	var natsURL, queueName, partition, txn, trace, payload, file string
+	var client clientFlags
+	var queueName, partition, txn, trace, payload, file string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "push",
-		Short: "Push one message (or a {\"items\":[...]} body with --file) over NATS and print the verdicts",
+		Short: "Push one message (or a {\"items\":[...]} body with --file) and print the verdicts",
+		Long: `Push one message, or a whole {"items":[...]} body with --file, and print the reply
+(SPEC.md §3). The broker is reached over NATS at --nats-url (by default where
+` + "`queen serve`" + ` puts it with the same environment: NATS_URL, else the embedded server's
+QUEEN_NATS_LISTEN, else 127.0.0.1:4222), or over the HTTP gateway with --server URL
+(or --via http: http://<QUEEN_HTTP_ADDR>, else http://127.0.0.1:6632). A refused push
+exits non-zero after printing the broker's reply.`,
 		Example: `  queen push --queue orders --partition o-1 --transaction-id order:1:v1 --payload '{"n":1}'
-  queen push --file body.json     # a full push body; - reads standard input`,
+  queen push --file body.json     # a full push body; - reads standard input
+  queen push --nats-url nats://127.0.0.1:5222 --queue orders
+  queen push --server http://127.0.0.1:7632 --queue orders`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
-			if err != nil {
-				return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
+			if _, err := client.transport(cmd); err != nil {
+				return err
 			}
-			defer nc.Close()
 			var body []byte
+			var err error
 			if file != "" {
 				if file == "-" {
-					body, err = io.ReadAll(os.Stdin)
+					body, err = io.ReadAll(cmd.InOrStdin())
 				} else {
 					body, err = os.ReadFile(file)
 				}
@@ -123,19 +130,19 @@ func pushCmd() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			msg, err := nc.RequestWithContext(ctx, transport.SubjectPush, body)
+			r, err := client.request(ctx, cmd, transport.SubjectPush, "/api/v1/push", body)
 			if err != nil {
 				return fmt.Errorf("push: %w", err)
 			}
-			fmt.Println(strings.TrimSpace(string(msg.Data)))
-			if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-				return fmt.Errorf("push refused (%s): %s", code, msg.Header.Get("Nats-Service-Error"))
+			fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(string(r.body)))
+			if r.status != 0 {
+				return fmt.Errorf("push refused (%d): %s", r.status, r.text)
 			}
 			return nil
 		},
 	}
+	client.register(cmd)
 	f := cmd.Flags()
-	f.StringVar(&natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server of the broker (env NATS_URL)")
 	f.StringVar(&queueName, "queue", "", "queue name")
 	f.StringVar(&partition, "partition", "", "partition name (default Default)")
 	f.StringVar(&txn, "transaction-id", "", "transaction id (the idempotency key; empty = generated, unique)")

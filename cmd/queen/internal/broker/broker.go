@@ -44,7 +44,7 @@ type Config struct {
 	DatabaseURL string
 	// PGBin is where the managed PostgreSQL's binaries are (QUEEN_PG_BIN).
 	PGBin string
-	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES, default 1 MiB.
+	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES, default queen.DefaultMaxPayloadBytes (4 MiB).
 	MaxPayloadBytes int
 	// ShardCount is the number of shards (SPEC.md §9, QUEEN_SHARD_COUNT). It
 	// is fixed when the first broker starts on a database (default 64) and

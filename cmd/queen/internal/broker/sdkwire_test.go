@@ -1635,16 +1635,14 @@ func TestSDKWireGaps(t *testing.T) {
 
 	t.Run("push-reply-transactionId-key", func(t *testing.T) {
 		// parsePushResponses reads "transactionId" from each reply item; the
-		// broker answers "transaction_id" (SPEC §3). The SDK falls back to
-		// the id it sent, so nothing breaks; an item the SDK sent without
-		// an id does not exist (it always generates one).
+		// broker answers it beside "transaction_id" (SPEC §3).
 		_, r, err := c.push(ctx, "sdk-gaps", "", []any{map[string]any{"n": 1}}, "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		item, _ := r.Result["data"].([]any)[0].(map[string]any)
-		if _, ok := item["transactionId"]; !ok {
-			t.Skipf("SDK MISMATCH (harmless): push reply items carry \"transaction_id\" but not \"transactionId\", which PushResponse.TransactionID reads: %s", r.Raw)
+		if item["transactionId"] == nil || item["transactionId"] != item["transaction_id"] {
+			t.Fatalf("push reply item without a matching \"transactionId\" (PushResponse.TransactionID reads it): %s", r.Raw)
 		}
 	})
 
@@ -1666,23 +1664,54 @@ func TestSDKWireGaps(t *testing.T) {
 	})
 
 	t.Run("multi-partition-pop", func(t *testing.T) {
-		// Queue(q).Batch(10).Partitions(3).Pop(ctx): partitions=3, one lease
-		// for up to 3 partitions.
-		for _, p := range []string{"a", "b", "c"} {
-			sdkMustPush(t, c, "sdk-multi", p, []any{map[string]any{"p": p}}, "")
+		// Queue(q).Batch(10).Partitions(3).Pop(ctx): partitions=3, up to 3
+		// partitions under one leaseId (upstream queue_builder.go: "All N
+		// share a single leaseId, so a single Renew call extends them all");
+		// each message carries its partition, partitionId and leaseId, and
+		// Batch caps the messages of all partitions together.
+		for _, p := range []string{"a", "b", "c", "d"} {
+			sdkMustPush(t, c, "sdk-multi", p, []any{map[string]any{"p": p}, map[string]any{"p": p}}, "")
 		}
-		msgs := sdkMustPop(t, c, sdkPop{Queue: "sdk-multi", Batch: 10, Partitions: 3})
+		msgs, r, err := c.pop(ctx, sdkPop{Queue: "sdk-multi", Batch: 10, Partitions: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
 		parts := map[string]bool{}
+		pids := map[string]string{}
 		for _, m := range msgs {
 			parts[m.Partition] = true
-			if m.LeaseID != msgs[0].LeaseID {
-				t.Fatalf("one multi-partition pop, several leases: %v", msgs)
+			if m.LeaseID == "" || m.LeaseID != msgs[0].LeaseID {
+				t.Fatalf("one multi-partition pop, several leases: %s", r.Raw)
 			}
+			if m.Data["p"] != m.Partition {
+				t.Fatalf("message of partition %q carries %v", m.Partition, m.Data)
+			}
+			if old, ok := pids[m.Partition]; ok && old != m.PartitionID {
+				t.Fatalf("partition %q with two partitionIds", m.Partition)
+			}
+			pids[m.Partition] = m.PartitionID
 		}
-		// Release what was popped so the probe leaves nothing leased.
+		if len(parts) != 3 || len(msgs) != 6 {
+			t.Fatalf("partitions=3, batch=10 over 4 partitions of 2 messages: got %d message(s) from %v: %s", len(msgs), sortedKeys(parts), r.Raw)
+		}
+		if r.Result["leaseId"] != msgs[0].LeaseID || r.Result["partitionsClaimed"] != float64(3) {
+			t.Fatalf("reply's leaseId / partitionsClaimed: %s", r.Raw)
+		}
+		// One renewal of the shared lease extends every claimed partition.
+		if rs := c.renew(ctx, msgs[0].LeaseID); !rs[0].Success {
+			t.Fatalf("renew: %+v", rs[0])
+		}
+		// Batch is the cap on all partitions together: the 4th partition and
+		// nothing else is left.
+		rest, r2, err := c.pop(ctx, sdkPop{Queue: "sdk-multi", Batch: 1, Partitions: 3})
+		if err != nil || len(rest) != 1 || parts[rest[0].Partition] {
+			t.Fatalf("second pop: %v %s", err, r2.Raw)
+		}
+		// The SDK acks each message with its own partitionId and leaseId.
 		sdkMustAck(t, c, msgs, true, "", "")
-		if len(parts) < 2 {
-			t.Skipf("SDK MISMATCH (degraded, not broken): partitions=3 is ignored; one pop returned %d message(s) from %d partition(s) (%v); the SDK's v4 multi-partition pop expects up to 3 partitions under one leaseId", len(msgs), len(parts), sortedKeys(parts))
+		sdkMustAck(t, c, rest, true, "", "")
+		if left := sdkMustPop(t, c, sdkPop{Queue: "sdk-multi", Batch: 10, Partitions: 3}); len(left) != 1 || left[0].Partition != rest[0].Partition {
+			t.Fatalf("after the acks: %s", sdkTxns(left))
 		}
 	})
 
@@ -1749,12 +1778,19 @@ func TestSDKWireGaps(t *testing.T) {
 
 	t.Run("message-trace", func(t *testing.T) {
 		// msg.Trace(ctx, TraceConfig{TraceName: "t", Data: {...}}) inside a
-		// consumer: POST /api/v1/traces; a failure is returned, never raised.
+		// consumer: POST /api/v1/traces; Success = any 2xx. The broker keeps
+		// no traces: it validates the body as upstream does and answers 202
+		// with "recorded": false.
 		body := map[string]any{"transactionId": uuid.NewString(), "partitionId": uuid.NewString(),
 			"consumerGroup": "__QUEUE_MODE__", "traceNames": []string{"checkout"}, "eventType": "info", "data": map[string]any{"step": 1}}
-		_, err := c.do(ctx, http.MethodPost, "/api/v1/traces", body, 0)
-		if st := sdkStatusOf(err); st == http.StatusNotFound || st == http.StatusMethodNotAllowed {
-			t.Skipf("SDK MISMATCH (soft): POST /api/v1/traces -> %d; Message.Trace reports Success=false (it never fails the handler)", st)
+		r, err := c.do(ctx, http.MethodPost, "/api/v1/traces", body, 0)
+		if err != nil || r.Status != http.StatusAccepted || r.Result["recorded"] != false {
+			t.Fatalf("Message.Trace: %v %d %s", err, r.Status, r.Raw)
+		}
+		// Upstream refuses a trace without data (the SDK checks it first).
+		delete(body, "data")
+		if _, err := c.do(ctx, http.MethodPost, "/api/v1/traces", body, 0); sdkStatusOf(err) != http.StatusBadRequest {
+			t.Fatalf("trace without data: %v", err)
 		}
 	})
 

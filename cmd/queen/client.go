@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+// clientFlags say how a client command (queen push, ...) reaches a broker:
+// over NATS (the default) or over the HTTP gateway. Their defaults name the
+// listeners `queen serve` opens with the same environment, so a client run
+// beside a broker started with QUEEN_NATS_LISTEN or QUEEN_HTTP_ADDR finds it.
+type clientFlags struct {
+	natsURL string // --nats-url
+	server  string // --server
+	via     string // --via
+}
+
+// defaultNATSURL is where serve's NATS is, and which setting says so:
+// NATS_URL (serve then uses that external server), else the embedded
+// server's QUEEN_NATS_LISTEN, else its default 127.0.0.1:4222.
+func defaultNATSURL() (url, from string) {
+	if v := os.Getenv("NATS_URL"); v != "" {
+		return v, "NATS_URL"
+	}
+	if v := os.Getenv("QUEEN_NATS_LISTEN"); v != "" {
+		return "nats://" + dialAddr(v), "QUEEN_NATS_LISTEN=" + v
+	}
+	return "nats://127.0.0.1:4222", "the default (QUEEN_NATS_LISTEN unset)"
+}
+
+// defaultServer is serve's HTTP gateway: QUEEN_HTTP_ADDR, else 127.0.0.1:6632.
+func defaultServer() (url, from string) {
+	if v := os.Getenv("QUEEN_HTTP_ADDR"); v != "" {
+		return "http://" + dialAddr(v), "QUEEN_HTTP_ADDR=" + v
+	}
+	return "http://127.0.0.1:6632", "the default (QUEEN_HTTP_ADDR unset)"
+}
+
+// dialAddr turns a listen address into one to dial: an empty or unspecified
+// host (":4222", "0.0.0.0:4222", "[::]:4222") is the loopback address.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func (c *clientFlags) register(cmd *cobra.Command) {
+	natsURL, _ := defaultNATSURL()
+	server, _ := defaultServer()
+	f := cmd.Flags()
+	f.StringVar(&c.natsURL, "nats-url", natsURL, "NATS server of the broker (env NATS_URL, else nats://<QUEEN_NATS_LISTEN>)")
+	f.StringVar(&c.server, "server", server, "HTTP gateway of the broker, for --via http; giving it implies --via http (env: http://<QUEEN_HTTP_ADDR>)")
+	f.StringVar(&c.via, "via", "nats", "how to reach the broker: nats or http (--server given: http)")
+}
+
+// transport resolves --via: "nats" or "http".
+func (c *clientFlags) transport(cmd *cobra.Command) (string, error) {
+	via := c.via
+	if cmd.Flags().Changed("server") && !cmd.Flags().Changed("via") {
+		via = "http"
+	}
+	switch via {
+	case "nats", "http":
+		return via, nil
+	}
+	return "", fmt.Errorf("--via %q: want nats or http", c.via)
+}
+
+// natsSource says where the NATS URL came from, for error messages.
+func (c *clientFlags) natsSource(cmd *cobra.Command) string {
+	if cmd.Flags().Changed("nats-url") {
+		return "--nats-url"
+	}
+	_, from := defaultNATSURL()
+	return from
+}
+
+func (c *clientFlags) serverSource(cmd *cobra.Command) string {
+	if cmd.Flags().Changed("server") {
+		return "--server"
+	}
+	_, from := defaultServer()
+	return from
+}
+
+// clientReply is a broker's answer to a client command: the body, and the
+// error status and sentence when the broker refused the request.
+type clientReply struct {
+	body   []byte
+	status int // 0 when the request succeeded (2xx, or a NATS reply without error headers)
+	text   string
+}
+
+// request sends body to the broker: over NATS on subject, or over HTTP as
+// POST path. Connection failures name what was dialled and from which
+// setting.
+func (c *clientFlags) request(ctx context.Context, cmd *cobra.Command, subject, path string, body []byte) (clientReply, error) {
+	via, err := c.transport(cmd)
+	if err != nil {
+		return clientReply{}, err
+	}
+	if via == "http" {
+		return c.requestHTTP(ctx, cmd, path, body)
+	}
+	nc, err := nats.Connect(c.natsURL, nats.Timeout(5*time.Second), nats.Name("queen-cli"))
+	if err != nil {
+		return clientReply{}, fmt.Errorf("connect to NATS at %s (from %s): %w; is `queen serve` running there? Its embedded NATS listens on QUEEN_NATS_LISTEN (default 127.0.0.1:4222); give --nats-url, or --server http://<QUEEN_HTTP_ADDR> for the HTTP gateway",
+			c.natsURL, c.natsSource(cmd), err)
+	}
+	defer nc.Close()
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		return clientReply{}, fmt.Errorf("%s via NATS at %s (from %s): %w", subject, c.natsURL, c.natsSource(cmd), err)
+	}
+	r := clientReply{body: msg.Data}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		fmt.Sscan(code, &r.status) //nolint:errcheck // 0 stays an error below
+		if r.status == 0 {
+			r.status = 500
+		}
+		r.text = msg.Header.Get("Nats-Service-Error")
+	}
+	return r, nil
+}
+
+func (c *clientFlags) requestHTTP(ctx context.Context, cmd *cobra.Command, path string, body []byte) (clientReply, error) {
+	url := strings.TrimRight(c.server, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return clientReply{}, fmt.Errorf("--server %q: %w", c.server, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return clientReply{}, fmt.Errorf("POST %s (server from %s): %w; is `queen serve` running there? Its HTTP gateway listens on QUEEN_HTTP_ADDR (default 127.0.0.1:6632)",
+			url, c.serverSource(cmd), err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return clientReply{}, fmt.Errorf("POST %s: reading the reply: %w", url, err)
+	}
+	r := clientReply{body: b}
+	if resp.StatusCode >= 300 {
+		r.status, r.text = resp.StatusCode, http.StatusText(resp.StatusCode)
+	}
+	return r, nil
+}

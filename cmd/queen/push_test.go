@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runPush runs `queen push args...` in process, with the environment as it
+// is now (flag defaults read it when the command is built).
+func runPush(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := pushCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(io.Discard)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+// pushVerdict is the status of the only item of a push reply.
+func pushVerdict(t *testing.T, out string) string {
+	t.Helper()
+	var rs []struct {
+		Status        string `json:"status"`
+		TransactionID string `json:"transactionId"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rs), "reply %q", out)
+	require.Len(t, rs, 1)
+	return rs[0].Status
+}
+
+// TestPushFindsTheBroker: `queen push` reaches a broker whose NATS and HTTP
+// listeners are not on the default ports through the settings serve reads
+// (QUEEN_NATS_LISTEN, QUEEN_HTTP_ADDR) or the --nats-url / --server flags,
+// and a failed dial names the address and the setting it came from.
+func TestPushFindsTheBroker(t *testing.T) {
+	b := startTestBroker(t)
+	nu, err := url.Parse(b.NATSURL())
+	require.NoError(t, err)
+	_, natsPort, err := net.SplitHostPort(nu.Host)
+	require.NoError(t, err)
+	hu, err := url.Parse(b.HTTPURL())
+	require.NoError(t, err)
+	_, httpPort, err := net.SplitHostPort(hu.Host)
+	require.NoError(t, err)
+	t.Setenv("NATS_URL", "")
+	t.Setenv("QUEEN_HTTP_ADDR", "")
+
+	// The embedded server's listen address, as serve was given it (an
+	// unspecified host is dialled on the loopback address).
+	t.Setenv("QUEEN_NATS_LISTEN", "0.0.0.0:"+natsPort)
+	out, err := runPush(t, "--queue", "cli", "--transaction-id", "cli-1")
+	require.NoError(t, err)
+	require.Equal(t, "queued", pushVerdict(t, out))
+
+	// The flags.
+	t.Setenv("QUEEN_NATS_LISTEN", "")
+	out, err = runPush(t, "--nats-url", b.NATSURL(), "--queue", "cli", "--transaction-id", "cli-1")
+	require.NoError(t, err)
+	require.Equal(t, "duplicate", pushVerdict(t, out))
+	out, err = runPush(t, "--server", b.HTTPURL(), "--queue", "cli", "--transaction-id", "cli-2", "--payload", `{"n":2}`)
+	require.NoError(t, err)
+	require.Equal(t, "queued", pushVerdict(t, out))
+	t.Setenv("QUEEN_HTTP_ADDR", "127.0.0.1:"+httpPort)
+	out, err = runPush(t, "--via", "http", "--queue", "cli", "--transaction-id", "cli-2")
+	require.NoError(t, err)
+	require.Equal(t, "duplicate", pushVerdict(t, out))
+
+	// A refused push prints the broker's error body and fails.
+	out, err = runPush(t, "--nats-url", b.NATSURL(), "--file", writeTemp(t, `{"items":[{"partition":"p"}]}`))
+	require.ErrorContains(t, err, "push refused (400)")
+	require.Contains(t, out, `"code":"missing_field"`)
+
+	// Nothing listens: the error names what was dialled and why.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := l.Addr().String()
+	require.NoError(t, l.Close())
+	t.Setenv("QUEEN_NATS_LISTEN", dead)
+	_, err = runPush(t, "--queue", "cli")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "nats://"+dead)
+	require.Contains(t, err.Error(), "QUEEN_NATS_LISTEN="+dead)
+	_, err = runPush(t, "--server", "http://"+dead, "--queue", "cli")
+	require.Error(t, err)
+	require.True(t, strings.Contains(err.Error(), "http://"+dead+"/api/v1/push") && strings.Contains(err.Error(), "--server"), err.Error())
+	_, err = runPush(t, "--via", "carrier-pigeon", "--queue", "cli")
+	require.ErrorContains(t, err, "--via")
+}
+
+func writeTemp(t *testing.T, s string) string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "body-*.json")
+	require.NoError(t, err)
+	_, err = f.WriteString(s)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return f.Name()
+}
