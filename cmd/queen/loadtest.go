@@ -278,6 +278,10 @@ func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compar
 	return err
 }
 
+// embeddedHarnessHeadroom is the load harness's share of the soft memory
+// limit with --embedded, beside the broker's.
+const embeddedHarnessHeadroom = 64 << 20
+
 // The embedded broker's HTTP address and the parent of its temporary folder
 // ("" = os.TempDir()); tests change them.
 var (
@@ -331,6 +335,9 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		removeAll()
 		return err
 	}
+	// The broker's memory limit, as serve sets it, plus the harness's share
+	// (its ledger is a few bits per id; see loadtest's timeline).
+	serveMemoryLimit(int64(bcfg.DedupCacheMB)<<20 + embeddedHarnessHeadroom)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	b, err := broker.Start(sctx, bcfg)
 	cancel()
