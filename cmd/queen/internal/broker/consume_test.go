@@ -578,3 +578,104 @@ func waitParked(t *testing.T, e *env) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A consumer that crashes on a message never acks it: every lease expiry
+// counts one failed delivery (SPEC.md §4), so after retryLimit+1 deliveries
+// the message is dead-lettered with "lease expired" and the cursor moves
+// past it. The pops alternate between two brokers and between HTTP and NATS:
+// the count lives in the consumer row, whoever pops next.
+func TestConsumeLeaseExpiryDeadLetters(t *testing.T) {
+	t.Parallel()
+	a := startEnv(t, nil)
+	b := startEnvOn(t, a.url, func(c *Config) { c.NATSURL = a.b.NATSURL() })
+	a.configureOK(t, "http", []byte(`{"queue":"crash","options":{"leaseTime":1,"retryLimit":2}}`))
+	a.pushOK(t, "http", items(it("crash", "p", "poison"), it("crash", "p", "next")), 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	clients := []*transport.Client{transport.NewClient(a.nc), transport.NewClient(b.nc)}
+	pop := func(n int) []queen.Message {
+		if n%2 == 0 {
+			e := []*env{a, b}[n/2%2]
+			return e.popHTTP(t, "crash", "p", vals("wait", "true", "timeout", "2000")).Messages
+		}
+		res, err := clients[n/2%2].Pop(ctx, transport.PopOptions{Queue: "crash", Partition: "p", Wait: true, TimeoutMs: 2000})
+		if err != nil {
+			t.Fatalf("NATS pop: %v", err)
+		}
+		return res.Messages
+	}
+	var deliveries []int // the retry count of each delivery of "poison"
+	var next []queen.Message
+	for n := 0; next == nil; n++ {
+		if ctx.Err() != nil {
+			t.Fatalf("the poison message was never passed (deliveries %v)", deliveries)
+		}
+		ms := pop(n)
+		switch {
+		case len(ms) == 0: // the lease is still live
+		case ms[0].TransactionID == "poison":
+			deliveries = append(deliveries, ms[0].RetryCount) // and crash: no ack
+		default:
+			next = ms
+		}
+	}
+	if fmt.Sprint(deliveries) != "[0 1 2]" || txnsOf(next) != "next" || next[0].RetryCount != 0 {
+		t.Fatalf("poison delivered with retry counts %v (want [0 1 2]), then %s retry %d", deliveries, txnsOf(next), next[0].RetryCount)
+	}
+	st, body := b.httpDo(t, http.MethodGet, "/api/v1/dlq?queue=crash&consumerGroup="+url.QueryEscape(queen.DefaultConsumerGroup), nil)
+	var dlq struct {
+		Messages []queen.DeadLetter `json:"messages"`
+		Total    int64              `json:"total"`
+	}
+	if st != http.StatusOK || json.Unmarshal(body, &dlq) != nil || dlq.Total != 1 {
+		t.Fatalf("dlq: %d %s", st, body)
+	}
+	if d := dlq.Messages[0]; d.TransactionID != "poison" || d.Error != "lease expired" || d.Attempts != 3 || d.Offset != 0 {
+		t.Fatalf("dead letter: %+v", d)
+	}
+	if res := ackBatch(t, a, "", ackOf(next[0], "completed")); res[0].Result != queen.Acked {
+		t.Fatalf("ack of next: %+v", res[0])
+	}
+}
+
+// A consumer that acks part of its span and then crashes: the expiry counts
+// only the first unacked message, over NATS.
+func TestConsumeLeaseExpiryCountsFirstUnacked(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	c := transport.NewClient(e.nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e.configureOK(t, "nats", []byte(`{"queue":"part","options":{"leaseTime":1}}`))
+	var push []transport.PushItem
+	for _, id := range []string{"a", "b", "c"} {
+		push = append(push, transport.PushItem{Queue: "part", Partition: "p", TransactionID: id})
+	}
+	if _, err := c.Push(ctx, push); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Pop(ctx, transport.PopOptions{Queue: "part", Batch: 3})
+	if err != nil || txnsOf(first.Messages) != "a,b,c" {
+		t.Fatalf("pop: %v %s", err, txnsOf(first.Messages))
+	}
+	res, err := c.Ack(ctx, "", []transport.Ack{transport.AckFor(first.Messages[0])})
+	if err != nil || res[0].Result != queen.Acked {
+		t.Fatalf("ack a: %v %+v", err, res)
+	}
+	var again queen.PopResult
+	for len(again.Messages) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the lease never expired")
+		}
+		if again, err = c.Pop(ctx, transport.PopOptions{Queue: "part", Batch: 3, Wait: true, TimeoutMs: 2000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if txnsOf(again.Messages) != "b,c" || again.Messages[0].RetryCount != 1 || again.Messages[1].RetryCount != 0 {
+		t.Fatalf("after the expiry: %s, retry counts %d %d (want b,c with 1 0)", txnsOf(again.Messages), again.Messages[0].RetryCount, again.Messages[1].RetryCount)
+	}
+	res, err = c.Ack(ctx, "", []transport.Ack{transport.AckFor(again.Messages[0]), transport.AckFor(again.Messages[1])})
+	if err != nil || res[0].Result != queen.Acked || res[1].Result != queen.Acked {
+		t.Fatalf("ack b,c: %v %+v", err, res)
+	}
+}
