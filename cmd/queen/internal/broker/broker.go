@@ -58,6 +58,10 @@ type Config struct {
 	ShardLease time.Duration
 	// MaxPendingItems bounds one partition's waiting items (default 20000).
 	MaxPendingItems int
+	// PollRecheck is how often a parked long poll looks at PostgreSQL again
+	// without a wake-up (default 1s; lease expiries and delayed messages
+	// wake nobody). Tests set it long to tell a wake-up from a re-check.
+	PollRecheck time.Duration
 	// Retention configures the retention loop (QUEEN_RETENTION_INTERVAL,
 	// QUEEN_RETENTION_BATCH, test-only QUEEN_TEST_TXNS_FLOOR); zero values
 	// take persistence's defaults. Its Logger defaults to Logger.
@@ -216,7 +220,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	router.SetHopTimeout(max(cfg.ShardLease/2, 2*time.Second))
 	b.router = router
 	registerClusterMetrics(b.metrics, b.members, router)
-	b.cons = actors.NewConsumers(b.store, 0)
+	b.cons = actors.NewConsumers(b.store, cfg.PollRecheck)
 	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
 		return err
 	}
