@@ -166,9 +166,10 @@ func TestConsumeUnresolvableAndAckByOffset(t *testing.T) {
 	if res[0].Result != queen.Unresolvable || res[0].Success {
 		t.Fatalf("aged-out id: %+v", res[0])
 	}
-	// Redelivered after its lease (1 s); a long poll sees it.
+	// Redelivered after its lease (1 s), which expired unacked: one failed
+	// delivery (SPEC.md §4). A long poll sees it.
 	again := e.popHTTP(t, "ur", "p", vals("wait", "true", "timeout", "10000"))
-	if txnsOf(again.Messages) != "m1" || again.Messages[0].RetryCount != 0 {
+	if txnsOf(again.Messages) != "m1" || again.Messages[0].RetryCount != 1 {
 		t.Fatalf("redelivery: %+v", again.Messages)
 	}
 	// Ack by offset never ages out.
