@@ -391,7 +391,9 @@ type ackKey struct {
 // message; a message past the queue's retryLimit (or acked dlq) is copied to
 // the DLQ and the cursor moves past it, so it does not stop the sweep. Any failure signal releases the lease (the
 // rest of the span is delivered again); a cursor that reaches the leased
-// span's end releases it too.
+// span's end releases it too. An expired lease that nothing released is
+// settled first (its failed delivery counted, see expireLease), so a late
+// ack never makes an expiry go uncounted.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	out := make([]queen.AckResult, len(items))
 	byKey := map[ackKey][]int{}
