@@ -101,9 +101,10 @@ type Config struct {
 	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
 	RetryLimit int
 	// LeaseSeconds is the queue's leaseTime, configured with RetryLimit
-	// (default 30 s; 1 s with FailCrash, where every failed delivery waits
-	// for its lease to expire): how long an unanswered ack holds a span
-	// back.
+	// (default 30 s; 2 s with FailCrash, where every failed delivery waits
+	// for its lease to expire, and a consumer must still pop, handle and ack
+	// a batch within it on a busy machine): how long an unanswered ack
+	// holds a span back.
 	LeaseSeconds int
 	// PollTimeout is the consumers' long-poll timeout (default 2s).
 	PollTimeout time.Duration
@@ -271,7 +272,7 @@ func (c Config) withDefaults() Config {
 	if c.LeaseSeconds <= 0 {
 		c.LeaseSeconds = 30
 		if c.FailMode == FailCrash {
-			c.LeaseSeconds = 1
+			c.LeaseSeconds = 2
 		}
 	}
 	if c.PollTimeout <= 0 {

@@ -441,10 +441,13 @@ func TestConsumeAgainstFakeBroker(t *testing.T) {
 func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	t.Parallel()
 	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
-		cfg.FailMode, cfg.PollTimeout = FailCrash, 50*time.Millisecond
-		f.leaseTTL = 20 * time.Millisecond
+		// A lease must outlast a consumer's pop, handling and ack of the
+		// messages before a poison one even on a busy machine: 1 s, and few
+		// poison messages (the transactionIds are fixed: about 10 of 1,000).
+		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrash, 0.01, 50*time.Millisecond
+		f.leaseTTL = time.Second
 	})
-	require.Equal(t, 1, r.cfg.LeaseSeconds, "crash mode shortens the lease")
+	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash mode shortens the lease")
 	rep := r.run(t)
 	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
 	require.True(t, rep.Drained)

@@ -247,7 +247,7 @@ func TestLoadtestConsumeCrash(t *testing.T) {
 	a := c.Audit
 	require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
 	require.True(t, c.Drained, c.DrainProblem)
-	require.Equal(t, 1, c.LeaseSeconds)
+	require.Equal(t, 2, c.LeaseSeconds)
 	require.Equal(t, loadtest.FailCrash, c.FailMode)
 	require.Positive(t, a.Poison, "5%% of the messages are poison")
 	require.Equal(t, 2*a.Poison, a.DeadLetters)
