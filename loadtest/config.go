@@ -86,13 +86,25 @@ type Config struct {
 	// so each must be delivered RetryLimit+1 times per group and land in
 	// each group's DLQ once (default 0, 0..1).
 	FailRatio float64
+	// FailMode is how a consumer fails a poison message (default
+	// FailNack): FailNack acks it failed, with the messages before it
+	// completed in the same call, so the broker counts the failure at once;
+	// FailCrash acks the messages before it completed and then abandons
+	// the batch and its lease without acking the poison message or anything
+	// after it, as a consumer that crashes on it would, so the broker
+	// counts the failure when the lease expires (SPEC.md §4) and dead-letters
+	// it with "lease expired".
+	FailMode string
 	// ConsumeBatch is the most messages per pop (default 100, 1..10000).
 	ConsumeBatch int
 	// RetryLimit is the queue's retryLimit, configured before the load
 	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
 	RetryLimit int
 	// LeaseSeconds is the queue's leaseTime, configured with RetryLimit
-	// (default 30): how long an unanswered ack holds a span back.
+	// (default 30 s; 2 s with FailCrash, where every failed delivery waits
+	// for its lease to expire, and a consumer must still pop, handle and ack
+	// a batch within it on a busy machine): how long an unanswered ack
+	// holds a span back.
 	LeaseSeconds int
 	// PollTimeout is the consumers' long-poll timeout (default 2s).
 	PollTimeout time.Duration
@@ -221,6 +233,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("fail ratio %g without consumers: pass --consumers", c.FailRatio)
 	case c.Consumers > 0 && (c.ConsumeBatch < 1 || c.ConsumeBatch > 10000):
 		return fmt.Errorf("consume batch %d: want 1..10000", c.ConsumeBatch)
+	case c.FailMode != "" && c.FailMode != FailNack && c.FailMode != FailCrash:
+		return fmt.Errorf("fail mode %q: want nack or crash", c.FailMode)
 	case c.RetryLimit < 0 || c.RetryLimit > 100:
 		return fmt.Errorf("retry limit %d: want 0..100", c.RetryLimit)
 	case c.WakeProbes < 0 || c.WakeProbes > 10000:
@@ -289,8 +303,14 @@ func (c Config) withDefaults() Config {
 	if c.ConsumeBatch == 0 {
 		c.ConsumeBatch = d.ConsumeBatch
 	}
+	if c.FailMode == "" {
+		c.FailMode = FailNack
+	}
 	if c.LeaseSeconds <= 0 {
 		c.LeaseSeconds = 30
+		if c.FailMode == FailCrash {
+			c.LeaseSeconds = 2
+		}
 	}
 	if c.PollTimeout <= 0 {
 		c.PollTimeout = 2 * time.Second

@@ -330,6 +330,7 @@ type ConsumeReport struct {
 	ConsumersPerGroup int      `json:"consumers_per_group"`
 	Groups            []string `json:"groups"`
 	FailRatio         float64  `json:"fail_ratio"`
+	FailMode          string   `json:"fail_mode"`
 	RetryLimit        int      `json:"retry_limit"`
 	LeaseSeconds      int      `json:"lease_seconds"`
 	Batch             int      `json:"batch"`
@@ -395,8 +396,8 @@ type GroupReport struct {
 // report builds the consume report; ca is the finished audit's auditor.
 func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *ConsumeReport {
 	secs := cp.end.Sub(cp.start).Seconds()
-	r := &ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, RetryLimit: cp.cfg.RetryLimit,
-		LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch,
+	r := &ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, FailMode: cp.cfg.FailMode,
+		RetryLimit: cp.cfg.RetryLimit, LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch,
 		Seconds: math.Round(secs*1000) / 1000, DrainSeconds: math.Round(cp.end.Sub(cp.producersDone).Seconds()*1000) / 1000,
 		Drained: cp.drained, DrainProblem: cp.drainProblem,
 		Pops: cp.c.pops.Load(), EmptyPops: cp.c.emptyPops.Load(), PopErrors: cp.c.popErrors.Load(),
@@ -442,6 +443,7 @@ func (cp *consumePhase) newAuditor(ctx context.Context, a consumeStore, complete
 		return nil, fmt.Errorf("read the dead letters: %w", err)
 	}
 	ca := newConsumeAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit, complete, dead)
+	ca.failMode = cp.cfg.FailMode
 	if cp.drainProblem != "" && complete {
 		ca.found.add(IssueNotDrained, "%s", cp.drainProblem)
 	}

@@ -33,6 +33,9 @@ const (
 	IssueDLQTwice = "dlq_twice"
 	// IssueDLQAttempts: a dead letter's attempts is not retryLimit+1.
 	IssueDLQAttempts = "dlq_attempts"
+	// IssueDLQError: a dead letter's error text is not the fail mode's (the
+	// poison ack's error with FailNack, "lease expired" with FailCrash).
+	IssueDLQError = "dlq_error"
 	// IssueDLQUnexpected: a dead letter of a message that is not poison,
 	// not stored, or of a group or partition the run does not know.
 	IssueDLQUnexpected = "dlq_unexpected"
@@ -85,7 +88,7 @@ type ConsumeAudit struct {
 // dlqSeen is what the DLQ holds for one (group, message).
 type dlqSeen struct {
 	n, attempts int
-	txn         string
+	txn, err    string
 	seen        bool
 }
 
@@ -97,8 +100,11 @@ type consumeAuditor struct {
 	partIdx    map[string]int
 	ratio      float64
 	retryLimit int
-	complete   bool
-	found      *issues
+	// failMode is the consumers' Config.FailMode ("": the error text of
+	// dead letters is not checked).
+	failMode string
+	complete bool
+	found    *issues
 	// lastStored is each partition's highest stored offset (-1: none).
 	lastStored []int64
 	dlq        []map[uint64]*dlqSeen
@@ -138,7 +144,7 @@ func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimi
 		key := makeKey(p, uint64(d.Offset))
 		s := a.dlq[g][key]
 		if s == nil {
-			s = &dlqSeen{attempts: d.Attempts, txn: d.TransactionID}
+			s = &dlqSeen{attempts: d.Attempts, txn: d.TransactionID, err: d.Error}
 			a.dlq[g][key] = s
 		}
 		s.n++
@@ -184,8 +190,11 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 			}
 		}
 		explained := int(e.unknown) + int(e.refused)
-		if d, ok := g.retryMismatch[key]; ok && explained == 0 {
-			a.found.add(IssueWrongRetryCount, "%s", d)
+		// A pop that got no answer may have leased a span nobody handled;
+		// its expiry counts a failed delivery of the span's first message.
+		lostPops := g.lostPops.Load() > 0
+		if d, ok := g.retryMismatch[key]; ok && explained == 0 && !(d.over && lostPops) {
+			a.found.add(IssueWrongRetryCount, "%s", d.desc)
 		}
 		if e.unknown > 0 && e.handled > 1 {
 			a.ar.RedeliveredAfterLostAck++
@@ -200,8 +209,10 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 				a.found.add(IssueDLQTwice, "poison message %s is in the DLQ %d times", msgName(g, m), d.n)
 			case d.attempts != want:
 				a.found.add(IssueDLQAttempts, "poison message %s is in the DLQ with attempts %d, want %d (retryLimit %d + 1)", msgName(g, m), d.attempts, want, a.retryLimit)
+			case !a.dlqErrorOK(d.err):
+				a.found.add(IssueDLQError, "poison message %s is in the DLQ with error %q (fail mode %s)", msgName(g, m), d.err, a.failMode)
 			}
-			if int(e.handled) > want+explained || (a.complete && int(e.handled) < want) {
+			if int(e.handled) > want+explained || (a.complete && int(e.handled) < want && !(lostPops && d != nil)) {
 				a.found.add(IssuePoisonDeliveries, "poison message %s was handled %d times, want %d (retryLimit %d + 1)", msgName(g, m), e.handled, want, a.retryLimit)
 			}
 			if e.acked > 0 {
@@ -226,6 +237,20 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 			a.found.add(IssueRedelivered, "%s was handled %d times, though it was answered acked %d times and no ack of it was lost or refused", msgName(g, m), e.handled, e.acked)
 		}
 	}
+}
+
+// dlqErrorOK reports whether a poison message's dead letter carries the
+// error text its fail mode gives: the handler's with FailNack (or "lease
+// expired" when a lost ack or pop left the lease to expire), "lease
+// expired" with FailCrash.
+func (a *consumeAuditor) dlqErrorOK(text string) bool {
+	switch a.failMode {
+	case FailNack:
+		return text == poisonError || text == persistence.LeaseExpiredError
+	case FailCrash:
+		return text == persistence.LeaseExpiredError
+	}
+	return true
 }
 
 // finish checks what the stored messages did not reach (deliveries and

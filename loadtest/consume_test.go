@@ -67,6 +67,12 @@ type fakeConsumeBroker struct {
 	acksSeen     int
 	// hidePartition is never served (the drain times out).
 	hidePartition string
+	// leaseTTL > 0 models lease expiry as the broker does (SPEC.md §4): a
+	// lease older than leaseTTL is expired at the next pop, counting one
+	// failed delivery of the first unacked message; acks release a lease
+	// only on a failure or at its span's end. 0: leases never expire and
+	// every ack call releases the leases it touched.
+	leaseTTL time.Duration
 }
 
 type fakeMsg struct {
@@ -77,6 +83,7 @@ type fakeMsg struct {
 type fakeCursor struct {
 	cursor      int64
 	lease       string
+	leaseAt     time.Time
 	leaseTo     int64
 	retryOffset int64
 	retryCount  int
@@ -155,11 +162,14 @@ func (f *fakeConsumeBroker) tryPop(queue, partition, group string, batch int) (q
 		p := (f.rr + i) % len(f.parts)
 		c := cs[p]
 		last := int64(len(f.msgs[p])) - 1
+		if c.lease != "" && f.leaseTTL > 0 && time.Since(c.leaseAt) > f.leaseTTL {
+			f.expire(group, p, c)
+		}
 		if c.lease != "" || c.cursor >= last || f.parts[p] == f.hidePartition || (partition != "" && partition != f.parts[p]) {
 			continue
 		}
 		f.rr = p + 1
-		c.lease = uuid.NewString()
+		c.lease, c.leaseAt = uuid.NewString(), time.Now()
 		c.leaseTo = min(c.cursor+int64(batch), last)
 		lease := c.lease
 		res.LeaseID = &lease
@@ -246,10 +256,11 @@ func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []transpor
 		out[i] = r
 	}
 	// Every call releases the leases it touched (the harness acks up to
-	// the first failure; the rest is redelivered).
+	// the first failure; the rest is redelivered); with leaseTTL, only a
+	// failure or the span's end does.
 	for _, a := range acks {
 		for p, id := range f.partIDs {
-			if id == a.PartitionID {
+			if id == a.PartitionID && (f.leaseTTL == 0 || failedIn[p] || cs[p].cursor >= cs[p].leaseTo) {
 				cs[p].lease = ""
 			}
 		}
@@ -258,6 +269,25 @@ func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []transpor
 		return nil, queen.ErrTimeout.With("ack: reply lost")
 	}
 	return out, nil
+}
+
+// expire ends c's expired lease: the first unacked message counts a failed
+// delivery and is dead-lettered with "lease expired" past retryLimit.
+func (f *fakeConsumeBroker) expire(group string, p int, c *fakeCursor) {
+	c.lease = ""
+	off := c.cursor + 1
+	if off > c.leaseTo {
+		return
+	}
+	if c.retryOffset != off {
+		c.retryOffset, c.retryCount = off, 0
+	}
+	c.retryCount++
+	if c.retryCount > f.retryLimit {
+		f.dead = append(f.dead, persistence.StoredDeadLetter{Queue: f.queue, Partition: f.parts[p], ConsumerGroup: group,
+			Offset: off, TransactionID: f.msgs[p][off].txn, Attempts: c.retryCount, Error: persistence.LeaseExpiredError})
+		c.cursor = off
+	}
 }
 
 func (f *fakeConsumeBroker) configure(_ context.Context, body []byte) ([]byte, error) {
@@ -403,6 +433,43 @@ func TestConsumeAgainstFakeBroker(t *testing.T) {
 	// Without the focused retries a batch would be re-popped whole after
 	// each failure: ~4 deliveries per message at this ratio and batch.
 	require.Less(t, rep.Deliveries, 2*g*r.messages)
+}
+
+// A consumer that crashes on a poison message acks what came before it and
+// abandons the rest of its batch and the lease: every poison message is
+// delivered retryLimit+1 times and dead-lettered once, by lease expiry.
+func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
+		// A lease must outlast a consumer's pop, handling and ack of the
+		// messages before a poison one even on a busy machine: 1 s, and few
+		// poison messages (the transactionIds are fixed: about 10 of 1,000).
+		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrash, 0.01, 50*time.Millisecond
+		f.leaseTTL = time.Second
+	})
+	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash mode shortens the lease")
+	rep := r.run(t)
+	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
+	require.True(t, rep.Drained)
+	require.Positive(t, r.poison)
+	g, R := int64(r.cfg.Groups), int64(r.cfg.RetryLimit)
+	require.Equal(t, g*(r.messages+r.poison*R), rep.Handled)
+	require.Equal(t, g*(r.messages-r.poison), rep.Acked)
+	require.Equal(t, g*r.poison, rep.Audit.DeadLetters)
+	require.Zero(t, rep.DeadLettered, "no ack is answered dead_lettered: the expiries dead-letter")
+	require.Zero(t, rep.AckResults[string(queen.RetryScheduled)])
+	require.Equal(t, FailCrash, rep.FailMode)
+
+	// The same run's dead letters with the nack error text fail the audit.
+	for i := range r.f.dead {
+		r.f.dead[i].Error = poisonError
+	}
+	ca, err := r.cp.newAuditor(context.Background(), r.f, true)
+	require.NoError(t, err)
+	r.f.stored(ca.stored)
+	cursors, err := r.f.Cursors(context.Background(), nil)
+	require.NoError(t, err)
+	requireConsumeIssue(t, ca.finish(cursors), IssueDLQError)
 }
 
 func TestConsumeLostAckRepliesAreReportedNotFailed(t *testing.T) {
@@ -569,7 +636,7 @@ func TestConsumeAuditRules(t *testing.T) {
 			g.m[key(0, 0)] = e
 		}, IssueWrongDelivery},
 		{"wrong retry count", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			g.retryMismatch[key(0, 1)] = "retryCount 0, want 1"
+			g.retryMismatch[key(0, 1)] = retryMismatch{desc: "retryCount 0, want 1"}
 		}, IssueWrongRetryCount},
 		{"refused ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			g.issues.add(IssueAckRefused, "answered lease_invalid")

@@ -40,14 +40,25 @@ type group struct {
 	results map[queen.AckOutcome]int64
 	// retryMismatch describes the first delivery of a message whose
 	// retryCount was not its earlier failures (judged by the audit).
-	retryMismatch map[uint64]string
+	retryMismatch map[uint64]retryMismatch
 
 	delivered, handled, redelivered, acked, dead atomic.Int64
+	// lostPops counts pops that got no answer (the broker may have leased
+	// a span nobody saw: its expiry counts a failed delivery).
+	lostPops atomic.Int64
 }
 
 func newGroup(name string) *group {
 	return &group{name: name, m: map[uint64]consEntry{}, issues: newIssues(), results: map[queen.AckOutcome]int64{},
-		retryMismatch: map[uint64]string{}}
+		retryMismatch: map[uint64]retryMismatch{}}
+}
+
+// retryMismatch is the first delivery of a message whose retryCount was not
+// its earlier failures; over: the count was higher (a lost pop's lease
+// expiry can explain that).
+type retryMismatch struct {
+	desc string
+	over bool
 }
 
 // consumeCounters are the consume phase's live totals, for the progress
@@ -86,6 +97,9 @@ type consumer struct {
 	acks []transport.Ack
 }
 
+// poisonError is the error text of the harness's failed acks.
+const poisonError = "loadtest: poison message"
+
 // noKey marks a delivered message the run cannot place (unknown partition,
 // offset out of range).
 const noKey = ^uint64(0)
@@ -120,6 +134,7 @@ func (k *consumer) run(ctx context.Context) {
 				return
 			}
 			k.c.popErrors.Add(1)
+			k.g.lostPops.Add(1)
 			qe := queen.AsError(err)
 			k.c.obs.record("pop:" + qe.Code)
 			k.lastError = "pop: " + qe.Error()
@@ -143,7 +158,10 @@ func (k *consumer) run(ctx context.Context) {
 }
 
 // handle runs the handler over a popped batch and acks it. It returns the
-// partition of a failure answered retry_scheduled ("" when none).
+// partition of a failure answered retry_scheduled ("" when none). With
+// FailCrash a poison message ends the batch as a crash would: the messages
+// before it are acked completed, it and the rest are never acked, and the
+// lease is abandoned.
 func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry string) {
 	now := time.Now()
 	msgs := res.Messages
@@ -159,7 +177,7 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry stri
 			a.ConsumerGroup = k.g.name
 		}
 		if isPoison(msgs[i].TransactionID, k.cfg.FailRatio) {
-			a.Status, a.Error = string(queen.AckFailed), "loadtest: poison message"
+			a.Status, a.Error = string(queen.AckFailed), poisonError
 			k.acks = append(k.acks, a)
 			break
 		}
@@ -167,6 +185,13 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry stri
 	}
 	handled := len(k.acks)
 	k.keys = k.g.deliver(k.keys[:0], msgs, handled, now, k)
+	crashed := k.cfg.FailMode == FailCrash && k.acks[handled-1].Status == string(queen.AckFailed)
+	if crashed {
+		k.acks = k.acks[:handled-1]
+		if len(k.acks) == 0 {
+			return ""
+		}
+	}
 
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RequestTimeout)
 	ackStart := time.Now()
@@ -182,7 +207,19 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry stri
 	} else {
 		k.c.obs.record("")
 	}
-	k.g.record(k.keys[:handled], msgs[:handled], k.acks, results, err, k.c)
+	k.g.record(k.keys[:len(k.acks)], msgs[:len(k.acks)], k.acks, results, err, k.c)
+	if crashed {
+		if err != nil && k.keys[handled-1] != noKey {
+			// The prefix's ack may not have applied: the expiry may then
+			// count a message of the prefix instead of the poison one.
+			k.g.mu.Lock()
+			e := k.g.m[k.keys[handled-1]]
+			e.unknown = inc(e.unknown)
+			k.g.m[k.keys[handled-1]] = e
+			k.g.mu.Unlock()
+		}
+		return ""
+	}
 	if last := handled - 1; err == nil && len(results) == handled && k.acks[last].Status == string(queen.AckFailed) &&
 		results[last].Result == queen.RetryScheduled {
 		return msgs[last].Partition
@@ -245,8 +282,8 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 			}
 			if m.RetryCount != want {
 				if _, ok := g.retryMismatch[key]; !ok {
-					g.retryMismatch[key] = fmt.Sprintf("group %s: %s offset %d (%s, handled %d times before) came with retryCount %d, want %d",
-						g.name, m.Partition, m.Offset, poisonWord(poison), e.handled, m.RetryCount, want)
+					g.retryMismatch[key] = retryMismatch{over: m.RetryCount > want, desc: fmt.Sprintf("group %s: %s offset %d (%s, handled %d times before) came with retryCount %d, want %d",
+						g.name, m.Partition, m.Offset, poisonWord(poison), e.handled, m.RetryCount, want)}
 				}
 			}
 			if e.handled == 0 {

@@ -47,3 +47,13 @@ func txnPrint(txn string) uint32 {
 	}
 	return h
 }
+
+// The ways a consumer fails a poison message (Config.FailMode).
+const (
+	// FailNack: the consumer acks the poison message failed.
+	FailNack = "nack"
+	// FailCrash: the consumer never acks the poison message and abandons
+	// its lease, as if it crashed handling it; the lease's expiry counts
+	// the failure.
+	FailCrash = "crash"
+)

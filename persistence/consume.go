@@ -29,7 +29,12 @@ var (
 	sqlConsumeExtend     = q("consume_extend")
 	sqlConsumeCandidates = q("consume_candidates")
 	sqlConsumeSubscribe  = q("consume_subscribe")
+	sqlConsumeFirstAbove = q("consume_first_above")
 )
+
+// LeaseExpiredError is the error text of a failed delivery counted for an
+// expired lease, and of the dead letter it may cause (SPEC.md §4).
+const LeaseExpiredError = "lease expired"
 
 // PopState says why a partition pop returned what it returned.
 type PopState int
@@ -167,7 +172,8 @@ func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *co
 // delayedProcessing seconds ago, and only once the partition's newest message
 // is windowBuffer seconds old. Without AutoAck the returned span is leased
 // for the queue's leaseTime; with it the cursor moves past the span. An
-// expired lease's span is delivered again (not counted as a retry).
+// expired lease's unacked rest is delivered again, and its first unacked
+// message counts one failed delivery first (see expireLease).
 func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult, PopState, error) {
 	var res queen.PopResult
 	conn, err := s.pool.Acquire(ctx)
@@ -215,6 +221,40 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 			return queen.PopResult{}, PopBusy, unavailable(err)
 		}
 		return res, state, nil
+	}
+	if found && !st.live {
+		expired, err := expireLease(ctx, conn, ackKey{spec.PartitionID, spec.Group}, &st)
+		if err != nil {
+			rollback(conn)
+			return res, PopBusy, err
+		}
+		if expired {
+			// Record the count (and the cursor past a dead letter) and read
+			// the segments again from that cursor, in this transaction.
+			counts, err := encodeCounts(st.failCounts)
+			if err != nil {
+				rollback(conn)
+				return res, PopBusy, err
+			}
+			segs = segs[:0]
+			b := &pgx.Batch{}
+			b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts)
+			b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var sg segment
+					var last int64
+					if err := rows.Scan(&sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
+						return err
+					}
+					segs = append(segs, sg)
+				}
+				return rows.Err()
+			})
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
+				rollback(conn)
+				return res, PopBusy, unavailable(err)
+			}
+		}
 	}
 	switch {
 	case !found:
@@ -379,7 +419,9 @@ type ackKey struct {
 // message; a message past the queue's retryLimit (or acked dlq) is copied to
 // the DLQ and the cursor moves past it, so it does not stop the sweep. Any failure signal releases the lease (the
 // rest of the span is delivered again); a cursor that reaches the leased
-// span's end releases it too.
+// span's end releases it too. An expired lease that nothing released is
+// settled first (its failed delivery counted, see expireLease), so a late
+// ack never makes an expiry go uncounted.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	out := make([]queen.AckResult, len(items))
 	byKey := map[ackKey][]int{}
@@ -480,6 +522,11 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 			}
 		}
 		return nil
+	}
+	// An expired lease nobody released counts its failed delivery first, so
+	// a late ack cannot make the expiry go uncounted.
+	if _, err := expireLease(ctx, tx, k, &st); err != nil {
+		return err
 	}
 	// Resolve every item to an offset, or answer it now.
 	offsets := map[int]int64{}
@@ -640,8 +687,14 @@ func deadLetter(ctx context.Context, tx querier, k ackKey, off int64, errText st
 	if err != nil {
 		return unavailable(err)
 	}
+	return deadLetterFrom(ctx, tx, k, off, first, created, ids, frames, errText, attempts)
+}
+
+// deadLetterFrom copies the frame at offset off, held by the segment that
+// starts at first (its created_at, message ids and frames), to the DLQ.
+func deadLetterFrom(ctx context.Context, tx querier, k ackKey, off, first int64, created time.Time, ids, frames []byte, errText string, attempts int32) error {
 	fs, err := DecodeFrames(ids, frames)
-	if err != nil || off-first >= int64(len(fs)) {
+	if err != nil || off < first || off-first >= int64(len(fs)) {
 		return fmt.Errorf("%w: partition %s segment at offset %d", ErrCorruptSegment, k.pid, first)
 	}
 	f := fs[off-first]
@@ -650,4 +703,52 @@ func deadLetter(ctx context.Context, tx querier, k ackKey, off int64, errText st
 		return unavailable(err)
 	}
 	return nil
+}
+
+// expireLease settles an expired lease that no ack or failure released
+// (SPEC.md §4), on st, the consumer row locked by this transaction: the first
+// unacked message of the span (the lowest stored offset above the cursor,
+// when the span still holds it) counts one failed delivery, like a failed
+// ack; past the queue's retryLimit it is dead-lettered with the error text
+// LeaseExpiredError and the cursor moves past it. The lease is released in
+// st (lease id, span end cleared), so the caller's write of the row records
+// the expiry once: a later pop or ack, on any broker, finds no lease to
+// count. It reports whether st changed (false: no expired lease); the
+// caller writes the row.
+func expireLease(ctx context.Context, tx querier, k ackKey, st *consumerState) (bool, error) {
+	if st.live || !st.leaseID.Valid {
+		return false, nil
+	}
+	leaseTo := st.leaseTo
+	st.leaseID, st.leaseTo = pgtype.UUID{}, nil
+	if leaseTo == nil || st.cursor >= *leaseTo {
+		return true, nil
+	}
+	var first int64
+	var created time.Time
+	var ids, frames []byte
+	err := tx.QueryRow(ctx, sqlConsumeFirstAbove, k.pid, st.cursor).Scan(&first, &created, &ids, &frames)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil // retention took the span
+	}
+	if err != nil {
+		return false, unavailable(err)
+	}
+	off := max(first, st.cursor+1)
+	if off > *leaseTo {
+		return true, nil
+	}
+	st.failCounts[off]++
+	if attempts := st.failCounts[off]; int64(attempts) > st.retryLimit {
+		if err := deadLetterFrom(ctx, tx, k, off, first, created, ids, frames, LeaseExpiredError, attempts); err != nil {
+			return false, err
+		}
+		st.cursor = off
+		for o := range st.failCounts {
+			if o <= off {
+				delete(st.failCounts, o)
+			}
+		}
+	}
+	return true, nil
 }

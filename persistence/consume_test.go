@@ -108,7 +108,7 @@ func TestAckUnresolvable(t *testing.T) {
 		again, st := pop(t, s, pid, g, 1)
 		if st == PopDelivered {
 			require.Equal(t, []string{"m1"}, txns(again))
-			require.Equal(t, 0, again.Messages[0].RetryCount, "an expired lease is not a retry")
+			require.Equal(t, 1, again.Messages[0].RetryCount, "an expired lease counts one failed delivery")
 			// Ack by offset still works without the sidecar.
 			it := queen.AckItem{PartitionID: pid, Offset: 0, Status: queen.AckCompleted, ConsumerGroup: g}
 			require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, it))
@@ -382,4 +382,129 @@ func TestConfigureKeepsLabelsItDoesNotName(t *testing.T) {
 	require.Equal(t, queen.Change{From: "", To: "t"}, res.Changed["task"])
 	_, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "lab", Options: map[string]json.RawMessage{"leaseTime": json.RawMessage(`0`)}})
 	require.ErrorIs(t, err, queen.ErrInvalidOption, "a lease of 0 is refused")
+}
+
+// runOutLease makes the live lease of (pid, group) run out now, on PostgreSQL's
+// clock, as if leaseTime had passed.
+func runOutLease(t *testing.T, s *Store, pid uuid.UUID, group string) {
+	t.Helper()
+	tag, err := s.pool.Exec(context.Background(), `UPDATE queen.consumers SET lease_expires_at = clock_timestamp() - interval '1 second'
+		WHERE partition_id = $1 AND consumer_group = $2 AND lease_id IS NOT NULL`, pid, group)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tag.RowsAffected(), "no lease to expire")
+}
+
+func TestExpiredLeaseCountsAFailedDelivery(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	configure(t, s, "q", `{"retryLimit":2}`)
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "poison", "next"))
+	// A consumer that crashes on "poison" every time: it never acks.
+	for attempt := 1; attempt <= 3; attempt++ {
+		res, st := pop(t, s, pid, g, 1)
+		require.Equal(t, PopDelivered, st, "attempt %d", attempt)
+		require.Equal(t, []string{"poison"}, txns(res))
+		require.Equal(t, attempt-1, res.Messages[0].RetryCount, "attempt %d", attempt)
+		runOutLease(t, s, pid, g)
+	}
+	// The 4th pop counts the 3rd expiry: past retryLimit 2, dead-lettered.
+	res, st := pop(t, s, pid, g, 5)
+	require.Equal(t, PopDelivered, st)
+	require.Equal(t, []string{"next"}, txns(res), "the cursor moved past the poison message")
+	require.Equal(t, 0, res.Messages[0].RetryCount)
+	dl, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), total)
+	require.Equal(t, "poison", dl[0].TransactionID)
+	require.Equal(t, LeaseExpiredError, dl[0].Error)
+	require.Equal(t, 3, dl[0].Attempts)
+	require.Equal(t, int64(0), dl[0].Offset)
+}
+
+func TestExpiredLeaseCountsOnlyTheFirstUnacked(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "m1", "m2", "m3"))
+	res, _ := pop(t, s, pid, g, 3)
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, res.LeaseID)))
+	runOutLease(t, s, pid, g)
+	res, st := pop(t, s, pid, g, 3)
+	require.Equal(t, PopDelivered, st)
+	require.Equal(t, []string{"m2", "m3"}, txns(res))
+	require.Equal(t, 1, res.Messages[0].RetryCount, "m2 was the first unacked message of the expired span")
+	require.Equal(t, 0, res.Messages[1].RetryCount)
+
+	// An extended lease is live: nothing counts, and its ack completes the span.
+	long, err := s.ExtendLease(ctx, uuid.MustParse(*res.LeaseID), 600)
+	require.NoError(t, err)
+	require.True(t, long.After(*res.LeaseExpiresAt))
+	_, st = pop(t, s, pid, g, 3)
+	require.Equal(t, PopBusy, st)
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m3", queen.AckCompleted, res.LeaseID)))
+	_, st = pop(t, s, pid, g, 3)
+	require.Equal(t, PopEmpty, st)
+	_, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
+	require.NoError(t, err)
+	require.Zero(t, total)
+}
+
+func TestExpiredLeaseCountsOnce(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	configure(t, s, "q", `{"retryLimit":1}`)
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "m1", "m2"))
+	pop(t, s, pid, g, 2)
+	runOutLease(t, s, pid, g)
+
+	// Pops racing after the expiry, waiting for the row lock or skipping
+	// it: one delivers and counts the expiry, the others find its lease.
+	const racers = 8
+	type out struct {
+		res queen.PopResult
+		st  PopState
+		err error
+	}
+	outs := make(chan out, racers)
+	for i := range racers {
+		go func() {
+			res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: g, Batch: 2, SkipLocked: i%2 == 1})
+			outs <- out{res, st, err}
+		}()
+	}
+	delivered := 0
+	for range racers {
+		o := <-outs
+		require.NoError(t, o.err)
+		if o.st == PopDelivered {
+			delivered++
+			require.Equal(t, []string{"m1", "m2"}, txns(o.res))
+			require.Equal(t, 1, o.res.Messages[0].RetryCount, "the expiry is counted once")
+			continue
+		}
+		require.Equal(t, PopBusy, o.st)
+	}
+	require.Equal(t, 1, delivered)
+
+	// A late ack without a lease after the next expiry still counts it
+	// once: m1 passes retryLimit 1 and is dead-lettered, so the ack is stale.
+	runOutLease(t, s, pid, g)
+	require.Equal(t, []queen.AckOutcome{queen.Stale}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, nil)))
+	res, st := pop(t, s, pid, g, 2)
+	require.Equal(t, PopDelivered, st)
+	require.Equal(t, []string{"m2"}, txns(res))
+	require.Equal(t, 0, res.Messages[0].RetryCount)
+	dl, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), total)
+	require.Equal(t, "m1", dl[0].TransactionID)
+	require.Equal(t, 2, dl[0].Attempts)
 }

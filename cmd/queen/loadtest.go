@@ -50,7 +50,11 @@ that long-poll the queue from the start over the same target, ack each popped ba
 by offset, and keep going after the producers stop until every group's cursor is at
 every partition's last offset (failing when no cursor moves for --drain-timeout). --fail-ratio of the messages are
 poison (chosen by a hash of the transactionId): the handler fails every delivery, so
-each is delivered retryLimit+1 times per group and dead-lettered once. The queue is
+each is delivered retryLimit+1 times per group and dead-lettered once. With
+--fail-mode nack (the default) the consumer acks it failed; with --fail-mode crash it
+acks the messages before it and abandons the rest of the batch and its lease, as a
+consumer that crashes would, so each lease expiry counts the failure and the dead
+letter says "lease expired" (leaseTime 2 s unless --consume-lease). The queue is
 configured with --retry-limit first. The end-to-end audit then checks, per group:
 every other stored message acked exactly once, every poison message in the DLQ once
 with attempts retryLimit+1, nothing else dead-lettered, the cursors at the end, no
@@ -91,6 +95,9 @@ quarter of the window, retries only within half of it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cfg.Mode = loadtest.Mode(mode)
+			if cfg.FailMode == loadtest.FailCrash && !cmd.Flags().Changed("consume-lease") {
+				cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
+			}
 			stderr := cmd.ErrOrStderr()
 			cfg.Progress = stderr
 			cfg.ProgressLive = isTerminal(stderr)
@@ -143,6 +150,7 @@ quarter of the window, retries only within half of it.`,
 	f.IntVar(&cfg.Consumers, "consumers", cfg.Consumers, "consumers per consumer group (0: no consume phase)")
 	f.IntVar(&cfg.Groups, "groups", cfg.Groups, "consumer groups, named <queue>-g0, -g1, ... (default 1 with --consumers)")
 	f.Float64Var(&cfg.FailRatio, "fail-ratio", cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
+	f.StringVar(&cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed) or crash (never ack it, abandon the lease; leaseTime 2 s unless --consume-lease)")
 	f.IntVar(&cfg.ConsumeBatch, "consume-batch", cfg.ConsumeBatch, "most messages per pop")
 	f.IntVar(&cfg.RetryLimit, "retry-limit", cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
 	f.DurationVar(&cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
@@ -158,7 +166,7 @@ quarter of the window, retries only within half of it.`,
 	f.DurationVar(&cfg.ChaosPause, "chaos-pause", time.Second, "with --chaos kill: how long a killed broker stays down before its restart")
 	f.DurationVar(&shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos kill, else the brokers' default)")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos kill)")
-	f.IntVar(&cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back")
+	f.IntVar(&cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back (default 2 with --fail-mode crash)")
 	f.DurationVar(&cfg.DedupWindow, "dedup-window", 0, "configure the run's queue with this dedupWindowSeconds (whole seconds; 0: the queue's default, 1h)")
 	f.DurationVar(&cfg.Retention, "retention", 0, "configure the run's queue with this retentionSeconds (whole seconds, at least 30s and 4 × --sample-every; 0: keep); the audit then runs during the run")
 	f.DurationVar(&cfg.SampleEvery, "sample-every", cfg.SampleEvery, "interval of the timeline (and of the incremental audit passes)")

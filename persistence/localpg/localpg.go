@@ -291,8 +291,10 @@ func (c *Cluster) Dir() string { return c.area }
 // Port returns the TCP port the server listens on (127.0.0.1).
 func (c *Cluster) Port() int { return c.port }
 
-// Stop stops the server (pg_ctl stop -m fast) and waits for it to exit. It
-// is idempotent.
+// Stop stops the server (pg_ctl stop -m fast) and returns once the
+// postmaster process has exited, not merely once it removed postmaster.pid
+// (it does that on its way out, before the process is gone), waiting up to
+// 70 s. It is idempotent.
 func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -308,7 +310,8 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) stop() error {
-	if _, ok := readPidFile(c.pgdata); !ok {
+	pf, ok := readPidFile(c.pgdata)
+	if !ok {
 		c.stopped = true
 		return nil
 	}
@@ -318,13 +321,40 @@ func (c *Cluster) stop() error {
 		"-t", strconv.Itoa(int(defaultWait/time.Second)))
 	if err != nil {
 		if _, ok := readPidFile(c.pgdata); !ok {
+			if err := c.waitExited(ctx, pf.pid); err != nil {
+				return err
+			}
 			c.stopped = true
 			return nil
 		}
 		return fmt.Errorf("localpg: pg_ctl stop: %w: %s%s", err, strings.TrimSpace(out), c.logTail(0))
 	}
+	if err := c.waitExited(ctx, pf.pid); err != nil {
+		return err
+	}
 	c.stopped = true
 	c.log.Info("local PostgreSQL stopped")
+	return nil
+}
+
+// waitExited polls until the postmaster pid has exited (a zombie counts as
+// exited, and so does a pid reused by a process that is not postgres).
+// pg_ctl stop -w returns when postmaster.pid is gone, which the postmaster
+// removes during its own exit, so the process may still be alive for a
+// moment after it, longer on a busy machine.
+func (c *Cluster) waitExited(ctx context.Context, pid int) error {
+	if !procAvailable() {
+		return nil // nothing to look at: trust pg_ctl
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for isPostgresPid(pid) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("localpg: postmaster (pid %d) still running after pg_ctl stop: %w%s", pid, ctx.Err(), c.logTail(0))
+		case <-tick.C:
+		}
+	}
 	return nil
 }
 

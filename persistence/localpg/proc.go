@@ -101,6 +101,23 @@ func isPostgresIn(pid int, pgdata os.FileInfo) bool {
 	return os.SameFile(cwd, pgdata)
 }
 
+// isPostgresPid reports whether pid is a live process that may be a
+// postgres server: alive and not a zombie, and named postgres or
+// postmaster (or already past the point where its name can be read). Unlike
+// isPostgresIn it does not need the working folder, which an exiting
+// process gives up before it is gone.
+func isPostgresPid(pid int) bool {
+	if !processAlive(pid) {
+		return false
+	}
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return processAlive(pid)
+	}
+	name := strings.TrimSpace(string(comm))
+	return name == "postgres" || name == "postmaster"
+}
+
 // postgresProcessesIn lists live postgres processes working in pgdata
 // (for example backends orphaned by a killed postmaster). It returns nil
 // when /proc cannot be read.

@@ -56,8 +56,17 @@ type Config struct {
 	// every ShardLease/3, and a broker that stops renewing loses its shards
 	// at most ShardLease after its last renewal.
 	ShardLease time.Duration
+	// HopTimeout bounds a request's hop to the broker owning its shard
+	// (default ShardLease/2, at least 2 s: about when a killed owner's shards
+	// move); a hop that times out answers its items failed (outcome unknown,
+	// SPEC.md §3).
+	HopTimeout time.Duration
 	// MaxPendingItems bounds one partition's waiting items (default 20000).
 	MaxPendingItems int
+	// PollRecheck is how often a parked long poll looks at PostgreSQL again
+	// without a wake-up (default 1s; lease expiries and delayed messages
+	// wake nobody). Tests set it long to tell a wake-up from a re-check.
+	PollRecheck time.Duration
 	// Retention configures the retention loop (QUEEN_RETENTION_INTERVAL,
 	// QUEEN_RETENTION_BATCH, test-only QUEEN_TEST_TXNS_FLOOR); zero values
 	// take persistence's defaults. Its Logger defaults to Logger.
@@ -217,10 +226,14 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	router := shards.NewClusterRouter(b.ncShards, cfg.ShardCount, b.members, shards.ActorPusher(b.host))
 	// A hop to an owner killed mid-request is never answered: bound it by
 	// half a lease (at least 2 s), about when its shards move.
-	router.SetHopTimeout(max(cfg.ShardLease/2, 2*time.Second))
+	hop := cfg.HopTimeout
+	if hop <= 0 {
+		hop = max(cfg.ShardLease/2, 2*time.Second)
+	}
+	router.SetHopTimeout(hop)
 	b.router = router
 	registerClusterMetrics(b.metrics, b.members, router)
-	b.cons = actors.NewConsumers(b.store, 0)
+	b.cons = actors.NewConsumers(b.store, cfg.PollRecheck)
 	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
 		return err
 	}
