@@ -56,9 +56,10 @@ type RetentionConfig struct {
 	// Interval is the pause between the end of one pass and the start of the
 	// next; 0 (or less) takes the default, 5 s (DefaultRetentionInterval).
 	Interval time.Duration
-	// Batch bounds each statement: at most Batch segments (or log_txns rows),
-	// and no further segment once those taken hold Batch messages (a segment
-	// is never split, so a single segment of more messages goes whole).
+	// Batch bounds each statement: at most Batch segments (or log_txns rows,
+	// or dead rows of the sidecar's DEFAULT partition), and, for segments, no
+	// further segment once those taken hold Batch messages (a segment is
+	// never split, so a single segment of more messages goes whole).
 	// 0 (or less) takes the default, 1000 (DefaultRetentionBatch).
 	Batch int
 	// TxnsFloor is the least age of a purged sidecar row; default and
@@ -206,7 +207,7 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 			st.count.Rows += rows
 			st.count.Messages += msgs
 			cfg.Logger.Debug("retention statement", "step", st.name, "rows", rows, "messages", msgs)
-			if rows < batch && msgs < batch {
+			if rows < batch && (msgs < batch || st.count == &c.Sidecar) {
 				break // not a full batch: the step is done
 			}
 		}

@@ -1,8 +1,8 @@
 -- Purges aged-out sidecar rows (SPEC.md §7): the log_txns rows older than
 -- GREATEST(dedupWindowSeconds, completedRetentionSeconds, $2 seconds - the
--- floor) of their queue. $1 is the batch: at most $1 log_txns rows, and no
--- more segments once those taken hold $1 frames (a segment is never split).
--- Returns the log_txns rows deleted and the frames they held.
+-- floor) of their queue. $1 is the batch: at most $1 log_txns rows (one per
+-- segment, whatever its frames: deleting one costs the same for 1 frame or
+-- 1,000). Returns the log_txns rows deleted and the frames they held.
 --
 -- Rows are found per partition, oldest first, through the primary key:
 -- created_at is monotone in offset order within a partition (stamped under
@@ -46,10 +46,7 @@ WITH RECURSIVE part AS MATERIALIZED (
      ) t
      WHERE t.created_at < w.cutoff AND w.n < $1::bigint
 ), pick AS (
-    SELECT x.ctid
-      FROM (SELECT w.ctid, w.frames, sum(w.frames) OVER (ROWS UNBOUNDED PRECEDING) AS acc
-              FROM (SELECT * FROM walk LIMIT $1::bigint) w) x
-     WHERE x.acc - x.frames < $1::bigint
+    SELECT w.ctid FROM walk w LIMIT $1::bigint
 ), d AS (
     DELETE FROM queen.log_txns t
      WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM pick))
