@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
@@ -287,4 +288,55 @@ func TestSidecarDefaultPartition(t *testing.T) {
 	require.Equal(t, int64(2), counts(t, s, pid).Hashes)
 	out = commit(t, s, pid, items("d", "p", "x0", "x3"))
 	require.Equal(t, []queen.Verdict{queen.Queued, queen.Duplicate}, verdicts(out))
+}
+
+// TestMigrationMovesExistingSidecarRows: migration 0006 on a database of the
+// 0005 shape (log_txn_hashes one table) moves the rows that count into
+// 5-minute ranges covering them and leaves the dead ones behind.
+func TestMigrationMovesExistingSidecarRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac10"
+	for _, q := range []string{
+		// Back to the 0005 shape.
+		`DROP TABLE queen.log_txn_hashes`,
+		`DROP FUNCTION queen.sidecar_create_range, queen.sidecar_drop_range, queen.sidecar_range_name`,
+		`DELETE FROM queen.schema_migrations WHERE version = 6`,
+		`CREATE TABLE queen.log_txn_hashes (partition_id uuid NOT NULL, hash uuid NOT NULL, "offset" bigint NOT NULL, segment bigint NOT NULL, created_at timestamptz NOT NULL)`,
+		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (partition_id, hash) INCLUDE ("offset", segment, created_at)`,
+		// 30 segments of 10 frames, one every 40 s, 20 minutes back; the
+		// first 5 segments' log_txns rows are gone.
+		`INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+		 SELECT '` + pid + `', g * 10, g * 10 + 9, clock_timestamp() - make_interval(secs => 1200 - g * 40), ''::bytea
+		   FROM generate_series(5, 29) g`,
+		`INSERT INTO queen.log_txn_hashes
+		 SELECT '` + pid + `', md5(o::text)::uuid, o, (o / 10) * 10, clock_timestamp() - make_interval(secs => 1200 - (o / 10) * 40)
+		   FROM generate_series(0, 299) o`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, []int{6}, applied)
+
+	var moved, inDefault, parts int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.log_txn_hashes), (SELECT count(*) FROM queen.log_txn_hashes_default),
+		(SELECT count(*) FROM pg_inherits WHERE inhparent = 'queen.log_txn_hashes'::regclass)`).Scan(&moved, &inDefault, &parts))
+	require.Equal(t, int64(250), moved, "the rows of the 25 segments whose log_txns row exists")
+	require.Zero(t, inDefault)
+	require.GreaterOrEqual(t, parts, int64(1+4), "DEFAULT and the 5-minute ranges of 17 minutes")
+	var off int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT "offset" FROM queen.log_txn_hashes WHERE partition_id = $1 AND hash = md5('123')::uuid`, pid).Scan(&off))
+	require.Equal(t, int64(123), off)
+
+	// The store opens on it and creates the ranges of now.
+	s, err := Open(ctx, Config{URL: url})
+	require.NoError(t, err)
+	defer s.Close()
+	require.GreaterOrEqual(t, len(ranges(t, s)), 3)
 }
