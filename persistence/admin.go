@@ -115,9 +115,10 @@ func (s *Store) Seek(ctx context.Context, queueName, group string, req queen.See
 	return int(tag.RowsAffected()), nil
 }
 
-// PurgeSidecar deletes the sidecar (log_txns row and per-hash rows) of the
-// segment of partition pid starting at firstOffset, as the retention loop
-// does once it ages out. Acks by transactionId of its messages become
+// PurgeSidecar deletes the sidecar of the segment of partition pid starting
+// at firstOffset (its log_txns row; its per-hash rows then count for nothing
+// and go with their time range), as the retention loop does once it ages
+// out. Acks by transactionId of its messages become
 // unresolvable; acks by offset still work.
 func (s *Store) PurgeSidecar(ctx context.Context, pid uuid.UUID, firstOffset int64) error {
 	_, err := s.pool.Exec(ctx, sqlAdminPurgeSide, pid, firstOffset)

@@ -1,8 +1,12 @@
 package persistence
 
 import (
+	"time"
+
 	"context"
 	"fmt"
+	"github.com/google/uuid"
+	queen "github.com/queen-mq/queen-go"
 	"regexp"
 	"strconv"
 	"strings"
@@ -96,4 +100,87 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 	require.NotNil(t, m, text)
 	buffers, _ = strconv.Atoi(m[1])
 	require.Less(t, buffers, 50, text)
+}
+
+// TestProbePrunesRangesOutsideTheWindow: the probe's per-hash lookups
+// descend only the time ranges of log_txn_hashes that overlap the window
+// (run-time partition pruning on now() - window), with a generic plan and
+// with a custom one; ranges wholly older than the window are never executed.
+func TestProbePrunesRangesOutsideTheWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Minute)
+	// Ten past ranges, 12 to 3 minutes ago, each holding rows; the window
+	// is 120 s.
+	pastRanges(t, s, 10*time.Minute)
+	pastRanges(t, s, 7*time.Minute)
+	pastRanges(t, s, 4*time.Minute)
+	configure(t, s, "pr", `{"dedupWindowSeconds":120}`)
+	pid := partition(t, s, "pr", "p")
+	commitEach(t, s, pid, "pr", "p", "young")
+	_, err := s.pool.Exec(ctx, `INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+		SELECT $1, md5(g::text)::uuid, g, g, clock_timestamp() - make_interval(mins => 4 + g % 8) FROM generate_series(1, 2000) g`, pid)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `ANALYZE queen.log_txn_hashes`)
+	require.NoError(t, err)
+	var now time.Time
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now))
+	var old, inWindow []string
+	for _, r := range ranges(t, s) {
+		switch {
+		case r.Hi.Before(now.Add(-150 * time.Second)):
+			old = append(old, r.Name)
+		case r.Hi.After(now):
+			inWindow = append(inWindow, r.Name)
+		}
+	}
+	require.GreaterOrEqual(t, len(old), 5)
+	require.NotEmpty(t, inWindow)
+
+	conn, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	young := queen.HashTxn("young")
+	// As pushes run it (probe_plan_begin).
+	_, err = conn.Exec(ctx, `SET enable_seqscan = off`)
+	require.NoError(t, err)
+	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, `PREPARE probe_`+mode+`(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[]) AS `+sqlBundleProbe)
+		require.NoError(t, err)
+		probe := fmt.Sprintf(`EXECUTE probe_`+mode+`('{%s}', ARRAY['%s'::uuid, md5('3')::uuid], '{-1}', '{1}', '{2}', '{f,f}', '{0}')`, pid, uuid.UUID(young))
+		rows, err := conn.Query(ctx, probe)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int, error) { return 1, nil })
+		require.NoError(t, err)
+		require.Len(t, got, 2, "%s: the window row and young (md5('3') is older than the window)", mode)
+
+		rows, err = conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF) `+probe)
+		require.NoError(t, err)
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		text := strings.Join(plan, "\n")
+		scans := map[string]string{}
+		for _, line := range plan {
+			if m := regexp.MustCompile(` on (log_txn_hashes_\d{8}_\d{6}) `).FindStringSubmatch(line); m != nil {
+				scans[m[1]] = line
+			}
+		}
+		for _, name := range old {
+			if line, ok := scans[name]; ok {
+				require.Contains(t, line, "(never executed)", "%s: %s is outside the window\n%s", mode, name, text)
+			}
+		}
+		for _, name := range inWindow {
+			require.Contains(t, scans, name, "%s\n%s", mode, text)
+			require.NotContains(t, scans[name], "(never executed)", "%s: %s is inside the window\n%s", mode, name, text)
+			require.Contains(t, scans[name], "Index Only Scan using", "%s: %s\n%s", mode, name, text)
+		}
+		// A hit's log_txns row is one primary-key lookup, not a semi-join
+		// reading the partition's every log_txns row.
+		require.NotContains(t, text, "Join Filter: (x.segment = t.first_offset)", text)
+		require.Contains(t, text, "Index Only Scan using log_txns_pkey on log_txns t", text)
+		t.Logf("%s:\n%s", mode, text)
+	}
 }

@@ -179,7 +179,9 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
 	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked))
+	pb.Queue(sqlProbePlanBegin)
 	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed).Query(scanProbe(locked, hits))
+	pb.Queue(sqlProbePlanEnd)
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		rollback(conn)
 		return err

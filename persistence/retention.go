@@ -15,10 +15,13 @@ import (
 // Retention (SPEC.md §6, §7): one broker at a time deletes segments older
 // than their queue's retentionSeconds, segments older than
 // completedRetentionSeconds that every consumer group has committed past,
-// and sidecar rows (log_txns with their log_txn_hashes rows) older than
-// GREATEST(dedupWindowSeconds, completedRetentionSeconds, the floor). Every
-// statement deletes a bounded batch and commits on its own; none locks a
-// partition row, so pushes never wait for retention.
+// and log_txns rows older than GREATEST(dedupWindowSeconds,
+// completedRetentionSeconds, the floor). Every such statement deletes a
+// bounded batch and commits on its own; none locks a partition row, so
+// pushes never wait for retention. The per-hash rows (log_txn_hashes) count
+// only while their log_txns row exists; they go by whole time ranges
+// (ranges.go), dropped once none of their rows counts, and by bounded
+// deletes of dead rows in the DEFAULT partition.
 
 var (
 	sqlRetentionExpired   = q("retention_expired")
@@ -53,9 +56,10 @@ type RetentionConfig struct {
 	// Interval is the pause between the end of one pass and the start of the
 	// next; 0 (or less) takes the default, 5 s (DefaultRetentionInterval).
 	Interval time.Duration
-	// Batch bounds each statement: at most Batch segments (or log_txns rows),
-	// and no further segment once those taken hold Batch messages (a segment
-	// is never split, so a single segment of more messages goes whole).
+	// Batch bounds each statement: at most Batch segments (or log_txns rows,
+	// or dead rows of the sidecar's DEFAULT partition), and, for segments, no
+	// further segment once those taken hold Batch messages (a segment is
+	// never split, so a single segment of more messages goes whole).
 	// 0 (or less) takes the default, 1000 (DefaultRetentionBatch).
 	Batch int
 	// TxnsFloor is the least age of a purged sidecar row; default and
@@ -108,40 +112,59 @@ type RetentionCounts struct {
 	// Completed: segments older than completedRetentionSeconds that every
 	// consumer group committed past.
 	Completed RetentionStepCount
-	// Sidecar: log_txns rows (Rows) and log_txn_hashes rows (Messages) older
-	// than GREATEST(dedupWindowSeconds, completedRetentionSeconds, floor).
+	// Sidecar: log_txns rows (Rows) older than GREATEST(dedupWindowSeconds,
+	// completedRetentionSeconds, floor), and the frames they held
+	// (Messages): their per-hash rows count for nothing from then on.
 	Sidecar RetentionStepCount
+	// Default: dead per-hash rows (their log_txns row is gone) deleted from
+	// the DEFAULT partition of log_txn_hashes (Rows and Messages alike).
+	Default RetentionStepCount
+	// Ranges: time ranges of log_txn_hashes created, dropped, or deferred
+	// to the next pass (lock busy).
+	Ranges SidecarRanges
 }
 
 func (c *RetentionCounts) add(o RetentionCounts) {
 	c.Expired.add(o.Expired)
 	c.Completed.add(o.Completed)
 	c.Sidecar.add(o.Sidecar)
+	c.Default.add(o.Default)
+	c.Ranges.Created += o.Ranges.Created
+	c.Ranges.Dropped += o.Ranges.Dropped
+	c.Ranges.Deferred += o.Ranges.Deferred
 }
 
 // Deleted reports whether anything was deleted.
 func (c RetentionCounts) Deleted() bool {
-	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Sidecar.Messages > 0
+	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Default.Rows+int64(c.Ranges.Dropped) > 0
 }
 
 // rowQuerier is what a pass runs its statements on: the pool, or the loop's
 // own connection.
 type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	txBeginner
 }
 
 // RetentionStep runs one retention pass on the pool, now, without the
-// loop's lock: the three steps, each as bounded statements that commit on
-// their own until one deletes less than a full batch. For tests and
-// maintenance; brokers run the loop (NewRetention). cfg.Interval is unused.
-// A failing step does not stop the others; the error joins their errors.
+// loop's lock: the sidecar's range creation (EnsureSidecarRanges), then the
+// deleting steps, each as bounded statements that commit on their own until
+// one deletes less than a full batch, then the drop of expired sidecar
+// ranges. For tests and maintenance; brokers run the loop (NewRetention).
+// cfg.Interval is unused. A failing step does not stop the others; the
+// error joins their errors.
 func (s *Store) RetentionStep(ctx context.Context, cfg RetentionConfig) (RetentionCounts, error) {
-	return retentionPass(ctx, s.pool, cfg.withDefaults(), 0, ctx.Done())
+	r, err := s.EnsureSidecarRanges(ctx)
+	c, perr := retentionPass(ctx, s.pool, cfg.withDefaults(), 0, ctx.Done())
+	c.Ranges.Created += r.Created
+	c.Ranges.Deferred += r.Deferred
+	return c, errors.Join(err, perr)
 }
 
-// retentionPass runs the three steps on db. Statements run under ctx (each
-// with its own timeout when timeout > 0); stop is checked between
-// statements, so a statement in flight always finishes.
+// retentionPass runs the deleting steps on db, then drops the expired
+// sidecar ranges. Statements run under ctx (each with its own timeout when
+// timeout > 0); stop is checked between statements, so a statement in
+// flight always finishes.
 func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, timeout time.Duration, stop <-chan struct{}) (RetentionCounts, error) {
 	var c RetentionCounts
 	batch := int64(cfg.Batch)
@@ -155,6 +178,7 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		{"expired segments", sqlRetentionExpired, []any{batch}, &c.Expired},
 		{"completed segments", sqlRetentionCompleted, []any{batch}, &c.Completed},
 		{"sidecar", sqlRetentionSidecar, []any{batch, floor}, &c.Sidecar},
+		{"sidecar default partition", sqlRetentionDefault, []any{batch}, &c.Default},
 	}
 	var errs []error
 	for _, st := range steps {
@@ -183,9 +207,27 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 			st.count.Rows += rows
 			st.count.Messages += msgs
 			cfg.Logger.Debug("retention statement", "step", st.name, "rows", rows, "messages", msgs)
-			if rows < batch && msgs < batch {
+			if rows < batch && (msgs < batch || st.count == &c.Sidecar) {
 				break // not a full batch: the step is done
 			}
+		}
+	}
+	// After the log_txns purge: the ranges it emptied of live rows go.
+	if !stopped(stop) {
+		sctx := ctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		r, err := dropSidecarRanges(sctx, db, floor)
+		c.Ranges.Dropped += r.Dropped
+		c.Ranges.Deferred += r.Deferred
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retention: sidecar ranges: %w", err))
+		}
+		if r.Dropped+r.Deferred > 0 {
+			cfg.Logger.Debug("retention sidecar ranges", "dropped", r.Dropped, "deferred", r.Deferred)
 		}
 	}
 	return c, errors.Join(errs...)
@@ -332,6 +374,26 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 		}
 		conn = c
 	}
+	// Every broker keeps the sidecar's ranges ahead of time (only the
+	// leader drops them).
+	ectx, ecancel := context.WithTimeout(stopCtx, retentionStatementTimeout)
+	made, err := ensureSidecarRanges(ectx, conn, r.store.span)
+	ecancel()
+	if err != nil {
+		if conn.IsClosed() {
+			r.lost(conn, err)
+			return nil
+		}
+		r.log.Warn("retention: cannot create sidecar ranges; retrying next interval", "err", err)
+	} else if made.Deferred > 0 {
+		r.log.Debug("retention: sidecar range creation deferred (table busy)", "deferred", made.Deferred)
+	}
+	if made.Created+made.Deferred > 0 {
+		r.mu.Lock()
+		r.totals.Ranges.Created += made.Created
+		r.totals.Ranges.Deferred += made.Deferred
+		r.mu.Unlock()
+	}
 	if !r.leader.Load() {
 		lctx, cancel := context.WithTimeout(stopCtx, retentionStatementTimeout)
 		defer cancel()
@@ -361,7 +423,8 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 		r.log.Debug("retention pass",
 			"expired_segments", counts.Expired.Rows, "expired_messages", counts.Expired.Messages,
 			"completed_segments", counts.Completed.Rows, "completed_messages", counts.Completed.Messages,
-			"sidecar_rows", counts.Sidecar.Rows, "sidecar_hashes", counts.Sidecar.Messages)
+			"sidecar_rows", counts.Sidecar.Rows, "sidecar_hashes", counts.Sidecar.Messages,
+			"sidecar_default_rows", counts.Default.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped)
 	}
 	if err != nil {
 		if conn.IsClosed() {

@@ -29,6 +29,8 @@ var (
 	sqlGetPartition    = q("get_partition")
 	sqlBundleLock      = q("bundle_lock")
 	sqlBundleProbe     = q("bundle_probe")
+	sqlProbePlanBegin  = q("probe_plan_begin")
+	sqlProbePlanEnd    = q("probe_plan_end")
 	sqlBundleInsert    = q("bundle_insert")
 	sqlConfigureLock   = q("configure_lock")
 	sqlConfigureUpdate = q("configure_update")

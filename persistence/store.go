@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,24 +20,48 @@ type Config struct {
 	URL string
 	// MaxConns is the pool size; default 32.
 	MaxConns int32
+	// SidecarRange is the time span of one range of the per-hash sidecar
+	// index (log_txn_hashes, partitioned on created_at; SPEC.md §7): whole
+	// seconds from 1 s to 24 h, 0 takes the default, 5 min
+	// (DefaultSidecarRange; QUEEN_SIDECAR_RANGE). Shorter ranges are dropped
+	// sooner after they expire and keep the btree a push inserts into
+	// smaller; a cold probe descends one index per range overlapping the
+	// window (3600 s / 5 min = 13). Brokers sharing a database should use
+	// one span: a range overlapping another span's is not created (its rows
+	// go to the DEFAULT partition).
+	SidecarRange time.Duration
 }
 
 // Store is the broker's handle on PostgreSQL. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	span time.Duration // Config.SidecarRange
 }
 
-// Open connects a pool to cfg.URL and checks the schema is migrated. It does
-// not migrate: call Migrate first.
+// Open connects a pool to cfg.URL and creates the sidecar's time ranges
+// around now (EnsureSidecarRanges), which also checks the schema is
+// migrated. It does not migrate: call Migrate first. An invalid
+// cfg.SidecarRange is an error.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 32
+	}
+	if cfg.SidecarRange == 0 {
+		cfg.SidecarRange = DefaultSidecarRange
+	}
+	if err := CheckSidecarRange(cfg.SidecarRange); err != nil {
+		return nil, fmt.Errorf("persistence: %w", err)
 	}
 	pool, err := openPool(ctx, cfg.URL, cfg.MaxConns, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool, span: cfg.SidecarRange}
+	if _, err := s.EnsureSidecarRanges(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // openPool connects a pool of up to maxConns connections to url, with extra

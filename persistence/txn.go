@@ -292,7 +292,9 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	if len(pushPIDs) > 0 {
 		// A transaction does not pass through the actors' caches: no
 		// watermark, no suspects, every hash looked up in the whole window.
+		pb.Queue(sqlProbePlanBegin)
 		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed).Query(scanProbe(locked, hits))
+		pb.Queue(sqlProbePlanEnd)
 	}
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return unavailable(err)

@@ -111,6 +111,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := retentionSettings(cmd, &cfg.Retention); err != nil {
 				return err
 			}
+			if err := sidecarSettings(cmd, &cfg.SidecarRange); err != nil {
+				return err
+			}
 			if err := clusterSettings(cmd, &cfg); err != nil {
 				return err
 			}
@@ -148,6 +151,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.IntVar(&cfg.DedupCacheMB, "dedup-cache-mb", envInt("QUEEN_DEDUP_CACHE_MB", 512), "memory budget of the dedup cache for all partitions, MiB (env QUEEN_DEDUP_CACHE_MB)")
 	f.DurationVar(&cfg.Retention.Interval, "retention-interval", persistence.DefaultRetentionInterval, "pause between retention passes, a Go duration (env QUEEN_RETENTION_INTERVAL)")
 	f.IntVar(&cfg.Retention.Batch, "retention-batch", persistence.DefaultRetentionBatch, "most rows (and about most messages) one retention statement deletes (env QUEEN_RETENTION_BATCH)")
+	f.DurationVar(&cfg.SidecarRange, "sidecar-range", persistence.DefaultSidecarRange, "time span of one range of the per-hash sidecar index, whole seconds from 1s to 24h; expired ranges are dropped whole (env QUEEN_SIDECAR_RANGE)")
 	f.DurationVar(&cfg.Retention.TxnsFloor, "test-txns-floor", persistence.DefaultTxnsFloor, "TEST ONLY: least age of a purged log_txns row; production keeps the default (env QUEEN_TEST_TXNS_FLOOR)")
 	_ = f.MarkHidden("test-txns-floor")
 	f.DurationVar(&cfg.ShardLease, "shard-lease", shards.DefaultLease, "how long a shard lease lives without renewal, a Go duration; renewed every third of it, and a dead broker's shards move after it (env QUEEN_SHARD_LEASE)")
@@ -198,6 +202,22 @@ func dedupCacheSettings(cfg *broker.Config, mode string) error {
 	}
 	if cfg.DedupCacheMB < 1 {
 		return fmt.Errorf("--dedup-cache-mb %d: want at least 1", cfg.DedupCacheMB)
+	}
+	return nil
+}
+
+// sidecarSettings applies QUEEN_SIDECAR_RANGE where --sidecar-range was not
+// given and checks it (persistence.CheckSidecarRange).
+func sidecarSettings(cmd *cobra.Command, span *time.Duration) error {
+	if v := os.Getenv("QUEEN_SIDECAR_RANGE"); v != "" && !cmd.Flags().Changed("sidecar-range") {
+		n, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("QUEEN_SIDECAR_RANGE=%q is not a Go duration (for example 5m)", v)
+		}
+		*span = n
+	}
+	if err := persistence.CheckSidecarRange(*span); err != nil {
+		return fmt.Errorf("--sidecar-range, QUEEN_SIDECAR_RANGE: %w", err)
 	}
 	return nil
 }

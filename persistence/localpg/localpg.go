@@ -35,7 +35,9 @@
 // start: listen_addresses='127.0.0.1', the port, the socket folder,
 // fsync=on, synchronous_commit=on, full_page_writes=on,
 // max_connections=200, shared_buffers=256MB (lowered when the machine
-// cannot provide it). Settings made with ALTER SYSTEM
+// cannot provide it), wal_compression=lz4 (pglz when the server lacks lz4;
+// set on existing clusters too, at their next start, with a reload).
+// Settings made with ALTER SYSTEM
 // (postgresql.auto.conf) still override them.
 //
 // # Restarts
@@ -263,6 +265,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	c.url = c.urlFor(databaseName)
+	if err := c.setWALCompression(ctx); err != nil {
+		if !adopted {
+			_ = c.Stop()
+		}
+		return nil, err
+	}
 	if err := c.ensureDatabase(ctx); err != nil {
 		if !adopted {
 			_ = c.Stop()
@@ -770,7 +778,7 @@ func (c *Cluster) startServer(ctx context.Context) error {
 			}
 			port = p
 		}
-		if err := c.writeConf(port, sharedBuffersSteps[buffers]); err != nil {
+		if err := c.writeConf(port, sharedBuffersSteps[buffers], settings.walCompression); err != nil {
 			return err
 		}
 		c.rotateLog()
@@ -823,8 +831,9 @@ func (c *Cluster) startServer(ctx context.Context) error {
 }
 
 type confSettings struct {
-	port          int
-	sharedBuffers string
+	port           int
+	sharedBuffers  string
+	walCompression string
 }
 
 // readConf reads the settings we own from queen.conf (zero values when
@@ -847,12 +856,14 @@ func (c *Cluster) readConf() confSettings {
 			s.port, _ = strconv.Atoi(v)
 		case "shared_buffers":
 			s.sharedBuffers = v
+		case "wal_compression":
+			s.walCompression = v
 		}
 	}
 	return s
 }
 
-func (c *Cluster) writeConf(port int, sharedBuffers string) error {
+func (c *Cluster) writeConf(port int, sharedBuffers, walCompression string) error {
 	sock := c.sockDir
 	// The socket path (folder + "/.s.PGSQL.NNNNN") must fit in sun_path
 	// (108 bytes); a too-deep folder would stop the server from starting,
@@ -879,6 +890,10 @@ logging_collector = off
 log_destination = 'stderr'
 log_line_prefix = '%%m [%%p] '
 `, port, strings.ReplaceAll(sock, "'", "''"), sharedBuffers)
+	if walCompression != "" {
+		// Full-page images compressed (chosen by setWALCompression).
+		conf += "wal_compression = '" + walCompression + "'\n"
+	}
 	return c.writeOwned(filepath.Join(c.pgdata, confName), []byte(conf), 0o600)
 }
 
@@ -903,6 +918,45 @@ func (c *Cluster) logTail(from int64) string {
 		return ""
 	}
 	return "\n--- " + c.logPath + " (tail) ---\n" + tail
+}
+
+// setWALCompression compresses the full-page images in the WAL with lz4
+// when the server was built with it, else with pglz: random inserts into a
+// btree write a full page image per page first touched after each
+// checkpoint, most of the WAL under a steady push load. The choice is kept
+// in queen.conf (so every later start has it at once); an existing cluster
+// whose queen.conf lacks it, or has another value, gets it rewritten and
+// reloaded (wal_compression needs no restart).
+func (c *Cluster) setWALCompression(ctx context.Context) error {
+	conn, err := c.connect(ctx, c.port, "postgres")
+	if err != nil {
+		return fmt.Errorf("localpg: connect to local PostgreSQL: %w%s", err, c.logTail(0))
+	}
+	defer conn.Close(context.Background())
+	var lz4 bool
+	if err := conn.QueryRow(ctx, "SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'wal_compression'").Scan(&lz4); err != nil {
+		return fmt.Errorf("localpg: read wal_compression: %w", err)
+	}
+	want := "pglz"
+	if lz4 {
+		want = "lz4"
+	}
+	settings := c.readConf()
+	if settings.walCompression == want {
+		return nil
+	}
+	buffers := settings.sharedBuffers
+	if buffers == "" {
+		buffers = sharedBuffersSteps[0]
+	}
+	if err := c.writeConf(c.port, buffers, want); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("localpg: reload settings: %w", err)
+	}
+	c.log.Info("WAL compression set", "wal_compression", want)
+	return nil
 }
 
 // ensureDatabase creates the "queen" database when missing.

@@ -509,3 +509,63 @@ func TestMissingBinaries(t *testing.T) {
 		}
 	}
 }
+
+// TestWALCompression: a new cluster gets wal_compression (lz4 when the
+// server has it, else pglz) in queen.conf; an existing cluster whose
+// queen.conf predates the setting gets it at its next start, without a
+// restart of its own.
+func TestWALCompression(t *testing.T) {
+	requireBinaries(t)
+	t.Parallel()
+	dataDir := reachableDir(t)
+	c1 := start(t, dataDir)
+	want := queryString(t, c1.URL(), "SELECT CASE WHEN 'lz4' = ANY (enumvals) THEN 'lz4' ELSE 'pglz' END FROM pg_settings WHERE name = 'wal_compression'")
+	if got := c1.readConf().walCompression; got != want {
+		t.Fatalf("queen.conf wal_compression %q, want %q", got, want)
+	}
+	waitSetting(t, c1.URL(), "wal_compression", want)
+	if err := c1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A cluster set up before the setting existed: its queen.conf lacks it.
+	conf := filepath.Join(c1.pgdata, confName)
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "wal_compression") {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(conf, []byte(strings.Join(kept, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c2 := start(t, dataDir)
+	if got := c2.readConf().walCompression; got != want {
+		t.Fatalf("queen.conf wal_compression %q after a restart, want %q", got, want)
+	}
+	waitSetting(t, c2.URL(), "wal_compression", want)
+	if err := c2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSetting polls until a new session sees setting name = want (a reload
+// reaches the server's processes asynchronously).
+func waitSetting(t *testing.T, url, name, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := queryString(t, url, "SELECT current_setting('"+name+"')")
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %q, want %q", name, got, want)
+		}
+		pollPause()
+	}
+}

@@ -1,6 +1,4 @@
--- Deletes the sidecar of partition $1's segment starting at $2: its
--- log_txns row and its per-hash rows (a retention step).
-WITH h AS (
-    DELETE FROM queen.log_txn_hashes WHERE partition_id = $1 AND segment = $2
-)
+-- Purges the sidecar of partition $1's segment starting at $2, as a
+-- retention step does: its log_txns row. Its per-hash rows count for nothing
+-- from then on and go with their time range (SPEC.md §7).
 DELETE FROM queen.log_txns WHERE partition_id = $1 AND first_offset = $2

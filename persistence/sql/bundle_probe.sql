@@ -26,6 +26,14 @@
 -- become one-time filters: a branch that does not apply reads nothing
 -- (outside, they filtered rows only after every lookup had run).
 --
+-- log_txn_hashes is partitioned by time ranges of created_at (migration
+-- 0006): a lookup descends the index of each range that overlaps the window
+-- (and the DEFAULT partition's), never the older ones. A range is planned
+-- while it is young and small (a new one every span); pushes and
+-- transactions run this statement with enable_seqscan off
+-- (probe_plan_begin / probe_plan_end), so no plan scans a range that fills
+-- up later.
+--
 -- Every lookup is an equality on a primary key or on both columns of
 -- log_txn_hashes_lookup, and the LATERAL ... OFFSET 0 subqueries keep them
 -- per-row lookups, so each incoming hash is one index descent whatever the
@@ -64,6 +72,18 @@ SELECT x.partition_id,
        AND x.partition_id = w.partition_id
        AND x.hash = h.hash
        AND x.created_at > clock_timestamp() - make_interval(secs => w.seconds)
+       -- The same bound on the transaction's start (now() <= clock_timestamp(),
+       -- so it is weaker): a stable value, so run-time partition pruning
+       -- skips the time ranges of log_txn_hashes entirely outside the window.
+       AND x.created_at > now() - make_interval(secs => w.seconds)
+       -- A per-hash row counts only while its segment's log_txns row exists
+       -- (retention purges log_txns rows; the per-hash rows go later, with
+       -- their whole time range). One primary-key lookup per hit.
+       -- (OFFSET 0 keeps it a per-row subplan: as a semi-join it read every
+       -- log_txns row of the partition.)
+       AND EXISTS (SELECT 1 FROM queen.log_txns t
+                    WHERE t.partition_id = x.partition_id AND t.first_offset = x.segment
+                   OFFSET 0)
     OFFSET 0
  ) x
 UNION ALL

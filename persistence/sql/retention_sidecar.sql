@@ -1,22 +1,22 @@
 -- Purges aged-out sidecar rows (SPEC.md §7): the log_txns rows older than
 -- GREATEST(dedupWindowSeconds, completedRetentionSeconds, $2 seconds - the
--- floor) of their queue, with the log_txn_hashes rows of the same segments,
--- in one statement, so the two never disagree. $1 is the batch: at most $1
--- log_txns rows, and no more segments once those taken hold $1 frames (a
--- segment is never split). Returns the log_txns and log_txn_hashes rows
--- deleted.
+-- floor) of their queue. $1 is the batch: at most $1 log_txns rows (one per
+-- segment, whatever its frames: deleting one costs the same for 1 frame or
+-- 1,000). Returns the log_txns rows deleted and the frames they held.
 --
 -- Rows are found per partition, oldest first, through the primary key:
 -- created_at is monotone in offset order within a partition (stamped under
 -- the row lock), so a partition's purgeable rows are a prefix of it, and the
 -- walk stops at its first younger row. Its cost follows the partitions and
 -- the rows deleted, never the rows kept (a long window, or another queue's
--- rows, are not scanned). The per-hash rows are found through
--- log_txn_hashes_lookup with the hashes of the deleted log_txns rows, one
--- descent per frame, as the push probe does; no index is added for
--- retention. Rows are deleted by ctid, and the lookups are LATERAL ... OFFSET
--- 0 subqueries, so no plan can turn them into a scan of a large table.
--- Partition rows are never locked: pushes do not wait for this.
+-- rows, are not scanned). Rows are deleted by ctid. Partition rows are never
+-- locked: pushes do not wait for this.
+--
+-- The per-hash rows (log_txn_hashes) of a purged segment stay until their
+-- time range is dropped (sidecar_ranges_expired), but count for nothing from
+-- this statement's commit on: the probe, transactions and ack resolution
+-- read a per-hash row only while its segment's log_txns row exists. One row
+-- per segment is deleted here, never one per hash.
 WITH RECURSIVE part AS MATERIALIZED (
     SELECT p.id,
            clock_timestamp() - make_interval(secs => GREATEST(q.dedup_window_seconds::float8,
@@ -46,30 +46,10 @@ WITH RECURSIVE part AS MATERIALIZED (
      ) t
      WHERE t.created_at < w.cutoff AND w.n < $1::bigint
 ), pick AS (
-    SELECT x.ctid
-      FROM (SELECT w.ctid, w.frames, sum(w.frames) OVER (ROWS UNBOUNDED PRECEDING) AS acc
-              FROM (SELECT * FROM walk LIMIT $1::bigint) w) x
-     WHERE x.acc - x.frames < $1::bigint
+    SELECT w.ctid FROM walk w LIMIT $1::bigint
 ), d AS (
     DELETE FROM queen.log_txns t
      WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM pick))
-    RETURNING t.partition_id, t.first_offset, t.hashes
-), k AS (
-    SELECT d.partition_id, d.first_offset,
-           encode(substring(d.hashes FROM i * 16 + 1 FOR 16), 'hex')::uuid AS hash
-      FROM d
-     CROSS JOIN LATERAL generate_series(0, octet_length(d.hashes) / 16 - 1) AS i
-), h AS (
-    DELETE FROM queen.log_txn_hashes x
-     WHERE x.ctid = ANY (ARRAY(
-        SELECT y.ctid
-          FROM k
-         CROSS JOIN LATERAL (
-            SELECT y.ctid
-              FROM queen.log_txn_hashes y
-             WHERE y.partition_id = k.partition_id AND y.hash = k.hash AND y.segment = k.first_offset
-            OFFSET 0
-         ) y))
-    RETURNING 1
+    RETURNING t.last_offset - t.first_offset + 1 AS frames
 )
-SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM h)
+SELECT count(*), COALESCE(sum(frames), 0)::bigint FROM d

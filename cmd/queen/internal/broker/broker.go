@@ -71,6 +71,9 @@ type Config struct {
 	// QUEEN_RETENTION_BATCH, test-only QUEEN_TEST_TXNS_FLOOR); zero values
 	// take persistence's defaults. Its Logger defaults to Logger.
 	Retention persistence.RetentionConfig
+	// SidecarRange is the time span of one range of the per-hash sidecar
+	// index (QUEEN_SIDECAR_RANGE, default 5m; persistence.Config.SidecarRange).
+	SidecarRange time.Duration
 	// DedupCacheOff starts with the broker-side dedup cache off
 	// (QUEEN_DEDUP_CACHE=off, SPEC.md §8); it can be switched live through
 	// /api/v1/admin/dedup-cache.
@@ -181,7 +184,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if len(applied) > 0 {
 		b.log.Info("applied migrations", "versions", applied)
 	}
-	if b.store, err = persistence.Open(ctx, persistence.Config{URL: b.dbURL}); err != nil {
+	if b.store, err = persistence.Open(ctx, persistence.Config{URL: b.dbURL, SidecarRange: cfg.SidecarRange}); err != nil {
 		return err
 	}
 	rc := cfg.Retention

@@ -1,0 +1,342 @@
+package persistence
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence/pgtest"
+)
+
+// setupSpan returns a Store with sidecar ranges of span on a fresh migrated
+// database.
+func setupSpan(t testing.TB, span time.Duration) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{URL: pgtest.NewDatabase(t), SidecarRange: span})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// sidecarRange is one partition of log_txn_hashes other than the DEFAULT
+// one.
+type sidecarRange struct {
+	Name   string
+	Lo, Hi time.Time
+}
+
+func ranges(t testing.TB, s *Store) []sidecarRange {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), `
+SELECT c.relname::text,
+       (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+       (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'queen.log_txn_hashes'::regclass AND c.relname <> 'log_txn_hashes_default'
+ ORDER BY 2`)
+	require.NoError(t, err)
+	var out []sidecarRange
+	for rows.Next() {
+		var r sidecarRange
+		require.NoError(t, rows.Scan(&r.Name, &r.Lo, &r.Hi))
+		out = append(out, r)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// pastRanges creates the ranges of s's span covering [now - ago - span,
+// now - ago + span], so rows aged by ago land in ranges, not in DEFAULT.
+func pastRanges(t testing.TB, s *Store, ago time.Duration) {
+	t.Helper()
+	_, err := s.pool.Exec(context.Background(), `
+SELECT queen.sidecar_create_range(to_timestamp((b + k) * $1), to_timestamp((b + k + 1) * $1))
+  FROM (SELECT floor(extract(epoch FROM clock_timestamp() - make_interval(secs => $2)) / $1)::bigint AS b) n,
+       generate_series(-1, 1) k`, int64(s.span/time.Second), ago.Seconds())
+	require.NoError(t, err)
+}
+
+// pastRangeCount counts the ranges that ended over a minute ago.
+func pastRangeCount(t testing.TB, s *Store) int {
+	t.Helper()
+	var now time.Time
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now))
+	n := 0
+	for _, r := range ranges(t, s) {
+		if r.Hi.Before(now.Add(-time.Minute)) {
+			n++
+		}
+	}
+	return n
+}
+
+// physicalHashes counts partition pid's log_txn_hashes rows, counting or
+// not, and those in the DEFAULT partition.
+func physicalHashes(t testing.TB, s *Store, pid uuid.UUID) (all, inDefault int64) {
+	t.Helper()
+	require.NoError(t, s.pool.QueryRow(context.Background(), `
+SELECT (SELECT count(*) FROM queen.log_txn_hashes WHERE partition_id = $1),
+       (SELECT count(*) FROM queen.log_txn_hashes_default WHERE partition_id = $1)`, pid).Scan(&all, &inDefault))
+	return all, inDefault
+}
+
+// TestSidecarRangesCreatedAheadIdempotentConcurrent: Open creates the three
+// ranges covering now through now + 2 spans, aligned to the span, named
+// after their start; running the creation again, from many sessions at
+// once, changes nothing and fails nothing.
+func TestSidecarRangesCreatedAheadIdempotentConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Minute)
+	var now time.Time
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now))
+	rs := ranges(t, s)
+	require.Len(t, rs, 3, "%v", rs)
+	for i, r := range rs {
+		require.Zero(t, r.Lo.Unix()%60, "aligned to the span: %v", r)
+		require.Equal(t, time.Minute, r.Hi.Sub(r.Lo))
+		require.Equal(t, "log_txn_hashes_"+r.Lo.UTC().Format("20060102_150405"), r.Name)
+		if i > 0 {
+			require.Equal(t, rs[i-1].Hi, r.Lo, "contiguous")
+		}
+	}
+	require.False(t, rs[0].Lo.After(now), "covers now")
+	require.True(t, rs[2].Hi.After(now.Add(2*time.Minute)), "covers now + 2 spans")
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.EnsureSidecarRanges(ctx)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	after := ranges(t, s)
+	require.GreaterOrEqual(t, len(after), 3)
+	require.LessOrEqual(t, len(after), 4, "one more only when the clock crossed a range boundary meanwhile")
+	require.Equal(t, rs[0], after[0])
+
+	// A second store (another broker) on the same database: same ranges.
+	s2, err := Open(ctx, Config{URL: s.pool.Config().ConnString(), SidecarRange: time.Minute})
+	require.NoError(t, err)
+	defer s2.Close()
+	r, err := s2.EnsureSidecarRanges(ctx)
+	require.NoError(t, err)
+	require.Zero(t, r.Deferred)
+}
+
+// TestSidecarRangeDDLGivesUpOnABusyTable: a range DDL that cannot have the
+// table's lock gives up after the short lock_timeout (counted Deferred, not
+// an error) and succeeds on the next round.
+func TestSidecarRangeDDLGivesUpOnABusyTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Minute)
+	last := ranges(t, s)[2]
+	_, err := s.pool.Exec(ctx, `DROP TABLE queen.`+last.Name)
+	require.NoError(t, err)
+
+	holder, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `LOCK TABLE queen.log_txn_hashes IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r, err := s.EnsureSidecarRanges(dctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, r.Deferred, 1)
+	require.NoError(t, holder.Rollback(ctx))
+
+	r, err = s.EnsureSidecarRanges(ctx)
+	require.NoError(t, err)
+	require.Zero(t, r.Deferred)
+	require.Contains(t, ranges(t, s), last)
+}
+
+// TestSidecarRangeDropKeepsWhatCounts (SPEC.md §3, §4, §7): a range is
+// dropped only once none of its rows counts any more — not while a queue's
+// window (or the largest floor) could still need it, not while a log_txns
+// row of its time is left — and a window widened after the log_txns purge
+// does not bring a purged id back: it is queued.
+func TestSidecarRangeDropKeepsWhatCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Minute)
+	low := RetentionConfig{TxnsFloor: time.Second}
+	configure(t, s, "w", `{"dedupWindowSeconds":30}`)
+	configure(t, s, "long", `{"dedupWindowSeconds":600}`)
+	w := partition(t, s, "w", "p")
+	long := partition(t, s, "long", "p")
+	commitEach(t, s, w, "w", "p", "m0")
+	commitEach(t, s, long, "long", "p", "l0")
+	pastRanges(t, s, 180*time.Second)
+	age(t, s, w, 180*time.Second)
+	age(t, s, long, 180*time.Second)
+	for _, pid := range []uuid.UUID{w, long} {
+		all, inDefault := physicalHashes(t, s, pid)
+		require.Equal(t, [2]int64{1, 0}, [2]int64{all, inDefault}, "aged rows moved to a past range")
+	}
+
+	// Nothing is dropped while a log_txns row of the range's time is left,
+	// even when every queue's floor has passed it (the log_txns purge has
+	// not run yet).
+	r, err := dropSidecarRanges(ctx, s.pool, 1)
+	require.NoError(t, err)
+	require.Zero(t, r.Dropped)
+	require.Equal(t, 3, pastRangeCount(t, s))
+
+	// The pass purges w's log_txns row (180 s > 30 s) but not long's
+	// (600 s): the range holding both stays.
+	c := step(t, s, low)
+	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 1, Messages: 1}, c.Sidecar)
+	require.Zero(t, c.Ranges.Dropped)
+	all, _ := physicalHashes(t, s, w)
+	require.Equal(t, int64(1), all, "w's per-hash row is still stored")
+	require.Equal(t, rowCounts{Segments: 1, Messages: 1}, counts(t, s, w), "but counts for nothing")
+	require.Equal(t, []queen.AckOutcome{queen.Unresolvable}, ack(t, s, ackTxn(w, g, "m0", queen.AckCompleted, nil)))
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(long, g, "l0", queen.AckCompleted, nil)))
+	again := commit(t, s, long, items("long", "p", "l0"))
+	require.Equal(t, queen.Duplicate, again.Results[0].Verdict, "long's window (600 s) holds l0")
+
+	// A window widened after the purge: m0's stored per-hash row is inside
+	// it, but its log_txns row is gone, so m0 is a new message.
+	configure(t, s, "w", `{"dedupWindowSeconds":3600}`)
+	out := commit(t, s, w, items("w", "p", "m0"))
+	require.Equal(t, queen.Queued, out.Results[0].Verdict)
+	require.Equal(t, int64(1), out.Results[0].Offset)
+	again = commit(t, s, w, items("w", "p", "m0"))
+	require.Equal(t, queen.Duplicate, again.Results[0].Verdict, "the new m0 counts")
+	require.Equal(t, int64(1), again.Results[0].Offset)
+
+	// The largest floor over all queues (w's 3600 s) keeps the range even
+	// once long's log_txns row is purged.
+	configure(t, s, "long", `{"dedupWindowSeconds":30}`)
+	c = step(t, s, low)
+	require.Equal(t, int64(1), c.Sidecar.Rows, "l0's log_txns row")
+	require.Zero(t, c.Ranges.Dropped, "w's window (3600 s) may still need the range")
+	require.Equal(t, 3, pastRangeCount(t, s))
+
+	// Every queue at 30 s: the past ranges go (hi < now - 30 s, no log_txns
+	// row older), the current ones stay, and the young m0 still counts.
+	configure(t, s, "w", `{"dedupWindowSeconds":30}`)
+	c = step(t, s, low)
+	require.Equal(t, 3, c.Ranges.Dropped, "the three past ranges")
+	require.Zero(t, pastRangeCount(t, s))
+	require.GreaterOrEqual(t, len(ranges(t, s)), 3, "the current ones stay")
+	for _, pid := range []uuid.UUID{w, long} {
+		all, _ := physicalHashes(t, s, pid)
+		require.Equal(t, counts(t, s, pid).Hashes, all, "only counting rows are left")
+	}
+	again = commit(t, s, w, items("w", "p", "m0"))
+	require.Equal(t, queen.Duplicate, again.Results[0].Verdict)
+	require.Equal(t, int64(1), again.Results[0].Offset)
+
+	// Nothing left to drop.
+	c = step(t, s, low)
+	require.Zero(t, c.Ranges.Dropped)
+}
+
+// TestSidecarDefaultPartition: a row whose range does not exist lands in
+// the DEFAULT partition (the push does not fail), counts there like
+// anywhere else, and is deleted once its log_txns row is purged.
+func TestSidecarDefaultPartition(t *testing.T) {
+	t.Parallel()
+	s := setupSpan(t, time.Minute)
+	low := RetentionConfig{TxnsFloor: time.Second}
+	configure(t, s, "d", `{"dedupWindowSeconds":7200}`)
+	pid := partition(t, s, "d", "p")
+	commitEach(t, s, pid, "d", "p", "x0", "x1")
+	age(t, s, pid, time.Hour) // no range an hour ago
+	all, inDefault := physicalHashes(t, s, pid)
+	require.Equal(t, [2]int64{2, 2}, [2]int64{all, inDefault})
+
+	// No range at all: every row goes to DEFAULT, and pushes still work.
+	for _, r := range ranges(t, s) {
+		_, err := s.pool.Exec(context.Background(), `DROP TABLE queen.`+r.Name)
+		require.NoError(t, err)
+	}
+	commitEach(t, s, pid, "d", "p", "x2")
+	out := commit(t, s, pid, items("d", "p", "x0", "x2", "x3"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(out), "rows in DEFAULT count")
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "x1", queen.AckCompleted, nil)))
+
+	// Retention recreates the ranges, keeps what counts, and deletes the
+	// dead rows of DEFAULT once their log_txns rows are purged.
+	c := step(t, s, low)
+	require.Equal(t, 3, c.Ranges.Created+c.Ranges.Deferred)
+	require.GreaterOrEqual(t, c.Ranges.Created, 2, "the range of now holds rows in DEFAULT (x2, x3): deferred, not failed")
+	require.Zero(t, c.Sidecar.Rows+c.Default.Rows, "the window (7200 s) holds every row")
+	configure(t, s, "d", `{"dedupWindowSeconds":1800}`)
+	c = step(t, s, low)
+	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 2, Messages: 2}, c.Sidecar, "x0 and x1, an hour old")
+	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 2, Messages: 2}, c.Default)
+	all, inDefault = physicalHashes(t, s, pid)
+	require.Equal(t, [2]int64{2, 2}, [2]int64{all, inDefault}, "x2 and x3, young, counting, still in DEFAULT")
+	require.Equal(t, int64(2), counts(t, s, pid).Hashes)
+	out = commit(t, s, pid, items("d", "p", "x0", "x3"))
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Duplicate}, verdicts(out))
+}
+
+// TestMigrationMovesExistingSidecarRows: migration 0006 on a database of the
+// 0005 shape (log_txn_hashes one table) moves the rows that count into
+// 5-minute ranges covering them and leaves the dead ones behind.
+func TestMigrationMovesExistingSidecarRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac10"
+	for _, q := range []string{
+		// Back to the 0005 shape.
+		`DROP TABLE queen.log_txn_hashes`,
+		`DROP FUNCTION queen.sidecar_create_range, queen.sidecar_drop_range, queen.sidecar_range_name`,
+		`DELETE FROM queen.schema_migrations WHERE version = 6`,
+		`CREATE TABLE queen.log_txn_hashes (partition_id uuid NOT NULL, hash uuid NOT NULL, "offset" bigint NOT NULL, segment bigint NOT NULL, created_at timestamptz NOT NULL)`,
+		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (partition_id, hash) INCLUDE ("offset", segment, created_at)`,
+		// 30 segments of 10 frames, one every 40 s, 20 minutes back; the
+		// first 5 segments' log_txns rows are gone.
+		`INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+		 SELECT '` + pid + `', g * 10, g * 10 + 9, clock_timestamp() - make_interval(secs => 1200 - g * 40), ''::bytea
+		   FROM generate_series(5, 29) g`,
+		`INSERT INTO queen.log_txn_hashes
+		 SELECT '` + pid + `', md5(o::text)::uuid, o, (o / 10) * 10, clock_timestamp() - make_interval(secs => 1200 - (o / 10) * 40)
+		   FROM generate_series(0, 299) o`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, []int{6}, applied)
+
+	var moved, inDefault, parts int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.log_txn_hashes), (SELECT count(*) FROM queen.log_txn_hashes_default),
+		(SELECT count(*) FROM pg_inherits WHERE inhparent = 'queen.log_txn_hashes'::regclass)`).Scan(&moved, &inDefault, &parts))
+	require.Equal(t, int64(250), moved, "the rows of the 25 segments whose log_txns row exists")
+	require.Zero(t, inDefault)
+	require.GreaterOrEqual(t, parts, int64(1+4), "DEFAULT and the 5-minute ranges of 17 minutes")
+	var off int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT "offset" FROM queen.log_txn_hashes WHERE partition_id = $1 AND hash = md5('123')::uuid`, pid).Scan(&off))
+	require.Equal(t, int64(123), off)
+
+	// The store opens on it and creates the ranges of now.
+	s, err := Open(ctx, Config{URL: url})
+	require.NoError(t, err)
+	defer s.Close()
+	require.GreaterOrEqual(t, len(ranges(t, s)), 3)
+}
