@@ -208,8 +208,12 @@ func dedupCacheSettings(cfg *broker.Config, mode string) error {
 
 // sidecarSettings applies QUEEN_SIDECAR_RANGE where --sidecar-range was not
 // given and checks it (persistence.CheckSidecarRange).
+// cmd nil: the environment alone (loadtest --embedded).
 func sidecarSettings(cmd *cobra.Command, span *time.Duration) error {
-	if v := os.Getenv("QUEEN_SIDECAR_RANGE"); v != "" && !cmd.Flags().Changed("sidecar-range") {
+	if *span == 0 {
+		*span = persistence.DefaultSidecarRange
+	}
+	if v := os.Getenv("QUEEN_SIDECAR_RANGE"); v != "" && (cmd == nil || !cmd.Flags().Changed("sidecar-range")) {
 		n, err := time.ParseDuration(v)
 		if err != nil {
 			return fmt.Errorf("QUEEN_SIDECAR_RANGE=%q is not a Go duration (for example 5m)", v)
