@@ -195,7 +195,7 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	lockConsumer(b, spec.PartitionID, spec.Group, spec.SkipLocked, true, spec.SubscriptionFrom, spec.SubscriptionNew, &st, &found)
-	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(func(rows pgx.Rows) error {
+	readSegments := func(rows pgx.Rows) error {
 		for rows.Next() {
 			var sg segment
 			var last int64
@@ -205,7 +205,8 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 			segs = append(segs, sg)
 		}
 		return rows.Err()
-	})
+	}
+	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		rollback(conn)
 		return res, PopBusy, unavailable(err)
@@ -239,17 +240,7 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 			segs = segs[:0]
 			b := &pgx.Batch{}
 			b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts)
-			b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var sg segment
-					var last int64
-					if err := rows.Scan(&sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
-						return err
-					}
-					segs = append(segs, sg)
-				}
-				return rows.Err()
-			})
+			b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments)
 			if err := conn.SendBatch(ctx, b).Close(); err != nil {
 				rollback(conn)
 				return res, PopBusy, unavailable(err)
