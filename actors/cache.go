@@ -240,7 +240,7 @@ func (c *Cache) room(p *partitionCache) bool {
 // generation holds the hashes of the segments stored in one span of time
 // (window/8), until the newest of them is older than the window.
 type generation struct {
-	start, newest time.Time // created_at of its first and newest segment
+	start, newest time.Time // created_at of its oldest and newest segment
 	filters       []*filter // the last one is being filled
 	n             int64
 }
@@ -315,11 +315,11 @@ func (p *partitionCache) Prepare(b *persistence.PushBatch) {
 				continue
 			}
 			h := &b.Items[i].Hash
-			if p.mayHave(h) {
+			if sp, ok := p.mayHave(h); ok {
 				if b.Suspects == nil {
-					b.Suspects = map[queen.Hash]struct{}{}
+					b.Suspects = map[queen.Hash]persistence.Span{}
 				}
-				b.Suspects[*h] = struct{}{}
+				b.Suspects[*h] = sp
 				hits++
 			}
 		}
@@ -339,17 +339,28 @@ func (p *partitionCache) vouches() bool {
 		(p.unknownUntil.IsZero() || !p.unknownUntil.After(p.newest.Add(-time.Duration(p.window)*time.Second)))
 }
 
-// mayHave tests the generations, newest first (repeats are mostly recent).
-func (p *partitionCache) mayHave(h *queen.Hash) bool {
-	for i := len(p.gens) - 1; i >= 0; i-- {
-		fs := p.gens[i].filters
-		for j := len(fs) - 1; j >= 0; j-- {
-			if fs[j].test(h) {
-				return true
+// mayHave tests every generation and reports whether one may hold h, with
+// the span of created_at covering all that may (a row holding h inside the
+// window is in one of them: filters have no false negatives, and each
+// generation's start and newest bound the created_at of what it holds).
+func (p *partitionCache) mayHave(h *queen.Hash) (persistence.Span, bool) {
+	var sp persistence.Span
+	found := false
+	for _, g := range p.gens {
+		for _, f := range g.filters {
+			if f.test(h) {
+				if !found || g.start.Before(sp.Since) {
+					sp.Since = g.start
+				}
+				if !found || g.newest.After(sp.Until) {
+					sp.Until = g.newest
+				}
+				found = true
+				break
 			}
 		}
 	}
-	return false
+	return sp, found
 }
 
 func (p *partitionCache) Observe(b *persistence.PushBatch, out *persistence.PushOutcome) {
@@ -427,6 +438,11 @@ func (p *partitionCache) genAt(gens *[]*generation, t time.Time) *generation {
 		if t.Sub(g.start) < p.span() {
 			if t.After(g.newest) {
 				g.newest = t
+			}
+			if t.Before(g.start) {
+				// Out of order (a clock step back): start stays the
+				// oldest created_at it holds (Span relies on it).
+				g.start = t
 			}
 			return g
 		}

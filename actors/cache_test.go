@@ -112,8 +112,19 @@ func (d *simDB) commit(t *testing.T, b *persistence.PushBatch) persistence.PushO
 			continue
 		}
 		orig := d.inWindow(p, it.Hash)
-		if _, sus := b.Suspects[it.Hash]; vouched && !sus && orig >= 0 && orig <= b.Watermark {
+		sp, sus := b.Suspects[it.Hash]
+		if vouched && !sus && orig >= 0 && orig <= b.Watermark {
 			t.Fatalf("the cache vouched for watermark %d but %x is in the window at offset %d", b.Watermark, it.Hash, orig)
+		}
+		if vouched && sus && orig >= 0 && orig <= b.Watermark {
+			// The suspect's span must cover every in-window row at or
+			// below the watermark (the probe looks only there).
+			cut := d.now.Add(-time.Duration(p.window) * time.Second)
+			for _, f := range p.stored[it.Hash] {
+				if f.created.After(cut) && f.offset <= b.Watermark && (f.created.Before(sp.Since) || f.created.After(sp.Until)) {
+					t.Fatalf("suspect %x stored at %v (offset %d) lies outside its span [%v, %v]", it.Hash, f.created, f.offset, sp.Since, sp.Until)
+				}
+			}
 		}
 		if orig >= 0 && p.window > 0 {
 			out.Results[i] = queen.Result{Verdict: queen.Duplicate, Offset: orig}

@@ -32,13 +32,38 @@ type PushBatch struct {
 	// the cache saw, or -1): the probe then reads only the sidecar rows of
 	// later segments, plus one index lookup per suspect.
 	Watermark int64
-	// Suspects are hashes the cache has seen in the partition: each is looked
-	// up in the whole window, whatever the watermark.
-	Suspects map[queen.Hash]struct{}
+	// Suspects are hashes the cache may have seen in the partition: each is
+	// looked up in the window, whatever the watermark, among the sidecar
+	// rows created within its Span (the zero Span: the whole window).
+	Suspects map[queen.Hash]Span
 	// AssumedWindow is the window (seconds) the cache's knowledge covers: if
 	// the window read under the lock is larger (a configure widened it), the
 	// watermark is ignored and every hash is looked up.
 	AssumedWindow int64
+}
+
+// Span bounds the created_at of the sidecar rows that may hold a suspect
+// (both ends included): the generations of the cache whose filters match
+// it (SPEC.md §8). A zero end is unbounded. The probe then descends only
+// the time ranges of log_txn_hashes that overlap the span.
+type Span struct {
+	Since, Until time.Time
+}
+
+// pgSince and pgUntil give the span's ends as timestamptz, an unbounded
+// end as -infinity or infinity.
+func (sp Span) pgSince() pgtype.Timestamptz {
+	if sp.Since.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: sp.Since, Valid: true}
+}
+
+func (sp Span) pgUntil() pgtype.Timestamptz {
+	if sp.Until.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: sp.Until, Valid: true}
 }
 
 // PushOutcome is the result of Commit: one queen.Result per item, in order.
@@ -156,6 +181,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	var probeLo, probeHi []int32
 	var probeHashes []pgtype.UUID
 	var probeSuspect []bool
+	var probeSince, probeUntil []pgtype.Timestamptz
 	for k, i := range order {
 		b := bs[i]
 		ids[k] = pgUUID(b.PartitionID)
@@ -163,8 +189,10 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		for j, it := range b.Items {
 			if leaderOf(b, j) == j {
 				probeHashes = append(probeHashes, pgUUID(it.Hash))
-				_, sus := b.Suspects[it.Hash]
+				sp, sus := b.Suspects[it.Hash]
 				probeSuspect = append(probeSuspect, sus)
+				probeSince = append(probeSince, sp.pgSince())
+				probeUntil = append(probeUntil, sp.pgUntil())
 			}
 		}
 		probePIDs = append(probePIDs, pgUUID(b.PartitionID))
@@ -180,7 +208,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	pb.Queue("BEGIN")
 	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked))
 	pb.Queue(sqlProbePlanBegin)
-	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed).Query(scanProbe(locked, hits))
+	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil).Query(scanProbe(locked, hits))
 	pb.Queue(sqlProbePlanEnd)
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		rollback(conn)

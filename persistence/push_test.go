@@ -111,7 +111,7 @@ func TestCommitWatermarkNarrowsProbe(t *testing.T) {
 
 	// A suspect is looked up in the whole window, whatever the watermark.
 	out, err = s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "a", "c"), Watermark: 3, AssumedWindow: 3600,
-		Suspects: map[queen.Hash]struct{}{queen.HashTxn("a"): {}}})
+		Suspects: map[queen.Hash]Span{queen.HashTxn("a"): {}}})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(out))
 	require.Equal(t, int64(0), out.Results[0].Offset, "the lowest offset is the original")

@@ -293,7 +293,7 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 		// A transaction does not pass through the actors' caches: no
 		// watermark, no suspects, every hash looked up in the whole window.
 		pb.Queue(sqlProbePlanBegin)
-		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed).Query(scanProbe(locked, hits))
+		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), Span{}.pgSince()), unbounded(len(probeHashes), Span{}.pgUntil())).Query(scanProbe(locked, hits))
 		pb.Queue(sqlProbePlanEnd)
 	}
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
@@ -427,4 +427,14 @@ func ackAbort(op int, a queen.AckItem, r queen.AckResult) *queen.TxnAbort {
 
 func sortUUIDs(ids []uuid.UUID) {
 	sort.Slice(ids, func(a, b int) bool { return bytes.Compare(ids[a][:], ids[b][:]) < 0 })
+}
+
+// unbounded returns n copies of end, the probe's span bounds for hashes
+// looked up in the whole window.
+func unbounded(n int, end pgtype.Timestamptz) []pgtype.Timestamptz {
+	out := make([]pgtype.Timestamptz, n)
+	for i := range out {
+		out[i] = end
+	}
+	return out
 }

@@ -34,8 +34,9 @@
 // PGDATA/queen.conf, included from postgresql.conf and rewritten on every
 // start: listen_addresses='127.0.0.1', the port, the socket folder,
 // fsync=on, synchronous_commit=on, full_page_writes=on,
-// max_connections=200, shared_buffers=256MB (lowered when the machine
-// cannot provide it), wal_compression=lz4 (pglz when the server lacks lz4;
+// max_connections=200, shared_buffers a quarter of the machine's memory
+// up to 1 GB or QUEEN_PG_SHARED_BUFFERS (lowered when the machine cannot
+// provide it), wal_compression=lz4 (pglz when the server lacks lz4;
 // set on existing clusters too, at their next start, with a reload).
 // Settings made with ALTER SYSTEM
 // (postgresql.auto.conf) still override them.
@@ -166,9 +167,42 @@ const (
 	defaultWait    = 60 * time.Second
 )
 
-// sharedBuffersSteps are tried in order when the server cannot allocate
-// shared memory.
-var sharedBuffersSteps = []string{"256MB", "128MB", "64MB", "32MB"}
+// sharedBuffersSteps are tried in order at every start, the next when the
+// server cannot allocate shared memory: QUEEN_PG_SHARED_BUFFERS when set
+// (a PostgreSQL size such as "512MB"), else a quarter of the machine's
+// memory up to 1 GB, then halves down to 32 MB. At full load the current
+// time range of the per-hash sidecar index takes one random insert per
+// stored message; once it outgrows shared_buffers every insert writes a
+// page out and reads one back, and the push rate falls within minutes.
+var sharedBuffersSteps = sharedBuffersFor(os.Getenv("QUEEN_PG_SHARED_BUFFERS"), physicalMemory())
+
+// sharedBuffersFor returns the shared_buffers steps for an override (""
+// for none) and a machine of mem bytes (0: unknown, taken as 1 GB).
+func sharedBuffersFor(override string, mem uint64) []string {
+	steps := []string{"1GB", "512MB", "256MB", "128MB", "64MB", "32MB"}
+	sizes := []uint64{1 << 30, 512 << 20, 256 << 20, 128 << 20, 64 << 20, 32 << 20}
+	if override = strings.TrimSpace(override); override != "" {
+		return append([]string{override}, steps[2:]...)
+	}
+	if mem == 0 {
+		mem = 1 << 30
+	}
+	for i, sz := range sizes {
+		if sz <= mem/4 {
+			return steps[i:]
+		}
+	}
+	return steps[len(steps)-1:]
+}
+
+// physicalMemory returns the machine's memory in bytes (0 when unknown).
+func physicalMemory() uint64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return uint64(si.Totalram) * uint64(si.Unit)
+}
 
 // osUser is the OS account the PostgreSQL programs run as.
 type osUser struct {
@@ -763,12 +797,9 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		c.log.Info("configured port is taken, choosing another", "port", port)
 		port = 0
 	}
+	// Every start tries the largest step first (the machine, or the
+	// override, may have changed since the last).
 	buffers := 0
-	for i, s := range sharedBuffersSteps {
-		if s == settings.sharedBuffers {
-			buffers = i
-		}
-	}
 	portRetries := 0
 	for {
 		if port == 0 {

@@ -4,7 +4,9 @@
 -- Per partition (parallel arrays): $1 partition id, $3 its watermark offset
 -- (-1 = the whole window), $4..$5 the 1-based bounds of its distinct
 -- incoming hashes in $2 (uuid[]), $7 the window (seconds) the watermark
--- assumes. Per hash: $6 whether the cache suspects it (it has seen it).
+-- assumes. Per hash: $6 whether the cache suspects it (it has seen it),
+-- $8..$9 the created_at span (timestamptz, both ends included; -infinity
+-- and infinity when unbounded) of the sidecar rows that may hold it.
 --
 -- Returns one row per partition with hash NULL, giving the window read from
 -- its queue row, then one row per hit: partition, window, hash, offset and
@@ -16,7 +18,8 @@
 --    cache assumed): the sidecar rows of segments after the watermark, the
 --    writes the cache has not seen (usually none: one primary-key range
 --    probe), unpacked and matched against the incoming hashes; plus one
---    index lookup per suspect, in the whole window.
+--    index lookup per suspect, in the window and within its span (the
+--    time of the cache's generations that may hold it).
 --  * otherwise: one index lookup per incoming hash, in the whole window.
 -- The watermark is a segment boundary (persistence.PushBatch), so "segments
 -- after it" is first_offset > watermark.
@@ -64,7 +67,8 @@ SELECT x.partition_id,
           FROM queen.segments s
          WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment)
   FROM w
- CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi]) AS h (hash, suspect)
+ CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
+                          ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
  CROSS JOIN LATERAL (
     SELECT x.partition_id, x.hash, x."offset", x.segment
       FROM queen.log_txn_hashes x
@@ -76,6 +80,11 @@ SELECT x.partition_id,
        -- so it is weaker): a stable value, so run-time partition pruning
        -- skips the time ranges of log_txn_hashes entirely outside the window.
        AND x.created_at > now() - make_interval(secs => w.seconds)
+       -- The suspect's span, when the cache's knowledge holds (narrowed):
+       -- per-hash values, so the ranges outside it are pruned at run time
+       -- too, at each hash.
+       AND x.created_at >= CASE WHEN w.narrowed THEN h.since ELSE '-infinity'::timestamptz END
+       AND x.created_at <= CASE WHEN w.narrowed THEN h.until ELSE 'infinity'::timestamptz END
        -- A per-hash row counts only while its segment's log_txns row exists
        -- (retention purges log_txns rows; the per-hash rows go later, with
        -- their whole time range). One primary-key lookup per hit.
