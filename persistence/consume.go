@@ -420,7 +420,10 @@ type ackKey struct {
 // rest of the span is delivered again); a cursor that reaches the leased
 // span's end releases it too. An expired lease that nothing released is
 // settled first (its failed delivery counted, see expireLease), so a late
-// ack never makes an expiry go uncounted.
+// ack never makes an expiry go uncounted. A consumer row (or, creating one,
+// a partition row) whose lock another session holds past Config.LockTimeout
+// fails the call with queen.ErrLockTimeout (503, retryable); nothing is
+// applied.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	out := make([]queen.AckResult, len(items))
 	byKey := map[ackKey][]int{}

@@ -62,7 +62,9 @@ type txnSegment struct {
 // partitions are locked too because a first ack of a group creates its
 // consumer row, whose foreign key takes a lock on the partition row: taken
 // out of order, that lock could deadlock two transactions. Partitions of the
-// pushes are resolved (and created) before the transaction begins.
+// pushes are resolved (and created) before the transaction begins. A lock
+// not granted within Config.LockTimeout rolls the whole transaction back
+// with queen.ErrLockTimeout (503, retryable).
 func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error) {
 	res := make([]queen.TxnOpResult, len(req.Ops))
 
