@@ -198,3 +198,15 @@ func TestAckStuckConsumerLock(t *testing.T) {
 	require.Equal(t, queen.Acked, res[0].Result)
 	require.Equal(t, 1, log.timeouts("ack"))
 }
+
+// The pool's sessions carry the lock timeout and the idle-in-transaction
+// limit (Config.LockTimeout, Config.IdleInTransactionTimeout).
+func TestSessionLockSettings(t *testing.T) {
+	t.Parallel()
+	s, _, _ := setupLocks(t)
+	ctx := context.Background()
+	var lt, idle string
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')`).Scan(&lt, &idle))
+	require.Equal(t, "300ms", lt)
+	require.Equal(t, "1min", idle)
+}
