@@ -66,8 +66,13 @@ var (
 	ErrCommitUnknown    = reg(503, "commit_unknown", true, "the outcome of the commit is unknown; retry with the same transaction ids")
 	ErrShuttingDown     = reg(503, "shutting_down", true, "the broker is shutting down; retry with the same transaction ids")
 	ErrPartitionGone    = reg(503, "partition_gone", true, "the partition was deleted while the push was in flight; retry with the same transaction ids")
-	ErrTimeout          = reg(504, "timeout", true, "the request timed out; retry with the same transaction ids")
-	ErrInternal         = reg(500, "internal", true, "internal error")
+	// ErrLockTimeout: a row lock (a partition's, or a consumer row's) was not
+	// granted within the broker's lock timeout (QUEEN_LOCK_TIMEOUT, default
+	// 5 s): another session holds it. Nothing was written for the items it
+	// answers; other partitions of the same push are not held up by it.
+	ErrLockTimeout = reg(503, "lock_timeout", true, "a row lock was not granted within the lock timeout; retry with the same transaction ids")
+	ErrTimeout     = reg(504, "timeout", true, "the request timed out; retry with the same transaction ids")
+	ErrInternal    = reg(500, "internal", true, "internal error")
 
 	// ErrDuplicate: a transaction's push repeats a transactionId already in
 	// its partition's window, or an earlier push of the same transaction; the

@@ -26,6 +26,14 @@ type Metrics struct {
 	AckItems *prometheus.CounterVec
 	// TracesDiscarded counts POST /api/v1/traces events accepted and not kept.
 	TracesDiscarded prometheus.Counter
+	// LockWaitSeconds is how long row locks took to be granted, seconds, by
+	// op: "push" (a bundle's partition rows), "ack" (a consumer row),
+	// "transaction" (a transaction's partition rows). A wait cut off by the
+	// lock timeout (QUEEN_LOCK_TIMEOUT) is observed too.
+	LockWaitSeconds *prometheus.HistogramVec
+	// LockTimeouts counts lock waits cut off by the lock timeout
+	// (QUEEN_LOCK_TIMEOUT; code lock_timeout), by op as LockWaitSeconds.
+	LockTimeouts *prometheus.CounterVec
 }
 
 // NewMetrics creates and registers the metrics, with Go and process collectors.
@@ -65,9 +73,27 @@ func NewMetrics() *Metrics {
 		TracesDiscarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "queen_traces_discarded_total", Help: "Message trace events accepted by POST /api/v1/traces and not kept.",
 		}),
+		LockWaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "queen_lock_wait_seconds", Help: "Time for row locks to be granted (push: a bundle's partition rows; ack: a consumer row; transaction: its partition rows), timed-out waits included.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+		}, []string{"op"}),
+		LockTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queen_lock_timeouts_total", Help: "Lock waits cut off by the lock timeout (QUEEN_LOCK_TIMEOUT), answered with code lock_timeout.",
+		}, []string{"op"}),
 	}
 	r.MustRegister(m.PushRequests, m.PushItems, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
-		m.PopMessages, m.AckItems, m.TracesDiscarded,
+		m.PopMessages, m.AckItems, m.TracesDiscarded, m.LockWaitSeconds, m.LockTimeouts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	for _, op := range []string{"push", "ack", "transaction"} {
+		m.LockTimeouts.WithLabelValues(op) // exported at 0 before the first timeout
+	}
 	return m
+}
+
+// ObserveLock records one lock acquisition (LockWaitSeconds, LockTimeouts).
+func (m *Metrics) ObserveLock(op string, seconds float64, timedOut bool) {
+	m.LockWaitSeconds.WithLabelValues(op).Observe(seconds)
+	if timedOut {
+		m.LockTimeouts.WithLabelValues(op).Inc()
+	}
 }

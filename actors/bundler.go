@@ -141,6 +141,11 @@ func (b *bundler) commit(jobs []*commitJob) {
 	if err != nil {
 		h.log.Warn("push commit failed", "partitions", len(ready), "err", err)
 	}
+	for i := range outs {
+		if err == nil && outs[i].Err != nil {
+			h.log.Warn("push commit skipped a partition", "partition", ready[i].key, "err", outs[i].Err)
+		}
+	}
 	answered = true
 	for i, j := range ready {
 		if i >= len(outs) || len(outs[i].Results) != len(j.batch.Items) {
@@ -148,6 +153,12 @@ func (b *bundler) commit(jobs []*commitJob) {
 			j.done(failAll(j.batch, e), e)
 			continue
 		}
-		j.done(outs[i], err)
+		e := err
+		if e == nil && outs[i].Err != nil {
+			// This partition alone failed (its row lock was held); the
+			// others committed.
+			e = outs[i].Err
+		}
+		j.done(outs[i], e)
 	}
 }

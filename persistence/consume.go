@@ -102,12 +102,20 @@ type consumerState struct {
 	delayed      int64
 	windowBuffer int64
 	now          time.Time
+	lockWait     float64 // seconds, read by ack_lock only
 }
 
-func (c *consumerState) scan(row pgx.Row) error {
+func (c *consumerState) scan(row pgx.Row) error { return c.scanRow(row, false) }
+
+// scanRow reads consume_lock's columns, and with wait ack_lock's lock wait.
+func (c *consumerState) scanRow(row pgx.Row, wait bool) error {
 	var counts []byte
-	if err := row.Scan(&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
-		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now); err != nil {
+	dst := []any{&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
+		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now}
+	if wait {
+		dst = append(dst, &c.lockWait)
+	}
+	if err := row.Scan(dst...); err != nil {
 		return err
 	}
 	var m map[string]int32
@@ -412,7 +420,10 @@ type ackKey struct {
 // rest of the span is delivered again); a cursor that reaches the leased
 // span's end releases it too. An expired lease that nothing released is
 // settled first (its failed delivery counted, see expireLease), so a late
-// ack never makes an expiry go uncounted.
+// ack never makes an expiry go uncounted. A consumer row (or, creating one,
+// a partition row) whose lock another session holds past Config.LockTimeout
+// fails the call with queen.ErrLockTimeout (503, retryable); nothing is
+// applied.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	out := make([]queen.AckResult, len(items))
 	byKey := map[ackKey][]int{}
@@ -446,7 +457,7 @@ func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResu
 		ensureConsumer(pre, k.pid, k.group, false, nil, false)
 	}
 	for n, k := range keys {
-		if err := ackOne(ctx, conn, k, items, byKey[k], out, pre, n == len(keys)-1); err != nil {
+		if err := ackOne(ctx, conn, k, items, byKey[k], out, pre, n == len(keys)-1, s.observe); err != nil {
 			rollback(conn)
 			return nil, err
 		}
@@ -467,14 +478,24 @@ type querier interface {
 // holds statements to send first in the same round trip (BEGIN and the
 // creation of consumer rows); commit queues COMMIT after the last statement
 // (for a connection outside a transaction).
-func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, pre *pgx.Batch, commit bool) error {
+//
+// obs, when not nil, gets the consumer row's lock wait (a transaction, which
+// locked its rows before, passes nil).
+func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, pre *pgx.Batch, commit bool, obs func(LockEvent)) error {
 	var st consumerState
 	var found bool
 	b := pre
 	if b == nil {
 		b = &pgx.Batch{}
 	}
-	lockOnly(b, k.pid, k.group, false, &st, &found)
+	b.Queue(sqlAckLock, k.pid, k.group).QueryRow(func(row pgx.Row) error {
+		err := st.scanRow(row, true)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
 	var hashes []pgtype.UUID
 	for _, i := range idx {
 		if items[i].Offset < 0 {
@@ -499,8 +520,15 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 			return rows.Err()
 		})
 	}
+	start := time.Now()
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if obs != nil && lockTimedOut(err) {
+			obs(LockEvent{Op: "ack", Wait: time.Since(start), TimedOut: true})
+		}
 		return unavailable(err)
+	}
+	if obs != nil && found {
+		obs(LockEvent{Op: "ack", Wait: seconds(st.lockWait)})
 	}
 	if !found { // the partition does not exist
 		for _, i := range idx {

@@ -78,6 +78,10 @@ type PushOutcome struct {
 	CreatedAt time.Time
 	// FullProbe reports that the probe covered the whole window (watermark -1).
 	FullProbe bool
+	// Err is set when this batch alone was answered failed while the
+	// bundle's other batches got their verdicts: its partition's row lock
+	// was held by another session (queen.ErrLockTimeout).
+	Err error
 }
 
 // Commit runs the push transaction of SPEC.md §3 for one partition; it is
@@ -98,15 +102,35 @@ func (s *Store) Commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 // It returns one PushOutcome per batch, in order. On error every item of
 // every batch is answered queen.Failed: queen.ErrUnavailable when the
 // transaction certainly did not commit, queen.ErrCommitUnknown when the
-// commit was sent but its outcome was lost.
+// commit was sent but its outcome was lost, queen.ErrLockTimeout when a lock
+// was not granted within Config.LockTimeout.
+//
+// Stuck locks (SPEC.md §3: a stuck partition never fails its neighbours):
+// every lock wait is bounded by the session's lock_timeout
+// (Config.LockTimeout, QUEEN_LOCK_TIMEOUT). When it cancels a bundle of
+// several partitions (SQLSTATE 55P03), nothing was written and the bundle is
+// run again at once with SKIP LOCKED: the partitions free at that moment are
+// locked and committed as usual, and those another session still holds are
+// answered failed with the retryable code lock_timeout (their PushOutcome.Err
+// set), without a second wait. A one-partition bundle is answered
+// lock_timeout after the first wait. The cost: about one lock timeout plus
+// one commit for the neighbours; the common path is unchanged (one
+// statement locks every partition). A partition locked only for an instant
+// by another transaction at the second attempt is answered lock_timeout
+// too; a retry with the same transaction ids settles it.
 func (s *Store) CommitBundle(ctx context.Context, bs []*PushBatch) ([]PushOutcome, error) {
 	outs := make([]PushOutcome, len(bs))
-	err := s.commitBundle(ctx, bs, outs)
+	err := s.commitBundle(ctx, bs, outs, false)
 	if errors.Is(err, queen.ErrPartitionGone) && s.reresolve(ctx, bs) {
 		// A queue was deleted while its partition ids were cached: the
 		// partitions were created again under their names; commit once more
 		// (nothing was written by the failed attempt).
-		err = s.commitBundle(ctx, bs, outs)
+		err = s.commitBundle(ctx, bs, outs, false)
+	}
+	if lockTimedOut(err) && nonEmpty(bs) > 1 {
+		// A lock was not granted in time; nothing was written. Commit the
+		// partitions that are free now, answer the held ones lock_timeout.
+		err = s.commitBundle(ctx, bs, outs, true)
 	}
 	if err != nil {
 		qe := queen.AsError(unavailable(err))
@@ -138,8 +162,19 @@ func (s *Store) reresolve(ctx context.Context, bs []*PushBatch) bool {
 	return changed
 }
 
+// nonEmpty counts the batches with items.
+func nonEmpty(bs []*PushBatch) int {
+	n := 0
+	for _, b := range bs {
+		if len(b.Items) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func failed(b *PushBatch, qe *queen.Error) PushOutcome {
-	out := PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1}
+	out := PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1, Err: qe}
 	for i := range out.Results {
 		out.Results[i] = queen.Result{Verdict: queen.Failed, PartitionID: b.PartitionID, Offset: -1, Err: qe}
 	}
@@ -150,7 +185,10 @@ type lockedPartition struct {
 	last, window int64
 }
 
-func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOutcome) error {
+// commitBundle runs one attempt of CommitBundle. With skipLocked, the
+// partitions another session holds are skipped (bundle_lock_skip) and their
+// outs answered lock_timeout; the others commit.
+func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOutcome, skipLocked bool) error {
 	for i := range outs {
 		outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
 	}
@@ -204,25 +242,50 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 
 	locked := make(map[[16]byte]lockedPartition, len(order))
 	hits := make(map[[16]byte]map[queen.Hash]hit)
+	var busy map[[16]byte]bool
+	var wait float64
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
-	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked))
+	if skipLocked {
+		busy = map[[16]byte]bool{}
+		pb.Queue(sqlBundleLockSkip, ids).Query(scanLockedSkip(locked, busy, &wait))
+	} else {
+		pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked, &wait))
+	}
 	pb.Queue(sqlProbePlanBegin)
 	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil).Query(scanProbe(locked, hits))
 	pb.Queue(sqlProbePlanEnd)
+	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
+		if lockTimedOut(err) {
+			s.observe(LockEvent{Op: "push", Wait: time.Since(start), TimedOut: true})
+		}
 		rollback(conn)
 		return err
 	}
+	s.observe(LockEvent{Op: "push", Wait: seconds(wait)})
 	for _, lp := range locked {
 		if lp.window < 0 {
 			rollback(conn)
 			return queen.ErrPartitionGone.With("push: a partition's queue was deleted; retry with the same transaction ids")
 		}
 	}
-	if len(locked) != len(order) {
+	if len(locked)+len(busy) != len(order) {
 		rollback(conn)
-		return queen.ErrPartitionGone.With("push: %d of %d partitions were deleted (their queue was deleted); retry with the same transaction ids", len(order)-len(locked), len(order))
+		return queen.ErrPartitionGone.With("push: %d of %d partitions were deleted (their queue was deleted); retry with the same transaction ids", len(order)-len(locked)-len(busy), len(order))
+	}
+	if len(busy) > 0 {
+		// Held by another session: answered lock_timeout, not committed.
+		kept := order[:0:0]
+		for _, i := range order {
+			if busy[bs[i].PartitionID] {
+				outs[i] = failed(bs[i], queen.ErrLockTimeout.With("push: the row lock of partition %q of queue %q was not granted within the lock timeout (%v, QUEEN_LOCK_TIMEOUT): another session holds it; the other partitions of the request were committed without it; retry with the same transaction ids",
+					bs[i].Items[0].Partition, bs[i].Items[0].Queue, s.lockTimeout))
+				continue
+			}
+			kept = append(kept, i)
+		}
+		order = kept
 	}
 
 	var (
@@ -277,8 +340,16 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		return rows.Err()
 	})
 	ib.Queue("COMMIT")
+	istart := time.Now()
 	if err := conn.SendBatch(ctx, ib).Close(); err != nil {
 		var pgErr *pgconn.PgError
+		if lockTimedOut(err) {
+			// A table lock (another session's DDL) was not granted in
+			// time: nothing was committed.
+			s.observe(LockEvent{Op: "push", Wait: time.Since(istart), TimedOut: true})
+			rollback(conn)
+			return err
+		}
 		if errors.As(err, &pgErr) {
 			// The server refused a statement: the transaction did not commit.
 			rollback(conn)
@@ -338,21 +409,50 @@ func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit
 }
 
 // scanLocked reads bundle_lock's rows: each locked partition's allocator,
-// its window unknown (-1) until the probe reads it.
-func scanLocked(locked map[[16]byte]lockedPartition) func(pgx.Rows) error {
+// its window unknown (-1) until the probe reads it; *wait gets the longest
+// lock wait, in seconds.
+func scanLocked(locked map[[16]byte]lockedPartition, wait *float64) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id [16]byte
 			var lp lockedPartition
-			if err := rows.Scan(&id, &lp.last); err != nil {
+			var w float64
+			if err := rows.Scan(&id, &lp.last, &w); err != nil {
 				return err
 			}
 			lp.window = -1
 			locked[id] = lp
+			*wait = max(*wait, w)
 		}
 		return rows.Err()
 	}
 }
+
+// scanLockedSkip reads bundle_lock_skip's rows as scanLocked does; the
+// partitions it could not lock go to busy.
+func scanLockedSkip(locked map[[16]byte]lockedPartition, busy map[[16]byte]bool, wait *float64) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id [16]byte
+			var last *int64
+			var w float64
+			var held bool
+			if err := rows.Scan(&id, &last, &w, &held); err != nil {
+				return err
+			}
+			*wait = max(*wait, w)
+			if !held || last == nil {
+				busy[id] = true
+				continue
+			}
+			locked[id] = lockedPartition{last: *last, window: -1}
+		}
+		return rows.Err()
+	}
+}
+
+// seconds converts PostgreSQL's seconds to a Duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // scanProbe reads bundle_probe's rows (pushes and transactions): each partition's
 // window into locked, and each hit's lowest offset and original id into hits.

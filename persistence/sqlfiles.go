@@ -28,6 +28,8 @@ var (
 	sqlEnsurePartition = q("ensure_partition")
 	sqlGetPartition    = q("get_partition")
 	sqlBundleLock      = q("bundle_lock")
+	sqlBundleLockSkip  = q("bundle_lock_skip")
+	sqlAckLock         = q("ack_lock")
 	sqlBundleProbe     = q("bundle_probe")
 	sqlProbePlanBegin  = q("probe_plan_begin")
 	sqlProbePlanEnd    = q("probe_plan_end")

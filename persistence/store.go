@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	queen "github.com/queen-mq/queen-go"
@@ -30,12 +32,59 @@ type Config struct {
 	// one span: a range overlapping another span's is not created (its rows
 	// go to the DEFAULT partition).
 	SidecarRange time.Duration
+	// LockTimeout bounds how long one statement of the broker waits for a
+	// row or table lock (PostgreSQL's lock_timeout, set on every session of
+	// the pool): a partition's row lock in a push or a transaction (SPEC.md
+	// §3, §5), a consumer row's in an ack (§4). A push whose partition's lock
+	// is not granted in time answers that partition's items failed with code
+	// lock_timeout (retryable) and commits the bundle's other partitions
+	// without it (CommitBundle); an ack or a transaction fails whole with
+	// that code (HTTP 503). 0 takes the default, 5 s (DefaultLockTimeout;
+	// QUEEN_LOCK_TIMEOUT); rounded down to whole milliseconds, at least 1 ms.
+	LockTimeout time.Duration
+	// IdleInTransactionTimeout ends a session of the pool that stays idle
+	// inside an open transaction longer than this (PostgreSQL's
+	// idle_in_transaction_session_timeout), releasing its locks: a broker
+	// paused (SIGSTOP, a stalled VM) in the middle of a push must not hold a
+	// partition's row lock until it wakes. A live push or ack idles between
+	// its round trips for microseconds, and every one is bounded by the
+	// commit deadline (30 s), so the default, 60 s
+	// (DefaultIdleInTransactionTimeout, twice that deadline), never ends one
+	// that could still commit.
+	// 0 takes the default; negative turns the limit off.
+	IdleInTransactionTimeout time.Duration
+	// ObserveLock, when set, is called after each measured lock acquisition
+	// (LockEvent; SPEC.md §3, §4): for /metrics. It must not block.
+	ObserveLock func(LockEvent)
+}
+
+// DefaultLockTimeout is Config.LockTimeout's default (QUEEN_LOCK_TIMEOUT).
+const DefaultLockTimeout = 5 * time.Second
+
+// DefaultIdleInTransactionTimeout is Config.IdleInTransactionTimeout's
+// default: twice the 30 s commit deadline.
+const DefaultIdleInTransactionTimeout = 60 * time.Second
+
+// LockEvent is one lock acquisition of the broker's hot paths, measured on
+// PostgreSQL's side (from the start of the locking statement to its last
+// lock granted), or, when it timed out, the client's wait until the error.
+type LockEvent struct {
+	// Op is "push" (a bundle's partition row locks), "ack" (a consumer
+	// row lock) or "transaction" (a transaction's partition row locks).
+	Op string
+	// Wait is how long the locks took.
+	Wait time.Duration
+	// TimedOut reports the statement was cancelled by the lock timeout
+	// (SQLSTATE 55P03 lock_not_available).
+	TimedOut bool
 }
 
 // Store is the broker's handle on PostgreSQL. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
-	span time.Duration // Config.SidecarRange
+	pool        *pgxpool.Pool
+	span        time.Duration // Config.SidecarRange
+	lockTimeout time.Duration // Config.LockTimeout
+	observe     func(LockEvent)
 }
 
 // Open connects a pool to cfg.URL and creates the sidecar's time ranges
@@ -52,11 +101,28 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := CheckSidecarRange(cfg.SidecarRange); err != nil {
 		return nil, fmt.Errorf("persistence: %w", err)
 	}
-	pool, err := openPool(ctx, cfg.URL, cfg.MaxConns, nil)
+	if cfg.LockTimeout == 0 {
+		cfg.LockTimeout = DefaultLockTimeout
+	}
+	if cfg.LockTimeout < time.Millisecond {
+		return nil, fmt.Errorf("persistence: lock timeout %v: want at least 1ms", cfg.LockTimeout)
+	}
+	if cfg.IdleInTransactionTimeout == 0 {
+		cfg.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
+	}
+	settings := map[string]string{"lock_timeout": strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10) + "ms"}
+	if cfg.IdleInTransactionTimeout > 0 {
+		settings["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(cfg.IdleInTransactionTimeout.Milliseconds(), 1), 10) + "ms"
+	}
+	pool, err := openPool(ctx, cfg.URL, cfg.MaxConns, settings)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, span: cfg.SidecarRange}
+	observe := cfg.ObserveLock
+	if observe == nil {
+		observe = func(LockEvent) {}
+	}
+	s := &Store{pool: pool, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe}
 	if _, err := s.EnsureSidecarRanges(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -110,10 +176,20 @@ func unavailable(err error) error {
 	if errors.As(err, &qe) {
 		return err
 	}
+	if lockTimedOut(err) {
+		return queen.ErrLockTimeout.With("a row lock was not granted within the lock timeout (QUEEN_LOCK_TIMEOUT): %v", err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return queen.ErrTimeout.With("database call interrupted: %v", err)
 	}
 	return queen.ErrUnavailable.With("database unavailable: %v", err)
+}
+
+// lockTimedOut reports whether err is PostgreSQL's lock_not_available
+// (SQLSTATE 55P03): a statement cancelled by lock_timeout.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // EnsurePartition returns the id of partition (queue, name), creating the

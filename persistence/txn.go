@@ -62,7 +62,9 @@ type txnSegment struct {
 // partitions are locked too because a first ack of a group creates its
 // consumer row, whose foreign key takes a lock on the partition row: taken
 // out of order, that lock could deadlock two transactions. Partitions of the
-// pushes are resolved (and created) before the transaction begins.
+// pushes are resolved (and created) before the transaction begins. A lock
+// not granted within Config.LockTimeout rolls the whole transaction back
+// with queen.ErrLockTimeout (503, retryable).
 func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error) {
 	res := make([]queen.TxnOpResult, len(req.Ops))
 
@@ -235,7 +237,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 		if !ok {
 			continue
 		}
-		if err := ackOne(ctx, tx, k, acks, idx, ackOut, nil, false); err != nil {
+		if err := ackOne(ctx, tx, k, acks, idx, ackOut, nil, false, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -287,8 +289,9 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 
 	locked := make(map[[16]byte]lockedPartition, len(lockPIDs))
 	hits := map[[16]byte]map[queen.Hash]hit{}
+	var wait float64
 	pb := &pgx.Batch{}
-	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked))
+	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked, &wait))
 	if len(pushPIDs) > 0 {
 		// A transaction does not pass through the actors' caches: no
 		// watermark, no suspects, every hash looked up in the whole window.
@@ -296,9 +299,14 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), Span{}.pgSince()), unbounded(len(probeHashes), Span{}.pgUntil())).Query(scanProbe(locked, hits))
 		pb.Queue(sqlProbePlanEnd)
 	}
+	start := time.Now()
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+		if lockTimedOut(err) {
+			s.observe(LockEvent{Op: "transaction", Wait: time.Since(start), TimedOut: true})
+		}
 		return unavailable(err)
 	}
+	s.observe(LockEvent{Op: "transaction", Wait: seconds(wait)})
 
 	// Verdicts under the locks: any duplicate aborts; the first one in
 	// request order is named.

@@ -347,6 +347,10 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		removeAll()
 		return err
 	}
+	if err := lockSettings(nil, &bcfg.LockTimeout); err != nil {
+		removeAll()
+		return err
+	}
 	// The broker's memory limit, as serve sets it, plus the harness's share
 	// (its ledger is a few bits per id; see loadtest's timeline).
 	serveMemoryLimit(int64(bcfg.DedupCacheMB)<<20 + embeddedHarnessHeadroom)

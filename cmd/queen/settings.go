@@ -114,6 +114,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := sidecarSettings(cmd, &cfg.SidecarRange); err != nil {
 				return err
 			}
+			if err := lockSettings(cmd, &cfg.LockTimeout); err != nil {
+				return err
+			}
 			if err := clusterSettings(cmd, &cfg); err != nil {
 				return err
 			}
@@ -152,6 +155,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.DurationVar(&cfg.Retention.Interval, "retention-interval", persistence.DefaultRetentionInterval, "pause between retention passes, a Go duration (env QUEEN_RETENTION_INTERVAL)")
 	f.IntVar(&cfg.Retention.Batch, "retention-batch", persistence.DefaultRetentionBatch, "most rows (and about most messages) one retention statement deletes (env QUEEN_RETENTION_BATCH)")
 	f.DurationVar(&cfg.SidecarRange, "sidecar-range", persistence.DefaultSidecarRange, "time span of one range of the per-hash sidecar index, whole seconds from 1s to 24h; expired ranges are dropped whole (env QUEEN_SIDECAR_RANGE)")
+	f.DurationVar(&cfg.LockTimeout, "lock-timeout", persistence.DefaultLockTimeout, "longest wait for one row lock (a partition's in a push or transaction, a consumer row's in an ack), a Go duration from 1ms to 10m; a push whose partition's lock is held longer answers that partition's items failed with code lock_timeout and commits its other partitions (env QUEEN_LOCK_TIMEOUT)")
 	f.DurationVar(&cfg.Retention.TxnsFloor, "test-txns-floor", persistence.DefaultTxnsFloor, "TEST ONLY: least age of a purged log_txns row; production keeps the default (env QUEEN_TEST_TXNS_FLOOR)")
 	_ = f.MarkHidden("test-txns-floor")
 	f.DurationVar(&cfg.ShardLease, "shard-lease", shards.DefaultLease, "how long a shard lease lives without renewal, a Go duration; renewed every third of it, and a dead broker's shards move after it (env QUEEN_SHARD_LEASE)")
@@ -222,6 +226,26 @@ func sidecarSettings(cmd *cobra.Command, span *time.Duration) error {
 	}
 	if err := persistence.CheckSidecarRange(*span); err != nil {
 		return fmt.Errorf("--sidecar-range, QUEEN_SIDECAR_RANGE: %w", err)
+	}
+	return nil
+}
+
+// lockSettings applies QUEEN_LOCK_TIMEOUT where --lock-timeout was not
+// given and checks it (persistence.Config.LockTimeout). cmd nil: the
+// environment alone (loadtest --embedded).
+func lockSettings(cmd *cobra.Command, d *time.Duration) error {
+	if *d == 0 {
+		*d = persistence.DefaultLockTimeout
+	}
+	if v := os.Getenv("QUEEN_LOCK_TIMEOUT"); v != "" && (cmd == nil || !cmd.Flags().Changed("lock-timeout")) {
+		n, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("QUEEN_LOCK_TIMEOUT=%q is not a Go duration (for example 5s or 500ms)", v)
+		}
+		*d = n
+	}
+	if *d < time.Millisecond || *d > 10*time.Minute {
+		return fmt.Errorf("lock timeout %v (--lock-timeout, QUEEN_LOCK_TIMEOUT): want 1ms to 10m, for example 5s", *d)
 	}
 	return nil
 }

@@ -4,8 +4,16 @@
 -- read by bundle_probe, whose snapshot is taken after the locks are granted:
 -- a row read here through a join could predate a configure that committed
 -- while this statement waited for a lock.
-SELECT p.id, p.last_offset
-FROM queen.partitions p
-WHERE p.id = ANY ($1::uuid[])
-ORDER BY p.id
-FOR UPDATE OF p
+-- The third column is the seconds from the statement's start to the row's
+-- lock being granted (the outer projection runs above the CTE's LockRows):
+-- the lock wait of /metrics. The session's lock_timeout bounds each wait.
+WITH l AS (
+    SELECT p.id, p.last_offset
+    FROM queen.partitions p
+    WHERE p.id = ANY ($1::uuid[])
+    ORDER BY p.id
+    FOR UPDATE OF p
+)
+SELECT l.id, l.last_offset,
+       EXTRACT(epoch FROM clock_timestamp() - statement_timestamp())::float8
+FROM l

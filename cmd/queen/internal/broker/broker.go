@@ -74,6 +74,11 @@ type Config struct {
 	// SidecarRange is the time span of one range of the per-hash sidecar
 	// index (QUEEN_SIDECAR_RANGE, default 5m; persistence.Config.SidecarRange).
 	SidecarRange time.Duration
+	// LockTimeout bounds each wait for a row lock (QUEEN_LOCK_TIMEOUT,
+	// default 5s; persistence.Config.LockTimeout): a push whose partition's
+	// lock is held longer answers that partition's items failed with code
+	// lock_timeout and commits its other partitions without it.
+	LockTimeout time.Duration
 	// DedupCacheOff starts with the broker-side dedup cache off
 	// (QUEEN_DEDUP_CACHE=off, SPEC.md §8); it can be switched live through
 	// /api/v1/admin/dedup-cache.
@@ -184,7 +189,10 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if len(applied) > 0 {
 		b.log.Info("applied migrations", "versions", applied)
 	}
-	if b.store, err = persistence.Open(ctx, persistence.Config{URL: b.dbURL, SidecarRange: cfg.SidecarRange}); err != nil {
+	if b.store, err = persistence.Open(ctx, persistence.Config{
+		URL: b.dbURL, SidecarRange: cfg.SidecarRange, LockTimeout: cfg.LockTimeout,
+		ObserveLock: func(e persistence.LockEvent) { b.metrics.ObserveLock(e.Op, e.Wait.Seconds(), e.TimedOut) },
+	}); err != nil {
 		return err
 	}
 	rc := cfg.Retention
