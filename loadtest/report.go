@@ -78,9 +78,12 @@ type Report struct {
 	// consumers).
 	Consume *ConsumeReport `json:"consume,omitempty"`
 
-	// Cluster is the brokers of a --brokers N run, the chaos and the
-	// failover it caused.
+	// Cluster is the brokers of a --brokers N run and their shard
+	// ownership.
 	Cluster *ClusterReport `json:"cluster,omitempty"`
+	// Chaos is the faults of a --chaos run, by kind, and the client errors
+	// during and after each.
+	Chaos *ChaosReport `json:"chaos,omitempty"`
 
 	// DedupWindowSeconds and RetentionSeconds are the run queue's window
 	// and retention (0: keep); SampleEverySeconds the timeline's interval
@@ -234,6 +237,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.Cluster != nil {
 		r.Cluster.writeText(&b)
+	}
+	if r.Chaos != nil {
+		r.Chaos.writeText(&b)
 	}
 	io.WriteString(w, b.String()) //nolint:errcheck
 }
