@@ -118,7 +118,11 @@ func (s *clientStats) recordFailed(kind string, items int64) {
 	if s == nil {
 		return
 	}
-	b := max(0, int(time.Since(s.start)/statBucket))
+	s.add(max(0, int(time.Since(s.start)/statBucket)), kind, items)
+}
+
+// add books one request in bucket b.
+func (s *clientStats) add(b int, kind string, items int64) {
 	s.mu.Lock()
 	for len(s.reqs) <= b {
 		s.reqs = append(s.reqs, 0)
@@ -142,7 +146,7 @@ func (s *clientStats) window(from, to time.Duration) ClientErrors {
 		return ce
 	}
 	ce.Seconds = round3((to - from).Seconds())
-	lo, hi := max(0, int(from/statBucket)), int((to+statBucket-1)/statBucket)
+	lo, hi := bucketSpan(from, to)
 	for b := lo; b < hi && b < len(s.reqs); b++ {
 		ce.Requests += s.reqs[b]
 		ce.FailedItems += s.failed[b]
@@ -157,12 +161,19 @@ func (s *clientStats) window(from, to time.Duration) ClientErrors {
 	return ce
 }
 
+// bucketSpan is the buckets [lo, hi) of the stretch [from, to): each end
+// rounded to the nearest bucket boundary, so that stretches which meet
+// share no bucket and a bucket is counted once.
+func bucketSpan(from, to time.Duration) (lo, hi int) {
+	return max(0, int((from+statBucket/2)/statBucket)), int((to + statBucket/2) / statBucket)
+}
+
 // lastError is the end of the last bucket of [from, to) with a client
 // error, as time since start (-1: none).
 func (s *clientStats) lastError(from, to time.Duration) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lo, hi := max(0, int(from/statBucket)), int((to+statBucket-1)/statBucket)
+	lo, hi := bucketSpan(from, to)
 	last := -1
 	for _, e := range s.errs {
 		if e.bucket >= lo && e.bucket < hi {
