@@ -14,7 +14,8 @@ import (
 // Chaos modes (Config.Chaos). A fault is injected half an interval into the
 // load and then every ChaosInterval, never after the load's Duration; a
 // fault runs to its end (the broker back, the database accepting
-// connections) before the next one can start.
+// connections) before the next one can start, at least half an interval
+// after that.
 const (
 	ChaosNone = "none"
 	// ChaosKill kills a random live broker with SIGKILL and restarts it
@@ -408,7 +409,8 @@ func (r *chaosRun) watch() {
 }
 
 // chaos injects a fault half an interval into the load and then every
-// interval, until stopped or the load's Duration is over.
+// interval (at least half an interval after the last recovery), until
+// stopped or the load's Duration is over.
 func (r *chaosRun) chaos(ctx context.Context) {
 	defer close(r.chaosDone)
 	interval := r.cfg.ChaosInterval
@@ -428,12 +430,8 @@ func (r *chaosRun) chaos(ctx context.Context) {
 		case <-t.C:
 		}
 		r.inject(ctx, r.nextKind())
-		// A fault that outlasted the interval pushes the next one back: at
-		// least half an interval between a recovery and the next fault.
-		next += interval
-		for now := time.Since(r.start); next < now+interval/2; {
-			next += interval
-		}
+		// At least half an interval between a recovery and the next fault.
+		next = max(next+interval, time.Since(r.start)+interval/2)
 	}
 }
 
