@@ -300,6 +300,9 @@ func (c *ConsumeReport) writeText(b *strings.Builder) {
 	if a.AckOutcomeUnknown+a.RedeliveredAfterLostAck > 0 {
 		fmt.Fprintf(b, "; %s acks without an answer (applied, the cursor moved), %s redeliveries after a lost ack", commas(a.AckOutcomeUnknown), commas(a.RedeliveredAfterLostAck))
 	}
+	if a.AckAfterLease > 0 {
+		fmt.Fprintf(b, "; %s acks answered lease_invalid after their lease ran out (not applied, delivered again)", commas(a.AckAfterLease))
+	}
 	b.WriteByte('\n')
 	for _, e := range a.Examples {
 		fmt.Fprintf(b, "            %s\n", e)
