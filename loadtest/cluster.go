@@ -340,7 +340,35 @@ func (c *Cluster) kill(b *brokerProc) string {
 	return id
 }
 
-// stop ends b: SIGTERM (a clean shutdown), SIGKILL after grace.
+// freeze stops b's process group with SIGSTOP (chaos stop): it holds its
+// connections, leases and requests in flight, answering nothing, until
+// thaw. b counts as down meanwhile.
+func (c *Cluster) freeze(b *brokerProc) {
+	b.mu.Lock()
+	cmd := b.cmd
+	b.up = false
+	b.mu.Unlock()
+	if cmd != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGSTOP)
+	}
+}
+
+// thaw resumes b's process group with SIGCONT; waitReady marks it up again.
+func (c *Cluster) thaw(b *brokerProc) {
+	b.mu.Lock()
+	cmd := b.cmd
+	b.mu.Unlock()
+	if cmd != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	}
+}
+
+// restartPostgres restarts the shared PostgreSQL in place (chaos
+// pg-restart): a fast stop, then a start on the same folder and port.
+func (c *Cluster) restartPostgres(ctx context.Context) error { return c.pg.Restart(ctx) }
+
+// stop ends b: SIGTERM (a clean shutdown), SIGKILL after grace. A frozen
+// broker is resumed, so it can handle the SIGTERM.
 func (c *Cluster) stop(b *brokerProc, grace time.Duration) {
 	b.mu.Lock()
 	cmd, done := b.cmd, b.done
@@ -350,6 +378,7 @@ func (c *Cluster) stop(b *brokerProc, grace time.Duration) {
 		return
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	select {
 	case <-done:
 	case <-time.After(grace):

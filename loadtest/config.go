@@ -135,15 +135,30 @@ type Config struct {
 	Targets []string
 	// Cluster, when set, is the cluster of broker processes the run drives
 	// (StartCluster): the run watches its shard ownership, applies Chaos,
-	// and reports both (Report.Cluster).
+	// and reports both (Report.Cluster, Report.Chaos).
 	Cluster *Cluster
-	// Chaos is ChaosNone ("" too) or ChaosKill (needs Cluster): every
-	// ChaosInterval (default 20s, at least twice the brokers' shard lease)
-	// a random live broker is killed with SIGKILL and restarted after
-	// ChaosPause (default 1s), while the producers run.
+	// Chaos is the faults injected while the producers run (Report.Chaos):
+	// ChaosNone ("" too); ChaosKill (SIGKILL a random broker, restart it
+	// after ChaosPause), ChaosStop (SIGSTOP a random broker for ChaosPause,
+	// then SIGCONT) and ChaosMixed (one of each kind per round, in an order
+	// drawn from ChaosSeed), which need Cluster; ChaosPGRestart (a fast
+	// restart of the managed PostgreSQL on the same port), which needs
+	// Cluster or RestartPostgres. The first fault comes half an interval
+	// into the load, then one every ChaosInterval (default
+	// DefaultChaosInterval: 20 s for kill, 10 s for the others; with Cluster
+	// at least twice the brokers' shard lease), none after Duration.
 	Chaos         string
 	ChaosInterval time.Duration
-	ChaosPause    time.Duration
+	// ChaosPause is how long a killed broker stays down and a stopped one
+	// frozen (default 1 s for a kill, 5 s for a stop; below the interval).
+	ChaosPause time.Duration
+	// ChaosSeed draws the brokers hit and (mixed) the order of the faults
+	// (0: from the clock; the report gives the seed used).
+	ChaosSeed uint64
+	// RestartPostgres restarts the broker's PostgreSQL in place and returns
+	// once it accepts connections again (ChaosPGRestart without Cluster:
+	// --embedded passes the embedded broker's).
+	RestartPostgres func(ctx context.Context) error
 
 	// DedupWindow, when > 0, is configured as the queue's
 	// dedupWindowSeconds before the load (whole seconds, at least 1s); 0
@@ -252,28 +267,49 @@ func (c *Config) Validate() error {
 	case c.Retention > 0 && c.Mode != ModeBroker:
 		return errors.New("retention needs a broker (mode broker)")
 	}
-	switch c.Chaos {
-	case "", ChaosNone:
-	case ChaosKill:
-		lease := 10 * time.Second // the brokers' default
-		if c.Cluster != nil && c.Cluster.cfg.Lease > 0 {
-			lease = c.Cluster.cfg.Lease
-		}
-		switch {
-		case c.Cluster == nil:
-			return errors.New("chaos kill needs brokers of our own: pass --brokers N")
-		case c.ChaosInterval < 2*lease:
-			return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", c.ChaosInterval, 2*lease)
-		case c.ChaosPause < 0 || c.ChaosPause >= c.ChaosInterval:
-			return fmt.Errorf("chaos pause %s: want 0 up to the chaos interval %s", c.ChaosPause, c.ChaosInterval)
-		}
-	default:
-		return fmt.Errorf("chaos %q: want none or kill", c.Chaos)
+	if err := c.validateChaos(); err != nil {
+		return err
 	}
 	if c.Mode == ModeBroker {
 		u, err := url.Parse(c.Target)
 		if err != nil || (u.Scheme != "nats" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("target %q: want nats://host:port or http://host:port", c.Target)
+		}
+	}
+	return nil
+}
+
+// validateChaos checks the chaos settings (after withDefaults).
+func (c *Config) validateChaos() error {
+	kinds := chaosKinds(c.Chaos)
+	switch {
+	case !chaosOn(c.Chaos):
+		return nil
+	case kinds == nil:
+		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart or mixed", c.Chaos)
+	case c.Mode != ModeBroker:
+		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
+	case c.Cluster == nil && c.Chaos != ChaosPGRestart:
+		return fmt.Errorf("chaos %s needs brokers of our own: pass --brokers N", c.Chaos)
+	case c.Cluster == nil && c.RestartPostgres == nil:
+		return errors.New("chaos pg-restart needs a managed PostgreSQL of our own: pass --brokers N or --embedded")
+	case c.ChaosPause < 0:
+		return fmt.Errorf("chaos pause %s: want at least 0", c.ChaosPause)
+	}
+	if c.Cluster != nil {
+		lease := 10 * time.Second // the brokers' default
+		if c.Cluster.cfg.Lease > 0 {
+			lease = c.Cluster.cfg.Lease
+		}
+		if c.ChaosInterval < 2*lease {
+			return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", c.ChaosInterval, 2*lease)
+		}
+	} else if c.ChaosInterval < time.Second {
+		return fmt.Errorf("chaos interval %s: want at least 1s", c.ChaosInterval)
+	}
+	for _, k := range kinds {
+		if p := c.pauseFor(k); p >= c.ChaosInterval {
+			return fmt.Errorf("chaos pause %s (%s): want less than the chaos interval %s", p, k, c.ChaosInterval)
 		}
 	}
 	return nil
@@ -315,11 +351,8 @@ func (c Config) withDefaults() Config {
 	if c.PollTimeout <= 0 {
 		c.PollTimeout = 2 * time.Second
 	}
-	if c.Chaos == ChaosKill && c.ChaosInterval <= 0 {
-		c.ChaosInterval = 20 * time.Second
-	}
-	if c.Chaos == ChaosKill && c.ChaosPause == 0 {
-		c.ChaosPause = time.Second
+	if chaosOn(c.Chaos) && c.ChaosInterval <= 0 {
+		c.ChaosInterval = DefaultChaosInterval(c.Chaos)
 	}
 	if c.SampleEvery == 0 {
 		c.SampleEvery = d.SampleEvery

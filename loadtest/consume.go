@@ -69,9 +69,9 @@ func targetDialer(cfg *Config) dialer {
 	}
 	return func(name string) (consumeClient, error) {
 		cl, err := newConsumeClient(cfg.Target, name, hc)
-		if nc, ok := cl.(*natsConsumer); ok && cfg.Chaos == ChaosKill {
-			// A pop that went to a killed broker is never answered: give
-			// up on it as on a push.
+		if nc, ok := cl.(*natsConsumer); ok && chaosOn(cfg.Chaos) {
+			// A pop that went to a killed or frozen broker is never
+			// answered (or late): give up on it as on a push.
 			nc.slack = min(10*time.Second, cfg.RequestTimeout)
 		}
 		return cl, err

@@ -42,7 +42,9 @@ const (
 	// IssueCursorWrong: a group's final cursor in a partition is not the
 	// partition's last offset.
 	IssueCursorWrong = "cursor_wrong"
-	// IssueAckRefused: an ack was answered unresolvable or lease_invalid.
+	// IssueAckRefused: an ack was answered unresolvable, or lease_invalid
+	// before its lease could have run out (less than leaseTime after its
+	// pop was sent).
 	IssueAckRefused = "ack_refused"
 	// IssueAckUnexpected: an ack answer that does not fit its ack (a
 	// completed ack answered retry_scheduled, a count mismatch, ...).
@@ -79,6 +81,13 @@ type ConsumeAudit struct {
 	// legitimate, reported rather than hidden.
 	AckOutcomeUnknown       int64 `json:"ack_outcome_unknown"`
 	RedeliveredAfterLostAck int64 `json:"redelivered_after_lost_ack"`
+	// AckAfterLease counts acks answered lease_invalid at least the queue's
+	// leaseTime after their pop was sent: the lease had run out (a frozen
+	// broker, a database restart or a busy machine held the pop or the
+	// ack), the ack was not applied and the span delivered again — the
+	// broker's right answer, reported rather than hidden. A lease_invalid
+	// answered sooner is a finding (ack_refused).
+	AckAfterLease int64 `json:"ack_after_lease"`
 	// Issues counts findings by kind (the Issue* constants of the consume
 	// audit); Examples shows a few of each as "kind: description".
 	Issues   map[string]int64 `json:"issues"`
@@ -281,6 +290,9 @@ func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
 			a.found.add(IssueDLQUnexpected, "group %s has a dead letter at %s offset %d (transactionId %q), which is not stored", g.name, a.parts[keyPart(key)], keySeq(key), d.txn)
 		}
 		a.found.merge(g.issues)
+		g.mu.Lock()
+		a.ar.AckAfterLease += g.ackAfterLease
+		g.mu.Unlock()
 	}
 
 	type gp struct{ g, p int }

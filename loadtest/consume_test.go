@@ -723,3 +723,26 @@ func TestProgressShowsConsumers(t *testing.T) {
 	require.Contains(t, p.line(start.Add(12*time.Second), 0, 10), "(consumers draining)")
 	require.Contains(t, p.short(start.Add(12*time.Second), 0, 10), "acked 900 (10/s) dlq 7 draining")
 }
+
+// An ack answered lease_invalid at least the lease time after its pop was
+// sent found the lease run out (a frozen broker, a restarted database): it
+// is counted, not a finding, and explains the redelivery. Sooner, it is a
+// finding.
+func TestAckAfterLease(t *testing.T) {
+	t.Parallel()
+	msgs := []queen.Message{{Partition: "p-00", Offset: 0, TransactionID: "lt0-1"}}
+	acks := []transport.Ack{{TransactionID: "lt0-1", Status: string(queen.AckCompleted), LeaseID: "l1"}}
+	invalid := []queen.AckResult{{Index: 0, Result: queen.LeaseInvalid, Error: "lease l1 is not the live lease"}}
+	key := makeKey(0, 0)
+
+	g := newGroup("g")
+	require.True(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, true))
+	require.Zero(t, g.issues.total())
+	require.Equal(t, int64(1), g.ackAfterLease)
+	require.Equal(t, uint8(1), g.m[key].refused)
+
+	g = newGroup("g")
+	require.False(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, false))
+	require.Equal(t, int64(1), g.issues.counts[IssueAckRefused])
+	require.Zero(t, g.ackAfterLease)
+}

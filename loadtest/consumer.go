@@ -46,6 +46,9 @@ type group struct {
 	// lostPops counts pops that got no answer (the broker may have leased
 	// a span nobody saw: its expiry counts a failed delivery).
 	lostPops atomic.Int64
+	// ackAfterLease counts acks answered lease_invalid at least the lease
+	// time after their pop was sent (under mu).
+	ackAfterLease int64
 }
 
 func newGroup(name string) *group {
@@ -153,7 +156,7 @@ func (k *consumer) run(ctx context.Context) {
 			continue
 		}
 		k.popLat = append(k.popLat, popTook)
-		focus = k.handle(ctx, &res)
+		focus = k.handle(ctx, &res, popStart)
 	}
 }
 
@@ -162,7 +165,13 @@ func (k *consumer) run(ctx context.Context) {
 // FailCrash a poison message ends the batch as a crash would: the messages
 // before it are acked completed, it and the rest are never acked, and the
 // lease is abandoned.
-func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry string) {
+//
+// popStart is when the pop was sent: an ack answered at least the queue's
+// leaseTime after it may find the lease run out (SPEC.md §4), and its
+// lease_invalid answer is then the broker's right answer (a frozen broker,
+// a restarted database or a busy machine held the pop or the ack), not a
+// finding.
+func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart time.Time) (retry string) {
 	now := time.Now()
 	msgs := res.Messages
 	// The handler: every message succeeds but a poison one, which fails;
@@ -207,9 +216,10 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult) (retry stri
 	} else {
 		k.c.obs.record("")
 	}
-	k.g.record(k.keys[:len(k.acks)], msgs[:len(k.acks)], k.acks, results, err, k.c)
+	late := time.Since(popStart) >= time.Duration(k.cfg.LeaseSeconds)*time.Second
+	expired := k.g.record(k.keys[:len(k.acks)], msgs[:len(k.acks)], k.acks, results, err, k.c, late)
 	if crashed {
-		if err != nil && k.keys[handled-1] != noKey {
+		if (err != nil || expired) && k.keys[handled-1] != noKey {
 			// The prefix's ack may not have applied: the expiry may then
 			// count a message of the prefix instead of the poison one.
 			k.g.mu.Lock()
@@ -314,7 +324,10 @@ func poisonWord(p bool) string {
 
 // record books the answer to an ack call: results (in request order) for
 // acks, or err when the call got no answer (each ack's outcome unknown).
-func (g *group) record(keys []uint64, msgs []queen.Message, acks []transport.Ack, results []queen.AckResult, err error, c *consumeCounters) {
+// late says the answer came at least the lease time after the pop was sent:
+// a lease_invalid answer is then a lease that ran out (counted in
+// ackAfterLease, not a finding). It reports whether any ack was answered so.
+func (g *group) record(keys []uint64, msgs []queen.Message, acks []transport.Ack, results []queen.AckResult, err error, c *consumeCounters, late bool) (expired bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err == nil && len(results) != len(acks) {
@@ -342,6 +355,11 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []transport.Ack
 		}
 		failed := acks[i].Status == string(queen.AckFailed)
 		switch {
+		case r.Result == queen.LeaseInvalid && late:
+			// Not applied: the span is delivered again.
+			e.refused = inc(e.refused)
+			g.ackAfterLease++
+			expired = true
 		case r.Result == queen.Unresolvable || r.Result == queen.LeaseInvalid:
 			e.refused = inc(e.refused)
 			g.issues.add(IssueAckRefused, "group %s: the %s ack of %s offset %d (transactionId %q, lease %s) was answered %s: %s",
@@ -369,4 +387,5 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []transport.Ack
 	g.dead.Add(dead)
 	c.acked.Add(acked)
 	c.deadLettered.Add(dead)
+	return expired
 }

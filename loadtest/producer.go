@@ -299,7 +299,7 @@ func (p *producer) handle(err error) (trouble bool) {
 	p.c.duplicate.Add(dup)
 	p.c.failed.Add(failed)
 	if failed > 0 {
-		p.c.obs.record("push:failed:" + firstCode)
+		p.c.obs.recordFailed("push:failed:"+firstCode, failed)
 	} else {
 		p.c.obs.record("")
 	}

@@ -78,9 +78,12 @@ type Report struct {
 	// consumers).
 	Consume *ConsumeReport `json:"consume,omitempty"`
 
-	// Cluster is the brokers of a --brokers N run, the chaos and the
-	// failover it caused.
+	// Cluster is the brokers of a --brokers N run and their shard
+	// ownership.
 	Cluster *ClusterReport `json:"cluster,omitempty"`
+	// Chaos is the faults of a --chaos run, by kind, and the client errors
+	// during and after each.
+	Chaos *ChaosReport `json:"chaos,omitempty"`
 
 	// DedupWindowSeconds and RetentionSeconds are the run queue's window
 	// and retention (0: keep); SampleEverySeconds the timeline's interval
@@ -235,6 +238,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Cluster != nil {
 		r.Cluster.writeText(&b)
 	}
+	if r.Chaos != nil {
+		r.Chaos.writeText(&b)
+	}
 	io.WriteString(w, b.String()) //nolint:errcheck
 }
 
@@ -293,6 +299,9 @@ func (c *ConsumeReport) writeText(b *strings.Builder) {
 	}
 	if a.AckOutcomeUnknown+a.RedeliveredAfterLostAck > 0 {
 		fmt.Fprintf(b, "; %s acks without an answer (applied, the cursor moved), %s redeliveries after a lost ack", commas(a.AckOutcomeUnknown), commas(a.RedeliveredAfterLostAck))
+	}
+	if a.AckAfterLease > 0 {
+		fmt.Fprintf(b, "; %s acks answered lease_invalid after their lease ran out (not applied, delivered again)", commas(a.AckAfterLease))
 	}
 	b.WriteByte('\n')
 	for _, e := range a.Examples {

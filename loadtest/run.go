@@ -125,7 +125,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 
 	start := time.Now()
 	var chaos *chaosRun
-	if cfg.Cluster != nil && cfg.Mode == ModeBroker {
+	if cfg.Mode == ModeBroker && (cfg.Cluster != nil || chaosOn(cfg.Chaos)) {
 		stats := newClientStats(start)
 		c.obs = stats
 		if cp != nil {
@@ -171,7 +171,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		rep.TimelineError = smp.lastErr
 	}
 	if chaos != nil {
-		// No kill after the load; a restart under way finishes.
+		// No fault after the load; a recovery under way finishes.
 		chaos.endChaos()
 	}
 	if cp != nil {
@@ -181,7 +181,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	}
 	prog.finish()
 	if chaos != nil {
-		rep.Cluster = chaos.finish()
+		rep.Cluster, rep.Chaos = chaos.finish()
 	}
 
 	rep.Interrupted = ctx.Err() != nil

@@ -67,12 +67,21 @@ managed PostgreSQL and one NATS server run by the load test, in a temporary fold
 removed afterwards (the brokers' logs are kept when the run fails). Over NATS the
 queue group spreads the requests over the brokers; over HTTP (--target http://...)
 each producer and consumer starts at one broker, round robin, and moves to the next
-one when its broker does not answer. --chaos kill kills a random broker with SIGKILL
-every --chaos-interval and restarts it on the same port after --chaos-pause; items
-are retried with the same transactionIds until they get a verdict. The audits then
-prove nothing answered queued was lost, no id is stored twice, every acked message
-stayed acked, and the report adds a cluster section: kills, restarts, how long shards
-had no live owner, and the errors clients saw during failover.
+one when its broker does not answer.
+
+--chaos injects faults while the producers run, the first half an interval into the
+load, then one every --chaos-interval (20s for kill, 10s for the others; with --brokers
+at least twice --shard-lease, 5s with chaos), none after --duration: kill (--brokers)
+kills a random broker with SIGKILL and restarts it on the same port after --chaos-pause
+(1s); stop (--brokers) freezes a random broker with SIGSTOP for --chaos-pause (5s), then
+resumes it with SIGCONT; pg-restart (--brokers or --embedded) restarts the managed
+PostgreSQL (pg_ctl stop -m fast, then a start on the same folder and port); mixed
+(--brokers) injects one of each per round, in an order drawn from --chaos-seed. Requests
+time out after 5s and items are retried with the same transactionIds until they get a
+verdict. The audits then prove nothing answered queued was lost, no id is stored twice,
+every acked message stayed acked; the report adds a chaos section (the faults by kind,
+when each recovered, the client errors and failed items during and after each, and
+outside them) and, with --brokers, a cluster section (how long shards had no live owner).
 
 Soak runs: every --sample-every (default 10s) the run records a timeline point
 (stored/s and items/s of the interval, its p50/p99 latency, the broker's RSS and dedup
@@ -91,6 +100,8 @@ quarter of the window, retries only within half of it.`,
   queen loadtest --embedded --compare --duration 20s
   queen loadtest --embedded --duration 20s --consumers 4 --groups 2 --fail-ratio 0.02
   queen loadtest --brokers 3 --chaos kill --duration 60s --dup-ratio 0.2 --consumers 3 --json
+  queen loadtest --brokers 3 --chaos mixed --duration 120s --consumers 3 --fail-ratio 0.01 --fail-mode crash --json
+  queen loadtest --embedded --chaos pg-restart --duration 60s --json
   queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -110,8 +121,14 @@ quarter of the window, retries only within half of it.`,
 				}
 				return runClusterLoadtest(ctx, cmd, cfg, brokers, shardLease, pgBin, logLevel, jsonOut, cpuProfile)
 			}
-			if cfg.Chaos != "" && cfg.Chaos != loadtest.ChaosNone {
-				return errors.New("--chaos needs brokers of its own: pass --brokers N")
+			switch {
+			case cfg.Chaos == "" || cfg.Chaos == loadtest.ChaosNone:
+			case cfg.Chaos == loadtest.ChaosPGRestart && embedded && !compare:
+				chaosClients(cmd, &cfg, 0)
+			case cfg.Chaos == loadtest.ChaosPGRestart:
+				return errors.New("--chaos pg-restart needs a PostgreSQL of its own: pass --brokers N or --embedded (without --compare)")
+			default:
+				return fmt.Errorf("--chaos %s needs brokers of its own: pass --brokers N", cfg.Chaos)
 			}
 			if embedded {
 				log, err := newLogger(logLevel)
@@ -128,6 +145,9 @@ quarter of the window, retries only within half of it.`,
 					// The broker's /metrics is this process's: its RSS
 					// includes the harness.
 					cfg.MetricsURLs, cfg.SelfRSS = []string{b.HTTPURL()}, true
+					if cfg.Chaos == loadtest.ChaosPGRestart {
+						cfg.RestartPostgres = b.RestartPostgres
+					}
 					return runLoadtest(ctx, cmd.OutOrStdout(), cfg, compare, jsonOut, cpuProfile)
 				})
 			}
@@ -161,11 +181,12 @@ quarter of the window, retries only within half of it.`,
 	f.StringVar(&pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "PostgreSQL binaries for --embedded (env QUEEN_PG_BIN)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
 	f.IntVar(&brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
-	f.StringVar(&cfg.Chaos, "chaos", loadtest.ChaosNone, "with --brokers: none, or kill: SIGKILL a random broker every --chaos-interval and restart it")
-	f.DurationVar(&cfg.ChaosInterval, "chaos-interval", 20*time.Second, "with --chaos kill: time between kills (at least twice --shard-lease)")
-	f.DurationVar(&cfg.ChaosPause, "chaos-pause", time.Second, "with --chaos kill: how long a killed broker stays down before its restart")
-	f.DurationVar(&shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos kill, else the brokers' default)")
-	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos kill)")
+	f.StringVar(&cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded")
+	f.DurationVar(&cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
+	f.DurationVar(&cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s) and a stopped one frozen before SIGCONT (default 5s)")
+	f.Uint64Var(&cfg.ChaosSeed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
+	f.DurationVar(&shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos, else the brokers' default)")
+	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos)")
 	f.IntVar(&cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back (default 2 with --fail-mode crash)")
 	f.DurationVar(&cfg.DedupWindow, "dedup-window", 0, "configure the run's queue with this dedupWindowSeconds (whole seconds; 0: the queue's default, 1h)")
 	f.DurationVar(&cfg.Retention, "retention", 0, "configure the run's queue with this retentionSeconds (whole seconds, at least 30s and 4 × --sample-every; 0: keep); the audit then runs during the run")
@@ -181,18 +202,12 @@ quarter of the window, retries only within half of it.`,
 func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, brokers int, lease time.Duration,
 	pgBin, logLevel string, jsonOut bool, cpuProfile string) (err error) {
 	stderr := cmd.ErrOrStderr()
-	chaos := cfg.Chaos == loadtest.ChaosKill
+	chaos := cfg.Chaos != "" && cfg.Chaos != loadtest.ChaosNone
 	if chaos {
 		if lease == 0 {
 			lease = 5 * time.Second
 		}
-		if !cmd.Flags().Changed("request-timeout") {
-			cfg.RequestTimeout = 5 * time.Second
-		}
-		// Items are retried with the same transactionIds until they get a
-		// verdict: a kill must not make the producers give up.
-		cfg.MaxAttempts = 255
-		cfg.DrainTimeout = max(15*time.Second, 2*lease+cfg.RequestTimeout+cfg.ChaosPause+5*time.Second)
+		chaosClients(cmd, &cfg, lease)
 	}
 	if lease != 0 && (lease < time.Second || lease > time.Hour) {
 		return fmt.Errorf("shard lease %s: want 1s to 1h", lease)
@@ -204,6 +219,9 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	}
 	if chaos && cfg.ChaosInterval < 2*eff {
 		return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", cfg.ChaosInterval, 2*eff)
+	}
+	if chaos && cfg.ChaosPause >= cfg.ChaosInterval {
+		return fmt.Errorf("chaos pause %s: want less than the chaos interval %s", cfg.ChaosPause, cfg.ChaosInterval)
 	}
 	cl, err := loadtest.StartCluster(ctx, loadtest.ClusterConfig{Brokers: brokers, PGBin: pgBin, Lease: lease, LogLevel: logLevel,
 		TempParent: embeddedTempParent, Status: stderr})
@@ -228,6 +246,24 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 		return errors.New("loadtest interrupted")
 	}
 	return runLoadtest(ctx, cmd.OutOrStdout(), cfg, false, jsonOut, cpuProfile)
+}
+
+// chaosClients sets the clients up for a --chaos run: requests time out
+// after 5 s (unless --request-timeout: a request a killed or frozen broker
+// had is never answered), items are retried with the same transactionIds
+// until they get a verdict (a fault must not make the producers give up),
+// the retries after the load may outlast a fault's recovery, and the
+// interval is the mode's default unless --chaos-interval. lease is the
+// brokers' shard lease (0: none of ours, --embedded).
+func chaosClients(cmd *cobra.Command, cfg *loadtest.Config, lease time.Duration) {
+	if !cmd.Flags().Changed("request-timeout") {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	cfg.MaxAttempts = 255
+	cfg.DrainTimeout = max(15*time.Second, 2*lease+cfg.RequestTimeout+max(cfg.ChaosPause, 5*time.Second)+5*time.Second)
+	if cfg.ChaosInterval <= 0 {
+		cfg.ChaosInterval = loadtest.DefaultChaosInterval(cfg.Chaos)
+	}
 }
 
 // defaultAuditURL is the URL a managed broker wrote to

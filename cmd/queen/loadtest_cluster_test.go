@@ -38,13 +38,12 @@ func TestLoadtestClusterChaos(t *testing.T) {
 	require.NotNil(t, cl)
 	require.Equal(t, 2, cl.Brokers)
 	require.Len(t, cl.BrokerURLs, 2)
-	require.Equal(t, loadtest.ChaosKill, cl.Chaos)
 	require.Equal(t, 1.0, cl.ShardLeaseSeconds)
-	require.GreaterOrEqual(t, cl.Kills, 1)
-	require.Equal(t, cl.Kills, cl.Restarts, "every killed broker came back: %+v", cl.Events)
 	require.Positive(t, cl.ClusterPolls)
 	require.Positive(t, cl.Client.Requests)
-	require.Len(t, cl.Events, cl.Kills)
+	ch := requireChaos(t, &rep, loadtest.ChaosKill)
+	require.GreaterOrEqual(t, ch.Kills, 1)
+	require.Equal(t, ch.Kills, ch.Faults)
 
 	// The temporary folder (PostgreSQL, logs) is gone, and so are the brokers.
 	left, err := os.ReadDir(c.tmp)
@@ -53,6 +52,82 @@ func TestLoadtestClusterChaos(t *testing.T) {
 	require.Empty(t, postgresIn(c.tmp), "no PostgreSQL process of the cluster remains")
 	dir := strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, "loadtest: "):], "loadtest: cluster folder "))
 	require.Empty(t, processesWithEnv("QUEEN_DATA_DIR="+dir), "no broker process remains")
+}
+
+// requireChaos checks the report's chaos section of a run in mode: at
+// least one fault, each recovered, counted by kind, with the clients' view
+// around it.
+func requireChaos(t *testing.T, rep *loadtest.Report, mode string) *loadtest.ChaosReport {
+	t.Helper()
+	ch := rep.Chaos
+	require.NotNil(t, ch, "the report has a chaos section")
+	require.Equal(t, mode, ch.Mode)
+	require.NotZero(t, ch.Seed)
+	require.Positive(t, ch.Faults)
+	require.Equal(t, ch.Faults, ch.Kills+ch.Stops+ch.PGRestarts)
+	require.Equal(t, ch.Faults, ch.Recovered, "every fault recovered: %+v", ch.Events)
+	require.Len(t, ch.Events, ch.Faults)
+	for _, e := range ch.Events {
+		require.Empty(t, e.Error)
+		require.Positive(t, e.RecoveredAfterSeconds, "%+v", e)
+	}
+	require.Positive(t, ch.During.Requests+ch.After.Requests+ch.Steady.Requests)
+	return ch
+}
+
+// TestLoadtestClusterChaosStop: `--chaos stop` freezes a broker with
+// SIGSTOP and resumes it with SIGCONT; the audits pass and the stops are
+// counted.
+func TestLoadtestClusterChaosStop(t *testing.T) {
+	t.Parallel()
+	c := startChild(t, "--brokers", "2", "--chaos", "stop", "--shard-lease", "1s", "--chaos-interval", "3s", "--chaos-pause", "1500ms",
+		"--duration", "7s", "--json", "--producers", "2", "--partitions", "8", "--batch", "20",
+		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
+	line := c.waitLine(t, "loadtest: cluster folder ")
+	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
+	var rep loadtest.Report
+	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
+	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	require.Zero(t, rep.GaveUp, "every item got a verdict")
+	require.NotNil(t, rep.Consume)
+	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	require.NotNil(t, rep.Cluster)
+	ch := requireChaos(t, &rep, loadtest.ChaosStop)
+	require.Equal(t, ch.Faults, ch.Stops)
+	require.Equal(t, 1.5, ch.StopPauseSeconds)
+	for _, e := range ch.Events {
+		require.Equal(t, loadtest.FaultStop, e.Kind)
+		require.GreaterOrEqual(t, e.RecoveredAfterSeconds, 1.5, "recovered only after SIGCONT: %+v", e)
+	}
+	dir := strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, "loadtest: "):], "loadtest: cluster folder "))
+	require.Empty(t, processesWithEnv("QUEEN_DATA_DIR="+dir), "no broker process remains")
+}
+
+// TestLoadtestEmbeddedChaosPGRestart: `--embedded --chaos pg-restart`
+// restarts the embedded broker's PostgreSQL under load; the broker
+// recovers, the failed items are retried with their transactionIds, the
+// audits pass, and the restarts are counted.
+func TestLoadtestEmbeddedChaosPGRestart(t *testing.T) {
+	t.Parallel()
+	c := startChild(t, "--embedded", "--chaos", "pg-restart", "--chaos-interval", "3s",
+		"--duration", "7s", "--json", "--producers", "2", "--partitions", "8", "--batch", "20",
+		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
+	cl := c.cluster(t)
+	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
+	var rep loadtest.Report
+	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
+	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	require.Zero(t, rep.GaveUp, "every item got a verdict")
+	require.NotNil(t, rep.Consume)
+	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	require.Nil(t, rep.Cluster, "no cluster of brokers")
+	ch := requireChaos(t, &rep, loadtest.ChaosPGRestart)
+	require.Equal(t, ch.Faults, ch.PGRestarts)
+	for _, e := range ch.Events {
+		require.Equal(t, loadtest.FaultPGRestart, e.Kind)
+		require.Equal(t, -1, e.Broker)
+	}
+	c.requireCleanedUp(t, cl)
 }
 
 // processesWithEnv lists live processes whose environment has an entry
@@ -83,7 +158,12 @@ func TestLoadtestClusterFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--brokers", "2", "--chaos", "kill", "--chaos-interval", "5s"}, "at least twice the shard lease"},
-		{[]string{"--chaos", "kill", "--embedded"}, "--chaos needs brokers of its own"},
+		{[]string{"--chaos", "kill", "--embedded"}, "--chaos kill needs brokers of its own"},
+		{[]string{"--chaos", "stop", "--embedded"}, "--chaos stop needs brokers of its own"},
+		{[]string{"--chaos", "mixed"}, "--chaos mixed needs brokers of its own"},
+		{[]string{"--chaos", "pg-restart"}, "pass --brokers N or --embedded"},
+		{[]string{"--chaos", "pg-restart", "--embedded", "--compare"}, "pass --brokers N or --embedded"},
+		{[]string{"--brokers", "2", "--chaos", "stop", "--chaos-interval", "10s", "--chaos-pause", "10s"}, "want less than the chaos interval"},
 		{[]string{"--brokers", "2", "--embedded"}, "drop --embedded"},
 	} {
 		cmd := loadtestCmd()

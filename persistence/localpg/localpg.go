@@ -51,6 +51,10 @@
 // possibly with its pid since reused by an unrelated process) is handled:
 // Start waits for orphaned server processes to exit, removes the stale
 // lock file when needed and starts the server, which runs crash recovery.
+//
+// Restart (a fast stop and a start on the same folder and port, the data
+// folder's lock held throughout) is how the load harness's chaos restarts
+// the database under a running broker.
 package localpg
 
 import (
@@ -294,7 +298,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if !adopted {
 		c.clearStaleSocketLocks()
-		if err := c.startServer(ctx); err != nil {
+		if err := c.startServer(ctx, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -349,6 +353,36 @@ func (c *Cluster) Stop() error {
 		c.lock = nil
 	}
 	return err
+}
+
+// Restart stops the server with a fast shutdown (pg_ctl stop -m fast:
+// every session is ended, SQLSTATE 57P01, and its open transaction rolled
+// back; a shutdown checkpoint is written) and starts it again on the same
+// data folder and port, returning once it accepts connections. Clients see
+// their connections end and new connections refused meanwhile; a pool
+// reconnects on its own afterwards. The URL does not change: when something
+// else took the port meanwhile Restart fails (the server then stays
+// stopped; Stop is still safe). The data folder's lock stays held
+// throughout. It bounds the start by ctx (and 60 s) and the stop by 70 s;
+// after Stop it fails. The load harness's --chaos pg-restart uses it.
+func (c *Cluster) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("localpg: Restart after Stop")
+	}
+	if err := c.stop(); err != nil {
+		return err
+	}
+	// stop marked the cluster stopped; it is ours to start again (the lock
+	// is still held).
+	c.stopped = false
+	c.clearStaleSocketLocks()
+	if err := c.startServer(ctx, c.port); err != nil {
+		return fmt.Errorf("localpg: restart on port %d: %w", c.port, err)
+	}
+	c.log.Info("local PostgreSQL restarted", "port", c.port)
+	return nil
 }
 
 func (c *Cluster) stop() error {
@@ -789,11 +823,15 @@ func (c *Cluster) urlForPort(port int, db string) string {
 
 // startServer writes queen.conf and runs pg_ctl start, retrying with a new
 // port when the port was taken meanwhile and with smaller shared_buffers
-// when shared memory cannot be had.
-func (c *Cluster) startServer(ctx context.Context) error {
+// when shared memory cannot be had. With keepPort > 0 the server must
+// listen on that port: a port taken by something else is an error, never a
+// new port (Restart: the clients' URL must not change).
+func (c *Cluster) startServer(ctx context.Context, keepPort int) error {
 	settings := c.readConf()
 	port := settings.port
-	if port > 0 && !portFree(port) {
+	if keepPort > 0 {
+		port = keepPort
+	} else if port > 0 && !portFree(port) {
 		c.log.Info("configured port is taken, choosing another", "port", port)
 		port = 0
 	}
@@ -840,6 +878,8 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		}
 		switch {
 		case ctx.Err() != nil:
+		case keepPort > 0 && (strings.Contains(tail, "could not bind") || strings.Contains(tail, "Address already in use")):
+			// Restart keeps its port: say so below.
 		case strings.Contains(tail, "could not bind") || strings.Contains(tail, "Address already in use"):
 			if portRetries < 5 {
 				portRetries++

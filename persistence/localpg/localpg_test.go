@@ -569,3 +569,50 @@ func waitSetting(t *testing.T, url, name, want string) {
 		pollPause()
 	}
 }
+
+// Restart: a fast stop and a start on the same folder and port. A session
+// open across it is ended; new connections to the same URL work, the data
+// is kept, the postmaster is a new one. After Stop, Restart fails.
+func TestRestartInPlace(t *testing.T) {
+	requireBinaries(t)
+	t.Parallel()
+	c := start(t, reachableDir(t))
+	exec1(t, c.URL(), "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('before')")
+	old := connect(t, c.URL())
+	pid, port, url := postmasterPid(t, c), c.Port(), c.URL()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if c.Port() != port || c.URL() != url {
+		t.Errorf("Restart moved the server: port %d -> %d, URL %s -> %s", port, c.Port(), url, c.URL())
+	}
+	if got := postmasterPid(t, c); got == pid {
+		t.Errorf("postmaster pid %d unchanged: not restarted", got)
+	}
+	if _, err := old.Exec(context.Background(), "SELECT 1"); err == nil {
+		t.Errorf("a session open across the restart still works")
+	}
+	if got := queryString(t, c.URL(), "SELECT v FROM kept"); got != "before" {
+		t.Errorf("kept = %q", got)
+	}
+	// Twice in a row works too.
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("second Restart: %v", err)
+	}
+	exec1(t, c.URL(), "INSERT INTO kept VALUES ('after')")
+
+	pid = postmasterPid(t, c)
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	if err := c.Restart(ctx); err == nil {
+		t.Errorf("Restart after Stop succeeded")
+	}
+	if _, ok := readPidFile(c.pgdata); ok {
+		t.Errorf("Restart after Stop started a server")
+	}
+}

@@ -420,6 +420,21 @@ func (b *Broker) NATSURL() string { return b.natsURL }
 // DatabaseURL is the URL of the PostgreSQL the broker uses.
 func (b *Broker) DatabaseURL() string { return b.dbURL }
 
+// RestartPostgres restarts the broker's managed PostgreSQL in place (a fast
+// stop and a start on the same folder and port, localpg.Cluster.Restart)
+// while the broker keeps running: requests in flight are answered failed
+// (unavailable) and retried by their clients, and the broker's pool
+// reconnects once the server is back. It returns once the server accepts
+// connections again. With an external database (DatabaseURL) there is
+// nothing of ours to restart: an error. `queen loadtest --embedded --chaos
+// pg-restart` uses it.
+func (b *Broker) RestartPostgres(ctx context.Context) error {
+	if b.pg == nil {
+		return errors.New("broker: the database is external (DATABASE_URL): no managed PostgreSQL to restart")
+	}
+	return b.pg.Restart(ctx)
+}
+
 // Commits returns how many push transactions this broker ran.
 func (b *Broker) Commits() uint64 { return b.host.Commits() }
 
