@@ -229,6 +229,44 @@ func (c *Cache) account(p *partitionCache, size, entries int64, warm bool) {
 	}
 }
 
+// Age moves the cache's clock readings of the given partitions back by d:
+// what tests that move the stored created_at of those partitions back by d
+// (to simulate d passing on PostgreSQL's clock) must call on every broker,
+// since a suspect's Span is read from them (persistence.Span). A partition
+// being read back from the sidecar starts again (its read may predate the
+// move). Production code never moves created_at and never calls it.
+func (c *Cache) Age(pids []uuid.UUID, d time.Duration) {
+	want := make(map[uuid.UUID]bool, len(pids))
+	for _, id := range pids {
+		want[id] = true
+	}
+	c.mu.Lock()
+	var all []*partitionCache
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		all = append(all, e.Value.(*partitionCache))
+	}
+	c.mu.Unlock()
+	for _, p := range all {
+		p.mu.Lock()
+		if want[p.pid] {
+			if p.hydrating {
+				p.reset()
+			}
+			for _, g := range p.gens {
+				g.start, g.newest = g.start.Add(-d), g.newest.Add(-d)
+			}
+			p.newest = p.newest.Add(-d)
+			if !p.unknownUntil.IsZero() {
+				p.unknownUntil = p.unknownUntil.Add(-d)
+			}
+			if !p.coldUntil.IsZero() {
+				p.coldUntil = p.coldUntil.Add(-d)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
 // room reports whether the budget has room to read p's window back: the
 // size p had when it was last evicted (any size if it never was).
 func (c *Cache) room(p *partitionCache) bool {

@@ -197,6 +197,11 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp) []string {
 					t.Fatal(err)
 				}
 			}
+			// The brokers' caches read the same clock (persistence.Span).
+			pids := queuePartitions(t, db, queue)
+			for _, e := range envs {
+				e.b.cache.Age(pids, time.Duration(op.secs)*time.Second)
+			}
 		case "retain":
 			if _, err := store.RetentionStep(ctx, persistence.RetentionConfig{TxnsFloor: floorSeconds * time.Second}); err != nil {
 				t.Fatal(err)

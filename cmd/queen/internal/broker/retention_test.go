@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
 )
@@ -33,6 +37,21 @@ WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q O
 			t.Fatalf("age %s of %s: %v", table, queue, err)
 		}
 	}
+	e.b.cache.Age(queuePartitions(t, e.db, queue), d)
+}
+
+// queuePartitions returns the ids of a queue's partitions.
+func queuePartitions(t testing.TB, db *pgxpool.Pool, queue string) []uuid.UUID {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1`, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
 
 func TestRetentionLoopDeletesAndDuplicatesKeepTheZeroID(t *testing.T) {
