@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/google/uuid"
@@ -188,4 +189,51 @@ func TestFramePayload(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorruptSegment)
 	_, err = FramePayload(frames[:len(frames)-1], len(payloads)-1)
 	require.ErrorIs(t, err, ErrCorruptSegment)
+}
+
+// BenchmarkPayloadCheck: commits of 100 items of ~200-byte payloads to one
+// partition, with dedupCheckPayload off and on: all new (the option must
+// cost nothing there), and all duplicates of one earlier segment of 100
+// (the option reads that segment once per commit).
+//
+//	go test -run '^$' -bench BenchmarkPayloadCheck -benchtime 300x ./persistence
+func BenchmarkPayloadCheck(b *testing.B) {
+	payload := json.RawMessage(`{"orderId":123456,"customer":"Bed&Breakfast-771","amount":1234.56,"currency":"EUR","items":[{"sku":"BK-11","qty":2},{"sku":"BK-12","qty":1}],"note":"deliver to the back door, ring twice","paid":true}`)
+	batch := func(q, prefix string, from int) []*queen.Item {
+		its := make([]*queen.Item, 100)
+		for i := range its {
+			t := fmt.Sprintf("%s-%d", prefix, from+i)
+			its[i] = &queen.Item{Queue: q, Partition: "p", TransactionID: t, Payload: payload, Hash: queen.HashTxn(t)}
+		}
+		return its
+	}
+	for _, on := range []bool{false, true} {
+		s := setup(b)
+		ctx := context.Background()
+		q := fmt.Sprintf("check-%v", on)
+		checkPayload(b, s, q, on)
+		pid, err := s.EnsurePartition(ctx, q, "p")
+		require.NoError(b, err)
+		b.Run(fmt.Sprintf("check=%v/new", on), func(b *testing.B) {
+			n := 0
+			for b.Loop() {
+				out := commit(b, s, pid, batch(q, "new", n))
+				n += 100
+				if out.Results[0].Verdict != queen.Queued {
+					b.Fatal(out.Results[0])
+				}
+			}
+		})
+		commit(b, s, pid, batch(q, "dup", 0))
+		b.Run(fmt.Sprintf("check=%v/duplicates", on), func(b *testing.B) {
+			its := batch(q, "dup", 0)
+			its[7] = &queen.Item{Queue: q, Partition: "p", TransactionID: its[7].TransactionID, Payload: json.RawMessage(`{}`), Hash: its[7].Hash}
+			for b.Loop() {
+				out := commit(b, s, pid, its)
+				if out.Results[0].Verdict != queen.Duplicate || out.Results[7].PayloadMismatch != on {
+					b.Fatal(out.Results[7])
+				}
+			}
+		})
+	}
 }
