@@ -620,3 +620,46 @@ func TestConfigureRefusesNonIntegerOptions(t *testing.T) {
 		t.Fatalf("got %+v, %v", o, err)
 	}
 }
+
+// dedupCheckPayload is the one bool option (SPEC.md §6): only true and false.
+func TestDedupCheckPayloadOption(t *testing.T) {
+	if DefaultOptions().DedupCheckPayload {
+		t.Fatal("dedupCheckPayload is on by default")
+	}
+	for _, v := range []string{`"true"`, `1`, `0`, `null`, `{}`, `[]`} {
+		_, err := DecodeConfigure([]byte(`{"queue":"q","options":{"dedupCheckPayload":` + v + `}}`))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != ErrInvalidOption.Code || e.Field != "options.dedupCheckPayload" {
+			t.Errorf("dedupCheckPayload %s: got %v, want invalid_option naming options.dedupCheckPayload", v, err)
+		}
+	}
+	req, err := DecodeConfigure([]byte(`{"queue":"q","options":{"dedupCheckPayload":true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, err := ApplyOptions(DefaultOptions(), req.Options)
+	if err != nil || !on.DedupCheckPayload {
+		t.Fatalf("got %+v, %v", on, err)
+	}
+	if m := on.Map(); m["dedupCheckPayload"] != true {
+		t.Fatalf("Map: %v", m)
+	}
+	b, _ := json.Marshal(on)
+	var back Options
+	if err := json.Unmarshal(b, &back); err != nil || !back.DedupCheckPayload || back.NotEnforced != nil {
+		t.Fatalf("round trip of %s: %+v, %v", b, back, err)
+	}
+	// Options stored before the option existed read as off.
+	if err := json.Unmarshal([]byte(`{"dedupWindowSeconds":60}`), &back); err != nil || back.DedupCheckPayload {
+		t.Fatalf("old options: %+v, %v", back, err)
+	}
+	ch := Diff(DefaultOptions(), on)
+	if c, ok := ch["dedupCheckPayload"]; !ok || len(ch) != 1 || c.From != false || c.To != true {
+		t.Fatalf("Diff: %v", ch)
+	}
+	// A merge keeps it; a full replace without it turns it off.
+	merged, err := ApplyOptions(on, map[string]json.RawMessage{"leaseTime": json.RawMessage(`60`)})
+	if err != nil || !merged.DedupCheckPayload {
+		t.Fatalf("merge: %+v, %v", merged, err)
+	}
+}

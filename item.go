@@ -64,6 +64,10 @@ type Result struct {
 	Offset int64
 	// Err is set with Verdict Failed.
 	Err *Error
+	// PayloadMismatch is set on a Duplicate whose payload bytes differ from
+	// the original's, when the queue's dedupCheckPayload is on and the
+	// original is still stored (SPEC.md §6).
+	PayloadMismatch bool
 }
 
 // PushReply is one element of the HTTP/NATS push reply, field names exactly as
@@ -80,6 +84,10 @@ type PushReply struct {
 	Status        Verdict `json:"status"`
 	Error         string  `json:"error,omitempty"`
 	Code          string  `json:"code,omitempty"`
+	// PayloadMismatch: a duplicate whose payload differs from the original's,
+	// on a queue with dedupCheckPayload (SPEC.md §6); on the wire only when
+	// true ("payloadMismatch":true).
+	PayloadMismatch bool `json:"payloadMismatch,omitempty"`
 }
 
 // Reply builds the wire element for item i with result r.
@@ -93,6 +101,9 @@ func Reply(i int, it *Item, r Result) PushReply {
 		QueueName:     it.Queue,
 		Partition:     it.Partition,
 		Status:        r.Verdict,
+	}
+	if r.Verdict == Duplicate {
+		p.PayloadMismatch = r.PayloadMismatch
 	}
 	if r.Verdict == Failed {
 		p.MessageID = ""

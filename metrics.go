@@ -10,6 +10,10 @@ type Metrics struct {
 	PushRequests *prometheus.CounterVec
 	// PushItems counts push items by verdict.
 	PushItems *prometheus.CounterVec
+	// DedupPayloadMismatch counts duplicates answered with payloadMismatch
+	// (queues with dedupCheckPayload, SPEC.md §6), by queue, on the broker
+	// the push entered.
+	DedupPayloadMismatch *prometheus.CounterVec
 	// Commits counts push transactions committed (or attempted) by partition actors.
 	Commits prometheus.Counter
 	// CommitSeconds is the latency of one push transaction, seconds.
@@ -47,6 +51,9 @@ func NewMetrics() *Metrics {
 		PushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "queen_push_items_total", Help: "Push items answered, by verdict.",
 		}, []string{"verdict"}),
+		DedupPayloadMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queen_dedup_payload_mismatch_total", Help: "Duplicates whose payload differs from the original's (queues with dedupCheckPayload), by queue.",
+		}, []string{"queue"}),
 		Commits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "queen_push_commits_total", Help: "Push transactions run by partition actors.",
 		}),
@@ -81,7 +88,7 @@ func NewMetrics() *Metrics {
 			Name: "queen_lock_timeouts_total", Help: "Lock waits cut off by the lock timeout (QUEEN_LOCK_TIMEOUT), answered with code lock_timeout.",
 		}, []string{"op"}),
 	}
-	r.MustRegister(m.PushRequests, m.PushItems, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
+	r.MustRegister(m.PushRequests, m.PushItems, m.DedupPayloadMismatch, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
 		m.PopMessages, m.AckItems, m.TracesDiscarded, m.LockWaitSeconds, m.LockTimeouts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	for _, op := range []string{"push", "ack", "transaction"} {

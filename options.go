@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// Options are a queue's options (SPEC.md §6). Every value is a whole number;
-// units are in the names' docs.
+// Options are a queue's options (SPEC.md §6). Every value is a whole number
+// (units are in the names' docs) except DedupCheckPayload, a bool.
 type Options struct {
 	// DedupWindowSeconds: duplicate window in seconds; 0 disables the check. Default 3600.
 	DedupWindowSeconds int64 `json:"dedupWindowSeconds"`
@@ -24,6 +24,10 @@ type Options struct {
 	DelayedProcessing int64 `json:"delayedProcessing"`
 	// WindowBuffer: a partition is served only once its newest message is this many seconds old.
 	WindowBuffer int64 `json:"windowBuffer"`
+	// DedupCheckPayload: a duplicate whose payload bytes differ from the
+	// original's stays a duplicate (original id, nothing written) and its
+	// verdict carries payloadMismatch (SPEC.md §6). Default false.
+	DedupCheckPayload bool `json:"dedupCheckPayload"`
 	// NotEnforced holds the upstream options this broker stores but does not act on
 	// (SPEC.md §6), by name, as the client sent them.
 	NotEnforced map[string]json.RawMessage `json:"-"`
@@ -62,6 +66,7 @@ func (o Options) Map() map[string]any {
 	for _, f := range o.fields() {
 		m[f.name] = *f.p
 	}
+	m[optCheckPayload] = o.DedupCheckPayload
 	for k, v := range o.NotEnforced {
 		m[k] = v
 	}
@@ -86,6 +91,12 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 			delete(raw, f.name)
 		}
 	}
+	if v, ok := raw[optCheckPayload]; ok {
+		if err := json.Unmarshal(v, &o.DedupCheckPayload); err != nil {
+			return err
+		}
+		delete(raw, optCheckPayload)
+	}
 	if len(raw) > 0 {
 		o.NotEnforced = raw
 	}
@@ -95,7 +106,8 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 // ApplyOptions validates raw client options (SPEC.md §6) and applies them on
 // top of base (DefaultOptions() for a full replace, the stored options for
 // "mode":"merge"). An unknown key, a negative or non-integer number or a value
-// of the wrong type is an ErrUnknownOption/ErrInvalidOption naming it.
+// of the wrong type (dedupCheckPayload takes only true or false) is an
+// ErrUnknownOption/ErrInvalidOption naming it.
 func ApplyOptions(base Options, raw map[string]json.RawMessage) (Options, error) {
 	out := base
 	if base.NotEnforced != nil {
@@ -112,6 +124,16 @@ func ApplyOptions(base Options, raw map[string]json.RawMessage) (Options, error)
 next:
 	for _, k := range keys {
 		v := raw[k]
+		if k == optCheckPayload {
+			b, ok := jsonBool(v)
+			if !ok {
+				e := ErrInvalidOption.With("option %q must be true or false, got %s", k, v)
+				e.Field = "options." + k
+				return Options{}, e
+			}
+			out.DedupCheckPayload = b
+			continue
+		}
 		for _, f := range out.fields() {
 			if f.name != k {
 				continue
@@ -144,6 +166,21 @@ next:
 		return Options{}, e
 	}
 	return out, nil
+}
+
+// optCheckPayload is the wire name of Options.DedupCheckPayload, the one
+// bool option.
+const optCheckPayload = "dedupCheckPayload"
+
+// jsonBool parses the JSON literals true and false (no quotes, no numbers).
+func jsonBool(v json.RawMessage) (bool, bool) {
+	switch strings.TrimSpace(string(v)) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	return false, false
 }
 
 // maxOptionValue bounds every option (about 68 years in seconds).

@@ -38,4 +38,6 @@ type QueueSummary struct {
 	Messages int64 `json:"messages"`
 	// Depth is the messages above the queue-mode group's cursors.
 	Depth int64 `json:"depth"`
+	// Options are the queue's effective options (SPEC.md §6), as in QueueInfo.
+	Options Options `json:"options"`
 }

@@ -48,6 +48,9 @@ func AppendPushReplies(dst []byte, rs []PushReply) []byte {
 			dst = append(dst, `,"code":`...)
 			dst = AppendJSONString(dst, r.Code)
 		}
+		if r.PayloadMismatch {
+			dst = append(dst, `,"payloadMismatch":true`...)
+		}
 		dst = append(dst, '}')
 	}
 	return append(dst, ']')
@@ -177,6 +180,10 @@ func DecodePushReplies(body []byte) ([]PushReply, error) {
 				return str(&r.Error)
 			case "code":
 				return str(&r.Code)
+			case "payloadMismatch":
+				start, end, ok := d.skipValue()
+				r.PayloadMismatch = ok && string(d.b[start:end]) == "true"
+				return ok
 			}
 			_, _, ok := d.skipValue()
 			return ok

@@ -11,6 +11,7 @@ func sampleReplies() []PushReply {
 		{Index: 0, MessageID: "01a22cb2-b061-7e76-ab7e-dce07334288f", TransactionID: "order:1:v1", PartitionID: "01a22cb2-b059-7eaf-a3b1-a6dfbed8332c", QueueName: "orders", Partition: "o-1", Status: Queued},
 		{Index: 1, MessageID: "00000000-0000-0000-0000-000000000000", TransactionID: "日本 \\ \"q\" \x01 <&>", PartitionID: "p", TraceID: &trace, QueueName: "q", Partition: "Default", Status: Duplicate},
 		{Index: 2, TransactionID: "x", Status: Failed, Error: "the broker is overloaded", Code: "overloaded"},
+		{Index: 3, MessageID: "01a22cb2-b061-7e76-ab7e-dce07334288f", TransactionID: "order:1:v1", PartitionID: "p", QueueName: "orders", Partition: "o-1", Status: Duplicate, PayloadMismatch: true},
 	}
 }
 
@@ -38,7 +39,7 @@ func TestPushRepliesRoundTripLikeEncodingJSON(t *testing.T) {
 		for i := range rs {
 			a, b := got[i], fromStd[i]
 			if a.Index != b.Index || a.MessageID != b.MessageID || a.TransactionID != b.TransactionID || a.PartitionID != b.PartitionID ||
-				a.QueueName != b.QueueName || a.Partition != b.Partition || a.Status != b.Status || a.Error != b.Error || a.Code != b.Code ||
+				a.QueueName != b.QueueName || a.Partition != b.Partition || a.Status != b.Status || a.Error != b.Error || a.Code != b.Code || a.PayloadMismatch != b.PayloadMismatch ||
 				(a.TraceID == nil) != (b.TraceID == nil) || (a.TraceID != nil && *a.TraceID != *b.TraceID) {
 				t.Fatalf("reply %d: got %+v, want %+v", i, a, b)
 			}
@@ -58,6 +59,43 @@ func TestPushRepliesRoundTripLikeEncodingJSON(t *testing.T) {
 	if got, _ := DecodePushReplies([]byte(`[{"status":"queued","extra":{"a":[1,2]},"trace_id":null}]`)); len(got) != 1 || got[0].Status != Queued || got[0].TraceID != nil {
 		t.Fatalf("unknown fields: %+v", got)
 	}
+}
+
+// payloadMismatch is on the wire only when true (SPEC.md §6), and only a
+// duplicate carries it.
+func TestPayloadMismatchOnTheWire(t *testing.T) {
+	rs := sampleReplies()
+	for i, r := range rs {
+		b, _ := r.MarshalJSON()
+		has := containsKey(b, "payloadMismatch")
+		if has != r.PayloadMismatch {
+			t.Fatalf("reply %d %s: payloadMismatch present = %v, want %v", i, b, has, r.PayloadMismatch)
+		}
+	}
+	b, _ := rs[3].MarshalJSON()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m["payloadMismatch"] != true {
+		t.Fatalf("%s: want \"payloadMismatch\":true", b)
+	}
+	if got, err := DecodePushReplies([]byte(`[{"status":"duplicate","payloadMismatch":false},{"status":"duplicate","payloadMismatch":true}]`)); err != nil || got[0].PayloadMismatch || !got[1].PayloadMismatch {
+		t.Fatalf("decode: %+v %v", got, err)
+	}
+	item := &Item{Queue: "q", Partition: "p", TransactionID: "t"}
+	if p := Reply(0, item, Result{Verdict: Duplicate, PayloadMismatch: true}); !p.PayloadMismatch {
+		t.Fatal("Reply drops a duplicate's payload mismatch")
+	}
+	if p := Reply(0, item, Result{Verdict: Queued, PayloadMismatch: true}); p.PayloadMismatch {
+		t.Fatal("Reply puts payloadMismatch on a queued item")
+	}
+}
+
+func containsKey(b []byte, key string) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	_, ok := m[key]
+	return ok
 }
 
 func FuzzAppendJSONString(f *testing.F) {

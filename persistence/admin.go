@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -70,7 +71,7 @@ func (s *Store) DeleteQueue(ctx context.Context, queueName string) (existed bool
 	return true, partitions, nil
 }
 
-// ListQueues lists every queue by name.
+// ListQueues lists every queue by name, with its effective options.
 func (s *Store) ListQueues(ctx context.Context) ([]queen.QueueSummary, error) {
 	rows, err := s.pool.Query(ctx, sqlAdminListQueues)
 	if err != nil {
@@ -78,8 +79,11 @@ func (s *Store) ListQueues(ctx context.Context) ([]queen.QueueSummary, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queen.QueueSummary, error) {
 		var q queen.QueueSummary
-		err := r.Scan(&q.Name, &q.Namespace, &q.Task, &q.CreatedAt, &q.Partitions, &q.Messages, &q.Depth)
-		return q, err
+		var opts []byte
+		if err := r.Scan(&q.Name, &q.Namespace, &q.Task, &q.CreatedAt, &q.Partitions, &q.Messages, &q.Depth, &opts); err != nil {
+			return q, err
+		}
+		return q, json.Unmarshal(opts, &q.Options)
 	})
 	if err != nil {
 		return nil, unavailable(err)

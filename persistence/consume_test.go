@@ -250,7 +250,7 @@ func TestSeekDeleteGroupDeleteQueue(t *testing.T) {
 
 	qs, err := s.ListQueues(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []queen.QueueSummary{{Name: "q", CreatedAt: qs[0].CreatedAt, Partitions: 1, Messages: 2, Depth: 2}}, qs)
+	require.Equal(t, []queen.QueueSummary{{Name: "q", CreatedAt: qs[0].CreatedAt, Partitions: 1, Messages: 2, Depth: 2, Options: queen.DefaultOptions()}}, qs)
 
 	existed, parts, err := s.DeleteQueue(ctx, "q")
 	require.NoError(t, err)

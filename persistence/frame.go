@@ -87,3 +87,39 @@ func DecodeFrames(messageIDs, frames []byte) ([]Frame, error) {
 	}
 	return out, nil
 }
+
+// FramePayload returns the payload of frame k (0-based) of a segment's
+// packed frames, skipping the frames before it without copying them; the
+// result aliases frames. A k past the last frame or bytes that do not
+// decode are ErrCorruptSegment.
+func FramePayload(frames []byte, k int) ([]byte, error) {
+	b := frames
+	skip := func() ([]byte, bool) {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < l {
+			return nil, false
+		}
+		v := b[n : n+int(l)]
+		b = b[n+int(l):]
+		return v, true
+	}
+	for i := 0; ; i++ {
+		if _, ok := skip(); !ok || len(b) == 0 { // transactionId, then the trace flag
+			return nil, ErrCorruptSegment
+		}
+		flag := b[0]
+		b = b[1:]
+		if flag == 1 {
+			if _, ok := skip(); !ok {
+				return nil, ErrCorruptSegment
+			}
+		}
+		p, ok := skip()
+		if !ok {
+			return nil, ErrCorruptSegment
+		}
+		if i == k {
+			return p, nil
+		}
+	}
+}

@@ -183,6 +183,9 @@ func failed(b *PushBatch, qe *queen.Error) PushOutcome {
 
 type lockedPartition struct {
 	last, window int64
+	// checkPayload is the queue's dedupCheckPayload, read with the window
+	// (SPEC.md §6).
+	checkPayload bool
 }
 
 // commitBundle runs one attempt of CommitBundle. With skipLocked, the
@@ -297,6 +300,8 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		rowOffsets                   []int64
 		rowSegments                  []int64
 		written                      []int
+		// want: the segments holding originals to compare payloads with.
+		want = map[segmentKey]struct{}{}
 	)
 	for _, i := range order {
 		b, out := bs[i], &outs[i]
@@ -304,6 +309,9 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		out.Window = lp.window
 		out.FullProbe = b.Watermark < 0
 		msgIDs, frames, hashes, keys, clean := s.assign(b, lp.window, lp.last, hits[b.PartitionID], out)
+		if lp.checkPayload {
+			wantOriginals(b, out, hits[b.PartitionID], want)
+		}
 		if clean == 0 {
 			continue
 		}
@@ -321,15 +329,22 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 			rowSegments = append(rowSegments, out.FirstOffset)
 		}
 	}
+	originals := map[segmentKey][]byte{}
 	if len(written) == 0 {
 		// Every item is a duplicate: nothing to write, nothing to undo.
-		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			// Nothing was written, so the verdicts stand whatever happened.
+		cb := &pgx.Batch{}
+		cb.Queue("COMMIT")
+		queueOriginals(cb, want, originals)
+		if err := conn.SendBatch(ctx, cb).Close(); err != nil {
+			// Nothing was written, so the verdicts stand whatever happened
+			// (only the payload comparison may be lost).
 			conn.Conn().Close(context.Background()) //nolint:errcheck
 		}
+		markMismatches(bs, outs, locked, hits, originals)
 		return nil
 	}
 	var created time.Time
+	committed := false
 	ib := &pgx.Batch{}
 	ib.Queue(sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets, rowSegments).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -339,9 +354,12 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		}
 		return rows.Err()
 	})
-	ib.Queue("COMMIT")
+	ib.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
+	// After the commit: the read never holds the row locks and its failure
+	// never fails the push.
+	queueOriginals(ib, want, originals)
 	istart := time.Now()
-	if err := conn.SendBatch(ctx, ib).Close(); err != nil {
+	if err := conn.SendBatch(ctx, ib).Close(); err != nil && !committed {
 		var pgErr *pgconn.PgError
 		if lockTimedOut(err) {
 			// A table lock (another session's DDL) was not granted in
@@ -361,12 +379,102 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	for _, i := range written {
 		outs[i].CreatedAt = created
 	}
+	markMismatches(bs, outs, locked, hits, originals)
 	return nil
 }
 
 type hit struct {
 	offset int64
 	id     uuid.UUID
+	// segment is the first offset of the segment holding the original.
+	segment int64
+}
+
+// segmentKey names one segment: partition id and first offset.
+type segmentKey struct {
+	partition [16]byte
+	first     int64
+}
+
+// wantOriginals adds to want the segments holding the originals of b's
+// duplicates that were not written in this batch (a follower of a queued
+// leader is compared with the leader's payload, no read), for a queue with
+// dedupCheckPayload (SPEC.md §6). Originals whose segment is gone (ZeroUUID)
+// are not compared.
+func wantOriginals(b *PushBatch, out *PushOutcome, hits map[queen.Hash]hit, want map[segmentKey]struct{}) {
+	for i, r := range out.Results {
+		if r.Verdict != queen.Duplicate || out.Results[leaderOf(b, i)].Verdict == queen.Queued {
+			continue
+		}
+		if h, ok := hits[b.Items[i].Hash]; ok && h.id != queen.ZeroUUID {
+			want[segmentKey{b.PartitionID, h.segment}] = struct{}{}
+		}
+	}
+}
+
+// queueOriginals queues bundle_originals for the segments in want (nothing
+// when want is empty); its rows fill originals with each segment's frames.
+func queueOriginals(pb *pgx.Batch, want map[segmentKey]struct{}, originals map[segmentKey][]byte) {
+	if len(want) == 0 {
+		return
+	}
+	pids := make([]pgtype.UUID, 0, len(want))
+	firsts := make([]int64, 0, len(want))
+	for k := range want {
+		pids = append(pids, pgUUID(k.partition))
+		firsts = append(firsts, k.first)
+	}
+	pb.Queue(sqlBundleOriginals, pids, firsts).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k segmentKey
+			var frames []byte
+			if err := rows.Scan(&k.partition, &k.first, &frames); err != nil {
+				return err
+			}
+			originals[k] = frames
+		}
+		return rows.Err()
+	})
+}
+
+// markMismatches sets PayloadMismatch on every duplicate of a partition whose
+// queue has dedupCheckPayload on (in locked; their leaders' originals were read into
+// originals, or were written by this batch) when its payload bytes differ
+// from the original's as stored (SPEC.md §6). Payloads are stored as the
+// client's JSON text, so the comparison is of that text. A duplicate whose
+// original could not be read is left unmarked.
+func markMismatches(bs []*PushBatch, outs []PushOutcome, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit, originals map[segmentKey][]byte) {
+	for n, b := range bs {
+		if !locked[b.PartitionID].checkPayload {
+			continue
+		}
+		out := &outs[n]
+		for i := range out.Results {
+			r := &out.Results[i]
+			if r.Verdict != queen.Duplicate {
+				continue
+			}
+			var orig []byte
+			if l := leaderOf(b, i); out.Results[l].Verdict == queen.Queued {
+				orig = b.Items[l].Payload
+			} else {
+				h, ok := hits[b.PartitionID][b.Items[i].Hash]
+				if !ok {
+					continue
+				}
+				frames, ok := originals[segmentKey{b.PartitionID, h.segment}]
+				if !ok {
+					continue
+				}
+				p, err := FramePayload(frames, int(h.offset-h.segment))
+				if err != nil {
+					continue
+				}
+				orig = p
+			}
+			r.PayloadMismatch = !bytes.Equal(orig, b.Items[i].Payload)
+		}
+	}
 }
 
 // assign gives verdicts under the lock: leaders found by the probe are
@@ -455,7 +563,8 @@ func scanLockedSkip(locked map[[16]byte]lockedPartition, busy map[[16]byte]bool,
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // scanProbe reads bundle_probe's rows (pushes and transactions): each partition's
-// window into locked, and each hit's lowest offset and original id into hits.
+// window and dedupCheckPayload into locked, and each hit's lowest offset,
+// original id and segment into hits.
 func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -464,12 +573,15 @@ func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.
 			var k pgtype.UUID
 			var off *int64
 			var mid []byte
-			if err := rows.Scan(&pid, &seconds, &k, &off, &mid); err != nil {
+			var check *bool
+			var seg *int64
+			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg); err != nil {
 				return err
 			}
 			if !k.Valid { // the partition's window row
 				if lp, ok := locked[pid]; ok && seconds != nil {
 					lp.window = *seconds
+					lp.checkPayload = check != nil && *check
 					locked[pid] = lp
 				}
 				continue
@@ -486,7 +598,11 @@ func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.
 			if len(mid) == 16 {
 				copy(id[:], mid)
 			}
-			m[k.Bytes] = hit{offset: *off, id: id}
+			h := hit{offset: *off, id: id}
+			if seg != nil {
+				h.segment = *seg
+			}
+			m[k.Bytes] = h
 		}
 		return rows.Err()
 	}

@@ -34,6 +34,7 @@ var (
 	sqlProbePlanBegin  = q("probe_plan_begin")
 	sqlProbePlanEnd    = q("probe_plan_end")
 	sqlBundleInsert    = q("bundle_insert")
+	sqlBundleOriginals = q("bundle_originals")
 	sqlConfigureLock   = q("configure_lock")
 	sqlConfigureUpdate = q("configure_update")
 	sqlGetQueue        = q("get_queue")

@@ -210,7 +210,7 @@ func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string
 		return uuid.Nil, err
 	}
 	b := &pgx.Batch{}
-	b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds)
+	b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
 	b.Queue(sqlEnsurePartition, queueName, partition, fresh)
 	b.Queue(sqlGetPartition, queueName, partition).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -249,7 +249,7 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		def := queen.DefaultOptions()
 		defJSON, _ := json.Marshal(def)
-		tag, err := tx.Exec(ctx, sqlEnsureQueue, req.Queue, defJSON, def.DedupWindowSeconds)
+		tag, err := tx.Exec(ctx, sqlEnsureQueue, req.Queue, defJSON, def.DedupWindowSeconds, def.DedupCheckPayload)
 		if err != nil {
 			return err
 		}
@@ -282,7 +282,7 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 		if req.TaskSet {
 			taskNext = req.Task
 		}
-		if _, err := tx.Exec(ctx, sqlConfigureUpdate, req.Queue, nsNext, taskNext, nextJSON, next.DedupWindowSeconds); err != nil {
+		if _, err := tx.Exec(ctx, sqlConfigureUpdate, req.Queue, nsNext, taskNext, nextJSON, next.DedupWindowSeconds, next.DedupCheckPayload); err != nil {
 			return err
 		}
 		res.Options, res.Namespace, res.Task = next, nsNext, taskNext

@@ -114,10 +114,18 @@ func verdictByte(v queen.Verdict) byte {
 	return 0
 }
 
+// flagPayloadMismatch is OR-ed into a result's verdict byte for a duplicate
+// with queen.Result.PayloadMismatch (SPEC.md §6).
+const flagPayloadMismatch = 0x80
+
 func encodeResults(dst []byte, rs []queen.Result) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(rs)))
 	for _, r := range rs {
-		dst = append(dst, verdictByte(r.Verdict))
+		v := verdictByte(r.Verdict)
+		if r.PayloadMismatch {
+			v |= flagPayloadMismatch
+		}
+		dst = append(dst, v)
 		dst = append(dst, r.MessageID[:]...)
 		dst = append(dst, r.PartitionID[:]...)
 		dst = binary.AppendVarint(dst, r.Offset)
@@ -142,6 +150,8 @@ func decodeResults(b []byte) ([]queen.Result, error) {
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		var res queen.Result
 		v := r.byte1()
+		res.PayloadMismatch = v&flagPayloadMismatch != 0
+		v &^= flagPayloadMismatch
 		if int(v) >= len(verdictCodes) {
 			return nil, errCorrupt
 		}

@@ -45,6 +45,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		{Verdict: queen.Queued, MessageID: uuid.New(), PartitionID: uuid.New(), Offset: 7},
 		{Verdict: queen.Duplicate, MessageID: uuid.New(), PartitionID: uuid.New(), Offset: -1},
 		{Verdict: queen.Failed, Offset: -1, Err: queen.ErrOverloaded.With("busy")},
+		{Verdict: queen.Duplicate, MessageID: uuid.New(), PartitionID: uuid.New(), Offset: 3, PayloadMismatch: true},
 	}
 	back, err := decodeResults(encodeResults(nil, rs))
 	require.NoError(t, err)
@@ -52,6 +53,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	require.Equal(t, queen.Failed, back[2].Verdict)
 	require.Equal(t, "overloaded", back[2].Err.Code)
 	require.True(t, back[2].Err.Retryable)
+	require.Equal(t, rs[3], back[3], "a duplicate's payload mismatch crosses the shard hop")
 
 	_, err = decodeItems([]byte{5, 1})
 	require.Error(t, err)

@@ -156,6 +156,9 @@ func (s *Service) push(ctx context.Context, body []byte, transport string) reply
 			failed++
 		}
 		s.cfg.Metrics.PushItems.WithLabelValues(string(results[i].Verdict)).Inc()
+		if out[i].PayloadMismatch {
+			s.cfg.Metrics.DedupPayloadMismatch.WithLabelValues(items[i].Queue).Inc()
+		}
 	}
 	if failed == len(items) {
 		return reply{status: http.StatusServiceUnavailable, body: out, retryAfter: true}

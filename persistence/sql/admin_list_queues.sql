@@ -1,9 +1,10 @@
--- Every queue with its partition count, stored message count and depth (the
--- messages above the queue-mode group's cursors).
+-- Every queue with its partition count, stored message count, depth (the
+-- messages above the queue-mode group's cursors) and options.
 SELECT q.name, q.namespace, q.task, q.created_at,
        count(p.id),
        COALESCE(sum(p.last_offset + 1), 0)::bigint,
-       COALESCE(sum(p.last_offset - COALESCE(c."cursor", -1)), 0)::bigint
+       COALESCE(sum(p.last_offset - COALESCE(c."cursor", -1)), 0)::bigint,
+       q.options
 FROM queen.queues q
 LEFT JOIN queen.partitions p ON p.queue_id = q.id
 LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'

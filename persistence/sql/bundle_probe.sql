@@ -8,10 +8,11 @@
 -- $8..$9 the created_at span (timestamptz, both ends included; -infinity
 -- and infinity when unbounded) of the sidecar rows that may hold it.
 --
--- Returns one row per partition with hash NULL, giving the window read from
--- its queue row, then one row per hit: partition, window, hash, offset and
--- the original's message id sliced from its covering segment (NULL when that
--- segment is gone). A window of 0 looks nothing up.
+-- Returns one row per partition with hash NULL, giving the window and the
+-- dedupCheckPayload option read from its queue row, then one row per hit:
+-- partition, window, hash, offset, the original's message id sliced from
+-- its covering segment (NULL when that segment is gone) and that segment's
+-- first offset (for bundle_originals). A window of 0 looks nothing up.
 --
 -- Two ways to find hits, both limited to rows inside the window:
 --  * narrowed (the watermark is >= 0 and the window is not wider than the
@@ -45,18 +46,22 @@
 -- slice)` probe and a `first_offset <= x ORDER BY ... LIMIT 1` segment lookup
 -- both did, and pushes slowed down as the window filled).
 WITH w0 AS MATERIALIZED (
-    SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed,
-           (SELECT q.dedup_window_seconds
-              FROM queen.partitions p
-              JOIN queen.queues q ON q.id = p.queue_id
-             WHERE p.id = i.partition_id) AS seconds
+    SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed, qo.seconds, qo.check_payload
       FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[], $7::bigint[]) AS i (partition_id, watermark, lo, hi, assumed)
+      LEFT JOIN LATERAL (
+        SELECT q.dedup_window_seconds AS seconds, q.dedup_check_payload AS check_payload
+          FROM queen.partitions p
+          JOIN queen.queues q ON q.id = p.queue_id
+         WHERE p.id = i.partition_id
+        OFFSET 0
+      ) qo ON true
 ), w AS MATERIALIZED (
-    SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds,
+    SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload,
            (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed
       FROM w0
 )
-SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id
+SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id,
+       w.check_payload, NULL::bigint AS segment
   FROM w
 UNION ALL
 SELECT x.partition_id,
@@ -65,7 +70,9 @@ SELECT x.partition_id,
        x."offset",
        (SELECT substring(s.message_ids FROM ((x."offset" - s.first_offset) * 16 + 1)::int FOR 16)
           FROM queen.segments s
-         WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment)
+         WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment),
+       NULL::boolean,
+       x.segment
   FROM w
  CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
                           ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
@@ -102,7 +109,9 @@ SELECT w.partition_id,
        t.first_offset + u.i,
        (SELECT substring(s.message_ids FROM (u.i * 16 + 1)::int FOR 16)
           FROM queen.segments s
-         WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset)
+         WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset),
+       NULL::boolean,
+       t.first_offset
   FROM w
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes
