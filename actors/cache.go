@@ -353,11 +353,15 @@ func (p *partitionCache) Prepare(b *persistence.PushBatch) {
 				continue
 			}
 			h := &b.Items[i].Hash
-			if sp, ok := p.mayHave(h); ok {
+			if _, ok := p.mayHave(h); ok {
 				if b.Suspects == nil {
 					b.Suspects = map[queen.Hash]persistence.Span{}
 				}
-				b.Suspects[*h] = sp
+				// Sent unbounded for now: a 1,000-seed equivalence run
+				// diverged once in its two-broker run (seed 20261594, not
+				// reproduced alone) after spans were introduced; until that
+				// is understood, a suspect is looked up in the whole window.
+				b.Suspects[*h] = persistence.Span{}
 				hits++
 			}
 		}

@@ -117,11 +117,12 @@ func (d *simDB) commit(t *testing.T, b *persistence.PushBatch) persistence.PushO
 			t.Fatalf("the cache vouched for watermark %d but %x is in the window at offset %d", b.Watermark, it.Hash, orig)
 		}
 		if vouched && sus && orig >= 0 && orig <= b.Watermark {
-			// The suspect's span must cover every in-window row at or
-			// below the watermark (the probe looks only there).
+			// The suspect's span (a zero end is unbounded) must cover
+			// every in-window row at or below the watermark (the probe
+			// looks only there).
 			cut := d.now.Add(-time.Duration(p.window) * time.Second)
 			for _, f := range p.stored[it.Hash] {
-				if f.created.After(cut) && f.offset <= b.Watermark && (f.created.Before(sp.Since) || f.created.After(sp.Until)) {
+				if f.created.After(cut) && f.offset <= b.Watermark && ((!sp.Since.IsZero() && f.created.Before(sp.Since)) || (!sp.Until.IsZero() && f.created.After(sp.Until))) {
 					t.Fatalf("suspect %x stored at %v (offset %d) lies outside its span [%v, %v]", it.Hash, f.created, f.offset, sp.Since, sp.Until)
 				}
 			}
