@@ -123,13 +123,7 @@ func (c *Cache) SetEnabled(on bool) {
 	if on {
 		return
 	}
-	c.mu.Lock()
-	var all []*partitionCache
-	for e := c.lru.Front(); e != nil; e = e.Next() {
-		all = append(all, e.Value.(*partitionCache))
-	}
-	c.mu.Unlock()
-	for _, p := range all {
+	for _, p := range c.holding() {
 		p.mu.Lock()
 		p.reset()
 		p.mu.Unlock()
@@ -240,13 +234,7 @@ func (c *Cache) Age(pids []uuid.UUID, d time.Duration) {
 	for _, id := range pids {
 		want[id] = true
 	}
-	c.mu.Lock()
-	var all []*partitionCache
-	for e := c.lru.Front(); e != nil; e = e.Next() {
-		all = append(all, e.Value.(*partitionCache))
-	}
-	c.mu.Unlock()
-	for _, p := range all {
+	for _, p := range c.holding() {
 		p.mu.Lock()
 		if want[p.pid] {
 			if p.hydrating {
@@ -265,6 +253,17 @@ func (c *Cache) Age(pids []uuid.UUID, d time.Duration) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// holding returns the partition caches that hold memory (the LRU list).
+func (c *Cache) holding() []*partitionCache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := make([]*partitionCache, 0, c.lru.Len())
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		all = append(all, e.Value.(*partitionCache))
+	}
+	return all
 }
 
 // room reports whether the budget has room to read p's window back: the
