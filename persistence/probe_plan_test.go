@@ -203,10 +203,14 @@ func TestProbePrunesRangesOutsideASuspectsSpan(t *testing.T) {
 	pid := partition(t, s, "ps", "p")
 	commitEach(t, s, pid, "ps", "p", "young")
 	// The "old" row: a segment 6 minutes back, inside the window.
-	_, err := s.pool.Exec(ctx, `UPDATE queen.log_txn_hashes SET created_at = clock_timestamp() - interval '6 minutes' WHERE partition_id = $1`, pid)
-	require.NoError(t, err)
-	_, err = s.pool.Exec(ctx, `UPDATE queen.log_txns SET created_at = clock_timestamp() - interval '6 minutes' WHERE partition_id = $1`, pid)
-	require.NoError(t, err)
+	// One stamp for the three tables, as a push writes them.
+	var back time.Time
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp() - interval '6 minutes'`).Scan(&back))
+	for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
+		_, err := s.pool.Exec(ctx, `UPDATE queen.`+table+` SET created_at = $2 WHERE partition_id = $1`, pid, back)
+		require.NoError(t, err)
+	}
+	var err error
 	commitEach(t, s, pid, "ps", "p", "new")
 	_, err = s.pool.Exec(ctx, `ANALYZE queen.log_txn_hashes`)
 	require.NoError(t, err)

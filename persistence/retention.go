@@ -122,6 +122,9 @@ type RetentionCounts struct {
 	// Ranges: time ranges of log_txn_hashes created, dropped, or deferred
 	// to the next pass (lock busy).
 	Ranges SidecarRanges
+	// SegmentRanges: time ranges of segments_timed (the segments of queues
+	// with retentionSeconds) created, dropped whole, or deferred.
+	SegmentRanges SidecarRanges
 }
 
 func (c *RetentionCounts) add(o RetentionCounts) {
@@ -132,11 +135,14 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 	c.Ranges.Created += o.Ranges.Created
 	c.Ranges.Dropped += o.Ranges.Dropped
 	c.Ranges.Deferred += o.Ranges.Deferred
+	c.SegmentRanges.Created += o.SegmentRanges.Created
+	c.SegmentRanges.Dropped += o.SegmentRanges.Dropped
+	c.SegmentRanges.Deferred += o.SegmentRanges.Deferred
 }
 
 // Deleted reports whether anything was deleted.
 func (c RetentionCounts) Deleted() bool {
-	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Default.Rows+int64(c.Ranges.Dropped) > 0
+	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Default.Rows+int64(c.Ranges.Dropped+c.SegmentRanges.Dropped) > 0
 }
 
 // rowQuerier is what a pass runs its statements on: the pool, or the loop's
@@ -155,10 +161,13 @@ type rowQuerier interface {
 // error joins their errors.
 func (s *Store) RetentionStep(ctx context.Context, cfg RetentionConfig) (RetentionCounts, error) {
 	r, err := s.EnsureSidecarRanges(ctx)
+	sr, serr := s.EnsureSegmentRanges(ctx)
 	c, perr := retentionPass(ctx, s.pool, cfg.withDefaults(), 0, ctx.Done())
 	c.Ranges.Created += r.Created
 	c.Ranges.Deferred += r.Deferred
-	return c, errors.Join(err, perr)
+	c.SegmentRanges.Created += sr.Created
+	c.SegmentRanges.Deferred += sr.Deferred
+	return c, errors.Join(err, serr, perr)
 }
 
 // retentionPass runs the deleting steps on db, then drops the expired
@@ -175,7 +184,7 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		args  []any
 		count *RetentionStepCount
 	}{
-		{"expired segments", sqlRetentionExpired, []any{batch}, &c.Expired},
+		{"expired segments", sqlRetentionExpired, []any{batch, (cfg.Interval + 30*time.Second).Seconds()}, &c.Expired},
 		{"completed segments", sqlRetentionCompleted, []any{batch}, &c.Completed},
 		{"sidecar", sqlRetentionSidecar, []any{batch, floor}, &c.Sidecar},
 		{"sidecar default partition", sqlRetentionDefault, []any{batch}, &c.Default},
@@ -210,6 +219,24 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 			if rows < batch && (msgs < batch || st.count == &c.Sidecar) {
 				break // not a full batch: the step is done
 			}
+		}
+	}
+	// Segment ranges whose rows are all past their queue's retention go.
+	if !stopped(stop) {
+		sctx := ctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		r, err := dropSegmentRanges(sctx, db)
+		c.SegmentRanges.Dropped += r.Dropped
+		c.SegmentRanges.Deferred += r.Deferred
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retention: segment ranges: %w", err))
+		}
+		if r.Dropped+r.Deferred > 0 {
+			cfg.Logger.Debug("retention segment ranges", "dropped", r.Dropped, "deferred", r.Deferred)
 		}
 	}
 	// After the log_txns purge: the ranges it emptied of live rows go.
@@ -378,6 +405,14 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 	// leader drops them).
 	ectx, ecancel := context.WithTimeout(stopCtx, retentionStatementTimeout)
 	made, err := ensureSidecarRanges(ectx, conn, r.store.span)
+	if err == nil {
+		var seg SidecarRanges
+		seg, err = ensureSegmentRanges(ectx, conn)
+		r.mu.Lock()
+		r.totals.SegmentRanges.Created += seg.Created
+		r.totals.SegmentRanges.Deferred += seg.Deferred
+		r.mu.Unlock()
+	}
 	ecancel()
 	if err != nil {
 		if conn.IsClosed() {
@@ -424,7 +459,7 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 			"expired_segments", counts.Expired.Rows, "expired_messages", counts.Expired.Messages,
 			"completed_segments", counts.Completed.Rows, "completed_messages", counts.Completed.Messages,
 			"sidecar_rows", counts.Sidecar.Rows, "sidecar_hashes", counts.Sidecar.Messages,
-			"sidecar_default_rows", counts.Default.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped)
+			"sidecar_default_rows", counts.Default.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped, "segment_ranges_dropped", counts.SegmentRanges.Dropped)
 	}
 	if err != nil {
 		if conn.IsClosed() {

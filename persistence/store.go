@@ -127,6 +127,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	if _, err := s.EnsureSegmentRanges(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -303,6 +307,12 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 	})
 	if err != nil {
 		return res, unavailable(err)
+	}
+	if _, ok := res.Changed["retentionSeconds"]; ok && res.Options.RetentionSeconds > 0 {
+		// The queue's next segments go to segments_timed: make its ranges
+		// now rather than at the next retention tick (best effort: a row
+		// without its range goes to the DEFAULT partition meanwhile).
+		s.EnsureSegmentRanges(ctx) //nolint:errcheck
 	}
 	return res, nil
 }

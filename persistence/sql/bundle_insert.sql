@@ -5,14 +5,21 @@
 -- $4 message ids (16 bytes each), $5 packed frames, $6 packed hashes.
 -- Per frame (parallel arrays): $7 partition id, $8 hash (uuid), $9 offset,
 -- $10 the first offset of its segment.
+--
+-- A segment goes to segments_timed (dropped whole by time range) when its
+-- queue has retentionSeconds now, else to segments_kept (migration 0010).
 WITH t AS (SELECT clock_timestamp() AS now),
 seg AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[], $6::bytea[])
         AS u (partition_id, first_offset, last_offset, message_ids, frames, hashes)
 ),
 s AS (
-    INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
-    SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.message_ids, seg.frames FROM seg, t
+    INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, timed)
+    SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.message_ids, seg.frames,
+           COALESCE((SELECT (q.options ->> 'retentionSeconds')::float8 > 0
+                       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                      WHERE p.id = seg.partition_id), false)
+      FROM seg, t
 ),
 l AS (
     INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)

@@ -70,14 +70,17 @@ SELECT x.partition_id,
        x."offset",
        (SELECT substring(s.message_ids FROM ((x."offset" - s.first_offset) * 16 + 1)::int FOR 16)
           FROM queen.segments s
-         WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment),
+         WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment
+           -- Written by the same statement, with the same stamp: the time
+           -- ranges of segments_timed other than this one are pruned.
+           AND s.created_at = x.created_at),
        NULL::boolean,
        x.segment
   FROM w
  CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
                           ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
  CROSS JOIN LATERAL (
-    SELECT x.partition_id, x.hash, x."offset", x.segment
+    SELECT x.partition_id, x.hash, x."offset", x.segment, x.created_at
       FROM queen.log_txn_hashes x
      WHERE (NOT w.narrowed OR h.suspect) AND w.seconds > 0
        AND x.partition_id = w.partition_id
@@ -109,12 +112,13 @@ SELECT w.partition_id,
        t.first_offset + u.i,
        (SELECT substring(s.message_ids FROM (u.i * 16 + 1)::int FOR 16)
           FROM queen.segments s
-         WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset),
+         WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset
+           AND s.created_at = t.created_at),
        NULL::boolean,
        t.first_offset
   FROM w
  CROSS JOIN LATERAL (
-    SELECT t.first_offset, t.hashes
+    SELECT t.first_offset, t.hashes, t.created_at
       FROM queen.log_txns t
      WHERE w.narrowed AND w.seconds > 0
        AND t.partition_id = w.partition_id

@@ -11,7 +11,8 @@
 --
 -- The walk is retention_sidecar's (per partition, oldest first through the
 -- primary key, stopping at the first segment too young or not yet consumed
--- by every group); deletes by ctid; no partition or consumer row lock.
+-- by every group); deletes by (tableoid, ctid) (a ctid alone is not unique across the partitions
+-- of segments, migration 0010); no partition or consumer row lock.
 WITH RECURSIVE q AS MATERIALIZED (
     SELECT q.id,
            clock_timestamp() - make_interval(secs => (q.options ->> 'completedRetentionSeconds')::float8) AS cutoff
@@ -30,10 +31,10 @@ WITH RECURSIVE q AS MATERIALIZED (
      GROUP BY p.id, q.cutoff
     HAVING min(COALESCE(c."cursor", -1)) >= 0
 ), walk AS (
-    SELECT part.id, part.cutoff, part.bound, s.ctid, s.first_offset, s.frames, 1 AS n
+    SELECT part.id, part.cutoff, part.bound, s.tableoid, s.ctid, s.first_offset, s.frames, 1 AS n
       FROM part
      CROSS JOIN LATERAL (
-        SELECT s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
+        SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
           FROM queen.segments s
          WHERE s.partition_id = part.id
          ORDER BY s.first_offset
@@ -41,24 +42,25 @@ WITH RECURSIVE q AS MATERIALIZED (
      ) s
      WHERE s.created_at < part.cutoff AND s.last_offset <= part.bound
     UNION ALL
-    SELECT w.id, w.cutoff, w.bound, s.ctid, s.first_offset, s.frames, w.n + 1
+    SELECT w.id, w.cutoff, w.bound, s.tableoid, s.ctid, s.first_offset, s.frames, w.n + 1
       FROM walk w
      CROSS JOIN LATERAL (
-        SELECT s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
+        SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
           FROM queen.segments s
          WHERE s.partition_id = w.id AND s.first_offset > w.first_offset
          ORDER BY s.first_offset
          LIMIT 1
      ) s
      WHERE s.created_at < w.cutoff AND s.last_offset <= w.bound AND w.n < $1::bigint
-), pick AS (
-    SELECT x.ctid
-      FROM (SELECT w.ctid, w.frames, sum(w.frames) OVER (ROWS UNBOUNDED PRECEDING) AS acc
+), pick AS MATERIALIZED (
+    SELECT x.tableoid, x.ctid
+      FROM (SELECT w.tableoid, w.ctid, w.frames, sum(w.frames) OVER (ROWS UNBOUNDED PRECEDING) AS acc
               FROM (SELECT * FROM walk LIMIT $1::bigint) w) x
      WHERE x.acc - x.frames < $1::bigint
 ), d AS (
     DELETE FROM queen.segments s
      WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM pick))
+       AND (s.tableoid, s.ctid) IN (SELECT tableoid, ctid FROM pick)
     RETURNING s.last_offset - s.first_offset + 1 AS frames
 )
 SELECT count(*), COALESCE(sum(frames), 0)::bigint FROM d

@@ -1,0 +1,220 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Segments of queues with retentionSeconds live in time ranges of
+// segments_timed (migration 0010, SPEC.md §7): [lo, lo + span) with span a
+// power of two of minutes (1 to 1024) and lo a multiple of it since the
+// epoch (UTC), named segments_YYYYMMDD_HHMM_<span>m after lo, plus a
+// DEFAULT partition for a row whose range does not exist. New ranges take
+// the span of the longest retention in use (about an eighth of it), so
+// the retained time spans 8 to 16 ranges. Every broker creates the ranges
+// covering now through now + 2 spans when its store opens and on every
+// retention tick; the retention leader drops a range once every row in it
+// is past its queue's retention (checked on the queues' current options,
+// under a lock on the range). Range DDL waits at most sidecarLockTimeout
+// for the tables' locks and is retried on the next tick when busy.
+
+var (
+	sqlSegmentRanges      = q("segment_ranges")
+	sqlSegmentRangeClock  = q("segment_range_clock")
+	sqlSegmentRangeCreate = q("segment_range_create")
+	sqlSegmentRangeDrop   = q("segment_range_drop")
+)
+
+// maxSegmentSpan bounds the span of a segment range (queen.segment_span_minutes).
+const maxSegmentSpan = 1024 * time.Minute
+
+// segmentDropsPerPass bounds the segment ranges one retention pass drops.
+const segmentDropsPerPass = 100
+
+// segRange is one time range of segments_timed.
+type segRange struct {
+	name   string
+	lo, hi time.Time
+}
+
+// segmentClock is what range maintenance reads from the queues.
+type segmentClock struct {
+	now      time.Time
+	span     time.Duration // of new ranges; 0 when no queue has a retention
+	shortest time.Duration // the shortest retention in use
+}
+
+func readSegmentRanges(ctx context.Context, db txBeginner) ([]segRange, segmentClock, error) {
+	var c segmentClock
+	rows, err := db.Query(ctx, sqlSegmentRangeClock)
+	if err != nil {
+		return nil, c, unavailable(err)
+	}
+	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (segmentClock, error) {
+		var x segmentClock
+		var span int32
+		var shortest float64
+		var any bool
+		if err := row.Scan(&x.now, &span, &shortest, &any); err != nil {
+			return x, err
+		}
+		if any {
+			x.span = time.Duration(span) * time.Minute
+			x.shortest = time.Duration(shortest * float64(time.Second))
+		}
+		return x, nil
+	})
+	if err != nil {
+		return nil, c, unavailable(err)
+	}
+	if len(cs) == 1 {
+		c = cs[0]
+	}
+	rows, err = db.Query(ctx, sqlSegmentRanges)
+	if err != nil {
+		return nil, c, unavailable(err)
+	}
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (segRange, error) {
+		var r segRange
+		var lo, hi *time.Time
+		if err := row.Scan(&r.name, &lo, &hi); err != nil {
+			return r, err
+		}
+		if lo != nil && hi != nil {
+			r.lo, r.hi = *lo, *hi
+		}
+		return r, nil
+	})
+	if err != nil {
+		return nil, c, unavailable(err)
+	}
+	return rs, c, nil
+}
+
+// planSegmentRanges returns the ranges [lo, hi) to create so that
+// [from, to) is covered, given the existing ones: cells of the span where
+// they are free, and where an existing range of another span is in the
+// way, the largest free aligned cells of a power-of-two fraction of it
+// (the spans are powers of two of minutes aligned on the epoch, so cells
+// nest or are disjoint). from is rounded down to the minute.
+func planSegmentRanges(existing []segRange, from, to time.Time, span time.Duration) [][2]time.Time {
+	if span < time.Minute {
+		span = time.Minute
+	}
+	unix := func(t time.Time) int64 { return t.Unix() }
+	covering := func(t int64) (int64, bool) {
+		for _, r := range existing {
+			if unix(r.lo) <= t && t < unix(r.hi) {
+				return unix(r.hi), true
+			}
+		}
+		return 0, false
+	}
+	overlaps := func(lo, hi int64) bool {
+		for _, r := range existing {
+			if unix(r.lo) < hi && lo < unix(r.hi) {
+				return true
+			}
+		}
+		return false
+	}
+	var out [][2]time.Time
+	t := unix(from) / 60 * 60
+	end := unix(to)
+	for t < end {
+		if next, ok := covering(t); ok {
+			t = next
+			continue
+		}
+		s := int64(span / time.Second)
+		for s > 60 && (t%s != 0 || overlaps(t, t+s)) {
+			s /= 2
+		}
+		if overlaps(t, t+s) { // an odd range (not minute-aligned): stop short of it
+			hi := t + s
+			for _, r := range existing {
+				if lo := unix(r.lo); lo > t && lo < hi {
+					hi = lo
+				}
+			}
+			s = hi - t
+		}
+		out = append(out, [2]time.Time{time.Unix(t, 0).UTC(), time.Unix(t+s, 0).UTC()})
+		existing = append(existing, segRange{lo: time.Unix(t, 0), hi: time.Unix(t+s, 0)})
+		t += s
+	}
+	return out
+}
+
+// EnsureSegmentRanges creates the time ranges of segments_timed covering
+// now through now + 2 spans on PostgreSQL's clock, with the span of the
+// longest retentionSeconds in use (none when no queue has a retention).
+// Idempotent and safe when several brokers run it at once. A range whose
+// DDL could not have the table's lock within 200 ms (or whose rows already
+// sit in the DEFAULT partition) is counted Deferred, not an error. Errors
+// are database errors (queen.ErrUnavailable).
+func (s *Store) EnsureSegmentRanges(ctx context.Context) (SidecarRanges, error) {
+	return ensureSegmentRanges(ctx, s.pool)
+}
+
+func ensureSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error) {
+	var r SidecarRanges
+	existing, c, err := readSegmentRanges(ctx, db)
+	if err != nil || c.span == 0 {
+		return r, err
+	}
+	for _, b := range planSegmentRanges(existing, c.now, c.now.Add(2*c.span+time.Minute), c.span) {
+		var created bool
+		err := rangeDDL(ctx, db, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, sqlSegmentRangeCreate, b[0], b[1]).Scan(&created)
+		})
+		switch {
+		case err == nil:
+			if created {
+				r.Created++
+			}
+		case deferrable(err):
+			r.Deferred++
+		default:
+			return r, unavailable(fmt.Errorf("create segment range from %v: %w", b[0], err))
+		}
+	}
+	return r, nil
+}
+
+// dropSegmentRanges drops the ranges of segments_timed every row of which
+// is past its queue's retention now (queen.segment_drop_range checks, under
+// a lock on the range). Only ranges whose upper bound is at least the
+// shortest retention in the past are tried. The retention leader only.
+func dropSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error) {
+	var r SidecarRanges
+	existing, c, err := readSegmentRanges(ctx, db)
+	if err != nil {
+		return r, err
+	}
+	tried := 0
+	for _, x := range existing {
+		if x.hi.IsZero() || x.hi.After(c.now.Add(-c.shortest)) || tried == segmentDropsPerPass {
+			continue
+		}
+		tried++
+		var dropped bool
+		err := rangeDDL(ctx, db, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, sqlSegmentRangeDrop, x.name, x.hi).Scan(&dropped)
+		})
+		switch {
+		case err == nil:
+			if dropped {
+				r.Dropped++
+			}
+		case deferrable(err):
+			r.Deferred++
+		default:
+			return r, unavailable(fmt.Errorf("drop segment range %s: %w", x.name, err))
+		}
+	}
+	return r, nil
+}

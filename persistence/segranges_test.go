@@ -1,0 +1,193 @@
+package persistence
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence/pgtest"
+)
+
+func TestPlanSegmentRanges(t *testing.T) {
+	at := func(hm string) time.Time {
+		x, err := time.Parse("2006-01-02 15:04:05", "2026-12-01 "+hm)
+		require.NoError(t, err)
+		return x
+	}
+	cells := func(out [][2]time.Time) []string {
+		var s []string
+		for _, c := range out {
+			s = append(s, c[0].Format("15:04")+"-"+c[1].Format("15:04"))
+		}
+		return s
+	}
+	rng := func(lo, hi string) segRange { return segRange{lo: at(lo), hi: at(hi)} }
+
+	require.Equal(t, []string{"12:00-12:02", "12:02-12:04", "12:04-12:06"},
+		cells(planSegmentRanges(nil, at("12:00:30"), at("12:05:00"), 2*time.Minute)), "aligned cells of the span from the minute of from")
+	require.Equal(t, []string{"12:01-12:02", "12:02-12:04", "12:04-12:08", "12:08-12:12"},
+		cells(planSegmentRanges([]segRange{rng("12:00:00", "12:01:00")}, at("12:00:10"), at("12:09:00"), 4*time.Minute)),
+		"a wider span starts on its own alignment: smaller cells fill up to it")
+	require.Equal(t, []string{"12:08-12:09", "12:09-12:10"},
+		cells(planSegmentRanges([]segRange{rng("12:00:00", "12:08:00")}, at("12:03:00"), at("12:10:00"), time.Minute)),
+		"an existing wider range covers what it covers")
+	require.Equal(t, []string{"12:00-12:02", "12:04-12:08"},
+		cells(planSegmentRanges([]segRange{rng("12:02:00", "12:04:00")}, at("12:00:00"), at("12:05:00"), 4*time.Minute)),
+		"a smaller existing range inside a cell splits it")
+	require.Nil(t, planSegmentRanges([]segRange{rng("12:00:00", "12:16:00")}, at("12:00:00"), at("12:10:00"), 4*time.Minute))
+}
+
+// segmentTables returns, per table holding them, partition pid's segments.
+func segmentTables(t testing.TB, s *Store, pid uuid.UUID) map[string]int {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), `SELECT tableoid::regclass::text, count(*) FROM queen.segments WHERE partition_id = $1 GROUP BY 1`, pid)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var n string
+		var c int
+		require.NoError(t, rows.Scan(&n, &c))
+		out[n] = c
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// pastSegmentRange creates the 1-minute range of segments_timed that ended
+// a minute before PostgreSQL's clock's minute, and moves partition pids'
+// segments (and sidecar rows) into its last seconds: less than a minute and
+// a pass past a 60-second retention, so the walk leaves them to the drop.
+// It returns the range's name.
+func pastSegmentRange(t testing.TB, s *Store, pids ...uuid.UUID) string {
+	t.Helper()
+	ctx := context.Background()
+	var lo, hi time.Time
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT date_trunc('minute', clock_timestamp()) - interval '2 minutes', date_trunc('minute', clock_timestamp()) - interval '1 minute'`).Scan(&lo, &hi))
+	var created bool
+	require.NoError(t, s.pool.QueryRow(ctx, sqlSegmentRangeCreate, lo, hi).Scan(&created))
+	require.True(t, created)
+	for _, pid := range pids {
+		for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
+			_, err := s.pool.Exec(ctx, `UPDATE queen.`+table+` SET created_at = $2 WHERE partition_id = $1`, pid, hi.Add(-5*time.Second))
+			require.NoError(t, err)
+		}
+	}
+	var name string
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT queen.segment_range_name($1, 1)`, lo).Scan(&name))
+	return "queen." + name
+}
+
+func rangeExists(t testing.TB, s *Store, name string) bool {
+	t.Helper()
+	var ok bool
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok))
+	return ok
+}
+
+func TestSegmentsOfRetainedQueuesGoToRangesDroppedWhole(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	configure(t, s, "tq", `{"retentionSeconds":60}`)
+	configure(t, s, "kq", `{}`)
+	tq := partition(t, s, "tq", "p")
+	kq := partition(t, s, "kq", "p")
+	commitEach(t, s, tq, "tq", "p", "m0", "m1")
+	commitEach(t, s, kq, "kq", "p", "k0")
+
+	// The configure made the ranges of now: tq's segments are in one of
+	// them, kq's in segments_kept.
+	for n := range segmentTables(t, s, tq) {
+		require.Regexp(t, `^queen\.segments_\d{8}_\d{4}_1m$`, n)
+	}
+	require.Equal(t, map[string]int{"queen.segments_kept": 1}, segmentTables(t, s, kq))
+
+	old := pastSegmentRange(t, s, tq)
+	require.Equal(t, map[string]int{old: 2}, segmentTables(t, s, tq))
+	commitEach(t, s, tq, "tq", "p", "m2") // young
+	age(t, s, kq, 100*24*time.Hour)       // no retention: kept forever
+
+	c := step(t, s, RetentionConfig{})
+	require.Equal(t, 1, c.SegmentRanges.Dropped)
+	require.Zero(t, c.Expired.Rows, "the walk left them to the range's drop")
+	require.False(t, rangeExists(t, s, old))
+	require.Equal(t, []int64{2}, segmentOffsets(t, s, tq))
+	require.Equal(t, []int64{0}, segmentOffsets(t, s, kq))
+
+	// A repeat of a dropped message is still a duplicate (the sidecar
+	// holds it; SPEC.md §7), with the zero id.
+	out := commit(t, s, tq, items("tq", "p", "m0"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate}, verdicts(out))
+}
+
+func TestSegmentRangeDropWaitsForEveryQueuesRetention(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	configure(t, s, "short", `{"retentionSeconds":60}`)
+	configure(t, s, "long", `{"retentionSeconds":3600}`)
+	sp := partition(t, s, "short", "p")
+	lp := partition(t, s, "long", "p")
+	commitEach(t, s, sp, "short", "p", "s0")
+	commitEach(t, s, lp, "long", "p", "l0")
+	old := pastSegmentRange(t, s, sp, lp)
+
+	c := step(t, s, RetentionConfig{})
+	require.Zero(t, c.SegmentRanges.Dropped, "long keeps its rows for an hour")
+	require.Zero(t, c.Expired.Rows)
+	require.True(t, rangeExists(t, s, old))
+	require.Equal(t, []int64{0}, segmentOffsets(t, s, lp))
+
+	// long's retention shrinks: every row of the range is past it now.
+	configure(t, s, "long", `{"retentionSeconds":60}`)
+	// short loses its retention: it keeps its rows again.
+	configure(t, s, "short", `{}`)
+	c = step(t, s, RetentionConfig{})
+	require.Zero(t, c.SegmentRanges.Dropped, "short keeps its rows forever now")
+	require.Equal(t, []int64{0}, segmentOffsets(t, s, sp))
+
+	configure(t, s, "short", `{"retentionSeconds":60}`)
+	c = step(t, s, RetentionConfig{})
+	require.Equal(t, 1, c.SegmentRanges.Dropped)
+	require.False(t, rangeExists(t, s, old))
+	require.Empty(t, segmentOffsets(t, s, sp))
+	require.Empty(t, segmentOffsets(t, s, lp))
+}
+
+func TestMigrationKeepsExistingSegments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac11"
+	for _, q := range []string{
+		// Back to the 0009 shape.
+		`DROP TABLE queen.segments`,
+		`DROP FUNCTION queen.segment_create_range, queen.segment_drop_range, queen.segment_range_keepers,
+		               queen.segment_range_name, queen.segment_span_minutes, queen.segment_storage`,
+		`DELETE FROM queen.schema_migrations WHERE version = 10`,
+		`CREATE TABLE queen.segments (partition_id uuid NOT NULL, first_offset bigint NOT NULL, last_offset bigint NOT NULL,
+		     created_at timestamptz NOT NULL, message_ids bytea NOT NULL, frames bytea NOT NULL, PRIMARY KEY (partition_id, first_offset))`,
+		`CREATE INDEX segments_created_at ON queen.segments (created_at)`,
+		`INSERT INTO queen.segments SELECT '` + pid + `', g * 10, g * 10 + 9, clock_timestamp() - make_interval(secs => 1200 - g * 40), '\x01'::bytea, '\x02'::bytea
+		   FROM generate_series(0, 29) g`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, []int{10}, applied)
+	var kept, last int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*), max(last_offset) FROM queen.segments_kept WHERE partition_id = $1`, pid).Scan(&kept, &last))
+	require.Equal(t, int64(30), kept)
+	require.Equal(t, int64(299), last)
+	s, err := Open(ctx, Config{URL: url})
+	require.NoError(t, err)
+	s.Close()
+}
