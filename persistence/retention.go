@@ -66,6 +66,12 @@ type RetentionConfig struct {
 	// production value 900 s (DefaultTxnsFloor). Only tests lower it
 	// (QUEEN_TEST_TXNS_FLOOR); nothing in production sets it.
 	TxnsFloor time.Duration
+	// NoRangeGrace (tests only) makes the walk delete the segments of
+	// segments_timed as soon as they are past their queue's retention, as
+	// it does the others, instead of leaving them a range span and a pass
+	// for their range's drop: a model that expects an exact cutoff at each
+	// step holds. Nothing in production sets it.
+	NoRangeGrace bool
 	// Logger gets leadership changes (info), pass counts (debug) and errors
 	// (warn); default slog.Default().
 	Logger *slog.Logger
@@ -184,7 +190,7 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		args  []any
 		count *RetentionStepCount
 	}{
-		{"expired segments", sqlRetentionExpired, []any{batch, (cfg.Interval + 30*time.Second).Seconds()}, &c.Expired},
+		{"expired segments", sqlRetentionExpired, []any{batch, rangeGrace(cfg)}, &c.Expired},
 		{"completed segments", sqlRetentionCompleted, []any{batch}, &c.Completed},
 		{"sidecar", sqlRetentionSidecar, []any{batch, floor}, &c.Sidecar},
 		{"sidecar default partition", sqlRetentionDefault, []any{batch}, &c.Default},
@@ -258,6 +264,17 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		}
 	}
 	return c, errors.Join(errs...)
+}
+
+// rangeGrace is retention_expired's $2: the seconds of a pass added to the
+// range span a segment of segments_timed is left for its range's drop (the
+// retention interval and 30 s), or nil for none (NoRangeGrace).
+func rangeGrace(cfg RetentionConfig) *float64 {
+	if cfg.NoRangeGrace {
+		return nil
+	}
+	g := (cfg.Interval + 30*time.Second).Seconds()
+	return &g
 }
 
 func stopped(stop <-chan struct{}) bool {

@@ -191,3 +191,21 @@ func TestMigrationKeepsExistingSegments(t *testing.T) {
 	require.NoError(t, err)
 	s.Close()
 }
+
+func TestNoRangeGraceDeletesAtTheCutoff(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	configure(t, s, "tq", `{"retentionSeconds":60}`)
+	configure(t, s, "long", `{"retentionSeconds":3600}`)
+	tq := partition(t, s, "tq", "p")
+	lp := partition(t, s, "long", "p")
+	commitEach(t, s, tq, "tq", "p", "m0", "m1")
+	commitEach(t, s, lp, "long", "p", "l0")
+	old := pastSegmentRange(t, s, tq, lp) // long keeps the range
+
+	c := step(t, s, RetentionConfig{NoRangeGrace: true})
+	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 2, Messages: 2}, c.Expired, "tq's segments go at the cutoff")
+	require.Zero(t, c.SegmentRanges.Dropped)
+	require.Empty(t, segmentOffsets(t, s, tq))
+	require.Equal(t, map[string]int{old: 1}, segmentTables(t, s, lp))
+}

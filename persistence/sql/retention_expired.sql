@@ -9,7 +9,7 @@
 -- left to the range's drop (segranges.go) while they are less than a grace
 -- past their queue's retention: the range span its retention asks for
 -- (queen.segment_span_minutes) plus $2 seconds (a pass); the walk stops
--- there. So it deletes only the segments of
+-- there. $2 NULL (tests) gives no grace. So it deletes only the segments of
 -- segments_kept (a queue that gained a retention), of the DEFAULT range,
 -- and of a range kept by a queue with a longer retention. Rows are deleted
 -- by (tableoid, ctid): a ctid alone is not unique across partitions. The sidecar is left alone: a repeat of a deleted
@@ -18,7 +18,7 @@
 WITH RECURSIVE part AS MATERIALIZED (
     SELECT p.id,
            clock_timestamp() - make_interval(secs => (q.options ->> 'retentionSeconds')::float8) AS cutoff,
-           make_interval(secs => 60 * queen.segment_span_minutes((q.options ->> 'retentionSeconds')::float8) + $2::float8) AS grace
+           make_interval(secs => COALESCE(60 * queen.segment_span_minutes((q.options ->> 'retentionSeconds')::float8) + $2::float8, 0)) AS grace
       FROM queen.queues q
       JOIN queen.partitions p ON p.queue_id = q.id
      WHERE COALESCE((q.options ->> 'retentionSeconds')::bigint, 0) > 0

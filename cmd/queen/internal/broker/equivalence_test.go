@@ -16,7 +16,9 @@ package broker
 // with the queue's retentionSeconds = retainSeconds and the test-only
 // sidecar floor lowered to floorSeconds: segments older than retainSeconds
 // go (the original's id becomes the zero UUID), sidecar rows older than
-// GREATEST(window, floorSeconds) are purged (the id is forgotten). The
+// GREATEST(window, floorSeconds) are purged (the id is forgotten); the step
+// runs with NoRangeGrace, so a segment in a time range goes at the cutoff
+// too, not when its range is dropped. The
 // brokers' own loops are slowed to once an hour so only these steps act.
 
 import (
@@ -203,7 +205,7 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp) []string {
 				e.b.cache.Age(pids, time.Duration(op.secs)*time.Second)
 			}
 		case "retain":
-			if _, err := store.RetentionStep(ctx, persistence.RetentionConfig{TxnsFloor: floorSeconds * time.Second}); err != nil {
+			if _, err := store.RetentionStep(ctx, persistence.RetentionConfig{TxnsFloor: floorSeconds * time.Second, NoRangeGrace: true}); err != nil {
 				t.Fatal(err)
 			}
 		}
