@@ -1,4 +1,12 @@
--- The segment of partition $1 holding offset $2.
+-- The segment of partition $1 holding offset $2: the last one starting at
+-- or below it, when it reaches it (one backward index descent per time
+-- range; a two-sided filter read every segment below the offset).
 SELECT first_offset, created_at, message_ids, frames
-FROM queen.segments
-WHERE partition_id = $1 AND first_offset <= $2 AND last_offset >= $2
+FROM (
+    SELECT first_offset, last_offset, created_at, message_ids, frames
+    FROM queen.segments
+    WHERE partition_id = $1 AND first_offset <= $2
+    ORDER BY first_offset DESC
+    LIMIT 1
+) s
+WHERE s.last_offset >= $2

@@ -31,6 +31,12 @@ FROM (
         SELECT first_offset, last_offset, created_at, message_ids, frames
         FROM queen.segments
         WHERE partition_id = $1 AND last_offset > ok."cursor" AND created_at <= ok.visible
+          -- An index bound: the segment holding the cursor's next offset
+          -- starts at or after this (last_offset alone is a filter, and
+          -- the scan read every consumed segment still stored first).
+          AND first_offset >= COALESCE((SELECT s.first_offset FROM queen.segments s
+                                         WHERE s.partition_id = $1 AND s.first_offset <= ok."cursor" + 1
+                                         ORDER BY s.first_offset DESC LIMIT 1), -1)
         ORDER BY first_offset
         LIMIT $3
     ) s
