@@ -29,6 +29,7 @@ import (
 //	POST /api/v1/consumer-groups/{group}/subscription  {"subscriptionTimestamp":"..."}: a timestamp seek on every queue of the group
 //	GET|POST /api/v1/admin/dedup-cache      the dedup cache's stats; {"enabled":false} is the live kill switch
 //	GET  /api/v1/cluster                     brokers, shard owners and lease expiries (SPEC.md §9)
+//	GET  /api/v1/dedup?queue=&partition=&transactionId=  the dedup inspector (SPEC.md §13)
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
 //
@@ -124,6 +125,10 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.cluster(r.Context()))
 	})
+	mux.HandleFunc("GET /api/v1/dedup", func(w http.ResponseWriter, r *http.Request) {
+		q, err := queen.DecodeDedupQuery(r.URL.Query())
+		writeReply(w, s.dedup(r.Context(), q, err))
+	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})
@@ -135,7 +140,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
 		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"}, {"/api/v1/traces", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
-		{"/api/v1/cluster", "GET"},
+		{"/api/v1/cluster", "GET"}, {"/api/v1/dedup", "GET"},
 	} {
 		allow := route.allow
 		mux.HandleFunc(route.path, func(w http.ResponseWriter, r *http.Request) {

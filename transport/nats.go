@@ -30,6 +30,9 @@ const (
 	SubjectTransaction = "queen.v1.transaction"
 	// SubjectCluster answers the cluster view of GET /api/v1/cluster (any body).
 	SubjectCluster = "queen.v1.cluster"
+	// SubjectDedup is the dedup inspector of GET /api/v1/dedup (SPEC.md
+	// §13), with {"queue","partition","transactionId"} as the body.
+	SubjectDedup = "queen.v1.dedup"
 	// ServiceName is the NATS micro service name (nats micro ls/info/stats).
 	ServiceName = "queen"
 	// QueueGroup is the queue group every broker serves the client subjects in.
@@ -108,8 +111,9 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // queen.v1.push, queen.v1.configure, queen.v1.queue, queen.v1.pop (a JSON
 // body with the HTTP pop's query fields; an empty reply when nothing is
 // available), queen.v1.ack, queen.v1.ack.batch, queen.v1.lease.extend
-// ({"leaseId","seconds"}), queen.v1.transaction and queen.v1.cluster (the
-// cluster view of GET /api/v1/cluster), in queue group
+// ({"leaseId","seconds"}), queen.v1.transaction, queen.v1.cluster (the
+// cluster view of GET /api/v1/cluster) and queen.v1.dedup (the dedup
+// inspector, SPEC.md §13), in queue group
 // "queen". Request and reply bodies are the HTTP ones; errors carry the micro
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
 // body (SPEC.md §11). The micro monitoring subjects ($SRV.PING|INFO|STATS,
@@ -156,6 +160,10 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }},
 		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }},
 		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }},
+		{"dedup", SubjectDedup, func(ctx context.Context, b []byte) reply {
+			q, err := queen.DecodeDedup(b)
+			return s.dedup(ctx, q, err)
+		}},
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}

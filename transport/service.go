@@ -44,6 +44,9 @@ type Config struct {
 	DedupCache CacheSwitch
 	// Cluster, when set, answers GET /api/v1/cluster and queen.v1.cluster.
 	Cluster ClusterViewer
+	// Operator, when set, answers the operator API of SPEC.md §13 (the
+	// dedup inspector); unset, its routes answer 404.
+	Operator Operator
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push bodies being handled at once

@@ -255,7 +255,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{b.cons, b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
-		DedupCache: cacheSwitch{b.cache}, Cluster: b.members,
+		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
