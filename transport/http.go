@@ -33,7 +33,12 @@ import (
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
 //
-// Bodies over queen.MaxBodyBytes are refused with 413.
+// Bodies over queen.MaxBodyBytes are refused with 413. With
+// Config.AdminToken set, the admin routes — every /api/v1/resources/queues
+// route, the /api/v1/consumer-groups routes, /api/v1/admin/dedup-cache,
+// /api/v1/cluster and the operator routes of SPEC.md §13 (/api/v1/dedup,
+// /api/v1/dlq/replay) — answer 401 unauthorized without
+// "Authorization: Bearer <token>"; the message plane never asks for it.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/push", func(w http.ResponseWriter, r *http.Request) {
@@ -56,9 +61,9 @@ func (s *Service) Handler() http.Handler {
 			writeReply(w, s.configure(r.Context(), body))
 		}
 	})
-	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.queue(r.Context(), r.PathValue("queue")))
-	})
+	}))
 	mux.HandleFunc("GET /api/v1/pop", func(w http.ResponseWriter, r *http.Request) {
 		req, err := queen.DecodePopQuery("", "", r.URL.Query())
 		writeReply(w, s.pop(r.Context(), req, err))
@@ -95,40 +100,40 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/dlq", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deadLetters(r.Context(), r.URL.Query()))
 	})
-	mux.HandleFunc("GET /api/v1/resources/queues", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /api/v1/resources/queues", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.listQueues(r.Context()))
-	})
-	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deleteQueue(r.Context(), r.PathValue("queue")))
-	})
-	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deleteGroup(r.Context(), r.PathValue("group")))
-	})
-	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := readBody(w, r); ok {
 			writeReply(w, s.seek(r.Context(), r.PathValue("group"), r.PathValue("queue"), body))
 		}
-	})
-	mux.HandleFunc("GET /api/v1/admin/dedup-cache", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /api/v1/admin/dedup-cache", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.dedupCache(nil))
-	})
-	mux.HandleFunc("POST /api/v1/admin/dedup-cache", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /api/v1/admin/dedup-cache", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := readBody(w, r); ok {
 			writeReply(w, s.dedupCache(body))
 		}
-	})
-	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/subscription", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/subscription", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := readBody(w, r); ok {
 			writeReply(w, s.setSubscription(r.Context(), r.PathValue("group"), body))
 		}
-	})
-	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /api/v1/cluster", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.cluster(r.Context()))
-	})
-	mux.HandleFunc("GET /api/v1/dedup", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /api/v1/dedup", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		q, err := queen.DecodeDedupQuery(r.URL.Query())
 		writeReply(w, s.dedup(r.Context(), q, err))
-	})
+	}))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})

@@ -2,7 +2,10 @@ package transport
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"net/http"
+	"strings"
 
 	queen "github.com/queen-mq/queen-go"
 )
@@ -31,4 +34,37 @@ func (s *Service) dedup(ctx context.Context, q queen.DedupQuery, err error) repl
 		return errReply(err)
 	}
 	return reply{status: http.StatusOK, body: res}
+}
+
+// authorized reports whether an admin request may run: no token configured,
+// or the Authorization value is "Bearer <token>" (the scheme in any case).
+// The comparison is in constant time (of SHA-256 digests, so the token's
+// length does not show either).
+func (s *Service) authorized(header string) bool {
+	if s.adminToken == nil {
+		return true
+	}
+	const scheme = "bearer "
+	if len(header) < len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(header[len(scheme):])))
+	return subtle.ConstantTimeCompare(got[:], s.adminToken[:]) == 1
+}
+
+// unauthorized is the 401 of an admin route without the right token.
+func unauthorized() reply {
+	return errReply(queen.ErrUnauthorized.With("this admin route needs the header Authorization: Bearer <token>, the broker's QUEEN_ADMIN_TOKEN (missing or wrong)"))
+}
+
+// admin guards an HTTP admin route with the admin token (Config.AdminToken).
+func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="queen"`)
+			writeReply(w, unauthorized())
+			return
+		}
+		h(w, r)
+	}
 }

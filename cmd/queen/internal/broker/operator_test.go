@@ -4,12 +4,18 @@ package broker
 // inspector, the admin token and DLQ replay.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
 )
@@ -165,5 +171,125 @@ func TestDedupInspectorBadInput(t *testing.T) {
 	st, b := e.httpDo(t, http.MethodPost, "/api/v1/dedup", nil)
 	if st != http.StatusMethodNotAllowed {
 		t.Fatalf("POST /api/v1/dedup: %d %s", st, b)
+	}
+}
+
+// httpAuth sends an HTTP request with an Authorization header ("" for none).
+func (e *env) httpAuth(t testing.TB, method, path, auth string, body any) (int, http.Header, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(marshal(body))
+	}
+	req, err := http.NewRequest(method, e.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+// natsAuth sends a NATS request with an Authorization header ("" for none)
+// and returns the status (the error header, else 200) and body.
+func (e *env) natsAuth(t testing.TB, subject, auth string, body []byte) (int, []byte) {
+	t.Helper()
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	if auth != "" {
+		msg.Header.Set("Authorization", auth)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := e.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	st := http.StatusOK
+	if c := rep.Header.Get("Nats-Service-Error-Code"); c != "" {
+		st, _ = strconv.Atoi(c)
+	}
+	return st, rep.Data
+}
+
+// TestAdminToken: with QUEEN_ADMIN_TOKEN set, the admin routes and subjects
+// answer 401 without the bearer token (or with another one) and work with
+// it; the message plane (SPEC.md §3-§5) does not ask for it.
+func TestAdminToken(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, func(c *Config) { c.AdminToken = "s3cret" })
+	e.pushOK(t, "http", items(it("tok", "p", "k1")), 1)
+	admin := []struct{ method, path string }{
+		{http.MethodGet, "/api/v1/resources/queues"},
+		{http.MethodGet, "/api/v1/resources/queues/tok"},
+		{http.MethodGet, "/api/v1/cluster"},
+		{http.MethodGet, "/api/v1/admin/dedup-cache"},
+		{http.MethodGet, "/api/v1/dedup?queue=tok&partition=p&transactionId=k1"},
+		{http.MethodPost, "/api/v1/consumer-groups/g/queues/tok/seek"},
+		{http.MethodPost, "/api/v1/consumer-groups/g/subscription"},
+		{http.MethodDelete, "/api/v1/consumer-groups/g"},
+		{http.MethodDelete, "/api/v1/resources/queues/tok"},
+	}
+	for _, r := range admin {
+		for _, auth := range []string{"", "Bearer wrong", "Bearer s3cret2", "Basic s3cret", "s3cret"} {
+			st, h, b := e.httpAuth(t, r.method, r.path, auth, map[string]any{"toEnd": true})
+			var eb errBody
+			if st != http.StatusUnauthorized || json.Unmarshal(b, &eb) != nil || eb.Code != "unauthorized" || h.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s %s with %q: %d %s, want 401 unauthorized", r.method, r.path, auth, st, b)
+			}
+		}
+	}
+	if n := e.stats(t, "tok"); n.Queues != 1 || n.Segments != 1 {
+		t.Fatalf("a refused admin call changed the queue: %+v", n)
+	}
+	// With the token (the scheme in any case) they run.
+	for _, r := range admin[:5] {
+		for _, auth := range []string{"Bearer s3cret", "bearer s3cret"} {
+			if st, _, b := e.httpAuth(t, r.method, r.path, auth, nil); st != http.StatusOK {
+				t.Errorf("%s %s with the token: %d %s", r.method, r.path, st, b)
+			}
+		}
+	}
+	// NATS admin subjects read the Authorization message header.
+	for _, c := range []struct {
+		subject string
+		body    []byte
+	}{
+		{"queen.v1.cluster", nil},
+		{"queen.v1.queue", []byte("tok")},
+		{"queen.v1.dedup", []byte(`{"queue":"tok","partition":"p","transactionId":"k1"}`)},
+	} {
+		if st, b := e.natsAuth(t, c.subject, "", c.body); st != http.StatusUnauthorized || !strings.Contains(string(b), `"unauthorized"`) {
+			t.Errorf("%s without the token: %d %s", c.subject, st, b)
+		}
+		if st, b := e.natsAuth(t, c.subject, "Bearer nope", c.body); st != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong token: %d %s", c.subject, st, b)
+		}
+		if st, b := e.natsAuth(t, c.subject, "Bearer s3cret", c.body); st != http.StatusOK {
+			t.Errorf("%s with the token: %d %s", c.subject, st, b)
+		}
+	}
+	// The message plane is unchanged: no token asked.
+	for _, via := range transports {
+		wantStatuses(t, e.pushOK(t, via, items(it("tok", "p", "k1"), it("tok", "p", "k2-"+via)), 2), "duplicate", "queued")
+		if st, _, _ := e.configure(t, via, []byte(`{"queue":"tok2"}`)); st != http.StatusOK {
+			t.Fatalf("configure via %s without the token: %d", via, st)
+		}
+	}
+	got := e.popHTTP(t, "tok", "p", vals("autoAck", "true"))
+	if len(got.Messages) != 1 {
+		t.Fatalf("pop without the token: %+v", got)
+	}
+	for _, path := range []string{"/api/v1/dlq?queue=tok", "/health", "/metrics"} {
+		if st, _, b := e.httpAuth(t, http.MethodGet, path, "", nil); st != http.StatusOK {
+			t.Errorf("GET %s without the token: %d %s", path, st, b)
+		}
 	}
 }
