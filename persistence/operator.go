@@ -73,3 +73,35 @@ func (s *Store) InspectDedup(ctx context.Context, queueName, partition string, h
 	out.MessageID, out.Offset, out.CreatedAt, out.WindowClosesAt = &ids, off, &at, &closes
 	return out, nil
 }
+
+var (
+	sqlDLQByID   = q("dlq_by_id")
+	sqlDLQDelete = q("dlq_delete")
+)
+
+// DeadLettersByID returns the dead letters among ids that belong to queue
+// queueName and, unless group is "", to consumer group group, by id (for
+// DLQ replay, SPEC.md §13). Ids that match nothing are simply absent.
+func (s *Store) DeadLettersByID(ctx context.Context, queueName, group string, ids []int64) ([]queen.DeadLetter, error) {
+	rows, err := s.pool.Query(ctx, sqlDLQByID, queueName, group, ids)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	var total int64
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queen.DeadLetter, error) { return scanDeadLetter(r, &total) })
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// DeleteDeadLetters removes the dead letters ids (replayed, SPEC.md §13) and
+// returns the ids it removed: one another session removed first is absent.
+func (s *Store) DeleteDeadLetters(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, sqlDLQDelete, ids)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return out, unavailable(err)
+}

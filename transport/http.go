@@ -30,6 +30,7 @@ import (
 //	GET|POST /api/v1/admin/dedup-cache      the dedup cache's stats; {"enabled":false} is the live kill switch
 //	GET  /api/v1/cluster                     brokers, shard owners and lease expiries (SPEC.md §9)
 //	GET  /api/v1/dedup?queue=&partition=&transactionId=  the dedup inspector (SPEC.md §13)
+//	POST /api/v1/dlq/replay                  {"queue","consumerGroup","ids":[...]} or a filter: DLQ replay (SPEC.md §13)
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
 //
@@ -134,6 +135,11 @@ func (s *Service) Handler() http.Handler {
 		q, err := queen.DecodeDedupQuery(r.URL.Query())
 		writeReply(w, s.dedup(r.Context(), q, err))
 	}))
+	mux.HandleFunc("POST /api/v1/dlq/replay", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.replay(r.Context(), body))
+		}
+	}))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})
@@ -145,7 +151,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
 		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"}, {"/api/v1/traces", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
-		{"/api/v1/cluster", "GET"}, {"/api/v1/dedup", "GET"},
+		{"/api/v1/cluster", "GET"}, {"/api/v1/dedup", "GET"}, {"/api/v1/dlq/replay", "POST"},
 	} {
 		allow := route.allow
 		mux.HandleFunc(route.path, func(w http.ResponseWriter, r *http.Request) {

@@ -33,6 +33,8 @@ const (
 	// SubjectDedup is the dedup inspector of GET /api/v1/dedup (SPEC.md
 	// §13), with {"queue","partition","transactionId"} as the body.
 	SubjectDedup = "queen.v1.dedup"
+	// SubjectDLQReplay is DLQ replay, POST /api/v1/dlq/replay (SPEC.md §13).
+	SubjectDLQReplay = "queen.v1.dlq.replay"
 	// ServiceName is the NATS micro service name (nats micro ls/info/stats).
 	ServiceName = "queen"
 	// QueueGroup is the queue group every broker serves the client subjects in.
@@ -112,8 +114,8 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // body with the HTTP pop's query fields; an empty reply when nothing is
 // available), queen.v1.ack, queen.v1.ack.batch, queen.v1.lease.extend
 // ({"leaseId","seconds"}), queen.v1.transaction, queen.v1.cluster (the
-// cluster view of GET /api/v1/cluster) and queen.v1.dedup (the dedup
-// inspector, SPEC.md §13), in queue group
+// cluster view of GET /api/v1/cluster), queen.v1.dedup (the dedup
+// inspector, SPEC.md §13) and queen.v1.dlq.replay (DLQ replay), in queue group
 // "queen". Request and reply bodies are the HTTP ones; errors carry the micro
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
 // body (SPEC.md §11). The micro monitoring subjects ($SRV.PING|INFO|STATS,
@@ -173,6 +175,7 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 			q, err := queen.DecodeDedup(b)
 			return s.dedup(ctx, q, err)
 		}, true},
+		{"dlq_replay", SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true},
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}

@@ -235,6 +235,7 @@ func TestAdminToken(t *testing.T) {
 		{http.MethodPost, "/api/v1/consumer-groups/g/queues/tok/seek"},
 		{http.MethodPost, "/api/v1/consumer-groups/g/subscription"},
 		{http.MethodDelete, "/api/v1/consumer-groups/g"},
+		{http.MethodPost, "/api/v1/dlq/replay"},
 		{http.MethodDelete, "/api/v1/resources/queues/tok"},
 	}
 	for _, r := range admin {
@@ -265,6 +266,7 @@ func TestAdminToken(t *testing.T) {
 		{"queen.v1.cluster", nil},
 		{"queen.v1.queue", []byte("tok")},
 		{"queen.v1.dedup", []byte(`{"queue":"tok","partition":"p","transactionId":"k1"}`)},
+		{"queen.v1.dlq.replay", []byte(`{"queue":"tok","ids":[1]}`)},
 	} {
 		if st, b := e.natsAuth(t, c.subject, "", c.body); st != http.StatusUnauthorized || !strings.Contains(string(b), `"unauthorized"`) {
 			t.Errorf("%s without the token: %d %s", c.subject, st, b)
@@ -291,5 +293,207 @@ func TestAdminToken(t *testing.T) {
 		if st, _, b := e.httpAuth(t, http.MethodGet, path, "", nil); st != http.StatusOK {
 			t.Errorf("GET %s without the token: %d %s", path, st, b)
 		}
+	}
+}
+
+// deadLetter pops the next message of queue/partition for group and acks it
+// "dlq": it is dead-lettered at once. It returns the message.
+func (e *env) deadLetter(t testing.TB, queue, partition, group string) queen.Message {
+	t.Helper()
+	got := e.popHTTP(t, queue, partition, vals("consumerGroup", group))
+	if len(got.Messages) != 1 {
+		t.Fatalf("pop %s/%s: %+v", queue, partition, got)
+	}
+	a := ackOf(got.Messages[0], "dlq")
+	a["error"] = "poison"
+	if res := ackBatch(t, e, group, a); res[0].Result != queen.DeadLettered {
+		t.Fatalf("ack dlq: %+v", res[0])
+	}
+	return got.Messages[0]
+}
+
+// dlq lists a queue's dead letters (every group).
+func (e *env) dlq(t testing.TB, queue string) []queen.DeadLetter {
+	t.Helper()
+	st, b := e.httpDo(t, http.MethodGet, "/api/v1/dlq?queue="+url.QueryEscape(queue), nil)
+	var out struct {
+		Messages []queen.DeadLetter `json:"messages"`
+	}
+	if st != http.StatusOK || json.Unmarshal(b, &out) != nil {
+		t.Fatalf("dlq %s: %d %s", queue, st, b)
+	}
+	return out.Messages
+}
+
+type replayReply struct {
+	Results                        []queen.ReplayResult `json:"results"`
+	Moved, Duplicate, Gone, Failed int
+}
+
+func (e *env) replay(t testing.TB, via string, body any) (int, replayReply, *errBody) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, ok := body.([]byte)
+	if !ok {
+		raw = marshal(body)
+	}
+	r, err := e.do(ctx, via, http.MethodPost, "/api/v1/dlq/replay", "queen.v1.dlq.replay", raw, http.StatusOK)
+	if err != nil {
+		t.Fatalf("replay via %s: %v", via, err)
+	}
+	var out replayReply
+	if r.Status == http.StatusOK {
+		if err := json.Unmarshal(r.Raw, &out); err != nil {
+			t.Fatalf("replay reply %s: %v", r.Raw, err)
+		}
+	}
+	return r.Status, out, r.Err
+}
+
+func outcomes(rs []queen.ReplayResult) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = strconv.FormatInt(r.ID, 10) + ":" + string(r.Result)
+	}
+	return strings.Join(s, ",")
+}
+
+// TestDLQReplay: a dead letter replayed by id is pushed back onto its
+// partition under dlq:<id> with its payload and traceId (moved, the dead
+// letter removed) and delivered again; an unknown id is gone; a replay whose
+// transactionId is already in the window is a duplicate and keeps the dead
+// letter; a filter replays the dead letters it selects; two replays of one
+// dead letter at once push it once.
+func TestDLQReplay(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	trace := "trace-1"
+	e.pushOK(t, "http", marshal(map[string]any{"items": []any{
+		map[string]any{"queue": "rp", "partition": "p", "transactionId": "a", "traceId": trace, "payload": map[string]any{"n": 1}},
+		map[string]any{"queue": "rp", "partition": "p", "transactionId": "b", "payload": map[string]any{"n": 2}},
+		map[string]any{"queue": "rp", "partition": "q", "transactionId": "c", "payload": map[string]any{"n": 3}},
+	}}), 3)
+	e.deadLetter(t, "rp", "p", "g1")
+	e.deadLetter(t, "rp", "p", "g1")
+	e.deadLetter(t, "rp", "q", "g1")
+	dls := e.dlq(t, "rp")
+	if len(dls) != 3 {
+		t.Fatalf("dead letters: %+v", dls)
+	}
+	a, b, c := dls[0], dls[1], dls[2]
+
+	// By id, over HTTP: moved, and an unknown id is gone.
+	st, rep, eb := e.replay(t, "http", map[string]any{"queue": "rp", "consumerGroup": "g1", "ids": []int64{a.ID, 999999}})
+	if st != http.StatusOK || outcomes(rep.Results) != strconv.FormatInt(a.ID, 10)+":moved,999999:gone" || rep.Moved != 1 || rep.Gone != 1 {
+		t.Fatalf("replay a: %d %+v %+v", st, rep, eb)
+	}
+	ra := rep.Results[0]
+	if ra.TransactionID != "dlq:"+strconv.FormatInt(a.ID, 10) || ra.Partition != "p" || ra.Queue != "rp" || ra.Offset == nil || *ra.Offset != 2 {
+		t.Fatalf("moved result: %+v", ra)
+	}
+	if n := len(e.dlq(t, "rp")); n != 2 {
+		t.Fatalf("the moved dead letter is still listed: %d", n)
+	}
+	// Delivered again (to g1, whose cursor is past the original), with the
+	// original payload and traceId.
+	got := e.popHTTP(t, "rp", "p", vals("consumerGroup", "g1", "autoAck", "true"))
+	if len(got.Messages) != 1 || got.Messages[0].TransactionID != ra.TransactionID || got.Messages[0].ID != ra.MessageID {
+		t.Fatalf("replayed message: %+v", got.Messages)
+	}
+	if m := got.Messages[0]; string(m.Data) != `{"n":1}` || m.TraceID == nil || *m.TraceID != trace {
+		t.Fatalf("replayed payload/trace: %s %v", m.Data, m.TraceID)
+	}
+	// Again, over NATS: the dead letter is gone.
+	if st, rep, _ := e.replay(t, "nats", map[string]any{"queue": "rp", "ids": []int64{a.ID}}); st != http.StatusOK || outcomes(rep.Results) != strconv.FormatInt(a.ID, 10)+":gone" {
+		t.Fatalf("replay a again: %d %+v", st, rep)
+	}
+	// b's replay is already in the window (pushed by an earlier replay whose
+	// removal was lost): duplicate, the dead letter kept, nothing written.
+	first := e.pushOK(t, "http", items(it("rp", "p", queen.ReplayTransactionID(b.ID))), 1)
+	before := e.stats(t, "rp")
+	st, rep, _ = e.replay(t, "nats", map[string]any{"queue": "rp", "ids": []int64{b.ID}})
+	if st != http.StatusOK || rep.Duplicate != 1 || rep.Results[0].Result != queen.ReplayDuplicate || rep.Results[0].MessageID != first[0].MessageID {
+		t.Fatalf("replay b: %d %+v", st, rep)
+	}
+	if after := e.stats(t, "rp"); after != before || len(e.dlq(t, "rp")) != 2 {
+		t.Fatalf("a duplicate replay wrote or removed something: %+v -> %+v", before, after)
+	}
+	// A filter: partition q's dead letters, moved.
+	st, rep, _ = e.replay(t, "http", map[string]any{"queue": "rp", "consumerGroup": "g1", "partition": "q", "limit": 10})
+	if st != http.StatusOK || outcomes(rep.Results) != strconv.FormatInt(c.ID, 10)+":moved" {
+		t.Fatalf("replay by filter: %d %+v", st, rep)
+	}
+	// Another group's filter selects nothing.
+	if st, rep, _ := e.replay(t, "http", map[string]any{"queue": "rp", "consumerGroup": "g2"}); st != http.StatusOK || len(rep.Results) != 0 {
+		t.Fatalf("replay of another group: %d %+v", st, rep)
+	}
+
+	// Two replays of one dead letter at once: one push, one removal.
+	e.pushOK(t, "http", items(it("rp", "r", "d")), 1)
+	e.deadLetter(t, "rp", "r", "g1")
+	var d queen.DeadLetter
+	for _, x := range e.dlq(t, "rp") {
+		if x.Partition == "r" {
+			d = x
+		}
+	}
+	done := make(chan replayReply, 2)
+	for _, via := range transports {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := e.do(ctx, via, http.MethodPost, "/api/v1/dlq/replay", "queen.v1.dlq.replay", marshal(map[string]any{"queue": "rp", "ids": []int64{d.ID}}), http.StatusOK)
+			var out replayReply
+			if err != nil || r.Status != http.StatusOK || json.Unmarshal(r.Raw, &out) != nil {
+				t.Errorf("concurrent replay via %s: %v %d %s", via, err, r.Status, r.Raw)
+			}
+			done <- out
+		}()
+	}
+	r1, r2 := <-done, <-done
+	if r1.Moved+r2.Moved != 1 || r1.Failed+r2.Failed != 0 {
+		t.Fatalf("concurrent replays: %+v %+v", r1, r2)
+	}
+	if fs := e.frames(t, "rp", "r"); len(fs) != 2 {
+		t.Fatalf("partition r holds %d messages, want the original and one replay", len(fs))
+	}
+}
+
+// Bad replay requests: 4xx with a JSON error, nothing pushed or removed.
+func TestDLQReplayBadInput(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("rb", "p", "a")), 1)
+	e.deadLetter(t, "rb", "p", "g")
+	before := e.totalRows(t)
+	for _, c := range []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"not JSON", `ids=1`, 400, "invalid_json"},
+		{"no queue", `{"ids":[1]}`, 400, "missing_field"},
+		{"ids and a filter", `{"queue":"rb","ids":[1],"limit":5}`, 400, "invalid_field"},
+		{"empty ids", `{"queue":"rb","ids":[]}`, 400, "invalid_field"},
+		{"negative id", `{"queue":"rb","ids":[-1]}`, 400, "invalid_field"},
+		{"id not a number", `{"queue":"rb","ids":["1"]}`, 400, "invalid_field"},
+		{"limit 0", `{"queue":"rb","limit":0}`, 400, "invalid_field"},
+		{"bad from", `{"queue":"rb","from":"yesterday"}`, 400, "invalid_field"},
+		{"control character in the group", `{"queue":"rb","consumerGroup":"g\u0001","ids":[1]}`, 400, "control_character"},
+		{"unknown queue", `{"queue":"nope","ids":[1]}`, 404, "not_found"},
+	} {
+		for _, via := range transports {
+			st, _, eb := e.replay(t, via, []byte(c.body))
+			if st != c.status || eb == nil || eb.Code != c.code {
+				t.Errorf("%s via %s: %d %+v, want %d %s", c.name, via, st, eb, c.status, c.code)
+			}
+		}
+	}
+	if after := e.totalRows(t); after != before || len(e.dlq(t, "rb")) != 1 {
+		t.Fatalf("bad replays wrote something: %v -> %v", before, after)
+	}
+	if st, b := e.httpDo(t, http.MethodGet, "/api/v1/dlq/replay", nil); st != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /api/v1/dlq/replay: %d %s", st, b)
 	}
 }
