@@ -48,18 +48,21 @@ func reg(status int, code string, retryable bool, msg string) *Error {
 
 // The error registry. Clients branch on Code; Message is for people.
 var (
-	ErrInvalidJSON      = reg(400, "invalid_json", false, "the request body is not valid JSON")
-	ErrInvalidUTF8      = reg(400, "invalid_utf8", false, "the request body is not valid UTF-8")
-	ErrInvalidField     = reg(400, "invalid_field", false, "a field has the wrong type or value")
-	ErrMissingField     = reg(400, "missing_field", false, "a required field is missing")
-	ErrControlChar      = reg(400, "control_character", false, "a name contains a control character")
-	ErrTooLong          = reg(400, "too_long", false, "a value is too long")
-	ErrPayloadTooLarge  = reg(400, "payload_too_large", false, "an item's payload is over the limit")
-	ErrTooManyItems     = reg(400, "too_many_items", false, "the request has too many items")
-	ErrUnknownOption    = reg(400, "unknown_option", false, "unknown option")
-	ErrInvalidOption    = reg(400, "invalid_option", false, "invalid option value")
-	ErrBodyTooLarge     = reg(413, "body_too_large", false, "the request body is over 16 MiB")
-	ErrNotFound         = reg(404, "not_found", false, "not found")
+	ErrInvalidJSON     = reg(400, "invalid_json", false, "the request body is not valid JSON")
+	ErrInvalidUTF8     = reg(400, "invalid_utf8", false, "the request body is not valid UTF-8")
+	ErrInvalidField    = reg(400, "invalid_field", false, "a field has the wrong type or value")
+	ErrMissingField    = reg(400, "missing_field", false, "a required field is missing")
+	ErrControlChar     = reg(400, "control_character", false, "a name contains a control character")
+	ErrTooLong         = reg(400, "too_long", false, "a value is too long")
+	ErrPayloadTooLarge = reg(400, "payload_too_large", false, "an item's payload is over the limit")
+	ErrTooManyItems    = reg(400, "too_many_items", false, "the request has too many items")
+	ErrUnknownOption   = reg(400, "unknown_option", false, "unknown option")
+	ErrInvalidOption   = reg(400, "invalid_option", false, "invalid option value")
+	ErrBodyTooLarge    = reg(413, "body_too_large", false, "the request body is over 16 MiB")
+	ErrNotFound        = reg(404, "not_found", false, "not found")
+	// ErrUnauthorized: an admin route (SPEC.md §13) without the bearer token
+	// QUEEN_ADMIN_TOKEN asks for, or with another one.
+	ErrUnauthorized     = reg(401, "unauthorized", false, "this route needs Authorization: Bearer <QUEEN_ADMIN_TOKEN>")
 	ErrMethodNotAllowed = reg(405, "method_not_allowed", false, "method not allowed")
 	ErrOverloaded       = reg(503, "overloaded", true, "the broker is overloaded; retry with the same transaction ids")
 	ErrUnavailable      = reg(503, "unavailable", true, "the database is unavailable; retry with the same transaction ids")

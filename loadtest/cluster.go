@@ -282,7 +282,16 @@ func (c *Cluster) waitOwned(ctx context.Context, within time.Duration) error {
 // view reads GET /api/v1/cluster from the broker at url.
 func (c *Cluster) view(url string) (queen.ClusterView, error) {
 	var v queen.ClusterView
-	resp, err := c.hc.Get(url + "/api/v1/cluster")
+	req, err := http.NewRequest(http.MethodGet, url+"/api/v1/cluster", nil)
+	if err != nil {
+		return v, err
+	}
+	// The brokers inherit this environment: with QUEEN_ADMIN_TOKEN set the
+	// cluster view (an admin route) wants it.
+	if tok := os.Getenv("QUEEN_ADMIN_TOKEN"); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		return v, err
 	}

@@ -30,23 +30,7 @@ func (s *Store) DeadLetters(ctx context.Context, f queen.DLQFilter) ([]queen.Dea
 		return nil, 0, unavailable(err)
 	}
 	var total int64
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queen.DeadLetter, error) {
-		var d queen.DeadLetter
-		var pid, mid uuid.UUID
-		var frame []byte
-		if err := r.Scan(&d.ID, &d.Queue, &d.Partition, &pid, &d.ConsumerGroup, &d.Offset, &mid, &frame,
-			&d.CreatedAt, &d.Error, &d.Attempts, &d.DeadAt, &total); err != nil {
-			return d, err
-		}
-		fs, err := DecodeFrames(mid[:], frame)
-		if err != nil || len(fs) != 1 {
-			return d, fmt.Errorf("%w: dead letter %d", ErrCorruptSegment, d.ID)
-		}
-		d.PartitionID, d.MessageID = pid.String(), mid.String()
-		d.TransactionID, d.TraceID, d.Data = fs[0].TransactionID, fs[0].TraceID, fs[0].Payload
-		d.ErrorMessage, d.RetryCount = d.Error, max(d.Attempts-1, 0) // retries: deliveries after the first
-		return d, nil
-	})
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queen.DeadLetter, error) { return scanDeadLetter(r, &total) })
 	if err != nil {
 		return nil, 0, unavailable(err)
 	}
@@ -54,6 +38,26 @@ func (s *Store) DeadLetters(ctx context.Context, f queen.DLQFilter) ([]queen.Dea
 		out = []queen.DeadLetter{}
 	}
 	return out, total, nil
+}
+
+// scanDeadLetter reads one row of admin_dead_letters (or dlq_by_id) and
+// decodes its frame; the row's last column, the filter's count, goes to total.
+func scanDeadLetter(r pgx.CollectableRow, total *int64) (queen.DeadLetter, error) {
+	var d queen.DeadLetter
+	var pid, mid uuid.UUID
+	var frame []byte
+	if err := r.Scan(&d.ID, &d.Queue, &d.Partition, &pid, &d.ConsumerGroup, &d.Offset, &mid, &frame,
+		&d.CreatedAt, &d.Error, &d.Attempts, &d.DeadAt, total); err != nil {
+		return d, err
+	}
+	fs, err := DecodeFrames(mid[:], frame)
+	if err != nil || len(fs) != 1 {
+		return d, fmt.Errorf("%w: dead letter %d", ErrCorruptSegment, d.ID)
+	}
+	d.PartitionID, d.MessageID = pid.String(), mid.String()
+	d.TransactionID, d.TraceID, d.Data = fs[0].TransactionID, fs[0].TraceID, fs[0].Payload
+	d.ErrorMessage, d.RetryCount = d.Error, max(d.Attempts-1, 0) // retries: deliveries after the first
+	return d, nil
 }
 
 // DeleteQueue removes a queue with its partitions, segments, sidecar rows,

@@ -29,10 +29,17 @@ import (
 //	POST /api/v1/consumer-groups/{group}/subscription  {"subscriptionTimestamp":"..."}: a timestamp seek on every queue of the group
 //	GET|POST /api/v1/admin/dedup-cache      the dedup cache's stats; {"enabled":false} is the live kill switch
 //	GET  /api/v1/cluster                     brokers, shard owners and lease expiries (SPEC.md §9)
+//	GET  /api/v1/dedup?queue=&partition=&transactionId=  the dedup inspector (SPEC.md §13)
+//	POST /api/v1/dlq/replay                  {"queue","consumerGroup","ids":[...]} or a filter: DLQ replay (SPEC.md §13)
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
 //
-// Bodies over queen.MaxBodyBytes are refused with 413.
+// Bodies over queen.MaxBodyBytes are refused with 413. With
+// Config.AdminToken set, the admin routes — every /api/v1/resources/queues
+// route, the /api/v1/consumer-groups routes, /api/v1/admin/dedup-cache,
+// /api/v1/cluster and the operator routes of SPEC.md §13 (/api/v1/dedup,
+// /api/v1/dlq/replay) — answer 401 unauthorized without
+// "Authorization: Bearer <token>"; the message plane never asks for it.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/push", func(w http.ResponseWriter, r *http.Request) {
@@ -55,9 +62,9 @@ func (s *Service) Handler() http.Handler {
 			writeReply(w, s.configure(r.Context(), body))
 		}
 	})
-	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /api/v1/resources/queues/{queue}", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.queue(r.Context(), r.PathValue("queue")))
-	})
+	}))
 	mux.HandleFunc("GET /api/v1/pop", func(w http.ResponseWriter, r *http.Request) {
 		req, err := queen.DecodePopQuery("", "", r.URL.Query())
 		writeReply(w, s.pop(r.Context(), req, err))
@@ -94,36 +101,45 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/dlq", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deadLetters(r.Context(), r.URL.Query()))
 	})
-	mux.HandleFunc("GET /api/v1/resources/queues", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /api/v1/resources/queues", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.listQueues(r.Context()))
-	})
-	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /api/v1/resources/queues/{queue}", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deleteQueue(r.Context(), r.PathValue("queue")))
-	})
-	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /api/v1/consumer-groups/{group}", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.deleteGroup(r.Context(), r.PathValue("group")))
-	})
-	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := readBody(w, r); ok {
 			writeReply(w, s.seek(r.Context(), r.PathValue("group"), r.PathValue("queue"), body))
 		}
-	})
-	mux.HandleFunc("GET /api/v1/admin/dedup-cache", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /api/v1/admin/dedup-cache", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.dedupCache(nil))
-	})
-	mux.HandleFunc("POST /api/v1/admin/dedup-cache", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /api/v1/admin/dedup-cache", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := readBody(w, r); ok {
 			writeReply(w, s.dedupCache(body))
 		}
-	})
-	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/subscription", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /api/v1/consumer-groups/{group}/subscription", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := readBody(w, r); ok {
 			writeReply(w, s.setSubscription(r.Context(), r.PathValue("group"), body))
 		}
-	})
-	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /api/v1/cluster", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.cluster(r.Context()))
-	})
+	}))
+	mux.HandleFunc("GET /api/v1/dedup", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		q, err := queen.DecodeDedupQuery(r.URL.Query())
+		writeReply(w, s.dedup(r.Context(), q, err))
+	}))
+	mux.HandleFunc("POST /api/v1/dlq/replay", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeReply(w, s.replay(r.Context(), body))
+		}
+	}))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})
@@ -135,7 +151,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
 		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"}, {"/api/v1/traces", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
-		{"/api/v1/cluster", "GET"},
+		{"/api/v1/cluster", "GET"}, {"/api/v1/dedup", "GET"}, {"/api/v1/dlq/replay", "POST"},
 	} {
 		allow := route.allow
 		mux.HandleFunc(route.path, func(w http.ResponseWriter, r *http.Request) {

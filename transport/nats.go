@@ -30,6 +30,11 @@ const (
 	SubjectTransaction = "queen.v1.transaction"
 	// SubjectCluster answers the cluster view of GET /api/v1/cluster (any body).
 	SubjectCluster = "queen.v1.cluster"
+	// SubjectDedup is the dedup inspector of GET /api/v1/dedup (SPEC.md
+	// §13), with {"queue","partition","transactionId"} as the body.
+	SubjectDedup = "queen.v1.dedup"
+	// SubjectDLQReplay is DLQ replay, POST /api/v1/dlq/replay (SPEC.md §13).
+	SubjectDLQReplay = "queen.v1.dlq.replay"
 	// ServiceName is the NATS micro service name (nats micro ls/info/stats).
 	ServiceName = "queen"
 	// QueueGroup is the queue group every broker serves the client subjects in.
@@ -108,23 +113,32 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // queen.v1.push, queen.v1.configure, queen.v1.queue, queen.v1.pop (a JSON
 // body with the HTTP pop's query fields; an empty reply when nothing is
 // available), queen.v1.ack, queen.v1.ack.batch, queen.v1.lease.extend
-// ({"leaseId","seconds"}), queen.v1.transaction and queen.v1.cluster (the
-// cluster view of GET /api/v1/cluster), in queue group
+// ({"leaseId","seconds"}), queen.v1.transaction, queen.v1.cluster (the
+// cluster view of GET /api/v1/cluster), queen.v1.dedup (the dedup
+// inspector, SPEC.md §13) and queen.v1.dlq.replay (DLQ replay), in queue group
 // "queen". Request and reply bodies are the HTTP ones; errors carry the micro
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
 // body (SPEC.md §11). The micro monitoring subjects ($SRV.PING|INFO|STATS,
 // .queen, .queen.<id>) answer for it; the stats count every reply, errors
 // included (NATSService). version must be SemVer, as nats micro wants.
+// With Config.AdminToken set, the admin subjects (queen.v1.queue,
+// queen.v1.cluster, queen.v1.dedup, queen.v1.dlq.replay) answer 401
+// unauthorized unless the request carries the message header
+// "Authorization: Bearer <token>".
 func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error) {
 	ns := &NATSService{nc: nc, id: strings.ReplaceAll(uuid.NewString(), "-", ""), version: version,
 		started: time.Now().UTC(), sem: make(chan struct{}, maxConcurrentRequests)}
 	// Handlers answer on their own goroutine, so one slow push does not hold
 	// up the endpoint's subscription.
-	async := func(ep *natsEndpoint, h func(ctx context.Context, data []byte) reply) nats.MsgHandler {
+	async := func(ep *natsEndpoint, h func(ctx context.Context, data []byte) reply, admin bool) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			start := time.Now()
 			subject, data := m.Reply, m.Data
 			ns.received.Add(1)
+			if admin && !s.authorized(m.Header.Get("Authorization")) {
+				ns.answer(ep, subject, unauthorized(), start)
+				return
+			}
 			ns.mu.Lock()
 			if ns.closed {
 				ns.mu.Unlock()
@@ -143,23 +157,29 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 	eps := []struct {
 		name, subject string
 		h             func(ctx context.Context, data []byte) reply
+		admin         bool // guarded by Config.AdminToken
 	}{
-		{"push", SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }},
-		{"configure", SubjectConfigure, func(ctx context.Context, b []byte) reply { return s.configure(ctx, b) }},
-		{"queue", SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }},
+		{"push", SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }, false},
+		{"configure", SubjectConfigure, func(ctx context.Context, b []byte) reply { return s.configure(ctx, b) }, false},
+		{"queue", SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true},
 		{"pop", SubjectPop, func(ctx context.Context, b []byte) reply {
 			req, err := queen.DecodePop(b)
 			return s.pop(ctx, req, err)
-		}},
-		{"ack", SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }},
-		{"ack_batch", SubjectAckBatch, func(ctx context.Context, b []byte) reply { return s.ackBatch(ctx, b) }},
-		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }},
-		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }},
-		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }},
+		}, false},
+		{"ack", SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }, false},
+		{"ack_batch", SubjectAckBatch, func(ctx context.Context, b []byte) reply { return s.ackBatch(ctx, b) }, false},
+		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }, false},
+		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }, false},
+		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }, true},
+		{"dedup", SubjectDedup, func(ctx context.Context, b []byte) reply {
+			q, err := queen.DecodeDedup(b)
+			return s.dedup(ctx, q, err)
+		}, true},
+		{"dlq_replay", SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true},
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}
-		sub, err := nc.QueueSubscribe(e.subject, QueueGroup, async(ep, e.h))
+		sub, err := nc.QueueSubscribe(e.subject, QueueGroup, async(ep, e.h, e.admin))
 		if err != nil {
 			ns.unsubscribe()
 			return nil, err

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -44,6 +45,16 @@ type Config struct {
 	DedupCache CacheSwitch
 	// Cluster, when set, answers GET /api/v1/cluster and queen.v1.cluster.
 	Cluster ClusterViewer
+	// Operator, when set, answers the operator API of SPEC.md §13 (the
+	// dedup inspector); unset, its routes answer 404.
+	Operator Operator
+	// AdminToken (QUEEN_ADMIN_TOKEN), when not empty, guards the admin
+	// routes and subjects (adminRoutes, SPEC.md §13): each needs
+	// "Authorization: Bearer <AdminToken>" (an HTTP header, or a NATS
+	// message header), else 401 unauthorized. The message plane (push, pop,
+	// ack, lease extension, transaction, configure, DLQ listing, traces,
+	// /health, /metrics) never asks for it.
+	AdminToken string
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push bodies being handled at once
@@ -65,6 +76,8 @@ type Service struct {
 	// polls ends parked long polls at shutdown (StopPolls).
 	polls     context.Context
 	stopPolls context.CancelFunc
+	// adminToken is the SHA-256 of Config.AdminToken; nil: no token.
+	adminToken *[32]byte
 }
 
 // NewService returns a Service; zero Config fields take their defaults.
@@ -85,7 +98,12 @@ func NewService(cfg Config) *Service {
 		cfg.Logger = slog.Default()
 	}
 	polls, stop := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, polls: polls, stopPolls: stop}
+	s := &Service{cfg: cfg, polls: polls, stopPolls: stop}
+	if cfg.AdminToken != "" {
+		sum := sha256.Sum256([]byte(cfg.AdminToken))
+		s.adminToken = &sum
+	}
+	return s
 }
 
 // StopPolls answers every parked long poll now (empty) and every later one

@@ -1,5 +1,6 @@
 // Command queen is the Queen broker: `queen serve` runs a broker, `queen
-// migrate` applies the schema, `queen push` pushes from the command line.
+// migrate` applies the schema, `queen push` pushes from the command line,
+// and `queen queues|dedup|dlq|cluster` are the operator's verbs.
 package main
 
 import (
@@ -44,10 +45,15 @@ func main() {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd())
+	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd(),
+		queuesCmd(), dedupCmd(), dlqCmd(), clusterCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "queen:", err)
-		os.Exit(1)
+		// The operator verbs' exit codes (operator.go); 1 otherwise. A
+		// codeError without a message (queen dedup's 3 and 4) prints nothing.
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(os.Stderr, "queen:", msg)
+		}
+		os.Exit(exitCode(err))
 	}
 }
 

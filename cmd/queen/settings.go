@@ -130,6 +130,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			cfg.Logger = log
 			cfg.DatabaseURL, cfg.DataDir, cfg.PGBin = db.databaseURL, db.dataDir, db.pgBin
 			cfg.Version = version
+			cfg.AdminToken = os.Getenv("QUEEN_ADMIN_TOKEN")
 			ctx := cmd.Context()
 			b, err := broker.Start(ctx, cfg)
 			if err != nil {

@@ -93,6 +93,10 @@ type Config struct {
 	// evicted stays without one (actors.CacheConfig.ColdFor); 0, the
 	// production value, means one window. Tests shorten it.
 	DedupCacheColdFor time.Duration
+	// AdminToken (QUEEN_ADMIN_TOKEN), when not empty, is the bearer token
+	// the admin routes and the operator API require (SPEC.md §13,
+	// transport.Config.AdminToken); the message plane never asks for it.
+	AdminToken string
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
@@ -255,7 +259,8 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{b.cons, b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
-		DedupCache: cacheSwitch{b.cache}, Cluster: b.members,
+		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
+		AdminToken: cfg.AdminToken,
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err

@@ -1,0 +1,197 @@
+package transport
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// Operator is the operator API of SPEC.md §13 the transports need
+// (persistence.Store).
+type Operator interface {
+	// InspectDedup answers the dedup inspector for the transactionId whose
+	// hash is h in partition (queue, partition); queen.ErrNotFound when the
+	// queue or partition does not exist.
+	InspectDedup(ctx context.Context, queue, partition string, h queen.Hash) (queen.DedupInspection, error)
+	// DeadLettersByID returns the dead letters among ids of queue (and of
+	// group, "" = any), by id.
+	DeadLettersByID(ctx context.Context, queue, group string, ids []int64) ([]queen.DeadLetter, error)
+	// DeleteDeadLetters removes dead letters and returns the ids it removed.
+	DeleteDeadLetters(ctx context.Context, ids []int64) ([]int64, error)
+}
+
+// dedup answers GET /api/v1/dedup and queen.v1.dedup (SPEC.md §13): 200 with
+// a queen.DedupInspection; 400 for bad input, 404 for an unknown queue or
+// partition. It writes nothing.
+func (s *Service) dedup(ctx context.Context, q queen.DedupQuery, err error) reply {
+	if err != nil {
+		return errReply(err)
+	}
+	if s.cfg.Operator == nil {
+		return errReply(queen.ErrNotFound.With("this broker has no dedup inspector"))
+	}
+	res, err := s.cfg.Operator.InspectDedup(ctx, q.Queue, q.Partition, q.Hash)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: res}
+}
+
+// replayReply is the answer of a DLQ replay: one result per dead letter and
+// the count of each outcome.
+type replayReply struct {
+	Results   []queen.ReplayResult `json:"results"`
+	Moved     int                  `json:"moved"`
+	Duplicate int                  `json:"duplicate"`
+	Gone      int                  `json:"gone"`
+	Failed    int                  `json:"failed"`
+}
+
+// replay answers POST /api/v1/dlq/replay and queen.v1.dlq.replay (SPEC.md
+// §13): each dead letter selected is pushed back onto its partition with its
+// original payload and traceId under the transactionId dlq:<id>, through the
+// normal push path (Config.Pusher: routing, the partition actor, the window
+// check), then removed when the push was queued. 200 with a replayReply;
+// 400 for bad input, 404 for a queue that does not exist (nothing written).
+func (s *Service) replay(ctx context.Context, body []byte) reply {
+	req, err := queen.DecodeReplay(body)
+	if err != nil {
+		return errReply(err)
+	}
+	if s.cfg.Operator == nil || s.cfg.Consumer == nil {
+		return errReply(queen.ErrNotFound.With("this broker has no DLQ replay"))
+	}
+	if _, err := s.cfg.Queues.Queue(ctx, req.Queue); err != nil {
+		return errReply(err)
+	}
+	var dls []queen.DeadLetter
+	if len(req.IDs) > 0 {
+		dls, err = s.cfg.Operator.DeadLettersByID(ctx, req.Queue, req.ConsumerGroup, req.IDs)
+	} else {
+		dls, _, err = s.cfg.Consumer.DeadLetters(ctx, queen.DLQFilter{Queue: req.Queue, ConsumerGroup: req.ConsumerGroup,
+			Partition: req.Partition, From: req.From, To: req.To, Limit: req.Limit})
+	}
+	if err != nil {
+		return errReply(err)
+	}
+	byID := make(map[int64]*queen.DeadLetter, len(dls))
+	for i := range dls {
+		byID[dls[i].ID] = &dls[i]
+	}
+	order := req.IDs
+	if len(order) == 0 {
+		for _, d := range dls {
+			order = append(order, d.ID)
+		}
+	}
+	out := replayReply{Results: make([]queen.ReplayResult, len(order))}
+	var items []*queen.Item
+	var at []int // items[k] replays out.Results[at[k]]
+	pushed := map[int64]bool{}
+	for i, id := range order {
+		r := &out.Results[i]
+		r.ID, r.Result = id, queen.Gone
+		d := byID[id]
+		if d == nil || d.Partition == "" || pushed[id] { // a repeated id is answered once
+			continue
+		}
+		pushed[id] = true
+		txn := queen.ReplayTransactionID(id)
+		r.Queue, r.Partition, r.TransactionID = d.Queue, d.Partition, txn
+		items = append(items, &queen.Item{Queue: d.Queue, Partition: d.Partition, TransactionID: txn,
+			TraceID: d.TraceID, Payload: d.Data, Hash: queen.HashTxn(txn)})
+		at = append(at, i)
+	}
+	if len(items) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		results := s.cfg.Pusher.Push(pctx, items)
+		cancel()
+		if s.cfg.OnPushed != nil {
+			s.cfg.OnPushed(items, results) // wakes long polls
+		}
+		var queued []int64
+		for k, res := range results {
+			r := &out.Results[at[k]]
+			s.cfg.Metrics.PushItems.WithLabelValues(string(res.Verdict)).Inc()
+			switch res.Verdict {
+			case queen.Queued:
+				off := res.Offset
+				r.Result, r.MessageID, r.Offset = queen.Moved, res.MessageID.String(), &off
+				queued = append(queued, r.ID)
+			case queen.Duplicate:
+				r.Result, r.MessageID = queen.ReplayDuplicate, res.MessageID.String()
+			default:
+				r.Result = queen.ReplayFailed
+				if res.Err != nil {
+					r.Error, r.Code = res.Err.Message, res.Err.Code
+				}
+			}
+		}
+		if len(queued) > 0 {
+			// Pushed: the dead letters go. Should this fail, the pushes stand
+			// and the dead letters stay (a later replay answers duplicate).
+			removed, err := s.cfg.Operator.DeleteDeadLetters(ctx, queued)
+			gone := map[int64]bool{}
+			for _, id := range removed {
+				gone[id] = true
+			}
+			for i := range out.Results {
+				r := &out.Results[i]
+				if r.Result == queen.Moved && !gone[r.ID] && err != nil {
+					e := queen.AsError(err)
+					r.Result, r.Error, r.Code = queen.ReplayFailed, "pushed back, but the dead letter could not be removed: "+e.Message, e.Code
+				}
+			}
+		}
+	}
+	for _, r := range out.Results {
+		switch r.Result {
+		case queen.Moved:
+			out.Moved++
+		case queen.ReplayDuplicate:
+			out.Duplicate++
+		case queen.Gone:
+			out.Gone++
+		default:
+			out.Failed++
+		}
+	}
+	return reply{status: http.StatusOK, body: out}
+}
+
+// authorized reports whether an admin request may run: no token configured,
+// or the Authorization value is "Bearer <token>" (the scheme in any case).
+// The comparison is in constant time (of SHA-256 digests, so the token's
+// length does not show either).
+func (s *Service) authorized(header string) bool {
+	if s.adminToken == nil {
+		return true
+	}
+	const scheme = "bearer "
+	if len(header) < len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(header[len(scheme):])))
+	return subtle.ConstantTimeCompare(got[:], s.adminToken[:]) == 1
+}
+
+// unauthorized is the 401 of an admin route without the right token.
+func unauthorized() reply {
+	return errReply(queen.ErrUnauthorized.With("this admin route needs the header Authorization: Bearer <token>, the broker's QUEEN_ADMIN_TOKEN (missing or wrong)"))
+}
+
+// admin guards an HTTP admin route with the admin token (Config.AdminToken).
+func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="queen"`)
+			writeReply(w, unauthorized())
+			return
+		}
+		h(w, r)
+	}
+}
