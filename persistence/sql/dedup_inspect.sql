@@ -26,7 +26,8 @@ WITH qp AS MATERIALIZED (
 SELECT qp.partition_id, qp.seconds, h."offset", h.created_at, h.in_window,
        (SELECT substring(s.message_ids FROM ((h."offset" - s.first_offset) * 16 + 1)::int FOR 16)
           FROM queen.segments s
-         WHERE s.partition_id = qp.partition_id AND s.first_offset = h.segment)
+         WHERE s.partition_id = qp.partition_id AND s.first_offset = h.segment
+           AND s.created_at = h.created_at)
   FROM qp
   LEFT JOIN LATERAL (
     SELECT x."offset", x.segment, x.created_at,
