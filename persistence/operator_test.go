@@ -56,7 +56,7 @@ func TestInspectDedup(t *testing.T) {
 	require.Equal(t, queen.Queued, commit(t, s, pid, items("iq", "p", "b")).Results[0].Verdict)
 
 	// c's window closes (its rows moved back two hours): expired.
-	_, err = s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 hours' WHERE partition_id = $1 AND first_offset = 2`, pid)
+	_, err = s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 hours', timed = false WHERE partition_id = $1 AND first_offset = 2`, pid)
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, `UPDATE queen.log_txns SET created_at = created_at - interval '2 hours' WHERE partition_id = $1 AND first_offset = 2`, pid)
 	require.NoError(t, err)

@@ -11,15 +11,18 @@ import (
 // Segments of queues with retentionSeconds live in time ranges of
 // segments_timed (migration 0010, SPEC.md §7): [lo, lo + span) with span a
 // power of two of minutes (1 to 1024) and lo a multiple of it since the
-// epoch (UTC), named segments_YYYYMMDD_HHMM_<span>m after lo, plus a
-// DEFAULT partition for a row whose range does not exist. New ranges take
-// the span of the longest retention in use (about an eighth of it), so
-// the retained time spans 8 to 16 ranges. Every broker creates the ranges
-// covering now through now + 2 spans when its store opens and on every
-// retention tick; the retention leader drops a range once every row in it
-// is past its queue's retention (checked on the queues' current options,
-// under a lock on the range). Range DDL waits at most sidecarLockTimeout
-// for the tables' locks and is retried on the next tick when busy.
+// epoch (UTC), named segments_YYYYMMDD_HHMM_<span>m after lo and listed
+// in queen.segment_ranges. There is no DEFAULT partition: a segment written
+// while no range holds its time goes to segments_kept (bundle_insert). New
+// ranges take the span of the longest retention in use (about an eighth
+// of it), so the retained time spans 8 to 16 ranges. Every broker creates
+// the ranges covering now through the lead (segmentLead) when its store
+// opens, on every retention tick and after a configure that gives a queue
+// a retention, attaching each under a lock pushes do not wait for; the
+// retention leader drops a range once every row in it is past its queue's
+// retention (checked on the queues' current options, under a lock on the
+// range). Range DDL waits at most sidecarLockTimeout for the tables' locks
+// and is retried on the next tick when busy.
 
 var (
 	sqlSegmentRanges      = q("segment_ranges")
@@ -30,6 +33,13 @@ var (
 
 // maxSegmentSpan bounds the span of a segment range (queen.segment_span_minutes).
 const maxSegmentSpan = 1024 * time.Minute
+
+// segmentLead is how far ahead of now ranges are made for a span: four
+// spans and at least 5 minutes, plus the span, so a range exists long
+// before its time even when several ticks in a row find the table busy.
+func segmentLead(span time.Duration) time.Duration {
+	return max(4*span, 5*time.Minute) + span
+}
 
 // segmentDropsPerPass bounds the segment ranges one retention pass drops.
 const segmentDropsPerPass = 100
@@ -79,14 +89,7 @@ func readSegmentRanges(ctx context.Context, db txBeginner) ([]segRange, segmentC
 	}
 	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (segRange, error) {
 		var r segRange
-		var lo, hi *time.Time
-		if err := row.Scan(&r.name, &lo, &hi); err != nil {
-			return r, err
-		}
-		if lo != nil && hi != nil {
-			r.lo, r.hi = *lo, *hi
-		}
-		return r, nil
+		return r, row.Scan(&r.name, &r.lo, &r.hi)
 	})
 	if err != nil {
 		return nil, c, unavailable(err)
@@ -150,12 +153,12 @@ func planSegmentRanges(existing []segRange, from, to time.Time, span time.Durati
 }
 
 // EnsureSegmentRanges creates the time ranges of segments_timed covering
-// now through now + 2 spans on PostgreSQL's clock, with the span of the
-// longest retentionSeconds in use (none when no queue has a retention).
-// Idempotent and safe when several brokers run it at once. A range whose
-// DDL could not have the table's lock within 200 ms (or whose rows already
-// sit in the DEFAULT partition) is counted Deferred, not an error. Errors
-// are database errors (queen.ErrUnavailable).
+// now through the lead (four spans, at least 5 minutes, plus one) on
+// PostgreSQL's clock, with the span of the longest retentionSeconds in use
+// (none when no queue has a retention). Idempotent and safe when several
+// brokers run it at once. A range whose DDL could not have the table's
+// lock within 200 ms is counted Deferred, not an error. Errors are
+// database errors (queen.ErrUnavailable).
 func (s *Store) EnsureSegmentRanges(ctx context.Context) (SidecarRanges, error) {
 	return ensureSegmentRanges(ctx, s.pool)
 }
@@ -166,7 +169,7 @@ func ensureSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, err
 	if err != nil || c.span == 0 {
 		return r, err
 	}
-	for _, b := range planSegmentRanges(existing, c.now, c.now.Add(2*c.span+time.Minute), c.span) {
+	for _, b := range planSegmentRanges(existing, c.now, c.now.Add(segmentLead(c.span)), c.span) {
 		var created bool
 		err := rangeDDL(ctx, db, func(tx pgx.Tx) error {
 			return tx.QueryRow(ctx, sqlSegmentRangeCreate, b[0], b[1]).Scan(&created)
@@ -197,7 +200,7 @@ func dropSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error
 	}
 	tried := 0
 	for _, x := range existing {
-		if x.hi.IsZero() || x.hi.After(c.now.Add(-c.shortest)) || tried == segmentDropsPerPass {
+		if x.hi.After(c.now.Add(-c.shortest)) || tried == segmentDropsPerPass {
 			continue
 		}
 		tried++

@@ -167,7 +167,7 @@ func TestMigrationKeepsExistingSegments(t *testing.T) {
 	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac11"
 	for _, q := range []string{
 		// Back to the 0009 shape.
-		`DROP TABLE queen.segments`,
+		`DROP TABLE queen.segments, queen.segment_ranges`,
 		`DROP FUNCTION queen.segment_create_range, queen.segment_drop_range, queen.segment_range_keepers,
 		               queen.segment_range_name, queen.segment_span_minutes, queen.segment_storage`,
 		`DELETE FROM queen.schema_migrations WHERE version = 10`,
@@ -208,4 +208,48 @@ func TestNoRangeGraceDeletesAtTheCutoff(t *testing.T) {
 	require.Zero(t, c.SegmentRanges.Dropped)
 	require.Empty(t, segmentOffsets(t, s, tq))
 	require.Equal(t, map[string]int{old: 1}, segmentTables(t, s, lp))
+}
+
+func TestSegmentRangesAreAddedBesideOpenPushes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	configure(t, s, "tq", `{"retentionSeconds":60}`)
+	tq := partition(t, s, "tq", "p")
+	before := len(segmentRangeNames(t, s))
+	require.NotZero(t, before, "the configure made the ranges ahead")
+
+	// A push in flight: its transaction holds segments_timed's lock.
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, timed)
+		VALUES ($1, 100, 100, clock_timestamp(), '\x00', '\x00', true)`, tq)
+	require.NoError(t, err)
+
+	// A longer retention asks for 4-minute ranges further ahead: they are
+	// attached while the push's transaction is open.
+	configure(t, s, "tq", `{"retentionSeconds":3600}`)
+	r, err := s.EnsureSegmentRanges(ctx)
+	require.NoError(t, err)
+	require.Zero(t, r.Deferred)
+	require.Greater(t, len(segmentRangeNames(t, s)), before)
+	require.NoError(t, tx.Commit(ctx))
+
+	// With no listed range holding now, a retained queue's segment goes to
+	// segments_kept, and the push succeeds.
+	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segment_ranges`)
+	require.NoError(t, err)
+	commitEach(t, s, tq, "tq", "p", "k")
+	require.Equal(t, 1, segmentTables(t, s, tq)["queen.segments_kept"])
+}
+
+func segmentRangeNames(t testing.TB, s *Store) []string {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'queen.segments_timed'::regclass ORDER BY 1`)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
 }

@@ -15,13 +15,17 @@
 --  * segments_timed (timed = true), partitioned by RANGE (created_at):
 --    ranges [lo, lo + span) with span a power of two of minutes (1 to
 --    1024) and lo a multiple of it since the epoch (UTC), created ahead of
---    time by the brokers (persistence/segranges.go), plus a DEFAULT
---    partition that takes a row whose range does not exist yet (a push
---    never fails for a missing range; retention deletes its rows one
---    segment at a time).
+--    time by the brokers (persistence/segranges.go) and listed in
+--    queen.segment_ranges. There is no DEFAULT partition: a segment is
+--    timed only when its queue has a retention and a listed range holds
+--    its created_at (bundle_insert); otherwise it goes to segments_kept
+--    (a push never fails for a missing range). A DEFAULT partition would
+--    be scanned, under a lock on it that every reader of segments
+--    conflicts with, each time a range is added.
 --
--- timed is decided by the queue's options when the segment is written
--- (bundle_insert). There is no primary key (a unique index must hold the
+-- Ranges are added with CREATE TABLE and ATTACH PARTITION, which takes a
+-- SHARE UPDATE EXCLUSIVE lock on segments_timed: pushes and reads go on
+-- meanwhile. There is no primary key (a unique index must hold the
 -- partition keys); the offset allocator under the partition row lock keeps
 -- (partition_id, first_offset) unique, and segments_offset serves every
 -- lookup by offset (one descent per range: the ranges alive are those of
@@ -59,8 +63,14 @@ $$;
 CREATE TABLE queen.segments_kept PARTITION OF queen.segments FOR VALUES IN (false);
 SELECT queen.segment_storage('segments_kept');
 CREATE TABLE queen.segments_timed PARTITION OF queen.segments FOR VALUES IN (true) PARTITION BY RANGE (created_at);
-CREATE TABLE queen.segments_timed_default PARTITION OF queen.segments_timed DEFAULT;
-SELECT queen.segment_storage('segments_timed_default');
+
+-- The ranges of segments_timed, for bundle_insert's routing and range
+-- maintenance: written by the transaction that attaches or drops one.
+CREATE TABLE queen.segment_ranges (
+    name text        PRIMARY KEY,
+    lo   timestamptz NOT NULL UNIQUE,
+    hi   timestamptz NOT NULL
+);
 
 -- The span of the ranges a retention of r seconds asks for, in minutes:
 -- the largest power of two not above r / 8 minutes, from 1 to 1024, so a
@@ -79,10 +89,12 @@ CREATE FUNCTION queen.segment_range_name(lo timestamptz, minutes int) RETURNS te
 AS $$ SELECT 'segments_' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MI') || '_' || minutes || 'm' $$;
 
 -- Creates the range [lo, hi) of segments_timed unless a table of its name
--- exists; true when it created it. Ranges are insert-only and dropped
--- whole, so autovacuum is off on them (PostgreSQL still vacuums a table
--- whose transaction ids near wraparound). Callers set a short lock_timeout
--- first (the statement takes the parent's lock, which pushes need too).
+-- exists, and lists it in segment_ranges; true when it created it. Ranges
+-- are insert-only and dropped whole, so autovacuum is off on them
+-- (PostgreSQL still vacuums a table whose transaction ids near
+-- wraparound). The table is made alone, then attached (a SHARE UPDATE
+-- EXCLUSIVE lock on segments_timed, which pushes and reads do not wait
+-- for); callers set a short lock_timeout first.
 CREATE FUNCTION queen.segment_create_range(lo timestamptz, hi timestamptz) RETURNS boolean
     LANGUAGE plpgsql
 AS $$
@@ -92,9 +104,13 @@ BEGIN
     IF to_regclass(format('queen.%I', n)) IS NOT NULL THEN
         RETURN false;
     END IF;
-    EXECUTE format('CREATE TABLE queen.%I PARTITION OF queen.segments_timed FOR VALUES FROM (%L) TO (%L) '
-                   'WITH (autovacuum_enabled = false, toast.autovacuum_enabled = false)', n, lo, hi);
+    EXECUTE format('CREATE TABLE queen.%I (LIKE queen.segments INCLUDING DEFAULTS) '
+                   'WITH (autovacuum_enabled = false, toast.autovacuum_enabled = false)', n);
     PERFORM queen.segment_storage(n);
+    -- The constraint lets ATTACH skip its check of the rows (there are none).
+    EXECUTE format('ALTER TABLE queen.%I ADD CONSTRAINT %I CHECK (timed AND created_at >= %L AND created_at < %L)', n, n || '_bounds', lo, hi);
+    EXECUTE format('ALTER TABLE queen.segments_timed ATTACH PARTITION queen.%I FOR VALUES FROM (%L) TO (%L)', n, lo, hi);
+    INSERT INTO queen.segment_ranges (name, lo, hi) VALUES (n, lo, hi);
     RETURN true;
 END
 $$;
@@ -131,16 +147,16 @@ BEGIN
 END
 $$;
 
--- Drops range n of segments_timed (not the DEFAULT partition) whose upper
--- bound is hi when every row in it is past its queue's retentionSeconds
--- now (no keeper left); false when it does not drop. Callers set a short
+-- Drops range n of segments_timed whose upper bound is hi, once hi is past
+-- and every row in it is past its queue's retentionSeconds now (no keeper
+-- left), and unlists it; false when it does not drop. Callers set a short
 -- lock_timeout first; the range is locked before the check, so no row
 -- arrives or leaves between.
 CREATE FUNCTION queen.segment_drop_range(n text, hi timestamptz) RETURNS boolean
     LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF n = 'segments_timed_default' OR NOT EXISTS (
+    IF hi > clock_timestamp() OR NOT EXISTS (
         SELECT 1 FROM pg_inherits i
           JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = 'queen.segments_timed'::regclass AND c.relname = n) THEN
@@ -151,6 +167,7 @@ BEGIN
         RETURN false;
     END IF;
     EXECUTE format('DROP TABLE queen.%I', n);
+    DELETE FROM queen.segment_ranges WHERE name = n;
     RETURN true;
 END
 $$;

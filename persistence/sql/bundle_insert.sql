@@ -7,7 +7,8 @@
 -- $10 the first offset of its segment.
 --
 -- A segment goes to segments_timed (dropped whole by time range) when its
--- queue has retentionSeconds now, else to segments_kept (migration 0010).
+-- queue has retentionSeconds now and a listed range holds now, else to
+-- segments_kept (migration 0010).
 WITH t AS (SELECT clock_timestamp() AS now),
 seg AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[], $6::bytea[])
@@ -19,6 +20,7 @@ s AS (
            COALESCE((SELECT (q.options ->> 'retentionSeconds')::float8 > 0
                        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
                       WHERE p.id = seg.partition_id), false)
+           AND EXISTS (SELECT 1 FROM queen.segment_ranges r WHERE r.lo <= t.now AND r.hi > t.now)
       FROM seg, t
 ),
 l AS (

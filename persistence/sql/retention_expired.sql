@@ -10,9 +10,10 @@
 -- past their queue's retention: the range span its retention asks for
 -- (queen.segment_span_minutes) plus $2 seconds (a pass); the walk stops
 -- there. $2 NULL (tests) gives no grace. So it deletes only the segments of
--- segments_kept (a queue that gained a retention), of the DEFAULT range,
--- and of a range kept by a queue with a longer retention. Rows are deleted
--- by (tableoid, ctid): a ctid alone is not unique across partitions. The sidecar is left alone: a repeat of a deleted
+-- segments_kept (a queue that gained a retention, or a segment written
+-- while no range held its time) and of a range kept by a queue with a
+-- longer retention. Rows are deleted by (tableoid, ctid): a ctid alone is
+-- not unique across partitions. The sidecar is left alone: a repeat of a deleted
 -- message's transactionId inside the window is still a duplicate (with the
 -- zero message id), and acks by transactionId still resolve.
 WITH RECURSIVE part AS MATERIALIZED (
@@ -33,7 +34,7 @@ WITH RECURSIVE part AS MATERIALIZED (
          LIMIT 1
      ) s
      WHERE s.created_at < part.cutoff
-       AND (NOT s.timed OR s.tableoid = 'queen.segments_timed_default'::regclass
+       AND (NOT s.timed
             OR s.created_at < part.cutoff - part.grace)
     UNION ALL
     SELECT w.id, w.cutoff, w.grace, s.tableoid, s.ctid, s.first_offset, s.frames, w.n + 1
@@ -46,7 +47,7 @@ WITH RECURSIVE part AS MATERIALIZED (
          LIMIT 1
      ) s
      WHERE s.created_at < w.cutoff AND w.n < $1::bigint
-       AND (NOT s.timed OR s.tableoid = 'queen.segments_timed_default'::regclass
+       AND (NOT s.timed
             OR s.created_at < w.cutoff - w.grace)
 ), pick AS MATERIALIZED (
     SELECT x.tableoid, x.ctid

@@ -194,8 +194,12 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp) []string {
 			eqConfigure(t, envs[0], queue, window)
 		case "advance":
 			for _, tbl := range []string{"segments", "log_txns", "log_txn_hashes"} {
-				if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)
-					WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, tbl, op.secs), queue); err != nil {
+				set := ""
+				if tbl == "segments" {
+					set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
+				}
+				if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)%s
+					WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, tbl, op.secs, set), queue); err != nil {
 					t.Fatal(err)
 				}
 			}

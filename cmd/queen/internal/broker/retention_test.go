@@ -31,7 +31,11 @@ func retentionEnv(t *testing.T) *env {
 func (e *env) ageQueue(t testing.TB, queue string, d time.Duration) {
 	t.Helper()
 	for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
-		_, err := e.db.Exec(context.Background(), `UPDATE queen.`+table+` SET created_at = created_at - make_interval(secs => $2)
+		set := ""
+		if table == "segments" {
+			set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
+		}
+		_, err := e.db.Exec(context.Background(), `UPDATE queen.`+table+` SET created_at = created_at - make_interval(secs => $2)`+set+`
 WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, queue, d.Seconds())
 		if err != nil {
 			t.Fatalf("age %s of %s: %v", table, queue, err)
