@@ -246,7 +246,7 @@ function pageDedup(gen, params) {
       const d = await api("GET", "/api/v1/dedup?" + new URLSearchParams({ queue: q, partition: p || "Default", transactionId: t }));
       if (gen !== generation) return;
       const state = el("span", { class: "state " + d.state, id: "dedup-state", "data-state": d.state }, d.state);
-      const words = { inWindow: "inside the window: a push with this id is answered duplicate", expired: "stored, but its window has closed: a push with this id is queued as a new message", unknown: "not stored in this partition (never pushed, or purged)" };
+      const words = { in_window: "inside the window: a push with this id is answered duplicate", expired: "stored, but its window has closed: a push with this id is queued as a new message", unknown: "not stored in this partition (never pushed, or purged)" };
       out.replaceChildren(kv([["state", state], ["meaning", words[d.state] || ""], ["message id", d.messageId], ["offset", d.offset],
         ["created", fmtTime(d.createdAt)], ["window", durationText(d.windowSeconds)], ["window closes at", d.windowClosesAt ? fmtTime(d.windowClosesAt) + " (" + fmtAgo(d.windowClosesAt) + ")" : "—"]], "dedup-kv"));
     } catch (e) {
@@ -274,7 +274,9 @@ function pageDLQ(gen, params) {
     el("label", null, "queue", el("input", { name: "queue", id: "dlq-queue", required: "" })),
     el("label", null, "consumer group", el("input", { name: "consumerGroup", id: "dlq-group", placeholder: "any" })),
     el("label", null, "partition", el("input", { name: "partition", id: "dlq-partition", placeholder: "any" })),
-    el("button", { type: "submit", id: "dlq-go" }, "List"));
+    el("button", { type: "submit", id: "dlq-go" }, "List"),
+    el("label", null, "replay dead letter ids", el("input", { name: "ids", id: "replay-ids", placeholder: "e.g. 12, 13" })),
+    el("button", { type: "button", id: "replay-ids-go" }, "Replay ids"));
   const list = el("div", { id: "dlq-list" });
   const result = el("div", { id: "replay-result" });
   main.replaceChildren(el("h2", null, "Dead letters"), f, list, el("h3", null, "Replay results"), result);
@@ -325,6 +327,13 @@ function pageDLQ(gen, params) {
     else if (b.classList.contains("replay-one")) replay([Number(b.dataset.id)]);
   });
   f.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  document.getElementById("replay-ids-go").addEventListener("click", () => {
+    const raw = f.elements.ids.value.split(/[\s,]+/).filter(Boolean);
+    const ids = raw.map(Number);
+    if (!filter().queue) { showError("queue is required"); return; }
+    if (!ids.length || ids.some((n) => !Number.isSafeInteger(n) || n <= 0)) { showError("dead letter ids are positive whole numbers, got \"" + f.elements.ids.value + "\""); return; }
+    replay(ids);
+  });
   if (params.get("queue")) load();
 }
 
