@@ -106,7 +106,7 @@ function kv(pairs, id) {
 // ---- overview
 
 const history = [];  // {t, queued, duplicate, failed}
-const HISTORY_N = 120;
+const HISTORY_N = 60;
 
 function chart(points) {
   const W = 800, H = 220, P = 30;
