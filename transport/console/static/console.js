@@ -105,7 +105,7 @@ function kv(pairs, id) {
 
 // ---- overview
 
-const history = [];  // {t, queued, duplicate, failed}
+const rateHistory = [];  // {t, queued, duplicate, failed}
 const HISTORY_N = 60;
 
 function chart(points) {
@@ -160,14 +160,14 @@ function pageOverview(gen) {
   document.querySelector(".sw-queued").style.background = "var(--queued)";
   document.querySelector(".sw-dup").style.background = "var(--dup)";
   document.querySelector(".sw-failed").style.background = "var(--failed)";
-  document.getElementById("chart").append(chart(history));
+  document.getElementById("chart").append(chart(rateHistory));
   const tick = async () => {
     try {
       const s = await api("GET", "/api/v1/stats");
       if (gen !== generation) return;
       showError("");
-      history.push({ t: s.at, queued: s.queuedPerSecond, duplicate: s.duplicatePerSecond, failed: s.failedPerSecond });
-      while (history.length > HISTORY_N) history.shift();
+      rateHistory.push({ t: s.at, queued: s.queuedPerSecond, duplicate: s.duplicatePerSecond, failed: s.failedPerSecond });
+      while (rateHistory.length > HISTORY_N) rateHistory.shift();
       const set = (id, v) => { const e = document.getElementById(id); if (e) e.textContent = v; };
       set("rate-queued", fmtRate(s.queuedPerSecond));
       set("rate-duplicate", fmtRate(s.duplicatePerSecond));
@@ -178,7 +178,7 @@ function pageOverview(gen) {
       set("cache", fmtBytes(s.cacheBytes));
       set("totals", `since start: ${s.queued.toLocaleString("en")} queued, ${s.duplicate.toLocaleString("en")} duplicate, ${s.failed.toLocaleString("en")} failed · mailbox ${s.mailboxDepth} items · rates over ${s.windowSeconds.toFixed(1)} s`);
       const c = document.getElementById("chart");
-      if (c) c.replaceChildren(chart(history));
+      if (c) c.replaceChildren(chart(rateHistory));
       statusBox.textContent = "updated " + new Date().toLocaleTimeString();
     } catch (e) {
       if (gen === generation) showError(e.message);
