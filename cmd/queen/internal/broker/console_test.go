@@ -60,12 +60,10 @@ func startBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-extensions", true),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 820),
 	}
 	b := &browser{}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithListener(func(ev any) {
+	listen := chromedp.WithListener(func(ev any) {
 		switch ev := ev.(type) {
 		case *runtime.EventExceptionThrown:
 			d := ev.ExceptionDetails
@@ -83,13 +81,27 @@ func startBrowser(t *testing.T) *browser {
 				b.addErr("console." + string(ev.Type) + ": " + strings.Join(parts, " "))
 			}
 		}
-	}))
-	t.Cleanup(func() {
-		cancelCtx()
-		cancelAlloc() // waits for the browser process to end
 	})
-	b.ctx = ctx
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
+	// Chromium now and then exits during its start on a loaded machine
+	// (seen once in a -race run of the whole package: "chrome failed to
+	// start" with no reason in its output); a second start is tried.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		ctx, cancelCtx := chromedp.NewContext(actx, listen)
+		if err = chromedp.Do(ctx); err == nil { // starts the browser
+			t.Cleanup(func() {
+				cancelCtx()
+				cancelAlloc() // waits for the browser process to end
+			})
+			b.ctx = ctx
+			break
+		}
+		cancelCtx()
+		cancelAlloc()
+		t.Logf("start Chromium %s (attempt %d): %v", path, attempt, err)
+	}
+	if err != nil {
 		t.Fatalf("start Chromium %s: %v", path, err)
 	}
 	// The listener sees errors: an uncaught exception and a console.error
