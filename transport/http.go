@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/console"
 )
 
 // Handler returns the HTTP gateway on the Queen routes:
@@ -31,13 +32,15 @@ import (
 //	GET  /api/v1/cluster                     brokers, shard owners and lease expiries (SPEC.md §9)
 //	GET  /api/v1/dedup?queue=&partition=&transactionId=  the dedup inspector (SPEC.md §13)
 //	POST /api/v1/dlq/replay                  {"queue","consumerGroup","ids":[...]} or a filter: DLQ replay (SPEC.md §13)
+//	GET  /api/v1/stats                       live push/pop rates, commit p99, RSS, dedup-cache bytes (the console's overview; stats.go)
+//	GET  /ui/                                the web console (package transport/console); GET / redirects there
 //	GET  /health                             200 when PostgreSQL answers, else 503
 //	GET  /metrics                            Prometheus text
 //
 // Bodies over queen.MaxBodyBytes are refused with 413. With
 // Config.AdminToken set, the admin routes — every /api/v1/resources/queues
 // route, the /api/v1/consumer-groups routes, /api/v1/admin/dedup-cache,
-// /api/v1/cluster and the operator routes of SPEC.md §13 (/api/v1/dedup,
+// /api/v1/cluster, /api/v1/stats and the operator routes of SPEC.md §13 (/api/v1/dedup,
 // /api/v1/dlq/replay) — answer 401 unauthorized without
 // "Authorization: Bearer <token>"; the message plane never asks for it.
 func (s *Service) Handler() http.Handler {
@@ -140,6 +143,13 @@ func (s *Service) Handler() http.Handler {
 			writeReply(w, s.replay(r.Context(), body))
 		}
 	}))
+	mux.HandleFunc("GET /api/v1/stats", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.stats())
+	}))
+	mux.Handle("GET /ui/", console.Handler("/ui/"))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusFound)
+	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.health(r.Context()))
 	})
@@ -151,7 +161,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/lease/{lease}/extend", "POST"}, {"/api/v1/dlq", "GET"}, {"/api/v1/consumer-groups/{group}", "DELETE"},
 		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"}, {"/api/v1/traces", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
-		{"/api/v1/cluster", "GET"}, {"/api/v1/dedup", "GET"}, {"/api/v1/dlq/replay", "POST"},
+		{"/api/v1/cluster", "GET"}, {"/api/v1/stats", "GET"}, {"/api/v1/dedup", "GET"}, {"/api/v1/dlq/replay", "POST"},
 	} {
 		allow := route.allow
 		mux.HandleFunc(route.path, func(w http.ResponseWriter, r *http.Request) {

@@ -78,6 +78,8 @@ type Service struct {
 	stopPolls context.CancelFunc
 	// adminToken is the SHA-256 of Config.AdminToken; nil: no token.
 	adminToken *[32]byte
+	// statsRing keeps GET /api/v1/stats's samples (stats.go).
+	statsRing statsRing
 }
 
 // NewService returns a Service; zero Config fields take their defaults.

@@ -1,0 +1,410 @@
+// Queen console: a one-page app on the broker's JSON routes (see console.go).
+// Every value from the broker is put in the page with textContent, never as HTML.
+"use strict";
+
+const main = document.getElementById("main");
+const errorBox = document.getElementById("error");
+const statusBox = document.getElementById("status");
+const tokenForm = document.getElementById("token-form");
+const tokenInput = document.getElementById("token");
+const TOKEN_KEY = "queenAdminToken";
+const POLL_MS = 1500;
+let timer = null;       // the current page's polling timer
+let generation = 0;     // bumped on each route change: stale answers are dropped
+
+// el builds an element: el("td", {class: "num"}, "text", child...).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function showError(msg) {
+  errorBox.textContent = msg;
+  errorBox.hidden = !msg;
+}
+
+// ApiError is a broker's error reply (SPEC.md §10) or a network failure.
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.error) || ("HTTP " + status));
+    this.status = status;
+    this.code = body && body.code;
+  }
+}
+
+// api calls a JSON route with the admin token when one is stored.
+async function api(method, path, body) {
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = "Bearer " + token;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  let resp;
+  try {
+    resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch (e) {
+    throw new ApiError(0, { error: "the broker does not answer (" + e.message + ")" });
+  }
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = { error: text.slice(0, 200) }; }
+  if (resp.status === 401) {
+    tokenForm.hidden = false;
+    throw new ApiError(401, { error: "this broker needs its admin token (QUEEN_ADMIN_TOKEN): enter it above" });
+  }
+  if (!resp.ok) throw new ApiError(resp.status, data);
+  return data;
+}
+
+tokenForm.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, tokenInput.value.trim());
+  tokenInput.value = "";
+  tokenForm.hidden = true;
+  route();
+});
+
+// ---- formatting
+
+function fmtRate(v) { return v >= 100 ? Math.round(v).toLocaleString("en") : (Math.round(v * 10) / 10).toLocaleString("en"); }
+function fmtBytes(n) {
+  if (!n) return "0 B";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + " " + u[i];
+}
+function fmtTime(s) { if (!s) return "—"; const d = new Date(s); return isNaN(d) ? String(s) : d.toISOString().replace("T", " ").replace("Z", " UTC"); }
+function fmtAgo(s, now) { if (!s) return "—"; const d = (new Date(s) - (now ? new Date(now) : new Date())) / 1000; return (d >= 0 ? "in " : "") + Math.abs(d).toFixed(1) + " s" + (d < 0 ? " ago" : ""); }
+function truncate(s, n) { s = String(s); return s.length > n ? s.slice(0, n) + "…" : s; }
+function payloadText(d) { if (d === undefined || d === null) return "null"; return truncate(typeof d === "string" ? d : JSON.stringify(d), 200); }
+function durationText(sec) { if (sec === undefined || sec === null) return "—"; if (sec === 0) return "0 (off)"; if (sec % 3600 === 0) return sec / 3600 + " h"; if (sec % 60 === 0) return sec / 60 + " min"; return sec + " s"; }
+
+function table(headers, rows, id) {
+  const t = el("table", { id });
+  t.append(el("thead", null, el("tr", null, ...headers.map((h) => el("th", null, h)))));
+  const tb = el("tbody");
+  for (const r of rows) tb.append(r);
+  t.append(tb);
+  return t;
+}
+function kv(pairs, id) {
+  const d = el("dl", { class: "kv", id });
+  for (const [k, v] of pairs) d.append(el("dt", null, k), v instanceof Node ? el("dd", null, v) : el("dd", null, v === undefined || v === null ? "—" : String(v)));
+  return d;
+}
+
+// ---- overview
+
+const rateHistory = [];  // {t, queued, duplicate, failed}
+const HISTORY_N = 60;
+
+function chart(points) {
+  const W = 800, H = 220, P = 30;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  const max = Math.max(1, ...points.flatMap((p) => [p.queued, p.duplicate, p.failed]));
+  const x = (i) => P + (i / Math.max(1, HISTORY_N - 1)) * (W - P - 5);
+  const y = (v) => H - 20 - (v / max) * (H - 35);
+  const line = (attrs) => { const l = document.createElementNS(ns, "line"); for (const k in attrs) l.setAttribute(k, attrs[k]); return l; };
+  const text = (tx, ty, s) => { const t = document.createElementNS(ns, "text"); t.setAttribute("x", tx); t.setAttribute("y", ty); t.setAttribute("font-size", "11"); t.setAttribute("fill", "#6b7280"); t.textContent = s; return t; };
+  svg.append(line({ x1: P, y1: y(0), x2: W - 5, y2: y(0), stroke: "#e3e6eb" }), line({ x1: P, y1: y(max), x2: W - 5, y2: y(max), stroke: "#e3e6eb", "stroke-dasharray": "4 4" }));
+  svg.append(text(2, y(max) + 4, fmtRate(max)), text(2, y(0) + 4, "0"), text(W - 120, H - 4, "last " + Math.round(HISTORY_N * POLL_MS / 1000) + " s, items/s"));
+  const off = HISTORY_N - points.length;
+  for (const [key, color] of [["queued", "#2563eb"], ["duplicate", "#d97706"], ["failed", "#dc2626"]]) {
+    if (!points.length) break;
+    const p = document.createElementNS(ns, "polyline");
+    p.setAttribute("points", points.map((pt, i) => x(off + i).toFixed(1) + "," + y(pt[key]).toFixed(1)).join(" "));
+    p.setAttribute("fill", "none");
+    p.setAttribute("stroke", color);
+    p.setAttribute("stroke-width", "2");
+    p.setAttribute("data-series", key);
+    svg.append(p);
+  }
+  return svg;
+}
+
+function card(id, cls, label) {
+  return el("div", { class: "card " + cls }, el("div", { class: "label" }, label), el("div", { class: "value", id }, "—"));
+}
+
+function pageOverview(gen) {
+  main.replaceChildren(
+    el("h2", null, "Overview"),
+    el("div", { class: "cards" },
+      card("rate-queued", "queued", "queued items/s"),
+      card("rate-duplicate", "dup", "duplicate items/s"),
+      card("rate-failed", "failed", "failed items/s"),
+      card("rate-pop", "", "popped msgs/s"),
+      card("p99", "", "commit p99"),
+      card("rss", "", "broker RSS"),
+      card("cache", "", "dedup cache")),
+    el("div", { class: "chart" },
+      el("div", { class: "legend" },
+        el("span", null, el("i", { class: "sw-queued" }), "queued"),
+        el("span", null, el("i", { class: "sw-dup" }), "duplicate"),
+        el("span", null, el("i", { class: "sw-failed" }), "failed")),
+      el("div", { id: "chart" })),
+    el("p", { class: "muted", id: "totals" }));
+  document.querySelector(".sw-queued").style.background = "var(--queued)";
+  document.querySelector(".sw-dup").style.background = "var(--dup)";
+  document.querySelector(".sw-failed").style.background = "var(--failed)";
+  document.getElementById("chart").append(chart(rateHistory));
+  const tick = async () => {
+    try {
+      const s = await api("GET", "/api/v1/stats");
+      if (gen !== generation) return;
+      showError("");
+      rateHistory.push({ t: s.at, queued: s.queuedPerSecond, duplicate: s.duplicatePerSecond, failed: s.failedPerSecond });
+      while (rateHistory.length > HISTORY_N) rateHistory.shift();
+      const set = (id, v) => { const e = document.getElementById(id); if (e) e.textContent = v; };
+      set("rate-queued", fmtRate(s.queuedPerSecond));
+      set("rate-duplicate", fmtRate(s.duplicatePerSecond));
+      set("rate-failed", fmtRate(s.failedPerSecond));
+      set("rate-pop", fmtRate(s.popPerSecond));
+      set("p99", s.commitP99Ms === null ? "—" : s.commitP99Ms.toFixed(1) + " ms");
+      set("rss", fmtBytes(s.rssBytes));
+      set("cache", fmtBytes(s.cacheBytes));
+      set("totals", `since start: ${s.queued.toLocaleString("en")} queued, ${s.duplicate.toLocaleString("en")} duplicate, ${s.failed.toLocaleString("en")} failed · mailbox ${s.mailboxDepth} items · rates over ${s.windowSeconds.toFixed(1)} s`);
+      const c = document.getElementById("chart");
+      if (c) c.replaceChildren(chart(rateHistory));
+      statusBox.textContent = "updated " + new Date().toLocaleTimeString();
+    } catch (e) {
+      if (gen === generation) showError(e.message);
+    }
+  };
+  tick();
+  timer = setInterval(tick, POLL_MS);
+}
+
+// ---- queues
+
+async function pageQueues(gen) {
+  main.replaceChildren(el("h2", null, "Queues"), el("p", { class: "muted" }, "loading…"));
+  const data = await api("GET", "/api/v1/resources/queues");
+  if (gen !== generation) return;
+  const rows = (data.queues || []).map((q) => el("tr", { "data-queue": q.name },
+    el("td", null, el("a", { href: "#/queues/" + encodeURIComponent(q.name) }, q.name)),
+    el("td", null, [q.namespace, q.task].filter(Boolean).join(" / ") || "—"),
+    el("td", { class: "num" }, q.partitions), el("td", { class: "num" }, q.messages), el("td", { class: "num" }, q.depth),
+    el("td", null, durationText(q.options && q.options.dedupWindowSeconds)),
+    el("td", null, durationText(q.options && q.options.retentionSeconds)),
+    el("td", { class: "num" }, q.options ? q.options.retryLimit : "—"),
+    el("td", null, durationText(q.options && q.options.leaseTime)),
+    el("td", null, fmtTime(q.createdAt))));
+  main.replaceChildren(el("h2", null, "Queues"),
+    rows.length ? table(["queue", "namespace / task", "partitions", "messages", "depth", "dedup window", "retention", "retryLimit", "leaseTime", "created"], rows, "queues-table")
+      : el("p", { class: "muted", id: "queues-empty" }, "No queues yet: push to create one."));
+}
+
+async function pageQueue(gen, name) {
+  main.replaceChildren(el("h2", null, "Queue " + name), el("p", { class: "muted" }, "loading…"));
+  const q = await api("GET", "/api/v1/resources/queues/" + encodeURIComponent(name));
+  if (gen !== generation) return;
+  const opts = Object.entries(q.options || {}).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : v]);
+  const parts = [el("h2", null, "Queue " + q.name),
+    kv([["namespace", q.namespace || "—"], ["task", q.task || "—"], ["partitions", q.partitions], ["messages", q.messages], ["created", fmtTime(q.createdAt)]], "queue-info"),
+    el("h3", null, "Options"), kv(opts, "queue-options"),
+    el("h3", null, "Dead letters")];
+  main.replaceChildren(...parts);
+  const dl = await api("GET", "/api/v1/dlq?limit=20&queue=" + encodeURIComponent(q.name));
+  if (gen !== generation) return;
+  main.append(dlqTable(dl.messages || [], false),
+    el("p", { class: "muted" }, "Partitions' cursors and recent messages are not served by the broker's routes yet; see the DLQ page to replay."));
+}
+
+// ---- dedup inspector
+
+function pageDedup(gen, params) {
+  const f = el("form", { class: "inline", id: "dedup-form" },
+    el("label", null, "queue", el("input", { name: "queue", id: "dedup-queue", required: "" })),
+    el("label", null, "partition", el("input", { name: "partition", id: "dedup-partition", value: "Default" })),
+    el("label", null, "transactionId", el("input", { name: "transactionId", id: "dedup-txn", size: "40" })),
+    el("button", { type: "submit", id: "dedup-go" }, "Inspect"));
+  const out = el("div", { id: "dedup-result" });
+  main.replaceChildren(el("h2", null, "Dedup inspector"),
+    el("p", { class: "muted" }, "Is this transactionId inside its partition's window, what did it become, and when does the window close for it? (SPEC.md §13, GET /api/v1/dedup)"), f, out);
+  for (const k of ["queue", "partition", "transactionId"]) if (params.get(k)) f.elements[k].value = params.get(k);
+  f.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    out.replaceChildren();
+    const q = f.elements.queue.value.trim(), p = f.elements.partition.value.trim(), t = f.elements.transactionId.value;
+    if (!q || !t) { showError("queue and transactionId are required"); return; }
+    showError("");
+    try {
+      const d = await api("GET", "/api/v1/dedup?" + new URLSearchParams({ queue: q, partition: p || "Default", transactionId: t }));
+      if (gen !== generation) return;
+      const state = el("span", { class: "state " + d.state, id: "dedup-state", "data-state": d.state }, d.state);
+      const words = { in_window: "inside the window: a push with this id is answered duplicate", expired: "stored, but its window has closed: a push with this id is queued as a new message", unknown: "not stored in this partition (never pushed, or purged)" };
+      out.replaceChildren(kv([["state", state], ["meaning", words[d.state] || ""], ["message id", d.messageId], ["offset", d.offset],
+        ["created", fmtTime(d.createdAt)], ["window", durationText(d.windowSeconds)], ["window closes at", d.windowClosesAt ? fmtTime(d.windowClosesAt) + " (" + fmtAgo(d.windowClosesAt) + ")" : "—"]], "dedup-kv"));
+    } catch (e) {
+      if (gen === generation) showError(e.message);
+    }
+  });
+  if (params.get("queue") && params.get("transactionId")) f.requestSubmit();
+}
+
+// ---- DLQ
+
+function dlqTable(msgs, replayable) {
+  const rows = msgs.map((m) => el("tr", { "data-id": m.id },
+    el("td", { class: "num" }, m.id), el("td", null, m.queue), el("td", null, m.partition), el("td", null, m.consumerGroup),
+    el("td", { class: "num" }, m.offset), el("td", null, m.transactionId), el("td", null, truncate(m.error || m.errorMessage || "", 80)),
+    el("td", { class: "num" }, m.attempts), el("td", null, fmtTime(m.deadLetteredAt)), el("td", { class: "payload" }, payloadText(m.data)),
+    replayable ? el("td", null, el("button", { class: "small replay-one", type: "button", "data-id": m.id }, "replay")) : null));
+  const h = ["id", "queue", "partition", "group", "offset", "transactionId", "error", "attempts", "dead since", "payload"];
+  if (replayable) h.push("");
+  return rows.length ? table(h, rows, "dlq-table") : el("p", { class: "muted", id: "dlq-empty" }, "No dead letters match.");
+}
+
+function pageDLQ(gen, params) {
+  const f = el("form", { class: "inline", id: "dlq-form" },
+    el("label", null, "queue", el("input", { name: "queue", id: "dlq-queue", required: "" })),
+    el("label", null, "consumer group", el("input", { name: "consumerGroup", id: "dlq-group", placeholder: "any" })),
+    el("label", null, "partition", el("input", { name: "partition", id: "dlq-partition", placeholder: "any" })),
+    el("button", { type: "submit", id: "dlq-go" }, "List"),
+    el("label", null, "replay dead letter ids", el("input", { name: "ids", id: "replay-ids", placeholder: "e.g. 12, 13" })),
+    el("button", { type: "button", id: "replay-ids-go" }, "Replay ids"));
+  const list = el("div", { id: "dlq-list" });
+  const result = el("div", { id: "replay-result" });
+  main.replaceChildren(el("h2", null, "Dead letters"), f, list, el("h3", null, "Replay results"), result);
+  for (const k of ["queue", "consumerGroup", "partition"]) if (params.get(k)) f.elements[k].value = params.get(k);
+  let shown = [];
+  const filter = () => ({ queue: f.elements.queue.value.trim(), consumerGroup: f.elements.consumerGroup.value.trim(), partition: f.elements.partition.value.trim() });
+  const load = async () => {
+    const flt = filter();
+    if (!flt.queue) { showError("queue is required"); return; }
+    showError("");
+    const qs = new URLSearchParams({ queue: flt.queue, limit: "100" });
+    if (flt.consumerGroup) qs.set("consumerGroup", flt.consumerGroup);
+    if (flt.partition) qs.set("partition", flt.partition);
+    try {
+      await api("GET", "/api/v1/resources/queues/" + encodeURIComponent(flt.queue)); // an unknown queue is an error, not an empty list
+      const d = await api("GET", "/api/v1/dlq?" + qs);
+      if (gen !== generation) return;
+      shown = d.messages || [];
+      list.replaceChildren(el("p", { class: "muted" }, (d.total !== undefined ? d.total : shown.length) + " dead letter(s)"), dlqTable(shown, true),
+        shown.length ? el("button", { type: "button", id: "replay-all" }, "Replay all " + shown.length + " shown") : null);
+    } catch (e) {
+      if (gen === generation) { list.replaceChildren(); showError(e.message); }
+    }
+  };
+  const replay = async (ids) => {
+    const flt = filter();
+    try {
+      const body = { queue: flt.queue, ids };
+      if (flt.consumerGroup) body.consumerGroup = flt.consumerGroup;
+      const r = await api("POST", "/api/v1/dlq/replay", body);
+      if (gen !== generation) return;
+      showError("");
+      result.replaceChildren(el("p", { id: "replay-summary" }, `moved ${r.moved} · duplicate ${r.duplicate} · gone ${r.gone} · failed ${r.failed}`),
+        table(["dead letter", "result", "queue / partition", "message id", "offset", "transactionId", "error"], (r.results || []).map((x) =>
+          el("tr", { "data-id": x.id, "data-result": x.result },
+            el("td", { class: "num" }, x.id), el("td", { class: "result-" + x.result }, x.result), el("td", null, [x.queue, x.partition].filter(Boolean).join(" / ") || "—"),
+            el("td", null, x.messageId || "—"), el("td", { class: "num" }, x.offset === undefined || x.offset === null ? "—" : x.offset),
+            el("td", null, x.transactionId || "—"), el("td", null, x.error || ""))), "replay-table"));
+      await load();
+    } catch (e) {
+      if (gen === generation) showError(e.message);
+    }
+  };
+  list.addEventListener("click", (ev) => {
+    const b = ev.target.closest("button");
+    if (!b) return;
+    if (b.id === "replay-all") replay(shown.map((m) => m.id));
+    else if (b.classList.contains("replay-one")) replay([Number(b.dataset.id)]);
+  });
+  f.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  document.getElementById("replay-ids-go").addEventListener("click", () => {
+    const raw = f.elements.ids.value.split(/[\s,]+/).filter(Boolean);
+    const ids = raw.map(Number);
+    if (!filter().queue) { showError("queue is required"); return; }
+    if (!ids.length || ids.some((n) => !Number.isSafeInteger(n) || n <= 0)) { showError("dead letter ids are positive whole numbers, got \"" + f.elements.ids.value + "\""); return; }
+    replay(ids);
+  });
+  if (params.get("queue")) load();
+}
+
+// ---- cluster
+
+const palette = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#4b5563", "#65a30d"];
+
+function pageCluster(gen) {
+  main.replaceChildren(el("h2", null, "Cluster"), el("div", { id: "cluster-body" }, el("p", { class: "muted" }, "loading…")));
+  const tick = async () => {
+    try {
+      const c = await api("GET", "/api/v1/cluster");
+      if (gen !== generation) return;
+      showError("");
+      const color = {};
+      (c.brokers || []).forEach((b, i) => { color[b.id] = palette[i % palette.length]; });
+      const owned = {};
+      for (const s of c.shards || []) owned[s.owner] = (owned[s.owner] || 0) + 1;
+      const brokers = table(["", "broker", "HTTP", "started", "heartbeat", "expires", "live", "shards"], (c.brokers || []).map((b) => {
+        const sw = el("i"); sw.className = "swatch"; sw.style.display = "inline-block"; sw.style.width = ".8rem"; sw.style.height = ".8rem"; sw.style.background = color[b.id];
+        return el("tr", { "data-broker": b.id }, el("td", null, sw), el("td", null, b.id + (b.id === c.self ? " (this broker)" : "")), el("td", null, b.httpUrl || "—"),
+          el("td", null, fmtTime(b.startedAt)), el("td", null, fmtAgo(b.heartbeatAt, c.now)), el("td", null, fmtAgo(b.expiresAt, c.now)),
+          el("td", null, b.live ? "yes" : "no"), el("td", { class: "num" }, owned[b.id] || 0));
+      }), "cluster-brokers");
+      const grid = el("div", { class: "grid", id: "shard-grid" });
+      for (const s of c.shards || []) {
+        const d = el("div", { title: `shard ${s.shard}: ${s.owner || "no owner"}, lease expires ${fmtTime(s.expiresAt)} (${fmtAgo(s.expiresAt, c.now)})`, "data-shard": s.shard }, String(s.shard));
+        d.style.background = color[s.owner] || "#9ca3af";
+        if (!s.live) d.className = "expired";
+        grid.append(d);
+      }
+      const body = document.getElementById("cluster-body");
+      if (body) body.replaceChildren(el("p", { class: "muted" }, `${(c.brokers || []).length} broker(s) · ${c.shardCount} shards · lease ${c.leaseSeconds} s · as of ${fmtTime(c.now)}`),
+        brokers, el("h3", null, "Shard owners (hover for the lease expiry; faded: lease expired)"), grid);
+    } catch (e) {
+      if (gen === generation) showError(e.message);
+    }
+  };
+  tick();
+  timer = setInterval(tick, 2000);
+}
+
+// ---- router
+
+async function route() {
+  if (timer) { clearInterval(timer); timer = null; }
+  const gen = ++generation;
+  showError("");
+  statusBox.textContent = "";
+  const hash = location.hash.replace(/^#\/?/, "");
+  const [pathPart, query] = hash.split("?");
+  const path = pathPart.split("/").map((s) => { try { return decodeURIComponent(s); } catch (e) { return s; } });
+  const params = new URLSearchParams(query || "");
+  const page = path[0] || "overview";
+  for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.dataset.page === page);
+  try {
+    switch (page) {
+      case "overview": pageOverview(gen); break;
+      case "queues": if (path[1]) await pageQueue(gen, path[1]); else await pageQueues(gen); break;
+      case "dedup": pageDedup(gen, params); break;
+      case "dlq": pageDLQ(gen, params); break;
+      case "cluster": pageCluster(gen); break;
+      default: main.replaceChildren(el("h2", null, "Not found"), el("p", null, "No page " + page + ": pick one above.")); break;
+    }
+  } catch (e) {
+    if (gen === generation) {
+      showError(e.message);
+      if (!main.firstChild || main.querySelector("p.muted")) main.replaceChildren(el("h2", null, page), el("p", { class: "muted" }, "Nothing to show: " + e.message));
+    }
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

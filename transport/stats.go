@@ -1,0 +1,196 @@
+package transport
+
+import (
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// statsWindow is how far back GET /api/v1/stats looks for the sample its
+// rates are computed against: rates are averages over about this long.
+const statsWindow = 5 * time.Second
+
+// statsKeep is how long samples are kept (they are taken only when the route
+// is asked, so an idle console costs nothing).
+const statsKeep = time.Minute
+
+// statsSample is one read of the registry's cumulative counters.
+type statsSample struct {
+	at                      time.Time
+	queued, duplicate, fail float64
+	pops, acks              float64
+	commits                 float64
+	// buckets are queen_push_commit_seconds' cumulative bucket counts, by
+	// upper bound in seconds.
+	bounds, buckets []float64
+}
+
+// statsReply is the body of GET /api/v1/stats.
+type statsReply struct {
+	// At is when the registry was read.
+	At time.Time `json:"at"`
+	// WindowSeconds is the time the rates are averaged over: from the
+	// oldest sample kept within statsWindow to now (0 on the first call).
+	WindowSeconds float64 `json:"windowSeconds"`
+	// Push items answered per second, by verdict (queen_push_items_total):
+	// queued, duplicate, and failed (every other verdict).
+	QueuedPerSecond    float64 `json:"queuedPerSecond"`
+	DuplicatePerSecond float64 `json:"duplicatePerSecond"`
+	FailedPerSecond    float64 `json:"failedPerSecond"`
+	// PopPerSecond is messages returned by pops per second; AckPerSecond ack
+	// items per second.
+	PopPerSecond float64 `json:"popPerSecond"`
+	AckPerSecond float64 `json:"ackPerSecond"`
+	// CommitP99Ms is the 99th percentile of one push transaction's latency
+	// over the window (queen_push_commit_seconds, the bucket's upper bound),
+	// milliseconds; null when no push committed in the window.
+	CommitP99Ms *float64 `json:"commitP99Ms"`
+	// Totals since the broker started.
+	Queued    int64 `json:"queued"`
+	Duplicate int64 `json:"duplicate"`
+	Failed    int64 `json:"failed"`
+	// RSSBytes is process_resident_memory_bytes (0 where the OS gives none).
+	RSSBytes int64 `json:"rssBytes"`
+	// CacheBytes is queen_dedup_cache_bytes, the dedup cache's memory.
+	CacheBytes int64 `json:"cacheBytes"`
+	// MailboxDepth is queen_mailbox_depth_items.
+	MailboxDepth int64 `json:"mailboxDepth"`
+}
+
+// statsRing keeps the samples of GET /api/v1/stats.
+type statsRing struct {
+	mu      sync.Mutex
+	samples []statsSample
+}
+
+// stats answers GET /api/v1/stats: live rates and gauges read from the
+// broker's Prometheus registry (the ones the console's overview draws), 200
+// with a statsReply. It keeps the samples it reads for a minute, so rates are
+// averages over the last few seconds of calls.
+func (s *Service) stats() reply {
+	mfs, err := s.cfg.Metrics.Registry.Gather()
+	if err != nil && len(mfs) == 0 {
+		return errReply(err)
+	}
+	now := time.Now()
+	cur := statsSample{at: now}
+	out := statsReply{At: now.UTC()}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "queen_push_items_total":
+			for _, m := range mf.GetMetric() {
+				v := m.GetCounter().GetValue()
+				switch label(m, "verdict") {
+				case "queued":
+					cur.queued += v
+				case "duplicate":
+					cur.duplicate += v
+				default:
+					cur.fail += v
+				}
+			}
+		case "queen_pop_messages_total":
+			cur.pops = sum(mf)
+		case "queen_ack_items_total":
+			cur.acks = sum(mf)
+		case "queen_push_commit_seconds":
+			for _, m := range mf.GetMetric() {
+				h := m.GetHistogram()
+				cur.commits = float64(h.GetSampleCount())
+				for _, b := range h.GetBucket() {
+					cur.bounds = append(cur.bounds, b.GetUpperBound())
+					cur.buckets = append(cur.buckets, float64(b.GetCumulativeCount()))
+				}
+			}
+		case "process_resident_memory_bytes":
+			out.RSSBytes = int64(sum(mf))
+		case "queen_dedup_cache_bytes":
+			out.CacheBytes = int64(sum(mf))
+		case "queen_mailbox_depth_items":
+			out.MailboxDepth = int64(sum(mf))
+		}
+	}
+	out.Queued, out.Duplicate, out.Failed = int64(cur.queued), int64(cur.duplicate), int64(cur.fail)
+
+	s.statsRing.mu.Lock()
+	kept := s.statsRing.samples[:0]
+	for _, p := range s.statsRing.samples {
+		if now.Sub(p.at) <= statsKeep {
+			kept = append(kept, p)
+		}
+	}
+	var base *statsSample
+	for i := range kept { // the oldest sample within the window, else the newest before it
+		if now.Sub(kept[i].at) <= statsWindow {
+			base = &kept[i]
+			break
+		}
+	}
+	if base == nil && len(kept) > 0 {
+		base = &kept[len(kept)-1]
+	}
+	var prev statsSample
+	if base != nil {
+		prev = *base
+	}
+	s.statsRing.samples = append(kept, cur)
+	s.statsRing.mu.Unlock()
+
+	if base == nil {
+		return reply{status: http.StatusOK, body: out}
+	}
+	dt := now.Sub(prev.at).Seconds()
+	if dt <= 0 {
+		return reply{status: http.StatusOK, body: out}
+	}
+	out.WindowSeconds = dt
+	rate := func(a, b float64) float64 { return math.Max(0, a-b) / dt }
+	out.QueuedPerSecond = rate(cur.queued, prev.queued)
+	out.DuplicatePerSecond = rate(cur.duplicate, prev.duplicate)
+	out.FailedPerSecond = rate(cur.fail, prev.fail)
+	out.PopPerSecond = rate(cur.pops, prev.pops)
+	out.AckPerSecond = rate(cur.acks, prev.acks)
+	if n := cur.commits - prev.commits; n > 0 && len(cur.buckets) == len(prev.buckets) {
+		p := math.Inf(1)
+		for i := range cur.buckets {
+			if cur.buckets[i]-prev.buckets[i] >= 0.99*n {
+				p = cur.bounds[i]
+				break
+			}
+		}
+		if math.IsInf(p, 1) && len(cur.bounds) > 0 { // beyond the last bucket: report its bound
+			p = cur.bounds[len(cur.bounds)-1]
+		}
+		ms := p * 1000
+		out.CommitP99Ms = &ms
+	}
+	return reply{status: http.StatusOK, body: out}
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// sum adds a family's counter, gauge or untyped values.
+func sum(mf *dto.MetricFamily) float64 {
+	var v float64
+	for _, m := range mf.GetMetric() {
+		switch {
+		case m.Counter != nil:
+			v += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			v += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			v += m.GetUntyped().GetValue()
+		}
+	}
+	return v
+}
