@@ -128,6 +128,10 @@ func BenchmarkPartitionMemory(b *testing.B) {
 		pend = nil
 		active := liveHeap()
 		b.ReportMetric(float64(active-before)/n, "B/active-partition")
+		h.Passivate(0)
+		waitFor(b, func() bool { return h.PartitionStats().Active == 0 })
+		passive := liveHeap()
+		b.ReportMetric(float64(passive-before)/n, "B/passivated-partition")
 		h.Stop(context.Background()) //nolint:errcheck
 		runtime.KeepAlive(cache)
 	}
@@ -143,4 +147,16 @@ func pushOne(tb testing.TB, h *Host, partition string) {
 func benchItem(i int) *queen.Item {
 	txn := fmt.Sprintf("t%d", i)
 	return &queen.Item{Queue: "q", Partition: fmt.Sprintf("p%d", i), TransactionID: txn, Payload: []byte(`{}`), Hash: queen.HashTxn(txn)}
+}
+
+// waitFor polls cond every millisecond for up to 20 s.
+func waitFor(tb testing.TB, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatal("condition not met within 20 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
