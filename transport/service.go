@@ -44,6 +44,9 @@ type Config struct {
 	DedupCache CacheSwitch
 	// Cluster, when set, answers GET /api/v1/cluster and queen.v1.cluster.
 	Cluster ClusterViewer
+	// Partitions, when set, returns the partition actors' counts (active,
+	// passivated) for /health, as JSON-encodable value.
+	Partitions func() any
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push bodies being handled at once
@@ -241,6 +244,7 @@ type healthReply struct {
 	Database   string `json:"database"`
 	Error      string `json:"error,omitempty"`
 	DedupCache any    `json:"dedupCache,omitempty"`
+	Partitions any    `json:"partitions,omitempty"`
 }
 
 // dedupCache answers GET (body nil) and POST {"enabled":bool} on the
@@ -276,6 +280,9 @@ func (s *Service) health(ctx context.Context) reply {
 	h := healthReply{Status: "healthy", Database: "ok"}
 	if s.cfg.DedupCache != nil {
 		h.DedupCache = s.cfg.DedupCache.Stats()
+	}
+	if s.cfg.Partitions != nil {
+		h.Partitions = s.cfg.Partitions()
 	}
 	return reply{status: http.StatusOK, body: h}
 }
