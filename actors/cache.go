@@ -197,6 +197,11 @@ const evictScan = 64
 // least recently used, else the least recently used (p itself last).
 func (c *Cache) account(p *partitionCache, size, entries int64, warm bool) {
 	c.mu.Lock()
+	if p.gone {
+		// Passivated: a hydration that was under way must not bring it
+		// back into the budget.
+		size, entries, warm = 0, 0, false
+	}
 	c.total += size - p.accounted
 	c.entries += entries - p.entries
 	p.accounted, p.entries, p.warm = size, entries, warm
@@ -329,6 +334,7 @@ type partitionCache struct {
 	entries   int64
 	warm      bool
 	lastSize  int64 // accounted when last evicted: the room a re-hydration needs
+	gone      bool  // passivated: accounts nothing from now on
 
 	mu           sync.Mutex
 	pid          uuid.UUID
@@ -551,6 +557,9 @@ func (p *partitionCache) coldFor(window int64) time.Duration {
 // Passivate drops the knowledge (a hydration under way is abandoned: the
 // epoch moves) and the accounted memory; the partition actor is stopping.
 func (p *partitionCache) Passivate() {
+	p.c.mu.Lock()
+	p.gone = true
+	p.c.mu.Unlock()
 	p.mu.Lock()
 	p.reset()
 	p.mu.Unlock()
