@@ -343,10 +343,11 @@ func (h *Host) Stop(ctx context.Context) error {
 // mailbox, in order): if it still has pushes waiting or a commit running it
 // answers passivateRefused and the parent forwards what it held; otherwise
 // it drops its cache state and stops. Only when the parent gets its
-// partitionStopped is the partition forgotten; the held pushes, if any, go
-// to a new incarnation spawned then (the old one reports partitionStopped
-// from its *actor.Stopped, after it left the process registry). So no two incarnations of a partition
-// are ever alive together, and each push reaches exactly one actor.
+// partitionStopped (sent from its *actor.Stopped, after it left the process
+// registry) is the partition forgotten; the held pushes, if any, go to a new
+// incarnation spawned then, in arrival order. So no two incarnations of a
+// partition are ever alive together, and each push reaches exactly one
+// actor and is answered once.
 type parentActor struct {
 	host     *Host
 	children map[partitionKey]*child
@@ -428,11 +429,17 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		c.held = nil
 	case *actor.Stopping:
 		// Stop every partition actor and wait: each answers what it still
-		// holds with ErrShuttingDown.
+		// holds with ErrShuttingDown, and so does the parent for the pushes
+		// it holds for stopping ones (only left when Stop's drain ended
+		// early).
 		root := ctx.ActorSystem().Root
 		futs := make([]*actor.Future, 0, len(p.children))
 		for _, c := range p.children {
 			futs = append(futs, root.StopFuture(c.pid))
+			for _, r := range c.held {
+				r.respond(pushResp{err: queen.ErrShuttingDown})
+			}
+			c.held = nil
 		}
 		for _, f := range futs {
 			f.Wait() //nolint:errcheck
