@@ -61,8 +61,7 @@ func TestPassivationThenReactivationKeepsVerdictsExact(t *testing.T) {
 	require.Equal(t, queen.Duplicate, pushTxn(t, h, "p", "t1").Verdict)
 	require.NotZero(t, cache.Stats().Bytes, "the partition's cache holds its hash")
 
-	h.Passivate(0)
-	waitFor(t, func() bool { return h.PartitionStats().Active == 0 })
+	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
 	require.Equal(t, uint64(1), h.PartitionStats().Passivated)
 	require.Zero(t, cache.Stats().Bytes, "a passivated partition's cache holds nothing")
 
@@ -88,8 +87,15 @@ func TestRepeatArrivingWhileTheActorStopsIsAnsweredOnce(t *testing.T) {
 	orig := pushTxn(t, h, "p", "t1")
 	require.Equal(t, queen.Queued, orig.Verdict)
 
-	h.Passivate(0)
-	<-stopping // the actor has decided to stop and waits in the hook
+	// The actor decides to stop and waits in the hook.
+	passivateUntil(t, h, 0, func() bool {
+		select {
+		case <-stopping:
+			return true
+		default:
+			return false
+		}
+	})
 	rep := item("t1")
 	pend, err := h.Enqueue("q", "p", []*queen.Item{rep, item("t3")})
 	require.NoError(t, err)
@@ -141,10 +147,9 @@ func TestOnlyIdlePartitionsArePassivated(t *testing.T) {
 	clk.advance(time.Minute)
 	pushTxn(t, h, "new", "t1")
 	clk.advance(time.Minute)
-	h.Passivate(90 * time.Second) // "old" is 2m idle, "new" 1m
-	waitFor(t, func() bool { return h.PartitionStats().Passivated == 1 })
+	// "old" is 2m idle, "new" 1m.
+	passivateUntil(t, h, 90*time.Second, func() bool { return h.PartitionStats().Passivated == 1 })
 	require.Equal(t, int64(1), h.PartitionStats().Active)
-	h.Passivate(0)
-	waitFor(t, func() bool { return h.PartitionStats().Active == 0 })
+	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
 	require.Equal(t, uint64(2), h.PartitionStats().Passivated)
 }
