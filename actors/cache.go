@@ -27,6 +27,14 @@ type HashCache interface {
 	Observe(b *persistence.PushBatch, out *persistence.PushOutcome)
 	// Forget drops everything (after an error whose outcome is unknown).
 	Forget()
+	// Passivate drops the partition's knowledge and gives its memory back
+	// to the budget: its actor is stopping for being idle. The cache is not
+	// used afterwards.
+	Passivate()
+	// StartCold, called before the first Prepare, makes a reactivated
+	// partition's cache start like an evicted one: cold (watermark -1, no
+	// read of the window) for ColdFor after its first commit.
+	StartCold()
 }
 
 // noCache never vouches, so every probe covers the whole window.
@@ -35,6 +43,8 @@ type noCache struct{}
 func (noCache) Prepare(b *persistence.PushBatch)                         { b.Watermark, b.Suspects = -1, nil }
 func (noCache) Observe(*persistence.PushBatch, *persistence.PushOutcome) {}
 func (noCache) Forget()                                                  {}
+func (noCache) Passivate()                                               {}
+func (noCache) StartCold()                                               {}
 
 // SidecarSource is where partition caches hydrate from (persistence.Store).
 type SidecarSource interface {
@@ -187,6 +197,11 @@ const evictScan = 64
 // least recently used, else the least recently used (p itself last).
 func (c *Cache) account(p *partitionCache, size, entries int64, warm bool) {
 	c.mu.Lock()
+	if p.gone {
+		// Passivated: a hydration that was under way must not bring it
+		// back into the budget.
+		size, entries, warm = 0, 0, false
+	}
 	c.total += size - p.accounted
 	c.entries += entries - p.entries
 	p.accounted, p.entries, p.warm = size, entries, warm
@@ -319,6 +334,7 @@ type partitionCache struct {
 	entries   int64
 	warm      bool
 	lastSize  int64 // accounted when last evicted: the room a re-hydration needs
+	gone      bool  // passivated: accounts nothing from now on
 
 	mu           sync.Mutex
 	pid          uuid.UUID
@@ -419,7 +435,12 @@ func (p *partitionCache) Observe(b *persistence.PushBatch, out *persistence.Push
 		// window wider than the knowledge covers: start again.
 		p.reset()
 	}
-	if p.cold && !p.newest.Before(p.coldUntil) {
+	if p.cold && p.coldUntil.IsZero() && !p.newest.IsZero() {
+		// Started cold (StartCold): the cold period starts at the first
+		// clock reading.
+		p.coldUntil = p.newest.Add(p.coldFor(out.Window))
+	}
+	if p.cold && !p.coldUntil.IsZero() && !p.newest.Before(p.coldUntil) {
 		p.cold = false
 	}
 	if p.cold || (!p.based && !wrote) {
@@ -518,14 +539,42 @@ func (p *partitionCache) Forget() {}
 func (p *partitionCache) evict() {
 	p.mu.Lock()
 	p.reset()
-	cold := p.c.cfg.ColdFor
-	if cold <= 0 {
-		cold = time.Duration(p.window) * time.Second
-	}
-	p.cold, p.coldUntil = true, p.newest.Add(cold)
+	p.cold, p.coldUntil = true, p.newest.Add(p.coldFor(p.window))
 	p.mu.Unlock()
 	p.c.evictions.Add(1)
 	p.c.account(p, 0, 0, false)
+}
+
+// coldFor is how long an evicted or reactivated partition stays cold:
+// ColdFor, else one window of window seconds.
+func (p *partitionCache) coldFor(window int64) time.Duration {
+	if p.c.cfg.ColdFor > 0 {
+		return p.c.cfg.ColdFor
+	}
+	return time.Duration(window) * time.Second
+}
+
+// Passivate drops the knowledge (a hydration under way is abandoned: the
+// epoch moves) and the accounted memory; the partition actor is stopping.
+func (p *partitionCache) Passivate() {
+	p.c.mu.Lock()
+	p.gone = true
+	p.c.mu.Unlock()
+	p.mu.Lock()
+	p.reset()
+	p.mu.Unlock()
+	p.c.account(p, 0, 0, false)
+}
+
+// StartCold makes the cache cold until ColdFor after the first commit that
+// writes (its created_at is the first clock reading it gets): a
+// reactivated partition answers its first pushes with full probes instead
+// of re-reading its window, like a partition evicted for the budget, and
+// is rebuilt only if it is still pushed to after that.
+func (p *partitionCache) StartCold() {
+	p.mu.Lock()
+	p.cold, p.coldUntil = true, time.Time{}
+	p.mu.Unlock()
 }
 
 func (p *partitionCache) reset() {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
+	"github.com/zeebo/xxh3"
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
@@ -56,8 +58,26 @@ type Config struct {
 	CommitTimeout time.Duration
 	// NewCache builds a partition's hash cache; nil means no cache (watermark -1).
 	NewCache func() HashCache
-	Metrics  *queen.Metrics
-	Logger   *slog.Logger
+	// PartitionIdle is how long a partition actor may go without a push
+	// before it is passivated: stopped, its mailbox, process registry entry
+	// and cache state freed (QUEEN_PARTITION_IDLE). The next push to the
+	// partition spawns it again. Idle actors are looked for every
+	// PartitionIdle/4 (at least every second), so one lives between
+	// PartitionIdle and 1.25 × PartitionIdle after its last push. 0 (the
+	// zero value) disables passivation; the broker's default is 2m.
+	PartitionIdle time.Duration
+	// Now is the clock idle time is measured on (default time.Now). Tests
+	// inject one and call Passivate instead of waiting for the sweep.
+	Now     func() time.Time
+	Metrics *queen.Metrics
+	Logger  *slog.Logger
+
+	// Test hooks (nil in production). onStopping runs in a partition
+	// actor that has decided to passivate, before it stops; onHeld runs in
+	// the parent when it holds a push for a partition whose actor is
+	// stopping.
+	onStopping func(partitionKey)
+	onHeld     func(partitionKey)
 }
 
 // Host owns the actor system and the parent of the partition actors.
@@ -74,6 +94,14 @@ type Host struct {
 	closed   bool
 	wg       sync.WaitGroup
 	bundler  *bundler
+	// start anchors the idle clock: push times are kept as nanoseconds
+	// since start (monotonic with the real clock).
+	start      time.Time
+	active     atomic.Int64
+	passivated atomic.Uint64
+	stopping   atomic.Bool // the parent is being stopped: spawn nothing
+	sweepStop  chan struct{}
+	sweepDone  chan struct{}
 }
 
 type partitionKey struct{ queue, partition string }
@@ -122,14 +150,66 @@ func NewHost(cfg Config) *Host {
 	if cfg.NewCache == nil {
 		cfg.NewCache = func() HashCache { return noCache{} }
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	h := &Host{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger}
+	h.start = cfg.Now()
 	h.bundler = newBundler(h)
 	quiet := slog.New(slog.NewTextHandler(discard{}, nil))
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	h.parent = h.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &parentActor{host: h, children: map[partitionKey]*actor.PID{}}
+		return &parentActor{host: h, children: map[partitionKey]*child{}}
 	}))
+	if cfg.PartitionIdle > 0 {
+		h.sweepStop, h.sweepDone = make(chan struct{}), make(chan struct{})
+		go h.sweep(max(cfg.PartitionIdle/4, time.Second))
+	}
 	return h
+}
+
+// clock is the host's idle clock: nanoseconds since the host started.
+func (h *Host) clock() int64 { return int64(h.cfg.Now().Sub(h.start)) }
+
+// sweep asks the parent, every interval, to passivate the partitions idle
+// for PartitionIdle.
+func (h *Host) sweep(interval time.Duration) {
+	defer close(h.sweepDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.sweepStop:
+			return
+		case <-t.C:
+			h.Passivate(h.cfg.PartitionIdle)
+		}
+	}
+}
+
+// Passivate asks every partition actor that has had no push for at least
+// idle (on Config.Now's clock; 0: every one) and has nothing waiting or
+// committing to stop. It returns at once; PartitionStats shows the
+// outcome. The idle sweep calls it with PartitionIdle; tests call it to
+// force passivation.
+func (h *Host) Passivate(idle time.Duration) {
+	h.system.Root.Send(h.parent, &passivateSweep{cutoff: h.clock() - int64(idle)})
+}
+
+// PartitionStats is the partition actors' state for /health and metrics.
+type PartitionStats struct {
+	// Active is the partition actors alive (spawned and not yet passivated).
+	Active int64 `json:"active"`
+	// Passivated counts the partition actors stopped for being idle since
+	// the host started.
+	Passivated uint64 `json:"passivatedTotal"`
+	// IdleSeconds is PartitionIdle in seconds (0: passivation off).
+	IdleSeconds float64 `json:"idleSeconds"`
+}
+
+// PartitionStats returns the active and passivated partition counts.
+func (h *Host) PartitionStats() PartitionStats {
+	return PartitionStats{Active: h.active.Load(), Passivated: h.passivated.Load(), IdleSeconds: h.cfg.PartitionIdle.Seconds()}
 }
 
 type discard struct{}
@@ -242,43 +322,216 @@ func (h *Host) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	if h.sweepStop != nil {
+		close(h.sweepStop)
+		<-h.sweepDone
+	}
+	h.stopping.Store(true)
 	h.system.Root.StopFuture(h.parent).Wait() //nolint:errcheck
 	h.bundler.stop()
 	h.system.Shutdown()
 	return err
 }
 
-// parentActor spawns partition actors lazily and forwards pushes to them.
+// parentActor spawns partition actors lazily, forwards pushes to them and
+// passivates the idle ones.
+//
+// Passivation is a handshake that never loses or doubles a push: the parent
+// sends the actor passivateReq and marks it stopping; from then on it holds
+// the pushes for that partition instead of forwarding them. The actor sees
+// passivateReq after every push forwarded before it (one sender, one
+// mailbox, in order): if it still has pushes waiting or a commit running it
+// answers passivateRefused and the parent forwards what it held; otherwise
+// it drops its cache state and stops. Only when the parent gets its
+// partitionStopped (sent from its *actor.Stopped, after it left the process
+// registry) is the partition forgotten; the held pushes, if any, go to a new
+// incarnation spawned then, in arrival order. So no two incarnations of a
+// partition are ever alive together, and each push reaches exactly one
+// actor and is answered once.
 type parentActor struct {
 	host     *Host
-	children map[partitionKey]*actor.PID
-	seq      int
+	children map[partitionKey]*child
+	peak     int // the most children since the map was last rebuilt
+	// recent remembers partitions passivated before (a bit per hash of the
+	// key, never cleared; 128 KiB): a reactivated partition's cache starts
+	// cold instead of re-reading its whole window (a false positive makes
+	// a first activation start cold too, which costs probes, not verdicts).
+	recent []uint64
+	seq    int
+}
+
+// child is the parent's record of one partition actor.
+type child struct {
+	pid      *actor.PID
+	last     int64 // host clock of the last push forwarded
+	stopping bool  // asked to passivate: pushes are held until it answers
+	held     []*pushReq
+}
+
+const recentBits = 1 << 20
+
+// passivateSweep asks the partitions idle since cutoff (host clock) to stop.
+type passivateSweep struct{ cutoff int64 }
+
+// passivateReq asks a partition actor to stop if it is idle.
+type passivateReq struct{}
+
+// passivateRefused is a partition actor's answer when it was not idle.
+type passivateRefused struct{ key partitionKey }
+
+// partitionStopped is a partition actor's last message, sent once it is
+// out of the process registry.
+type partitionStopped struct {
+	key partitionKey
+	pid *actor.PID
+}
+
+func recentBit(k partitionKey) uint64 {
+	return xxh3.HashString(k.queue+"\x1f"+k.partition) % recentBits
 }
 
 func (p *parentActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *pushReq:
-		pid, ok := p.children[m.key]
+		c, ok := p.children[m.key]
 		if !ok {
-			p.seq++
-			key := m.key
-			props := actor.PropsFromProducer(func() actor.Actor {
-				return &partitionActor{host: p.host, key: key, cache: p.host.cfg.NewCache()}
-			})
 			var err error
-			pid, err = ctx.SpawnNamed(props, "p"+strconv.Itoa(p.seq))
-			if err != nil {
-				m.respond(pushResp{err: queen.ErrInternal.With("spawn partition actor %s: %v", key, err)})
+			if c, err = p.spawn(ctx, m.key); err != nil {
+				m.respond(pushResp{err: err})
 				return
 			}
-			p.children[m.key] = pid
 		}
-		ctx.Send(pid, m)
-	case *actor.Terminated:
-		for k, pid := range p.children {
-			if pid.Equal(m.Who) {
-				delete(p.children, k)
+		c.last = p.host.clock()
+		if c.stopping {
+			c.held = append(c.held, m)
+			if p.host.cfg.onHeld != nil {
+				p.host.cfg.onHeld(m.key)
+			}
+			return
+		}
+		ctx.Send(c.pid, m)
+	case *passivateSweep:
+		for _, c := range p.children {
+			if !c.stopping && c.last <= m.cutoff {
+				c.stopping = true
+				ctx.Send(c.pid, &passivateReq{})
 			}
 		}
+	case *passivateRefused:
+		c := p.children[m.key]
+		if c == nil || !c.stopping {
+			return
+		}
+		c.stopping = false
+		for _, r := range c.held {
+			ctx.Send(c.pid, r)
+		}
+		c.held = nil
+	case *actor.Stopping:
+		// Stop every partition actor and wait: each answers what it still
+		// holds with ErrShuttingDown, and so does the parent for the pushes
+		// it holds for stopping ones (only left when Stop's drain ended
+		// early).
+		root := ctx.ActorSystem().Root
+		futs := make([]*actor.Future, 0, len(p.children))
+		for _, c := range p.children {
+			futs = append(futs, root.StopFuture(c.pid))
+			for _, r := range c.held {
+				r.respond(pushResp{err: queen.ErrShuttingDown})
+			}
+			c.held = nil
+		}
+		for _, f := range futs {
+			f.Wait() //nolint:errcheck
+		}
+	case *partitionStopped:
+		if p.host.stopping.Load() {
+			return // the host is stopping every actor
+		}
+		c := p.children[m.key]
+		if c == nil || !c.pid.Equal(m.pid) {
+			return
+		}
+		delete(p.children, m.key)
+		p.host.active.Add(-1)
+		p.shrink()
+		if !c.stopping {
+			// Not a passivation (the supervisor gave up on a failing
+			// actor): the next push spawns a new one.
+			return
+		}
+		p.host.passivated.Add(1)
+		if p.recent == nil {
+			p.recent = make([]uint64, recentBits/64)
+		}
+		b := recentBit(m.key)
+		p.recent[b/64] |= 1 << (b % 64)
+		if len(c.held) == 0 {
+			return
+		}
+		// Pushes arrived while it stopped: a new incarnation takes them,
+		// in the order they arrived.
+		n, err := p.spawn(ctx, m.key)
+		if err != nil {
+			for _, r := range c.held {
+				r.respond(pushResp{err: err})
+			}
+			return
+		}
+		n.last = c.last
+		for _, r := range c.held {
+			ctx.Send(n.pid, r)
+		}
 	}
+}
+
+// shrink rebuilds the children map once it holds under a quarter of its
+// peak: a Go map keeps the buckets of its largest size, so a burst of
+// partitions, passivated since, would otherwise hold their entries' memory.
+func (p *parentActor) shrink() {
+	n := len(p.children)
+	if n > p.peak {
+		p.peak = n
+	}
+	if p.peak < 1024 || n*4 > p.peak {
+		return
+	}
+	m := make(map[partitionKey]*child, n)
+	for k, c := range p.children {
+		m[k] = c
+	}
+	p.children, p.peak = m, n
+}
+
+// spawn starts the actor of partition k; a partition passivated before
+// starts with a cold cache (HashCache.StartCold).
+func (p *parentActor) spawn(ctx actor.Context, k partitionKey) (*child, error) {
+	p.seq++
+	// The names may be slices of a request body: keep copies only.
+	k = partitionKey{strings.Clone(k.queue), strings.Clone(k.partition)}
+	cold := false
+	if p.recent != nil {
+		b := recentBit(k)
+		cold = p.recent[b/64]&(1<<(b%64)) != 0
+	}
+	props := actor.PropsFromProducer(func() actor.Actor {
+		cache := p.host.cfg.NewCache()
+		if cold {
+			cache.StartCold()
+		}
+		return &partitionActor{host: p.host, key: k, cache: cache}
+	})
+	// Spawned at the root, not as children: protoactor keeps a parent's
+	// children in a PIDSet whose removals leave stale pointers in its
+	// backing array, which kept every passivated actor (mailbox, state,
+	// cache) reachable. An actor reports its own end (partitionStopped),
+	// so no watch (and no per-actor watcher set) is needed either.
+	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, "p"+strconv.Itoa(p.seq))
+	if err != nil {
+		return nil, queen.ErrInternal.With("spawn partition actor %s: %v", k, err)
+	}
+	c := &child{pid: pid}
+	p.children[k] = c
+	p.host.active.Add(1)
+	return c, nil
 }

@@ -83,6 +83,22 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 		if len(a.pending) > 0 {
 			a.startCommit(ctx)
 		}
+	case *passivateReq:
+		if a.committing || len(a.pending) > 0 {
+			ctx.Send(a.host.parent, &passivateRefused{key: a.key})
+			return
+		}
+		// Idle: nothing waits and nothing commits (a commit's outcome was
+		// observed before its commitDone arrived). The parent holds the
+		// pushes that come meanwhile and hands them to the next
+		// incarnation once this one has terminated.
+		a.cache.Passivate()
+		if a.host.cfg.onStopping != nil {
+			a.host.cfg.onStopping(a.key)
+		}
+		ctx.Stop(ctx.Self())
+	case *actor.Stopped:
+		ctx.Send(a.host.parent, &partitionStopped{key: a.key, pid: ctx.Self()})
 	case *actor.Stopping:
 		for _, r := range a.pending {
 			r.respond(pushResp{err: queen.ErrShuttingDown})

@@ -55,6 +55,9 @@ type Config struct {
 	// ack, lease extension, transaction, configure, DLQ listing, traces,
 	// /health, /metrics) never asks for it.
 	AdminToken string
+	// Partitions, when set, returns the partition actors' counts (active,
+	// passivated) for /health, as JSON-encodable value.
+	Partitions func() any
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push bodies being handled at once
@@ -261,6 +264,7 @@ type healthReply struct {
 	Database   string `json:"database"`
 	Error      string `json:"error,omitempty"`
 	DedupCache any    `json:"dedupCache,omitempty"`
+	Partitions any    `json:"partitions,omitempty"`
 }
 
 // dedupCache answers GET (body nil) and POST {"enabled":bool} on the
@@ -296,6 +300,9 @@ func (s *Service) health(ctx context.Context) reply {
 	h := healthReply{Status: "healthy", Database: "ok"}
 	if s.cfg.DedupCache != nil {
 		h.DedupCache = s.cfg.DedupCache.Stats()
+	}
+	if s.cfg.Partitions != nil {
+		h.Partitions = s.cfg.Partitions()
 	}
 	return reply{status: http.StatusOK, body: h}
 }

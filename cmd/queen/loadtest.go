@@ -365,13 +365,14 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 	}
 
 	bcfg := broker.Config{
-		DataDir:      dataDir,
-		HTTPAddr:     embeddedHTTPAddr,
-		NATSListen:   "127.0.0.1:0",
-		PGBin:        pgBin,
-		Version:      version,
-		Logger:       log,
-		DedupCacheMB: envInt("QUEEN_DEDUP_CACHE_MB", 512),
+		DataDir:       dataDir,
+		HTTPAddr:      embeddedHTTPAddr,
+		NATSListen:    "127.0.0.1:0",
+		PGBin:         pgBin,
+		Version:       version,
+		Logger:        log,
+		DedupCacheMB:  envInt("QUEEN_DEDUP_CACHE_MB", 512),
+		PartitionIdle: broker.DefaultPartitionIdle,
 	}
 	// The embedded broker takes the dedup cache settings from the
 	// environment, as `queen serve` does.
@@ -384,6 +385,10 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		return err
 	}
 	if err := lockSettings(nil, &bcfg.LockTimeout); err != nil {
+		removeAll()
+		return err
+	}
+	if err := partitionIdleSettings(nil, &bcfg.PartitionIdle); err != nil {
 		removeAll()
 		return err
 	}

@@ -36,3 +36,34 @@ func TestLockSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionIdleSettings: QUEEN_PARTITION_IDLE is a Go duration, 0
+// (passivation off) or 1s to 24h, over the default; a bad value stops the
+// start with an error naming it.
+func TestPartitionIdleSettings(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+		bad  bool
+	}{
+		{"", 2 * time.Minute, false},
+		{"0", 0, false},
+		{"30s", 30 * time.Second, false},
+		{"2", 0, true},
+		{"500ms", 0, true},
+		{"25h", 0, true},
+	} {
+		t.Setenv("QUEEN_PARTITION_IDLE", c.env)
+		d := 2 * time.Minute
+		err := partitionIdleSettings(nil, &d)
+		if c.bad {
+			if err == nil {
+				t.Errorf("QUEEN_PARTITION_IDLE=%q: no error", c.env)
+			}
+			continue
+		}
+		if err != nil || d != c.want {
+			t.Errorf("QUEEN_PARTITION_IDLE=%q: %v, %v; want %v", c.env, d, err, c.want)
+		}
+	}
+}

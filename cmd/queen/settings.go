@@ -120,6 +120,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := clusterSettings(cmd, &cfg); err != nil {
 				return err
 			}
+			if err := partitionIdleSettings(cmd, &cfg.PartitionIdle); err != nil {
+				return err
+			}
 			if cfg.MaxPayloadBytes <= 0 || cfg.MaxPayloadBytes > 16<<20 {
 				return fmt.Errorf("--max-payload-bytes %d: want 1 to %d (the 16 MiB body limit)", cfg.MaxPayloadBytes, 16<<20)
 			}
@@ -160,6 +163,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.DurationVar(&cfg.Retention.TxnsFloor, "test-txns-floor", persistence.DefaultTxnsFloor, "TEST ONLY: least age of a purged log_txns row; production keeps the default (env QUEEN_TEST_TXNS_FLOOR)")
 	_ = f.MarkHidden("test-txns-floor")
 	f.DurationVar(&cfg.ShardLease, "shard-lease", shards.DefaultLease, "how long a shard lease lives without renewal, a Go duration; renewed every third of it, and a dead broker's shards move after it (env QUEEN_SHARD_LEASE)")
+	f.DurationVar(&cfg.PartitionIdle, "partition-idle", broker.DefaultPartitionIdle, "a partition actor with no push for this long is passivated (stopped, its memory freed; the next push spawns it again), a Go duration from 1s to 24h, or 0 to keep every partition active (env QUEEN_PARTITION_IDLE)")
 	f.IntVar(&cfg.ShardCount, "shard-count", 0, "shards of a new cluster (64 when 0); fixed at creation, a broker with another count refuses to start (env QUEEN_SHARD_COUNT)")
 	return cmd
 }
@@ -187,6 +191,23 @@ func clusterSettings(cmd *cobra.Command, cfg *broker.Config) error {
 	}
 	if cfg.ShardCount < 0 || cfg.ShardCount > 65536 {
 		return fmt.Errorf("shard count %d (--shard-count, QUEEN_SHARD_COUNT): want 1 to 65536, or 0 for the cluster's (64 for a new one)", cfg.ShardCount)
+	}
+	return nil
+}
+
+// partitionIdleSettings applies QUEEN_PARTITION_IDLE where --partition-idle
+// was not given and checks it: 0 (passivation off) or 1s to 24h.
+// cmd nil: the environment alone over *d (loadtest --embedded).
+func partitionIdleSettings(cmd *cobra.Command, d *time.Duration) error {
+	if v := os.Getenv("QUEEN_PARTITION_IDLE"); v != "" && (cmd == nil || !cmd.Flags().Changed("partition-idle")) {
+		n, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("QUEEN_PARTITION_IDLE=%q is not a Go duration (for example 2m, or 0 to turn passivation off)", v)
+		}
+		*d = n
+	}
+	if *d != 0 && (*d < time.Second || *d > 24*time.Hour) {
+		return fmt.Errorf("partition idle %v (--partition-idle, QUEEN_PARTITION_IDLE): want 0 (off) or 1s to 24h, for example 2m", *d)
 	}
 	return nil
 }

@@ -97,10 +97,20 @@ type Config struct {
 	// the admin routes and the operator API require (SPEC.md §13,
 	// transport.Config.AdminToken); the message plane never asks for it.
 	AdminToken string
+	// PartitionIdle is how long a partition actor may go without a push
+	// before it is passivated (stopped, its memory freed; the next push
+	// spawns it again): QUEEN_PARTITION_IDLE / --partition-idle, whose
+	// default is DefaultPartitionIdle. 0 (the zero value) disables
+	// passivation. See actors.Config.PartitionIdle.
+	PartitionIdle time.Duration
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
 }
+
+// DefaultPartitionIdle is the default of QUEEN_PARTITION_IDLE: a partition
+// actor with no push for 2 minutes is passivated.
+const DefaultPartitionIdle = 2 * time.Minute
 
 func (c *Config) defaults() {
 	if c.HTTPAddr == "" {
@@ -227,7 +237,8 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}
 	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, ColdFor: cfg.DedupCacheColdFor, Source: b.store, Logger: b.log})
 	registerCacheMetrics(b.metrics, b.cache)
-	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New})
+	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle})
+	registerPartitionMetrics(b.metrics, b.host)
 	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
 	// The shards this broker serves are those it holds leases on (SPEC.md
 	// §9); a broker alone holds them all once Start returns.
@@ -261,6 +272,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		Consumer: consumer{b.cons, b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 		AdminToken: cfg.AdminToken,
+		Partitions: func() any { return b.host.PartitionStats() },
 	})
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
@@ -398,6 +410,19 @@ func registerCacheMetrics(m *queen.Metrics, c *actors.Cache) {
 		counter("queen_dedup_narrowed_probes_total", "Partition probes narrowed by the cache's watermark.", func(s actors.CacheStats) int64 { return s.NarrowedProbes }),
 		counter("queen_dedup_cache_hydrations_total", "Partition caches filled with a whole window read from the sidecar.", func(s actors.CacheStats) int64 { return s.Hydrations }),
 		counter("queen_dedup_cache_gap_reads_total", "Sidecar reads of segments other writers stored between two of this broker's commits.", func(s actors.CacheStats) int64 { return s.GapReads }),
+	)
+}
+
+// registerPartitionMetrics exposes the partition actors' counts (no
+// per-partition label sets).
+func registerPartitionMetrics(m *queen.Metrics, h *actors.Host) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "queen_partitions_active", Help: "Partition actors alive on this broker (spawned by a push, not yet passivated).",
+		}, func() float64 { return float64(h.PartitionStats().Active) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "queen_partitions_passivated_total", Help: "Partition actors stopped for being idle for QUEEN_PARTITION_IDLE.",
+		}, func() float64 { return float64(h.PartitionStats().Passivated) }),
 	)
 }
 

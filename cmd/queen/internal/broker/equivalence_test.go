@@ -5,7 +5,8 @@ package broker
 // several partitions), window changes (to 0 and back), clock advances and
 // retention steps runs against the broker with the cache on, off, on with a
 // budget so small that it evicts constantly, and split across two brokers
-// sharing one database; the verdicts and message-id relations of every run
+// sharing one database, and with every partition actor passivated after
+// every few pushes (each next push reactivates it, or races its stop); the verdicts and message-id relations of every run
 // must equal each other and a plain reference model of SPEC.md §3.
 //
 // Time: an advance of d seconds moves every stored created_at back by d
@@ -152,8 +153,10 @@ func (m *eqModel) retain() {
 }
 
 // eqRun runs ops against pushers (round robin per push) and returns the
-// canonical verdicts.
-func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp) []string {
+// canonical verdicts. passivateEvery > 0 asks every broker to passivate all
+// its idle partition actors after every passivateEvery pushes, without
+// waiting for them to stop.
+func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp, passivateEvery int) []string {
 	t.Helper()
 	ctx := context.Background()
 	db := envs[0].db
@@ -188,6 +191,11 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp) []string {
 					id = "unknown " + r.MessageID
 				}
 				out = append(out, r.Status+" "+id)
+			}
+			if passivateEvery > 0 && pushes%passivateEvery == 0 {
+				for _, e := range envs {
+					e.b.host.Passivate(0)
+				}
 			}
 		case "window":
 			window = op.window
@@ -260,14 +268,20 @@ func TestDedupCacheEquivalence(t *testing.T) {
 	evicting := startEnv(t, func(c *Config) { slow(c); c.DedupCacheBytes = 800; c.DedupCacheColdFor = time.Nanosecond })
 	a := startEnv(t, slow)
 	b := startEnvOn(t, a.url, func(c *Config) { slow(c); c.NATSURL = a.b.NATSURL() })
+	// Passivation forced every 3 pushes (the idle sweep itself is an hour
+	// away); a reactivated cache is cold for a nanosecond only, so it warms
+	// (reads its window back) between passivations.
+	passivating := startEnv(t, func(c *Config) { slow(c); c.PartitionIdle = time.Hour; c.DedupCacheColdFor = time.Nanosecond })
 	runs := []struct {
-		name string
-		envs []*env
+		name      string
+		envs      []*env
+		passivate int
 	}{
-		{"cache-off", []*env{off}},
-		{"cache-on", []*env{on}},
-		{"cache-evicting", []*env{evicting}},
-		{"two-brokers", []*env{a, b}},
+		{"cache-off", []*env{off}, 0},
+		{"cache-on", []*env{on}, 0},
+		{"cache-evicting", []*env{evicting}, 0},
+		{"two-brokers", []*env{a, b}, 0},
+		{"passivating", []*env{passivating}, 3},
 	}
 	for s := 0; s < seeds; s++ {
 		seed := base + int64(s)
@@ -279,7 +293,7 @@ func TestDedupCacheEquivalence(t *testing.T) {
 			for _, run := range runs {
 				t.Run(run.name, func(t *testing.T) {
 					t.Parallel()
-					got := eqRun(t, queue, run.envs, ops)
+					got := eqRun(t, queue, run.envs, ops, run.passivate)
 					if d := firstDiff(got, want); d >= 0 {
 						t.Errorf("seed %d, run %s: item %d is %q, the model says %q (rerun with QUEEN_EQUIV_SEED=%d QUEEN_EQUIV_SEEDS=1)",
 							seed, run.name, d, at(got, d), at(want, d), seed)
@@ -302,6 +316,14 @@ func TestDedupCacheEquivalence(t *testing.T) {
 			if st.Evictions == 0 {
 				t.Errorf("run %s never evicted: %+v", run.name, st)
 			}
+		case "passivating":
+			if ps := run.envs[0].b.host.PartitionStats(); ps.Passivated == 0 {
+				t.Errorf("run %s never passivated: %+v", run.name, ps)
+			}
+			if st.NarrowedProbes == 0 {
+				t.Errorf("run %s never used the cache: %+v", run.name, st)
+			}
+			t.Logf("run %s: %+v, cache %+v", run.name, run.envs[0].b.host.PartitionStats(), st)
 		case "cache-off":
 			if st.NarrowedProbes != 0 || st.Bytes != 0 {
 				t.Errorf("run %s used the cache: %+v", run.name, st)

@@ -1,0 +1,176 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// memStore answers pushes like the push transaction of SPEC.md §3 with an
+// endless window: per partition, a leader whose hash was stored before is a
+// duplicate echoing the original's message id, else it is queued at the
+// next offset. Partition ids are derived from the names. With stateless set
+// it keeps nothing per partition (every commit starts at offset 0), for
+// memory measurements of the host alone.
+type memStore struct {
+	mu        sync.Mutex
+	stateless bool
+	parts     map[uuid.UUID]*memPartition
+	now       time.Time
+	commits   int
+}
+
+type memPartition struct {
+	next   int64
+	stored map[queen.Hash]queen.Result
+}
+
+func newMemStore() *memStore {
+	return &memStore{parts: map[uuid.UUID]*memPartition{}, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (s *memStore) EnsurePartition(_ context.Context, queue, partition string) (uuid.UUID, error) {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(queue+"\x1f"+partition)), nil
+}
+
+func (s *memStore) CommitBundle(_ context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commits++
+	outs := make([]persistence.PushOutcome, len(bs))
+	for k, b := range bs {
+		s.now = s.now.Add(time.Millisecond)
+		p := s.parts[b.PartitionID]
+		if p == nil {
+			p = &memPartition{stored: map[queen.Hash]queen.Result{}}
+			if !s.stateless {
+				s.parts[b.PartitionID] = p
+			}
+		}
+		out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: 3600, FirstOffset: p.next, CreatedAt: s.now}
+		for i, it := range b.Items {
+			if b.LeaderOf != nil && int(b.LeaderOf[i]) != i {
+				l := out.Results[b.LeaderOf[i]]
+				out.Results[i] = queen.Result{Verdict: queen.Duplicate, MessageID: l.MessageID, PartitionID: b.PartitionID, Offset: l.Offset}
+				continue
+			}
+			if orig, ok := p.stored[it.Hash]; ok {
+				orig.Verdict = queen.Duplicate
+				out.Results[i] = orig
+				continue
+			}
+			r := queen.Result{Verdict: queen.Queued, MessageID: uuid.New(), PartitionID: b.PartitionID, Offset: p.next}
+			p.next++
+			if !s.stateless {
+				p.stored[it.Hash] = r
+			}
+			out.Results[i] = r
+		}
+		out.LastOffset = p.next - 1
+		outs[k] = out
+	}
+	return outs, nil
+}
+
+// emptySidecar hydrates nothing (memStore keeps no sidecar).
+type emptySidecar struct{}
+
+func (emptySidecar) SidecarRange(context.Context, uuid.UUID, int64, int64, int64) ([]persistence.SidecarSegment, error) {
+	return nil, nil
+}
+
+func liveHeap() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// BenchmarkPartitionMemory reports the Go heap one active partition holds
+// (its actor, mailbox, process registry entry, the parent's map entry and
+// its dedup cache holding one hash), measured by pushing one item to each of
+// 20,000 partitions through a real host; the store keeps nothing.
+//
+//	go test -run '^$' -bench BenchmarkPartitionMemory -benchtime 1x ./actors/
+func BenchmarkPartitionMemory(b *testing.B) {
+	const n = 20000
+	for range b.N {
+		st := newMemStore()
+		st.stateless = true
+		cache := NewCache(CacheConfig{Source: emptySidecar{}, Logger: quiet()})
+		h := NewHost(Config{Store: st, NewCache: cache.New, Logger: quiet()})
+		// One partition first, so the actor system's one-time costs are
+		// not counted.
+		pushOne(b, h, "warm")
+		before := liveHeap()
+		pend := make([]*Pending, n)
+		for i := range pend {
+			p, err := h.Enqueue("q", fmt.Sprintf("p%d", i), []*queen.Item{benchItem(i)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pend[i] = p
+		}
+		for _, p := range pend {
+			if _, err := p.Wait(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pend = nil
+		active := liveHeap()
+		b.ReportMetric(float64(active-before)/n, "B/active-partition")
+		passivateUntil(b, h, 0, func() bool { return h.PartitionStats().Active == 0 })
+		passive := liveHeap()
+		b.ReportMetric(float64(passive-before)/n, "B/passivated-partition")
+		h.Stop(context.Background()) //nolint:errcheck
+		runtime.KeepAlive(cache)
+	}
+}
+
+func pushOne(tb testing.TB, h *Host, partition string) {
+	tb.Helper()
+	if _, err := h.Push(context.Background(), "q", partition, []*queen.Item{benchItem(-1)}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func benchItem(i int) *queen.Item {
+	txn := fmt.Sprintf("t%d", i)
+	return &queen.Item{Queue: "q", Partition: fmt.Sprintf("p%d", i), TransactionID: txn, Payload: []byte(`{}`), Hash: queen.HashTxn(txn)}
+}
+
+// waitFor polls cond every millisecond for up to 20 s.
+func waitFor(tb testing.TB, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatal("condition not met within 20 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// passivateUntil asks the host to passivate the partitions idle for idle
+// until cond holds (for up to 20 s): an actor that has just answered a push
+// may not have seen its commitDone yet, and refuses until it has (the idle
+// sweep asks again at its next tick).
+func passivateUntil(tb testing.TB, h *Host, idle time.Duration, cond func() bool) {
+	tb.Helper()
+	waitFor(tb, func() bool {
+		if cond() {
+			return true
+		}
+		h.Passivate(idle)
+		return false
+	})
+}

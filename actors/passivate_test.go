@@ -1,0 +1,155 @@
+package actors
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// fakeClock is an injected idle clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func pushTxn(t *testing.T, h *Host, partition, txn string) queen.Result {
+	t.Helper()
+	it := item(txn)
+	it.Partition = partition
+	rs, err := h.Push(context.Background(), "q", partition, []*queen.Item{it})
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	return rs[0]
+}
+
+func cachedHost(t *testing.T, cfg Config) (*Host, *Cache) {
+	t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = newMemStore()
+	}
+	cache := NewCache(CacheConfig{Source: emptySidecar{}, Logger: quiet()})
+	cfg.NewCache, cfg.Logger = cache.New, quiet()
+	h := NewHost(cfg)
+	t.Cleanup(func() { h.Stop(context.Background()) }) //nolint:errcheck
+	return h, cache
+}
+
+// TestPassivationThenReactivationKeepsVerdictsExact: a repeat pushed to a
+// passivated partition reactivates it and is a duplicate of the original
+// (SPEC.md §3, §8); the reactivated cache starts cold and holds nothing.
+func TestPassivationThenReactivationKeepsVerdictsExact(t *testing.T) {
+	h, cache := cachedHost(t, Config{})
+	orig := pushTxn(t, h, "p", "t1")
+	require.Equal(t, queen.Queued, orig.Verdict)
+	require.Equal(t, queen.Duplicate, pushTxn(t, h, "p", "t1").Verdict)
+	require.NotZero(t, cache.Stats().Bytes, "the partition's cache holds its hash")
+
+	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
+	require.Equal(t, uint64(1), h.PartitionStats().Passivated)
+	require.Zero(t, cache.Stats().Bytes, "a passivated partition's cache holds nothing")
+
+	again := pushTxn(t, h, "p", "t1")
+	require.Equal(t, queen.Duplicate, again.Verdict)
+	require.Equal(t, orig.MessageID, again.MessageID, "the duplicate echoes the original's message id")
+	require.Equal(t, queen.Queued, pushTxn(t, h, "p", "t2").Verdict)
+	require.Equal(t, int64(1), h.PartitionStats().Active)
+	st := cache.Stats()
+	require.Zero(t, st.Bytes, "the reactivated cache is cold: it gathers nothing for a window")
+	require.Zero(t, st.Hydrations, "reactivation reads no window back")
+}
+
+// TestRepeatArrivingWhileTheActorStopsIsAnsweredOnce: a push that reaches
+// the parent while the partition's actor is stopping is held, then handed
+// to the next incarnation once the old one has stopped: one answer, exact.
+func TestRepeatArrivingWhileTheActorStopsIsAnsweredOnce(t *testing.T) {
+	stopping, release, held := make(chan struct{}), make(chan struct{}), make(chan struct{}, 4)
+	h, _ := cachedHost(t, Config{
+		onStopping: func(partitionKey) { close(stopping); <-release },
+		onHeld:     func(partitionKey) { held <- struct{}{} },
+	})
+	orig := pushTxn(t, h, "p", "t1")
+	require.Equal(t, queen.Queued, orig.Verdict)
+
+	// The actor decides to stop and waits in the hook.
+	passivateUntil(t, h, 0, func() bool {
+		select {
+		case <-stopping:
+			return true
+		default:
+			return false
+		}
+	})
+	rep := item("t1")
+	pend, err := h.Enqueue("q", "p", []*queen.Item{rep, item("t3")})
+	require.NoError(t, err)
+	<-held // the parent holds it: the old actor is still alive
+	require.Equal(t, int64(1), h.PartitionStats().Active)
+	close(release)
+
+	rs, err := pend.Wait(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, queen.Duplicate, rs[0].Verdict)
+	require.Equal(t, orig.MessageID, rs[0].MessageID)
+	require.Equal(t, queen.Queued, rs[1].Verdict)
+	st := h.PartitionStats()
+	require.Equal(t, int64(1), st.Active, "one incarnation alive")
+	require.Equal(t, uint64(1), st.Passivated)
+}
+
+// TestABusyPartitionIsNotPassivated: an actor with a commit running refuses
+// to stop; the push held meanwhile is forwarded to it.
+func TestABusyPartitionIsNotPassivated(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 10)}
+	held := make(chan struct{}, 4)
+	h := NewHost(Config{Store: st, Logger: quiet(), onHeld: func(partitionKey) { held <- struct{}{} }})
+	defer h.Stop(context.Background()) //nolint:errcheck
+	first, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
+	require.NoError(t, err)
+	<-st.started // committing
+	h.Passivate(0)
+	second, err := h.Enqueue("q", "p", []*queen.Item{item("b")})
+	require.NoError(t, err)
+	<-held
+	st.gate <- struct{}{}
+	<-st.started
+	st.gate <- struct{}{}
+	for _, p := range []*Pending{first, second} {
+		rs, err := p.Wait(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, queen.Queued, rs[0].Verdict)
+	}
+	require.Equal(t, PartitionStats{Active: 1}, h.PartitionStats())
+}
+
+// TestOnlyIdlePartitionsArePassivated: the idle time is measured on the
+// injected clock from each partition's last push.
+func TestOnlyIdlePartitionsArePassivated(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	h, _ := cachedHost(t, Config{Now: clk.Now})
+	pushTxn(t, h, "old", "t1")
+	clk.advance(time.Minute)
+	pushTxn(t, h, "new", "t1")
+	clk.advance(time.Minute)
+	// "old" is 2m idle, "new" 1m.
+	passivateUntil(t, h, 90*time.Second, func() bool { return h.PartitionStats().Passivated == 1 })
+	require.Equal(t, int64(1), h.PartitionStats().Active)
+	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
+	require.Equal(t, uint64(2), h.PartitionStats().Passivated)
+}
