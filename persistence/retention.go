@@ -47,6 +47,11 @@ const (
 // (each deletes at most a batch, normally in milliseconds).
 const retentionStatementTimeout = 30 * time.Second
 
+// retentionStepBudget bounds the time one step of a pass spends starting
+// statements, so a pass over a large backlog of row-by-row deletes ends and
+// the loop's tick keeps making the segment and sidecar ranges ahead.
+const retentionStepBudget = 10 * time.Second
+
 // retentionMaxStatements bounds the statements of one step in one pass, so
 // a pass over a very large backlog ends and the next pass goes on with it.
 const retentionMaxStatements = 10000
@@ -196,13 +201,37 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		{"sidecar default partition", sqlRetentionDefault, []any{batch}, &c.Default},
 	}
 	var errs []error
+	// First, the segment ranges whose rows are all past their queue's
+	// retention go whole: a walk below would otherwise delete their rows one
+	// by one once they are a grace past it.
+	if !stopped(stop) {
+		sctx := ctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		r, err := dropSegmentRanges(sctx, db)
+		c.SegmentRanges.Dropped += r.Dropped
+		c.SegmentRanges.Deferred += r.Deferred
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retention: segment ranges: %w", err))
+		}
+		if r.Dropped+r.Deferred > 0 {
+			cfg.Logger.Debug("retention segment ranges", "dropped", r.Dropped, "deferred", r.Deferred)
+		}
+	}
 	for _, st := range steps {
 		// QueryExecModeExec: planned for these arguments on every run, never
 		// a generic plan cached while the tables were small.
 		args := append([]any{pgx.QueryExecModeExec}, st.args...)
+		began := time.Now()
 		for range retentionMaxStatements {
 			if stopped(stop) {
 				return c, errors.Join(errs...)
+			}
+			if time.Since(began) > retentionStepBudget {
+				break // the next pass goes on: range upkeep runs between passes
 			}
 			var rows, msgs int64
 			err := func() error {
@@ -225,24 +254,6 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 			if rows < batch && (msgs < batch || st.count == &c.Sidecar) {
 				break // not a full batch: the step is done
 			}
-		}
-	}
-	// Segment ranges whose rows are all past their queue's retention go.
-	if !stopped(stop) {
-		sctx := ctx
-		if timeout > 0 {
-			var cancel context.CancelFunc
-			sctx, cancel = context.WithTimeout(ctx, timeout)
-			defer cancel()
-		}
-		r, err := dropSegmentRanges(sctx, db)
-		c.SegmentRanges.Dropped += r.Dropped
-		c.SegmentRanges.Deferred += r.Deferred
-		if err != nil {
-			errs = append(errs, fmt.Errorf("retention: segment ranges: %w", err))
-		}
-		if r.Dropped+r.Deferred > 0 {
-			cfg.Logger.Debug("retention segment ranges", "dropped", r.Dropped, "deferred", r.Deferred)
 		}
 	}
 	// After the log_txns purge: the ranges it emptied of live rows go.

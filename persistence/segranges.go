@@ -2,10 +2,13 @@ package persistence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Segments of queues with retentionSeconds live in time ranges of
@@ -25,10 +28,14 @@ import (
 // and is retried on the next tick when busy.
 
 var (
-	sqlSegmentRanges      = q("segment_ranges")
-	sqlSegmentRangeClock  = q("segment_range_clock")
-	sqlSegmentRangeCreate = q("segment_range_create")
-	sqlSegmentRangeDrop   = q("segment_range_drop")
+	sqlSegmentRanges       = q("segment_ranges")
+	sqlSegmentRangeClock   = q("segment_range_clock")
+	sqlSegmentRangeCreate  = q("segment_range_create")
+	sqlSegmentRangeDrop    = q("segment_range_drop")
+	sqlSegmentRangeKeepers = q("segment_range_keepers")
+	sqlSegmentRangeDetach  = q("segment_range_detach")
+	sqlSegmentRangePending = q("segment_range_pending")
+	sqlSessionLockTimeout  = q("session_lock_timeout")
 )
 
 // maxSegmentSpan bounds the span of a segment range (queen.segment_span_minutes).
@@ -188,25 +195,85 @@ func ensureSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, err
 	return r, nil
 }
 
+// segmentDetachLockTimeout bounds a concurrent detach's waits: for the
+// parent's SHARE UPDATE EXCLUSIVE lock (which pushes and reads never
+// hold) and for the transactions that may still read the range. Waiting
+// blocks no push or read.
+const segmentDetachLockTimeout = 10 * time.Second
+
 // dropSegmentRanges drops the ranges of segments_timed every row of which
-// is past its queue's retention now (queen.segment_drop_range checks, under
-// a lock on the range). Only ranges whose upper bound is at least the
-// shortest retention in the past are tried. The retention leader only.
+// is past its queue's retention now. Only ranges whose upper bound is at
+// least the shortest retention in the past are tried; each is checked
+// (queen.segment_range_keepers), detached with DETACH PARTITION ...
+// CONCURRENTLY (pushes and reads go on: a DROP of a partition would wait
+// for, and then block, every transaction that reads segments), checked
+// again and dropped, or attached back if a configure raised a retention
+// meanwhile. A detach interrupted earlier is finalized first. The
+// retention leader only.
 func dropSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error) {
 	var r SidecarRanges
-	existing, c, err := readSegmentRanges(ctx, db)
+	var conn *pgx.Conn
+	switch d := db.(type) {
+	case *pgx.Conn:
+		conn = d
+	case *pgxpool.Pool:
+		c, err := d.Acquire(ctx)
+		if err != nil {
+			return r, unavailable(err)
+		}
+		defer c.Release()
+		conn = c.Conn()
+	default:
+		return r, fmt.Errorf("persistence: drop segment ranges on %T", db)
+	}
+	existing, c, err := readSegmentRanges(ctx, conn)
 	if err != nil {
 		return r, err
 	}
+	var pending map[string]bool
+	rows, err := conn.Query(ctx, sqlSegmentRangePending)
+	if err != nil {
+		return r, unavailable(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return r, unavailable(err)
+	}
+	for _, n := range names {
+		if pending == nil {
+			pending = map[string]bool{}
+		}
+		pending[n] = true
+	}
 	tried := 0
 	for _, x := range existing {
-		if x.hi.After(c.now.Add(-c.shortest)) || tried == segmentDropsPerPass {
+		if !pending[x.name] && (x.hi.After(c.now.Add(-c.shortest)) || tried == segmentDropsPerPass) {
 			continue
 		}
 		tried++
+		if !pending[x.name] {
+			var keepers int64
+			if err := conn.QueryRow(ctx, sqlSegmentRangeKeepers, x.name, x.hi).Scan(&keepers); err != nil {
+				return r, unavailable(fmt.Errorf("segment range %s: %w", x.name, err))
+			}
+			if keepers > 0 {
+				continue
+			}
+		}
+		mode := "CONCURRENTLY"
+		if pending[x.name] {
+			mode = "FINALIZE"
+		}
+		if err := detachSegmentRange(ctx, conn, x.name, mode); err != nil {
+			if deferrable(err) || isUndefinedTable(err) {
+				r.Deferred++
+				continue
+			}
+			return r, unavailable(fmt.Errorf("detach segment range %s: %w", x.name, err))
+		}
 		var dropped bool
-		err := rangeDDL(ctx, db, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, sqlSegmentRangeDrop, x.name, x.hi).Scan(&dropped)
+		err := rangeDDL(ctx, conn, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, sqlSegmentRangeDrop, x.name, x.lo, x.hi).Scan(&dropped)
 		})
 		switch {
 		case err == nil:
@@ -220,4 +287,29 @@ func dropSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error
 		}
 	}
 	return r, nil
+}
+
+// detachSegmentRange runs DETACH PARTITION name mode (CONCURRENTLY or
+// FINALIZE) on conn, outside a transaction, with the session's lock_timeout
+// at segmentDetachLockTimeout for the statement (restored after).
+func detachSegmentRange(ctx context.Context, conn *pgx.Conn, name, mode string) error {
+	var was string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&was); err != nil {
+		return err
+	}
+	var set string
+	if err := conn.QueryRow(ctx, sqlSessionLockTimeout, segmentDetachLockTimeout.Milliseconds()).Scan(&set); err != nil {
+		return err
+	}
+	_, err := conn.Exec(ctx, fmt.Sprintf(sqlSegmentRangeDetach, pgx.Identifier{"queen", name}.Sanitize(), mode))
+	if _, rerr := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", was); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// isUndefinedTable reports a range that is gone (dropped by another pass).
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
 }

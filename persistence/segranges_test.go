@@ -168,7 +168,7 @@ func TestMigrationKeepsExistingSegments(t *testing.T) {
 	for _, q := range []string{
 		// Back to the 0009 shape.
 		`DROP TABLE queen.segments, queen.segment_ranges`,
-		`DROP FUNCTION queen.segment_create_range, queen.segment_drop_range, queen.segment_range_keepers,
+		`DROP FUNCTION queen.segment_create_range, queen.segment_drop_detached, queen.segment_range_keepers,
 		               queen.segment_range_name, queen.segment_span_minutes, queen.segment_storage`,
 		`DELETE FROM queen.schema_migrations WHERE version = 10`,
 		`CREATE TABLE queen.segments (partition_id uuid NOT NULL, first_offset bigint NOT NULL, last_offset bigint NOT NULL,
@@ -252,4 +252,51 @@ func segmentRangeNames(t testing.TB, s *Store) []string {
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return names
+}
+
+func TestSegmentRangeDropDoesNotBlockPushes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	configure(t, s, "tq", `{"retentionSeconds":60}`)
+	tq := partition(t, s, "tq", "p")
+	commitEach(t, s, tq, "tq", "p", "m0")
+	old := pastSegmentRange(t, s, tq)
+
+	// A reader still in a transaction that has read the old range: the
+	// detach waits for it.
+	reader, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer reader.Rollback(ctx) //nolint:errcheck
+	var n int
+	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id = $1`, tq).Scan(&n))
+	require.Equal(t, 1, n)
+
+	done := make(chan RetentionCounts, 1)
+	go func() {
+		c, _ := s.RetentionStep(ctx, RetentionConfig{})
+		done <- c
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE query LIKE '%DETACH PARTITION%CONCURRENTLY%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid())`).Scan(&waiting))
+		if waiting {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the detach never waited for the reader")
+		select {
+		case c := <-done:
+			t.Fatalf("the step ended without waiting for the reader: %+v", c)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// While the detach waits, pushes to a retained queue go on.
+	commitEach(t, s, tq, "tq", "p", "m1", "m2")
+	require.NoError(t, reader.Commit(ctx))
+	c := <-done
+	require.Equal(t, 1, c.SegmentRanges.Dropped)
+	require.False(t, rangeExists(t, s, old))
+	require.Equal(t, []int64{1, 2}, segmentOffsets(t, s, tq))
 }
