@@ -173,7 +173,7 @@ func (l *ledger) get(seq uint64) uint8 {
 func (l *ledger) set(seq uint64, st uint8) {
 	c := seq / chunkSeqs
 	for c >= uint64(len(l.chunks)) {
-		l.chunks = append(l.chunks, make([]uint64, chunkSeqs/16))
+		l.chunks = append(l.chunks, newChunk(l))
 	}
 	i := seq % chunkSeqs
 	w := &l.chunks[c][i/16]
