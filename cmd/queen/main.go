@@ -35,6 +35,7 @@ func main() {
 		debug.SetMemoryLimit(2 << 30)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	startProfiling()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	stopSignals = stop
