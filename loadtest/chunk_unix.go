@@ -12,7 +12,7 @@ import (
 // the Go heap (an anonymous private mapping), released when owner becomes
 // unreachable. Off the heap, the ledger's few bits per id add only their own
 // size to the process's RSS: on the heap they would raise the collector's
-// goal by GOGC times their size (queen runs at GOGC 400), which with
+// goal by GOGC times their size (queen runs at GOGC 200), which with
 // --embedded shows as broker memory growing with the run's length.
 // It falls back to the Go heap if the mapping fails.
 func newChunk(owner *ledger) []uint64 {
