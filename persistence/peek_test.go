@@ -99,9 +99,9 @@ func TestQueueDetail(t *testing.T) {
 	commit(t, s, pa, items("dq", "a", "1", "2", "3"))
 	commit(t, s, pb, items("dq", "b", "1"))
 	_, err = s.pool.Exec(ctx, `INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, "cursor", lease_expires_at)
-		SELECT $1, 'g1', queue_id, 0, clock_timestamp() + interval '1 minute' FROM queen.partitions WHERE id = $1
-		UNION ALL SELECT $2, 'g1', queue_id, 0, clock_timestamp() - interval '1 minute' FROM queen.partitions WHERE id = $2
-		UNION ALL SELECT $1, 'g0', queue_id, -1, NULL FROM queen.partitions WHERE id = $1`, pa, pb)
+		SELECT id, 'g1', queue_id, 0, clock_timestamp() + interval '1 minute' FROM queen.partitions WHERE id = $1::uuid
+		UNION ALL SELECT id, 'g1', queue_id, 0, clock_timestamp() - interval '1 minute' FROM queen.partitions WHERE id = $2::uuid
+		UNION ALL SELECT id, 'g0', queue_id, -1, NULL FROM queen.partitions WHERE id = $1::uuid`, pa, pb)
 	require.NoError(t, err)
 
 	d, err := s.QueueDetail(ctx, "dq")

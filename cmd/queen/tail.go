@@ -125,9 +125,15 @@ could not be reached, 2 usage.`,
 // run prints the last n messages, then follows when asked. A canceled
 // context (Ctrl-C) ends a follow without error.
 func (t *tailer) run(ctx context.Context, n int, follow bool, interval time.Duration) error {
+	stopped := func(err error) error { // Ctrl-C while following is no error
+		if follow && ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	last, err := t.lastOffsets(ctx)
 	if err != nil {
-		return err
+		return stopped(err)
 	}
 	var batch []queen.PeekMessage
 	for _, p := range sortedNames(last) {
@@ -138,7 +144,7 @@ func (t *tailer) run(ctx context.Context, n int, follow bool, interval time.Dura
 		}
 		msgs, err := t.fetch(ctx, p, n)
 		if err != nil {
-			return err
+			return stopped(err)
 		}
 		batch = append(batch, msgs...)
 	}
@@ -161,10 +167,7 @@ func (t *tailer) run(ctx context.Context, n int, follow bool, interval time.Dura
 		}
 		last, err := t.lastOffsets(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return stopped(err)
 		}
 		batch = batch[:0]
 		for _, p := range sortedNames(last) {
@@ -178,10 +181,7 @@ func (t *tailer) run(ctx context.Context, n int, follow bool, interval time.Dura
 			}
 			msgs, err := t.fetch(ctx, p, 0)
 			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
+				return stopped(err)
 			}
 			batch = append(batch, msgs...)
 		}

@@ -265,7 +265,7 @@ async function pageQueue(gen, name, params) {
     const msgRows = ((msgs && msgs.messages) || []).slice().reverse().map((m) => el("tr", { "data-offset": m.offset },
       el("td", { class: "num" }, m.offset), el("td", null, fmtTime(m.createdAt)), el("td", null, m.id), el("td", null, truncate(m.transactionId, 80)),
       el("td", null, m.traceId ? truncate(m.traceId, 40) : "—"), el("td", { class: "payload" }, payloadText(m.data))));
-    live.replaceChildren(
+    live.replaceChildren(...[
       el("h3", null, "Partitions" + (d.truncated ? ` (first ${parts.length} of ${d.partitionCount})` : "")),
       partRows.length ? table(["partition", "messages", "last offset", "created"], partRows, "partitions-table") : el("p", { class: "muted", id: "partitions-empty" }, "No partitions yet."),
       el("h3", null, "Consumer groups"),
@@ -275,7 +275,7 @@ async function pageQueue(gen, name, params) {
       el("h3", null, sel ? `Recent messages in partition ${sel} (newest first; a read-only peek, nothing is leased or acked)` : "Recent messages"),
       peekErr ? el("p", { class: "muted", id: "messages-error" }, "Nothing to show: " + peekErr.message)
         : msgRows.length ? table(["offset", "created", "message id", "transactionId", "traceId", "payload"], msgRows, "messages-table")
-          : el("p", { class: "muted", id: "messages-empty" }, "No stored messages."));
+          : el("p", { class: "muted", id: "messages-empty" }, "No stored messages.")].filter(Boolean));
     if (peekErr) showError(peekErr.message);
   };
   await render(d0);
@@ -367,7 +367,7 @@ function pageDLQ(gen, params) {
       if (gen !== generation) return;
       shown = d.messages || [];
       list.replaceChildren(el("p", { class: "muted" }, (d.total !== undefined ? d.total : shown.length) + " dead letter(s)"), dlqTable(shown, true),
-        shown.length ? el("button", { type: "button", id: "replay-all" }, "Replay all " + shown.length + " shown") : null);
+        ...(shown.length ? [el("button", { type: "button", id: "replay-all" }, "Replay all " + shown.length + " shown")] : []));
     } catch (e) {
       if (gen === generation) { list.replaceChildren(); showError(e.message); }
     }
