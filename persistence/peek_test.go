@@ -177,7 +177,9 @@ func TestPeekPlanUsesOffsetIndex(t *testing.T) {
 	}
 	check := func(what, plan string) {
 		t.Helper()
-		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", what, plan)
+		// (queues and partitions hold one row or two here: a sequential scan
+		// of them is the planner's right choice.)
+		require.NotRegexp(t, `Seq Scan on segments`, plan, "%s:\n%s", what, plan)
 		require.Regexp(t, `Index Cond: \(\(partition_id = b\.partition_id\) AND \(first_offset >= b\.lo\)\)`, plan, "%s:\n%s", what, plan)
 		for _, leaf := range []string{"segments_kept", "segments_2"} { // segments_YYYYMMDD_HHMM_2m: the range
 			require.Regexp(t, `Index (Only )?Scan (Backward )?using \S+ on `+leaf, plan, "%s: %s read by its index:\n%s", what, leaf, plan)
