@@ -14,6 +14,11 @@ type Metrics struct {
 	// (queues with dedupCheckPayload, SPEC.md §6), by queue, on the broker
 	// the push entered.
 	DedupPayloadMismatch *prometheus.CounterVec
+	// QueueItems counts push items by queue and verdict ("queued",
+	// "duplicate", "failed"), on the broker the push entered; the queue
+	// listing's duplicate rate reads it. One label set per queue and verdict
+	// (never per partition); a deleted queue's series are removed.
+	QueueItems *prometheus.CounterVec
 	// Commits counts push transactions committed (or attempted) by partition actors.
 	Commits prometheus.Counter
 	// CommitSeconds is the latency of one push transaction, seconds.
@@ -51,6 +56,9 @@ func NewMetrics() *Metrics {
 		PushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "queen_push_items_total", Help: "Push items answered, by verdict.",
 		}, []string{"verdict"}),
+		QueueItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queen_queue_push_items_total", Help: "Push items answered, by queue and verdict (queued, duplicate, failed), on the broker the push entered.",
+		}, []string{"queue", "verdict"}),
 		DedupPayloadMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "queen_dedup_payload_mismatch_total", Help: "Duplicates whose payload differs from the original's (queues with dedupCheckPayload), by queue.",
 		}, []string{"queue"}),
@@ -88,7 +96,7 @@ func NewMetrics() *Metrics {
 			Name: "queen_lock_timeouts_total", Help: "Lock waits cut off by the lock timeout (QUEEN_LOCK_TIMEOUT), answered with code lock_timeout.",
 		}, []string{"op"}),
 	}
-	r.MustRegister(m.PushRequests, m.PushItems, m.DedupPayloadMismatch, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
+	r.MustRegister(m.PushRequests, m.PushItems, m.QueueItems, m.DedupPayloadMismatch, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads,
 		m.PopMessages, m.AckItems, m.TracesDiscarded, m.LockWaitSeconds, m.LockTimeouts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	for _, op := range []string{"push", "ack", "transaction"} {

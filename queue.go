@@ -40,4 +40,13 @@ type QueueSummary struct {
 	Depth int64 `json:"depth"`
 	// Options are the queue's effective options (SPEC.md §6), as in QueueInfo.
 	Options Options `json:"options"`
+	// QueuedSinceStart and DuplicateSinceStart count the push items of this
+	// queue answered queued and duplicate since the answering broker started
+	// (queen_queue_push_items_total; in a cluster each broker counts the
+	// pushes that entered through it). DuplicateRate is
+	// DuplicateSinceStart / (QueuedSinceStart + DuplicateSinceStart), null
+	// before the first such item.
+	QueuedSinceStart    int64    `json:"queuedSinceStart"`
+	DuplicateSinceStart int64    `json:"duplicateSinceStart"`
+	DuplicateRate       *float64 `json:"duplicateRate"`
 }

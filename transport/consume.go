@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	queen "github.com/queen-mq/queen-go"
 )
@@ -230,6 +231,7 @@ func (s *Service) deleteQueue(ctx context.Context, name string) reply {
 	if err != nil {
 		return errReply(err)
 	}
+	s.cfg.Metrics.QueueItems.DeletePartialMatch(prometheus.Labels{"queue": name})
 	if s.cfg.OnQueueDeleted != nil {
 		s.cfg.OnQueueDeleted(name)
 	}
@@ -240,6 +242,15 @@ func (s *Service) listQueues(ctx context.Context) reply {
 	qs, err := s.cfg.Consumer.ListQueues(ctx)
 	if err != nil {
 		return errReply(err)
+	}
+	counts := s.queueCounts()
+	for i := range qs {
+		c := counts[qs[i].Name]
+		qs[i].QueuedSinceStart, qs[i].DuplicateSinceStart = c[0], c[1]
+		if total := c[0] + c[1]; total > 0 {
+			r := float64(c[1]) / float64(total)
+			qs[i].DuplicateRate = &r
+		}
 	}
 	return reply{status: http.StatusOK, body: struct {
 		Queues []queen.QueueSummary `json:"queues"`

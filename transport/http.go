@@ -32,6 +32,8 @@ import (
 //	GET  /api/v1/cluster                     brokers, shard owners and lease expiries (SPEC.md §9)
 //	GET  /api/v1/dedup?queue=&partition=&transactionId=  the dedup inspector (SPEC.md §13)
 //	POST /api/v1/dlq/replay                  {"queue","consumerGroup","ids":[...]} or a filter: DLQ replay (SPEC.md §13)
+//	GET  /api/v1/queues/{queue}              partitions and consumer groups' cursors and lag (queen.QueueDetail)
+//	GET  /api/v1/queues/{queue}/messages?partition=&after=&limit=  a read-only peek at stored messages (queen.PeekResult)
 //	GET  /api/v1/stats                       live push/pop rates, commit p99, RSS, dedup-cache bytes (the console's overview; stats.go)
 //	GET  /ui/                                the web console (package transport/console); GET / redirects there
 //	GET  /health                             200 when PostgreSQL answers, else 503
@@ -40,8 +42,8 @@ import (
 // Bodies over queen.MaxBodyBytes are refused with 413. With
 // Config.AdminToken set, the admin routes — every /api/v1/resources/queues
 // route, the /api/v1/consumer-groups routes, /api/v1/admin/dedup-cache,
-// /api/v1/cluster, /api/v1/stats and the operator routes of SPEC.md §13 (/api/v1/dedup,
-// /api/v1/dlq/replay) — answer 401 unauthorized without
+// /api/v1/cluster, /api/v1/stats, the /api/v1/queues routes and the operator routes of
+// SPEC.md §13 (/api/v1/dedup, /api/v1/dlq/replay) — answer 401 unauthorized without
 // "Authorization: Bearer <token>"; the message plane never asks for it.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -143,6 +145,13 @@ func (s *Service) Handler() http.Handler {
 			writeReply(w, s.replay(r.Context(), body))
 		}
 	}))
+	mux.HandleFunc("GET /api/v1/queues/{queue}", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, s.queueDetail(r.Context(), r.PathValue("queue")))
+	}))
+	mux.HandleFunc("GET /api/v1/queues/{queue}/messages", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		q, err := queen.DecodePeekQuery(r.PathValue("queue"), r.URL.Query())
+		writeReply(w, s.peek(r.Context(), q, err))
+	}))
 	mux.HandleFunc("GET /api/v1/stats", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, s.stats())
 	}))
@@ -162,6 +171,7 @@ func (s *Service) Handler() http.Handler {
 		{"/api/v1/consumer-groups/{group}/queues/{queue}/seek", "POST"}, {"/api/v1/consumer-groups/{group}/subscription", "POST"}, {"/api/v1/transaction", "POST"}, {"/api/v1/traces", "POST"},
 		{"/api/v1/admin/dedup-cache", "GET, POST"}, {"/health", "GET"}, {"/metrics", "GET"},
 		{"/api/v1/cluster", "GET"}, {"/api/v1/stats", "GET"}, {"/api/v1/dedup", "GET"}, {"/api/v1/dlq/replay", "POST"},
+		{"/api/v1/queues/{queue}", "GET"}, {"/api/v1/queues/{queue}/messages", "GET"},
 	} {
 		allow := route.allow
 		mux.HandleFunc(route.path, func(w http.ResponseWriter, r *http.Request) {

@@ -35,6 +35,13 @@ const (
 	SubjectDedup = "queen.v1.dedup"
 	// SubjectDLQReplay is DLQ replay, POST /api/v1/dlq/replay (SPEC.md §13).
 	SubjectDLQReplay = "queen.v1.dlq.replay"
+	// SubjectPeek is the read-only peek of GET
+	// /api/v1/queues/{queue}/messages, with
+	// {"queue","partition","after","limit"} as the body.
+	SubjectPeek = "queen.v1.peek"
+	// SubjectQueueDetail is GET /api/v1/queues/{queue}, with {"queue"} as
+	// the body.
+	SubjectQueueDetail = "queen.v1.queue.detail"
 	// ServiceName is the NATS micro service name (nats micro ls/info/stats).
 	ServiceName = "queen"
 	// QueueGroup is the queue group every broker serves the client subjects in.
@@ -115,14 +122,17 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // available), queen.v1.ack, queen.v1.ack.batch, queen.v1.lease.extend
 // ({"leaseId","seconds"}), queen.v1.transaction, queen.v1.cluster (the
 // cluster view of GET /api/v1/cluster), queen.v1.dedup (the dedup
-// inspector, SPEC.md §13) and queen.v1.dlq.replay (DLQ replay), in queue group
+// inspector, SPEC.md §13), queen.v1.dlq.replay (DLQ replay), queen.v1.peek
+// (a read-only peek at stored messages) and queen.v1.queue.detail (a
+// queue's partitions and group cursors), in queue group
 // "queen". Request and reply bodies are the HTTP ones; errors carry the micro
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
 // body (SPEC.md §11). The micro monitoring subjects ($SRV.PING|INFO|STATS,
 // .queen, .queen.<id>) answer for it; the stats count every reply, errors
 // included (NATSService). version must be SemVer, as nats micro wants.
 // With Config.AdminToken set, the admin subjects (queen.v1.queue,
-// queen.v1.cluster, queen.v1.dedup, queen.v1.dlq.replay) answer 401
+// queen.v1.cluster, queen.v1.dedup, queen.v1.dlq.replay, queen.v1.peek,
+// queen.v1.queue.detail) answer 401
 // unauthorized unless the request carries the message header
 // "Authorization: Bearer <token>".
 func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error) {
@@ -176,6 +186,11 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 			return s.dedup(ctx, q, err)
 		}, true},
 		{"dlq_replay", SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true},
+		{"peek", SubjectPeek, func(ctx context.Context, b []byte) reply {
+			q, err := queen.DecodePeek(b)
+			return s.peek(ctx, q, err)
+		}, true},
+		{"queue_detail", SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true},
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}

@@ -22,6 +22,65 @@ type Operator interface {
 	DeadLettersByID(ctx context.Context, queue, group string, ids []int64) ([]queen.DeadLetter, error)
 	// DeleteDeadLetters removes dead letters and returns the ids it removed.
 	DeleteDeadLetters(ctx context.Context, ids []int64) ([]int64, error)
+	// Peek returns stored messages of one partition above an offset,
+	// reading only; queen.ErrNotFound for an unknown queue or partition.
+	Peek(ctx context.Context, q queen.PeekQuery) (queen.PeekResult, error)
+	// QueueDetail returns a queue's partitions and its consumer groups'
+	// cursors; queen.ErrNotFound for an unknown queue.
+	QueueDetail(ctx context.Context, queue string) (queen.QueueDetail, error)
+}
+
+// peek answers GET /api/v1/queues/{queue}/messages and queen.v1.peek: 200
+// with a queen.PeekResult (the stored messages of one partition above
+// ?after=, in offset order, at most ?limit=, default 50, at most 1000); 400
+// for bad input, 404 for an unknown queue or partition. It reads only: no
+// lease is taken and no cursor moves, so consumers still get every message.
+func (s *Service) peek(ctx context.Context, q queen.PeekQuery, err error) reply {
+	if err != nil {
+		return errReply(err)
+	}
+	if s.cfg.Operator == nil {
+		return errReply(queen.ErrNotFound.With("this broker has no peek"))
+	}
+	res, err := s.cfg.Operator.Peek(ctx, q)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: res}
+}
+
+// queueDetail answers GET /api/v1/queues/{queue} and queen.v1.queue.detail
+// ({"queue":"q"}): 200 with a queen.QueueDetail (partitions with their last
+// offsets, consumer groups with cursor and lag per partition); 400 for a bad
+// name, 404 for an unknown queue. Read-only.
+func (s *Service) queueDetail(ctx context.Context, name string) reply {
+	if err := queen.ValidateName(name, "queue"); err != nil {
+		return errReply(err)
+	}
+	if s.cfg.Operator == nil {
+		return errReply(queen.ErrNotFound.With("this broker has no queue detail"))
+	}
+	d, err := s.cfg.Operator.QueueDetail(ctx, name)
+	if err != nil {
+		return errReply(err)
+	}
+	return reply{status: http.StatusOK, body: d}
+}
+
+// queueDetailNATS decodes queen.v1.queue.detail's body {"queue":"q"}.
+func (s *Service) queueDetailNATS(ctx context.Context, body []byte) reply {
+	var in struct {
+		Queue *string `json:"queue"`
+	}
+	if err := queen.DecodeObject(body, &in); err != nil {
+		return errReply(err)
+	}
+	if in.Queue == nil {
+		e := queen.ErrMissingField.With("queue is required")
+		e.Field = "queue"
+		return errReply(e)
+	}
+	return s.queueDetail(ctx, *in.Queue)
 }
 
 // dedup answers GET /api/v1/dedup and queen.v1.dedup (SPEC.md §13): 200 with
@@ -113,6 +172,7 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 		if s.cfg.OnPushed != nil {
 			s.cfg.OnPushed(items, results) // wakes long polls
 		}
+		s.countQueues(items, results)
 		var queued []int64
 		for k, res := range results {
 			r := &out.Results[at[k]]

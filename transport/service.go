@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	queen "github.com/queen-mq/queen-go"
 )
 
@@ -183,10 +186,74 @@ func (s *Service) push(ctx context.Context, body []byte, transport string) reply
 			s.cfg.Metrics.DedupPayloadMismatch.WithLabelValues(items[i].Queue).Inc()
 		}
 	}
+	s.countQueues(ptrs, results)
 	if failed == len(items) {
 		return reply{status: http.StatusServiceUnavailable, body: out, retryAfter: true}
 	}
 	return reply{status: http.StatusCreated, body: out}
+}
+
+// countQueues adds push results to queen_queue_push_items_total (by queue
+// and verdict: queued, duplicate, failed), the counts behind the queue
+// listing's duplicate rate. It adds once per run of consecutive items of one
+// queue, so a request for one queue costs at most three label lookups
+// whatever its size; results[i] answers items[i].
+func (s *Service) countQueues(items []*queen.Item, results []queen.Result) {
+	var queue string
+	var n [3]float64 // queued, duplicate, failed
+	flush := func() {
+		for k, v := range [3]string{"queued", "duplicate", "failed"} {
+			if n[k] > 0 {
+				s.cfg.Metrics.QueueItems.WithLabelValues(queue, v).Add(n[k])
+			}
+		}
+		n = [3]float64{}
+	}
+	for i, it := range items {
+		if i >= len(results) {
+			break
+		}
+		if it.Queue != queue {
+			flush()
+			queue = it.Queue
+		}
+		switch results[i].Verdict {
+		case queen.Queued:
+			n[0]++
+		case queen.Duplicate:
+			n[1]++
+		default:
+			n[2]++
+		}
+	}
+	flush()
+}
+
+// queueCounts reads queen_queue_push_items_total: queue → its queued and
+// duplicate counts since this broker started.
+func (s *Service) queueCounts() map[string][2]int64 {
+	out := map[string][2]int64{}
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		s.cfg.Metrics.QueueItems.Collect(ch)
+		close(ch)
+	}()
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil {
+			continue
+		}
+		q, v := label(&d, "queue"), int64(d.GetCounter().GetValue())
+		c := out[q]
+		switch label(&d, "verdict") {
+		case "queued":
+			c[0] += v
+		case "duplicate":
+			c[1] += v
+		}
+		out[q] = c
+	}
+	return out
 }
 
 // configureReply is the configure reply of SPEC.md §6.

@@ -91,6 +91,7 @@ func (s *Service) transaction(ctx context.Context, body []byte) reply {
 			s.cfg.Metrics.AckItems.WithLabelValues(string(res[i].Ack.Result)).Inc()
 		}
 	}
+	s.countQueues(pushed, results)
 	if len(pushed) > 0 && s.cfg.OnPushed != nil {
 		s.cfg.OnPushed(pushed, results)
 	}

@@ -1,6 +1,6 @@
 // Command queen is the Queen broker: `queen serve` runs a broker, `queen
 // migrate` applies the schema, `queen push` pushes from the command line,
-// and `queen queues|dedup|dlq|cluster` are the operator's verbs.
+// and `queen queues|tail|dedup|dlq|cluster` are the operator's verbs.
 package main
 
 import (
@@ -50,7 +50,7 @@ func main() {
 		Version:       version,
 	}
 	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd(),
-		queuesCmd(), dedupCmd(), dlqCmd(), clusterCmd())
+		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		// The operator verbs' exit codes (operator.go); 1 otherwise. A
 		// codeError without a message (queen dedup's 3 and 4) prints nothing.

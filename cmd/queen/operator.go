@@ -110,10 +110,15 @@ func args(rule cobra.PositionalArgs) cobra.PositionalArgs {
 // call sends one request to the broker and returns the reply body of a 2xx;
 // a refusal is an error (exit 1) naming the status and the broker's error.
 func (o *opFlags) call(cmd *cobra.Command, method, path string, body any) ([]byte, error) {
+	return o.callCtx(cmd.Context(), method, path, body)
+}
+
+// callCtx is call under ctx (each request still bounded by --timeout).
+func (o *opFlags) callCtx(ctx context.Context, method, path string, body any) ([]byte, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {

@@ -5,7 +5,10 @@
 // The page is a one-page app with hash routes — #/overview, #/queues,
 // #/queues/{queue}, #/dedup, #/dlq, #/cluster — that calls the broker's JSON
 // routes from the browser: GET /api/v1/stats (rates, p99, RSS, dedup-cache
-// bytes, polled every 1.5 s), /api/v1/resources/queues[/{queue}],
+// bytes, polled every 1.5 s), /api/v1/resources/queues[/{queue}] (with
+// each queue's duplicate rate), /api/v1/queues/{queue} (a queue page's
+// partitions and consumer groups with cursor and lag, polled every 2 s) and
+// /api/v1/queues/{queue}/messages (its recent messages, a read-only peek),
 // /api/v1/dlq, /api/v1/dedup and POST /api/v1/dlq/replay (SPEC.md §13),
 // /api/v1/cluster. The files hold no data: they are served without the admin
 // token; with QUEEN_ADMIN_TOKEN set, the page asks for the token, keeps it in

@@ -190,6 +190,8 @@ function pageOverview(gen) {
 
 // ---- queues
 
+function rateText(r) { return r === undefined || r === null ? "—" : (Math.round(r * 1000) / 10).toLocaleString("en") + " %"; }
+
 async function pageQueues(gen) {
   main.replaceChildren(el("h2", null, "Queues"), el("p", { class: "muted" }, "loading…"));
   const data = await api("GET", "/api/v1/resources/queues");
@@ -198,30 +200,99 @@ async function pageQueues(gen) {
     el("td", null, el("a", { href: "#/queues/" + encodeURIComponent(q.name) }, q.name)),
     el("td", null, [q.namespace, q.task].filter(Boolean).join(" / ") || "—"),
     el("td", { class: "num" }, q.partitions), el("td", { class: "num" }, q.messages), el("td", { class: "num" }, q.depth),
+    el("td", { class: "num duplicate-rate", "data-rate": q.duplicateRate === null || q.duplicateRate === undefined ? "" : q.duplicateRate,
+      title: `since this broker started: ${q.queuedSinceStart || 0} queued, ${q.duplicateSinceStart || 0} duplicate` }, rateText(q.duplicateRate)),
     el("td", null, durationText(q.options && q.options.dedupWindowSeconds)),
     el("td", null, durationText(q.options && q.options.retentionSeconds)),
     el("td", { class: "num" }, q.options ? q.options.retryLimit : "—"),
     el("td", null, durationText(q.options && q.options.leaseTime)),
     el("td", null, fmtTime(q.createdAt))));
   main.replaceChildren(el("h2", null, "Queues"),
-    rows.length ? table(["queue", "namespace / task", "partitions", "messages", "depth", "dedup window", "retention", "retryLimit", "leaseTime", "created"], rows, "queues-table")
-      : el("p", { class: "muted", id: "queues-empty" }, "No queues yet: push to create one."));
+    rows.length ? table(["queue", "namespace / task", "partitions", "messages", "depth", "duplicate rate", "dedup window", "retention", "retryLimit", "leaseTime", "created"], rows, "queues-table")
+      : el("p", { class: "muted", id: "queues-empty" }, "No queues yet: push to create one."),
+    el("p", { class: "muted" }, "depth: messages above the queue-mode group's cursors · duplicate rate: duplicate / (queued + duplicate) push items since this broker started (pushes that entered through it)"));
 }
 
-async function pageQueue(gen, name) {
+const RECENT_N = 20;
+
+// pageQueue shows one queue: its options, partitions, consumer groups with
+// cursor and lag per partition (GET /api/v1/queues/{queue}), the recent
+// messages of one partition (the read-only peek, GET
+// /api/v1/queues/{queue}/messages: nothing is leased or acked) and its dead
+// letters. The live part is polled every 2 s.
+async function pageQueue(gen, name, params) {
   main.replaceChildren(el("h2", null, "Queue " + name), el("p", { class: "muted" }, "loading…"));
-  const q = await api("GET", "/api/v1/resources/queues/" + encodeURIComponent(name));
+  const path = "/api/v1/queues/" + encodeURIComponent(name);
+  const [q, d0] = await Promise.all([api("GET", "/api/v1/resources/queues/" + encodeURIComponent(name)), api("GET", path)]);
   if (gen !== generation) return;
   const opts = Object.entries(q.options || {}).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : v]);
-  const parts = [el("h2", null, "Queue " + q.name),
+  const live = el("div", { id: "queue-live" });
+  const dlqBox = el("div", { id: "queue-dlq" });
+  main.replaceChildren(el("h2", null, "Queue " + q.name),
     kv([["namespace", q.namespace || "—"], ["task", q.task || "—"], ["partitions", q.partitions], ["messages", q.messages], ["created", fmtTime(q.createdAt)]], "queue-info"),
     el("h3", null, "Options"), kv(opts, "queue-options"),
-    el("h3", null, "Dead letters")];
-  main.replaceChildren(...parts);
+    live,
+    el("h3", null, "Dead letters"), dlqBox);
+  const render = async (d) => {
+    const parts = d.partitions || [];
+    let sel = params.get("partition");
+    if (!sel && parts.length) sel = parts.reduce((a, b) => (b.lastOffset > a.lastOffset ? b : a)).name;
+    const link = (p) => "#/queues/" + encodeURIComponent(q.name) + "?partition=" + encodeURIComponent(p);
+    const partRows = parts.map((p) => el("tr", { "data-partition": p.name, class: p.name === sel ? "selected" : null },
+      el("td", null, el("a", { href: link(p.name) }, p.name)), el("td", { class: "num" }, p.lastOffset + 1), el("td", { class: "num" }, p.lastOffset),
+      el("td", null, fmtTime(p.createdAt))));
+    const groups = d.consumerGroups || [];
+    const groupRows = [];
+    for (const g of groups) {
+      for (const c of g.cursors || []) {
+        groupRows.push(el("tr", { "data-group": g.consumerGroup, "data-partition": c.partition, "data-lag": c.lag },
+          el("td", null, g.consumerGroup), el("td", null, el("a", { href: link(c.partition) }, c.partition)),
+          el("td", { class: "num" }, c.cursor), el("td", { class: "num" }, c.lastOffset), el("td", { class: "num lag" }, c.lag),
+          el("td", null, c.leaseExpiresAt ? "leased until " + fmtTime(c.leaseExpiresAt) : "—")));
+      }
+    }
+    let msgs = null, peekErr = null;
+    if (sel) {
+      const p = parts.find((x) => x.name === sel);
+      const after = p ? Math.max(p.lastOffset - RECENT_N, -1) : -1;
+      try {
+        msgs = await api("GET", path + "/messages?" + new URLSearchParams({ partition: sel, after: String(after), limit: String(RECENT_N) }));
+      } catch (e) {
+        peekErr = e;
+      }
+    }
+    if (gen !== generation) return;
+    const msgRows = ((msgs && msgs.messages) || []).slice().reverse().map((m) => el("tr", { "data-offset": m.offset },
+      el("td", { class: "num" }, m.offset), el("td", null, fmtTime(m.createdAt)), el("td", null, m.id), el("td", null, truncate(m.transactionId, 80)),
+      el("td", null, m.traceId ? truncate(m.traceId, 40) : "—"), el("td", { class: "payload" }, payloadText(m.data))));
+    live.replaceChildren(...[
+      el("h3", null, "Partitions" + (d.truncated ? ` (first ${parts.length} of ${d.partitionCount})` : "")),
+      partRows.length ? table(["partition", "messages", "last offset", "created"], partRows, "partitions-table") : el("p", { class: "muted", id: "partitions-empty" }, "No partitions yet."),
+      el("h3", null, "Consumer groups"),
+      groups.length ? el("p", { class: "muted", id: "groups-summary" }, groups.map((g) => `${g.consumerGroup}: lag ${g.lag}`).join(" · ")) : null,
+      groupRows.length ? table(["group", "partition", "cursor", "last offset", "lag", "lease"], groupRows, "groups-table")
+        : el("p", { class: "muted", id: "groups-empty" }, "No consumer group has popped this queue yet."),
+      el("h3", null, sel ? `Recent messages in partition ${sel} (newest first; a read-only peek, nothing is leased or acked)` : "Recent messages"),
+      peekErr ? el("p", { class: "muted", id: "messages-error" }, "Nothing to show: " + peekErr.message)
+        : msgRows.length ? table(["offset", "created", "message id", "transactionId", "traceId", "payload"], msgRows, "messages-table")
+          : el("p", { class: "muted", id: "messages-empty" }, "No stored messages.")].filter(Boolean));
+    if (peekErr) showError(peekErr.message);
+  };
+  await render(d0);
+  if (gen !== generation) return;
   const dl = await api("GET", "/api/v1/dlq?limit=20&queue=" + encodeURIComponent(q.name));
   if (gen !== generation) return;
-  main.append(dlqTable(dl.messages || [], false),
-    el("p", { class: "muted" }, "Partitions' cursors and recent messages are not served by the broker's routes yet; see the DLQ page to replay."));
+  dlqBox.replaceChildren(dlqTable(dl.messages || [], false), el("p", { class: "muted" }, "See the DLQ page to replay."));
+  timer = setInterval(async () => {
+    try {
+      const d = await api("GET", path);
+      if (gen !== generation) return;
+      await render(d);
+      statusBox.textContent = "updated " + new Date().toLocaleTimeString();
+    } catch (e) {
+      if (gen === generation) showError(e.message);
+    }
+  }, 2000);
 }
 
 // ---- dedup inspector
@@ -296,7 +367,7 @@ function pageDLQ(gen, params) {
       if (gen !== generation) return;
       shown = d.messages || [];
       list.replaceChildren(el("p", { class: "muted" }, (d.total !== undefined ? d.total : shown.length) + " dead letter(s)"), dlqTable(shown, true),
-        shown.length ? el("button", { type: "button", id: "replay-all" }, "Replay all " + shown.length + " shown") : null);
+        ...(shown.length ? [el("button", { type: "button", id: "replay-all" }, "Replay all " + shown.length + " shown")] : []));
     } catch (e) {
       if (gen === generation) { list.replaceChildren(); showError(e.message); }
     }
@@ -392,7 +463,7 @@ async function route() {
   try {
     switch (page) {
       case "overview": pageOverview(gen); break;
-      case "queues": if (path[1]) await pageQueue(gen, path[1]); else await pageQueues(gen); break;
+      case "queues": if (path[1]) await pageQueue(gen, path[1], params); else await pageQueues(gen); break;
       case "dedup": pageDedup(gen, params); break;
       case "dlq": pageDLQ(gen, params); break;
       case "cluster": pageCluster(gen); break;

@@ -233,11 +233,52 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	b.noJSErrors(t, "the overview")
 
-	// Queues: the list, a queue's page, an unknown queue.
+	// Queues: the list with each queue's duplicate rate, a queue's page
+	// with its partitions, a consumer group's cursor and lag and recent
+	// messages (a peek: nothing leased), an unknown queue.
 	b.goHash(t, "#/queues")
 	b.waitFor(t, "the queue list", `document.querySelector('#queues-table tr[data-queue="web"]') && document.querySelector('#queues-table tr[data-queue="old"]')`)
+	if r := b.eval(t, `document.querySelector('#queues-table tr[data-queue="web"] td.duplicate-rate').dataset.rate`); r == "" || r == "0" {
+		t.Fatalf("web's duplicate rate after repeats: %q", r)
+	}
+	if r := b.eval(t, `document.querySelector('#queues-table tr[data-queue="web"] td.duplicate-rate').textContent`); !strings.HasSuffix(r, "%") {
+		t.Fatalf("web's duplicate rate shown as %q", r)
+	}
+	if r := b.eval(t, `document.querySelector('#queues-table tr[data-queue="old"] td.duplicate-rate').textContent`); r != "—" {
+		t.Fatalf("old (no pushes yet) shows the duplicate rate %q", r)
+	}
+	// Group cg consumes k1 (autoAck): cursor 0 in partition p, lag 2 (k2,
+	// and k3, whose payload holds markup).
+	e.pushOK(t, "http", items(item{"queue": "web", "partition": "p", "transactionId": "k3", "payload": map[string]any{"html": "<img src=x onerror=alert(1)>"}}), 1)
+	if got := e.popHTTP(t, "web", "p", vals("consumerGroup", "cg", "autoAck", "true")); len(got.Messages) != 1 || got.Messages[0].TransactionID != "k1" {
+		t.Fatalf("cg's pop: %+v", got)
+	}
 	b.goHash(t, "#/queues/web")
 	b.waitFor(t, "the queue's page", `document.getElementById("queue-options") && document.getElementById("queue-options").textContent.includes("dedupWindowSeconds")`)
+	b.waitFor(t, "the partitions and the group", `document.querySelector('#partitions-table tr[data-partition="p"]') && document.querySelector('#groups-table tr[data-group="cg"][data-partition="p"]')`)
+	if lag := b.eval(t, `document.querySelector('#groups-table tr[data-group="cg"][data-partition="p"] td.lag').textContent`); lag != "2" {
+		t.Fatalf("cg's lag in p: %q, want 2 (k2, k3)", lag)
+	}
+	b.goHash(t, "#/queues/web?partition=p")
+	b.waitFor(t, "p's recent messages", `document.querySelector('#messages-table tr[data-offset="1"]') && document.querySelector('#messages-table tr[data-offset="2"]')`)
+	if txt := b.eval(t, `document.querySelector('#messages-table tr[data-offset="1"]').textContent`); !strings.Contains(txt, orig[1].MessageID) || !strings.Contains(txt, "k2") {
+		t.Fatalf("k2's row: %s", txt)
+	}
+	// A payload with markup is text, never HTML.
+	if n := b.eval(t, `document.querySelectorAll('#messages-table img').length`); n != "0" {
+		t.Fatalf("the payload became %s element(s)", n)
+	}
+	if txt := b.eval(t, `document.querySelector('#messages-table tr[data-offset="2"] td.payload').textContent`); !strings.Contains(txt, "<img src=x onerror=alert(1)>") {
+		t.Fatalf("k3's payload shown as %q", txt)
+	}
+	// The page polls: a message pushed now shows up, and cg's lag grows.
+	e.pushOK(t, "http", items(it("web", "p", "k4")), 1)
+	b.waitFor(t, "a new message on the page", `document.querySelector('#messages-table tr[data-offset="3"]') && document.querySelector('#groups-table tr[data-group="cg"][data-partition="p"]').dataset.lag === "3"`)
+	if got := e.popHTTP(t, "web", "p", vals("consumerGroup", "cg", "batch", "10", "autoAck", "true")); txnsOf(got.Messages) != "k2,k3,k4" {
+		t.Fatalf("cg after the page's peeks got %s", txnsOf(got.Messages))
+	}
+	b.goHash(t, "#/queues/web?partition=nope")
+	b.waitFor(t, "an unknown partition's error", errShown+` && document.getElementById("messages-error")`)
 	b.goHash(t, "#/queues/nope")
 	b.waitFor(t, "an unknown queue's error", errShown+` && document.getElementById("main").textContent.length > 0`)
 	b.noJSErrors(t, "the queues pages")

@@ -232,6 +232,8 @@ func TestAdminToken(t *testing.T) {
 		{http.MethodGet, "/api/v1/cluster"},
 		{http.MethodGet, "/api/v1/admin/dedup-cache"},
 		{http.MethodGet, "/api/v1/dedup?queue=tok&partition=p&transactionId=k1"},
+		{http.MethodGet, "/api/v1/queues/tok"},
+		{http.MethodGet, "/api/v1/queues/tok/messages?partition=p"},
 		{http.MethodPost, "/api/v1/consumer-groups/g/queues/tok/seek"},
 		{http.MethodPost, "/api/v1/consumer-groups/g/subscription"},
 		{http.MethodDelete, "/api/v1/consumer-groups/g"},
@@ -251,7 +253,7 @@ func TestAdminToken(t *testing.T) {
 		t.Fatalf("a refused admin call changed the queue: %+v", n)
 	}
 	// With the token (the scheme in any case) they run.
-	for _, r := range admin[:5] {
+	for _, r := range admin[:7] {
 		for _, auth := range []string{"Bearer s3cret", "bearer s3cret"} {
 			if st, _, b := e.httpAuth(t, r.method, r.path, auth, nil); st != http.StatusOK {
 				t.Errorf("%s %s with the token: %d %s", r.method, r.path, st, b)
@@ -267,6 +269,8 @@ func TestAdminToken(t *testing.T) {
 		{"queen.v1.queue", []byte("tok")},
 		{"queen.v1.dedup", []byte(`{"queue":"tok","partition":"p","transactionId":"k1"}`)},
 		{"queen.v1.dlq.replay", []byte(`{"queue":"tok","ids":[1]}`)},
+		{"queen.v1.peek", []byte(`{"queue":"tok","partition":"p"}`)},
+		{"queen.v1.queue.detail", []byte(`{"queue":"tok"}`)},
 	} {
 		if st, b := e.natsAuth(t, c.subject, "", c.body); st != http.StatusUnauthorized || !strings.Contains(string(b), `"unauthorized"`) {
 			t.Errorf("%s without the token: %d %s", c.subject, st, b)
