@@ -298,7 +298,9 @@ func NewProducer(c *Client, opts ProducerOptions) *Producer {
 }
 
 // NewProducerFunc returns a producer that sends its requests with push: an
-// HTTP client (POST /api/v1/push), or a wrapper of Client.Push.
+// HTTP client (POST /api/v1/push), or a wrapper of Client.Push. push is
+// called from several goroutines at once (up to MaxInFlight) and must
+// return when its context ends (Close relies on it).
 func NewProducerFunc(push PushFunc, opts ProducerOptions) *Producer {
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -334,7 +336,8 @@ func (p *Producer) Publish(ctx context.Context, item PushItem) (*Pending, error)
 // PublishFunc is Publish with a callback instead of a future: fn is called
 // once with the item's result (as Pending.Result) from one of the producer's
 // goroutines; it should return quickly (the producer's requests wait on
-// it). fn is not called when PublishFunc returns an error.
+// it) and must not call Flush or Close (they wait for it). fn is not called
+// when PublishFunc returns an error.
 func (p *Producer) PublishFunc(ctx context.Context, item PushItem, fn func(queen.PushReply, error)) error {
 	return p.enqueue(ctx, item, &Pending{fn: fn})
 }

@@ -250,8 +250,8 @@ func TestAsyncProducer(t *testing.T) {
 			}
 			eq(t, int64(10), e.stats(t, queue).Messages, "%s: stored messages", mode)
 			st := p.Stats()
-			if st.Retries != 10 || st.Duplicate != 10 || st.Requests != 2 {
-				t.Fatalf("%s: stats %+v: want 10 retries answered duplicate, 2 requests", mode, st)
+			if st.Retries != 10 || st.Duplicate != 10 || st.Requests < 2 {
+				t.Fatalf("%s: stats %+v: want 10 retries answered duplicate", mode, st)
 			}
 			if mode == "failed" && st.Failed != 10 {
 				t.Fatalf("failed: stats %+v: want 10 failed verdicts", st)
