@@ -74,10 +74,12 @@ func newAsyncProducer(idx int, cfg *Config, parts []string, push transport.PushF
 		MaxBatchItems:  cfg.maxBatch(),
 		BufferItems:    cfg.InFlight,
 		RequestTimeout: cfg.RequestTimeout,
-		// Retried only within half the window, as the sync producers: a
-		// second queued answer must be a violation, never the window
-		// closing.
-		DeliveryTimeout: time.Duration(a.guard),
+		// Sent only while the original is younger than half the window, as
+		// with the sync producers, so a second queued answer is a violation,
+		// never the window closing: a repeat is published while its
+		// original is younger than a quarter of it, and is then sent for at
+		// most another quarter.
+		DeliveryTimeout: time.Duration(a.guard / 2),
 		MaxAttempts:     cfg.MaxAttempts,
 		RetryBackoff:    20 * time.Millisecond,
 		MaxRetryBackoff: 2 * time.Second,
