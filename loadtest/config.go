@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/url"
 	"time"
+
+	"github.com/queen-mq/queen-go/transport"
 )
 
 // Mode is what a run writes through.
@@ -40,8 +42,24 @@ type Config struct {
 	// Partitions is the number of partitions of the run's queue the items are
 	// spread over, uniformly at random (default 64, 1..65535).
 	Partitions int
-	// Batch is the number of items per request (default 100, 1..10000).
+	// Batch is the number of items per request (default 100, 1..10000). With
+	// ProducerMode async it is the async producer's MaxBatchItems unless
+	// MaxBatch is set, and 1 means single items batched up to 100.
 	Batch int
+	// ProducerMode is how producers send (default ProducerSync): sync
+	// requests of Batch items, one in flight per producer; or async, single
+	// items through the Go client's async producer (transport.Producer),
+	// which batches them and retries them with the same transactionIds.
+	// Async needs a broker and no Chaos.
+	ProducerMode string
+	// InFlight bounds each async producer's outstanding items: published,
+	// not yet resolved (its BufferItems; default 1000, 1..1,000,000).
+	InFlight int
+	// MaxBatch is the async producer's MaxBatchItems (default: Batch when
+	// above 1, else 100; 1..10000).
+	MaxBatch int
+	// Linger is the async producer's Linger (default 5 ms; negative: none).
+	Linger time.Duration
 	// PayloadBytes is the size of each item's JSON payload in bytes (default
 	// 200; the smallest payload is about 40 bytes).
 	PayloadBytes int
@@ -208,7 +226,21 @@ func DefaultConfig() Config {
 		RetryLimit:     3,
 		WakeProbes:     50,
 		SampleEvery:    10 * time.Second,
+		ProducerMode:   ProducerSync,
+		InFlight:       1000,
+		Linger:         transport.DefaultLinger,
 	}
+}
+
+// maxBatch is the async producers' MaxBatchItems.
+func (c *Config) maxBatch() int {
+	switch {
+	case c.MaxBatch > 0:
+		return c.MaxBatch
+	case c.Batch > 1:
+		return c.Batch
+	}
+	return transport.DefaultMaxBatchItems
 }
 
 // Validate checks cfg and returns an error naming the first bad field.
@@ -266,6 +298,16 @@ func (c *Config) Validate() error {
 		return errors.New("retention with consumers: the consume audit needs every message; drop --retention or --consumers")
 	case c.Retention > 0 && c.Mode != ModeBroker:
 		return errors.New("retention needs a broker (mode broker)")
+	case c.ProducerMode != ProducerSync && c.ProducerMode != ProducerAsync:
+		return fmt.Errorf("producer mode %q: want sync or async", c.ProducerMode)
+	case c.ProducerMode == ProducerAsync && c.Mode != ModeBroker:
+		return errors.New("producer mode async needs a broker (mode broker)")
+	case c.ProducerMode == ProducerAsync && chaosOn(c.Chaos):
+		return errors.New("producer mode async with chaos: not supported yet (the chaos report counts sync requests); drop --chaos or use --producer-mode sync")
+	case c.InFlight < 1 || c.InFlight > 1_000_000:
+		return fmt.Errorf("in flight %d: want 1..1000000", c.InFlight)
+	case c.MaxBatch < 0 || c.MaxBatch > 10000:
+		return fmt.Errorf("max batch %d: want 1..10000 (0: --batch, or 100 when --batch is 1)", c.MaxBatch)
 	}
 	if err := c.validateChaos(); err != nil {
 		return err
@@ -320,6 +362,15 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Mode == "" {
 		c.Mode = d.Mode
+	}
+	if c.ProducerMode == "" {
+		c.ProducerMode = d.ProducerMode
+	}
+	if c.InFlight == 0 {
+		c.InFlight = d.InFlight
+	}
+	if c.Linger == 0 {
+		c.Linger = d.Linger
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = d.MaxAttempts

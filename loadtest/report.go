@@ -22,9 +22,17 @@ type Report struct {
 	Queue  string `json:"queue,omitempty"`
 	Table  string `json:"table,omitempty"`
 
-	Producers    int     `json:"producers"`
-	Partitions   int     `json:"partitions"`
-	Batch        int     `json:"batch"`
+	Producers  int `json:"producers"`
+	Partitions int `json:"partitions"`
+	Batch      int `json:"batch"`
+	// ProducerMode is sync (requests of Batch items, one in flight per
+	// producer) or async (single items through the Go client's async
+	// producer, with InFlight outstanding items at most, MaxBatch items per
+	// request and a linger of LingerMs).
+	ProducerMode string  `json:"producer_mode"`
+	InFlight     int     `json:"in_flight,omitempty"`
+	MaxBatch     int     `json:"max_batch,omitempty"`
+	LingerMs     float64 `json:"linger_ms,omitempty"`
 	PayloadBytes int     `json:"payload_bytes"`
 	DupRatio     float64 `json:"dup_ratio"`
 
@@ -112,7 +120,8 @@ type Verdicts struct {
 	Failed    int64 `json:"failed"`
 }
 
-// Latency is the request latency in milliseconds.
+// Latency is the request latency in milliseconds; with ProducerMode async,
+// each item's from Publish to its verdict.
 type Latency struct {
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
@@ -174,8 +183,13 @@ func (r *Report) WriteText(w io.Writer) {
 		b.WriteString(" (interrupted)")
 	}
 	b.WriteByte('\n')
-	fmt.Fprintf(&b, "  producers %d · partitions %d · batch %d · payload %d B · dup ratio %g\n",
-		r.Producers, r.Partitions, r.Batch, r.PayloadBytes, r.DupRatio)
+	if r.ProducerMode == ProducerAsync {
+		fmt.Fprintf(&b, "  producers %d async (single items; %d in flight, up to %d per request, linger %g ms) · partitions %d · payload %d B · dup ratio %g\n",
+			r.Producers, r.InFlight, r.MaxBatch, r.LingerMs, r.Partitions, r.PayloadBytes, r.DupRatio)
+	} else {
+		fmt.Fprintf(&b, "  producers %d · partitions %d · batch %d · payload %d B · dup ratio %g\n",
+			r.Producers, r.Partitions, r.Batch, r.PayloadBytes, r.DupRatio)
+	}
 	fmt.Fprintf(&b, "  sent      %s items (%s items/s): %s new, %s repeats, %s retries\n",
 		commas(r.ItemsSent), commas(int64(r.ItemsPerSecond)), commas(r.NewItems), commas(r.Repeats), commas(r.Retries))
 	if r.Mode == ModeRaw {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/transport"
 )
 
 // ErrAuditFailed is returned (wrapped, with the report) when the post-run
@@ -41,6 +42,8 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	parts := partitionNames(cfg.Partitions)
 	c := &counters{}
 	producers := make([]*producer, cfg.Producers)
+	// asyncs replaces producers with ProducerMode async.
+	var asyncs []*asyncProducer
 	var audit *persistence.Audit
 	var raw *persistence.RawWriter
 	var senders []sender
@@ -52,6 +55,16 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		for _, s := range senders {
 			s.close()
 		}
+		for _, a := range asyncs {
+			if a != nil {
+				// After its run: a no-op. Before (the run failed to
+				// start): nothing was published.
+				ended, cancel := context.WithCancel(context.Background())
+				cancel()
+				_ = a.prod.Close(ended)
+				a.close()
+			}
+		}
 		if audit != nil {
 			audit.Close()
 		}
@@ -61,7 +74,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	}()
 
 	rep := &Report{Mode: cfg.Mode, Producers: cfg.Producers, Partitions: cfg.Partitions, Batch: cfg.Batch,
-		PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio}
+		PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: ProducerSync}
 	// Open the audit first (both modes report the database's durability):
 	// a wrong database URL fails before the load.
 	var err error
@@ -71,7 +84,24 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	switch cfg.Mode {
 	case ModeBroker:
 		rep.Target, rep.Queue = cfg.Target, cfg.Queue
+		if cfg.ProducerMode == ProducerAsync {
+			rep.ProducerMode, rep.InFlight, rep.MaxBatch = ProducerAsync, cfg.InFlight, cfg.maxBatch()
+			rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
+		}
 		hc := newHTTPClient(cfg.Producers)
+		if cfg.ProducerMode == ProducerAsync {
+			asyncs = make([]*asyncProducer, cfg.Producers)
+			producers = nil
+			// Each async producer has up to MaxInFlight requests open.
+			ahc := newHTTPClient(cfg.Producers * transport.DefaultMaxInFlight)
+			for i := range asyncs {
+				push, closeFn, err := asyncPush(cfg, ahc, i)
+				if err != nil {
+					return nil, err
+				}
+				asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newLedger(i, cfg.Queue, parts), c)
+			}
+		}
 		for i := range producers {
 			var s sender
 			if strings.HasPrefix(cfg.Target, "nats://") {
@@ -145,9 +175,11 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 	var au *auditor
 	var smp *sampler
 	if cfg.Mode == ModeBroker {
-		ledgers = make([]*ledger, len(producers))
-		for i, p := range producers {
-			ledgers[i] = p.led
+		for _, p := range producers {
+			ledgers = append(ledgers, p.led)
+		}
+		for _, a := range asyncs {
+			ledgers = append(ledgers, a.led)
 		}
 		au = newAuditor(audit, cfg.Queue, parts, ledgers)
 	}
@@ -161,6 +193,13 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		go func() {
 			defer wg.Done()
 			p.run(ctx, deadline, drainBy)
+		}()
+	}
+	for _, a := range asyncs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.run(ctx, deadline, drainBy)
 		}()
 	}
 	wg.Wait()
@@ -200,6 +239,17 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		}
 		if p.lastError != "" {
 			rep.LastError = p.lastError
+		}
+	}
+	for _, a := range asyncs {
+		for code, n := range a.codes {
+			if rep.ErrorCodes == nil {
+				rep.ErrorCodes = map[string]int64{}
+			}
+			rep.ErrorCodes[code] += n
+		}
+		if a.lastError != "" {
+			rep.LastError = a.lastError
 		}
 	}
 	rep.Latency = c.lat.latency()

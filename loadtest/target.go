@@ -84,10 +84,22 @@ func newHTTPClient(producers int) *http.Client {
 }
 
 func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+	replies, err := s.push(ctx, items)
+	if err != nil {
+		return err
+	}
+	fillResults(items, replies, out)
+	return nil
+}
+
+// push is one POST of items with the contract of transport.PushFunc: the
+// replies when the broker answered with verdicts (201, or 503 with every
+// item failed), else an error (a *queen.Error).
+func (s *httpSender) push(ctx context.Context, items []transport.PushItem) ([]queen.PushReply, error) {
 	body := transport.AppendPushRequest(nil, items)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
-		return queen.ErrInternal.With("push request: %v", err)
+		return nil, queen.ErrInternal.With("push request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	s.transportFailed = false
@@ -95,28 +107,51 @@ func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out [
 	if err != nil {
 		s.transportFailed = true
 		if ctx.Err() != nil {
-			return queen.ErrTimeout.With("POST %s: %v", s.url, err)
+			return nil, queen.ErrTimeout.With("POST %s: %v", s.url, err)
 		}
-		return queen.ErrUnavailable.With("POST %s: %v", s.url, err)
+		return nil, queen.ErrUnavailable.With("POST %s: %v", s.url, err)
 	}
 	data, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
 		s.transportFailed = true
-		return queen.ErrTimeout.With("POST %s: reading the reply: %v", s.url, err)
+		return nil, queen.ErrTimeout.With("POST %s: reading the reply: %v", s.url, err)
 	}
 	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusServiceUnavailable {
 		if replies, err := queen.DecodePushReplies(data); err == nil && len(replies) == len(items) && len(items) > 0 {
-			fillResults(items, replies, out)
-			return nil
+			return replies, nil
 		}
 	}
 	e := &queen.Error{}
 	if json.Unmarshal(data, e) != nil || e.Code == "" {
-		return queen.ErrInternal.With("POST %s answered %d: %s", s.url, resp.StatusCode, clip(data))
+		return nil, queen.ErrInternal.With("POST %s answered %d: %s", s.url, resp.StatusCode, clip(data))
 	}
 	e.Status = resp.StatusCode
-	return e
+	return nil, e
+}
+
+// asyncPush is the push function of async producer i: its own NATS
+// connection (nats://), or POST to its HTTP target (several targets: round
+// robin by producer, without failover; the async producer retries).
+func asyncPush(cfg *Config, hc *http.Client, i int) (transport.PushFunc, func(), error) {
+	if strings.HasPrefix(cfg.Target, "nats://") {
+		s, err := newNATSSender(cfg.Target, i)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.c.Push, s.close, nil
+	}
+	target := cfg.Target
+	if len(cfg.Targets) > 1 {
+		target = cfg.Targets[i%len(cfg.Targets)]
+	}
+	// One sender per request in flight: push is called concurrently, and
+	// transportFailed is per request.
+	url := strings.TrimRight(target, "/") + "/api/v1/push"
+	return func(ctx context.Context, items []transport.PushItem) ([]queen.PushReply, error) {
+		s := httpSender{hc: hc, url: url}
+		return s.push(ctx, items)
+	}, func() {}, nil
 }
 
 func (s *httpSender) close() {}

@@ -1,0 +1,259 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// Producer modes (Config.ProducerMode).
+const (
+	// ProducerSync: each producer sends requests of Batch items, one at a
+	// time, and retries failed items itself.
+	ProducerSync = "sync"
+	// ProducerAsync: each producer publishes single items through the Go
+	// client's async producer (transport.Producer), which batches them
+	// (MaxBatch items, Linger) and retries them with the same
+	// transactionIds; InFlight bounds its outstanding items.
+	ProducerAsync = "async"
+)
+
+// slabBytes is the size of the buffers the async producers carve payloads
+// and transactionIds from (an item keeps its bytes until it resolves).
+const slabBytes = 64 << 10
+
+// asyncProducer publishes single items through a transport.Producer until
+// the run's deadline, books each item's result in the ledger and the
+// counters from the producer's callbacks, then flushes until the drain
+// deadline. The ledger and the audit are the sync mode's.
+type asyncProducer struct {
+	idx   int
+	cfg   *Config
+	parts []string
+	led   *ledger
+	c     *counters
+	rng   *rand.Rand
+	prod  *transport.Producer
+	close func()
+	// interrupted is set when the run's context ended before the drain
+	// finished: unresolved items then count as outcome unknown.
+	interrupted bool
+
+	// mu guards what the callbacks share with the publishing loop: the
+	// ring of recent ids, the codes and the last error.
+	mu        sync.Mutex
+	seq       uint64
+	recent    []recentID
+	next      int
+	guard     int64
+	codes     map[string]int64
+	lastError string
+
+	slab []byte
+}
+
+func newAsyncProducer(idx int, cfg *Config, parts []string, push transport.PushFunc, closeFn func(), led *ledger, c *counters) *asyncProducer {
+	a := &asyncProducer{
+		idx: idx, cfg: cfg, parts: parts, led: led, c: c, close: closeFn,
+		rng:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
+		recent: make([]recentID, 0, recentSize),
+		guard:  int64(cfg.window() / 2),
+		codes:  map[string]int64{},
+	}
+	a.prod = transport.NewProducerFunc(push, transport.ProducerOptions{
+		Linger:         cfg.Linger,
+		MaxBatchItems:  cfg.maxBatch(),
+		BufferItems:    cfg.InFlight,
+		RequestTimeout: cfg.RequestTimeout,
+		// Sent only while the original is younger than half the window, as
+		// with the sync producers, so a second queued answer is a violation,
+		// never the window closing: a repeat is published while its
+		// original is younger than a quarter of it, and is then sent for at
+		// most another quarter.
+		DeliveryTimeout: time.Duration(a.guard / 2),
+		MaxAttempts:     cfg.MaxAttempts,
+		RetryBackoff:    20 * time.Millisecond,
+		MaxRetryBackoff: 2 * time.Second,
+	})
+	return a
+}
+
+// alloc returns n bytes carved from the producer's slab.
+func (a *asyncProducer) alloc(n int) []byte {
+	if cap(a.slab)-len(a.slab) < n {
+		a.slab = make([]byte, 0, max(slabBytes, n))
+	}
+	start := len(a.slab)
+	a.slab = a.slab[:start+n]
+	return a.slab[start : start+n : start+n]
+}
+
+// run publishes until deadline, then waits for the outstanding items until
+// drainBy; ctx ending (an interrupt) stops both at once.
+func (a *asyncProducer) run(ctx context.Context, deadline, drainBy time.Time) {
+	defer a.close()
+	var txn, payload []byte
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		now := time.Now()
+		s := a.nextSlot(now.UnixNano())
+		txn = appendTxn(txn[:0], a.idx, s.seq)
+		payload = appendPayload(payload[:0], a.idx, s.seq, a.cfg.PayloadBytes)
+		b := a.alloc(len(txn) + len(payload))
+		copy(b, txn)
+		copy(b[len(txn):], payload)
+		item := transport.PushItem{
+			Queue:         a.cfg.Queue,
+			Partition:     a.parts[partOf(a.idx, s.seq, len(a.parts))],
+			TransactionID: string(b[:len(txn)]),
+			Payload:       json.RawMessage(b[len(txn):]),
+		}
+		a.led.sent(s.seq)
+		a.c.sent.Add(1)
+		if err := a.prod.PublishFunc(ctx, item, func(r queen.PushReply, err error) { a.book(s, item, now, r, err) }); err != nil {
+			// The run was interrupted while the buffer was full: the item
+			// was not sent.
+			a.c.gaveUp.Add(1)
+			break
+		}
+	}
+	dctx, cancel := context.WithDeadline(ctx, drainBy)
+	err := a.prod.Flush(dctx)
+	cancel()
+	a.mu.Lock()
+	a.interrupted = ctx.Err() != nil
+	a.mu.Unlock()
+	cctx := context.Background()
+	if err != nil {
+		// Out of time (or interrupted): what is left is abandoned at once.
+		var c context.CancelFunc
+		cctx, c = context.WithCancel(cctx)
+		c()
+	}
+	_ = a.prod.Close(cctx)
+	st := a.prod.Stats()
+	a.c.requests.Add(st.Requests)
+	a.c.requestErrors.Add(st.RequestErrors)
+	a.c.retries.Add(st.Retries)
+	a.c.sent.Add(st.Retries)
+	a.c.failed.Add(st.Failed)
+}
+
+// nextSlot is the next item: a repeat of a recent id young enough that its
+// window is surely open (DupRatio of the time), else a new id.
+func (a *asyncProducer) nextSlot(now int64) slot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.recent) > 0 && a.cfg.DupRatio > 0 && a.rng.Float64() < a.cfg.DupRatio {
+		r := &a.recent[a.rng.IntN(len(a.recent))]
+		if now-r.first < a.guard/2 {
+			a.c.repeats.Add(1)
+			return slot{seq: r.seq, first: r.first, ring: -1, want: r.id, hasWant: r.hasID}
+		}
+	}
+	seq := a.seq
+	a.seq++
+	e := recentID{seq: seq, first: now}
+	idx := len(a.recent)
+	if idx < recentSize {
+		a.recent = append(a.recent, e)
+	} else {
+		idx = a.next
+		a.recent[idx] = e
+		a.next = (a.next + 1) % recentSize
+	}
+	a.c.fresh.Add(1)
+	return slot{seq: seq, first: now, ring: int32(idx)}
+}
+
+// book records one item's result (called from the async producer's
+// goroutines).
+func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time, r queen.PushReply, err error) {
+	if err != nil {
+		a.bookError(s, err)
+		return
+	}
+	a.c.lat.record(time.Since(published))
+	id, perr := uuid.Parse(r.MessageID)
+	bad := ""
+	switch {
+	case r.TransactionID != it.TransactionID || r.Partition != it.Partition || r.QueueName != it.Queue:
+		bad = fmt.Sprintf("reply {queue %q, partition %q, transaction_id %q} for item {queue %q, partition %q, transactionId %q}",
+			r.QueueName, r.Partition, r.TransactionID, it.Queue, it.Partition, it.TransactionID)
+	case perr != nil:
+		bad = fmt.Sprintf("reply (%s) for %s has message_id %q", r.Status, it.TransactionID, r.MessageID)
+	}
+	if bad != "" {
+		a.led.mu.Lock()
+		a.led.issues.add(IssueWrongReply, "%s", bad)
+		a.led.mu.Unlock()
+		a.led.failed(s.seq)
+		a.c.gaveUp.Add(1)
+		return
+	}
+	a.c.touch(partOf(a.idx, s.seq, len(a.parts)))
+	switch r.Status {
+	case queen.Queued:
+		a.c.queued.Add(1)
+		a.led.queued(s.seq, id)
+		a.learn(&s, id)
+	case queen.Duplicate:
+		a.c.duplicate.Add(1)
+		var want *[16]byte
+		if s.hasWant {
+			want = &s.want
+		}
+		a.led.duplicate(s.seq, id, want)
+		if id != uuid.Nil {
+			a.learn(&s, id)
+		}
+	}
+}
+
+func (a *asyncProducer) bookError(s slot, err error) {
+	var ue *transport.UndeliveredError
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastError = err.Error()
+	switch {
+	case errors.As(err, &ue):
+		// Sent, no verdict: at most once stored.
+		a.led.failed(s.seq)
+		switch {
+		case errors.Is(ue.Cause, transport.ErrDeliveryTimeout):
+			a.c.gaveUp.Add(1)
+			a.c.windowGuard.Add(1)
+		case a.interrupted || errors.Is(ue.Cause, context.Canceled):
+			a.c.unknownOutcome.Add(1)
+		default:
+			a.c.gaveUp.Add(1)
+			a.codes["gave_up:"+queen.AsError(ue.Last).Code]++
+		}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, transport.ErrProducerClosed):
+		// Never sent.
+		a.c.gaveUp.Add(1)
+	default:
+		qe := queen.AsError(err)
+		a.codes["request:"+qe.Code]++
+		a.c.rejected.Add(1)
+	}
+}
+
+// learn records the message id an answer gave for s's original in the ring.
+func (a *asyncProducer) learn(s *slot, id uuid.UUID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s.ring >= 0 && int(s.ring) < len(a.recent) {
+		if r := &a.recent[s.ring]; r.seq == s.seq && !r.hasID {
+			r.id, r.hasID = id, true
+		}
+	}
+}
