@@ -161,15 +161,7 @@ func (a *asyncProducer) nextSlot(now int64) slot {
 	}
 	seq := a.seq
 	a.seq++
-	e := recentID{seq: seq, first: now}
-	idx := len(a.recent)
-	if idx < recentSize {
-		a.recent = append(a.recent, e)
-	} else {
-		idx = a.next
-		a.recent[idx] = e
-		a.next = (a.next + 1) % recentSize
-	}
+	idx := remember(&a.recent, &a.next, recentID{seq: seq, first: now})
 	a.c.fresh.Add(1)
 	return slot{seq: seq, first: now, ring: int32(idx)}
 }

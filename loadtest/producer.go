@@ -179,15 +179,7 @@ func (p *producer) fill(fresh bool) {
 			}
 			seq := p.seq
 			p.seq++
-			e := recentID{seq: seq, first: now}
-			idx := len(p.recent)
-			if idx < recentSize {
-				p.recent = append(p.recent, e)
-			} else {
-				idx = p.next
-				p.recent[idx] = e
-				p.next = (p.next + 1) % recentSize
-			}
+			idx := remember(&p.recent, &p.next, recentID{seq: seq, first: now})
 			p.slots = append(p.slots, slot{seq: seq, first: now, ring: int32(idx)})
 			news++
 		}
@@ -336,4 +328,18 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// remember puts e in the ring of recent ids (*recent grows to recentSize,
+// then *next is the oldest entry, overwritten) and returns its index there.
+func remember(recent *[]recentID, next *int, e recentID) int {
+	idx := len(*recent)
+	if idx < recentSize {
+		*recent = append(*recent, e)
+		return idx
+	}
+	idx = *next
+	(*recent)[idx] = e
+	*next = (*next + 1) % recentSize
+	return idx
 }
