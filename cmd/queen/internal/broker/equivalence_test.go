@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-mq/queen-go/actors"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -201,20 +202,27 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp, passivateEvery i
 			window = op.window
 			eqConfigure(t, envs[0], queue, window)
 		case "advance":
-			for _, tbl := range []string{"segments", "log_txns", "log_txn_hashes"} {
-				set := ""
-				if tbl == "segments" {
-					set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
-				}
-				if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)%s
-					WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, tbl, op.secs, set), queue); err != nil {
-					t.Fatal(err)
-				}
+			// The brokers' caches read the same clock (persistence.Span):
+			// they are held while the stored created_at moves back.
+			caches := make([]*actors.Cache, len(envs))
+			for k, e := range envs {
+				caches[k] = e.b.cache
 			}
-			// The brokers' caches read the same clock (persistence.Span).
-			pids := queuePartitions(t, db, queue)
-			for _, e := range envs {
-				e.b.cache.Age(pids, time.Duration(op.secs)*time.Second)
+			err := actors.Age(caches, queuePartitions(t, db, queue), time.Duration(op.secs)*time.Second, func() error {
+				for _, tbl := range []string{"segments", "log_txns", "log_txn_hashes"} {
+					set := ""
+					if tbl == "segments" {
+						set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
+					}
+					if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)%s
+					WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, tbl, op.secs, set), queue); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 		case "retain":
 			if _, err := store.RetentionStep(ctx, persistence.RetentionConfig{TxnsFloor: floorSeconds * time.Second, NoRangeGrace: true}); err != nil {

@@ -6,6 +6,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/actors"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -30,18 +32,23 @@ func retentionEnv(t *testing.T) *env {
 // ageQueue moves the created_at of a queue's segments and sidecar rows back by d.
 func (e *env) ageQueue(t testing.TB, queue string, d time.Duration) {
 	t.Helper()
-	for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
-		set := ""
-		if table == "segments" {
-			set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
-		}
-		_, err := e.db.Exec(context.Background(), `UPDATE queen.`+table+` SET created_at = created_at - make_interval(secs => $2)`+set+`
+	err := actors.Age([]*actors.Cache{e.b.cache}, queuePartitions(t, e.db, queue), d, func() error {
+		for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
+			set := ""
+			if table == "segments" {
+				set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
+			}
+			_, err := e.db.Exec(context.Background(), `UPDATE queen.`+table+` SET created_at = created_at - make_interval(secs => $2)`+set+`
 WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, queue, d.Seconds())
-		if err != nil {
-			t.Fatalf("age %s of %s: %v", table, queue, err)
+			if err != nil {
+				return fmt.Errorf("age %s of %s: %w", table, queue, err)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.b.cache.Age(queuePartitions(t, e.db, queue), d)
 }
 
 // queuePartitions returns the ids of a queue's partitions.
