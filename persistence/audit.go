@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -88,22 +89,21 @@ func (a *Audit) EachMessage(ctx context.Context, queues []string, fn func(*Store
 // eachFrame unpacks one segment [first, last] of m's partition and calls fn
 // for each frame, m filled in.
 func eachFrame(m *StoredMessage, first, last int64, ids, frames []byte, fn func(*StoredMessage) error) error {
-	fs, err := DecodeFrames(ids, frames)
-	if err != nil {
+	if int64(len(ids)/16) != last-first+1 || len(ids)%16 != 0 {
+		return fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds %d message ids", ErrCorruptSegment, m.Queue, m.Partition, first, last, len(ids)/16)
+	}
+	k := int64(0)
+	err := walkFrames(ids, frames, func(v *frameView) error {
+		m.Offset = first + k
+		k++
+		m.MessageID = v.messageID
+		m.TransactionID = string(v.txn)
+		return fn(m)
+	})
+	if errors.Is(err, ErrCorruptSegment) {
 		return fmt.Errorf("%w: queue %q partition %q segment at offset %d", err, m.Queue, m.Partition, first)
 	}
-	if int64(len(fs)) != last-first+1 {
-		return fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds %d frames", ErrCorruptSegment, m.Queue, m.Partition, first, last, len(fs))
-	}
-	for i := range fs {
-		m.Offset = first + int64(i)
-		m.MessageID = fs[i].MessageID
-		m.TransactionID = fs[i].TransactionID
-		if err := fn(m); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 // EachMessageAfter calls fn for every stored frame of queue whose segment

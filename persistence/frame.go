@@ -42,50 +42,82 @@ func AppendFrame(dst []byte, txn string, trace *string, payload []byte) []byte {
 // ErrCorruptSegment is returned when a segment's bytes do not decode.
 var ErrCorruptSegment = errors.New("persistence: corrupt segment")
 
-// DecodeFrames unpacks a segment's frames and message ids.
+// DecodeFrames unpacks a segment's frames and message ids. Each frame's
+// strings and payload are copies: the result does not alias the arguments.
 func DecodeFrames(messageIDs, frames []byte) ([]Frame, error) {
 	if len(messageIDs)%16 != 0 {
 		return nil, ErrCorruptSegment
 	}
-	n := len(messageIDs) / 16
-	out := make([]Frame, 0, n)
+	out := make([]Frame, 0, len(messageIDs)/16)
+	err := walkFrames(messageIDs, frames, func(v *frameView) error {
+		f := Frame{MessageID: v.messageID, TransactionID: string(v.txn), Payload: append([]byte(nil), v.payload...)}
+		if v.trace != nil {
+			t := string(v.trace)
+			f.TraceID = &t
+		}
+		out = append(out, f)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// frameView is one frame as walkFrames yields it: its fields alias the
+// segment's bytes and are valid only during the callback.
+type frameView struct {
+	messageID uuid.UUID
+	txn       []byte
+	trace     []byte // nil: no trace id
+	payload   []byte
+}
+
+// walkFrames calls fn for each frame of a segment, in order, without
+// copying anything (one frameView reused for every frame). Bytes that do
+// not decode, or message ids that do not pair one to one with the frames,
+// are ErrCorruptSegment (fn may have been called for the frames before the
+// fault); an error from fn stops the walk and is returned.
+func walkFrames(messageIDs, frames []byte, fn func(*frameView) error) error {
+	if len(messageIDs)%16 != 0 {
+		return ErrCorruptSegment
+	}
 	b := frames
-	str := func() (string, bool) {
+	next := func() ([]byte, bool) {
 		l, k := binary.Uvarint(b)
 		if k <= 0 || uint64(len(b)-k) < l {
-			return "", false
+			return nil, false
 		}
-		s := string(b[k : k+int(l)])
+		v := b[k : k+int(l) : k+int(l)]
 		b = b[k+int(l):]
-		return s, true
+		return v, true
 	}
-	for i := 0; i < n; i++ {
-		var f Frame
-		copy(f.MessageID[:], messageIDs[i*16:])
+	var v frameView
+	for i, n := 0, len(messageIDs)/16; i < n; i++ {
+		copy(v.messageID[:], messageIDs[i*16:])
 		var ok bool
-		if f.TransactionID, ok = str(); !ok || len(b) == 0 {
-			return nil, ErrCorruptSegment
+		if v.txn, ok = next(); !ok || len(b) == 0 {
+			return ErrCorruptSegment
 		}
 		flag := b[0]
 		b = b[1:]
+		v.trace = nil
 		if flag == 1 {
-			t, ok := str()
-			if !ok {
-				return nil, ErrCorruptSegment
+			if v.trace, ok = next(); !ok {
+				return ErrCorruptSegment
 			}
-			f.TraceID = &t
 		}
-		p, ok := str()
-		if !ok {
-			return nil, ErrCorruptSegment
+		if v.payload, ok = next(); !ok {
+			return ErrCorruptSegment
 		}
-		f.Payload = []byte(p)
-		out = append(out, f)
+		if err := fn(&v); err != nil {
+			return err
+		}
 	}
 	if len(b) != 0 {
-		return nil, ErrCorruptSegment
+		return ErrCorruptSegment
 	}
-	return out, nil
+	return nil
 }
 
 // FramePayload returns the payload of frame k (0-based) of a segment's
