@@ -140,12 +140,12 @@ type ledger struct {
 	chunks   [][]uint64
 	// hi is one more than the highest sequence number sent.
 	hi     uint64
-	pend   map[uint64]pendingID
+	pend   pendingSet
 	issues *issues
 }
 
 func newLedger(producer int, queue string, parts []string) *ledger {
-	return &ledger{producer: producer, parts: parts, queue: queue, pend: map[uint64]pendingID{}, issues: newIssues()}
+	return &ledger{producer: producer, parts: parts, queue: queue, issues: newIssues()}
 }
 
 // partOf is the partition index of (producer, seq): a fixed mix, so a
@@ -200,7 +200,7 @@ func (l *ledger) sentLocked(seq uint64) {
 // match pairs an answer's message id with the stored frame's (or keeps it
 // until the frame is read). kind is what the answer was.
 func (l *ledger) match(seq uint64, id uuid.UUID, queued bool, st uint8) {
-	p, ok := l.pend[seq]
+	p, ok := l.pend.get(seq)
 	switch {
 	case ok && p.fromStore:
 		if uuid.UUID(p.id) != id {
@@ -210,13 +210,13 @@ func (l *ledger) match(seq uint64, id uuid.UUID, queued bool, st uint8) {
 				l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original is message %s", l.name(seq), id, uuid.UUID(p.id))
 			}
 		}
-		delete(l.pend, seq)
+		l.pend.del(seq)
 	case ok:
 		if uuid.UUID(p.id) != id {
 			l.issues.add(IssueWrongDuplicateID, "%s was answered with message %s and with message %s", l.name(seq), uuid.UUID(p.id), id)
 		}
 	case st&stStoredMask == 0:
-		l.pend[seq] = pendingID{id: id, fromQueued: queued}
+		l.pend.put(seq, pendingID{id: id, fromQueued: queued})
 	}
 }
 
@@ -285,7 +285,7 @@ func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, int
 	st := l.get(seq)
 	n := st & stStoredMask >> 2
 	if n == 0 && !recount {
-		p, ok := l.pend[seq]
+		p, ok := l.pend.get(seq)
 		switch {
 		case ok && !p.fromStore:
 			if uuid.UUID(p.id) != id {
@@ -295,11 +295,11 @@ func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, int
 					into.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original (offset %d) is message %s", l.name(seq), uuid.UUID(p.id), offset, id)
 				}
 			}
-			delete(l.pend, seq)
+			l.pend.del(seq)
 		case !ok:
 			// Not answered yet (or only failed): the answer, if one
 			// comes, is checked against the frame.
-			l.pend[seq] = pendingID{id: id, fromStore: true}
+			l.pend.put(seq, pendingID{id: id, fromStore: true})
 		}
 	}
 	if n < 3 {
@@ -313,7 +313,7 @@ func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, int
 func (l *ledger) pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.pend)
+	return l.pend.len()
 }
 
 // ledgerTotals are the counts of a final pass over a ledger.
@@ -376,10 +376,9 @@ func inc(n uint8) uint8 {
 	return n + 1
 }
 
-// bytes is the ledger's memory: the bitmap chunks and the awaited ids (a
-// map entry costs about 48 bytes).
+// bytes is the ledger's memory: the bitmap chunks and the awaited ids.
 func (l *ledger) bytes() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return int64(len(l.chunks))*chunkSeqs/2 + int64(len(l.pend))*48
+	return int64(len(l.chunks))*chunkSeqs/2 + l.pend.bytes()
 }
