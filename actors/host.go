@@ -358,6 +358,31 @@ type parentActor struct {
 	// a first activation start cold too, which costs probes, not verdicts).
 	recent []uint64
 	seq    int
+	// shared is the Props every partition actor is spawned with; next is
+	// the actor its producer returns (set only during spawn).
+	shared *actor.Props
+	next   *partitionActor
+}
+
+// stopOnFailure is the partition actors' guardian strategy: a panicking
+// actor is stopped (it answers what it holds in *actor.Stopping), never
+// restarted.
+var stopOnFailure = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })
+
+// props returns the shared partition-actor Props: a lock-free unbounded
+// mailbox (a linked queue, ~16 bytes while empty, where the default ring
+// starts at 10 slots; the host's MaxPendingItems and MaxInFlightItems bound
+// what waits) and the stopping guardian.
+func (p *parentActor) props() *actor.Props {
+	if p.shared == nil {
+		p.shared = actor.PropsFromProducer(func() actor.Actor {
+			if p.next == nil {
+				panic("actors: partition actor produced outside spawn")
+			}
+			return p.next
+		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure))
+	}
+	return p.shared
 }
 
 // child is the parent's record of one partition actor.
@@ -514,19 +539,25 @@ func (p *parentActor) spawn(ctx actor.Context, k partitionKey) (*child, error) {
 		b := recentBit(k)
 		cold = p.recent[b/64]&(1<<(b%64)) != 0
 	}
-	props := actor.PropsFromProducer(func() actor.Actor {
-		cache := p.host.cfg.NewCache()
-		if cold {
-			cache.StartCold()
-		}
-		return &partitionActor{host: p.host, key: k, cache: cache}
-	})
+	a := &partitionActor{host: p.host, key: k, cache: p.host.cfg.NewCache()}
+	if cold {
+		a.cache.StartCold()
+	}
+	// One Props for every partition (a Props is ~230 bytes): its producer
+	// hands over the actor built here, since protoactor calls it inside
+	// SpawnNamed, on this goroutine. It is called nowhere else: the
+	// guardian stops a failing partition actor instead of restarting it
+	// (a restart would build a fresh actor and lose the pushes it held;
+	// stopping answers them, and the next push spawns a new one).
+	//
 	// Spawned at the root, not as children: protoactor keeps a parent's
 	// children in a PIDSet whose removals leave stale pointers in its
 	// backing array, which kept every passivated actor (mailbox, state,
 	// cache) reachable. An actor reports its own end (partitionStopped),
 	// so no watch (and no per-actor watcher set) is needed either.
-	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, "p"+strconv.Itoa(p.seq))
+	p.next = a
+	pid, err := ctx.ActorSystem().Root.SpawnNamed(p.props(), "p"+strconv.Itoa(p.seq))
+	p.next = nil
 	if err != nil {
 		return nil, queen.ErrInternal.With("spawn partition actor %s: %v", k, err)
 	}

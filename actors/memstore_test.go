@@ -3,7 +3,9 @@ package actors
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -101,6 +103,9 @@ func liveHeap() int64 {
 // 20,000 partitions through a real host; the store keeps nothing.
 //
 //	go test -run '^$' -bench BenchmarkPartitionMemory -benchtime 1x ./actors/
+//
+// With QUEEN_BENCH_HEAP_PROFILE=path it writes the heap profile taken while
+// the partitions are active (go tool pprof -sample_index=inuse_space).
 func BenchmarkPartitionMemory(b *testing.B) {
 	const n = 20000
 	for range b.N {
@@ -127,12 +132,28 @@ func BenchmarkPartitionMemory(b *testing.B) {
 		}
 		pend = nil
 		active := liveHeap()
+		if path := os.Getenv("QUEEN_BENCH_HEAP_PROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		b.ReportMetric(float64(active-before)/n, "B/active-partition")
 		passivateUntil(b, h, 0, func() bool { return h.PartitionStats().Active == 0 })
 		passive := liveHeap()
 		b.ReportMetric(float64(passive-before)/n, "B/passivated-partition")
 		h.Stop(context.Background()) //nolint:errcheck
 		runtime.KeepAlive(cache)
+	}
+}
+
+// writeHeapProfile writes the live heap (pprof format) to path: what the
+// active partitions hold, by allocation site.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
 	}
 }
 

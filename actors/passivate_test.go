@@ -3,12 +3,14 @@ package actors
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
 )
 
 // fakeClock is an injected idle clock.
@@ -152,4 +154,35 @@ func TestOnlyIdlePartitionsArePassivated(t *testing.T) {
 	require.Equal(t, int64(1), h.PartitionStats().Active)
 	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
 	require.Equal(t, uint64(2), h.PartitionStats().Passivated)
+}
+
+// panicCache panics in Prepare while armed.
+type panicCache struct {
+	noCache
+	armed *atomic.Bool
+}
+
+func (c panicCache) Prepare(b *persistence.PushBatch) {
+	if c.armed.Load() {
+		panic("test: cache fails")
+	}
+	c.noCache.Prepare(b)
+}
+
+// TestAFailingPartitionActorIsStoppedAndAnswers: a partition actor that
+// panics is stopped, not restarted (the shared Props' producer can only
+// build an actor during spawn): the push it held is answered (retryable),
+// and the next push spawns a new actor.
+func TestAFailingPartitionActorIsStoppedAndAnswers(t *testing.T) {
+	armed := &atomic.Bool{}
+	armed.Store(true)
+	h := NewHost(Config{Store: newMemStore(), Logger: quiet(), NewCache: func() HashCache { return panicCache{armed: armed} }})
+	defer h.Stop(context.Background()) //nolint:errcheck
+	_, err := h.Push(context.Background(), "q", "p", []*queen.Item{item("t1")})
+	require.ErrorIs(t, err, queen.ErrShuttingDown)
+	waitFor(t, func() bool { return h.PartitionStats().Active == 0 })
+	armed.Store(false)
+	require.Equal(t, queen.Queued, pushTxn(t, h, "p", "t1").Verdict)
+	require.Equal(t, queen.Duplicate, pushTxn(t, h, "p", "t1").Verdict)
+	require.Equal(t, int64(1), h.PartitionStats().Active)
 }
