@@ -66,6 +66,17 @@ type Config struct {
 	// PartitionIdle and 1.25 × PartitionIdle after its last push. 0 (the
 	// zero value) disables passivation; the broker's default is 2m.
 	PartitionIdle time.Duration
+	// MaxActivePartitions bounds the partition actors alive at once (the
+	// broker derives it from QUEEN_PARTITION_MEMORY_MB: MiB ÷
+	// ActivePartitionBytes). When a spawn takes the count over it, the
+	// least recently pushed partitions are asked to passivate, whatever
+	// PartitionIdle says; one with a push waiting or a commit running
+	// refuses and stays (it is asked again at the next spawn over the
+	// bound), so the count may exceed the bound by the busy partitions.
+	// A partition passivated so starts cold when it comes back (spawn and
+	// full-window probes, never a window re-read). 0 (the zero value): no
+	// bound.
+	MaxActivePartitions int
 	// Now is the clock idle time is measured on (default time.Now). Tests
 	// inject one and call Passivate instead of waiting for the sweep.
 	Now     func() time.Time
@@ -78,6 +89,9 @@ type Config struct {
 	// stopping.
 	onStopping func(partitionKey)
 	onHeld     func(partitionKey)
+	// onRefusing runs in a partition actor that refuses to passivate,
+	// before it answers.
+	onRefusing func(partitionKey)
 }
 
 // Host owns the actor system and the parent of the partition actors.
@@ -99,6 +113,7 @@ type Host struct {
 	start      time.Time
 	active     atomic.Int64
 	passivated atomic.Uint64
+	pressured  atomic.Uint64 // passivated for MaxActivePartitions
 	stopping   atomic.Bool // the parent is being stopped: spawn nothing
 	sweepStop  chan struct{}
 	sweepDone  chan struct{}
@@ -159,7 +174,9 @@ func NewHost(cfg Config) *Host {
 	quiet := slog.New(slog.NewTextHandler(discard{}, nil))
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	h.parent = h.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &parentActor{host: h, children: map[partitionKey]*child{}}
+		p := &parentActor{host: h, children: map[partitionKey]*child{}}
+		p.lru.prev, p.lru.next = &p.lru, &p.lru
+		return p
 	}))
 	if cfg.PartitionIdle > 0 {
 		h.sweepStop, h.sweepDone = make(chan struct{}), make(chan struct{})
@@ -189,27 +206,52 @@ func (h *Host) sweep(interval time.Duration) {
 
 // Passivate asks every partition actor that has had no push for at least
 // idle (on Config.Now's clock; 0: every one) and has nothing waiting or
-// committing to stop. It returns at once; PartitionStats shows the
-// outcome. The idle sweep calls it with PartitionIdle; tests call it to
-// force passivation.
+// committing to stop, and enforces MaxActivePartitions. It returns at
+// once; PartitionStats shows the outcome. The idle sweep calls it with
+// PartitionIdle; tests call it to force passivation.
 func (h *Host) Passivate(idle time.Duration) {
-	h.system.Root.Send(h.parent, &passivateSweep{cutoff: h.clock() - int64(idle)})
+	h.system.Root.Send(h.parent, &passivateSweep{cutoff: h.clock() - int64(idle), idle: true})
 }
+
+// enforceBound asks the least recently pushed partitions over
+// MaxActivePartitions to passivate (what every spawn over the bound does).
+func (h *Host) enforceBound() {
+	h.system.Root.Send(h.parent, &passivateSweep{})
+}
+
+// ActivePartitionBytes is the Go heap one active partition holds on this
+// broker, measured by BenchmarkPartitionMemory (1,379-1,393 bytes: its
+// actor, protoactor process, mailbox and registry entry, the parent's
+// record, its dedup cache's partition record and first generation holding
+// one hash): the unit of QUEEN_PARTITION_MEMORY_MB and of
+// PartitionStats.Bytes. A partition's hashes past the first are the dedup
+// cache's, within its own budget.
+const ActivePartitionBytes = 1400
 
 // PartitionStats is the partition actors' state for /health and metrics.
 type PartitionStats struct {
 	// Active is the partition actors alive (spawned and not yet passivated).
 	Active int64 `json:"active"`
-	// Passivated counts the partition actors stopped for being idle since
-	// the host started.
+	// Passivated counts the partition actors stopped since the host
+	// started, for being idle or for the bound.
 	Passivated uint64 `json:"passivatedTotal"`
-	// IdleSeconds is PartitionIdle in seconds (0: passivation off).
+	// PressurePassivated counts those of Passivated stopped for
+	// MaxActivePartitions (the least recently pushed first).
+	PressurePassivated uint64 `json:"pressurePassivatedTotal"`
+	// IdleSeconds is PartitionIdle in seconds (0: idle passivation off).
 	IdleSeconds float64 `json:"idleSeconds"`
+	// MaxActive is MaxActivePartitions (0: no bound).
+	MaxActive int `json:"maxActive"`
+	// Bytes estimates the heap the active partitions hold: Active ×
+	// ActivePartitionBytes.
+	Bytes int64 `json:"bytes"`
 }
 
 // PartitionStats returns the active and passivated partition counts.
 func (h *Host) PartitionStats() PartitionStats {
-	return PartitionStats{Active: h.active.Load(), Passivated: h.passivated.Load(), IdleSeconds: h.cfg.PartitionIdle.Seconds()}
+	a := h.active.Load()
+	return PartitionStats{Active: a, Passivated: h.passivated.Load(), PressurePassivated: h.pressured.Load(),
+		IdleSeconds: h.cfg.PartitionIdle.Seconds(), MaxActive: h.cfg.MaxActivePartitions, Bytes: a * ActivePartitionBytes}
 }
 
 type discard struct{}
@@ -348,9 +390,16 @@ func (h *Host) Stop(ctx context.Context) error {
 // incarnation spawned then, in arrival order. So no two incarnations of a
 // partition are ever alive together, and each push reaches exactly one
 // actor and is answered once.
+//
+// The children not stopping are kept in an intrusive list by their last
+// push (lru: a push moves its partition to the front in O(1)); a spawn
+// that takes them over MaxActivePartitions asks the ones at the back to
+// passivate, by the same handshake.
 type parentActor struct {
 	host     *Host
 	children map[partitionKey]*child
+	lru      child // sentinel: lru.next is the most recently pushed
+	live     int   // children not stopping (the ones in lru)
 	peak     int // the most children since the map was last rebuilt
 	// recent remembers partitions passivated before (a bit per hash of the
 	// key, never cleared; 128 KiB): a reactivated partition's cache starts
@@ -387,16 +436,60 @@ func (p *parentActor) props() *actor.Props {
 
 // child is the parent's record of one partition actor.
 type child struct {
-	pid      *actor.PID
-	last     int64 // host clock of the last push forwarded
-	stopping bool  // asked to passivate: pushes are held until it answers
-	held     []*pushReq
+	pid        *actor.PID
+	prev, next *child // in parentActor.lru while not stopping
+	last       int64  // host clock of the last push forwarded
+	stopping   bool   // asked to passivate: pushes are held until it answers
+	pressured  bool   // asked for MaxActivePartitions, not for idleness
+	held       []*pushReq
+}
+
+// unlink takes c out of the lru list.
+func (p *parentActor) unlink(c *child) {
+	if c.prev == nil {
+		return
+	}
+	c.prev.next, c.next.prev = c.next, c.prev
+	c.prev, c.next = nil, nil
+}
+
+// link puts c at the lru list's front (most recently pushed), or at its
+// back when back is set.
+func (p *parentActor) link(c *child, back bool) {
+	at := &p.lru // insert after at
+	if back {
+		at = p.lru.prev
+	}
+	c.prev, c.next = at, at.next
+	at.next.prev = c
+	at.next = c
+}
+
+// ask marks c stopping and sends it passivateReq.
+func (p *parentActor) ask(ctx actor.Context, c *child, pressured bool) {
+	p.unlink(c)
+	p.live--
+	c.stopping, c.pressured = true, pressured
+	ctx.Send(c.pid, &passivateReq{})
+}
+
+// enforce asks the least recently pushed children to passivate while more
+// than MaxActivePartitions are not stopping.
+func (p *parentActor) enforce(ctx actor.Context) {
+	bound := p.host.cfg.MaxActivePartitions
+	for bound > 0 && p.live > bound && p.lru.prev != &p.lru {
+		p.ask(ctx, p.lru.prev, true)
+	}
 }
 
 const recentBits = 1 << 20
 
-// passivateSweep asks the partitions idle since cutoff (host clock) to stop.
-type passivateSweep struct{ cutoff int64 }
+// passivateSweep asks the partitions idle since cutoff (host clock) to stop
+// (when idle is set), then enforces MaxActivePartitions.
+type passivateSweep struct {
+	cutoff int64
+	idle   bool
+}
 
 // passivateReq asks a partition actor to stop if it is idle.
 type passivateReq struct{}
@@ -425,8 +518,13 @@ func (p *parentActor) Receive(ctx actor.Context) {
 				m.respond(pushResp{err: err})
 				return
 			}
+			p.enforce(ctx)
 		}
 		c.last = p.host.clock()
+		if !c.stopping && p.lru.next != c {
+			p.unlink(c)
+			p.link(c, false)
+		}
 		if c.stopping {
 			c.held = append(c.held, m)
 			if p.host.cfg.onHeld != nil {
@@ -436,18 +534,24 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		}
 		ctx.Send(c.pid, m)
 	case *passivateSweep:
-		for _, c := range p.children {
-			if !c.stopping && c.last <= m.cutoff {
-				c.stopping = true
-				ctx.Send(c.pid, &passivateReq{})
+		if m.idle {
+			for _, c := range p.children {
+				if !c.stopping && c.last <= m.cutoff {
+					p.ask(ctx, c, false)
+				}
 			}
 		}
+		p.enforce(ctx)
 	case *passivateRefused:
 		c := p.children[m.key]
 		if c == nil || !c.stopping {
 			return
 		}
-		c.stopping = false
+		// Busy: back where it was asked from (the back, when it was the
+		// least recently pushed), or to the front if pushes came meanwhile.
+		c.stopping, c.pressured = false, false
+		p.live++
+		p.link(c, len(c.held) == 0)
 		for _, r := range c.held {
 			ctx.Send(c.pid, r)
 		}
@@ -481,11 +585,16 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		p.host.active.Add(-1)
 		p.shrink()
 		if !c.stopping {
-			// Not a passivation (the supervisor gave up on a failing
-			// actor): the next push spawns a new one.
+			// Not a passivation (the guardian stopped a failing actor):
+			// the next push spawns a new one.
+			p.unlink(c)
+			p.live--
 			return
 		}
 		p.host.passivated.Add(1)
+		if c.pressured {
+			p.host.pressured.Add(1)
+		}
 		if p.recent == nil {
 			p.recent = make([]uint64, recentBits/64)
 		}
@@ -507,6 +616,7 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		for _, r := range c.held {
 			ctx.Send(n.pid, r)
 		}
+		p.enforce(ctx)
 	}
 }
 
@@ -563,6 +673,8 @@ func (p *parentActor) spawn(ctx actor.Context, k partitionKey) (*child, error) {
 	}
 	c := &child{pid: pid}
 	p.children[k] = c
+	p.link(c, false)
+	p.live++
 	p.host.active.Add(1)
 	return c, nil
 }

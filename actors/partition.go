@@ -80,6 +80,9 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 		}
 	case *passivateReq:
 		if a.committing || len(a.pending) > 0 {
+			if a.host.cfg.onRefusing != nil {
+				a.host.cfg.onRefusing(a.key)
+			}
 			ctx.Send(a.host.parent, &passivateRefused{key: a.key})
 			return
 		}

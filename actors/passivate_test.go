@@ -119,8 +119,12 @@ func TestRepeatArrivingWhileTheActorStopsIsAnsweredOnce(t *testing.T) {
 // to stop; the push held meanwhile is forwarded to it.
 func TestABusyPartitionIsNotPassivated(t *testing.T) {
 	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 10)}
-	held := make(chan struct{}, 4)
-	h := NewHost(Config{Store: st, Logger: quiet(), onHeld: func(partitionKey) { held <- struct{}{} }})
+	// The refusal waits until the second push is held: otherwise it may
+	// reach the parent first, and the push would not be held at all.
+	held := make(chan struct{})
+	h := NewHost(Config{Store: st, Logger: quiet(),
+		onHeld:     func(partitionKey) { close(held) },
+		onRefusing: func(partitionKey) { <-held }})
 	defer h.Stop(context.Background()) //nolint:errcheck
 	first, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
 	require.NoError(t, err)
@@ -137,7 +141,7 @@ func TestABusyPartitionIsNotPassivated(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, queen.Queued, rs[0].Verdict)
 	}
-	require.Equal(t, PartitionStats{Active: 1}, h.PartitionStats())
+	require.Equal(t, PartitionStats{Active: 1, Bytes: ActivePartitionBytes}, h.PartitionStats())
 }
 
 // TestOnlyIdlePartitionsArePassivated: the idle time is measured on the
@@ -185,4 +189,67 @@ func TestAFailingPartitionActorIsStoppedAndAnswers(t *testing.T) {
 	require.Equal(t, queen.Queued, pushTxn(t, h, "p", "t1").Verdict)
 	require.Equal(t, queen.Duplicate, pushTxn(t, h, "p", "t1").Verdict)
 	require.Equal(t, int64(1), h.PartitionStats().Active)
+}
+
+// TestPressurePassivatesTheLeastRecentlyPushedFirst: over
+// MaxActivePartitions, the partitions pushed least recently are passivated
+// first, whatever PartitionIdle says (off here); a repeat to one of them
+// reactivates it cold and is a duplicate with the original's message id.
+func TestPressurePassivatesTheLeastRecentlyPushedFirst(t *testing.T) {
+	var mu sync.Mutex
+	var stopped []string
+	h, cache := cachedHost(t, Config{MaxActivePartitions: 3, onStopping: func(k partitionKey) {
+		mu.Lock()
+		stopped = append(stopped, k.partition)
+		mu.Unlock()
+	}})
+	stoppedNow := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), stopped...)
+	}
+	// settle re-asks (as the next spawn would) until n partitions were
+	// passivated: an actor that has just answered a push may refuse once,
+	// before its commitDone.
+	settle := func(n uint64) {
+		waitFor(t, func() bool {
+			if h.PartitionStats().PressurePassivated >= n && h.PartitionStats().Active <= 3 {
+				return true
+			}
+			h.enforceBound()
+			return false
+		})
+	}
+	orig := map[string]queen.Result{}
+	for _, p := range []string{"a", "b", "c"} {
+		orig[p] = pushTxn(t, h, p, "t-"+p)
+		require.Equal(t, queen.Queued, orig[p].Verdict)
+	}
+	pushTxn(t, h, "a", "t-a2") // order now a, c, b
+	require.Equal(t, int64(3), h.PartitionStats().Active)
+
+	pushTxn(t, h, "d", "t-d")
+	settle(1)
+	require.Equal(t, []string{"b"}, stoppedNow(), "the least recently pushed goes first")
+	pushTxn(t, h, "e", "t-e") // e, d, a, c: c goes
+	settle(2)
+	require.Equal(t, []string{"b", "c"}, stoppedNow())
+
+	again := pushTxn(t, h, "b", "t-b") // b, e, d, a: a goes
+	require.Equal(t, queen.Duplicate, again.Verdict)
+	require.Equal(t, orig["b"].MessageID, again.MessageID, "the duplicate echoes the original's message id")
+	settle(3)
+	require.Equal(t, []string{"b", "c", "a"}, stoppedNow())
+	for _, p := range []string{"a", "c"} {
+		r := pushTxn(t, h, p, "t-"+p)
+		require.Equal(t, queen.Duplicate, r.Verdict)
+		require.Equal(t, orig[p].MessageID, r.MessageID)
+	}
+	settle(5)
+	st := h.PartitionStats()
+	require.Equal(t, int64(3), st.Active)
+	require.Equal(t, uint64(5), st.Passivated)
+	require.Equal(t, 3, st.MaxActive)
+	require.Equal(t, 3*int64(ActivePartitionBytes), st.Bytes)
+	require.Zero(t, cache.Stats().Hydrations, "reactivation reads no window back")
 }
