@@ -114,7 +114,7 @@ type Host struct {
 	active     atomic.Int64
 	passivated atomic.Uint64
 	pressured  atomic.Uint64 // passivated for MaxActivePartitions
-	stopping   atomic.Bool // the parent is being stopped: spawn nothing
+	stopping   atomic.Bool   // the parent is being stopped: spawn nothing
 	sweepStop  chan struct{}
 	sweepDone  chan struct{}
 }
@@ -400,7 +400,7 @@ type parentActor struct {
 	children map[partitionKey]*child
 	lru      child // sentinel: lru.next is the most recently pushed
 	live     int   // children not stopping (the ones in lru)
-	peak     int // the most children since the map was last rebuilt
+	peak     int   // the most children since the map was last rebuilt
 	// recent remembers partitions passivated before (a bit per hash of the
 	// key, never cleared; 128 KiB): a reactivated partition's cache starts
 	// cold instead of re-reading its whole window (a false positive makes
