@@ -497,6 +497,10 @@ type passivateReq struct{}
 // passivateRefused is a partition actor's answer when it was not idle.
 type passivateRefused struct{ key partitionKey }
 
+// partitionIdle is sent by a partition actor that refused to passivate,
+// once it is idle: the parent enforces MaxActivePartitions again.
+type partitionIdle struct{}
+
 // partitionStopped is a partition actor's last message, sent once it is
 // out of the process registry.
 type partitionStopped struct {
@@ -541,6 +545,8 @@ func (p *parentActor) Receive(ctx actor.Context) {
 				}
 			}
 		}
+		p.enforce(ctx)
+	case *partitionIdle:
 		p.enforce(ctx)
 	case *passivateRefused:
 		c := p.children[m.key]

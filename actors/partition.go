@@ -52,6 +52,7 @@ type partitionActor struct {
 	pending     []*pushReq // nil while idle: an answered request is not kept
 	pendingN    int32
 	committing  bool
+	refused     bool // refused to passivate: tell the parent once idle
 	pendingB    int64
 	cache       HashCache
 }
@@ -77,12 +78,18 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 		a.partitionID = m.partitionID
 		if len(a.pending) > 0 {
 			a.startCommit(ctx)
+		} else if a.refused {
+			// Idle now: the parent may still be over MaxActivePartitions
+			// because of the refusal, with no spawn coming to re-ask.
+			a.refused = false
+			ctx.Send(a.host.parent, &partitionIdle{})
 		}
 	case *passivateReq:
 		if a.committing || len(a.pending) > 0 {
 			if a.host.cfg.onRefusing != nil {
 				a.host.cfg.onRefusing(a.key)
 			}
+			a.refused = true
 			ctx.Send(a.host.parent, &passivateRefused{key: a.key})
 			return
 		}

@@ -253,3 +253,31 @@ func TestPressurePassivatesTheLeastRecentlyPushedFirst(t *testing.T) {
 	require.Equal(t, 3*int64(ActivePartitionBytes), st.Bytes)
 	require.Zero(t, cache.Stats().Hydrations, "reactivation reads no window back")
 }
+
+// TestARefusedPartitionIsAskedAgainOnceIdle: a partition asked to
+// passivate for the bound while committing refuses; once its commit ends it
+// tells the parent, which asks again: the bound holds with no further
+// spawn and no sweep.
+func TestARefusedPartitionIsAskedAgainOnceIdle(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 10)}
+	refused := make(chan struct{}, 4)
+	h := NewHost(Config{Store: st, Logger: quiet(), MaxActivePartitions: 1,
+		onRefusing: func(partitionKey) { refused <- struct{}{} }})
+	defer h.Stop(context.Background()) //nolint:errcheck
+	first, err := h.Enqueue("q", "a", []*queen.Item{item("x")})
+	require.NoError(t, err)
+	<-st.started // a commits
+	second, err := h.Enqueue("q", "b", []*queen.Item{item("y")})
+	require.NoError(t, err)
+	<-refused // b's spawn asked a, which is committing
+	st.gate <- struct{}{}
+	<-st.started
+	st.gate <- struct{}{}
+	for _, p := range []*Pending{first, second} {
+		rs, err := p.Wait(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, queen.Queued, rs[0].Verdict)
+	}
+	waitFor(t, func() bool { return h.PartitionStats().Active == 1 })
+	require.Equal(t, uint64(1), h.PartitionStats().PressurePassivated)
+}
