@@ -213,6 +213,16 @@ func (h *Host) Passivate(idle time.Duration) {
 	h.system.Root.Send(h.parent, &passivateSweep{cutoff: h.clock() - int64(idle), idle: true})
 }
 
+// PassivateWhere asks every partition actor whose (queue, partition)
+// match reports true, and that has nothing waiting or committing, to stop:
+// the partitions of shards this broker no longer owns (SPEC.md §9). One
+// that is busy refuses and is left to the idle sweep and the bound. It
+// returns at once; match runs on the parent actor, once per partition
+// actor alive.
+func (h *Host) PassivateWhere(match func(queue, partition string) bool) {
+	h.system.Root.Send(h.parent, &passivateSweep{match: match})
+}
+
 // enforceBound asks the least recently pushed partitions over
 // MaxActivePartitions to passivate (what every spawn over the bound does).
 func (h *Host) enforceBound() {
@@ -489,6 +499,7 @@ const recentBits = 1 << 20
 type passivateSweep struct {
 	cutoff int64
 	idle   bool
+	match  func(queue, partition string) bool // stop these (PassivateWhere)
 }
 
 // passivateReq asks a partition actor to stop if it is idle.
@@ -541,6 +552,13 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		if m.idle {
 			for _, c := range p.children {
 				if !c.stopping && c.last <= m.cutoff {
+					p.ask(ctx, c, false)
+				}
+			}
+		}
+		if m.match != nil {
+			for k, c := range p.children {
+				if !c.stopping && m.match(k.queue, k.partition) {
 					p.ask(ctx, c, false)
 				}
 			}

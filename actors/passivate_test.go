@@ -281,3 +281,30 @@ func TestARefusedPartitionIsAskedAgainOnceIdle(t *testing.T) {
 	waitFor(t, func() bool { return h.PartitionStats().Active == 1 })
 	require.Equal(t, uint64(1), h.PartitionStats().PressurePassivated)
 }
+
+// TestPassivateWhereStopsTheMatchingPartitions: the partitions of shards
+// this broker lost (any predicate) are passivated at once, the others stay.
+func TestPassivateWhereStopsTheMatchingPartitions(t *testing.T) {
+	var mu sync.Mutex
+	stopped := map[string]bool{}
+	h, _ := cachedHost(t, Config{onStopping: func(k partitionKey) {
+		mu.Lock()
+		stopped[k.partition] = true
+		mu.Unlock()
+	}})
+	for _, p := range []string{"a", "b", "c", "d"} {
+		pushTxn(t, h, p, "t")
+	}
+	lost := map[string]bool{"a": true, "c": true}
+	waitFor(t, func() bool {
+		if h.PartitionStats().Active == 2 {
+			return true
+		}
+		h.PassivateWhere(func(_, partition string) bool { return lost[partition] })
+		return false
+	})
+	mu.Lock()
+	require.Equal(t, lost, stopped)
+	mu.Unlock()
+	require.Equal(t, queen.Duplicate, pushTxn(t, h, "a", "t").Verdict)
+}

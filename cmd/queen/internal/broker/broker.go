@@ -267,6 +267,14 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.members = shards.NewMembership(shards.MembershipConfig{
 		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(),
 		Count: cfg.ShardCount, Lease: cfg.ShardLease, Logger: b.log,
+		// The partitions of shards that moved away are released at once.
+		OnLost: func(lost []int, count int) {
+			gone := make(map[int]bool, len(lost))
+			for _, n := range lost {
+				gone[n] = true
+			}
+			b.host.PassivateWhere(func(queue, partition string) bool { return gone[shards.Of(queue, partition, count)] })
+		},
 	})
 	if err = b.members.Start(ctx); err != nil {
 		return err
