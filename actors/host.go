@@ -230,7 +230,7 @@ func (h *Host) enforceBound() {
 }
 
 // ActivePartitionBytes is the Go heap one active partition holds on this
-// broker, measured by BenchmarkPartitionMemory (1,379-1,393 bytes: its
+// broker, measured by BenchmarkPartitionMemory (1,379-1,412 bytes: its
 // actor, protoactor process, mailbox and registry entry, the parent's
 // record, its dedup cache's partition record and first generation holding
 // one hash): the unit of QUEEN_PARTITION_MEMORY_MB and of
