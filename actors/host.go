@@ -71,8 +71,9 @@ type Config struct {
 	// ActivePartitionBytes). When a spawn takes the count over it, the
 	// least recently pushed partitions are asked to passivate, whatever
 	// PartitionIdle says; one with a push waiting or a commit running
-	// refuses and stays (it is asked again at the next spawn over the
-	// bound), so the count may exceed the bound by the busy partitions.
+	// refuses and stays, and the bound is enforced again once it is idle
+	// (or at the next spawn), so the count may exceed the bound by the
+	// busy partitions for as long as they are busy.
 	// A partition passivated so starts cold when it comes back (spawn and
 	// full-window probes, never a window re-read). 0 (the zero value): no
 	// bound.
