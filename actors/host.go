@@ -417,7 +417,15 @@ type parentActor struct {
 	// cold instead of re-reading its whole window (a false positive makes
 	// a first activation start cold too, which costs probes, not verdicts).
 	recent []uint64
-	seq    int
+	// ids remembers the partition ids of passivated partitions (a
+	// direct-mapped table, idSlots × 32 bytes = 4 MiB, allocated at the
+	// first passivation): a reactivated partition whose slot still holds
+	// its id commits at once instead of looking its id up in PostgreSQL
+	// first. A stale id (its queue deleted since) is handled as an active
+	// partition's is: the store finds the partition gone, resolves it again
+	// and commits once more (persistence.Store.CommitBundle).
+	ids []idSlot
+	seq int
 	// shared is the Props every partition actor is spawned with; next is
 	// the actor its producer returns (set only during spawn).
 	shared *actor.Props
@@ -495,6 +503,47 @@ func (p *parentActor) enforce(ctx actor.Context) {
 
 const recentBits = 1 << 20
 
+// idSlots is the size of parentActor.ids.
+const idSlots = 1 << 17
+
+// idSlot holds one passivated partition's id under the XXH3-128 of its key
+// (queue, partition): two keys share a hash with a probability of about
+// 2^-128 per pair, the bar the dedup itself holds transaction ids to
+// (SPEC.md §8).
+type idSlot struct {
+	key xxh3.Uint128 // zero: empty
+	id  uuid.UUID
+}
+
+// keyHash is the XXH3-128 of k, the ids table's key.
+func keyHash(k partitionKey) xxh3.Uint128 {
+	return xxh3.HashString128(k.queue + "\x1f" + k.partition)
+}
+
+// rememberID keeps partition k's id for its next activation.
+func (p *parentActor) rememberID(k partitionKey, id uuid.UUID) {
+	if id == uuid.Nil {
+		return
+	}
+	if p.ids == nil {
+		p.ids = make([]idSlot, idSlots)
+	}
+	h := keyHash(k)
+	p.ids[h.Lo%idSlots] = idSlot{key: h, id: id}
+}
+
+// knownID returns partition k's id if the ids table still holds it.
+func (p *parentActor) knownID(k partitionKey) uuid.UUID {
+	if p.ids == nil {
+		return uuid.Nil
+	}
+	h := keyHash(k)
+	if s := &p.ids[h.Lo%idSlots]; s.key == h {
+		return s.id
+	}
+	return uuid.Nil
+}
+
 // passivateSweep asks the partitions idle since cutoff (host clock) to stop
 // (when idle is set), then enforces MaxActivePartitions.
 type passivateSweep struct {
@@ -518,6 +567,7 @@ type partitionIdle struct{}
 type partitionStopped struct {
 	key partitionKey
 	pid *actor.PID
+	id  uuid.UUID // the partition's id, if the actor had resolved it
 }
 
 func recentBit(k partitionKey) uint64 {
@@ -625,6 +675,7 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		}
 		b := recentBit(m.key)
 		p.recent[b/64] |= 1 << (b % 64)
+		p.rememberID(m.key, m.id)
 		if len(c.held) == 0 {
 			return
 		}
@@ -674,7 +725,7 @@ func (p *parentActor) spawn(ctx actor.Context, k partitionKey) (*child, error) {
 		b := recentBit(k)
 		cold = p.recent[b/64]&(1<<(b%64)) != 0
 	}
-	a := &partitionActor{host: p.host, key: k, cache: p.host.cfg.NewCache()}
+	a := &partitionActor{host: p.host, key: k, partitionID: p.knownID(k), cache: p.host.cfg.NewCache()}
 	if cold {
 		a.cache.StartCold()
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ type memStore struct {
 	parts     map[uuid.UUID]*memPartition
 	now       time.Time
 	commits   int
+	ensures   atomic.Int64 // EnsurePartition calls
 }
 
 type memPartition struct {
@@ -40,6 +42,7 @@ func newMemStore() *memStore {
 }
 
 func (s *memStore) EnsurePartition(_ context.Context, queue, partition string) (uuid.UUID, error) {
+	s.ensures.Add(1)
 	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(queue+"\x1f"+partition)), nil
 }
 

@@ -103,7 +103,7 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 		}
 		ctx.Stop(ctx.Self())
 	case *actor.Stopped:
-		ctx.Send(a.host.parent, &partitionStopped{key: a.key, pid: ctx.Self()})
+		ctx.Send(a.host.parent, &partitionStopped{key: a.key, pid: ctx.Self(), id: a.partitionID})
 	case *actor.Stopping:
 		for _, r := range a.pending {
 			r.respond(pushResp{err: queen.ErrShuttingDown})

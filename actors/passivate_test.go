@@ -308,3 +308,18 @@ func TestPassivateWhereStopsTheMatchingPartitions(t *testing.T) {
 	mu.Unlock()
 	require.Equal(t, queen.Duplicate, pushTxn(t, h, "a", "t").Verdict)
 }
+
+// TestAReactivatedPartitionKeepsItsID: a passivated partition's id is
+// remembered, so its reactivation commits without looking the id up again.
+func TestAReactivatedPartitionKeepsItsID(t *testing.T) {
+	st := newMemStore()
+	h, _ := cachedHost(t, Config{Store: st})
+	orig := pushTxn(t, h, "p", "t1")
+	require.Equal(t, int64(1), st.ensures.Load())
+	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
+	again := pushTxn(t, h, "p", "t1")
+	require.Equal(t, queen.Duplicate, again.Verdict)
+	require.Equal(t, orig.MessageID, again.MessageID)
+	require.Equal(t, orig.PartitionID, again.PartitionID)
+	require.Equal(t, int64(1), st.ensures.Load(), "the id was not looked up again")
+}
