@@ -342,6 +342,9 @@ func (g *generation) bytes() int64 {
 // It vouches (sends a watermark) only while nothing unknown can still be in
 // the window: unknownUntil <= newest - window, where newest is the newest
 // commit's created_at (PostgreSQL's clock; a probe's clock is later).
+//
+// Every active partition has one, so its fields are ordered to pack (224
+// bytes).
 type partitionCache struct {
 	c *Cache
 
@@ -349,24 +352,24 @@ type partitionCache struct {
 	elem      *list.Element
 	accounted int64
 	entries   int64
-	warm      bool
 	lastSize  int64 // accounted when last evicted: the room a re-hydration needs
-	gone      bool  // passivated: accounts nothing from now on
+	warm      bool
+	gone      bool // passivated: accounts nothing from now on
 
 	mu           sync.Mutex
 	pid          uuid.UUID
 	gens         []*generation // ascending newest
-	based        bool          // knowledge started for this epoch
 	gaps         [][2]int64    // (after, upTo] ranges still to read
-	hydrating    bool
-	seen         int64 // last offset known: the end of the last observed commit
-	window       int64 // seconds the knowledge covers
+	seen         int64         // last offset known: the end of the last observed commit
+	window       int64         // seconds the knowledge covers
 	epoch        uint64
 	newest       time.Time // the newest commit's created_at
 	unknownUntil time.Time // zero: nothing unknown
+	coldUntil    time.Time
+	based        bool // knowledge started for this epoch
+	hydrating    bool
 	// cold: evicted; no knowledge is gathered until newest reaches coldUntil.
-	cold      bool
-	coldUntil time.Time
+	cold bool
 }
 
 func (p *partitionCache) Prepare(b *persistence.PushBatch) {

@@ -64,6 +64,17 @@ type groupHint struct {
 // maxTries is how many partitions one wildcard pop attempt tries.
 const maxTries = 8
 
+// maxHinted bounds one group's hint (about 64 bytes a partition: 1 MiB):
+// past it the older half is dropped. A partition that still holds work
+// is found again by the candidate scan (PostgreSQL) or its next push.
+const maxHinted = 1 << 14
+
+// maxOwners bounds the partition-to-queue map the acks' wake-ups use
+// (about 4 MiB): past it an arbitrary entry goes; a retry on a partition
+// forgotten so wakes nobody early, and its polls find it at their next
+// re-check.
+const maxOwners = 1 << 16
+
 // candidateLimit bounds one PostgreSQL candidate scan.
 const candidateLimit = 512
 
@@ -99,7 +110,7 @@ func (c *Consumers) Notify(queue string, pids []uuid.UUID) {
 		}
 	}
 	for _, pid := range pids {
-		c.owner[pid] = queue
+		c.own(pid, queue)
 	}
 	close(q.wake)
 	q.wake = make(chan struct{})
@@ -127,12 +138,34 @@ func (c *Consumers) Forget(queue string) {
 	}
 }
 
+// own records that partition pid is queue's, within maxOwners. c.mu held.
+func (c *Consumers) own(pid uuid.UUID, queue string) {
+	if _, ok := c.owner[pid]; !ok && len(c.owner) >= maxOwners {
+		for old := range c.owner {
+			delete(c.owner, old)
+			break
+		}
+	}
+	c.owner[pid] = queue
+}
+
 func (g *groupHint) add(pid uuid.UUID) {
 	if _, ok := g.in[pid]; ok {
 		return
 	}
 	if g.in == nil {
 		g.in = map[uuid.UUID]struct{}{}
+	}
+	if len(g.cands) >= maxHinted {
+		// Drop the older half (added first); rebuild the set so the map
+		// gives its buckets back.
+		keep := g.cands[len(g.cands)/2:]
+		g.cands = append(make([]uuid.UUID, 0, maxHinted), keep...)
+		g.in = make(map[uuid.UUID]struct{}, len(g.cands))
+		for _, p := range g.cands {
+			g.in[p] = struct{}{}
+		}
+		g.next = 0
 	}
 	g.in[pid] = struct{}{}
 	g.cands = append(g.cands, pid)
@@ -383,7 +416,7 @@ func (c *Consumers) subscribe(ctx context.Context, req queen.PopRequest) error {
 
 func (c *Consumers) learn(queue string, pid uuid.UUID) {
 	c.mu.Lock()
-	c.owner[pid] = queue
+	c.own(pid, queue)
 	c.mu.Unlock()
 }
 

@@ -25,8 +25,9 @@ type filter struct {
 const (
 	filterBitsPerKey = 16
 	filterK          = 11
-	// filterMinKeys is the smallest capacity (128 bytes).
-	filterMinKeys = 64
+	// filterMinKeys is the smallest capacity (one 64-byte block): a
+	// partition's first generation starts there and grows by doubling.
+	filterMinKeys = 32
 	// filterStructBytes is a filter's fixed cost beside its blocks (the
 	// struct, the slice header, the pointer in its generation).
 	filterStructBytes = 64

@@ -66,6 +66,18 @@ type Config struct {
 	// PartitionIdle and 1.25 × PartitionIdle after its last push. 0 (the
 	// zero value) disables passivation; the broker's default is 2m.
 	PartitionIdle time.Duration
+	// MaxActivePartitions bounds the partition actors alive at once (the
+	// broker derives it from QUEEN_PARTITION_MEMORY_MB: MiB ÷
+	// ActivePartitionBytes). When a spawn takes the count over it, the
+	// least recently pushed partitions are asked to passivate, whatever
+	// PartitionIdle says; one with a push waiting or a commit running
+	// refuses and stays, and the bound is enforced again once it is idle
+	// (or at the next spawn), so the count may exceed the bound by the
+	// busy partitions for as long as they are busy.
+	// A partition passivated so starts cold when it comes back (spawn and
+	// full-window probes, never a window re-read). 0 (the zero value): no
+	// bound.
+	MaxActivePartitions int
 	// Now is the clock idle time is measured on (default time.Now). Tests
 	// inject one and call Passivate instead of waiting for the sweep.
 	Now     func() time.Time
@@ -78,6 +90,9 @@ type Config struct {
 	// stopping.
 	onStopping func(partitionKey)
 	onHeld     func(partitionKey)
+	// onRefusing runs in a partition actor that refuses to passivate,
+	// before it answers.
+	onRefusing func(partitionKey)
 }
 
 // Host owns the actor system and the parent of the partition actors.
@@ -99,7 +114,8 @@ type Host struct {
 	start      time.Time
 	active     atomic.Int64
 	passivated atomic.Uint64
-	stopping   atomic.Bool // the parent is being stopped: spawn nothing
+	pressured  atomic.Uint64 // passivated for MaxActivePartitions
+	stopping   atomic.Bool   // the parent is being stopped: spawn nothing
 	sweepStop  chan struct{}
 	sweepDone  chan struct{}
 }
@@ -159,7 +175,9 @@ func NewHost(cfg Config) *Host {
 	quiet := slog.New(slog.NewTextHandler(discard{}, nil))
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	h.parent = h.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &parentActor{host: h, children: map[partitionKey]*child{}}
+		p := &parentActor{host: h, children: map[partitionKey]*child{}}
+		p.lru.prev, p.lru.next = &p.lru, &p.lru
+		return p
 	}))
 	if cfg.PartitionIdle > 0 {
 		h.sweepStop, h.sweepDone = make(chan struct{}), make(chan struct{})
@@ -189,27 +207,62 @@ func (h *Host) sweep(interval time.Duration) {
 
 // Passivate asks every partition actor that has had no push for at least
 // idle (on Config.Now's clock; 0: every one) and has nothing waiting or
-// committing to stop. It returns at once; PartitionStats shows the
-// outcome. The idle sweep calls it with PartitionIdle; tests call it to
-// force passivation.
+// committing to stop, and enforces MaxActivePartitions. It returns at
+// once; PartitionStats shows the outcome. The idle sweep calls it with
+// PartitionIdle; tests call it to force passivation.
 func (h *Host) Passivate(idle time.Duration) {
-	h.system.Root.Send(h.parent, &passivateSweep{cutoff: h.clock() - int64(idle)})
+	h.system.Root.Send(h.parent, &passivateSweep{cutoff: h.clock() - int64(idle), idle: true})
 }
+
+// PassivateWhere asks every partition actor whose (queue, partition)
+// match reports true, and that has nothing waiting or committing, to stop:
+// the partitions of shards this broker no longer owns (SPEC.md §9). One
+// that is busy refuses and is left to the idle sweep and the bound. It
+// returns at once; match runs on the parent actor, once per partition
+// actor alive.
+func (h *Host) PassivateWhere(match func(queue, partition string) bool) {
+	h.system.Root.Send(h.parent, &passivateSweep{match: match})
+}
+
+// enforceBound asks the least recently pushed partitions over
+// MaxActivePartitions to passivate (what every spawn over the bound does).
+func (h *Host) enforceBound() {
+	h.system.Root.Send(h.parent, &passivateSweep{})
+}
+
+// ActivePartitionBytes is the Go heap one active partition holds on this
+// broker, measured by BenchmarkPartitionMemory (1,379-1,412 bytes: its
+// actor, protoactor process, mailbox and registry entry, the parent's
+// record, its dedup cache's partition record and first generation holding
+// one hash): the unit of QUEEN_PARTITION_MEMORY_MB and of
+// PartitionStats.Bytes. A partition's hashes past the first are the dedup
+// cache's, within its own budget.
+const ActivePartitionBytes = 1400
 
 // PartitionStats is the partition actors' state for /health and metrics.
 type PartitionStats struct {
 	// Active is the partition actors alive (spawned and not yet passivated).
 	Active int64 `json:"active"`
-	// Passivated counts the partition actors stopped for being idle since
-	// the host started.
+	// Passivated counts the partition actors stopped since the host
+	// started, for being idle or for the bound.
 	Passivated uint64 `json:"passivatedTotal"`
-	// IdleSeconds is PartitionIdle in seconds (0: passivation off).
+	// PressurePassivated counts those of Passivated stopped for
+	// MaxActivePartitions (the least recently pushed first).
+	PressurePassivated uint64 `json:"pressurePassivatedTotal"`
+	// IdleSeconds is PartitionIdle in seconds (0: idle passivation off).
 	IdleSeconds float64 `json:"idleSeconds"`
+	// MaxActive is MaxActivePartitions (0: no bound).
+	MaxActive int `json:"maxActive"`
+	// Bytes estimates the heap the active partitions hold: Active ×
+	// ActivePartitionBytes.
+	Bytes int64 `json:"bytes"`
 }
 
 // PartitionStats returns the active and passivated partition counts.
 func (h *Host) PartitionStats() PartitionStats {
-	return PartitionStats{Active: h.active.Load(), Passivated: h.passivated.Load(), IdleSeconds: h.cfg.PartitionIdle.Seconds()}
+	a := h.active.Load()
+	return PartitionStats{Active: a, Passivated: h.passivated.Load(), PressurePassivated: h.pressured.Load(),
+		IdleSeconds: h.cfg.PartitionIdle.Seconds(), MaxActive: h.cfg.MaxActivePartitions, Bytes: a * ActivePartitionBytes}
 }
 
 type discard struct{}
@@ -348,30 +401,156 @@ func (h *Host) Stop(ctx context.Context) error {
 // incarnation spawned then, in arrival order. So no two incarnations of a
 // partition are ever alive together, and each push reaches exactly one
 // actor and is answered once.
+//
+// The children not stopping are kept in an intrusive list by their last
+// push (lru: a push moves its partition to the front in O(1)); a spawn
+// that takes them over MaxActivePartitions asks the ones at the back to
+// passivate, by the same handshake.
 type parentActor struct {
 	host     *Host
 	children map[partitionKey]*child
-	peak     int // the most children since the map was last rebuilt
+	lru      child // sentinel: lru.next is the most recently pushed
+	live     int   // children not stopping (the ones in lru)
+	peak     int   // the most children since the map was last rebuilt
 	// recent remembers partitions passivated before (a bit per hash of the
 	// key, never cleared; 128 KiB): a reactivated partition's cache starts
 	// cold instead of re-reading its whole window (a false positive makes
 	// a first activation start cold too, which costs probes, not verdicts).
 	recent []uint64
-	seq    int
+	// ids remembers the partition ids of passivated partitions (a
+	// direct-mapped table, idSlots × 32 bytes = 4 MiB, allocated at the
+	// first passivation): a reactivated partition whose slot still holds
+	// its id commits at once instead of looking its id up in PostgreSQL
+	// first. A stale id (its queue deleted since) is handled as an active
+	// partition's is: the store finds the partition gone, resolves it again
+	// and commits once more (persistence.Store.CommitBundle).
+	ids []idSlot
+	seq int
+	// shared is the Props every partition actor is spawned with; next is
+	// the actor its producer returns (set only during spawn).
+	shared *actor.Props
+	next   *partitionActor
+}
+
+// stopOnFailure is the partition actors' guardian strategy: a panicking
+// actor is stopped (it answers what it holds in *actor.Stopping), never
+// restarted.
+var stopOnFailure = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })
+
+// props returns the shared partition-actor Props: a lock-free unbounded
+// mailbox (a linked queue, ~16 bytes while empty, where the default ring
+// starts at 10 slots; the host's MaxPendingItems and MaxInFlightItems bound
+// what waits) and the stopping guardian.
+func (p *parentActor) props() *actor.Props {
+	if p.shared == nil {
+		p.shared = actor.PropsFromProducer(func() actor.Actor {
+			if p.next == nil {
+				panic("actors: partition actor produced outside spawn")
+			}
+			return p.next
+		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure))
+	}
+	return p.shared
 }
 
 // child is the parent's record of one partition actor.
 type child struct {
-	pid      *actor.PID
-	last     int64 // host clock of the last push forwarded
-	stopping bool  // asked to passivate: pushes are held until it answers
-	held     []*pushReq
+	pid        *actor.PID
+	prev, next *child // in parentActor.lru while not stopping
+	last       int64  // host clock of the last push forwarded
+	stopping   bool   // asked to passivate: pushes are held until it answers
+	pressured  bool   // asked for MaxActivePartitions, not for idleness
+	held       []*pushReq
+}
+
+// unlink takes c out of the lru list.
+func (p *parentActor) unlink(c *child) {
+	if c.prev == nil {
+		return
+	}
+	c.prev.next, c.next.prev = c.next, c.prev
+	c.prev, c.next = nil, nil
+}
+
+// link puts c at the lru list's front (most recently pushed), or at its
+// back when back is set.
+func (p *parentActor) link(c *child, back bool) {
+	at := &p.lru // insert after at
+	if back {
+		at = p.lru.prev
+	}
+	c.prev, c.next = at, at.next
+	at.next.prev = c
+	at.next = c
+}
+
+// ask marks c stopping and sends it passivateReq.
+func (p *parentActor) ask(ctx actor.Context, c *child, pressured bool) {
+	p.unlink(c)
+	p.live--
+	c.stopping, c.pressured = true, pressured
+	ctx.Send(c.pid, &passivateReq{})
+}
+
+// enforce asks the least recently pushed children to passivate while more
+// than MaxActivePartitions are not stopping.
+func (p *parentActor) enforce(ctx actor.Context) {
+	bound := p.host.cfg.MaxActivePartitions
+	for bound > 0 && p.live > bound && p.lru.prev != &p.lru {
+		p.ask(ctx, p.lru.prev, true)
+	}
 }
 
 const recentBits = 1 << 20
 
-// passivateSweep asks the partitions idle since cutoff (host clock) to stop.
-type passivateSweep struct{ cutoff int64 }
+// idSlots is the size of parentActor.ids.
+const idSlots = 1 << 17
+
+// idSlot holds one passivated partition's id under the XXH3-128 of its key
+// (queue, partition): two keys share a hash with a probability of about
+// 2^-128 per pair, the bar the dedup itself holds transaction ids to
+// (SPEC.md §8).
+type idSlot struct {
+	key xxh3.Uint128 // zero: empty
+	id  uuid.UUID
+}
+
+// keyHash is the XXH3-128 of k, the ids table's key.
+func keyHash(k partitionKey) xxh3.Uint128 {
+	return xxh3.HashString128(k.queue + "\x1f" + k.partition)
+}
+
+// rememberID keeps partition k's id for its next activation.
+func (p *parentActor) rememberID(k partitionKey, id uuid.UUID) {
+	if id == uuid.Nil {
+		return
+	}
+	if p.ids == nil {
+		p.ids = make([]idSlot, idSlots)
+	}
+	h := keyHash(k)
+	p.ids[h.Lo%idSlots] = idSlot{key: h, id: id}
+}
+
+// knownID returns partition k's id if the ids table still holds it.
+func (p *parentActor) knownID(k partitionKey) uuid.UUID {
+	if p.ids == nil {
+		return uuid.Nil
+	}
+	h := keyHash(k)
+	if s := &p.ids[h.Lo%idSlots]; s.key == h {
+		return s.id
+	}
+	return uuid.Nil
+}
+
+// passivateSweep asks the partitions idle since cutoff (host clock) to stop
+// (when idle is set), then enforces MaxActivePartitions.
+type passivateSweep struct {
+	cutoff int64
+	idle   bool
+	match  func(queue, partition string) bool // stop these (PassivateWhere)
+}
 
 // passivateReq asks a partition actor to stop if it is idle.
 type passivateReq struct{}
@@ -379,11 +558,16 @@ type passivateReq struct{}
 // passivateRefused is a partition actor's answer when it was not idle.
 type passivateRefused struct{ key partitionKey }
 
+// partitionIdle is sent by a partition actor that refused to passivate,
+// once it is idle: the parent enforces MaxActivePartitions again.
+type partitionIdle struct{}
+
 // partitionStopped is a partition actor's last message, sent once it is
 // out of the process registry.
 type partitionStopped struct {
 	key partitionKey
 	pid *actor.PID
+	id  uuid.UUID // the partition's id, if the actor had resolved it
 }
 
 func recentBit(k partitionKey) uint64 {
@@ -400,8 +584,13 @@ func (p *parentActor) Receive(ctx actor.Context) {
 				m.respond(pushResp{err: err})
 				return
 			}
+			p.enforce(ctx)
 		}
 		c.last = p.host.clock()
+		if !c.stopping && p.lru.next != c {
+			p.unlink(c)
+			p.link(c, false)
+		}
 		if c.stopping {
 			c.held = append(c.held, m)
 			if p.host.cfg.onHeld != nil {
@@ -411,18 +600,33 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		}
 		ctx.Send(c.pid, m)
 	case *passivateSweep:
-		for _, c := range p.children {
-			if !c.stopping && c.last <= m.cutoff {
-				c.stopping = true
-				ctx.Send(c.pid, &passivateReq{})
+		if m.idle {
+			for _, c := range p.children {
+				if !c.stopping && c.last <= m.cutoff {
+					p.ask(ctx, c, false)
+				}
 			}
 		}
+		if m.match != nil {
+			for k, c := range p.children {
+				if !c.stopping && m.match(k.queue, k.partition) {
+					p.ask(ctx, c, false)
+				}
+			}
+		}
+		p.enforce(ctx)
+	case *partitionIdle:
+		p.enforce(ctx)
 	case *passivateRefused:
 		c := p.children[m.key]
 		if c == nil || !c.stopping {
 			return
 		}
-		c.stopping = false
+		// Busy: back where it was asked from (the back, when it was the
+		// least recently pushed), or to the front if pushes came meanwhile.
+		c.stopping, c.pressured = false, false
+		p.live++
+		p.link(c, len(c.held) == 0)
 		for _, r := range c.held {
 			ctx.Send(c.pid, r)
 		}
@@ -456,16 +660,22 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		p.host.active.Add(-1)
 		p.shrink()
 		if !c.stopping {
-			// Not a passivation (the supervisor gave up on a failing
-			// actor): the next push spawns a new one.
+			// Not a passivation (the guardian stopped a failing actor):
+			// the next push spawns a new one.
+			p.unlink(c)
+			p.live--
 			return
 		}
 		p.host.passivated.Add(1)
+		if c.pressured {
+			p.host.pressured.Add(1)
+		}
 		if p.recent == nil {
 			p.recent = make([]uint64, recentBits/64)
 		}
 		b := recentBit(m.key)
 		p.recent[b/64] |= 1 << (b % 64)
+		p.rememberID(m.key, m.id)
 		if len(c.held) == 0 {
 			return
 		}
@@ -482,6 +692,7 @@ func (p *parentActor) Receive(ctx actor.Context) {
 		for _, r := range c.held {
 			ctx.Send(n.pid, r)
 		}
+		p.enforce(ctx)
 	}
 }
 
@@ -514,24 +725,32 @@ func (p *parentActor) spawn(ctx actor.Context, k partitionKey) (*child, error) {
 		b := recentBit(k)
 		cold = p.recent[b/64]&(1<<(b%64)) != 0
 	}
-	props := actor.PropsFromProducer(func() actor.Actor {
-		cache := p.host.cfg.NewCache()
-		if cold {
-			cache.StartCold()
-		}
-		return &partitionActor{host: p.host, key: k, cache: cache}
-	})
+	a := &partitionActor{host: p.host, key: k, partitionID: p.knownID(k), cache: p.host.cfg.NewCache()}
+	if cold {
+		a.cache.StartCold()
+	}
+	// One Props for every partition (a Props is ~230 bytes): its producer
+	// hands over the actor built here, since protoactor calls it inside
+	// SpawnNamed, on this goroutine. It is called nowhere else: the
+	// guardian stops a failing partition actor instead of restarting it
+	// (a restart would build a fresh actor and lose the pushes it held;
+	// stopping answers them, and the next push spawns a new one).
+	//
 	// Spawned at the root, not as children: protoactor keeps a parent's
 	// children in a PIDSet whose removals leave stale pointers in its
 	// backing array, which kept every passivated actor (mailbox, state,
 	// cache) reachable. An actor reports its own end (partitionStopped),
 	// so no watch (and no per-actor watcher set) is needed either.
-	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, "p"+strconv.Itoa(p.seq))
+	p.next = a
+	pid, err := ctx.ActorSystem().Root.SpawnNamed(p.props(), "p"+strconv.Itoa(p.seq))
+	p.next = nil
 	if err != nil {
 		return nil, queen.ErrInternal.With("spawn partition actor %s: %v", k, err)
 	}
 	c := &child{pid: pid}
 	p.children[k] = c
+	p.link(c, false)
+	p.live++
 	p.host.active.Add(1)
 	return c, nil
 }

@@ -3,8 +3,11 @@ package actors
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +29,7 @@ type memStore struct {
 	parts     map[uuid.UUID]*memPartition
 	now       time.Time
 	commits   int
+	ensures   atomic.Int64 // EnsurePartition calls
 }
 
 type memPartition struct {
@@ -38,6 +42,7 @@ func newMemStore() *memStore {
 }
 
 func (s *memStore) EnsurePartition(_ context.Context, queue, partition string) (uuid.UUID, error) {
+	s.ensures.Add(1)
 	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(queue+"\x1f"+partition)), nil
 }
 
@@ -101,6 +106,9 @@ func liveHeap() int64 {
 // 20,000 partitions through a real host; the store keeps nothing.
 //
 //	go test -run '^$' -bench BenchmarkPartitionMemory -benchtime 1x ./actors/
+//
+// With QUEEN_BENCH_HEAP_PROFILE=path it writes the heap profile taken while
+// the partitions are active (go tool pprof -sample_index=inuse_space).
 func BenchmarkPartitionMemory(b *testing.B) {
 	const n = 20000
 	for range b.N {
@@ -127,12 +135,28 @@ func BenchmarkPartitionMemory(b *testing.B) {
 		}
 		pend = nil
 		active := liveHeap()
+		if path := os.Getenv("QUEEN_BENCH_HEAP_PROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		b.ReportMetric(float64(active-before)/n, "B/active-partition")
 		passivateUntil(b, h, 0, func() bool { return h.PartitionStats().Active == 0 })
 		passive := liveHeap()
 		b.ReportMetric(float64(passive-before)/n, "B/passivated-partition")
 		h.Stop(context.Background()) //nolint:errcheck
 		runtime.KeepAlive(cache)
+	}
+}
+
+// writeHeapProfile writes the live heap (pprof format) to path: what the
+// active partitions hold, by allocation site.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -38,37 +38,36 @@ type pushResp struct {
 // commitDone tells a partition actor that its in-flight commit finished.
 type commitDone struct {
 	partitionID uuid.UUID
-	window      int64
-	known       bool // window was read under the lock
 }
 
 // partitionActor serialises one partition's pushes. Receive never blocks: a
 // commit runs in a goroutine and reports back with commitDone, while requests
 // that arrive meanwhile wait in pending and are fused into the next commit.
+// It is what every active partition costs, so it holds nothing else (an
+// idle one: 112 bytes here, its cache, and protoactor's process).
 type partitionActor struct {
 	host        *Host
 	key         partitionKey
 	partitionID uuid.UUID
-	pending     []*pushReq
-	pendingN    int
-	pendingB    int64
+	pending     []*pushReq // nil while idle: an answered request is not kept
+	pendingN    int32
 	committing  bool
-	window      int64
-	windowKnown bool
+	refused     bool // refused to passivate: tell the parent once idle
+	pendingB    int64
 	cache       HashCache
 }
 
 func (a *partitionActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *pushReq:
-		if a.pendingN > 0 && (a.pendingN+len(m.items) > a.host.cfg.MaxPendingItems || a.pendingB+m.bytes > a.host.cfg.MaxPendingBytes) {
+		if a.pendingN > 0 && (int(a.pendingN)+len(m.items) > a.host.cfg.MaxPendingItems || a.pendingB+m.bytes > a.host.cfg.MaxPendingBytes) {
 			a.host.metrics.Overloads.Inc()
 			m.respond(pushResp{err: queen.ErrOverloaded.With("partition %q of queue %q has %d items (%d bytes) waiting (limits %d items, %d bytes); retry with the same transaction ids",
 				m.key.partition, m.key.queue, a.pendingN, a.pendingB, a.host.cfg.MaxPendingItems, a.host.cfg.MaxPendingBytes)})
 			return
 		}
 		a.pending = append(a.pending, m)
-		a.pendingN += len(m.items)
+		a.pendingN += int32(len(m.items))
 		a.pendingB += m.bytes
 		a.host.metrics.MailboxDepth.Add(float64(len(m.items)))
 		if !a.committing {
@@ -77,14 +76,20 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 	case *commitDone:
 		a.committing = false
 		a.partitionID = m.partitionID
-		if m.known {
-			a.window, a.windowKnown = m.window, true
-		}
 		if len(a.pending) > 0 {
 			a.startCommit(ctx)
+		} else if a.refused {
+			// Idle now: the parent may still be over MaxActivePartitions
+			// because of the refusal, with no spawn coming to re-ask.
+			a.refused = false
+			ctx.Send(a.host.parent, &partitionIdle{})
 		}
 	case *passivateReq:
 		if a.committing || len(a.pending) > 0 {
+			if a.host.cfg.onRefusing != nil {
+				a.host.cfg.onRefusing(a.key)
+			}
+			a.refused = true
 			ctx.Send(a.host.parent, &passivateRefused{key: a.key})
 			return
 		}
@@ -98,7 +103,7 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 		}
 		ctx.Stop(ctx.Self())
 	case *actor.Stopped:
-		ctx.Send(a.host.parent, &partitionStopped{key: a.key, pid: ctx.Self()})
+		ctx.Send(a.host.parent, &partitionStopped{key: a.key, pid: ctx.Self(), id: a.partitionID})
 	case *actor.Stopping:
 		for _, r := range a.pending {
 			r.respond(pushResp{err: queen.ErrShuttingDown})
@@ -117,30 +122,36 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		nb += a.pending[take].bytes
 		take++
 	}
-	reqs := make([]*pushReq, take)
-	copy(reqs, a.pending[:take])
-	a.pending = a.pending[take:]
-	a.pendingN -= n
-	a.pendingB -= nb
-	a.host.metrics.MailboxDepth.Sub(float64(n))
-	a.committing = true
-
 	batch := &persistence.PushBatch{
 		PartitionID: a.partitionID,
 		Items:       make([]*queen.Item, 0, n),
 	}
-	for _, r := range reqs {
+	for _, r := range a.pending[:take] {
 		batch.Items = append(batch.Items, r.items...)
 	}
 	batch.LeaderOf = persistence.Leaders(batch.Items)
+	// Prepared while the requests are still pending: should it panic, the
+	// guardian stops the actor, which answers them (*actor.Stopping).
 	a.cache.Prepare(batch)
+
+	reqs := make([]*pushReq, take)
+	copy(reqs, a.pending[:take])
+	// The taken requests must not stay reachable from the actor once
+	// answered (their items and payloads would live as long as it).
+	clear(a.pending[:take])
+	if a.pending = a.pending[take:]; len(a.pending) == 0 {
+		a.pending = nil
+	}
+	a.pendingN -= int32(n)
+	a.pendingB -= nb
+	a.host.metrics.MailboxDepth.Sub(float64(n))
+	a.committing = true
 
 	self := ctx.Self()
 	root := ctx.ActorSystem().Root
 	job := &commitJob{key: a.key, batch: batch, bytes: nb, done: func(out persistence.PushOutcome, err error) {
 		done := &commitDone{partitionID: batch.PartitionID}
 		if err == nil {
-			done.window, done.known = out.Window, true
 			a.cache.Observe(batch, &out)
 		} else {
 			a.cache.Forget()

@@ -3,12 +3,14 @@ package actors
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence"
 )
 
 // fakeClock is an injected idle clock.
@@ -117,8 +119,12 @@ func TestRepeatArrivingWhileTheActorStopsIsAnsweredOnce(t *testing.T) {
 // to stop; the push held meanwhile is forwarded to it.
 func TestABusyPartitionIsNotPassivated(t *testing.T) {
 	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 10)}
-	held := make(chan struct{}, 4)
-	h := NewHost(Config{Store: st, Logger: quiet(), onHeld: func(partitionKey) { held <- struct{}{} }})
+	// The refusal waits until the second push is held: otherwise it may
+	// reach the parent first, and the push would not be held at all.
+	held := make(chan struct{})
+	h := NewHost(Config{Store: st, Logger: quiet(),
+		onHeld:     func(partitionKey) { close(held) },
+		onRefusing: func(partitionKey) { <-held }})
 	defer h.Stop(context.Background()) //nolint:errcheck
 	first, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
 	require.NoError(t, err)
@@ -135,7 +141,7 @@ func TestABusyPartitionIsNotPassivated(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, queen.Queued, rs[0].Verdict)
 	}
-	require.Equal(t, PartitionStats{Active: 1}, h.PartitionStats())
+	require.Equal(t, PartitionStats{Active: 1, Bytes: ActivePartitionBytes}, h.PartitionStats())
 }
 
 // TestOnlyIdlePartitionsArePassivated: the idle time is measured on the
@@ -152,4 +158,168 @@ func TestOnlyIdlePartitionsArePassivated(t *testing.T) {
 	require.Equal(t, int64(1), h.PartitionStats().Active)
 	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
 	require.Equal(t, uint64(2), h.PartitionStats().Passivated)
+}
+
+// panicCache panics in Prepare while armed.
+type panicCache struct {
+	noCache
+	armed *atomic.Bool
+}
+
+func (c panicCache) Prepare(b *persistence.PushBatch) {
+	if c.armed.Load() {
+		panic("test: cache fails")
+	}
+	c.noCache.Prepare(b)
+}
+
+// TestAFailingPartitionActorIsStoppedAndAnswers: a partition actor that
+// panics is stopped, not restarted (the shared Props' producer can only
+// build an actor during spawn): the push it held is answered (retryable),
+// and the next push spawns a new actor.
+func TestAFailingPartitionActorIsStoppedAndAnswers(t *testing.T) {
+	armed := &atomic.Bool{}
+	armed.Store(true)
+	h := NewHost(Config{Store: newMemStore(), Logger: quiet(), NewCache: func() HashCache { return panicCache{armed: armed} }})
+	defer h.Stop(context.Background()) //nolint:errcheck
+	_, err := h.Push(context.Background(), "q", "p", []*queen.Item{item("t1")})
+	require.ErrorIs(t, err, queen.ErrShuttingDown)
+	waitFor(t, func() bool { return h.PartitionStats().Active == 0 })
+	armed.Store(false)
+	require.Equal(t, queen.Queued, pushTxn(t, h, "p", "t1").Verdict)
+	require.Equal(t, queen.Duplicate, pushTxn(t, h, "p", "t1").Verdict)
+	require.Equal(t, int64(1), h.PartitionStats().Active)
+}
+
+// TestPressurePassivatesTheLeastRecentlyPushedFirst: over
+// MaxActivePartitions, the partitions pushed least recently are passivated
+// first, whatever PartitionIdle says (off here); a repeat to one of them
+// reactivates it cold and is a duplicate with the original's message id.
+func TestPressurePassivatesTheLeastRecentlyPushedFirst(t *testing.T) {
+	var mu sync.Mutex
+	var stopped []string
+	h, cache := cachedHost(t, Config{MaxActivePartitions: 3, onStopping: func(k partitionKey) {
+		mu.Lock()
+		stopped = append(stopped, k.partition)
+		mu.Unlock()
+	}})
+	stoppedNow := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), stopped...)
+	}
+	// settle re-asks (as the next spawn would) until n partitions were
+	// passivated: an actor that has just answered a push may refuse once,
+	// before its commitDone.
+	settle := func(n uint64) {
+		waitFor(t, func() bool {
+			if h.PartitionStats().PressurePassivated >= n && h.PartitionStats().Active <= 3 {
+				return true
+			}
+			h.enforceBound()
+			return false
+		})
+	}
+	orig := map[string]queen.Result{}
+	for _, p := range []string{"a", "b", "c"} {
+		orig[p] = pushTxn(t, h, p, "t-"+p)
+		require.Equal(t, queen.Queued, orig[p].Verdict)
+	}
+	pushTxn(t, h, "a", "t-a2") // order now a, c, b
+	require.Equal(t, int64(3), h.PartitionStats().Active)
+
+	pushTxn(t, h, "d", "t-d")
+	settle(1)
+	require.Equal(t, []string{"b"}, stoppedNow(), "the least recently pushed goes first")
+	pushTxn(t, h, "e", "t-e") // e, d, a, c: c goes
+	settle(2)
+	require.Equal(t, []string{"b", "c"}, stoppedNow())
+
+	again := pushTxn(t, h, "b", "t-b") // b, e, d, a: a goes
+	require.Equal(t, queen.Duplicate, again.Verdict)
+	require.Equal(t, orig["b"].MessageID, again.MessageID, "the duplicate echoes the original's message id")
+	settle(3)
+	require.Equal(t, []string{"b", "c", "a"}, stoppedNow())
+	for _, p := range []string{"a", "c"} {
+		r := pushTxn(t, h, p, "t-"+p)
+		require.Equal(t, queen.Duplicate, r.Verdict)
+		require.Equal(t, orig[p].MessageID, r.MessageID)
+	}
+	settle(5)
+	st := h.PartitionStats()
+	require.Equal(t, int64(3), st.Active)
+	require.Equal(t, uint64(5), st.Passivated)
+	require.Equal(t, 3, st.MaxActive)
+	require.Equal(t, 3*int64(ActivePartitionBytes), st.Bytes)
+	require.Zero(t, cache.Stats().Hydrations, "reactivation reads no window back")
+}
+
+// TestARefusedPartitionIsAskedAgainOnceIdle: a partition asked to
+// passivate for the bound while committing refuses; once its commit ends it
+// tells the parent, which asks again: the bound holds with no further
+// spawn and no sweep.
+func TestARefusedPartitionIsAskedAgainOnceIdle(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 10)}
+	refused := make(chan struct{}, 4)
+	h := NewHost(Config{Store: st, Logger: quiet(), MaxActivePartitions: 1,
+		onRefusing: func(partitionKey) { refused <- struct{}{} }})
+	defer h.Stop(context.Background()) //nolint:errcheck
+	first, err := h.Enqueue("q", "a", []*queen.Item{item("x")})
+	require.NoError(t, err)
+	<-st.started // a commits
+	second, err := h.Enqueue("q", "b", []*queen.Item{item("y")})
+	require.NoError(t, err)
+	<-refused // b's spawn asked a, which is committing
+	st.gate <- struct{}{}
+	<-st.started
+	st.gate <- struct{}{}
+	for _, p := range []*Pending{first, second} {
+		rs, err := p.Wait(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, queen.Queued, rs[0].Verdict)
+	}
+	waitFor(t, func() bool { return h.PartitionStats().Active == 1 })
+	require.Equal(t, uint64(1), h.PartitionStats().PressurePassivated)
+}
+
+// TestPassivateWhereStopsTheMatchingPartitions: the partitions of shards
+// this broker lost (any predicate) are passivated at once, the others stay.
+func TestPassivateWhereStopsTheMatchingPartitions(t *testing.T) {
+	var mu sync.Mutex
+	stopped := map[string]bool{}
+	h, _ := cachedHost(t, Config{onStopping: func(k partitionKey) {
+		mu.Lock()
+		stopped[k.partition] = true
+		mu.Unlock()
+	}})
+	for _, p := range []string{"a", "b", "c", "d"} {
+		pushTxn(t, h, p, "t")
+	}
+	lost := map[string]bool{"a": true, "c": true}
+	waitFor(t, func() bool {
+		if h.PartitionStats().Active == 2 {
+			return true
+		}
+		h.PassivateWhere(func(_, partition string) bool { return lost[partition] })
+		return false
+	})
+	mu.Lock()
+	require.Equal(t, lost, stopped)
+	mu.Unlock()
+	require.Equal(t, queen.Duplicate, pushTxn(t, h, "a", "t").Verdict)
+}
+
+// TestAReactivatedPartitionKeepsItsID: a passivated partition's id is
+// remembered, so its reactivation commits without looking the id up again.
+func TestAReactivatedPartitionKeepsItsID(t *testing.T) {
+	st := newMemStore()
+	h, _ := cachedHost(t, Config{Store: st})
+	orig := pushTxn(t, h, "p", "t1")
+	require.Equal(t, int64(1), st.ensures.Load())
+	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
+	again := pushTxn(t, h, "p", "t1")
+	require.Equal(t, queen.Duplicate, again.Verdict)
+	require.Equal(t, orig.MessageID, again.MessageID)
+	require.Equal(t, orig.PartitionID, again.PartitionID)
+	require.Equal(t, int64(1), st.ensures.Load(), "the id was not looked up again")
 }

@@ -40,7 +40,8 @@ type Config struct {
 	// in flight at a time (default 8, at least 1).
 	Producers int
 	// Partitions is the number of partitions of the run's queue the items are
-	// spread over, uniformly at random (default 64, 1..65535).
+	// spread over, uniformly at random (default 64, 1..maxPartitions: the
+	// 24 partition bits of an item's key).
 	Partitions int
 	// Batch is the number of items per request (default 100, 1..10000). With
 	// ProducerMode async it is the async producer's MaxBatchItems unless
@@ -252,8 +253,8 @@ func (c *Config) Validate() error {
 		return errors.New("no database URL: pass --database-url, or run a managed broker that writes $QUEEN_DATA_DIR/postgres.url")
 	case c.Producers < 1:
 		return fmt.Errorf("producers %d: want at least 1", c.Producers)
-	case c.Partitions < 1 || c.Partitions > 65535:
-		return fmt.Errorf("partitions %d: want 1..65535", c.Partitions)
+	case c.Partitions < 1 || c.Partitions > maxPartitions:
+		return fmt.Errorf("partitions %d: want 1..%d", c.Partitions, maxPartitions)
 	case c.Batch < 1 || c.Batch > 10000:
 		return fmt.Errorf("batch %d: want 1..10000 (the broker refuses larger requests)", c.Batch)
 	case c.PayloadBytes < 0:

@@ -15,6 +15,9 @@ const (
 	seqBits      = 40
 	seqMask      = 1<<seqBits - 1
 	maxProducers = 4096
+	// maxPartitions is the most partitions a run spreads over: what the
+	// key's 24 high bits hold.
+	maxPartitions = 1<<(64-seqBits) - 1
 )
 
 func makeKey(part int, seq uint64) uint64 { return uint64(part)<<seqBits | seq }

@@ -60,3 +60,25 @@ func TestLatencyAndCommas(t *testing.T) {
 	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
 	require.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
 }
+
+// TestPartitionsUpToTheKeyBits: a run may spread over up to maxPartitions
+// partitions (a million-partition run fits); an item's key keeps the
+// largest partition index.
+func TestPartitionsUpToTheKeyBits(t *testing.T) {
+	base := DefaultConfig()
+	base.DatabaseURL = "postgres://x@127.0.0.1/queen"
+	base = base.withDefaults()
+	for _, n := range []int{1, 200000, 1000000, maxPartitions} {
+		c := base
+		c.Partitions = n
+		require.NoError(t, c.Validate(), n)
+	}
+	for _, n := range []int{0, maxPartitions + 1} {
+		c := base
+		c.Partitions = n
+		require.ErrorContains(t, c.Validate(), "partitions", n)
+	}
+	k := makeKey(maxPartitions-1, seqMask)
+	require.Equal(t, maxPartitions-1, keyPart(k))
+	require.Equal(t, uint64(seqMask), keySeq(k))
+}

@@ -56,7 +56,13 @@ type MembershipConfig struct {
 	// default DefaultLease. Leases are renewed every Lease/3, and a broker
 	// that stops renewing loses its shards at most Lease after its last
 	// renewal.
-	Lease  time.Duration
+	Lease time.Duration
+	// OnLost, when set, is told of the shards this broker no longer holds,
+	// once they are unserved (drained), with the shard count (shard of a
+	// partition: Of): the broker passivates their partitions' actors at
+	// once instead of waiting for them to go idle. Called from the
+	// membership loop; it must not block.
+	OnLost func(lost []int, count int)
 	Logger *slog.Logger
 }
 
@@ -237,6 +243,9 @@ func (m *Membership) tick(ctx context.Context) error {
 		if len(gained) > 0 && m.cfg.Conn != nil {
 			m.cfg.Conn.FlushTimeout(m.interval) //nolint:errcheck // the subscriptions are in place before others route here
 		}
+	}
+	if len(lost) > 0 && m.cfg.OnLost != nil {
+		m.cfg.OnLost(lost, m.cfg.Count)
 	}
 	if len(gained)+len(lost) > 0 {
 		m.cfg.Logger.Info("shards moved", "broker", m.self, "held", len(held), "claimed", len(taken), "gained", len(gained), "lost", len(lost))

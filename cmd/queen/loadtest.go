@@ -388,6 +388,8 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		Logger:        log,
 		DedupCacheMB:  envInt("QUEEN_DEDUP_CACHE_MB", 512),
 		PartitionIdle: broker.DefaultPartitionIdle,
+		// As serve's default; QUEEN_PARTITION_MEMORY_MB below.
+		PartitionMemoryMB: broker.DefaultPartitionMemoryMB,
 	}
 	// The embedded broker takes the dedup cache settings from the
 	// environment, as `queen serve` does.
@@ -404,6 +406,10 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		return err
 	}
 	if err := partitionIdleSettings(nil, &bcfg.PartitionIdle); err != nil {
+		removeAll()
+		return err
+	}
+	if err := partitionMemorySettings(nil, &bcfg.PartitionMemoryMB); err != nil {
 		removeAll()
 		return err
 	}

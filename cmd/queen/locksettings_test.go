@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -65,5 +66,43 @@ func TestPartitionIdleSettings(t *testing.T) {
 		if err != nil || d != c.want {
 			t.Errorf("QUEEN_PARTITION_IDLE=%q: %v, %v; want %v", c.env, d, err, c.want)
 		}
+	}
+}
+
+// TestPartitionMemorySettings: QUEEN_PARTITION_MEMORY_MB is a whole number
+// of MiB, 0 (no bound) or 1 to 65536, over the default; a bad value stops
+// the start with an error naming it. 64 MiB allows about 47,900 active
+// partitions.
+func TestPartitionMemorySettings(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want int
+		bad  bool
+	}{
+		{"", 64, false},
+		{"0", 0, false},
+		{"128", 128, false},
+		{"64MB", 0, true},
+		{"-1", 0, true},
+		{"65537", 0, true},
+	} {
+		t.Setenv("QUEEN_PARTITION_MEMORY_MB", c.env)
+		mb := broker.DefaultPartitionMemoryMB
+		err := partitionMemorySettings(nil, &mb)
+		if c.bad {
+			if err == nil {
+				t.Errorf("QUEEN_PARTITION_MEMORY_MB=%q: no error", c.env)
+			}
+			continue
+		}
+		if err != nil || mb != c.want {
+			t.Errorf("QUEEN_PARTITION_MEMORY_MB=%q: %v, %v; want %v", c.env, mb, err, c.want)
+		}
+	}
+	if n := broker.MaxActivePartitions(64); n < 47000 || n > 48000 {
+		t.Errorf("64 MiB allows %d active partitions; want about 47,900", n)
+	}
+	if n := broker.MaxActivePartitions(0); n != 0 {
+		t.Errorf("0 MiB allows %d active partitions; want 0 (no bound)", n)
 	}
 }

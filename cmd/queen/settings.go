@@ -123,6 +123,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := partitionIdleSettings(cmd, &cfg.PartitionIdle); err != nil {
 				return err
 			}
+			if err := partitionMemorySettings(cmd, &cfg.PartitionMemoryMB); err != nil {
+				return err
+			}
 			if cfg.MaxPayloadBytes <= 0 || cfg.MaxPayloadBytes > 16<<20 {
 				return fmt.Errorf("--max-payload-bytes %d: want 1 to %d (the 16 MiB body limit)", cfg.MaxPayloadBytes, 16<<20)
 			}
@@ -164,6 +167,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	_ = f.MarkHidden("test-txns-floor")
 	f.DurationVar(&cfg.ShardLease, "shard-lease", shards.DefaultLease, "how long a shard lease lives without renewal, a Go duration; renewed every third of it, and a dead broker's shards move after it (env QUEEN_SHARD_LEASE)")
 	f.DurationVar(&cfg.PartitionIdle, "partition-idle", broker.DefaultPartitionIdle, "a partition actor with no push for this long is passivated (stopped, its memory freed; the next push spawns it again), a Go duration from 1s to 24h, or 0 to keep every partition active (env QUEEN_PARTITION_IDLE)")
+	f.IntVar(&cfg.PartitionMemoryMB, "partition-memory-mb", broker.DefaultPartitionMemoryMB, "heap the active partition actors may hold, MiB, from 1 to 65536, or 0 for no bound: at most this ÷ 1400 bytes are alive at once (64 MiB: about 47,900), the least recently pushed passivated first past it (env QUEEN_PARTITION_MEMORY_MB)")
 	f.IntVar(&cfg.ShardCount, "shard-count", 0, "shards of a new cluster (64 when 0); fixed at creation, a broker with another count refuses to start (env QUEEN_SHARD_COUNT)")
 	return cmd
 }
@@ -208,6 +212,23 @@ func partitionIdleSettings(cmd *cobra.Command, d *time.Duration) error {
 	}
 	if *d != 0 && (*d < time.Second || *d > 24*time.Hour) {
 		return fmt.Errorf("partition idle %v (--partition-idle, QUEEN_PARTITION_IDLE): want 0 (off) or 1s to 24h, for example 2m", *d)
+	}
+	return nil
+}
+
+// partitionMemorySettings applies QUEEN_PARTITION_MEMORY_MB where
+// --partition-memory-mb was not given and checks it: 0 (no bound) or 1 to
+// 65536 MiB. cmd nil: the environment alone over *mb (loadtest --embedded).
+func partitionMemorySettings(cmd *cobra.Command, mb *int) error {
+	if v := os.Getenv("QUEEN_PARTITION_MEMORY_MB"); v != "" && (cmd == nil || !cmd.Flags().Changed("partition-memory-mb")) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("QUEEN_PARTITION_MEMORY_MB=%q is not a whole number of MiB (for example 64, or 0 for no bound)", v)
+		}
+		*mb = n
+	}
+	if *mb < 0 || *mb > 65536 {
+		return fmt.Errorf("partition memory %d MiB (--partition-memory-mb, QUEEN_PARTITION_MEMORY_MB): want 0 (no bound) or 1 to 65536, for example 64", *mb)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,16 @@ type Config struct {
 	// default is DefaultPartitionIdle. 0 (the zero value) disables
 	// passivation. See actors.Config.PartitionIdle.
 	PartitionIdle time.Duration
+	// PartitionMemoryMB bounds the heap the active partitions hold, MiB
+	// (QUEEN_PARTITION_MEMORY_MB / --partition-memory-mb, whose default is
+	// DefaultPartitionMemoryMB): at most PartitionMemoryMB MiB ÷
+	// actors.ActivePartitionBytes partition actors are alive at once, the
+	// least recently pushed passivated first past it. 0 (the zero value):
+	// no bound. See actors.Config.MaxActivePartitions.
+	PartitionMemoryMB int
+	// MaxActivePartitions, when > 0, is the bound on active partitions
+	// itself, instead of PartitionMemoryMB's (tests use tiny bounds).
+	MaxActivePartitions int
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
@@ -111,6 +122,16 @@ type Config struct {
 // DefaultPartitionIdle is the default of QUEEN_PARTITION_IDLE: a partition
 // actor with no push for 2 minutes is passivated.
 const DefaultPartitionIdle = 2 * time.Minute
+
+// DefaultPartitionMemoryMB is the default of QUEEN_PARTITION_MEMORY_MB:
+// 64 MiB, about 47,900 active partitions.
+const DefaultPartitionMemoryMB = 64
+
+// MaxActivePartitions is the partition actors a budget of mb MiB allows
+// (mb << 20 ÷ actors.ActivePartitionBytes; 0: no bound).
+func MaxActivePartitions(mb int) int {
+	return int(int64(mb) << 20 / actors.ActivePartitionBytes)
+}
 
 func (c *Config) defaults() {
 	if c.HTTPAddr == "" {
@@ -237,7 +258,8 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}
 	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, ColdFor: cfg.DedupCacheColdFor, Source: b.store, Logger: b.log})
 	registerCacheMetrics(b.metrics, b.cache)
-	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle})
+	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle,
+		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, MaxActivePartitions(cfg.PartitionMemoryMB))})
 	registerPartitionMetrics(b.metrics, b.host)
 	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
 	// The shards this broker serves are those it holds leases on (SPEC.md
@@ -245,6 +267,14 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.members = shards.NewMembership(shards.MembershipConfig{
 		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(),
 		Count: cfg.ShardCount, Lease: cfg.ShardLease, Logger: b.log,
+		// The partitions of shards that moved away are released at once.
+		OnLost: func(lost []int, count int) {
+			gone := make(map[int]bool, len(lost))
+			for _, n := range lost {
+				gone[n] = true
+			}
+			b.host.PassivateWhere(func(queue, partition string) bool { return gone[shards.Of(queue, partition, count)] })
+		},
 	})
 	if err = b.members.Start(ctx); err != nil {
 		return err
@@ -413,16 +443,25 @@ func registerCacheMetrics(m *queen.Metrics, c *actors.Cache) {
 	)
 }
 
-// registerPartitionMetrics exposes the partition actors' counts (no
-// per-partition label sets).
+// registerPartitionMetrics exposes the partition actors' counts and the
+// memory they hold (no per-partition label sets).
 func registerPartitionMetrics(m *queen.Metrics, h *actors.Host) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "queen_partitions_active", Help: "Partition actors alive on this broker (spawned by a push, not yet passivated).",
 		}, func() float64 { return float64(h.PartitionStats().Active) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "queen_partitions_passivated_total", Help: "Partition actors stopped for being idle for QUEEN_PARTITION_IDLE.",
+			Name: "queen_partitions_passivated_total", Help: "Partition actors stopped, for being idle for QUEEN_PARTITION_IDLE or for the QUEEN_PARTITION_MEMORY_MB bound.",
 		}, func() float64 { return float64(h.PartitionStats().Passivated) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "queen_partitions_pressure_passivated_total", Help: "Partition actors stopped for the QUEEN_PARTITION_MEMORY_MB bound (least recently pushed first).",
+		}, func() float64 { return float64(h.PartitionStats().PressurePassivated) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "queen_partitions_bytes", Help: "Estimated heap the active partitions hold, bytes (active × the measured cost of one, actors.ActivePartitionBytes).",
+		}, func() float64 { return float64(h.PartitionStats().Bytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "queen_partitions_active_max", Help: "The bound on active partitions from QUEEN_PARTITION_MEMORY_MB (0: none).",
+		}, func() float64 { return float64(h.PartitionStats().MaxActive) }),
 	)
 }
 

@@ -572,3 +572,44 @@ func TestClusterGracefulStopUnderLoad(t *testing.T) {
 		t.Fatalf("the stopped broker still holds shards: %v", owners)
 	}
 }
+
+// TestClusterLostShardsReleaseTheirPartitions: when a broker joins and takes
+// shards over, the partition actors the first broker ran for those shards
+// are passivated at once (shards.MembershipConfig.OnLost), not after
+// QUEEN_PARTITION_IDLE (off here); the ones of the shards it keeps stay.
+func TestClusterLostShardsReleaseTheirPartitions(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	a := startEnv(t, func(c *Config) { c.ShardLease = lease })
+	var parts []string
+	for i := range 48 {
+		parts = append(parts, fmt.Sprintf("p%d", i))
+	}
+	for _, p := range parts {
+		wantStatuses(t, a.pushOK(t, "http", items(it("released", p, "t1")), 1), "queued")
+	}
+	if n := a.b.host.PartitionStats().Active; n != int64(len(parts)) {
+		t.Fatalf("a runs %d partition actors, want %d", n, len(parts))
+	}
+	b := joinCluster(t, a, lease)
+	envs := []*env{a, b}
+	eventually(t, 30*time.Second, 20*time.Millisecond, "two brokers share the shards", func() (bool, string) { return settled(t, envs, 1) })
+	eventually(t, 20*time.Second, 10*time.Millisecond, "a runs only the partitions of the shards it holds", func() (bool, string) {
+		held := map[int]bool{}
+		for _, n := range a.b.members.Held() {
+			held[n] = true
+		}
+		kept := 0
+		for _, p := range parts {
+			if held[shards.Of("released", p, shards.DefaultCount)] {
+				kept++
+			}
+		}
+		ps := a.b.host.PartitionStats()
+		return ps.Active == int64(kept) && kept < len(parts), fmt.Sprintf("active %d, partitions on held shards %d: %+v", ps.Active, kept, ps)
+	})
+	// The partitions moved answer from b, exactly.
+	for _, p := range parts {
+		wantStatuses(t, b.pushOK(t, "nats", items(it("released", p, "t1")), 1), "duplicate")
+	}
+}

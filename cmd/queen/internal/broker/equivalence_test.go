@@ -280,6 +280,12 @@ func TestDedupCacheEquivalence(t *testing.T) {
 	// away); a reactivated cache is cold for a nanosecond only, so it warms
 	// (reads its window back) between passivations.
 	passivating := startEnv(t, func(c *Config) { slow(c); c.PartitionIdle = time.Hour; c.DedupCacheColdFor = time.Nanosecond })
+	// One partition actor at most: every push to another partition
+	// passivates the one pushed before (the least recently pushed).
+	pressured := startEnv(t, func(c *Config) {
+		slow(c)
+		c.PartitionIdle, c.MaxActivePartitions, c.DedupCacheColdFor = time.Hour, 1, time.Nanosecond
+	})
 	runs := []struct {
 		name      string
 		envs      []*env
@@ -290,6 +296,7 @@ func TestDedupCacheEquivalence(t *testing.T) {
 		{"cache-evicting", []*env{evicting}, 0},
 		{"two-brokers", []*env{a, b}, 0},
 		{"passivating", []*env{passivating}, 3},
+		{"pressured", []*env{pressured}, 0},
 	}
 	for s := 0; s < seeds; s++ {
 		seed := base + int64(s)
@@ -330,6 +337,11 @@ func TestDedupCacheEquivalence(t *testing.T) {
 			}
 			if st.NarrowedProbes == 0 {
 				t.Errorf("run %s never used the cache: %+v", run.name, st)
+			}
+			t.Logf("run %s: %+v, cache %+v", run.name, run.envs[0].b.host.PartitionStats(), st)
+		case "pressured":
+			if ps := run.envs[0].b.host.PartitionStats(); ps.PressurePassivated == 0 {
+				t.Errorf("run %s never passivated for the bound: %+v", run.name, ps)
 			}
 			t.Logf("run %s: %+v, cache %+v", run.name, run.envs[0].b.host.PartitionStats(), st)
 		case "cache-off":
