@@ -146,7 +146,9 @@ func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 1, MaxPayloadBytes: 64})
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
-	ok := func() *queen.Item { return &queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)} }
+	ok := func() *queen.Item {
+		return &queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}
+	}
 	trace := "bad\xff"
 	for _, c := range []struct {
 		it          *queen.Item
