@@ -76,8 +76,10 @@ type shardState struct {
 	opts ShardOptions
 	mu   sync.Mutex
 	// count is the shard count, 0 while unknown.
-	count   int
-	loading bool
+	count int
+	// loading is closed when the cluster view being read arrives; nil
+	// when none is being read.
+	loading chan struct{}
 	// stale: a shard subject had no responder; the view is read again
 	// once readAt passes.
 	stale  bool
@@ -131,27 +133,39 @@ func (c *Client) ClusterView(ctx context.Context, token string) (queen.ClusterVi
 }
 
 // shardCount returns the shard count, reading the cluster view when it is
-// unknown (or stale) and no other push is reading it; 0 when unknown.
+// unknown (or stale); 0 when it is still unknown. A push that finds the
+// view being read waits for it (or ctx).
 func (c *Client) shardCount(ctx context.Context) int {
 	st := c.shard
 	if st.opts.Count > 0 {
 		return st.opts.Count
 	}
 	st.mu.Lock()
-	now := time.Now()
-	if (st.count > 0 && !st.stale) || st.loading || now.Before(st.readAt) {
+	if ch := st.loading; ch != nil {
+		st.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.count
+	}
+	if (st.count > 0 && !st.stale) || time.Now().Before(st.readAt) {
 		n := st.count
 		st.mu.Unlock()
 		return n
 	}
-	st.loading = true
+	ch := make(chan struct{})
+	st.loading = ch
 	st.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, st.opts.Timeout)
 	v, err := c.ClusterView(rctx, st.opts.AdminToken)
 	cancel()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.loading = false
+	st.loading = nil
+	close(ch)
 	st.readAt = time.Now().Add(shardViewRetry)
 	if err == nil && v.ShardCount > 0 {
 		st.count, st.stale = v.ShardCount, false

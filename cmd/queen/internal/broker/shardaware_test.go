@@ -1,0 +1,179 @@
+package broker
+
+// Shard-aware clients in a cluster (SPEC.md §9): the Go client sends each
+// shard's items to the shard's subject, so the broker they enter owns them
+// and no push hops between brokers. Real brokers, PostgreSQL and NATS;
+// conditions are polled with deadlines, never slept for.
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// routeMetrics reads each broker's queen_shard_routes_{local,remote}_total.
+func routeMetrics(t *testing.T, envs []*env) (local, remote []float64) {
+	t.Helper()
+	for _, e := range envs {
+		local = append(local, e.metricValue(t, "queen_shard_routes_local_total"))
+		remote = append(remote, e.metricValue(t, "queen_shard_routes_remote_total"))
+	}
+	return local, remote
+}
+
+// spread is n items over parts partitions of queue, round robin, with
+// transaction ids prefix-0, prefix-1, ...
+func spread(queue, prefix string, parts, n int) []transport.PushItem {
+	out := make([]transport.PushItem, n)
+	for i := range out {
+		out[i] = transport.PushItem{Queue: queue, Partition: fmt.Sprintf("p%d", i%parts),
+			TransactionID: fmt.Sprintf("%s-%d", prefix, i), Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+	}
+	return out
+}
+
+// pushExact pushes items through c and checks one verdict per item in
+// request order, each want, with the message ids of ids when known (and
+// records them when not).
+func pushExact(t *testing.T, c *transport.Client, items []transport.PushItem, want queen.Verdict, ids map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rs, err := c.Push(ctx, items)
+	if err != nil {
+		t.Fatalf("push of %d items: %v", len(items), err)
+	}
+	if len(rs) != len(items) {
+		t.Fatalf("push of %d items: %d replies", len(items), len(rs))
+	}
+	for i, r := range rs {
+		txn := items[i].TransactionID
+		if r.Index != i || r.TransactionID != txn || r.Status != want {
+			t.Fatalf("item %d (%s): index %d %s %s (%s), want %s", i, txn, r.Index, r.TransactionID, r.Status, r.Error, want)
+		}
+		if id, ok := ids[txn]; ok && id != r.MessageID {
+			t.Fatalf("item %d (%s): message id %s, the original is %s", i, txn, r.MessageID, id)
+		}
+		ids[txn] = r.MessageID
+	}
+}
+
+// TestClusterShardAwarePublishCrossesNoHop: in a 3-broker cluster a
+// shard-aware client's pushes, synchronous and through the async producer,
+// enter at each item's owner: queen_shard_routes_remote_total stays 0 on
+// every broker while queen_shard_routes_local_total grows on each; repeats
+// are duplicate with the original ids and nothing is stored twice.
+func TestClusterShardAwarePublishCrossesNoHop(t *testing.T) {
+	t.Parallel()
+	envs := startCluster(t, 3, 2*time.Second)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "three brokers share the shards", func() (bool, string) { return settled(t, envs, 3) })
+	local0, remote0 := routeMetrics(t, envs)
+
+	c := transport.NewClient(envs[0].nc, transport.ShardAware(transport.ShardOptions{}))
+	const q = "shardaware"
+	ids := map[string]string{}
+	bundle := spread(q, "sync", 48, 96) // every broker owns some of 48 partitions
+	pushExact(t, c, bundle, queen.Queued, ids)
+	pushExact(t, c, bundle, queen.Duplicate, ids)
+	pushExact(t, c, bundle[5:6], queen.Duplicate, ids)
+
+	// The async producer over the same client: single items, and repeats
+	// of the bundle's, resolved exactly.
+	p := transport.NewProducer(c, transport.ProducerOptions{Linger: time.Millisecond, MaxBatchItems: 50})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	single := spread(q, "async", 32, 300)
+	var pend []*transport.Pending
+	for _, it := range append(append([]transport.PushItem{}, single...), bundle[:40]...) {
+		pd, err := p.Publish(ctx, it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pend = append(pend, pd)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, pd := range pend {
+		r, err := pd.Result()
+		want := queen.Queued
+		if i >= len(single) {
+			want = queen.Duplicate
+		}
+		if err != nil || r.Status != want {
+			t.Fatalf("published item %d: %s %v, want %s", i, r.Status, err, want)
+		}
+		if id, ok := ids[r.TransactionID]; ok && id != r.MessageID {
+			t.Fatalf("published item %d (%s): message id %s, the original is %s", i, r.TransactionID, r.MessageID, id)
+		}
+		ids[r.TransactionID] = r.MessageID
+	}
+
+	local1, remote1 := routeMetrics(t, envs)
+	for i := range envs {
+		if remote0[i] != 0 || remote1[i] != 0 {
+			t.Fatalf("broker %d: queen_shard_routes_remote_total %v then %v, want 0: a push hopped", i, remote0[i], remote1[i])
+		}
+		if local1[i] <= local0[i] {
+			t.Fatalf("broker %d: queen_shard_routes_local_total %v then %v: it served none of the pushes", i, local0[i], local1[i])
+		}
+	}
+	st := c.ShardStats()
+	if st.Unsplit != 0 || st.Fallback != 0 || st.Split == 0 || st.Groups < st.Split {
+		t.Fatalf("shard stats %+v: want every push split, no fallback", st)
+	}
+	for txn, n := range txnCounts(envs[0].frames(t, q, "")) {
+		if n != 1 {
+			t.Fatalf("%s stored %d times", txn, n)
+		}
+	}
+	if n := len(txnCounts(envs[0].frames(t, q, ""))); n != len(bundle)+len(single) {
+		t.Fatalf("%d transaction ids stored, want %d", n, len(bundle)+len(single))
+	}
+	t.Logf("routes local %v -> %v, remote %v; client %+v", local0, local1, remote1, st)
+}
+
+// TestClusterShardAwareFallback: a shard subject nobody answers has its
+// items sent through queen.v1.push, and every item still gets its exact
+// verdict: shards the client believes exist but no broker serves (a wrong
+// shard count), and the shards of a broker that died holding their leases.
+func TestClusterShardAwareFallback(t *testing.T) {
+	t.Parallel()
+	envs := startCluster(t, 3, 2*time.Second)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "three brokers share the shards", func() (bool, string) { return settled(t, envs, 3) })
+
+	// Twice the real count: shards 64..127 have no responder.
+	wrong := transport.NewClient(envs[1].nc, transport.ShardAware(transport.ShardOptions{Count: 2 * envs[0].b.cfg.ShardCount}))
+	const q = "fallback"
+	ids := map[string]string{}
+	bundle := spread(q, "w", 40, 80)
+	pushExact(t, wrong, bundle, queen.Queued, ids)
+	pushExact(t, wrong, bundle, queen.Duplicate, ids)
+	if st := wrong.ShardStats(); st.Fallback == 0 || st.Split != 2 {
+		t.Fatalf("shard stats %+v: want 2 split pushes with fallbacks", st)
+	}
+
+	// c dies: it stops renewing and goes away without releasing its
+	// shards; until they are re-owned their subjects have no responder.
+	dead := envs[2]
+	dead.b.members.Abandon()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := dead.b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := transport.NewClient(envs[0].nc, transport.ShardAware(transport.ShardOptions{}))
+	after := spread(q, "after", 40, 80)
+	pushExact(t, c, after, queen.Queued, ids)
+	pushExact(t, c, append(after, bundle...), queen.Duplicate, ids)
+	for txn, n := range txnCounts(envs[0].frames(t, q, "")) {
+		if n != 1 {
+			t.Fatalf("%s stored %d times", txn, n)
+		}
+	}
+	t.Logf("after the kill: client %+v", c.ShardStats())
+}
