@@ -8,8 +8,11 @@ package broker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport"
@@ -176,4 +179,53 @@ func TestClusterShardAwareFallback(t *testing.T) {
 		}
 	}
 	t.Logf("after the kill: client %+v", c.ShardStats())
+}
+
+// TestShardSubjectAnswersClientsAsThePublicPush: a client's push on a shard
+// subject (Content-Type: application/json) is validated and answered
+// exactly as on queen.v1.push: the same 4xx for bad input, nothing written
+// (SPEC.md §10, §11); and the internal encoding's subject refuses a body
+// that is neither.
+func TestShardSubjectAnswersClientsAsThePublicPush(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	ask := func(subject string, body []byte, header bool) (string, string) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		if header {
+			m.Header.Set("Content-Type", "application/json")
+		}
+		m.Data = body
+		r, err := e.nc.RequestMsg(m, 30*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", subject, err)
+		}
+		return r.Header.Get("Nats-Service-Error-Code"), string(r.Data)
+	}
+	shard := transport.ShardPushSubject(transport.ShardOf("direct", "p", e.b.cfg.ShardCount))
+	for _, body := range []string{
+		`{"items":[{"queue":"direct","partition":"p","transactionId":"a"},{"queue":"direct","partition":"p","transactionId":"b\u0001"}]}`,
+		`{"items":[{"queue":"direct","partition":"p","payload":{"x":"\ud800"}}]}`,
+		`{"items":[{"partition":"p"}]}`,
+		`{"items":[{"queue":"direct","partition":"p",}]}`,
+		`{"items":{}}`,
+		"{\"items\":[{\"queue\":\"direct\xff\"}]}",
+	} {
+		pubStatus, pubBody := ask(transport.SubjectPush, []byte(body), false)
+		status, got := ask(shard, []byte(body), true)
+		if pubStatus == "" || !strings.HasPrefix(pubStatus, "4") || status != pubStatus || got != pubBody {
+			t.Fatalf("body %s:\n queen.v1.push answered %s %s\n %s answered %s %s", body, pubStatus, pubBody, shard, status, got)
+		}
+	}
+	if n := len(e.frames(t, "direct", "")); n != 0 {
+		t.Fatalf("%d messages stored from refused pushes", n)
+	}
+	status, got := ask(shard, []byte(`{"items":[{"queue":"direct","partition":"p","transactionId":"ok"}]}`), true)
+	if status != "" || !strings.Contains(got, `"status":"queued"`) {
+		t.Fatalf("a good push on %s: %s %s", shard, status, got)
+	}
+	status, got = ask(shard, []byte(`{"items":[{"queue":"direct","partition":"p","transactionId":"ok"}]}`), false)
+	if status != "400" || !strings.Contains(got, `"code":"invalid_json"`) {
+		t.Fatalf("the public body without its header on %s: %s %s", shard, status, got)
+	}
 }
