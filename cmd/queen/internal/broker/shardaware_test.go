@@ -137,7 +137,22 @@ func TestClusterShardAwarePublishCrossesNoHop(t *testing.T) {
 	if n := len(txnCounts(envs[0].frames(t, q, ""))); n != len(bundle)+len(single) {
 		t.Fatalf("%d transaction ids stored, want %d", n, len(bundle)+len(single))
 	}
-	t.Logf("routes local %v -> %v, remote %v; client %+v", local0, local1, remote1, st)
+	t.Logf("shard-aware: routes local %v -> %v, remote %v; client %+v", local0, local1, remote1, st)
+
+	// The same bundle through a plain client enters at one broker, which
+	// sends the shards it does not own to their owners: the metric sees
+	// those hops.
+	plain := transport.NewClient(envs[0].nc)
+	pushExact(t, plain, bundle, queen.Duplicate, ids)
+	local2, remote2 := routeMetrics(t, envs)
+	hops := 0.0
+	for i := range envs {
+		hops += remote2[i]
+	}
+	if hops == 0 {
+		t.Fatalf("a plain client's push of %d partitions made no hop: routes remote %v", 48, remote2)
+	}
+	t.Logf("plain client, one push of 96 items over 48 partitions: routes local %v -> %v, remote %v -> %v", local1, local2, remote1, remote2)
 }
 
 // TestClusterShardAwareFallback: a shard subject nobody answers has its
