@@ -194,7 +194,9 @@ func (s *Server) handlePush(m *nats.Msg) {
 	}
 	if e := checkItems(items, s.cfg.MaxPayloadBytes); e != nil {
 		// The subject is reachable by any NATS client: refused whole with
-		// the front door's error, nothing written (SPEC.md §10).
+		// the front door's error, nothing written (SPEC.md §10). From a
+		// broker's router it means the brokers' limits differ.
+		s.cfg.Logger.Warn("shard push refused", "subject", m.Subject, "code", e.Code, "field", e.Field, "err", e.Message)
 		respondError(m, e)
 		return
 	}
