@@ -6,6 +6,8 @@
 // partition actors). The Membership keeps this broker's fair share of the
 // shards through expiring leases in PostgreSQL, serves exactly the shards it
 // holds, and tells a cluster Router which shards to send to other brokers;
-// the rest, and any shard no broker answers for, are served locally. It
-// knows neither SQL nor HTTP.
+// the rest, and any shard no broker answers for, are served locally. A
+// shard subject also takes a shard-aware client's push (the public push
+// body, marked Content-Type: application/json), handed to the broker's
+// front door (Server.SetDirect). It knows neither SQL nor HTTP.
 package shards

@@ -2,7 +2,9 @@ package shards
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,6 +225,15 @@ func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]que
 		return nil, queen.ErrTimeout.With("shard %d did not answer in time; the outcome is unknown, retry with the same transaction ids", n)
 	default:
 		return nil, queen.ErrUnavailable.With("shard %d request failed: %v", n, err)
+	}
+	if code := msg.Header.Get(ErrorCodeHeader); code != "" {
+		// Refused whole (SPEC.md §10): the items are not written.
+		e := &queen.Error{}
+		if json.Unmarshal(msg.Data, e) != nil || e.Code == "" {
+			return nil, queen.ErrInternal.With("shard %d answered status %s: %s", n, code, msg.Data)
+		}
+		e.Status, _ = strconv.Atoi(code)
+		return nil, e
 	}
 	rs, err := decodeResults(msg.Data)
 	if err != nil {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -38,7 +40,11 @@ type ServerConfig struct {
 	Count int
 	// Timeout bounds the wait for one shard request's verdicts; default 60s.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// MaxPayloadBytes is the largest payload an item of the internal
+	// encoding may carry, as the front door's QUEEN_MAX_PAYLOAD_BYTES
+	// (default queen.DefaultMaxPayloadBytes, 4 MiB; SPEC.md §10).
+	MaxPayloadBytes int
+	Logger          *slog.Logger
 }
 
 // Server serves the shard subjects this broker owns.
@@ -47,7 +53,24 @@ type Server struct {
 	mu     sync.Mutex
 	subs   map[int]*nats.Subscription
 	closed bool
+	direct nats.MsgHandler
 	wg     sync.WaitGroup
+}
+
+// ContentTypeJSON is the Content-Type header value that marks a client's
+// push on a shard subject: its body is the public push body (SPEC.md §3,
+// §11), not the internal encoding brokers send each other.
+const ContentTypeJSON = "application/json"
+
+// SetDirect sets the handler of clients' pushes on the shard subjects
+// (messages with the header Content-Type: application/json): h answers them
+// as queen.v1.push does (the same validation, routing, replies and errors;
+// SPEC.md §9, §11). Until it is set such a message is answered 503
+// unavailable (retryable; shard-aware clients then use queen.v1.push).
+func (s *Server) SetDirect(h nats.MsgHandler) {
+	s.mu.Lock()
+	s.direct = h
+	s.mu.Unlock()
 }
 
 // NewServer returns a Server that serves no shard yet.
@@ -60,6 +83,9 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
 	}
 	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}
 }
@@ -144,17 +170,34 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // handlePush runs on the subscription's goroutine: it enqueues every
 // partition's group at once (so pushes keep their arrival order per
-// partition) and waits for the verdicts on another goroutine.
+// partition) and waits for the verdicts on another goroutine. A client's
+// push (Content-Type: application/json) goes to the direct handler instead.
 func (s *Server) handlePush(m *nats.Msg) {
-	items, err := decodeItems(m.Data)
-	if err == nil {
-		err = checkItems(items)
+	if m.Header != nil && m.Header.Get("Content-Type") == ContentTypeJSON {
+		s.mu.Lock()
+		h, closed := s.direct, s.closed
+		s.mu.Unlock()
+		switch {
+		case closed:
+			respondError(m, queen.ErrShuttingDown)
+		case h == nil:
+			respondError(m, queen.ErrUnavailable.With("this broker does not take client pushes on %s yet; use queen.v1.push", m.Subject))
+		default:
+			h(m)
+		}
+		return
 	}
+	items, err := decodeItems(m.Data)
 	if err != nil {
-		// Only a broker's router should publish here; anything else is
-		// refused whole, nothing written.
-		s.cfg.Logger.Error("bad shard push message refused", "subject", m.Subject, "err", err)
-		m.Respond(encodeResults(nil, nil)) //nolint:errcheck
+		respondError(m, queen.ErrInvalidJSON.With("%s carries the brokers' internal encoding or, with the header Content-Type: %s, the push body of queen.v1.push: %v", m.Subject, ContentTypeJSON, err))
+		return
+	}
+	if e := checkItems(items, s.cfg.MaxPayloadBytes); e != nil {
+		// The subject is reachable by any NATS client: refused whole with
+		// the front door's error, nothing written (SPEC.md §10). From a
+		// broker's router it means the brokers' limits differ.
+		s.cfg.Logger.Warn("shard push refused", "subject", m.Subject, "code", e.Code, "field", e.Field, "err", e.Message)
+		respondError(m, e)
 		return
 	}
 	s.mu.Lock()
@@ -246,24 +289,121 @@ func waitGroups(ctx context.Context, groups []*partGroup, results []queen.Result
 
 // checkItems re-checks, on the shard side, what the front door validated
 // (SPEC.md §10): the shard subjects are reachable by any NATS client, so a
-// message that did not come through a front door must not be stored.
-func checkItems(items []*queen.Item) error {
+// message that did not come through a front door must not be stored. It
+// returns the front door's error for the first bad item (400, with its index
+// and field), or nil.
+func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
+	if len(items) > queen.MaxItems {
+		e := queen.ErrTooManyItems.With("the request has %d items; the limit is %d", len(items), queen.MaxItems)
+		e.Field = "items"
+		return e
+	}
 	for i, it := range items {
+		at := func(e error, field string) *queen.Error {
+			return queen.AsError(e).At(i, fmt.Sprintf("items[%d].%s", i, field))
+		}
 		if err := queen.ValidateName(it.Queue, "queue"); err != nil {
-			return fmt.Errorf("item %d: %w", i, err)
+			return at(err, "queue")
 		}
 		if err := queen.ValidateName(it.Partition, "partition"); err != nil {
-			return fmt.Errorf("item %d: %w", i, err)
+			return at(err, "partition")
 		}
-		if it.TransactionID == "" || len(it.TransactionID) > queen.MaxTransactionIDBytes || strings.ContainsFunc(it.TransactionID, isControl) {
-			return fmt.Errorf("item %d: bad transaction id", i)
-		}
-		if !json.Valid(it.Payload) {
-			return fmt.Errorf("item %d: payload is not JSON", i)
+		switch {
+		case it.TransactionID == "":
+			return at(queen.ErrMissingField.With("items[%d].transactionId must not be empty on a shard subject", i), "transactionId")
+		case !utf8.ValidString(it.TransactionID):
+			return at(queen.ErrInvalidUTF8.With("items[%d].transactionId is not valid UTF-8", i), "transactionId")
+		case len(it.TransactionID) > queen.MaxTransactionIDBytes:
+			return at(queen.ErrTooLong.With("items[%d].transactionId is %d bytes; the limit is %d", i, len(it.TransactionID), queen.MaxTransactionIDBytes), "transactionId")
+		case strings.ContainsFunc(it.TransactionID, isControl):
+			return at(queen.ErrControlChar.With("items[%d].transactionId contains a control character", i), "transactionId")
+		case it.TraceID != nil && !utf8.ValidString(*it.TraceID):
+			return at(queen.ErrInvalidUTF8.With("items[%d].traceId is not valid UTF-8", i), "traceId")
+		case len(it.Payload) > maxPayload:
+			return at(queen.ErrPayloadTooLarge.With("items[%d].payload is %d bytes of JSON; the limit is %d", i, len(it.Payload), maxPayload), "payload")
+		case !utf8.Valid(it.Payload):
+			return at(queen.ErrInvalidUTF8.With("items[%d].payload is not valid UTF-8", i), "payload")
+		case !json.Valid(it.Payload):
+			return at(queen.ErrInvalidJSON.With("items[%d].payload is not one JSON value", i), "payload")
+		case loneSurrogate(it.Payload):
+			return at(queen.ErrInvalidUTF8.With("items[%d].payload holds a lone surrogate escape", i), "payload")
 		}
 	}
 	return nil
 }
+
+// loneSurrogate reports whether the valid JSON b escapes half of a UTF-16
+// surrogate pair alone (\ud800 not followed by \udc00-\udfff, or a low half
+// first), which the front door refuses (SPEC.md §10).
+func loneSurrogate(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(b) || b[i+1] != 'u' {
+			i++ // an escaped character ("\\", "\"", ...)
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		if !ok {
+			return false // not valid JSON; json.Valid said otherwise
+		}
+		switch {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true
+		case r >= 0xd800 && r <= 0xdbff:
+			lo, ok := rune(0), false
+			if i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				lo, ok = hex4(b, i+8)
+			}
+			if !ok || lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// hex4 reads the four hex digits at b[i:i+4].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// respondError answers m with e as the NATS API answers errors: the micro
+// error headers (Nats-Service-Error-Code = the HTTP status) and the JSON
+// error body (SPEC.md §10, §11).
+func respondError(m *nats.Msg, e *queen.Error) {
+	reply := nats.NewMsg(m.Reply)
+	reply.Data, _ = json.Marshal(e)
+	reply.Header.Set(ErrorHeader, e.Message)
+	reply.Header.Set(ErrorCodeHeader, strconv.Itoa(e.Status))
+	m.RespondMsg(reply) //nolint:errcheck // the requester went away
+}
+
+// The micro error headers of an error reply (SPEC.md §11).
+const (
+	ErrorHeader     = "Nats-Service-Error"
+	ErrorCodeHeader = "Nats-Service-Error-Code"
+)
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 

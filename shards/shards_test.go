@@ -2,6 +2,7 @@ package shards
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -137,28 +138,70 @@ func boolInt(b bool) int {
 }
 
 // TestShardSubjectRefusesUnvalidatedItems: a client publishing straight to a
-// shard subject cannot store what the front door would refuse.
+// shard subject cannot store what the front door would refuse, and gets the
+// front door's 4xx (micro error headers, JSON error body; SPEC.md §10, §11).
 func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 	nc := connectNATS(t, 0)
 	rec := &recorder{got: map[string][]string{}}
-	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 1})
+	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 1, MaxPayloadBytes: 64})
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
-	for _, it := range []*queen.Item{
-		{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`not json`)},
-		{Queue: "", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)},
-		{Queue: "q", Partition: "", TransactionID: "t", Payload: []byte(`{}`)},
-		{Queue: "q\x01", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)},
-		{Queue: "q", Partition: "p", TransactionID: "", Payload: []byte(`{}`)},
-		{Queue: "q", Partition: strings.Repeat("p", 256), TransactionID: "t", Payload: []byte(`{}`)},
-	} {
-		msg, err := nc.Request(PushSubject(0), encodeItems(nil, []*queen.Item{it}), 5*time.Second)
-		require.NoError(t, err)
-		rs, err := decodeResults(msg.Data)
-		require.NoError(t, err)
-		require.Empty(t, rs, "refused whole")
+	ok := func() *queen.Item {
+		return &queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}
 	}
+	trace := "bad\xff"
+	for _, c := range []struct {
+		it          *queen.Item
+		code, field string
+	}{
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`not json`)}, "invalid_json", "items[1].payload"},
+		{&queen.Item{Queue: "", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}, "missing_field", "items[1].queue"},
+		{&queen.Item{Queue: "q", Partition: "", TransactionID: "t", Payload: []byte(`{}`)}, "missing_field", "items[1].partition"},
+		{&queen.Item{Queue: "q\x01", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}, "control_character", "items[1].queue"},
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "", Payload: []byte(`{}`)}, "missing_field", "items[1].transactionId"},
+		{&queen.Item{Queue: "q", Partition: strings.Repeat("p", 256), TransactionID: "t", Payload: []byte(`{}`)}, "too_long", "items[1].partition"},
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t\xff", Payload: []byte(`{}`)}, "invalid_utf8", "items[1].transactionId"},
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", TraceID: &trace, Payload: []byte(`{}`)}, "invalid_utf8", "items[1].traceId"},
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte("\"\xff\"")}, "invalid_utf8", "items[1].payload"},
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`"\ud800"`)}, "invalid_utf8", "items[1].payload"},
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`["\udc00\ud800"]`)}, "invalid_utf8", "items[1].payload"},
+		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`"` + strings.Repeat("x", 64) + `"`)}, "payload_too_large", "items[1].payload"},
+	} {
+		msg, err := nc.Request(PushSubject(0), encodeItems(nil, []*queen.Item{ok(), c.it}), 5*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "400", msg.Header.Get(ErrorCodeHeader), "%s: %s", c.field, msg.Data)
+		var e queen.Error
+		require.NoError(t, json.Unmarshal(msg.Data, &e))
+		require.Equal(t, c.code, e.Code, "%s: %s", c.field, msg.Data)
+		require.Equal(t, c.field, e.Field)
+		require.NotNil(t, e.Index)
+		require.Equal(t, 1, *e.Index)
+		require.NotEmpty(t, msg.Header.Get(ErrorHeader))
+	}
+	// A paired surrogate and other escapes are fine.
+	good := ok()
+	good.Payload = []byte(`{"a":"\ud83d\ude00\\ud800\n\u00e9"}`)
+	require.Nil(t, checkItems([]*queen.Item{good}, 1<<20))
+
+	// The public push body without its header is not the internal encoding.
+	msg, err := nc.Request(PushSubject(0), []byte(`{"items":[{"queue":"q"}]}`), 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "400", msg.Header.Get(ErrorCodeHeader), "%s", msg.Data)
 	require.Empty(t, rec.got, "nothing reached a partition")
+
+	// With the header, before a direct handler is set: 503 unavailable
+	// (shard-aware clients then use queen.v1.push); after, the handler answers.
+	req := nats.NewMsg(PushSubject(0))
+	req.Header.Set("Content-Type", ContentTypeJSON)
+	req.Data = []byte(`{"items":[{"queue":"q"}]}`)
+	msg, err = nc.RequestMsg(req, 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "503", msg.Header.Get(ErrorCodeHeader), "%s", msg.Data)
+	require.Contains(t, string(msg.Data), `"code":"unavailable"`)
+	s.SetDirect(func(m *nats.Msg) { m.Respond([]byte("direct " + string(m.Data))) }) //nolint:errcheck
+	msg, err = nc.RequestMsg(req, 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, `direct {"items":[{"queue":"q"}]}`, string(msg.Data))
 }
 
 // connectNATS runs an in-process NATS server on an ephemeral loopback port

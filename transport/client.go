@@ -17,10 +17,19 @@ import (
 // concurrent use.
 type Client struct {
 	nc *nats.Conn
+	// shard is set by ShardAware.
+	shard *shardState
 }
 
-// NewClient returns a client over nc.
-func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+// NewClient returns a client over nc with opts (none: every push goes to
+// queen.v1.push; ShardAware: pushes go to the shards' subjects).
+func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
+	c := &Client{nc: nc}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
 
 // PushItem is one item to push (SPEC.md §3). An empty TransactionID makes the
 // broker generate one (and the item unique); Payload is any JSON value (nil
@@ -37,7 +46,23 @@ type PushItem struct {
 // *queen.Error for a refused request (4xx, nothing written) or a transport
 // failure. When every item failed (503) the replies are returned too, with
 // err matching the first item's error code.
+//
+// A shard-aware client (ShardAware) splits items by shard and sends the
+// groups at once, each to its shard's subject; the replies are the same,
+// in request order, each Index the item's place in items. A push the client
+// cannot vouch for (an item the broker may refuse: bad names, payload not
+// JSON or over 4 MiB, over 10,000 items) goes whole to queen.v1.push, so a
+// refusal still writes nothing. Only a refusal the client could not foresee
+// (a payload over a broker's smaller QUEEN_MAX_PAYLOAD_BYTES) may leave other
+// shards' items stored; sending the same items again is exact (duplicate
+// with the original's id).
 func (c *Client) Push(ctx context.Context, items []PushItem) ([]queen.PushReply, error) {
+	if c.shard != nil && len(items) > 0 {
+		if out, ok, err := c.pushSharded(ctx, items); ok {
+			return out, err
+		}
+		c.shard.stats.unsplit.Add(1)
+	}
 	data, status, err := c.request(ctx, SubjectPush, AppendPushRequest(nil, items))
 	if err != nil {
 		return nil, err
@@ -102,12 +127,17 @@ func (c *Client) Configure(ctx context.Context, body []byte) (json.RawMessage, e
 // request sends body and returns the reply data and its micro error status
 // (0 when the reply is not an error).
 func (c *Client) request(ctx context.Context, subject string, body []byte) ([]byte, int, error) {
-	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	return c.requestMsg(ctx, &nats.Msg{Subject: subject, Data: body})
+}
+
+// requestMsg is request with a message (headers).
+func (c *Client) requestMsg(ctx context.Context, m *nats.Msg) ([]byte, int, error) {
+	msg, err := c.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, 0, queen.ErrUnavailable.With("no broker answers on %s", subject)
+			return nil, 0, queen.ErrUnavailable.With("no broker answers on %s", m.Subject)
 		}
-		return nil, 0, queen.ErrTimeout.With("request on %s: %v", subject, err)
+		return nil, 0, queen.ErrTimeout.With("request on %s: %v", m.Subject, err)
 	}
 	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
 		st, _ := strconv.Atoi(code)

@@ -73,7 +73,17 @@ type NATSService struct {
 	// received counts requests dispatched to the endpoints (Stop waits
 	// until it stops moving).
 	received atomic.Int64
+	// push is the queen.v1.push endpoint's handler (ShardPush).
+	push nats.MsgHandler
 }
+
+// ShardPush answers a client's push that arrived on a shard subject
+// (queen.v1.shard.<n>.push with the header Content-Type: application/json,
+// sent by a shard-aware Client) exactly as queen.v1.push answers it: the
+// same body, validation, errors (SPEC.md §10, §11) and replies, counted in
+// the push endpoint's stats. The broker gives it to shards.Server.SetDirect;
+// its router then serves the items here, since this broker owns the shard.
+func (ns *NATSService) ShardPush(m *nats.Msg) { ns.push(m) }
 
 // natsEndpoint is one endpoint with its micro stats.
 type natsEndpoint struct {
@@ -194,7 +204,11 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}
-		sub, err := nc.QueueSubscribe(e.subject, QueueGroup, async(ep, e.h, e.admin))
+		h := async(ep, e.h, e.admin)
+		if e.subject == SubjectPush {
+			ns.push = h
+		}
+		sub, err := nc.QueueSubscribe(e.subject, QueueGroup, h)
 		if err != nil {
 			ns.unsubscribe()
 			return nil, err

@@ -292,7 +292,10 @@ type Producer struct {
 type PushFunc func(ctx context.Context, items []PushItem) ([]queen.PushReply, error)
 
 // NewProducer returns a producer over c's NATS connection (queen.v1.push,
-// SPEC.md §11) with opts (zero values: the defaults).
+// SPEC.md §11) with opts (zero values: the defaults). Over a shard-aware c
+// (ShardAware) each request is split by shard and its groups go at once to
+// the shards' subjects (SPEC.md §9); MaxInFlight still counts the
+// producer's requests, and a partition stays in one request at a time.
 func NewProducer(c *Client, opts ProducerOptions) *Producer {
 	return NewProducerFunc(c.Push, opts)
 }

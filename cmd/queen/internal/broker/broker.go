@@ -261,7 +261,8 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle,
 		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, MaxActivePartitions(cfg.PartitionMemoryMB))})
 	registerPartitionMetrics(b.metrics, b.host)
-	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount, Logger: b.log})
+	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount,
+		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log})
 	// The shards this broker serves are those it holds leases on (SPEC.md
 	// §9); a broker alone holds them all once Start returns.
 	b.members = shards.NewMembership(shards.MembershipConfig{
@@ -307,6 +308,8 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
 		return err
 	}
+	// Shard-aware clients push on the shard subjects (SPEC.md §9).
+	b.shardSrv.SetDirect(b.natsSvc.ShardPush)
 	b.httpSrv = &http.Server{
 		Handler:           b.svc.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -1,0 +1,497 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/zeebo/xxh3"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// ClientOption configures a Client (NewClient).
+type ClientOption func(*Client)
+
+// The shard-aware client's defaults (ShardOptions).
+const (
+	DefaultShardTimeout = 5 * time.Second
+	// shardViewRetry spaces reads of the cluster view after one failed, or
+	// after a shard subject had no responder.
+	shardViewRetry = 5 * time.Second
+)
+
+// ShardOptions configures a shard-aware Client (ShardAware).
+type ShardOptions struct {
+	// Count is the cluster's shard count (SPEC.md §9; fixed when the
+	// cluster's schema is created, default 64 on the brokers). 0 (the
+	// default): read once from the cluster view (queen.v1.cluster,
+	// shardCount) at the first push; until it is known, and for 5 s after a
+	// failed read, pushes go whole to queen.v1.push. A wrong count is never
+	// wrong about verdicts (any broker takes any shard's items), it only
+	// brings back the broker-to-broker hop.
+	Count int
+	// AdminToken is sent as "Authorization: Bearer <token>" when reading the
+	// cluster view, which is an admin subject on brokers with
+	// QUEEN_ADMIN_TOKEN set (SPEC.md §13). Empty: no header.
+	AdminToken string
+	// Timeout bounds one request to a shard subject (default 5 s, at least
+	// 1 ms; the push's context bounds it too). A shard that does not answer
+	// in time has its items sent again, with the same transactionIds,
+	// through queen.v1.push for the rest of the push's context.
+	Timeout time.Duration
+}
+
+// ShardAware makes the client's Push shard-aware (SPEC.md §9): it splits
+// the items by shard (XXH3-64 of queue + "\x1f" + partition modulo the
+// shard count), sends each shard's items at once to that shard's subject
+// queen.v1.shard.<n>.push, which only the broker owning the shard serves,
+// and merges the verdicts back in request order. The broker the items
+// enter owns their partitions, so a push never hops between brokers. A
+// shard whose subject has no responder (its owner stopped or died), does
+// not answer within Timeout, or answers shutting_down, has its items sent
+// again with the same transactionIds through queen.v1.push, where any broker
+// serves them: the partition's row lock decides the verdicts, so a retry of
+// a stored item is duplicate with the original's id (SPEC.md §3). Without
+// the option (the default) every push goes whole to queen.v1.push.
+func ShardAware(o ShardOptions) ClientOption {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultShardTimeout
+	}
+	o.Timeout = max(o.Timeout, time.Millisecond)
+	o.Count = max(o.Count, 0)
+	return func(c *Client) { c.shard = &shardState{opts: o} }
+}
+
+// shardState is a shard-aware client's view of the cluster.
+type shardState struct {
+	opts ShardOptions
+	mu   sync.Mutex
+	// count is the shard count, 0 while unknown.
+	count int
+	// loading is closed when the cluster view being read arrives; nil
+	// when none is being read.
+	loading chan struct{}
+	// stale: a shard subject had no responder; the view is read again
+	// once readAt passes.
+	stale  bool
+	readAt time.Time
+	stats  struct{ split, unsplit, groups, fallback atomic.Int64 }
+}
+
+// ShardStats are a shard-aware client's running totals (Client.ShardStats).
+type ShardStats struct {
+	// Split counts pushes sent to shard subjects; Unsplit pushes sent whole
+	// to queen.v1.push instead (the shard count was not known yet, or an
+	// item needs the broker's own validation to get its exact error).
+	Split, Unsplit int64
+	// Groups counts the shard groups sent to shard subjects; Fallback those
+	// sent again, whole or in part, through queen.v1.push (no responder,
+	// no answer within ShardOptions.Timeout, or shutting_down).
+	Groups, Fallback int64
+}
+
+// ShardStats returns the running totals of a shard-aware client (zero
+// without ShardAware).
+func (c *Client) ShardStats() ShardStats {
+	if c.shard == nil {
+		return ShardStats{}
+	}
+	s := &c.shard.stats
+	return ShardStats{Split: s.split.Load(), Unsplit: s.unsplit.Load(), Groups: s.groups.Load(), Fallback: s.fallback.Load()}
+}
+
+// ClusterView reads the cluster view (queen.v1.cluster, the body of GET
+// /api/v1/cluster; SPEC.md §9). token, when not empty, is sent as
+// "Authorization: Bearer <token>" (an admin subject under
+// QUEEN_ADMIN_TOKEN, SPEC.md §13). Errors are *queen.Error.
+func (c *Client) ClusterView(ctx context.Context, token string) (queen.ClusterView, error) {
+	var v queen.ClusterView
+	msg := nats.NewMsg(SubjectCluster)
+	if token != "" {
+		msg.Header.Set("Authorization", "Bearer "+token)
+	}
+	data, status, err := c.requestMsg(ctx, msg)
+	if err != nil {
+		return v, err
+	}
+	if status != 0 {
+		return v, decodeError(data, status)
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, queen.ErrInternal.With("decode the cluster view: %v", err)
+	}
+	return v, nil
+}
+
+// shardCount returns the shard count, reading the cluster view when it is
+// unknown (or stale); 0 when it is still unknown. A push that finds the
+// view being read waits for it (or ctx).
+func (c *Client) shardCount(ctx context.Context) int {
+	st := c.shard
+	if st.opts.Count > 0 {
+		return st.opts.Count
+	}
+	st.mu.Lock()
+	if ch := st.loading; ch != nil {
+		st.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.count
+	}
+	if (st.count > 0 && !st.stale) || time.Now().Before(st.readAt) {
+		n := st.count
+		st.mu.Unlock()
+		return n
+	}
+	ch := make(chan struct{})
+	st.loading = ch
+	st.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, st.opts.Timeout)
+	v, err := c.ClusterView(rctx, st.opts.AdminToken)
+	cancel()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.loading = nil
+	close(ch)
+	st.readAt = time.Now().Add(shardViewRetry)
+	if err == nil && v.ShardCount > 0 {
+		st.count, st.stale = v.ShardCount, false
+	}
+	return st.count
+}
+
+// markStale asks for the cluster view to be read again (not before readAt).
+func (st *shardState) markStale() {
+	st.mu.Lock()
+	st.stale = true
+	st.mu.Unlock()
+}
+
+// ShardOf returns the shard of (queue, partition) among count shards:
+// XXH3-64 of queue + "\x1f" + partition modulo count, with the empty
+// partition read as Default (SPEC.md §1, §9). count must be positive.
+func ShardOf(queue, partition string, count int) int {
+	if partition == "" {
+		partition = queen.DefaultPartition
+	}
+	var a [128]byte
+	b := append(append(append(a[:0], queue...), 0x1f), partition...)
+	return int(xxh3.Hash(b) % uint64(count))
+}
+
+// ShardPushSubject is the subject of shard n's pushes,
+// queen.v1.shard.<n>.push (SPEC.md §9). A message on it with the header
+// Content-Type: application/json carries the body of queen.v1.push and is
+// answered as queen.v1.push answers it (SPEC.md §11), by the broker that owns
+// shard n; no responder means no broker serves the shard at the moment.
+func ShardPushSubject(n int) string { return "queen.v1.shard." + strconv.Itoa(n) + ".push" }
+
+// vouch reports whether the broker's validation (SPEC.md §10) accepts it,
+// by cheap checks that may say no to an item the broker would take: such a
+// push goes whole to queen.v1.push, so a refusal names the request's item
+// and nothing of it is written. Payloads above the brokers' default limit
+// (4 MiB) are left to the broker.
+func vouch(it *PushItem) bool {
+	if it.Queue == "" || len(it.Queue) > queen.MaxNameBytes || len(it.Partition) > queen.MaxNameBytes ||
+		len(it.TransactionID) > queen.MaxTransactionIDBytes || len(it.Payload) > queen.DefaultMaxPayloadBytes {
+		return false
+	}
+	for _, s := range [...]string{it.Queue, it.Partition, it.TransactionID} {
+		if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return false
+		}
+	}
+	if !utf8.ValidString(it.TraceID) {
+		return false
+	}
+	if p := it.Payload; len(p) > 0 {
+		if !utf8.Valid(p) || !json.Valid(p) || loneSurrogate(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// shardGroup is one shard's items of a push.
+type shardGroup struct {
+	shard int
+	idx   []int // the items' indexes in the request
+	// replies answer idx in order; err is the group's error when it got
+	// no verdicts.
+	replies []queen.PushReply
+	err     error
+}
+
+// pushSharded is Push of a shard-aware client; ok is false when the push
+// must go whole to queen.v1.push.
+func (c *Client) pushSharded(ctx context.Context, items []PushItem) (out []queen.PushReply, ok bool, err error) {
+	st := c.shard
+	if len(items) > queen.MaxItems {
+		return nil, false, nil
+	}
+	count := c.shardCount(ctx)
+	if count <= 0 {
+		return nil, false, nil
+	}
+	size := 0
+	for i := range items {
+		if !vouch(&items[i]) {
+			return nil, false, nil
+		}
+		it := &items[i]
+		size += len(it.Queue) + len(it.Partition) + len(it.TransactionID) + len(it.TraceID) + len(it.Payload) + itemOverhead
+	}
+	if size > maxBatchBytes {
+		return nil, false, nil
+	}
+	st.stats.split.Add(1)
+
+	var groups []*shardGroup
+	byShard := map[int]*shardGroup{}
+	lastQ, lastP, lastG := "", "", (*shardGroup)(nil)
+	for i := range items {
+		it := &items[i]
+		g := lastG
+		if g == nil || it.Queue != lastQ || it.Partition != lastP {
+			n := ShardOf(it.Queue, it.Partition, count)
+			g = byShard[n]
+			if g == nil {
+				g = &shardGroup{shard: n}
+				byShard[n] = g
+				groups = append(groups, g)
+			}
+			lastQ, lastP, lastG = it.Queue, it.Partition, g
+		}
+		g.idx = append(g.idx, i)
+	}
+	st.stats.groups.Add(int64(len(groups)))
+	if len(groups) == 1 {
+		g := groups[0]
+		g.replies, g.err = c.pushShard(ctx, g.shard, items)
+	} else {
+		var wg sync.WaitGroup
+		for _, g := range groups[1:] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				g.replies, g.err = c.pushShard(ctx, g.shard, pick(items, g.idx))
+			}()
+		}
+		g := groups[0]
+		g.replies, g.err = c.pushShard(ctx, g.shard, pick(items, g.idx))
+		wg.Wait()
+	}
+	return merge(items, groups)
+}
+
+func pick(items []PushItem, idx []int) []PushItem {
+	out := make([]PushItem, len(idx))
+	for j, i := range idx {
+		out[j] = items[i]
+	}
+	return out
+}
+
+// merge puts the groups' replies in request order. A group refused (4xx:
+// nothing of it written) makes the push's error, its item index in request
+// terms; the items of a group without verdicts for another reason are
+// failed with the group's error.
+func merge(items []PushItem, groups []*shardGroup) ([]queen.PushReply, bool, error) {
+	out := make([]queen.PushReply, len(items))
+	failed := 0
+	for _, g := range groups {
+		if g.err != nil {
+			qe := queen.AsError(g.err)
+			if !qe.Retryable {
+				return nil, true, refusal(qe, g.idx)
+			}
+			for _, i := range g.idx {
+				it := &items[i]
+				part := it.Partition
+				if part == "" {
+					part = queen.DefaultPartition
+				}
+				out[i] = queen.PushReply{Index: i, TransactionID: it.TransactionID, QueueName: it.Queue, Partition: part,
+					Status: queen.Failed, Error: qe.Message, Code: qe.Code}
+				if it.TraceID != "" {
+					t := it.TraceID
+					out[i].TraceID = &t
+				}
+			}
+			failed += len(g.idx)
+			continue
+		}
+		for j, i := range g.idx {
+			r := g.replies[j]
+			r.Index = i
+			if r.Status == queen.Failed {
+				failed++
+			}
+			out[i] = r
+		}
+	}
+	if failed == len(out) {
+		return out, true, queen.ErrUnavailable.With("every item failed: %s", out[0].Error)
+	}
+	return out, true, nil
+}
+
+// refusal is a group's 4xx error naming the item by its request index.
+func refusal(qe *queen.Error, idx []int) error {
+	e := *qe
+	if e.Index != nil && *e.Index >= 0 && *e.Index < len(idx) {
+		j, i := *e.Index, idx[*e.Index]
+		e.Index = &i
+		e.Field = strings.Replace(e.Field, fmt.Sprintf("items[%d]", j), fmt.Sprintf("items[%d]", i), 1)
+		e.Message = strings.Replace(e.Message, fmt.Sprintf("items[%d]", j), fmt.Sprintf("items[%d]", i), 1)
+	}
+	return fmt.Errorf("%w", &e)
+}
+
+// pushShard sends one shard's items to its subject and returns one reply
+// per item, in order, or the group's error. Items the shard could not take
+// (see ShardAware) go through queen.v1.push.
+func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]queen.PushReply, error) {
+	st := c.shard
+	msg := nats.NewMsg(ShardPushSubject(n))
+	msg.Header.Set("Content-Type", "application/json")
+	msg.Data = AppendPushRequest(make([]byte, 0, 64+len(items)*(itemOverhead+64)), items)
+	sctx, cancel := context.WithTimeout(ctx, st.opts.Timeout)
+	data, status, err := c.requestMsg(sctx, msg)
+	cancel()
+	if err != nil {
+		if errors.Is(err, queen.ErrUnavailable) {
+			st.markStale() // no responder: the owner stopped, or the count is wrong
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		// No responder, or no answer in time: the outcome is unknown or
+		// nothing was received; the same transactionIds through the public
+		// subject are exact either way.
+		st.stats.fallback.Add(1)
+		return c.pushPublic(ctx, items)
+	}
+	replies, err := pushReplies(data, status, len(items))
+	if err != nil {
+		if qe := queen.AsError(err); qe.Code == queen.ErrShuttingDown.Code || qe.Code == queen.ErrUnavailable.Code {
+			st.stats.fallback.Add(1)
+			return c.pushPublic(ctx, items)
+		}
+		return nil, err
+	}
+	var again []int
+	for j, r := range replies {
+		if r.Status == queen.Failed && r.Code == queen.ErrShuttingDown.Code {
+			again = append(again, j)
+		}
+	}
+	if len(again) > 0 {
+		// The owner is shutting down and stored none of these: send them,
+		// in order, where another broker serves them.
+		st.stats.fallback.Add(1)
+		rs, err := c.pushPublic(ctx, pick(items, again))
+		if err == nil || len(rs) == len(again) {
+			for k, j := range again {
+				idx := replies[j].Index
+				replies[j] = rs[k]
+				replies[j].Index = idx
+			}
+		}
+	}
+	return replies, nil
+}
+
+// pushPublic sends items whole to queen.v1.push; the replies answer items
+// in order, or the error is the group's.
+func (c *Client) pushPublic(ctx context.Context, items []PushItem) ([]queen.PushReply, error) {
+	data, status, err := c.request(ctx, SubjectPush, AppendPushRequest(nil, items))
+	if err != nil {
+		return nil, err
+	}
+	return pushReplies(data, status, len(items))
+}
+
+// pushReplies decodes a push answer: n replies (201, or 503 with every item
+// failed), or the error of a refused request.
+func pushReplies(data []byte, status, n int) ([]queen.PushReply, error) {
+	if status == 0 || status == 503 {
+		if out, jerr := queen.DecodePushReplies(data); jerr == nil {
+			if len(out) != n {
+				return nil, queen.ErrInternal.With("the broker answered %d verdicts for %d items", len(out), n)
+			}
+			return out, nil
+		}
+	}
+	return nil, decodeError(data, status)
+}
+
+// loneSurrogate reports whether the valid JSON b escapes half of a UTF-16
+// surrogate pair alone (\ud800 not followed by \udc00-\udfff, or a low half
+// first), which the brokers refuse (SPEC.md §10). The shards package checks
+// the same on its subjects.
+func loneSurrogate(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(b) || b[i+1] != 'u' {
+			i++ // an escaped character
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		if !ok {
+			return true // not JSON after all: let the broker say why
+		}
+		switch {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true
+		case r >= 0xd800 && r <= 0xdbff:
+			lo, ok := rune(0), false
+			if i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				lo, ok = hex4(b, i+8)
+			}
+			if !ok || lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// hex4 reads the four hex digits at b[i:i+4].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
