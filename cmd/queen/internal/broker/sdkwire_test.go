@@ -572,6 +572,9 @@ type sdkConsume struct {
 	RenewLeaseMillis                         int   // > 0: RenewLease(true, ms)
 	SubscriptionMode, SubscriptionFrom       string
 	Each                                     bool
+	// OnRenew, when set, sees each renewal's results (the SDK logs them);
+	// tests use it to wait on renewals instead of on the clock.
+	OnRenew func([]sdkRenewResp)
 }
 
 func (o sdkConsume) withDefaults() sdkConsume {
@@ -705,7 +708,10 @@ func (c *sdkClient) worker(ctx context.Context, o sdkConsume, path string, handl
 					case <-rctx.Done():
 						return
 					case <-tick.C:
-						c.renewMessages(rctx, msgs)
+						res := c.renewMessages(rctx, msgs)
+						if o.OnRenew != nil && rctx.Err() == nil {
+							o.OnRenew(res)
+						}
 					}
 				}
 			}()
@@ -1503,55 +1509,108 @@ func TestSDKWireConsumeLoop(t *testing.T) {
 	})
 
 	t.Run("consume-with-lease-renewal", func(t *testing.T) {
-		// Config(LeaseTime: 2); RenewLease(true, 500): the handler takes
-		// 2.25 lease times; a competing consumer must stay out and the ack
-		// must succeed.
-		if _, err := c.configure(sdkCtx(t, 30*time.Second), "sdk-renew", "", "", &sdkQueueConfig{LeaseTime: 2}); err != nil {
+		// Config(LeaseTime: 5); RenewLease(true, 250). The handler holds its
+		// message until the SDK's renewals have carried the lease more than
+		// two lease times past the first renewal's expiry (newExpiresAt is
+		// PostgreSQL's clock, SPEC §4), and after every renewal a competing
+		// consumer of the same group pops: it must get nothing, the ack after
+		// the renewals must succeed and nothing may be redelivered. The
+		// handler waits on renewals, not on the clock; the lease lapses only
+		// if a renewal comes 4.75 s late, which a busy machine does not do
+		// (the old 2 s lease renewed every 500 ms did lapse under load).
+		const leaseTime = 5 * time.Second
+		if _, err := c.configure(sdkCtx(t, 30*time.Second), "sdk-renew", "", "", &sdkQueueConfig{LeaseTime: int(leaseTime / time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 		push := sdkMustPush(t, c, "sdk-renew", "", []any{map[string]any{"slow": true}}, "")
-		var stolen atomic.Int32
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		started := make(chan struct{})
-		err := c.consume(sdkCtx(t, 60*time.Second), sdkConsume{Queue: "sdk-renew", Group: "slow", Limit: 1, TimeoutMillis: 1000, RenewLeaseMillis: 500},
-			func(ctx context.Context, msgs []*sdkMessage) error {
-				if sdkTxns(msgs) != push[0].TransactionID {
-					return fmt.Errorf("unexpected %s", sdkTxns(msgs))
+		var (
+			mu       sync.Mutex
+			renewals []sdkRenewResp
+			problems []string // what the handler saw go wrong
+		)
+		renewed := make(chan struct{}, 1)
+		var stolen, competitorPops int
+		ackBase := c.ackOK.Load()
+		err := c.consume(sdkCtx(t, 90*time.Second), sdkConsume{Queue: "sdk-renew", Group: "slow", Limit: 1, TimeoutMillis: 1000, RenewLeaseMillis: 250,
+			OnRenew: func(res []sdkRenewResp) {
+				mu.Lock()
+				renewals = append(renewals, res...)
+				mu.Unlock()
+				select {
+				case renewed <- struct{}{}:
+				default:
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					close(started)
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(200 * time.Millisecond):
-						}
-						if m, _, err := c.pop(ctx, sdkPop{Queue: "sdk-renew", Group: "slow"}); err == nil && len(m) > 0 {
-							stolen.Add(1)
-						}
+			}},
+			func(ctx context.Context, msgs []*sdkMessage) error {
+				fail := func(format string, args ...any) error {
+					err := fmt.Errorf(format, args...)
+					mu.Lock()
+					problems = append(problems, err.Error())
+					mu.Unlock()
+					return err
+				}
+				if sdkTxns(msgs) != push[0].TransactionID {
+					return fail("unexpected %s", sdkTxns(msgs))
+				}
+				deadline := time.NewTimer(time.Minute)
+				defer deadline.Stop()
+				var first time.Time
+				for {
+					select {
+					case <-renewed:
+					case <-deadline.C:
+						mu.Lock()
+						n := len(renewals)
+						mu.Unlock()
+						return fail("the lease was not carried two lease times past its first renewal within a minute (%d renewals)", n)
+					case <-ctx.Done():
+						return fail("consume ended: %v", ctx.Err())
 					}
-				}()
-				<-started
-				time.Sleep(4500 * time.Millisecond)
-				close(stop)
-				wg.Wait()
-				return nil
+					mu.Lock()
+					last := renewals[len(renewals)-1]
+					mu.Unlock()
+					if !last.Success {
+						return fail("renewal of lease %s failed (status %d): %s", last.LeaseID, last.Status, last.Error)
+					}
+					// The competitor pops after a renewal has answered, so
+					// while the lease is live.
+					m, r, err := c.pop(ctx, sdkPop{Queue: "sdk-renew", Group: "slow"})
+					competitorPops++
+					if err != nil {
+						return fail("competitor pop: %v", err)
+					}
+					if len(m) > 0 {
+						stolen++
+						return fail("competitor got %s while the lease ran to %s: %s", sdkTxns(m), last.NewExpiresAt.Format(time.RFC3339Nano), r.Raw)
+					}
+					if first.IsZero() {
+						first = last.NewExpiresAt
+					} else if last.NewExpiresAt.Sub(first) > 2*leaseTime {
+						return nil
+					}
+				}
 			})
 		if err != nil {
 			t.Fatalf("consume: %v", err)
 		}
-		if n := stolen.Load(); n != 0 {
-			t.Fatalf("a competing consumer got the message %d times while its lease was renewed", n)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(problems) != 0 || stolen != 0 {
+			t.Fatalf("while the lease was renewed (%d renewals, %d competitor pops, %d stolen): %v", len(renewals), competitorPops, stolen, problems)
+		}
+		if competitorPops < 2 {
+			t.Fatalf("only %d competitor pops", competitorPops)
 		}
 		if acks, _ := c.failures(); len(acks) != 0 {
 			t.Fatalf("the ack after renewals failed: %v", acks)
 		}
+		if n := c.ackOK.Load() - ackBase; n != 1 {
+			t.Fatalf("%d successful acks after the renewed lease, want 1", n)
+		}
 		if rest := sdkMustPop(t, c, sdkPop{Queue: "sdk-renew", Group: "slow"}); len(rest) != 0 {
 			t.Fatalf("redelivered after a renewed, acked lease: %s", sdkTxns(rest))
 		}
+		t.Logf("%d renewals, %d competitor pops, all empty", len(renewals), competitorPops)
 	})
 
 	t.Run("failing-consumer-ends-in-the-dlq", func(t *testing.T) {
