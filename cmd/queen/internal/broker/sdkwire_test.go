@@ -1287,12 +1287,18 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
 	c := newSDKClient(t, e)
-	r, err := c.configure(sdkCtx(t, 30*time.Second), "sdk-lease", "", "", &sdkQueueConfig{LeaseTime: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := r.Result["options"].(map[string]any); o["leaseTime"] != float64(2) {
-		t.Fatalf("configure reply %s", r.Raw)
+	// "sdk-lease" has a 5 s lease, long beside the gaps between a pop and
+	// its renewals even on a busy machine; "sdk-lease-short" has 1 s, for
+	// the subtest that waits for a lease to expire.
+	const leaseTime = 5 * time.Second
+	for q, secs := range map[string]int{"sdk-lease": int(leaseTime / time.Second), "sdk-lease-short": 1} {
+		r, err := c.configure(sdkCtx(t, 30*time.Second), q, "", "", &sdkQueueConfig{LeaseTime: secs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := r.Result["options"].(map[string]any); o["leaseTime"] != float64(secs) {
+			t.Fatalf("configure reply %s", r.Raw)
+		}
 	}
 
 	t.Run("renew-keeps-the-lease-then-ack", func(t *testing.T) {
@@ -1301,9 +1307,19 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 		if sdkTxns(msgs) != push[0].TransactionID {
 			t.Fatalf("pop %s", sdkTxns(msgs))
 		}
-		deadline := time.Now().Add(5 * time.Second) // 2.5 lease times
-		for time.Now().Before(deadline) {
-			time.Sleep(500 * time.Millisecond)
+		// Renew at the SDK's pace until a renewal's expiry lies more than a
+		// lease time past the first one's (newExpiresAt is PostgreSQL's
+		// clock): that renewal came after the unrenewed lease would have
+		// lapsed. A competing pop after every renewal must get nothing. The
+		// loop ends on the renewals' own answers, not on the test's clock.
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		var first time.Time
+		for n := 0; ; n++ {
+			if n == 400 {
+				t.Fatalf("%d renewals never carried the lease a lease time past the first (%v)", n, first)
+			}
+			<-tick.C // the SDK's renewal interval, a pace and not a wait
 			res := c.renewMessages(sdkCtx(t, 30*time.Second), msgs)
 			if len(res) != 1 || !res[0].Success {
 				t.Fatalf("renew: %+v", res)
@@ -1317,6 +1333,11 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 			// Another SDK consumer of the group is kept out by the live lease.
 			if other := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease"}); len(other) != 0 {
 				t.Fatalf("a second consumer got %s while the lease was being renewed", sdkTxns(other))
+			}
+			if first.IsZero() {
+				first = res[0].NewExpiresAt
+			} else if res[0].NewExpiresAt.Sub(first) > leaseTime {
+				break
 			}
 		}
 		sdkMustAck(t, c, msgs, true, "", "")
@@ -1337,7 +1358,7 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 		}
 		ext := res[0].NewExpiresAt.Sub(before)
 		// Upstream's handler defaults an absent "seconds" to 60; this broker
-		// uses the queue's leaseTime (2 s here). Either keeps the SDK working.
+		// uses the queue's leaseTime (5 s here). Either keeps the SDK working.
 		t.Logf("renew with {} extended the lease by about %v", ext.Round(100*time.Millisecond))
 		if ext > 10*time.Second || ext < 0 {
 			t.Fatalf("renew with {} moved the expiry by %v", ext)
@@ -1362,14 +1383,14 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 	})
 
 	t.Run("ack-after-the-lease-expired-fails-and-redelivers", func(t *testing.T) {
-		push := sdkMustPush(t, c, "sdk-lease", "", []any{map[string]any{"n": 6}}, "")
-		msgs := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease"})
+		push := sdkMustPush(t, c, "sdk-lease-short", "", []any{map[string]any{"n": 6}}, "")
+		msgs := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease-short"})
 		waitLeaseExpired(t, e, msgs[0].LeaseID)
 		res, r, err := c.ack(sdkCtx(t, 30*time.Second), msgs, true, "", "")
 		if err != nil || res[0].Success || res[0].Error == "" {
 			t.Fatalf("ack with an expired lease: %v %+v %s (the SDK must see a failure)", err, res, r.Raw)
 		}
-		again := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease"})
+		again := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease-short"})
 		if sdkTxns(again) != push[0].TransactionID || again[0].LeaseID == msgs[0].LeaseID {
 			t.Fatalf("redelivery after expiry: %s", sdkTxns(again))
 		}
