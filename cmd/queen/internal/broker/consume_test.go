@@ -210,7 +210,9 @@ func equalOutcomes(a, b []queen.AckOutcome) bool {
 func TestConsumeLeases(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
-	e.configureOK(t, "http", []byte(`{"queue":"ls","options":{"leaseTime":2}}`))
+	// A 4 s lease: the three pops and the extend below must all land while
+	// it is live, which a busy machine does within 4 s (2 s was too short).
+	e.configureOK(t, "http", []byte(`{"queue":"ls","options":{"leaseTime":4}}`))
 	e.pushOK(t, "http", items(it("ls", "p", "m1")), 1)
 	first := e.popHTTP(t, "ls", "p", nil)
 	if len(e.popHTTP(t, "ls", "p", nil).Messages) != 0 {
@@ -223,20 +225,20 @@ func TestConsumeLeases(t *testing.T) {
 		t.Fatal("another group is blocked by the lease")
 	}
 	// Extend keeps it past its original expiry.
-	st, b := e.httpDo(t, http.MethodPost, "/api/v1/lease/"+*first.LeaseID+"/extend", map[string]any{"seconds": 4})
+	st, b := e.httpDo(t, http.MethodPost, "/api/v1/lease/"+*first.LeaseID+"/extend", map[string]any{"seconds": 6})
 	var ext struct {
 		NewExpiresAt time.Time `json:"newExpiresAt"`
 	}
 	if st != http.StatusOK || json.Unmarshal(b, &ext) != nil {
 		t.Fatalf("extend: %d %s", st, b)
 	}
-	orig := first.Messages[0].CreatedAt.Add(2 * time.Second)
+	orig := first.Messages[0].CreatedAt.Add(4 * time.Second)
 	if !ext.NewExpiresAt.After(orig.Add(time.Second)) {
 		t.Fatalf("extended to %v, original expiry about %v", ext.NewExpiresAt, orig)
 	}
 	// The lease expires: the message is delivered again, its expiry counted
 	// once as a failed delivery (the extension counted nothing).
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	var again popReply
 	for len(again.Messages) == 0 {
 		if time.Now().After(deadline) {
