@@ -167,8 +167,17 @@ func TestConsumeUnresolvableAndAckByOffset(t *testing.T) {
 		t.Fatalf("aged-out id: %+v", res[0])
 	}
 	// Redelivered after its lease (1 s), which expired unacked: one failed
-	// delivery (SPEC.md §4). A long poll sees it.
-	again := e.popHTTP(t, "ur", "p", vals("wait", "true", "timeout", "10000"))
+	// delivery (SPEC.md §4). A long poll sees it. The redelivery is leased
+	// for 30 s (configured now; the live lease keeps its expiry), so the ack
+	// below lands inside it even on a busy machine.
+	e.configureOK(t, "http", []byte(`{"queue":"ur","options":{"leaseTime":30}}`))
+	var again popReply
+	for deadline := time.Now().Add(30 * time.Second); len(again.Messages) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease never expired")
+		}
+		again = e.popHTTP(t, "ur", "p", vals("wait", "true", "timeout", "10000"))
+	}
 	if txnsOf(again.Messages) != "m1" || again.Messages[0].RetryCount != 1 {
 		t.Fatalf("redelivery: %+v", again.Messages)
 	}
@@ -632,7 +641,9 @@ func TestConsumeLeaseExpiryCountsFirstUnacked(t *testing.T) {
 	c := transport.NewClient(e.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e.configureOK(t, "nats", []byte(`{"queue":"part","options":{"leaseTime":1}}`))
+	// 3 s: the ack of "a" must land inside the first lease, even on a busy
+	// machine; the expiry after it is waited for.
+	e.configureOK(t, "nats", []byte(`{"queue":"part","options":{"leaseTime":3}}`))
 	var push []transport.PushItem
 	for _, id := range []string{"a", "b", "c"} {
 		push = append(push, transport.PushItem{Queue: "part", Partition: "p", TransactionID: id})
