@@ -1880,9 +1880,12 @@ func TestSDKWireGaps(t *testing.T) {
 		}
 		push := sdkMustPush(t, c, "sdk-poisonbatch", "", []any{map[string]any{"i": 0}, map[string]any{"i": 1}}, "")
 		deliveries := map[string]int{}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
-		err := c.consume(cctx, sdkConsume{Queue: "sdk-poisonbatch", Batch: 2, Wait: sdkBool(false), IdleMillis: 1500},
+		// Idle 5 s: the idle clock runs from the last delivery, through the
+		// handler and the ack, so a shorter one can end the loop before the
+		// redelivery when a busy machine slows the ack (1.5 s could).
+		err := c.consume(cctx, sdkConsume{Queue: "sdk-poisonbatch", Batch: 2, Wait: sdkBool(false), IdleMillis: 5000},
 			func(_ context.Context, msgs []*sdkMessage) error {
 				for _, m := range msgs {
 					deliveries[m.TransactionID]++
