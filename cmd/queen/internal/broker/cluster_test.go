@@ -127,7 +127,10 @@ func commits(envs []*env) []uint64 {
 // entry brokers only route.
 func TestClusterPushAndRepeatThroughAnotherBroker(t *testing.T) {
 	t.Parallel()
-	envs := startCluster(t, 3, 2*time.Second)
+	// A 6 s shard lease (renewed every 2 s): the commit counts below need
+	// every owner to keep its shards throughout, which a renew tick that a
+	// busy machine delays past a 2 s lease would not guarantee.
+	envs := startCluster(t, 3, 6*time.Second)
 	eventually(t, 30*time.Second, 20*time.Millisecond, "three brokers share the shards", func() (bool, string) { return settled(t, envs, 3) })
 
 	// One partition per owner: pushed at the next broker, repeated at the
