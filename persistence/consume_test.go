@@ -103,7 +103,7 @@ func TestAckUnresolvable(t *testing.T) {
 	require.False(t, out[0].Success, "unresolvable is never a success")
 
 	// Redelivered once the lease runs out.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		again, st := pop(t, s, pid, g, 1)
 		if st == PopDelivered {
@@ -202,7 +202,9 @@ func TestExtendLease(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
-	configure(t, s, "q", `{"leaseTime":1}`)
+	// A 10 s lease: the extends below must come while it is live (a 1 s
+	// lease could lapse first on a busy machine); expiry is forced below.
+	configure(t, s, "q", `{"leaseTime":10}`)
 	pid, err := s.EnsurePartition(ctx, "q", "p")
 	require.NoError(t, err)
 	commit(t, s, pid, items("q", "p", "m1"))
@@ -210,7 +212,7 @@ func TestExtendLease(t *testing.T) {
 	lease := uuid.MustParse(*res.LeaseID)
 	long, err := s.ExtendLease(ctx, lease, 60)
 	require.NoError(t, err)
-	require.True(t, long.After(res.LeaseExpiresAt.Add(50*time.Second)))
+	require.True(t, long.After(res.LeaseExpiresAt.Add(45*time.Second)), "extended to %v from %v", long, res.LeaseExpiresAt)
 	short, err := s.ExtendLease(ctx, lease, 1)
 	require.NoError(t, err)
 	require.Equal(t, long, short, "extend never shortens a lease")
@@ -276,18 +278,25 @@ func TestDelayedProcessingAndWindowBuffer(t *testing.T) {
 		pid, err := s.EnsurePartition(ctx, c.queue, "p")
 		require.NoError(t, err)
 		commit(t, s, pid, items(c.queue, "p", "m1"))
-		_, st := pop(t, s, pid, g, 1)
-		require.Equal(t, PopNotYet, st, "%s: not visible at once", c.queue)
-		deadline := time.Now().Add(10 * time.Second)
+		// Not visible at once: the first pop normally comes well within the
+		// second and sees PopNotYet. A busy machine may make it later; what
+		// must hold on every pop is that a delivery comes only once the
+		// message is a second old on PostgreSQL's clock.
+		deadline := time.Now().Add(30 * time.Second)
+		notYet := 0
 		for {
 			res, st := pop(t, s, pid, g, 1)
 			if st == PopDelivered {
 				var now time.Time
 				require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now))
 				require.GreaterOrEqual(t, now.Sub(res.Messages[0].CreatedAt), time.Second, c.queue)
+				if notYet == 0 {
+					t.Logf("%s: the first pop came after the delay (a busy machine)", c.queue)
+				}
 				break
 			}
 			require.Equal(t, PopNotYet, st)
+			notYet++
 			require.True(t, time.Now().Before(deadline), "%s never became visible", c.queue)
 			time.Sleep(20 * time.Millisecond)
 		}

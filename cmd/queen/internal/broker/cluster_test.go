@@ -127,7 +127,10 @@ func commits(envs []*env) []uint64 {
 // entry brokers only route.
 func TestClusterPushAndRepeatThroughAnotherBroker(t *testing.T) {
 	t.Parallel()
-	envs := startCluster(t, 3, 2*time.Second)
+	// A 6 s shard lease (renewed every 2 s): the commit counts below need
+	// every owner to keep its shards throughout, which a renew tick that a
+	// busy machine delays past a 2 s lease would not guarantee.
+	envs := startCluster(t, 3, 6*time.Second)
 	eventually(t, 30*time.Second, 20*time.Millisecond, "three brokers share the shards", func() (bool, string) { return settled(t, envs, 3) })
 
 	// One partition per owner: pushed at the next broker, repeated at the
@@ -223,26 +226,32 @@ func TestClusterRebalanceAndTakeover(t *testing.T) {
 	envs := []*env{a, b, c}
 	eventually(t, 30*time.Second, 20*time.Millisecond, "three brokers share the shards", func() (bool, string) { return settled(t, envs, 3) })
 
-	// The cluster view, over HTTP and NATS, from any broker.
+	// The cluster view, over HTTP and NATS, from any broker. Every broker
+	// and lease in it is live; polled, because a renew tick that a busy
+	// machine delays past the 2 s lease lets a lease lapse until the next.
 	v := c.clusterView(t)
 	if v.Self != c.id() || v.ShardCount != shards.DefaultCount || v.LeaseSeconds != lease.Seconds() || len(v.Shards) != v.ShardCount {
 		t.Fatalf("cluster view: self %s shards %d lease %v, %d leases", v.Self, v.ShardCount, v.LeaseSeconds, len(v.Shards))
 	}
-	byID := map[string]queen.ClusterNode{}
-	for _, n := range v.Brokers {
-		byID[n.ID] = n
-	}
-	for _, e := range envs {
-		n, ok := byID[e.id()]
-		if !ok || !n.Live || n.HTTPURL != e.base || !n.ExpiresAt.After(v.Now) || n.Shards < 18 {
-			t.Fatalf("broker %s in the view: %+v (present %v)", e.id(), n, ok)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "a view with every broker and lease live", func() (bool, string) {
+		v := c.clusterView(t)
+		byID := map[string]queen.ClusterNode{}
+		for _, n := range v.Brokers {
+			byID[n.ID] = n
 		}
-	}
-	for _, l := range v.Shards {
-		if !l.Live || !l.ExpiresAt.After(v.Now) || l.ExpiresAt.Sub(v.Now) > lease || l.AcquiredAt == nil {
-			t.Fatalf("shard %d lease %+v at %v", l.Shard, l, v.Now)
+		for _, e := range envs {
+			n, ok := byID[e.id()]
+			if !ok || !n.Live || n.HTTPURL != e.base || !n.ExpiresAt.After(v.Now) || n.Shards < 18 {
+				return false, fmt.Sprintf("broker %s in the view: %+v (present %v)", e.id(), n, ok)
+			}
 		}
-	}
+		for _, l := range v.Shards {
+			if !l.Live || !l.ExpiresAt.After(v.Now) || l.ExpiresAt.Sub(v.Now) > lease || l.AcquiredAt == nil {
+				return false, fmt.Sprintf("shard %d lease %+v at %v", l.Shard, l, v.Now)
+			}
+		}
+		return true, ""
+	})
 	msg, err := a.nc.Request("queen.v1.cluster", nil, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -255,14 +264,10 @@ func TestClusterRebalanceAndTakeover(t *testing.T) {
 	// Kill c: it stops renewing and goes away without releasing anything.
 	c.b.members.Abandon()
 	dead := c.clusterView(t)
-	var lastExpiry time.Time
-	var orphans []int
+	orphans := map[int]time.Time{} // shard -> its lease's last expiry (PostgreSQL's clock)
 	for _, l := range dead.Shards {
 		if l.Owner == c.id() {
-			orphans = append(orphans, l.Shard)
-			if l.ExpiresAt.After(lastExpiry) {
-				lastExpiry = l.ExpiresAt
-			}
+			orphans[l.Shard] = l.ExpiresAt
 		}
 	}
 	killed := time.Now()
@@ -287,26 +292,34 @@ func TestClusterRebalanceAndTakeover(t *testing.T) {
 	})
 	took := time.Since(killed)
 	after := a.clusterView(t)
-	for _, n := range orphans {
+	for n, expiry := range orphans {
 		l := after.Shards[n]
-		// Claims run every lease/3; a busy machine may delay a few of them,
-		// so only a re-owning later than a whole lease after the expiry (on
-		// PostgreSQL's clock) is a fault.
-		if l.AcquiredAt == nil || l.AcquiredAt.Sub(lastExpiry) > lease {
-			t.Fatalf("shard %d of the killed broker re-owned at %v, its lease ran out at %v", n, l.AcquiredAt, lastExpiry)
+		// No lease is taken while it is live: every orphan is re-owned at
+		// or after its own expiry (both on PostgreSQL's clock). How soon
+		// after is logged, not asserted: claims run every lease/3 and a
+		// busy machine may delay them.
+		if l.AcquiredAt == nil || l.AcquiredAt.Before(expiry) {
+			t.Fatalf("shard %d of the killed broker re-owned at %v, its lease ran until %v", n, l.AcquiredAt, expiry)
 		}
 	}
 	t.Logf("the killed broker's %d shards were re-owned %v after the kill (lease %v)", len(orphans), took, lease)
 	eventually(t, 30*time.Second, 20*time.Millisecond, "two brokers share the shards", func() (bool, string) { return settled(t, survivors, 1) })
 	wantStatuses(t, b.pushOK(t, "http", items(it("after-kill", part, "k1")), 1), "duplicate")
 
-	// b stops cleanly: its leases are released at once and a takes them on
-	// its next tick, well before they would have run out.
+	// b stops cleanly: its leases are released by the time Stop returns
+	// (none is still live and b's), and a takes them on its next tick,
+	// without waiting for them to run out. How long that took is logged,
+	// not asserted (a busy machine may delay a's tick).
 	stopped := time.Now()
 	if err := b.b.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, lease, 5*time.Millisecond, "a takes the stopped broker's shards", func() (bool, string) {
+	for _, l := range a.clusterView(t).Shards {
+		if l.Owner == b.id() && l.Live {
+			t.Fatalf("shard %d is still live and b's after b stopped cleanly: %+v", l.Shard, l)
+		}
+	}
+	eventually(t, 30*time.Second, 5*time.Millisecond, "a takes the stopped broker's shards", func() (bool, string) {
 		if n := len(a.b.members.Held()); n != shards.DefaultCount {
 			return false, fmt.Sprintf("a holds %d", n)
 		}

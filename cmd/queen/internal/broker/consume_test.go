@@ -167,8 +167,17 @@ func TestConsumeUnresolvableAndAckByOffset(t *testing.T) {
 		t.Fatalf("aged-out id: %+v", res[0])
 	}
 	// Redelivered after its lease (1 s), which expired unacked: one failed
-	// delivery (SPEC.md §4). A long poll sees it.
-	again := e.popHTTP(t, "ur", "p", vals("wait", "true", "timeout", "10000"))
+	// delivery (SPEC.md §4). A long poll sees it. The redelivery is leased
+	// for 30 s (configured now; the live lease keeps its expiry), so the ack
+	// below lands inside it even on a busy machine.
+	e.configureOK(t, "http", []byte(`{"queue":"ur","options":{"leaseTime":30}}`))
+	var again popReply
+	for deadline := time.Now().Add(30 * time.Second); len(again.Messages) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease never expired")
+		}
+		again = e.popHTTP(t, "ur", "p", vals("wait", "true", "timeout", "10000"))
+	}
 	if txnsOf(again.Messages) != "m1" || again.Messages[0].RetryCount != 1 {
 		t.Fatalf("redelivery: %+v", again.Messages)
 	}
@@ -210,7 +219,9 @@ func equalOutcomes(a, b []queen.AckOutcome) bool {
 func TestConsumeLeases(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
-	e.configureOK(t, "http", []byte(`{"queue":"ls","options":{"leaseTime":2}}`))
+	// A 4 s lease: the three pops and the extend below must all land while
+	// it is live, which a busy machine does within 4 s (2 s was too short).
+	e.configureOK(t, "http", []byte(`{"queue":"ls","options":{"leaseTime":4}}`))
 	e.pushOK(t, "http", items(it("ls", "p", "m1")), 1)
 	first := e.popHTTP(t, "ls", "p", nil)
 	if len(e.popHTTP(t, "ls", "p", nil).Messages) != 0 {
@@ -223,20 +234,20 @@ func TestConsumeLeases(t *testing.T) {
 		t.Fatal("another group is blocked by the lease")
 	}
 	// Extend keeps it past its original expiry.
-	st, b := e.httpDo(t, http.MethodPost, "/api/v1/lease/"+*first.LeaseID+"/extend", map[string]any{"seconds": 4})
+	st, b := e.httpDo(t, http.MethodPost, "/api/v1/lease/"+*first.LeaseID+"/extend", map[string]any{"seconds": 6})
 	var ext struct {
 		NewExpiresAt time.Time `json:"newExpiresAt"`
 	}
 	if st != http.StatusOK || json.Unmarshal(b, &ext) != nil {
 		t.Fatalf("extend: %d %s", st, b)
 	}
-	orig := first.Messages[0].CreatedAt.Add(2 * time.Second)
+	orig := first.Messages[0].CreatedAt.Add(4 * time.Second)
 	if !ext.NewExpiresAt.After(orig.Add(time.Second)) {
 		t.Fatalf("extended to %v, original expiry about %v", ext.NewExpiresAt, orig)
 	}
 	// The lease expires: the message is delivered again, its expiry counted
 	// once as a failed delivery (the extension counted nothing).
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	var again popReply
 	for len(again.Messages) == 0 {
 		if time.Now().After(deadline) {
@@ -630,7 +641,9 @@ func TestConsumeLeaseExpiryCountsFirstUnacked(t *testing.T) {
 	c := transport.NewClient(e.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e.configureOK(t, "nats", []byte(`{"queue":"part","options":{"leaseTime":1}}`))
+	// 3 s: the ack of "a" must land inside the first lease, even on a busy
+	// machine; the expiry after it is waited for.
+	e.configureOK(t, "nats", []byte(`{"queue":"part","options":{"leaseTime":3}}`))
 	var push []transport.PushItem
 	for _, id := range []string{"a", "b", "c"} {
 		push = append(push, transport.PushItem{Queue: "part", Partition: "p", TransactionID: id})

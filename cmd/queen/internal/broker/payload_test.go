@@ -172,7 +172,7 @@ func orig0(t testing.TB, e *env, q string) string {
 // counted where the push entered.
 func TestClusterPayloadMismatchThroughAnotherBroker(t *testing.T) {
 	t.Parallel()
-	envs := startCluster(t, 2, 2*time.Second)
+	envs := startCluster(t, 2, 6*time.Second) // owners keep their shards even if a renew tick is late
 	eventually(t, 30*time.Second, 20*time.Millisecond, "two brokers share the shards", func() (bool, string) { return settled(t, envs, 2) })
 	const q = "pm-cluster"
 	envs[0].configureOK(t, "http", marshal(map[string]any{"queue": q, "options": map[string]any{"dedupCheckPayload": true}}))

@@ -572,6 +572,9 @@ type sdkConsume struct {
 	RenewLeaseMillis                         int   // > 0: RenewLease(true, ms)
 	SubscriptionMode, SubscriptionFrom       string
 	Each                                     bool
+	// OnRenew, when set, sees each renewal's results (the SDK logs them);
+	// tests use it to wait on renewals instead of on the clock.
+	OnRenew func([]sdkRenewResp)
 }
 
 func (o sdkConsume) withDefaults() sdkConsume {
@@ -705,7 +708,10 @@ func (c *sdkClient) worker(ctx context.Context, o sdkConsume, path string, handl
 					case <-rctx.Done():
 						return
 					case <-tick.C:
-						c.renewMessages(rctx, msgs)
+						res := c.renewMessages(rctx, msgs)
+						if o.OnRenew != nil && rctx.Err() == nil {
+							o.OnRenew(res)
+						}
 					}
 				}
 			}()
@@ -1281,12 +1287,18 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
 	c := newSDKClient(t, e)
-	r, err := c.configure(sdkCtx(t, 30*time.Second), "sdk-lease", "", "", &sdkQueueConfig{LeaseTime: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := r.Result["options"].(map[string]any); o["leaseTime"] != float64(2) {
-		t.Fatalf("configure reply %s", r.Raw)
+	// "sdk-lease" has a 5 s lease, long beside the gaps between a pop and
+	// its renewals even on a busy machine; "sdk-lease-short" has 1 s, for
+	// the subtest that waits for a lease to expire.
+	const leaseTime = 5 * time.Second
+	for q, secs := range map[string]int{"sdk-lease": int(leaseTime / time.Second), "sdk-lease-short": 1} {
+		r, err := c.configure(sdkCtx(t, 30*time.Second), q, "", "", &sdkQueueConfig{LeaseTime: secs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := r.Result["options"].(map[string]any); o["leaseTime"] != float64(secs) {
+			t.Fatalf("configure reply %s", r.Raw)
+		}
 	}
 
 	t.Run("renew-keeps-the-lease-then-ack", func(t *testing.T) {
@@ -1295,9 +1307,19 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 		if sdkTxns(msgs) != push[0].TransactionID {
 			t.Fatalf("pop %s", sdkTxns(msgs))
 		}
-		deadline := time.Now().Add(5 * time.Second) // 2.5 lease times
-		for time.Now().Before(deadline) {
-			time.Sleep(500 * time.Millisecond)
+		// Renew at the SDK's pace until a renewal's expiry lies more than a
+		// lease time past the first one's (newExpiresAt is PostgreSQL's
+		// clock): that renewal came after the unrenewed lease would have
+		// lapsed. A competing pop after every renewal must get nothing. The
+		// loop ends on the renewals' own answers, not on the test's clock.
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		var first time.Time
+		for n := 0; ; n++ {
+			if n == 400 {
+				t.Fatalf("%d renewals never carried the lease a lease time past the first (%v)", n, first)
+			}
+			<-tick.C // the SDK's renewal interval, a pace and not a wait
 			res := c.renewMessages(sdkCtx(t, 30*time.Second), msgs)
 			if len(res) != 1 || !res[0].Success {
 				t.Fatalf("renew: %+v", res)
@@ -1311,6 +1333,11 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 			// Another SDK consumer of the group is kept out by the live lease.
 			if other := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease"}); len(other) != 0 {
 				t.Fatalf("a second consumer got %s while the lease was being renewed", sdkTxns(other))
+			}
+			if first.IsZero() {
+				first = res[0].NewExpiresAt
+			} else if res[0].NewExpiresAt.Sub(first) > leaseTime {
+				break
 			}
 		}
 		sdkMustAck(t, c, msgs, true, "", "")
@@ -1331,7 +1358,7 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 		}
 		ext := res[0].NewExpiresAt.Sub(before)
 		// Upstream's handler defaults an absent "seconds" to 60; this broker
-		// uses the queue's leaseTime (2 s here). Either keeps the SDK working.
+		// uses the queue's leaseTime (5 s here). Either keeps the SDK working.
 		t.Logf("renew with {} extended the lease by about %v", ext.Round(100*time.Millisecond))
 		if ext > 10*time.Second || ext < 0 {
 			t.Fatalf("renew with {} moved the expiry by %v", ext)
@@ -1356,14 +1383,14 @@ func TestSDKWireLeaseRenew(t *testing.T) {
 	})
 
 	t.Run("ack-after-the-lease-expired-fails-and-redelivers", func(t *testing.T) {
-		push := sdkMustPush(t, c, "sdk-lease", "", []any{map[string]any{"n": 6}}, "")
-		msgs := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease"})
+		push := sdkMustPush(t, c, "sdk-lease-short", "", []any{map[string]any{"n": 6}}, "")
+		msgs := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease-short"})
 		waitLeaseExpired(t, e, msgs[0].LeaseID)
 		res, r, err := c.ack(sdkCtx(t, 30*time.Second), msgs, true, "", "")
 		if err != nil || res[0].Success || res[0].Error == "" {
 			t.Fatalf("ack with an expired lease: %v %+v %s (the SDK must see a failure)", err, res, r.Raw)
 		}
-		again := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease"})
+		again := sdkMustPop(t, c, sdkPop{Queue: "sdk-lease-short"})
 		if sdkTxns(again) != push[0].TransactionID || again[0].LeaseID == msgs[0].LeaseID {
 			t.Fatalf("redelivery after expiry: %s", sdkTxns(again))
 		}
@@ -1503,55 +1530,108 @@ func TestSDKWireConsumeLoop(t *testing.T) {
 	})
 
 	t.Run("consume-with-lease-renewal", func(t *testing.T) {
-		// Config(LeaseTime: 2); RenewLease(true, 500): the handler takes
-		// 2.25 lease times; a competing consumer must stay out and the ack
-		// must succeed.
-		if _, err := c.configure(sdkCtx(t, 30*time.Second), "sdk-renew", "", "", &sdkQueueConfig{LeaseTime: 2}); err != nil {
+		// Config(LeaseTime: 5); RenewLease(true, 250). The handler holds its
+		// message until the SDK's renewals have carried the lease more than
+		// two lease times past the first renewal's expiry (newExpiresAt is
+		// PostgreSQL's clock, SPEC §4), and after every renewal a competing
+		// consumer of the same group pops: it must get nothing, the ack after
+		// the renewals must succeed and nothing may be redelivered. The
+		// handler waits on renewals, not on the clock; the lease lapses only
+		// if a renewal comes 4.75 s late, which a busy machine does not do
+		// (the old 2 s lease renewed every 500 ms did lapse under load).
+		const leaseTime = 5 * time.Second
+		if _, err := c.configure(sdkCtx(t, 30*time.Second), "sdk-renew", "", "", &sdkQueueConfig{LeaseTime: int(leaseTime / time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 		push := sdkMustPush(t, c, "sdk-renew", "", []any{map[string]any{"slow": true}}, "")
-		var stolen atomic.Int32
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		started := make(chan struct{})
-		err := c.consume(sdkCtx(t, 60*time.Second), sdkConsume{Queue: "sdk-renew", Group: "slow", Limit: 1, TimeoutMillis: 1000, RenewLeaseMillis: 500},
-			func(ctx context.Context, msgs []*sdkMessage) error {
-				if sdkTxns(msgs) != push[0].TransactionID {
-					return fmt.Errorf("unexpected %s", sdkTxns(msgs))
+		var (
+			mu       sync.Mutex
+			renewals []sdkRenewResp
+			problems []string // what the handler saw go wrong
+		)
+		renewed := make(chan struct{}, 1)
+		var stolen, competitorPops int
+		ackBase := c.ackOK.Load()
+		err := c.consume(sdkCtx(t, 90*time.Second), sdkConsume{Queue: "sdk-renew", Group: "slow", Limit: 1, TimeoutMillis: 1000, RenewLeaseMillis: 250,
+			OnRenew: func(res []sdkRenewResp) {
+				mu.Lock()
+				renewals = append(renewals, res...)
+				mu.Unlock()
+				select {
+				case renewed <- struct{}{}:
+				default:
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					close(started)
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(200 * time.Millisecond):
-						}
-						if m, _, err := c.pop(ctx, sdkPop{Queue: "sdk-renew", Group: "slow"}); err == nil && len(m) > 0 {
-							stolen.Add(1)
-						}
+			}},
+			func(ctx context.Context, msgs []*sdkMessage) error {
+				fail := func(format string, args ...any) error {
+					err := fmt.Errorf(format, args...)
+					mu.Lock()
+					problems = append(problems, err.Error())
+					mu.Unlock()
+					return err
+				}
+				if sdkTxns(msgs) != push[0].TransactionID {
+					return fail("unexpected %s", sdkTxns(msgs))
+				}
+				deadline := time.NewTimer(time.Minute)
+				defer deadline.Stop()
+				var first time.Time
+				for {
+					select {
+					case <-renewed:
+					case <-deadline.C:
+						mu.Lock()
+						n := len(renewals)
+						mu.Unlock()
+						return fail("the lease was not carried two lease times past its first renewal within a minute (%d renewals)", n)
+					case <-ctx.Done():
+						return fail("consume ended: %v", ctx.Err())
 					}
-				}()
-				<-started
-				time.Sleep(4500 * time.Millisecond)
-				close(stop)
-				wg.Wait()
-				return nil
+					mu.Lock()
+					last := renewals[len(renewals)-1]
+					mu.Unlock()
+					if !last.Success {
+						return fail("renewal of lease %s failed (status %d): %s", last.LeaseID, last.Status, last.Error)
+					}
+					// The competitor pops after a renewal has answered, so
+					// while the lease is live.
+					m, r, err := c.pop(ctx, sdkPop{Queue: "sdk-renew", Group: "slow"})
+					competitorPops++
+					if err != nil {
+						return fail("competitor pop: %v", err)
+					}
+					if len(m) > 0 {
+						stolen++
+						return fail("competitor got %s while the lease ran to %s: %s", sdkTxns(m), last.NewExpiresAt.Format(time.RFC3339Nano), r.Raw)
+					}
+					if first.IsZero() {
+						first = last.NewExpiresAt
+					} else if last.NewExpiresAt.Sub(first) > 2*leaseTime {
+						return nil
+					}
+				}
 			})
 		if err != nil {
 			t.Fatalf("consume: %v", err)
 		}
-		if n := stolen.Load(); n != 0 {
-			t.Fatalf("a competing consumer got the message %d times while its lease was renewed", n)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(problems) != 0 || stolen != 0 {
+			t.Fatalf("while the lease was renewed (%d renewals, %d competitor pops, %d stolen): %v", len(renewals), competitorPops, stolen, problems)
+		}
+		if competitorPops < 2 {
+			t.Fatalf("only %d competitor pops", competitorPops)
 		}
 		if acks, _ := c.failures(); len(acks) != 0 {
 			t.Fatalf("the ack after renewals failed: %v", acks)
 		}
+		if n := c.ackOK.Load() - ackBase; n != 1 {
+			t.Fatalf("%d successful acks after the renewed lease, want 1", n)
+		}
 		if rest := sdkMustPop(t, c, sdkPop{Queue: "sdk-renew", Group: "slow"}); len(rest) != 0 {
 			t.Fatalf("redelivered after a renewed, acked lease: %s", sdkTxns(rest))
 		}
+		t.Logf("%d renewals, %d competitor pops, all empty", len(renewals), competitorPops)
 	})
 
 	t.Run("failing-consumer-ends-in-the-dlq", func(t *testing.T) {
@@ -1800,9 +1880,12 @@ func TestSDKWireGaps(t *testing.T) {
 		}
 		push := sdkMustPush(t, c, "sdk-poisonbatch", "", []any{map[string]any{"i": 0}, map[string]any{"i": 1}}, "")
 		deliveries := map[string]int{}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
-		err := c.consume(cctx, sdkConsume{Queue: "sdk-poisonbatch", Batch: 2, Wait: sdkBool(false), IdleMillis: 1500},
+		// Idle 5 s: the idle clock runs from the last delivery, through the
+		// handler and the ack, so a shorter one can end the loop before the
+		// redelivery when a busy machine slows the ack (1.5 s could).
+		err := c.consume(cctx, sdkConsume{Queue: "sdk-poisonbatch", Batch: 2, Wait: sdkBool(false), IdleMillis: 5000},
 			func(_ context.Context, msgs []*sdkMessage) error {
 				for _, m := range msgs {
 					deliveries[m.TransactionID]++
