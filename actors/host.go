@@ -19,8 +19,9 @@ import (
 
 // Store is what partition actors need from persistence.
 type Store interface {
-	// EnsurePartition returns the partition's id, creating queue and partition on first use.
-	EnsurePartition(ctx context.Context, queue, partition string) (uuid.UUID, error)
+	// EnsurePartitions returns the partitions' ids in the order of keys,
+	// creating queues and partitions on first use.
+	EnsurePartitions(ctx context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error)
 	// CommitBundle runs one push transaction for several partitions (SPEC.md §3).
 	CommitBundle(ctx context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error)
 }
@@ -109,6 +110,7 @@ type Host struct {
 	closed   bool
 	wg       sync.WaitGroup
 	bundler  *bundler
+	resolver *resolver
 	// start anchors the idle clock: push times are kept as nanoseconds
 	// since start (monotonic with the real clock).
 	start      time.Time
@@ -172,6 +174,7 @@ func NewHost(cfg Config) *Host {
 	h := &Host{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger}
 	h.start = cfg.Now()
 	h.bundler = newBundler(h)
+	h.resolver = &resolver{h: h}
 	quiet := slog.New(slog.NewTextHandler(discard{}, nil))
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	h.parent = h.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {

@@ -27,8 +27,12 @@ type fakeStore struct {
 	err     error
 }
 
-func (f *fakeStore) EnsurePartition(context.Context, string, string) (uuid.UUID, error) {
-	return uuid.MustParse("00000000-0000-0000-0000-000000000001"), nil
+func (f *fakeStore) EnsurePartitions(_ context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, len(keys))
+	for i := range ids {
+		ids[i] = uuid.MustParse("00000000-0000-0000-0000-000000000001")
+	}
+	return ids, nil
 }
 
 func (f *fakeStore) CommitBundle(ctx context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error) {

@@ -29,7 +29,7 @@ type memStore struct {
 	parts     map[uuid.UUID]*memPartition
 	now       time.Time
 	commits   int
-	ensures   atomic.Int64 // EnsurePartition calls
+	ensures   atomic.Int64 // partitions resolved by EnsurePartitions
 }
 
 type memPartition struct {
@@ -41,9 +41,13 @@ func newMemStore() *memStore {
 	return &memStore{parts: map[uuid.UUID]*memPartition{}, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 }
 
-func (s *memStore) EnsurePartition(_ context.Context, queue, partition string) (uuid.UUID, error) {
-	s.ensures.Add(1)
-	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(queue+"\x1f"+partition)), nil
+func (s *memStore) EnsurePartitions(_ context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error) {
+	s.ensures.Add(int64(len(keys)))
+	ids := make([]uuid.UUID, len(keys))
+	for i, k := range keys {
+		ids[i] = uuid.NewSHA1(uuid.NameSpaceOID, []byte(k.Queue+"\x1f"+k.Partition))
+	}
+	return ids, nil
 }
 
 func (s *memStore) CommitBundle(_ context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error) {

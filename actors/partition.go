@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"errors"
 
 	"fmt"
@@ -175,18 +174,16 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		return
 	}
 	// First commit of this partition: resolve (or create) it off the
-	// committers, so new partitions never hold up pushes to known ones.
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), a.host.cfg.CommitTimeout)
-		defer cancel()
-		id, err := a.host.cfg.Store.EnsurePartition(ctx, a.key.queue, a.key.partition)
+	// committers, so new partitions never hold up pushes to known ones;
+	// the resolver creates the partitions of many first commits at once.
+	a.host.resolver.resolve(a.key, func(id uuid.UUID, err error) {
 		if err != nil {
 			job.done(failAll(batch, err), err)
 			return
 		}
 		batch.PartitionID = id
 		a.host.bundler.submit(job)
-	}()
+	})
 }
 
 func failAll(b *persistence.PushBatch, err error) persistence.PushOutcome {

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	queen "github.com/queen-mq/queen-go"
@@ -221,6 +223,96 @@ func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string
 		return uuid.Nil, unavailable(err)
 	}
 	return id, nil
+}
+
+// PartitionKey names a partition: its queue and its name.
+type PartitionKey struct {
+	Queue, Partition string
+}
+
+// EnsurePartitions returns the ids of several partitions, in the order of
+// keys, creating queues (with default options) and partitions on first use
+// (SPEC.md §1), like EnsurePartition for each key but in two or three round
+// trips whatever their number: one read of the ids; for the missing ones one
+// pipeline that creates their queues and, in one statement, the partitions
+// (sorted, so concurrent creators take the unique index's locks in one
+// order), then reads their ids. A key may repeat. Errors are
+// queen.ErrUnavailable (retryable; nothing half-done matters: creation is
+// idempotent).
+func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, len(keys))
+	found := make([]bool, len(keys))
+	read := func(idx []int, b *pgx.Batch) {
+		qs, ps := make([]string, len(idx)), make([]string, len(idx))
+		for j, i := range idx {
+			qs[j], ps[j] = keys[i].Queue, keys[i].Partition
+		}
+		b.Queue(sqlGetPartitions, qs, ps).Query(func(rows pgx.Rows) error {
+			var ord int64
+			var id uuid.UUID
+			_, err := pgx.ForEachRow(rows, []any{&ord, &id}, func() error {
+				i := idx[ord-1]
+				ids[i], found[i] = id, true
+				return nil
+			})
+			return err
+		})
+	}
+	all := make([]int, len(keys))
+	for i := range all {
+		all[i] = i
+	}
+	b := &pgx.Batch{}
+	read(all, b)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, unavailable(err)
+	}
+	var missing []int
+	for i := range keys {
+		if !found[i] {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return ids, nil
+	}
+	sort.Slice(missing, func(a, b int) bool {
+		ka, kb := keys[missing[a]], keys[missing[b]]
+		if ka.Queue != kb.Queue {
+			return ka.Queue < kb.Queue
+		}
+		return ka.Partition < kb.Partition
+	})
+	opts := queen.DefaultOptions()
+	optsJSON, _ := json.Marshal(opts)
+	b = &pgx.Batch{}
+	queued := map[string]bool{}
+	qs, ps, fresh := make([]string, 0, len(missing)), make([]string, 0, len(missing)), make([]pgtype.UUID, 0, len(missing))
+	for _, i := range missing {
+		k := keys[i]
+		if !queued[k.Queue] {
+			queued[k.Queue] = true
+			b.Queue(sqlEnsureQueue, k.Queue, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		qs, ps, fresh = append(qs, k.Queue), append(ps, k.Partition), append(fresh, pgUUID(id))
+	}
+	b.Queue(sqlEnsurePartitions, qs, ps, fresh)
+	read(missing, b)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, unavailable(err)
+	}
+	for _, i := range missing {
+		if !found[i] {
+			// Its queue was deleted between the statements: the caller
+			// retries (a push answers failed, retryable).
+			return nil, queen.ErrUnavailable.With("partition %q of queue %q could not be created (its queue was deleted meanwhile); retry", keys[i].Partition, keys[i].Queue)
+		}
+	}
+	return ids, nil
 }
 
 // Queue returns a queue's description with its effective options, or an
