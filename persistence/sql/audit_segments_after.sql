@@ -28,4 +28,8 @@ CROSS JOIN LATERAL (
     ORDER BY s.first_offset
 ) s
 WHERE q.name = $1
+  -- Partitions with nothing new (their allocator is at or below the bound)
+  -- are skipped before their segments are looked at: with hundreds of
+  -- thousands of partitions, most have nothing new in a pass.
+  AND p.last_offset > COALESCE(r.after, -1)
 ORDER BY p.id, s.first_offset
