@@ -320,7 +320,13 @@ func TestDedupCacheEquivalence(t *testing.T) {
 			return
 		}
 	}
+	// The runs must have exercised what they are named for; one seed alone
+	// (a rerun of a divergence) may legitimately not: its two brokers may
+	// never leave each other's caches vouching, say.
 	for _, run := range runs {
+		if seeds < 5 {
+			break
+		}
 		st := run.envs[0].b.cache.Stats()
 		switch run.name {
 		case "cache-on", "two-brokers":
