@@ -62,7 +62,9 @@ type fakeConsumeBroker struct {
 	ackCalls       int
 	// dlqEarly dead-letters at the retryLimit-th failure.
 	dlqEarly bool
-	// skipAfterAck moves the cursor one further on every 50th completed ack.
+	// skipAfterAck moves the cursor one further at the first ack that ends
+	// a leased span after every 50 acks (the message skipped was never
+	// delivered to the group: the audit must say so).
 	skipAfterAck bool
 	acksSeen     int
 	// hidePartition is never served (the drain times out).
@@ -253,8 +255,11 @@ func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []transpor
 		default:
 			cs[p].cursor = *a.Offset
 			f.acksSeen++
-			if f.skipAfterAck && f.acksSeen%50 == 0 && cs[p].cursor < int64(len(f.msgs[p]))-1 {
+			if f.skipAfterAck && f.acksSeen >= 50 && cs[p].cursor >= cs[p].leaseTo && cs[p].cursor < int64(len(f.msgs[p]))-1 {
+				// At the end of a leased span: the message after it was
+				// never delivered to this group, and now never will be.
 				cs[p].cursor++
+				f.acksSeen = 0
 			}
 			r.Result, r.Success = queen.Acked, true
 		}
