@@ -325,67 +325,11 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 			return at(queen.ErrInvalidUTF8.With("items[%d].payload is not valid UTF-8", i), "payload")
 		case !json.Valid(it.Payload):
 			return at(queen.ErrInvalidJSON.With("items[%d].payload is not one JSON value", i), "payload")
-		case loneSurrogate(it.Payload):
+		case queen.HasLoneSurrogate(it.Payload):
 			return at(queen.ErrInvalidUTF8.With("items[%d].payload holds a lone surrogate escape", i), "payload")
 		}
 	}
 	return nil
-}
-
-// loneSurrogate reports whether the valid JSON b escapes half of a UTF-16
-// surrogate pair alone (\ud800 not followed by \udc00-\udfff, or a low half
-// first), which the front door refuses (SPEC.md §10).
-func loneSurrogate(b []byte) bool {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		if i+1 >= len(b) || b[i+1] != 'u' {
-			i++ // an escaped character ("\\", "\"", ...)
-			continue
-		}
-		r, ok := hex4(b, i+2)
-		if !ok {
-			return false // not valid JSON; json.Valid said otherwise
-		}
-		switch {
-		case r >= 0xdc00 && r <= 0xdfff:
-			return true
-		case r >= 0xd800 && r <= 0xdbff:
-			lo, ok := rune(0), false
-			if i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-				lo, ok = hex4(b, i+8)
-			}
-			if !ok || lo < 0xdc00 || lo > 0xdfff {
-				return true
-			}
-			i += 11
-		default:
-			i += 5
-		}
-	}
-	return false
-}
-
-// hex4 reads the four hex digits at b[i:i+4].
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }
 
 // respondError answers m with e as the NATS API answers errors: the micro
