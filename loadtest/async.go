@@ -169,6 +169,7 @@ func (a *asyncProducer) nextSlot(now int64) slot {
 // book records one item's result (called from the async producer's
 // goroutines).
 func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time, r queen.PushReply, err error) {
+	a.c.dirty.mark(partOf(a.idx, s.seq, len(a.parts)))
 	if err != nil {
 		a.bookError(s, err)
 		return

@@ -22,6 +22,10 @@ var ErrAuditFailed = errors.New("loadtest: the audit failed")
 // an interrupt.
 const auditTimeout = 10 * time.Minute
 
+// auditEvery is the longest time between two in-run audit passes (they also
+// run at least every SampleEvery).
+const auditEvery = 2 * time.Second
+
 // Run runs one load test: cfg.Producers producers send batches to the
 // broker at cfg.Target (or, in raw mode, COPY them into a fresh raw table)
 // for cfg.Duration, then the database is audited (broker mode) or counted
@@ -41,6 +45,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func run(ctx context.Context, cfg *Config) (*Report, error) {
 	parts := partitionNames(cfg.Partitions)
 	c := &counters{}
+	if cfg.Mode == ModeBroker {
+		c.dirty = newDirtySet(len(parts))
+	}
 	producers := make([]*producer, cfg.Producers)
 	// asyncs replaces producers with ProducerMode async.
 	var asyncs []*asyncProducer
@@ -181,7 +188,8 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		for _, a := range asyncs {
 			ledgers = append(ledgers, a.led)
 		}
-		au = newAuditor(audit, cfg.Queue, parts, ledgers)
+		au = newAuditor(audit, cfg.Queue, parts, ledgers, c.dirty)
+		au.start(ctx, min(cfg.SampleEvery, auditEvery))
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == ModeBroker)
 	if au != nil {
