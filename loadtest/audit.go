@@ -32,6 +32,8 @@ type auditor struct {
 	// for none).
 	after []int64
 	dirty *dirtySet
+	// sequential is Config.Spread == SpreadSequential (partIn).
+	sequential bool
 	// sweep is the next partition of the rotating slice; sweepN is the
 	// slice's length (sweepSlice).
 	sweep, sweepN int
@@ -163,7 +165,7 @@ func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
 func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 	part, okPart := au.partIdx[m.Partition]
 	prod, seq, okTxn := parseTxn(m.TransactionID)
-	if !okPart || !okTxn || prod >= len(au.ledgers) || partOf(prod, seq, len(au.parts)) != part ||
+	if !okPart || !okTxn || prod >= len(au.ledgers) || partIn(au.sequential, prod, seq, len(au.parts)) != part ||
 		!au.ledgers[prod].store(seq, m.MessageID, m.Offset, recount, au.found) {
 		au.found.add(IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
 			m.Partition, m.Offset, m.TransactionID, m.MessageID)

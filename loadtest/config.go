@@ -43,6 +43,13 @@ type Config struct {
 	// spread over, uniformly at random (default 64, 1..maxPartitions: the
 	// 24 partition bits of an item's key).
 	Partitions int
+	// Spread is how new items pick their partition (default SpreadRandom):
+	// SpreadRandom, uniformly at random (a fixed mix of producer and
+	// sequence number); SpreadSequential, each producer walks the
+	// partitions in order from its own start, so n new items touch
+	// min(n, Partitions) distinct partitions (a run that must touch every
+	// one of a million partitions).
+	Spread string
 	// Batch is the number of items per request (default 100, 1..10000). With
 	// ProducerMode async it is the async producer's MaxBatchItems unless
 	// MaxBatch is set, and 1 means single items batched up to 100.
@@ -228,6 +235,7 @@ func DefaultConfig() Config {
 		WakeProbes:     50,
 		SampleEvery:    10 * time.Second,
 		ProducerMode:   ProducerSync,
+		Spread:         SpreadRandom,
 		InFlight:       1000,
 		Linger:         transport.DefaultLinger,
 	}
@@ -299,6 +307,8 @@ func (c *Config) Validate() error {
 		return errors.New("retention with consumers: the consume audit needs every message; drop --retention or --consumers")
 	case c.Retention > 0 && c.Mode != ModeBroker:
 		return errors.New("retention needs a broker (mode broker)")
+	case c.Spread != SpreadRandom && c.Spread != SpreadSequential:
+		return fmt.Errorf("spread %q: want %s or %s", c.Spread, SpreadRandom, SpreadSequential)
 	case c.ProducerMode != ProducerSync && c.ProducerMode != ProducerAsync:
 		return fmt.Errorf("producer mode %q: want sync or async", c.ProducerMode)
 	case c.ProducerMode == ProducerAsync && c.Mode != ModeBroker:
@@ -358,6 +368,12 @@ func (c *Config) validateChaos() error {
 	return nil
 }
 
+// The values of Config.Spread.
+const (
+	SpreadRandom     = "random"
+	SpreadSequential = "sequential"
+)
+
 // withDefaults fills the zero-valued tuning fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
@@ -366,6 +382,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProducerMode == "" {
 		c.ProducerMode = d.ProducerMode
+	}
+	if c.Spread == "" {
+		c.Spread = d.Spread
 	}
 	if c.InFlight == 0 {
 		c.InFlight = d.InFlight

@@ -63,3 +63,23 @@ func TestDirtySetTakesEveryMarkOnce(t *testing.T) {
 		require.GreaterOrEqual(t, c, 1, "partition %d never taken", i)
 	}
 }
+
+func TestPartInSequentialTouchesEveryPartition(t *testing.T) {
+	const parts, producers = 1000, 8
+	seen := map[int]bool{}
+	for p := 0; p < producers; p++ {
+		for seq := uint64(0); seq < parts/producers; seq++ {
+			i := partIn(true, p, seq, parts)
+			require.False(t, seen[i], "partition %d twice", i)
+			seen[i] = true
+		}
+	}
+	require.Len(t, seen, parts)
+	// Random spread is partOf's mix.
+	require.Equal(t, partOf(3, 77, parts), partIn(false, 3, 77, parts))
+	// One partition, or more producers than partitions: still in range.
+	for p := 0; p < 40; p++ {
+		require.Zero(t, partIn(true, p, 5, 1))
+		require.Less(t, partIn(true, p, uint64(p), 7), 7)
+	}
+}

@@ -221,7 +221,9 @@ func (p *producer) fill(fresh bool) {
 }
 
 // part is the partition index of this producer's id seq.
-func (p *producer) part(seq uint64) int { return partOf(p.idx, seq, len(p.parts)) }
+func (p *producer) part(seq uint64) int {
+	return partIn(p.cfg.Spread == SpreadSequential, p.idx, seq, len(p.parts))
+}
 
 // learn records the message id an answer gave for s's original in the ring
 // (while the ring still holds it).

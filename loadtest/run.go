@@ -106,7 +106,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 				if err != nil {
 					return nil, err
 				}
-				asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newLedger(i, cfg.Queue, parts), c)
+				asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
 			}
 		}
 		for i := range producers {
@@ -121,7 +121,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 				s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
 			}
 			senders = append(senders, s)
-			producers[i] = newProducer(i, cfg, parts, s, newLedger(i, cfg.Queue, parts), c)
+			producers[i] = newProducer(i, cfg, parts, s, newRunLedger(cfg, i, parts), c)
 		}
 		if cfg.Consumers > 0 {
 			if cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
@@ -189,6 +189,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 			ledgers = append(ledgers, a.led)
 		}
 		au = newAuditor(audit, cfg.Queue, parts, ledgers, c.dirty)
+		au.sequential = cfg.Spread == SpreadSequential
 		au.start(ctx, min(cfg.SampleEvery, auditEvery))
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == ModeBroker)
