@@ -195,13 +195,13 @@ type Config struct {
 	DedupWindow time.Duration
 	// Retention, when > 0, is configured as the queue's retentionSeconds
 	// (whole seconds): segments are deleted while the run goes on, so the
-	// audit reads each partition's new segments every SampleEvery, before
-	// retention can delete them (at least 30s and 4×SampleEvery; not with
-	// consumers).
+	// audit reads partitions' new segments during the run (every 2s, or
+	// SampleEvery when shorter), before retention can delete them (at least
+	// 30s and 4×SampleEvery; not with consumers).
 	Retention time.Duration
 	// SampleEvery is the timeline's interval (default 10s, at least 1s):
-	// every SampleEvery the run records a point (Report.Timeline) and the
-	// incremental audit reads what was stored since the last one.
+	// every SampleEvery the run records a point (Report.Timeline); its
+	// stored/s is what the incremental audit read in the interval.
 	SampleEvery time.Duration
 	// MetricsURLs are the brokers' HTTP base URLs whose /metrics the
 	// timeline reads (RSS, dedup cache); empty: the HTTP targets, if any.
