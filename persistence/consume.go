@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/rules"
 )
 
 var (
@@ -547,8 +548,15 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 	if _, err := expireLease(ctx, tx, k, &st); err != nil {
 		return err
 	}
-	// Resolve every item to an offset, or answer it now.
-	offsets := map[int]int64{}
+	// Resolve every item to an offset, or answer it now; rules.Ack decides
+	// the rest.
+	row := rules.ConsumerRow{Partition: k.pid.String(), Group: k.group, Cursor: st.cursor,
+		HasLease: st.leaseID.Valid, Live: st.live, LeaseTo: st.leaseTo, RetryLimit: st.retryLimit, FailCounts: st.failCounts}
+	if st.leaseID.Valid {
+		row.Lease = st.leaseID.Bytes
+	}
+	var targets []rules.AckTarget
+	var at []int // the item index of each target
 	for _, i := range idx {
 		it := &items[i]
 		var off int64
@@ -575,106 +583,26 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 		}
 		o := off
 		out[i].Offset = &o
-		if off <= st.cursor {
-			out[i].Result, out[i].Success = queen.Stale, true
-			continue
-		}
-		if it.LeaseID != nil && (!st.live || !st.leaseID.Valid || uuid.UUID(st.leaseID.Bytes) != *it.LeaseID) {
-			out[i].Result = queen.LeaseInvalid
-			out[i].Error = fmt.Sprintf("lease %s is not the live lease of partition %s for group %q", *it.LeaseID, k.pid, k.group)
-			continue
-		}
-		offsets[i] = off
+		targets = append(targets, rules.AckTarget{Offset: off, Status: it.Status, LeaseID: it.LeaseID, Error: it.Error})
+		at = append(at, i)
 	}
-	// Sweep the resolved items in offset order: completed ones commit the
-	// cursor; a failure counts against its message (every failed message of
-	// the call, so a batch nack brings each to the DLQ after retryLimit + 1
-	// deliveries); a message dead-lettered (dlq, or failed past retryLimit)
-	// is passed; the first failure that is not dead-lettered stops the sweep
-	// and nothing above it is applied.
-	order := make([]int, 0, len(offsets))
-	for _, i := range idx {
-		if _, ok := offsets[i]; ok {
-			order = append(order, i)
+	d := rules.Ack(row, targets)
+	for n, v := range d.Verdicts {
+		out[at[n]].Result, out[at[n]].Success, out[at[n]].Error = v.Result, v.Success, v.Error
+	}
+	for _, dl := range d.DeadLetters {
+		if err := deadLetter(ctx, tx, k, dl.Offset, dl.Error, dl.Attempts); err != nil {
+			return err
 		}
 	}
-	sort.SliceStable(order, func(a, b int) bool { return offsets[order[a]] < offsets[order[b]] })
-	counts := st.failCounts
-	counted := map[int64]bool{}
-	for _, i := range order {
-		if off := offsets[i]; items[i].Status == queen.AckFailed && !counted[off] {
-			counted[off] = true
-			counts[off]++
-		}
-	}
-	cursor := st.cursor
-	leaseID := st.leaseID
-	stop := int64(-1) // the offset of the failure that stopped the sweep
-	dead := map[int64]bool{}
-	for _, i := range order {
-		off, it := offsets[i], &items[i]
-		if stop >= 0 && off > stop {
-			out[i].Result = queen.RetryScheduled
-			out[i].Success = it.Status == queen.AckFailed || it.Status == queen.AckRetry
-			if !out[i].Success {
-				out[i].Error = fmt.Sprintf("not applied: a failure at the lower offset %d in the same call stops the cursor below it; the message will be delivered again", stop)
-			}
-			continue
-		}
-		switch it.Status {
-		case queen.AckCompleted:
-			if stop >= 0 { // the same offset as the stopping failure
-				out[i].Result = queen.RetryScheduled
-				out[i].Error = fmt.Sprintf("not applied: the same call failed offset %d", off)
-				continue
-			}
-			out[i].Result, out[i].Success = queen.Acked, true
-			cursor = max(cursor, off)
-		case queen.AckDLQ, queen.AckFailed:
-			attempts := counts[off]
-			if it.Status == queen.AckDLQ {
-				attempts++
-			}
-			if it.Status == queen.AckDLQ || int64(attempts) > st.retryLimit || dead[off] {
-				if !dead[off] {
-					if err := deadLetter(ctx, tx, k, off, it.Error, attempts); err != nil {
-						return err
-					}
-					dead[off] = true
-				}
-				out[i].Result, out[i].Success = queen.DeadLettered, true
-				cursor = max(cursor, off)
-				// A failure ends the lease even when it dead-letters: a
-				// consumer stops at its first failure, so the rest of the
-				// span is delivered again at once.
-				leaseID = pgtype.UUID{}
-				continue
-			}
-			fallthrough
-		case queen.AckRetry:
-			out[i].Result, out[i].Success = queen.RetryScheduled, true
-			leaseID = pgtype.UUID{} // the rest of the span is delivered again at once
-			if stop < 0 {
-				stop = off
-			}
-		}
-	}
-	leaseTo := st.leaseTo
-	if leaseID.Valid && (!st.live || leaseTo == nil || cursor >= *leaseTo) {
-		leaseID = pgtype.UUID{}
-	}
-	for off := range counts {
-		if off <= cursor {
-			delete(counts, off)
-		}
-	}
-	countsJSON, err := encodeCounts(counts)
+	cursor, leaseTo := d.Cursor, st.leaseTo
+	countsJSON, err := encodeCounts(d.FailCounts)
 	if err != nil {
 		return err
 	}
 	var lease any
-	if leaseID.Valid {
-		lease = uuid.UUID(leaseID.Bytes)
+	if d.KeepLease {
+		lease = uuid.UUID(st.leaseID.Bytes)
 	}
 	ub := &pgx.Batch{}
 	ub.Queue(sqlConsumeUpdate, k.pid, k.group, cursor, lease, nil, leaseTo, countsJSON)
