@@ -18,6 +18,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/rules"
 )
 
 // simDB is a model of the partitions' sidecar on a virtual clock: what the
@@ -169,7 +170,7 @@ func batchOf(pid uuid.UUID, txns []string) *persistence.PushBatch {
 	for _, x := range txns {
 		b.Items = append(b.Items, &queen.Item{TransactionID: x, Hash: hashOf(x)})
 	}
-	b.LeaderOf = persistence.Leaders(b.Items)
+	b.LeaderOf = rules.Leaders(b.Items)
 	return b
 }
 

@@ -10,6 +10,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/rules"
 )
 
 // pushReq is one request's items for one partition, with the channel its
@@ -128,7 +129,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 	for _, r := range a.pending[:take] {
 		batch.Items = append(batch.Items, r.items...)
 	}
-	batch.LeaderOf = persistence.Leaders(batch.Items)
+	batch.LeaderOf = rules.Leaders(batch.Items)
 	// Prepared while the requests are still pending: should it panic, the
 	// guardian stops the actor, which answers them (*actor.Stopping).
 	a.cache.Prepare(batch)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/rules"
 )
 
 // PushBatch is one partition's share of a commit: the items of one or more
@@ -477,42 +478,29 @@ func markMismatches(bs []*PushBatch, outs []PushOutcome, locked map[[16]byte]loc
 	}
 }
 
-// assign gives verdicts under the lock: leaders found by the probe are
-// duplicates of the original; clean leaders get consecutive offsets after
-// last in item order; followers echo their leader. With window 0 every item
-// is clean (SPEC.md §3).
+// assign gives verdicts under the lock (rules.Assign: leaders found by the
+// probe are duplicates of the original, clean leaders get consecutive
+// offsets after last in item order, followers echo their leader; with
+// window 0 every item is clean) and packs the clean items' ids, frames and
+// hashes for the insert.
 func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit, out *PushOutcome) (msgIDs, frames, hashes []byte, keys [][16]byte, clean int) {
-	n := len(b.Items)
-	msgIDs = make([]byte, 0, 16*n)
-	frames = make([]byte, 0, 64*n)
-	hashes = make([]byte, 0, 16*n)
-	keys = make([][16]byte, 0, n)
-	next := last + 1
-	out.FirstOffset = next
+	clean = rules.Assign(out.Results, b.Items, b.LeaderOf, b.PartitionID, window, last, func(h queen.Hash) (rules.Original, bool) {
+		x, ok := hits[h]
+		return rules.Original{Offset: x.offset, MessageID: x.id}, ok
+	}, newMessageID)
+	msgIDs = make([]byte, 0, 16*clean)
+	frames = make([]byte, 0, 64*clean)
+	hashes = make([]byte, 0, 16*clean)
+	keys = make([][16]byte, 0, clean)
 	for i, it := range b.Items {
-		r := &out.Results[i]
-		r.PartitionID = b.PartitionID
-		if window > 0 {
-			if l := leaderOf(b, i); l != i {
-				lr := out.Results[l]
-				*r = queen.Result{Verdict: queen.Duplicate, MessageID: lr.MessageID, PartitionID: b.PartitionID, Offset: lr.Offset}
-				continue
-			}
-			if h, ok := hits[it.Hash]; ok {
-				*r = queen.Result{Verdict: queen.Duplicate, MessageID: h.id, PartitionID: b.PartitionID, Offset: h.offset}
-				continue
-			}
+		if r := &out.Results[i]; r.Verdict == queen.Queued {
+			msgIDs = append(msgIDs, r.MessageID[:]...)
+			frames = AppendFrame(frames, it.TransactionID, it.TraceID, it.Payload)
+			hashes = append(hashes, it.Hash[:]...)
+			keys = append(keys, it.Hash)
 		}
-		id := newMessageID()
-		*r = queen.Result{Verdict: queen.Queued, MessageID: id, PartitionID: b.PartitionID, Offset: next}
-		next++
-		clean++
-		msgIDs = append(msgIDs, id[:]...)
-		frames = AppendFrame(frames, it.TransactionID, it.TraceID, it.Payload)
-		hashes = append(hashes, it.Hash[:]...)
-		keys = append(keys, it.Hash)
 	}
-	out.LastOffset = next - 1
+	out.FirstOffset, out.LastOffset = last+1, last+int64(clean)
 	return msgIDs, frames, hashes, keys, clean
 }
 
@@ -606,23 +594,6 @@ func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.
 		}
 		return rows.Err()
 	}
-}
-
-// Leaders maps every item to the first item with the same hash: the
-// leader/follower rule for in-request repeats (SPEC.md §3), for
-// PushBatch.LeaderOf.
-func Leaders(items []*queen.Item) []int32 {
-	out := make([]int32, len(items))
-	seen := make(map[queen.Hash]int32, len(items))
-	for i, it := range items {
-		if l, ok := seen[it.Hash]; ok {
-			out[i] = l
-			continue
-		}
-		seen[it.Hash] = int32(i)
-		out[i] = int32(i)
-	}
-	return out
 }
 
 func pgUUID(b [16]byte) pgtype.UUID { return pgtype.UUID{Bytes: b, Valid: true} }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/rules"
 )
 
 var (
@@ -102,7 +103,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 	sortUUIDs(pushPIDs)
 	for _, pid := range pushPIDs {
 		p := parts[pid]
-		p.batch.LeaderOf = Leaders(p.batch.Items)
+		p.batch.LeaderOf = rules.Leaders(p.batch.Items)
 	}
 
 	// Acks, by consumer row.
