@@ -42,124 +42,172 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return run(ctx, &cfg)
 }
 
-func run(ctx context.Context, cfg *Config) (*Report, error) {
-	parts := partitionNames(cfg.Partitions)
-	c := &counters{}
-	if cfg.Mode == ModeBroker {
-		c.dirty = newDirtySet(len(parts))
-	}
-	producers := make([]*producer, cfg.Producers)
+// loadRun is one run's parts, shared by its phases (run).
+type loadRun struct {
+	cfg       *Config
+	parts     []string
+	c         *counters
+	producers []*producer
 	// asyncs replaces producers with ProducerMode async.
-	var asyncs []*asyncProducer
-	var audit *persistence.Audit
-	var raw *persistence.RawWriter
-	var senders []sender
-	var cp *consumePhase
-	defer func() {
-		if cp != nil {
-			cp.close()
-		}
-		for _, s := range senders {
-			s.close()
-		}
-		for _, a := range asyncs {
-			if a != nil {
-				// After its run: a no-op. Before (the run failed to
-				// start): nothing was published.
-				ended, cancel := context.WithCancel(context.Background())
-				cancel()
-				_ = a.prod.Close(ended)
-				a.close()
-			}
-		}
-		if audit != nil {
-			audit.Close()
-		}
-		if raw != nil {
-			raw.Close()
-		}
-	}()
+	asyncs  []*asyncProducer
+	audit   *persistence.Audit
+	raw     *persistence.RawWriter
+	senders []sender
+	cp      *consumePhase
+	// au is the in-run auditor (broker mode), from load.
+	au  *auditor
+	rep *Report
+}
 
-	rep := &Report{Mode: cfg.Mode, Producers: cfg.Producers, Partitions: cfg.Partitions, Batch: cfg.Batch,
-		PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: ProducerSync}
+func run(ctx context.Context, cfg *Config) (*Report, error) {
+	r := &loadRun{cfg: cfg, parts: partitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
+		rep: &Report{Mode: cfg.Mode, Producers: cfg.Producers, Partitions: cfg.Partitions, Batch: cfg.Batch,
+			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: ProducerSync}}
+	if cfg.Mode == ModeBroker {
+		r.c.dirty = newDirtySet(len(r.parts))
+	}
+	defer r.close()
 	// Open the audit first (both modes report the database's durability):
 	// a wrong database URL fails before the load.
 	var err error
-	if audit, err = persistence.OpenAudit(ctx, cfg.DatabaseURL); err != nil {
+	if r.audit, err = persistence.OpenAudit(ctx, cfg.DatabaseURL); err != nil {
 		return nil, fmt.Errorf("database %s: %w", redact(cfg.DatabaseURL), err)
 	}
 	switch cfg.Mode {
 	case ModeBroker:
-		rep.Target, rep.Queue = cfg.Target, cfg.Queue
-		if cfg.ProducerMode == ProducerAsync {
-			rep.ProducerMode, rep.InFlight, rep.MaxBatch = ProducerAsync, cfg.InFlight, cfg.maxBatch()
-			rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
-		}
-		hc := newHTTPClient(cfg.Producers)
-		if cfg.ProducerMode == ProducerAsync {
-			asyncs = make([]*asyncProducer, cfg.Producers)
-			producers = nil
-			// Each async producer has up to MaxInFlight requests open.
-			ahc := newHTTPClient(cfg.Producers * transport.DefaultMaxInFlight)
-			for i := range asyncs {
-				push, closeFn, err := asyncPush(cfg, ahc, i)
-				if err != nil {
-					return nil, err
-				}
-				asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
-			}
-		}
-		for i := range producers {
-			var s sender
-			if strings.HasPrefix(cfg.Target, "nats://") {
-				if s, err = newNATSSender(cfg.Target, i); err != nil {
-					return nil, err
-				}
-			} else if len(cfg.Targets) > 1 {
-				s = newFailoverSender(hc, cfg.Targets, i)
-			} else {
-				s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
-			}
-			senders = append(senders, s)
-			producers[i] = newProducer(i, cfg, parts, s, newRunLedger(cfg, i, parts), c)
-		}
-		if cfg.Consumers > 0 {
-			if cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
-				return nil, err
-			}
-			c.touched = cp.touched
-			if err := configureQueue(ctx, cfg, cp.admin); err != nil {
-				return nil, err
-			}
-		} else if cfg.DedupWindow > 0 || cfg.Retention > 0 {
-			cl, err := targetDialer(cfg)("queen-loadtest-admin")
-			if err != nil {
-				return nil, err
-			}
-			err = configureQueue(ctx, cfg, cl)
-			cl.close()
-			if err != nil {
-				return nil, err
-			}
-		}
-		rep.DedupWindowSeconds = int(cfg.window() / time.Second)
-		rep.RetentionSeconds = int(cfg.Retention / time.Second)
-		rep.SampleEverySeconds = cfg.SampleEvery.Seconds()
+		err = r.setupBroker(ctx)
 	case ModeRaw:
-		rep.Target, rep.Table = "postgres", cfg.Table
-		if raw, err = persistence.OpenRaw(ctx, cfg.DatabaseURL); err != nil {
-			return nil, fmt.Errorf("raw database %s: %w", redact(cfg.DatabaseURL), err)
-		}
-		if err := raw.Reset(ctx, cfg.Table); err != nil {
-			return nil, err
-		}
-		for i := range producers {
-			s := &rawSender{w: raw, table: cfg.Table}
-			senders = append(senders, s)
-			producers[i] = newProducer(i, cfg, parts, s, nil, c)
+		err = r.setupRaw(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	elapsed := r.load(ctx)
+	r.collect(ctx, elapsed)
+	if r.cp != nil {
+		// The wake probe runs on a queue of its own, after the consumers
+		// stopped.
+		r.cp.probe(ctx)
+	}
+	if err := r.check(ctx); err != nil {
+		return r.rep, err
+	}
+	return r.verdict(elapsed)
+}
+
+// close releases what the run opened (deferred by run).
+func (r *loadRun) close() {
+	if r.cp != nil {
+		r.cp.close()
+	}
+	for _, s := range r.senders {
+		s.close()
+	}
+	for _, a := range r.asyncs {
+		if a != nil {
+			// After its run: a no-op. Before (the run failed to
+			// start): nothing was published.
+			ended, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = a.prod.Close(ended)
+			a.close()
 		}
 	}
+	if r.audit != nil {
+		r.audit.Close()
+	}
+	if r.raw != nil {
+		r.raw.Close()
+	}
+}
 
+// setupBroker makes the producers (sync or async), the consume phase, and
+// configures the run's queue.
+func (r *loadRun) setupBroker(ctx context.Context) error {
+	cfg, rep, parts, c := r.cfg, r.rep, r.parts, r.c
+	var err error
+	rep.Target, rep.Queue = cfg.Target, cfg.Queue
+	if cfg.ProducerMode == ProducerAsync {
+		rep.ProducerMode, rep.InFlight, rep.MaxBatch = ProducerAsync, cfg.InFlight, cfg.maxBatch()
+		rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
+	}
+	hc := newHTTPClient(cfg.Producers)
+	if cfg.ProducerMode == ProducerAsync {
+		r.asyncs = make([]*asyncProducer, cfg.Producers)
+		r.producers = nil
+		// Each async producer has up to MaxInFlight requests open.
+		ahc := newHTTPClient(cfg.Producers * transport.DefaultMaxInFlight)
+		for i := range r.asyncs {
+			push, closeFn, err := asyncPush(cfg, ahc, i)
+			if err != nil {
+				return err
+			}
+			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
+		}
+	}
+	for i := range r.producers {
+		var s sender
+		if strings.HasPrefix(cfg.Target, "nats://") {
+			if s, err = newNATSSender(cfg.Target, i); err != nil {
+				return err
+			}
+		} else if len(cfg.Targets) > 1 {
+			s = newFailoverSender(hc, cfg.Targets, i)
+		} else {
+			s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
+		}
+		r.senders = append(r.senders, s)
+		r.producers[i] = newProducer(i, cfg, parts, s, newRunLedger(cfg, i, parts), c)
+	}
+	if cfg.Consumers > 0 {
+		if r.cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
+			return err
+		}
+		c.touched = r.cp.touched
+		if err := configureQueue(ctx, cfg, r.cp.admin); err != nil {
+			return err
+		}
+	} else if cfg.DedupWindow > 0 || cfg.Retention > 0 {
+		cl, err := targetDialer(cfg)("queen-loadtest-admin")
+		if err != nil {
+			return err
+		}
+		err = configureQueue(ctx, cfg, cl)
+		cl.close()
+		if err != nil {
+			return err
+		}
+	}
+	rep.DedupWindowSeconds = int(cfg.window() / time.Second)
+	rep.RetentionSeconds = int(cfg.Retention / time.Second)
+	rep.SampleEverySeconds = cfg.SampleEvery.Seconds()
+	return nil
+}
+
+// setupRaw makes the raw producers and resets their table.
+func (r *loadRun) setupRaw(ctx context.Context) error {
+	cfg := r.cfg
+	r.rep.Target, r.rep.Table = "postgres", cfg.Table
+	var err error
+	if r.raw, err = persistence.OpenRaw(ctx, cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("raw database %s: %w", redact(cfg.DatabaseURL), err)
+	}
+	if err := r.raw.Reset(ctx, cfg.Table); err != nil {
+		return err
+	}
+	for i := range r.producers {
+		s := &rawSender{w: r.raw, table: cfg.Table}
+		r.senders = append(r.senders, s)
+		r.producers[i] = newProducer(i, cfg, r.parts, s, nil, r.c)
+	}
+	return nil
+}
+
+// load runs the producers (with the consumers, the chaos, the in-run audit
+// and the sampler) for the run's Duration and drain, and returns how long
+// the producers ran.
+func (r *loadRun) load(ctx context.Context) time.Duration {
+	cfg, c, cp, rep, producers, asyncs, audit, parts := r.cfg, r.c, r.cp, r.rep, r.producers, r.asyncs, r.audit, r.parts
 	start := time.Now()
 	var chaos *chaosRun
 	if cfg.Mode == ModeBroker && (cfg.Cluster != nil || chaosOn(cfg.Chaos)) {
@@ -232,6 +280,13 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		rep.Cluster, rep.Chaos = chaos.finish()
 	}
 
+	r.au = au
+	return elapsed
+}
+
+// collect fills the report's counts from the producers' counters.
+func (r *loadRun) collect(ctx context.Context, elapsed time.Duration) {
+	rep, c, producers, asyncs := r.rep, r.c, r.producers, r.asyncs
 	rep.Interrupted = ctx.Err() != nil
 	rep.Seconds = math.Round(elapsed.Seconds()*1000) / 1000
 	rep.Requests, rep.RequestErrors = c.requests.Load(), c.requestErrors.Load()
@@ -268,23 +323,23 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		}
 		rep.ErrorCodes["gave_up:window_guard"] = n
 	}
+}
 
-	if cp != nil {
-		// The wake probe runs on a queue of its own, after the consumers stopped.
-		cp.probe(ctx)
-	}
-
+// check runs the audit (broker mode) or counts the table (raw mode), even
+// after an interrupt.
+func (r *loadRun) check(ctx context.Context) error {
+	cfg, rep, audit, raw, cp, au := r.cfg, r.rep, r.audit, r.raw, r.cp, r.au
 	// The audit and counts run even after an interrupt.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
 	defer cancel()
 	if cfg.AfterLoad != nil {
 		if err := cfg.AfterLoad(actx); err != nil {
-			return rep, fmt.Errorf("after the load: %w", err)
+			return fmt.Errorf("after the load: %w", err)
 		}
 	}
 	d, err := audit.Durability(actx)
 	if err != nil {
-		return rep, fmt.Errorf("read the durability settings: %w", err)
+		return fmt.Errorf("read the durability settings: %w", err)
 	}
 	rep.Postgres = d
 	switch cfg.Mode {
@@ -293,7 +348,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		var also func(*persistence.StoredMessage)
 		if cp != nil {
 			if ca, err = cp.newAuditor(actx, audit, !rep.Interrupted); err != nil {
-				return rep, fmt.Errorf("audit: %w", err)
+				return fmt.Errorf("audit: %w", err)
 			}
 			also = ca.stored
 		}
@@ -301,29 +356,35 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		// recounts it all.
 		ar, err := au.finish(actx, cfg.Retention == 0, also)
 		if err != nil {
-			return rep, fmt.Errorf("audit: %w", err)
+			return fmt.Errorf("audit: %w", err)
 		}
 		rep.Audit = ar
 		rep.StoredMessages = ar.StoredMessages
 		if cp != nil {
 			cursors, err := audit.Cursors(actx, []string{cfg.Queue})
 			if err != nil {
-				return rep, fmt.Errorf("audit: read the cursors: %w", err)
+				return fmt.Errorf("audit: read the cursors: %w", err)
 			}
 			rep.Consume = cp.report(ca, ca.finish(cursors))
 		}
 	case ModeRaw:
 		n, err := raw.Count(actx, cfg.Table)
 		if err != nil {
-			return rep, fmt.Errorf("count raw rows: %w", err)
+			return fmt.Errorf("count raw rows: %w", err)
 		}
 		rep.StoredMessages = n
 		if cfg.DropTable {
 			if err := raw.Drop(actx, cfg.Table); err != nil {
-				return rep, fmt.Errorf("drop raw table: %w", err)
+				return fmt.Errorf("drop raw table: %w", err)
 			}
 		}
 	}
+	return nil
+}
+
+// verdict is the run's error: no verdict at all, or a failed audit.
+func (r *loadRun) verdict(elapsed time.Duration) (*Report, error) {
+	cfg, rep := r.cfg, r.rep
 	rep.StoredPerSecond = perSecond(rep.StoredMessages, elapsed.Seconds())
 
 	if rep.Verdicts.Queued+rep.Verdicts.Duplicate == 0 && !rep.Interrupted {
