@@ -93,3 +93,12 @@ func AsError(err error) *Error {
 	}
 	return ErrInternal.With("internal error: %v", err)
 }
+
+// ErrLeaseInvalid answers a lease extension of a lease that is not live.
+var ErrLeaseInvalid = reg(409, "lease_invalid", false, "the lease is not live")
+
+// fieldErr sets the field path of e, a fresh copy from With, and returns it.
+func fieldErr(e *Error, field string) *Error {
+	e.Field = field
+	return e
+}

@@ -7,14 +7,15 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	"github.com/queen-mq/queen-go/actors"
+	"github.com/queen-mq/queen-go/transport/wire"
 
 	queen "github.com/queen-mq/queen-go"
 )
@@ -205,7 +206,7 @@ func (s *Server) handlePush(m *nats.Msg) {
 		s.mu.Unlock()
 		failed := make([]queen.Result, len(items))
 		for i := range failed {
-			failed[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.ErrShuttingDown}
+			failed[i] = queen.FailedResult(uuid.Nil, queen.ErrShuttingDown)
 		}
 		m.Respond(encodeResults(nil, failed)) //nolint:errcheck
 		return
@@ -279,7 +280,7 @@ func waitGroups(ctx context.Context, groups []*partGroup, results []queen.Result
 		}
 		for j, i := range g.idx {
 			if err != nil || j >= len(rs) {
-				results[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.AsError(errOr(err))}
+				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(errOr(err)))
 				continue
 			}
 			results[i] = rs[j]
@@ -308,15 +309,13 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 		if err := queen.ValidateName(it.Partition, "partition"); err != nil {
 			return at(err, "partition")
 		}
-		switch {
-		case it.TransactionID == "":
+		if it.TransactionID == "" {
 			return at(queen.ErrMissingField.With("items[%d].transactionId must not be empty on a shard subject", i), "transactionId")
-		case !utf8.ValidString(it.TransactionID):
-			return at(queen.ErrInvalidUTF8.With("items[%d].transactionId is not valid UTF-8", i), "transactionId")
-		case len(it.TransactionID) > queen.MaxTransactionIDBytes:
-			return at(queen.ErrTooLong.With("items[%d].transactionId is %d bytes; the limit is %d", i, len(it.TransactionID), queen.MaxTransactionIDBytes), "transactionId")
-		case strings.ContainsFunc(it.TransactionID, isControl):
-			return at(queen.ErrControlChar.With("items[%d].transactionId contains a control character", i), "transactionId")
+		}
+		if err := queen.ValidateTransactionID(it.TransactionID, fmt.Sprintf("items[%d].transactionId", i)); err != nil {
+			return at(err, "transactionId")
+		}
+		switch {
 		case it.TraceID != nil && !utf8.ValidString(*it.TraceID):
 			return at(queen.ErrInvalidUTF8.With("items[%d].traceId is not valid UTF-8", i), "traceId")
 		case len(it.Payload) > maxPayload:
@@ -325,7 +324,7 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 			return at(queen.ErrInvalidUTF8.With("items[%d].payload is not valid UTF-8", i), "payload")
 		case !json.Valid(it.Payload):
 			return at(queen.ErrInvalidJSON.With("items[%d].payload is not one JSON value", i), "payload")
-		case queen.HasLoneSurrogate(it.Payload):
+		case wire.HasLoneSurrogate(it.Payload):
 			return at(queen.ErrInvalidUTF8.With("items[%d].payload holds a lone surrogate escape", i), "payload")
 		}
 	}
@@ -348,8 +347,6 @@ const (
 	ErrorHeader     = "Nats-Service-Error"
 	ErrorCodeHeader = "Nats-Service-Error-Code"
 )
-
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func errOr(err error) error {
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/console"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Handler returns the HTTP gateway on the Queen routes:
@@ -71,15 +72,15 @@ func (s *Service) Handler() http.Handler {
 		writeReply(w, s.queue(r.Context(), r.PathValue("queue")))
 	}))
 	mux.HandleFunc("GET /api/v1/pop", func(w http.ResponseWriter, r *http.Request) {
-		req, err := queen.DecodePopQuery("", "", r.URL.Query())
+		req, err := wire.DecodePopQuery("", "", r.URL.Query())
 		writeReply(w, s.pop(r.Context(), req, err))
 	})
 	mux.HandleFunc("GET /api/v1/pop/queue/{queue}", func(w http.ResponseWriter, r *http.Request) {
-		req, err := queen.DecodePopQuery(r.PathValue("queue"), "", r.URL.Query())
+		req, err := wire.DecodePopQuery(r.PathValue("queue"), "", r.URL.Query())
 		writeReply(w, s.pop(r.Context(), req, err))
 	})
 	mux.HandleFunc("GET /api/v1/pop/queue/{queue}/partition/{partition}", func(w http.ResponseWriter, r *http.Request) {
-		req, err := queen.DecodePopQuery(r.PathValue("queue"), r.PathValue("partition"), r.URL.Query())
+		req, err := wire.DecodePopQuery(r.PathValue("queue"), r.PathValue("partition"), r.URL.Query())
 		writeReply(w, s.pop(r.Context(), req, err))
 	})
 	mux.HandleFunc("POST /api/v1/ack", func(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +138,7 @@ func (s *Service) Handler() http.Handler {
 		writeReply(w, s.cluster(r.Context()))
 	}))
 	mux.HandleFunc("GET /api/v1/dedup", s.admin(func(w http.ResponseWriter, r *http.Request) {
-		q, err := queen.DecodeDedupQuery(r.URL.Query())
+		q, err := wire.DecodeDedupQuery(r.URL.Query())
 		writeReply(w, s.dedup(r.Context(), q, err))
 	}))
 	mux.HandleFunc("POST /api/v1/dlq/replay", s.admin(func(w http.ResponseWriter, r *http.Request) {
@@ -149,7 +150,7 @@ func (s *Service) Handler() http.Handler {
 		writeReply(w, s.queueDetail(r.Context(), r.PathValue("queue")))
 	}))
 	mux.HandleFunc("GET /api/v1/queues/{queue}/messages", s.admin(func(w http.ResponseWriter, r *http.Request) {
-		q, err := queen.DecodePeekQuery(r.PathValue("queue"), r.URL.Query())
+		q, err := wire.DecodePeekQuery(r.PathValue("queue"), r.URL.Query())
 		writeReply(w, s.peek(r.Context(), q, err))
 	}))
 	mux.HandleFunc("GET /api/v1/stats", s.admin(func(w http.ResponseWriter, r *http.Request) {

@@ -3,13 +3,13 @@ package broker
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/metrics"
 	"github.com/queen-mq/queen-go/shards"
 )
 
 // registerClusterMetrics exposes the shards this broker holds and how its
 // router served the shard groups of pushes (SPEC.md §9).
-func registerClusterMetrics(m *queen.Metrics, members *shards.Membership, r *shards.Router) {
+func registerClusterMetrics(m *metrics.Set, members *shards.Membership, r *shards.Router) {
 	route := func(name, help string, f func(shards.RouterStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(r.Stats())) })
 	}
