@@ -21,7 +21,7 @@ import (
 )
 
 // PartitionPusher hands one partition's items to that partition's actor
-// (actors.Host satisfies it through HostAdapter-free methods).
+// (shards.ActorPusher adapts *actors.Host to it).
 type PartitionPusher interface {
 	// Enqueue hands items to the partition's actor without waiting; calls from
 	// one goroutine reach the actor in call order.
@@ -45,8 +45,25 @@ type ServerConfig struct {
 	// encoding may carry, as the front door's QUEEN_MAX_PAYLOAD_BYTES
 	// (default queen.DefaultMaxPayloadBytes, 4 MiB; SPEC.md §10).
 	MaxPayloadBytes int
-	Logger          *slog.Logger
+	// PendingMsgs and PendingBytes bound each shard subscription's queue of
+	// received messages not yet handled (the NATS client's pending limits);
+	// defaults DefaultPendingMsgs and DefaultPendingBytes. A message past
+	// either bound is dropped by the NATS client (a slow consumer, logged by
+	// the connection's error handler): its requester gets no reply, and its
+	// router answers the items failed with queen.ErrTimeout (outcome unknown,
+	// retryable, SPEC.md §3). Dropped counts them.
+	PendingMsgs, PendingBytes int
+	Logger                    *slog.Logger
 }
+
+// The default bounds of a shard subscription's pending messages
+// (ServerConfig.PendingMsgs, PendingBytes): 65,536 messages or 256 MiB
+// (sixteen 16 MiB bodies), far above what the partition actors' mailbox
+// bounds let wait in front of them.
+const (
+	DefaultPendingMsgs  = 1 << 16
+	DefaultPendingBytes = 256 << 20
+)
 
 // Server serves the shard subjects this broker owns.
 type Server struct {
@@ -54,8 +71,11 @@ type Server struct {
 	mu     sync.Mutex
 	subs   map[int]*nats.Subscription
 	closed bool
-	direct nats.MsgHandler
-	wg     sync.WaitGroup
+	// dropped counts the messages the NATS client dropped on subscriptions
+	// no longer in subs (see Dropped).
+	dropped uint64
+	direct  nats.MsgHandler
+	wg      sync.WaitGroup
 }
 
 // ContentTypeJSON is the Content-Type header value that marks a client's
@@ -88,6 +108,12 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.MaxPayloadBytes <= 0 {
 		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
 	}
+	if cfg.PendingMsgs <= 0 {
+		cfg.PendingMsgs = DefaultPendingMsgs
+	}
+	if cfg.PendingBytes <= 0 {
+		cfg.PendingBytes = DefaultPendingBytes
+	}
 	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}
 }
 
@@ -116,7 +142,7 @@ func (s *Server) Serve(n int) error {
 	if err != nil {
 		return err
 	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
+	if err := sub.SetPendingLimits(s.cfg.PendingMsgs, s.cfg.PendingBytes); err != nil {
 		return err
 	}
 	s.subs[n] = sub
@@ -134,7 +160,30 @@ func (s *Server) Unserve(n int) error {
 		return nil
 	}
 	delete(s.subs, n)
+	s.dropped += subDropped(sub)
 	return sub.Drain()
+}
+
+// Dropped counts the shard messages the NATS client dropped because a
+// subscription's pending bound (ServerConfig.PendingMsgs, PendingBytes) was
+// full, since the Server was created (queen_shard_pending_dropped_total).
+func (s *Server) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.dropped
+	for _, sub := range s.subs {
+		n += subDropped(sub)
+	}
+	return n
+}
+
+// subDropped is sub.Dropped(), 0 once the subscription is closed.
+func subDropped(sub *nats.Subscription) uint64 {
+	n, err := sub.Dropped()
+	if err != nil || n < 0 {
+		return 0
+	}
+	return uint64(n)
 }
 
 // Serving lists the shards served, in order.
@@ -155,6 +204,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	for n, sub := range s.subs {
+		s.dropped += subDropped(sub)
 		sub.Drain() //nolint:errcheck
 		delete(s.subs, n)
 	}

@@ -49,13 +49,9 @@ import (
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/push", func(w http.ResponseWriter, r *http.Request) {
-		// Refuse before reading a body that would not be admitted.
-		if n := r.ContentLength; n > 0 && n <= queen.MaxBodyBytes {
-			if !s.admit(n) {
-				writeReply(w, s.overloaded())
-				return
-			}
-			s.inFlight.Add(-n)
+		if !s.admitDeclared(r) {
+			writeReply(w, s.overloaded())
+			return
 		}
 		body, ok := readBody(w, r)
 		if ok {

@@ -133,9 +133,6 @@ func errReply(err error) reply {
 	return reply{status: e.Status, body: e, retryAfter: e.Retryable && e.Status == http.StatusServiceUnavailable}
 }
 
-// push handles a push body (SPEC.md §3): 201 with one element per item, or
-// 503 with the same array when every item failed; 4xx for bad input (nothing
-// written).
 // admit takes n bytes of the in-flight body budget, or reports overload.
 // The first request is always admitted, whatever its size.
 func (s *Service) admit(n int64) bool {
@@ -148,11 +145,28 @@ func (s *Service) admit(n int64) bool {
 	return true
 }
 
+// admitDeclared refuses, before its body is read, a push or transaction
+// whose declared Content-Length (up to queen.MaxBodyBytes) would not be
+// admitted now: false means overloaded (answer s.overloaded()). The budget
+// is taken again, for the bytes actually read, by admit.
+func (s *Service) admitDeclared(r *http.Request) bool {
+	if n := r.ContentLength; n > 0 && n <= queen.MaxBodyBytes {
+		if !s.admit(n) {
+			return false
+		}
+		s.inFlight.Add(-n)
+	}
+	return true
+}
+
 func (s *Service) overloaded() reply {
 	return errReply(queen.ErrOverloaded.With("the broker is handling %d bytes of push bodies (limit %d); retry with the same transaction ids",
 		s.inFlight.Load(), s.cfg.MaxInFlightBodyBytes))
 }
 
+// push handles a push body (SPEC.md §3): 201 with one element per item, or
+// 503 with the same array when every item failed; 4xx for bad input (nothing
+// written).
 func (s *Service) push(ctx context.Context, body []byte, transport string) reply {
 	s.cfg.Metrics.PushRequests.WithLabelValues(transport).Inc()
 	if !s.admit(int64(len(body))) {

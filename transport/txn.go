@@ -35,13 +35,9 @@ func (s *Service) transactor() Transactor {
 
 // handleTransaction is POST /api/v1/transaction.
 func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
-	// Refuse before reading a body that would not be admitted.
-	if n := r.ContentLength; n > 0 && n <= queen.MaxBodyBytes {
-		if !s.admit(n) {
-			writeReply(w, txnErrReply(s.overloaded()))
-			return
-		}
-		s.inFlight.Add(-n)
+	if !s.admitDeclared(r) {
+		writeReply(w, txnErrReply(s.overloaded()))
+		return
 	}
 	if body, ok := readBody(w, r); ok {
 		writeReply(w, s.transaction(r.Context(), body))

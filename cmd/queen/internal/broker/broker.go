@@ -291,7 +291,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}
 	router.SetHopTimeout(hop)
 	b.router = router
-	registerClusterMetrics(b.metrics, b.members, router)
+	registerClusterMetrics(b.metrics, b.members, router, b.shardSrv)
 	b.cons = actors.NewConsumers(b.store, cfg.PollRecheck)
 	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
 		return err
