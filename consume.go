@@ -13,19 +13,13 @@ const DefaultConsumerGroup = "__QUEUE_MODE__"
 
 // Pop limits.
 const (
-	// MaxPopBatch is the largest batch one pop returns.
-	MaxPopBatch = 10000
 	// DefaultPopTimeout is a long poll's timeout when the request names none (SPEC.md §4).
 	DefaultPopTimeout = 30 * time.Second
-	// MaxPopPartitions is the most partitions one pop may claim.
-	MaxPopPartitions = 100
 	// MaxPopReplyBytes bounds the payload bytes of one pop reply (a pop
 	// returns fewer messages than its batch rather than exceed it; the first
 	// message is always returned): 16 MiB less room for the envelope, so a
 	// reply fits the embedded NATS server's max_payload (SPEC.md §11).
 	MaxPopReplyBytes = MaxBodyBytes - 64<<10
-	// MaxPopTimeout bounds a long poll.
-	MaxPopTimeout = 10 * time.Minute
 )
 
 // PopRequest is a validated pop (SPEC.md §4).
@@ -37,7 +31,7 @@ type PopRequest struct {
 	Task      string
 	// Partition is empty for a pop from any partition of the queue.
 	Partition string
-	// Batch is the most messages returned, 1..MaxPopBatch (default 1).
+	// Batch is the most messages returned, 1 to wire.MaxPopBatch (default 1).
 	Batch int
 	// Wait makes the pop a long poll of up to Timeout.
 	Wait    bool
@@ -57,7 +51,7 @@ type PopRequest struct {
 	SubscriptionNew bool
 	// Partitions is the most partitions one pop of any partition may claim
 	// (query "partitions", upstream Queen's v4 multi-partition pop), default
-	// 1; larger values are capped at MaxPopPartitions, negative ones refused. Batch stays the cap on all messages
+	// 1; larger values are capped at wire.MaxPopPartitions, negative ones refused. Batch stays the cap on all messages
 	// returned; every claimed partition is leased under one leaseId, and
 	// every message carries its own partition, partitionId and leaseId. A
 	// pop of one named partition ignores it.

@@ -1,7 +1,6 @@
 package queen
 
 import (
-	"strconv"
 	"time"
 )
 
@@ -40,10 +39,4 @@ type DedupInspection struct {
 	// WindowClosesAt is CreatedAt + WindowSeconds: the id is a duplicate
 	// until then, and a new message after (in the past for Expired).
 	WindowClosesAt *time.Time `json:"windowClosesAt"`
-}
-
-// ReplayTransactionID is the deterministic transactionId a replayed dead
-// letter is pushed under, so a second replay is a duplicate (SPEC.md §13).
-func ReplayTransactionID(deadLetterID int64) string {
-	return "dlq:" + strconv.FormatInt(deadLetterID, 10)
 }

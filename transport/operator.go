@@ -160,7 +160,7 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 			continue
 		}
 		pushed[id] = true
-		txn := queen.ReplayTransactionID(id)
+		txn := wire.ReplayTransactionID(id)
 		r.Queue, r.Partition, r.TransactionID = d.Queue, d.Partition, txn
 		items = append(items, &queen.Item{Queue: d.Queue, Partition: d.Partition, TransactionID: txn,
 			TraceID: d.TraceID, Payload: d.Data, Hash: queen.HashTxn(txn)})

@@ -13,6 +13,16 @@ import (
 	"github.com/queen-mq/queen-go"
 )
 
+// Pop limits (SPEC.md §4).
+const (
+	// MaxPopBatch is the largest batch one pop returns.
+	MaxPopBatch = 10000
+	// MaxPopPartitions is the most partitions one pop may claim.
+	MaxPopPartitions = 100
+	// MaxPopTimeout bounds a long poll.
+	MaxPopTimeout = 10 * time.Minute
+)
+
 // DecodePopQuery validates an HTTP pop: the path's queue and partition (""
 // for any) and the query string (SPEC.md §4). Unknown query keys are ignored.
 func DecodePopQuery(queue, partition string, q url.Values) (queen.PopRequest, error) {
@@ -131,23 +141,23 @@ func (in popInput) validate() (queen.PopRequest, error) {
 	switch {
 	case r.Batch == 0:
 		r.Batch = 1
-	case r.Batch < 0 || r.Batch > queen.MaxPopBatch:
-		return r, fieldErr(queen.ErrInvalidField.With("batch must be 1 to %d (0 or absent: 1), got %d", queen.MaxPopBatch, r.Batch), "batch")
+	case r.Batch < 0 || r.Batch > MaxPopBatch:
+		return r, fieldErr(queen.ErrInvalidField.With("batch must be 1 to %d (0 or absent: 1), got %d", MaxPopBatch, r.Batch), "batch")
 	}
 	switch {
 	case in.Partitions == 0:
 		r.Partitions = 1
 	case in.Partitions < 0:
 		return r, fieldErr(queen.ErrInvalidField.With("partitions must be 1 or more (0 or absent: 1), got %d", in.Partitions), "partitions")
-	case in.Partitions > queen.MaxPopPartitions:
-		r.Partitions = queen.MaxPopPartitions
+	case in.Partitions > MaxPopPartitions:
+		r.Partitions = MaxPopPartitions
 	default:
 		r.Partitions = in.Partitions
 	}
 	if in.Timeout != nil {
 		ms := *in.Timeout
-		if ms < 0 || time.Duration(ms)*time.Millisecond > queen.MaxPopTimeout {
-			return r, fieldErr(queen.ErrInvalidField.With("timeout must be 0 to %d ms, got %d", queen.MaxPopTimeout.Milliseconds(), ms), "timeout")
+		if ms < 0 || time.Duration(ms)*time.Millisecond > MaxPopTimeout {
+			return r, fieldErr(queen.ErrInvalidField.With("timeout must be 0 to %d ms, got %d", MaxPopTimeout.Milliseconds(), ms), "timeout")
 		}
 		r.Timeout = time.Duration(ms) * time.Millisecond
 	}

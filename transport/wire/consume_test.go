@@ -39,7 +39,7 @@ func TestDecodePopQuery(t *testing.T) {
 // partitions=N (upstream's v4 multi-partition pop): default 1, capped at
 // MaxPopPartitions, a negative or non-integer value refused.
 func TestDecodePopPartitions(t *testing.T) {
-	for q, want := range map[string]int{"": 1, "0": 1, "1": 1, "3": 3, "100": 100, "500": queen.MaxPopPartitions} {
+	for q, want := range map[string]int{"": 1, "0": 1, "1": 1, "3": 3, "100": 100, "500": MaxPopPartitions} {
 		v := url.Values{}
 		if q != "" {
 			v.Set("partitions", q)

@@ -45,8 +45,8 @@ func TestDecodeReplay(t *testing.T) {
 	if err != nil || r.Partition != "p" || r.From == nil || r.To != nil || r.Limit != DefaultReplayLimit || r.IDs != nil {
 		t.Fatalf("filter: %+v %v", r, err)
 	}
-	if queen.ReplayTransactionID(42) != "dlq:42" {
-		t.Fatal(queen.ReplayTransactionID(42))
+	if ReplayTransactionID(42) != "dlq:42" {
+		t.Fatal(ReplayTransactionID(42))
 	}
 	for _, body := range []string{
 		`{"ids":[1]}`, `{"queue":"q","ids":[1],"partition":"p"}`, `{"queue":"q","ids":[]}`, `{"queue":"q","ids":[0]}`,

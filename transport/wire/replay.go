@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/queen-mq/queen-go"
@@ -70,4 +71,10 @@ type ReplayResult struct {
 	// Error and Code explain failed (Code from the error registry).
 	Error string `json:"error,omitempty"`
 	Code  string `json:"code,omitempty"`
+}
+
+// ReplayTransactionID is the deterministic transactionId a replayed dead
+// letter is pushed under, so a second replay is a duplicate (SPEC.md §13).
+func ReplayTransactionID(deadLetterID int64) string {
+	return "dlq:" + strconv.FormatInt(deadLetterID, 10)
 }
