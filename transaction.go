@@ -14,7 +14,7 @@ const (
 )
 
 // TxnOp is one validated operation of a transaction: a push of Items (as
-// DecodePush returns them), or one Ack.
+// transport/wire.DecodePush returns them), or one Ack.
 type TxnOp struct {
 	Type  TxnOpType
 	Items []Item
