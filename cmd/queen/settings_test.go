@@ -11,29 +11,20 @@ import (
 // a given flag wins over the environment, and a malformed value is refused
 // with an error naming the variable (not silently replaced by the default).
 func TestEnvInt(t *testing.T) {
-	for _, c := range []struct {
-		env  string
-		want int
-		bad  bool
-	}{
-		{"", 512, false},
-		{"64", 64, false},
-		{"-3", -3, false}, // range checks are the setting's own (dedupCacheSettings)
-		{"64MiB", 0, true},
-		{"1e3", 0, true},
-		{" 64", 0, true},
-	} {
-		t.Setenv("QUEEN_DEDUP_CACHE_MB", c.env)
+	const name = "QUEEN_DEDUP_CACHE_MB"
+	// The range checks are the setting's own (dedupCacheSettings): -3 is read.
+	for env, want := range map[string]int{"": 512, "64": 64, "-3": -3} {
+		t.Setenv(name, env)
 		n := 512
-		err := envInt(nil, "", "QUEEN_DEDUP_CACHE_MB", &n)
-		if c.bad {
-			if err == nil || !strings.Contains(err.Error(), "QUEEN_DEDUP_CACHE_MB") {
-				t.Errorf("QUEEN_DEDUP_CACHE_MB=%q: error %v; want one naming the variable", c.env, err)
-			}
-			continue
+		if err := envInt(nil, "", name, &n); err != nil || n != want {
+			t.Errorf("%s=%q: %d, %v; want %d", name, env, n, err, want)
 		}
-		if err != nil || n != c.want {
-			t.Errorf("QUEEN_DEDUP_CACHE_MB=%q: %d, %v; want %d", c.env, n, err, c.want)
+	}
+	for _, env := range []string{"64MiB", "1e3", " 64", "0x40"} {
+		t.Setenv(name, env)
+		n := 512
+		if err := envInt(nil, "", name, &n); err == nil || !strings.Contains(err.Error(), name) || n != 512 {
+			t.Errorf("%s=%q: %d, %v; want an error naming the variable, the value untouched", name, env, n, err)
 		}
 	}
 
@@ -44,8 +35,8 @@ func TestEnvInt(t *testing.T) {
 	if err := cmd.Flags().Set("dedup-cache-mb", "32"); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("QUEEN_DEDUP_CACHE_MB", "lots")
-	if err := envInt(cmd, "dedup-cache-mb", "QUEEN_DEDUP_CACHE_MB", &n); err != nil || n != 32 {
+	t.Setenv(name, "lots")
+	if err := envInt(cmd, "dedup-cache-mb", name, &n); err != nil || n != 32 {
 		t.Fatalf("flag given: %d, %v; want 32, nil", n, err)
 	}
 }
