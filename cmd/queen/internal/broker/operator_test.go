@@ -415,7 +415,7 @@ func TestDLQReplay(t *testing.T) {
 	}
 	// b's replay is already in the window (pushed by an earlier replay whose
 	// removal was lost): duplicate, the dead letter kept, nothing written.
-	first := e.pushOK(t, "http", items(it("rp", "p", queen.ReplayTransactionID(b.ID))), 1)
+	first := e.pushOK(t, "http", items(it("rp", "p", wire.ReplayTransactionID(b.ID))), 1)
 	before := e.stats(t, "rp")
 	st, rep, _ = e.replay(t, "nats", map[string]any{"queue": "rp", "ids": []int64{b.ID}})
 	if st != http.StatusOK || rep.Duplicate != 1 || rep.Results[0].Result != wire.ReplayDuplicate || rep.Results[0].MessageID != first[0].MessageID {
