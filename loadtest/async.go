@@ -113,7 +113,7 @@ func (a *asyncProducer) run(ctx context.Context, deadline, drainBy time.Time) {
 		copy(b[len(txn):], payload)
 		item := transport.PushItem{
 			Queue:         a.cfg.Queue,
-			Partition:     a.parts[partOf(a.idx, s.seq, len(a.parts))],
+			Partition:     a.parts[partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts))],
 			TransactionID: string(b[:len(txn)]),
 			Payload:       json.RawMessage(b[len(txn):]),
 		}
@@ -170,6 +170,7 @@ func (a *asyncProducer) nextSlot(now int64) slot {
 // book records one item's result (called from the async producer's
 // goroutines).
 func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time, r wire.PushReply, err error) {
+	a.c.dirty.mark(partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
 	if err != nil {
 		a.bookError(s, err)
 		return
@@ -192,7 +193,7 @@ func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time,
 		a.c.gaveUp.Add(1)
 		return
 	}
-	a.c.touch(partOf(a.idx, s.seq, len(a.parts)))
+	a.c.touch(partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
 	switch r.Status {
 	case queen.Queued:
 		a.c.queued.Add(1)

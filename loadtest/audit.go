@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/queen-mq/queen-go/persistence"
 )
@@ -11,29 +12,53 @@ import (
 // producers' ledgers (SPEC.md §12). It reads incrementally: each pass reads
 // the segments each partition gained since the last pass (by offset), so a
 // run with retention is audited before retention deletes anything, and the
-// ledgers only keep the message ids still awaited between two passes. Passes
-// run one at a time (the sampler's goroutine, then the final audit).
+// ledgers only keep the message ids still awaited between two passes.
+//
+// A pass during the run reads only the partitions marked dirty since the
+// last one (an answer, of any kind, came back for an item sent there; the
+// commit of a write happens before its answer, so a pass that takes the
+// marks before its snapshot sees it) plus a rotating slice of the others
+// (a write whose answer never came still gets read), so its cost follows
+// the run's rate, not its partition count. The final pass reads every
+// partition. Passes run one at a time: the auditor's own goroutine (start),
+// then finish.
 type auditor struct {
 	a       *persistence.Audit
 	queue   string
 	parts   []string
 	partIdx map[string]int
 	ledgers []*ledger
-	// after is the last offset read per partition name: one entry per
-	// partition of the run's queue.
-	after map[string]int64
-	found *issues
+	// after is the last offset read per partition (index into parts; -1
+	// for none).
+	after []int64
+	dirty *dirtySet
+	// sequential is Config.Spread == SpreadSequential (partIn).
+	sequential bool
+	// sweep is the next partition of the rotating slice; sweepN is the
+	// slice's length (sweepSlice).
+	sweep, sweepN int
+	found         *issues
 
 	stored    atomic.Int64
 	passes    int
 	unaudited int64
+
+	// names and offs are a pass's request, reused.
+	names []string
+	offs  []int64
+
+	stop, done chan struct{}
+	// lastErr is the last pass's error ("" when it passed), for the
+	// timeline.
+	lastErr atomic.Pointer[string]
 }
 
-func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*ledger) *auditor {
+func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*ledger, dirty *dirtySet) *auditor {
 	au := &auditor{a: a, queue: queue, parts: parts, ledgers: ledgers, partIdx: make(map[string]int, len(parts)),
-		after: map[string]int64{}, found: newIssues()}
+		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts)), found: newIssues()}
 	for i, p := range parts {
 		au.partIdx[p] = i
+		au.after[i] = -1
 	}
 	return au
 }
@@ -41,26 +66,96 @@ func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*l
 // storedTotal is the frames read so far, each once.
 func (au *auditor) storedTotal() int64 { return au.stored.Load() }
 
-// pass reads the segments stored since the last pass and checks their
-// frames; it returns how many frames it read.
-func (au *auditor) pass(ctx context.Context) (int64, error) {
-	var n int64
-	err := au.a.EachMessageAfter(ctx, au.queue, au.after, func(m *persistence.StoredMessage) error {
-		prev, ok := au.after[m.Partition]
-		if !ok {
-			prev = -1
+// start runs a pass every `every` (the next right after the last when a
+// pass takes longer) until finish.
+func (au *auditor) start(ctx context.Context, every time.Duration) {
+	au.stop, au.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(au.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-au.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			msg := ""
+			if _, err := au.pass(ctx, false); err != nil && ctx.Err() == nil {
+				msg = err.Error()
+			}
+			au.lastErr.Store(&msg)
 		}
+	}()
+}
+
+// err is the last pass's error, "" when it passed or none ran.
+func (au *auditor) err() string {
+	if p := au.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// sweepSlice is how many partitions not marked dirty a pass also reads:
+// every partition is read at least once every 64 passes.
+func sweepSlice(parts int) int { return min(parts, max(64, (parts+63)/64)) }
+
+// pass reads the segments stored since the last pass and checks their
+// frames; it returns how many frames it read. all reads every partition;
+// otherwise the dirty ones and the next sweep slice (or every partition
+// when the run keeps no dirty marks).
+func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
+	var n int64
+	fn := func(m *persistence.StoredMessage) error {
+		i, ok := au.partIdx[m.Partition]
+		if !ok {
+			// Not one of the run's partitions: the ledgers report it.
+			au.check(m, false)
+			n++
+			return nil
+		}
+		prev := au.after[i]
 		if m.Offset > prev+1 {
 			gap := m.Offset - prev - 1
 			au.unaudited += gap
 			au.found.add(IssueUnaudited, "partition %s offsets %d to %d were deleted before the audit read them (retention shorter than the audit's lag?)",
 				m.Partition, prev+1, m.Offset-1)
 		}
-		au.after[m.Partition] = m.Offset
+		au.after[i] = m.Offset
 		n++
 		au.check(m, false)
 		return nil
-	})
+	}
+	var err error
+	if all || au.dirty == nil {
+		if au.dirty != nil {
+			au.dirty.take(nil)
+		}
+		err = au.a.EachMessageAfter(ctx, au.queue, au.parts, au.after, fn)
+	} else {
+		au.names, au.offs = au.names[:0], au.offs[:0]
+		add := func(i int) {
+			au.names, au.offs = append(au.names, au.parts[i]), append(au.offs, au.after[i])
+		}
+		marked := au.dirty.take(add)
+		for k := au.sweepN; k > 0; k-- {
+			if i := au.sweep; !marked(i) {
+				add(i)
+			}
+			au.sweep = (au.sweep + 1) % len(au.parts)
+		}
+		err = au.a.EachMessageIn(ctx, au.queue, au.names, au.offs, fn)
+		if err != nil {
+			// The marks taken are lost with the failed pass: read
+			// them again next time.
+			for _, name := range au.names {
+				au.dirty.mark(au.partIdx[name])
+			}
+		}
+	}
 	au.stored.Add(n)
 	au.passes++
 	return n, err
@@ -70,7 +165,7 @@ func (au *auditor) pass(ctx context.Context) (int64, error) {
 func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 	part, okPart := au.partIdx[m.Partition]
 	prod, seq, okTxn := parseTxn(m.TransactionID)
-	if !okPart || !okTxn || prod >= len(au.ledgers) || partOf(prod, seq, len(au.parts)) != part ||
+	if !okPart || !okTxn || prod >= len(au.ledgers) || partIn(au.sequential, prod, seq, len(au.parts)) != part ||
 		!au.ledgers[prod].store(seq, m.MessageID, m.Offset, recount, au.found) {
 		au.found.add(IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
 			m.Partition, m.Offset, m.TransactionID, m.MessageID)
@@ -83,7 +178,13 @@ func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 // after an earlier pass read its partition is still found, and also (when
 // set) sees every stored message; then it checks the ledgers.
 func (au *auditor) finish(ctx context.Context, recount bool, also func(*persistence.StoredMessage)) (*AuditReport, error) {
-	if _, err := au.pass(ctx); err != nil {
+	if au.stop != nil {
+		close(au.stop)
+		<-au.done
+	}
+	// The last pass reads every partition, so a write no answer marked is
+	// read too.
+	if _, err := au.pass(ctx, true); err != nil {
 		return nil, err
 	}
 	ar := &AuditReport{IncrementalPasses: au.passes, StoredMessages: au.stored.Load(), UnauditedOffsets: au.unaudited}
@@ -132,5 +233,5 @@ func (au *auditor) finish(ctx context.Context, recount bool, also func(*persiste
 // check of SPEC.md §12 over the ledgers, also (when set) seeing every stored
 // message.
 func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*AuditReport, error) {
-	return newAuditor(a, queue, parts, ledgers).finish(ctx, true, also)
+	return newAuditor(a, queue, parts, ledgers, nil).finish(ctx, true, also)
 }

@@ -153,25 +153,57 @@ func TestAuditIncremental(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newAuditEnv(t)
-	au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led})
+	au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, nil)
 	e.push(t, 1, 2, 3)
-	n, err := au.pass(ctx)
+	n, err := au.pass(ctx, false)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n)
 	require.Zero(t, e.led.pending(), "each answered id met its frame")
 	e.push(t, 2, 4, 5)
-	n, err = au.pass(ctx)
+	n, err = au.pass(ctx, false)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n, "only the new frames")
-	n, err = au.pass(ctx)
+	n, err = au.pass(ctx, false)
 	require.NoError(t, err)
 	require.Zero(t, n)
 
+	t.Run("only the partitions marked, a sweep slice, then every partition", func(t *testing.T) {
+		e := newAuditEnv(t)
+		dirty := newDirtySet(len(e.parts))
+		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, dirty)
+		au.sweepN = 0
+		var other uint64 = 2
+		for e.part(other) == e.part(1) {
+			other++
+		}
+		e.push(t, 1)
+		e.push(t, other)
+		n, err := au.pass(ctx, false)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing marked")
+		dirty.mark(e.part(1))
+		n, err = au.pass(ctx, false)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "the marked partition only")
+		au.sweepN = 1
+		n, err = au.pass(ctx, false)
+		require.NoError(t, err)
+		n2, err := au.pass(ctx, false)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n+n2, "the sweep reads the other partition within two passes")
+		e.push(t, other+1000)
+		e.push(t, 3)
+		au.sweepN = 0
+		ar, err := au.finish(ctx, false, nil)
+		require.NoError(t, err)
+		require.True(t, ar.Passed, "issues %v", ar.Issues)
+		require.Equal(t, int64(4), ar.StoredMessages, "the last pass reads every partition")
+	})
 	t.Run("deleted after a pass, found by the recount", func(t *testing.T) {
 		e := newAuditEnv(t)
-		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led})
+		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, nil)
 		e.push(t, 1, 2, 3, 4, 5, 6)
-		_, err := au.pass(ctx)
+		_, err := au.pass(ctx, false)
 		require.NoError(t, err)
 		n := deleteFrameOf(t, e, 3)
 		ar, err := au.finish(ctx, true, nil)
@@ -180,7 +212,7 @@ func TestAuditIncremental(t *testing.T) {
 	})
 	t.Run("deleted before a pass read it", func(t *testing.T) {
 		e := newAuditEnv(t)
-		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led})
+		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, nil)
 		// Two segments in the partition of id 1; the first one goes.
 		var other uint64 = 2
 		for e.part(other) != e.part(1) {

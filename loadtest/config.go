@@ -43,6 +43,13 @@ type Config struct {
 	// spread over, uniformly at random (default 64, 1..maxPartitions: the
 	// 24 partition bits of an item's key).
 	Partitions int
+	// Spread is how new items pick their partition (default SpreadRandom):
+	// SpreadRandom, uniformly at random (a fixed mix of producer and
+	// sequence number); SpreadSequential, each producer walks the
+	// partitions in order from its own start, so n new items touch
+	// min(n, Partitions) distinct partitions (a run that must touch every
+	// one of a million partitions).
+	Spread string
 	// Batch is the number of items per request (default 100, 1..10000). With
 	// ProducerMode async it is the async producer's MaxBatchItems unless
 	// MaxBatch is set, and 1 means single items batched up to 100.
@@ -188,13 +195,13 @@ type Config struct {
 	DedupWindow time.Duration
 	// Retention, when > 0, is configured as the queue's retentionSeconds
 	// (whole seconds): segments are deleted while the run goes on, so the
-	// audit reads each partition's new segments every SampleEvery, before
-	// retention can delete them (at least 30s and 4×SampleEvery; not with
-	// consumers).
+	// audit reads partitions' new segments during the run (every 2s, or
+	// SampleEvery when shorter), before retention can delete them (at least
+	// 30s and 4×SampleEvery; not with consumers).
 	Retention time.Duration
 	// SampleEvery is the timeline's interval (default 10s, at least 1s):
-	// every SampleEvery the run records a point (Report.Timeline) and the
-	// incremental audit reads what was stored since the last one.
+	// every SampleEvery the run records a point (Report.Timeline); its
+	// stored/s is what the incremental audit read in the interval.
 	SampleEvery time.Duration
 	// MetricsURLs are the brokers' HTTP base URLs whose /metrics the
 	// timeline reads (RSS, dedup cache); empty: the HTTP targets, if any.
@@ -228,6 +235,7 @@ func DefaultConfig() Config {
 		WakeProbes:     50,
 		SampleEvery:    10 * time.Second,
 		ProducerMode:   ProducerSync,
+		Spread:         SpreadRandom,
 		InFlight:       1000,
 		Linger:         transport.DefaultLinger,
 	}
@@ -299,6 +307,8 @@ func (c *Config) Validate() error {
 		return errors.New("retention with consumers: the consume audit needs every message; drop --retention or --consumers")
 	case c.Retention > 0 && c.Mode != ModeBroker:
 		return errors.New("retention needs a broker (mode broker)")
+	case c.Spread != SpreadRandom && c.Spread != SpreadSequential:
+		return fmt.Errorf("spread %q: want %s or %s", c.Spread, SpreadRandom, SpreadSequential)
 	case c.ProducerMode != ProducerSync && c.ProducerMode != ProducerAsync:
 		return fmt.Errorf("producer mode %q: want sync or async", c.ProducerMode)
 	case c.ProducerMode == ProducerAsync && c.Mode != ModeBroker:
@@ -358,6 +368,12 @@ func (c *Config) validateChaos() error {
 	return nil
 }
 
+// The values of Config.Spread.
+const (
+	SpreadRandom     = "random"
+	SpreadSequential = "sequential"
+)
+
 // withDefaults fills the zero-valued tuning fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
@@ -366,6 +382,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProducerMode == "" {
 		c.ProducerMode = d.ProducerMode
+	}
+	if c.Spread == "" {
+		c.Spread = d.Spread
 	}
 	if c.InFlight == 0 {
 		c.InFlight = d.InFlight

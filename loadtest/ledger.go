@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"fmt"
+	"math/bits"
 	"sort"
 	"sync"
 
@@ -142,10 +143,19 @@ type ledger struct {
 	hi     uint64
 	pend   pendingSet
 	issues *issues
+	// sequential is Config.Spread == SpreadSequential (partIn).
+	sequential bool
 }
 
 func newLedger(producer int, queue string, parts []string) *ledger {
 	return &ledger{producer: producer, parts: parts, queue: queue, issues: newIssues()}
+}
+
+// newRunLedger is producer's ledger for the run cfg.
+func newRunLedger(cfg *Config, producer int, parts []string) *ledger {
+	l := newLedger(producer, cfg.Queue, parts)
+	l.sequential = cfg.Spread == SpreadSequential
+	return l
 }
 
 // partOf is the partition index of (producer, seq): a fixed mix, so a
@@ -156,9 +166,23 @@ func partOf(producer int, seq uint64, parts int) int {
 	return int(splitmix64(&s) % uint64(parts))
 }
 
+// partIn is the partition index of (producer, seq) under Config.Spread:
+// partOf when random; when sequential, each producer walks the partitions
+// in order from its own start (the producers' starts spread evenly over the
+// partitions by bit reversal of their index), so a run of n new items
+// touches min(n, parts) distinct partitions.
+func partIn(sequential bool, producer int, seq uint64, parts int) int {
+	if !sequential {
+		return partOf(producer, seq, parts)
+	}
+	start := bits.Reverse32(uint32(producer)) // a fraction of 2^32
+	off := int(uint64(start) * uint64(parts) >> 32)
+	return int((uint64(off) + seq%uint64(parts)) % uint64(parts))
+}
+
 // name is "partition/transactionId" of seq, for examples.
 func (l *ledger) name(seq uint64) string {
-	return l.parts[partOf(l.producer, seq, len(l.parts))] + "/" + string(appendTxn(nil, l.producer, seq))
+	return l.parts[partIn(l.sequential, l.producer, seq, len(l.parts))] + "/" + string(appendTxn(nil, l.producer, seq))
 }
 
 func (l *ledger) get(seq uint64) uint8 {

@@ -23,6 +23,9 @@ type counters struct {
 	// touched, when set (a run with consumers), marks the partitions in
 	// which an item was answered queued or duplicate.
 	touched []atomic.Bool
+	// dirty, when set (a run with the in-run audit), marks the partitions
+	// an answer came back for (auditor).
+	dirty *dirtySet
 	// obs, when set (a cluster run), sees every request's outcome.
 	obs *clientStats
 	// lat is the push requests' latency; windowGuard counts items not sent
@@ -136,6 +139,11 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 		err := p.snd.send(rctx, p.items, p.results[:len(p.slots)])
 		lat := time.Since(start)
 		cancel()
+		// Whatever the answer, anything the request wrote is committed
+		// by now (or never will be): the audit reads these partitions.
+		for _, s := range p.slots {
+			p.c.dirty.mark(p.part(s.seq))
+		}
 		if err != nil && ctx.Err() != nil {
 			// Interrupted mid-request: these items' outcome is unknown.
 			p.c.unknownOutcome.Add(int64(len(p.slots)))
@@ -213,7 +221,9 @@ func (p *producer) fill(fresh bool) {
 }
 
 // part is the partition index of this producer's id seq.
-func (p *producer) part(seq uint64) int { return partOf(p.idx, seq, len(p.parts)) }
+func (p *producer) part(seq uint64) int {
+	return partIn(p.cfg.Spread == SpreadSequential, p.idx, seq, len(p.parts))
+}
 
 // learn records the message id an answer gave for s's original in the ring
 // (while the ring still holds it).

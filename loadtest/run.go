@@ -22,6 +22,10 @@ var ErrAuditFailed = errors.New("loadtest: the audit failed")
 // an interrupt.
 const auditTimeout = 10 * time.Minute
 
+// auditEvery is the longest time between two in-run audit passes (they also
+// run at least every SampleEvery).
+const auditEvery = 2 * time.Second
+
 // Run runs one load test: cfg.Producers producers send batches to the
 // broker at cfg.Target (or, in raw mode, COPY them into a fresh raw table)
 // for cfg.Duration, then the database is audited (broker mode) or counted
@@ -41,6 +45,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func run(ctx context.Context, cfg *Config) (*Report, error) {
 	parts := partitionNames(cfg.Partitions)
 	c := &counters{}
+	if cfg.Mode == ModeBroker {
+		c.dirty = newDirtySet(len(parts))
+	}
 	producers := make([]*producer, cfg.Producers)
 	// asyncs replaces producers with ProducerMode async.
 	var asyncs []*asyncProducer
@@ -99,7 +106,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 				if err != nil {
 					return nil, err
 				}
-				asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newLedger(i, cfg.Queue, parts), c)
+				asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
 			}
 		}
 		for i := range producers {
@@ -114,7 +121,7 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 				s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
 			}
 			senders = append(senders, s)
-			producers[i] = newProducer(i, cfg, parts, s, newLedger(i, cfg.Queue, parts), c)
+			producers[i] = newProducer(i, cfg, parts, s, newRunLedger(cfg, i, parts), c)
 		}
 		if cfg.Consumers > 0 {
 			if cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
@@ -181,7 +188,9 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		for _, a := range asyncs {
 			ledgers = append(ledgers, a.led)
 		}
-		au = newAuditor(audit, cfg.Queue, parts, ledgers)
+		au = newAuditor(audit, cfg.Queue, parts, ledgers, c.dirty)
+		au.sequential = cfg.Spread == SpreadSequential
+		au.start(ctx, min(cfg.SampleEvery, auditEvery))
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == ModeBroker)
 	if au != nil {

@@ -264,8 +264,8 @@ func (s *sampler) finish() []TimelinePoint {
 func (s *sampler) sample(ctx context.Context, now time.Time) {
 	sent := s.c.sent.Load()
 	hist := s.c.lat.snapshot()
-	if _, err := s.au.pass(ctx); err != nil {
-		s.lastErr = "incremental audit: " + err.Error()
+	if e := s.au.err(); e != "" {
+		s.lastErr = "incremental audit: " + e
 	}
 	stored := s.au.storedTotal()
 	// Rates are over the interval between the reads of the counters.

@@ -14,6 +14,7 @@ import (
 var (
 	sqlAuditSegments      = q("audit_segments")
 	sqlAuditSegmentsAfter = q("audit_segments_after")
+	sqlAuditSegmentsIn    = q("audit_segments_in")
 	sqlAuditDurability    = q("audit_durability")
 	sqlAuditStats         = q("audit_stats")
 )
@@ -107,30 +108,44 @@ func eachFrame(m *StoredMessage, first, last int64, ids, frames []byte, fn func(
 }
 
 // EachMessageAfter calls fn for every stored frame of queue whose segment
-// starts above after[partition name] (the last offset already read there;
-// a partition not in after is read from offset 0), segment by segment
-// (partition id, then offset), streaming, in one read-only REPEATABLE READ
-// snapshot like EachMessage. Offsets are allocated and committed in order
-// under the partition's row lock (SPEC.md §1), so a caller that moves
-// after[p] to the last offset it saw reads every segment exactly once, as
-// long as it reads again before retention deletes what is new (SPEC.md §7:
-// retention deletes by age). A segment whose first offset is above after+1
+// starts above the last offset already read in its partition: after[i] for
+// the partition named names[i] (names and after have the same length; a
+// partition not listed is read from offset 0), segment by segment (partition
+// id, then offset), streaming, in one read-only REPEATABLE READ snapshot like
+// EachMessage. Offsets are allocated and committed in order under the
+// partition's row lock (SPEC.md §1), so a caller that moves a partition's
+// bound to the last offset it saw reads every segment exactly once, as long
+// as it reads again before retention deletes what is new (SPEC.md §7:
+// retention deletes by age). A segment whose first offset is above bound+1
 // means the offsets in between were deleted before they were read.
+// Every partition of the queue is looked at (a cost that grows with the
+// partition count); EachMessageIn reads only the partitions listed.
 // fn must not keep the *StoredMessage; an error from fn stops the scan and is
 // returned. A segment that does not decode is ErrCorruptSegment.
-func (a *Audit) EachMessageAfter(ctx context.Context, queue string, after map[string]int64, fn func(*StoredMessage) error) error {
-	names := make([]string, 0, len(after))
-	offs := make([]int64, 0, len(after))
-	for p, o := range after {
-		names = append(names, p)
-		offs = append(offs, o)
+func (a *Audit) EachMessageAfter(ctx context.Context, queue string, names []string, after []int64, fn func(*StoredMessage) error) error {
+	return a.eachAfter(ctx, sqlAuditSegmentsAfter, queue, names, after, fn)
+}
+
+// EachMessageIn is EachMessageAfter over the partitions listed only (after[i]
+// is -1 for a partition never read): its cost follows len(names), not the
+// queue's partition count. A name the queue does not have is skipped.
+func (a *Audit) EachMessageIn(ctx context.Context, queue string, names []string, after []int64, fn func(*StoredMessage) error) error {
+	if len(names) == 0 {
+		return nil
+	}
+	return a.eachAfter(ctx, sqlAuditSegmentsIn, queue, names, after, fn)
+}
+
+func (a *Audit) eachAfter(ctx context.Context, sql, queue string, names []string, after []int64, fn func(*StoredMessage) error) error {
+	if len(names) != len(after) {
+		return fmt.Errorf("audit: %d partition names but %d offsets", len(names), len(after))
 	}
 	tx, err := a.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return unavailable(err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
-	rows, err := tx.Query(ctx, sqlAuditSegmentsAfter, queue, names, offs)
+	rows, err := tx.Query(ctx, sql, queue, names, after)
 	if err != nil {
 		return unavailable(err)
 	}

@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 
@@ -98,24 +99,54 @@ func TestAuditMessagesAfter(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 
-	read := func(after map[string]int64) []string {
+	names := []string{"a", "b"}
+	read := func(after []int64, only []int) []string {
 		t.Helper()
 		var got []string
-		require.NoError(t, a.EachMessageAfter(ctx, "audit", after, func(m *StoredMessage) error {
+		fn := func(m *StoredMessage) error {
 			require.Equal(t, "audit", m.Queue)
 			got = append(got, fmt.Sprintf("%s/%d/%s", m.Partition, m.Offset, m.TransactionID))
-			after[m.Partition] = max(after[m.Partition], m.Offset)
+			i := slices.Index(names, m.Partition)
+			after[i] = max(after[i], m.Offset)
 			return nil
-		}))
+		}
+		if only == nil {
+			require.NoError(t, a.EachMessageAfter(ctx, "audit", names, after, fn))
+			return got
+		}
+		var ns []string
+		var as []int64
+		for _, i := range only {
+			ns, as = append(ns, names[i]), append(as, after[i])
+		}
+		require.NoError(t, a.EachMessageIn(ctx, "audit", ns, as, fn))
 		return got
 	}
-	after := map[string]int64{}
-	require.Equal(t, []string{"a/0/x", "a/1/y", "b/0/x"}, sortedCopy(read(after)))
-	require.Empty(t, read(after), "nothing new")
+	after := []int64{-1, -1}
+	require.Equal(t, []string{"a/0/x", "a/1/y", "b/0/x"}, sortedCopy(read(after, nil)))
+	require.Empty(t, read(after, nil), "nothing new")
 	commit(t, s, pa, items("audit", "a", "z"))
 	commit(t, s, pb, items("audit", "b", "w", "v"))
-	require.Equal(t, []string{"a/2/z", "b/1/w", "b/2/v"}, sortedCopy(read(after)))
-	require.Equal(t, map[string]int64{"a": 2, "b": 2}, after)
+	require.Equal(t, []string{"a/2/z", "b/1/w", "b/2/v"}, sortedCopy(read(after, nil)))
+	require.Equal(t, []int64{2, 2}, after)
+
+	// Only the partitions listed: b's new segment waits for a read that
+	// lists b; a name the queue does not have is skipped.
+	commit(t, s, pa, items("audit", "a", "t"))
+	commit(t, s, pb, items("audit", "b", "s"))
+	require.Equal(t, []string{"a/3/t"}, read(after, []int{0}))
+	require.Empty(t, read(after, []int{0}), "nothing new in a")
+	require.NoError(t, a.EachMessageIn(ctx, "audit", []string{"nope"}, []int64{-1}, func(*StoredMessage) error {
+		t.Fatal("a partition the queue does not have")
+		return nil
+	}))
+	require.NoError(t, a.EachMessageIn(ctx, "other", []string{"a"}, []int64{-1}, func(*StoredMessage) error {
+		t.Fatal("a queue that does not exist")
+		return nil
+	}))
+	require.Equal(t, []string{"b/3/s"}, read(after, []int{1, 0}))
+	require.Equal(t, []int64{3, 3}, after)
+	require.Error(t, a.EachMessageIn(ctx, "audit", []string{"a"}, nil, func(*StoredMessage) error { return nil }))
 
 	st, err := a.Stats(ctx, "")
 	require.NoError(t, err)

@@ -171,6 +171,7 @@ quarter of the window, retries only within half of it.`,
 	f.StringVar(&mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
 	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "concurrent producers, one request in flight each")
 	f.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the run's queue")
+	f.StringVar(&cfg.Spread, "spread", cfg.Spread, "how new items pick their partition: random, or sequential (each producer walks the partitions in order, so n new items touch min(n, --partitions) distinct partitions)")
 	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "items per request")
 	f.StringVar(&cfg.ProducerMode, "producer-mode", cfg.ProducerMode, "sync: requests of --batch items, one in flight per producer; async: single items through the client's async producer")
 	f.IntVar(&cfg.InFlight, "in-flight", cfg.InFlight, "with --producer-mode async: most outstanding (published, unresolved) items per producer")

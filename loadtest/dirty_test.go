@@ -1,0 +1,85 @@
+package loadtest
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDirtySetTakesEveryMarkOnce(t *testing.T) {
+	var nilSet *dirtySet
+	nilSet.mark(3) // a run without marks
+
+	const n = 1000
+	d := newDirtySet(n)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 50; round++ {
+		want := map[int]bool{}
+		for k := rng.IntN(200); k > 0; k-- {
+			i := rng.IntN(n)
+			want[i] = true
+			d.mark(i)
+			d.mark(i)
+		}
+		var got []int
+		marked := d.take(func(i int) { got = append(got, i) })
+		require.True(t, slices.IsSorted(got))
+		require.Len(t, got, len(want), "round %d", round)
+		for i := 0; i < n; i++ {
+			require.Equal(t, want[i], marked(i), "round %d partition %d", round, i)
+		}
+		d.take(func(i int) { t.Fatalf("partition %d taken twice", i) })
+	}
+
+	// Marks set while takes run are taken by one of the takes, never lost
+	// and never twice.
+	var wg sync.WaitGroup
+	const writers, each = 4, 20000
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < each; k++ {
+				d.mark((w*each + k) % n)
+			}
+		}()
+	}
+	seen := make([]int, n)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		d.take(func(i int) { seen[i]++ })
+	}
+	d.take(func(i int) { seen[i]++ })
+	for i, c := range seen {
+		require.GreaterOrEqual(t, c, 1, "partition %d never taken", i)
+	}
+}
+
+func TestPartInSequentialTouchesEveryPartition(t *testing.T) {
+	const parts, producers = 1000, 8
+	seen := map[int]bool{}
+	for p := 0; p < producers; p++ {
+		for seq := uint64(0); seq < parts/producers; seq++ {
+			i := partIn(true, p, seq, parts)
+			require.False(t, seen[i], "partition %d twice", i)
+			seen[i] = true
+		}
+	}
+	require.Len(t, seen, parts)
+	// Random spread is partOf's mix.
+	require.Equal(t, partOf(3, 77, parts), partIn(false, 3, 77, parts))
+	// One partition, or more producers than partitions: still in range.
+	for p := 0; p < 40; p++ {
+		require.Zero(t, partIn(true, p, 5, 1))
+		require.Less(t, partIn(true, p, uint64(p), 7), 7)
+	}
+}
