@@ -83,6 +83,8 @@ var (
 	ErrDuplicate = reg(409, "duplicate", false, "a push of the transaction is a duplicate; nothing was written")
 	// ErrUnresolvable: a transaction's ack names no message (SPEC.md §4, §5).
 	ErrUnresolvable = reg(409, "unresolvable", false, "an ack of the transaction names no message; nothing was written")
+	// ErrLeaseInvalid answers a lease extension of a lease that is not live.
+	ErrLeaseInvalid = reg(409, "lease_invalid", false, "the lease is not live")
 )
 
 // AsError returns err as an *Error, wrapping unknown errors as ErrInternal.
@@ -92,4 +94,10 @@ func AsError(err error) *Error {
 		return e
 	}
 	return ErrInternal.With("internal error: %v", err)
+}
+
+// fieldErr sets the field path of e, a fresh copy from With, and returns it.
+func fieldErr(e *Error, field string) *Error {
+	e.Field = field
+	return e
 }

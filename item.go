@@ -70,49 +70,10 @@ type Result struct {
 	PayloadMismatch bool
 }
 
-// PushReply is one element of the HTTP/NATS push reply, field names exactly as
-// the Queen wire format (SPEC.md §3); on the wire TransactionID is written
-// under "transactionId" as well (MarshalJSON), the key upstream SDKs read.
-type PushReply struct {
-	Index         int     `json:"index"`
-	MessageID     string  `json:"message_id"`
-	TransactionID string  `json:"transaction_id"`
-	PartitionID   string  `json:"partition_id"`
-	TraceID       *string `json:"trace_id"`
-	QueueName     string  `json:"queueName"`
-	Partition     string  `json:"partition"`
-	Status        Verdict `json:"status"`
-	Error         string  `json:"error,omitempty"`
-	Code          string  `json:"code,omitempty"`
-	// PayloadMismatch: a duplicate whose payload differs from the original's,
-	// on a queue with dedupCheckPayload (SPEC.md §6); on the wire only when
-	// true ("payloadMismatch":true).
-	PayloadMismatch bool `json:"payloadMismatch,omitempty"`
-}
-
-// Reply builds the wire element for item i with result r.
-func Reply(i int, it *Item, r Result) PushReply {
-	p := PushReply{
-		Index:         i,
-		MessageID:     r.MessageID.String(),
-		TransactionID: it.TransactionID,
-		PartitionID:   r.PartitionID.String(),
-		TraceID:       it.TraceID,
-		QueueName:     it.Queue,
-		Partition:     it.Partition,
-		Status:        r.Verdict,
-	}
-	if r.Verdict == Duplicate {
-		p.PayloadMismatch = r.PayloadMismatch
-	}
-	if r.Verdict == Failed {
-		p.MessageID = ""
-		if r.PartitionID == (uuid.UUID{}) {
-			p.PartitionID = ""
-		}
-		if r.Err != nil {
-			p.Error, p.Code = r.Err.Message, r.Err.Code
-		}
-	}
-	return p
+// FailedResult is the Failed verdict of an item whose outcome is not known
+// (SPEC.md §3): Offset -1, err the registry error the client sees (code and
+// message), partitionID the partition's id when known (the zero UUID
+// otherwise, written as "" on the wire).
+func FailedResult(partitionID uuid.UUID, err *Error) Result {
+	return Result{Verdict: Failed, PartitionID: partitionID, Offset: -1, Err: err}
 }

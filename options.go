@@ -3,7 +3,8 @@ package queen
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -41,14 +42,14 @@ func DefaultOptions() Options {
 // NotEnforcedOptions are accepted, stored and echoed but not acted on (SPEC.md §6).
 var NotEnforcedOptions = []string{"priority", "retryDelay", "ttl", "maxSize", "encryptionEnabled", "deadLetterQueue", "dlqAfterMaxRetries", "maxWaitTimeSeconds"}
 
-func (o *Options) fields() []struct {
+// optField is one whole-number option: its wire name and its field.
+type optField struct {
 	name string
 	p    *int64
-} {
-	return []struct {
-		name string
-		p    *int64
-	}{
+}
+
+func (o *Options) fields() []optField {
+	return []optField{
 		{"dedupWindowSeconds", &o.DedupWindowSeconds},
 		{"leaseTime", &o.LeaseTime},
 		{"retryLimit", &o.RetryLimit},
@@ -110,26 +111,15 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 // ErrUnknownOption/ErrInvalidOption naming it.
 func ApplyOptions(base Options, raw map[string]json.RawMessage) (Options, error) {
 	out := base
-	if base.NotEnforced != nil {
-		out.NotEnforced = make(map[string]json.RawMessage, len(base.NotEnforced))
-		for k, v := range base.NotEnforced {
-			out.NotEnforced[k] = v
-		}
-	}
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	out.NotEnforced = maps.Clone(base.NotEnforced)
+	keys := slices.Sorted(maps.Keys(raw))
 next:
 	for _, k := range keys {
 		v := raw[k]
 		if k == optCheckPayload {
 			b, ok := jsonBool(v)
 			if !ok {
-				e := ErrInvalidOption.With("option %q must be true or false, got %s", k, v)
-				e.Field = "options." + k
-				return Options{}, e
+				return Options{}, fieldErr(ErrInvalidOption.With("option %q must be true or false, got %s", k, v), "options."+k)
 			}
 			out.DedupCheckPayload = b
 			continue
@@ -140,30 +130,22 @@ next:
 			}
 			n, ok := wholeNumber(v)
 			if !ok {
-				e := ErrInvalidOption.With("option %q must be a whole number from 0 to %d, got %s", k, maxOptionValue, v)
-				e.Field = "options." + k
-				return Options{}, e
+				return Options{}, fieldErr(ErrInvalidOption.With("option %q must be a whole number from 0 to %d, got %s", k, maxOptionValue, v), "options."+k)
 			}
 			if k == "leaseTime" && n < 1 {
-				e := ErrInvalidOption.With("option \"leaseTime\" must be at least 1 second (a lease of 0 would hand the same messages to every pop), got %s", v)
-				e.Field = "options." + k
-				return Options{}, e
+				return Options{}, fieldErr(ErrInvalidOption.With("option \"leaseTime\" must be at least 1 second (a lease of 0 would hand the same messages to every pop), got %s", v), "options."+k)
 			}
 			*f.p = n
 			continue next
 		}
-		for _, n := range NotEnforcedOptions {
-			if n == k {
-				if out.NotEnforced == nil {
-					out.NotEnforced = map[string]json.RawMessage{}
-				}
-				out.NotEnforced[k] = v
-				continue next
+		if slices.Contains(NotEnforcedOptions, k) {
+			if out.NotEnforced == nil {
+				out.NotEnforced = map[string]json.RawMessage{}
 			}
+			out.NotEnforced[k] = v
+			continue
 		}
-		e := ErrUnknownOption.With("unknown option %q", k)
-		e.Field = "options." + k
-		return Options{}, e
+		return Options{}, fieldErr(ErrUnknownOption.With("unknown option %q", k), "options."+k)
 	}
 	return out, nil
 }

@@ -2,8 +2,6 @@ package queen
 
 import (
 	"encoding/json"
-	"net/url"
-	"strconv"
 	"time"
 )
 
@@ -55,84 +53,6 @@ type PeekResult struct {
 	// Messages are in offset order; empty (never null) when none is stored
 	// above After. Offsets may skip values that retention has removed.
 	Messages []PeekMessage `json:"messages"`
-}
-
-// DecodePeekQuery validates a peek's HTTP query (?partition=&after=&limit=)
-// for queue (the path's {queue}): 400 missing_field for an empty queue,
-// invalid_field for an after below -1 or a limit outside 1..MaxPeekLimit (or
-// not a whole number), and the name rules of SPEC.md §10 for queue and
-// partition.
-func DecodePeekQuery(queue string, q url.Values) (PeekQuery, error) {
-	get := func(k string) *string {
-		if v, ok := q[k]; ok && len(v) > 0 {
-			return &v[len(v)-1]
-		}
-		return nil
-	}
-	p := PeekQuery{Queue: queue, Partition: DefaultPartition, After: -1, Limit: DefaultPeekLimit}
-	if v := get("partition"); v != nil && *v != "" {
-		p.Partition = *v
-	}
-	if v := get("after"); v != nil && *v != "" {
-		n, err := strconv.ParseInt(*v, 10, 64)
-		if err != nil || n < -1 {
-			return p, fieldErr(ErrInvalidField.With("after must be an offset, a whole number from -1, got %q", *v), "after")
-		}
-		p.After = n
-	}
-	if v := get("limit"); v != nil && *v != "" {
-		n, err := strconv.Atoi(*v)
-		if err != nil || n < 1 || n > MaxPeekLimit {
-			return p, fieldErr(ErrInvalidField.With("limit must be a whole number from 1 to %d, got %q", MaxPeekLimit, *v), "limit")
-		}
-		p.Limit = n
-	}
-	return p, p.check()
-}
-
-// DecodePeek validates a peek's NATS body
-// {"queue","partition","after","limit"} (only queue is required), by the
-// rules of DecodePeekQuery.
-func DecodePeek(body []byte) (PeekQuery, error) {
-	var in struct {
-		Queue     *string `json:"queue"`
-		Partition *string `json:"partition"`
-		After     *int64  `json:"after"`
-		Limit     *int    `json:"limit"`
-	}
-	if err := DecodeObject(body, &in); err != nil {
-		return PeekQuery{}, err
-	}
-	p := PeekQuery{Partition: DefaultPartition, After: -1, Limit: DefaultPeekLimit}
-	if in.Queue != nil {
-		p.Queue = *in.Queue
-	}
-	if in.Partition != nil && *in.Partition != "" {
-		p.Partition = *in.Partition
-	}
-	if in.After != nil {
-		if *in.After < -1 {
-			return p, fieldErr(ErrInvalidField.With("after must be an offset, a whole number from -1, got %d", *in.After), "after")
-		}
-		p.After = *in.After
-	}
-	if in.Limit != nil {
-		if *in.Limit < 1 || *in.Limit > MaxPeekLimit {
-			return p, fieldErr(ErrInvalidField.With("limit must be a whole number from 1 to %d, got %d", MaxPeekLimit, *in.Limit), "limit")
-		}
-		p.Limit = *in.Limit
-	}
-	return p, p.check()
-}
-
-func (p PeekQuery) check() error {
-	if p.Queue == "" {
-		return fieldErr(ErrMissingField.With("queue is required"), "queue")
-	}
-	if err := ValidateName(p.Queue, "queue"); err != nil {
-		return err
-	}
-	return ValidateName(p.Partition, "partition")
 }
 
 // QueueDetail is a queue's partitions and its consumer groups' cursors

@@ -1,6 +1,9 @@
 package queen
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // QueueInfo describes a queue (GET /api/v1/resources/queues/:queue).
 type QueueInfo struct {
@@ -49,4 +52,18 @@ type QueueSummary struct {
 	QueuedSinceStart    int64    `json:"queuedSinceStart"`
 	DuplicateSinceStart int64    `json:"duplicateSinceStart"`
 	DuplicateRate       *float64 `json:"duplicateRate"`
+}
+
+// ConfigureRequest is a decoded POST /api/v1/configure body (SPEC.md §6).
+type ConfigureRequest struct {
+	Queue, Namespace, Task string
+	// NamespaceSet / TaskSet report that the body gave the label: a label
+	// the body leaves out keeps its stored value (labels are not options:
+	// the full replace is about options).
+	NamespaceSet, TaskSet bool
+	// Merge is "mode":"merge"; "mode":"replace", null or absent is a full replace.
+	Merge bool
+	// Options are the raw client options, never nil; ApplyOptions has already
+	// accepted them once on top of DefaultOptions().
+	Options map[string]json.RawMessage
 }

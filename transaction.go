@@ -1,11 +1,6 @@
 package queen
 
 import (
-	"bytes"
-	"encoding/json"
-	"strconv"
-	"strings"
-
 	"github.com/google/uuid"
 )
 
@@ -19,7 +14,7 @@ const (
 )
 
 // TxnOp is one validated operation of a transaction: a push of Items (as
-// DecodePush returns them), or one Ack.
+// transport/wire.DecodePush returns them), or one Ack.
 type TxnOp struct {
 	Type  TxnOpType
 	Items []Item
@@ -41,51 +36,6 @@ type TxnRequest struct {
 type TxnOpResult struct {
 	Push []Result
 	Ack  AckResult
-}
-
-// TxnReply is the reply of a committed transaction (HTTP 200): success and
-// one result per operation, in request order. Queen SDKs read "success".
-type TxnReply struct {
-	Success bool         `json:"success"`
-	Results []TxnOpReply `json:"results"`
-}
-
-// TxnOpReply is one operation's result. A push carries Items (one push reply
-// per item, as SPEC.md §3); an ack carries the ack result fields.
-type TxnOpReply struct {
-	Index   int       `json:"index"`
-	Type    TxnOpType `json:"type"`
-	Success bool      `json:"success"`
-	// Items: push only (always present for a push, possibly empty).
-	Items []PushReply `json:"items,omitempty"`
-	// Ack only.
-	Result        AckOutcome `json:"result,omitempty"`
-	TransactionID string     `json:"transactionId,omitempty"`
-	PartitionID   string     `json:"partitionId,omitempty"`
-	Offset        *int64     `json:"offset,omitempty"`
-	Cursor        *int64     `json:"cursor,omitempty"`
-	Error         string     `json:"error,omitempty"`
-}
-
-// MarshalJSON writes a push with its (possibly empty) items array and an ack
-// without one.
-func (r TxnOpReply) MarshalJSON() ([]byte, error) {
-	type plain TxnOpReply
-	if r.Type != TxnPush {
-		p := plain(r)
-		p.Items = nil
-		return json.Marshal(p)
-	}
-	items := r.Items
-	if items == nil {
-		items = []PushReply{}
-	}
-	return json.Marshal(struct {
-		Index   int         `json:"index"`
-		Type    TxnOpType   `json:"type"`
-		Success bool        `json:"success"`
-		Items   []PushReply `json:"items"`
-	}{r.Index, r.Type, r.Success, items})
 }
 
 // TxnErrorReply is the body of a transaction that rolled back because of one
@@ -141,159 +91,4 @@ func NewTxnAbort(e *Error, op int, field, msg string) *TxnAbort {
 		a.Index, err.Index = &op, &op
 	}
 	return a
-}
-
-// DecodeTransaction parses and validates a transaction body (SPEC.md §5, §10):
-//
-//	{"operations":[{"type":"push","items":[...]},
-//	               {"type":"ack","transactionId"|"offset","partitionId","leaseId","status","error","consumerGroup"}],
-//	 "requiredLeases":["<leaseId>", ...]}
-//
-// A push's items are validated as DecodePush does (a push operation without
-// "items" is one item: the operation object itself, as Queen accepts); an
-// ack as DecodeAck does. operations must be a non-empty array; the push
-// items and acks of all operations together are at most MaxItems.
-// requiredLeases is optional (null, absent or an array of lease ids; "" and
-// null elements are skipped). Errors are *Error from the registry with index
-// = the operation's index and field = the full path, e.g.
-// "operations[2].items[0].queue"; nothing is written for a refused body.
-func DecodeTransaction(body []byte, maxPayloadBytes int) (TxnRequest, error) {
-	var in struct {
-		Operations     *[]json.RawMessage `json:"operations"`
-		RequiredLeases *[]*string         `json:"requiredLeases"`
-	}
-	if err := DecodeObject(body, &in); err != nil {
-		return TxnRequest{}, err
-	}
-	if in.Operations == nil {
-		return TxnRequest{}, fieldErr(ErrMissingField.With("operations is required (an array of {\"type\":\"push\"|\"ack\",...})"), "operations")
-	}
-	ops := *in.Operations
-	if len(ops) == 0 {
-		return TxnRequest{}, fieldErr(ErrInvalidField.With("operations must not be empty"), "operations")
-	}
-	req := TxnRequest{Ops: make([]TxnOp, len(ops))}
-	units := 0
-	for i, raw := range ops {
-		prefix := "operations[" + strconv.Itoa(i) + "]"
-		bad := func(e *Error, field string) (TxnRequest, error) {
-			return TxnRequest{}, e.At(i, prefix+field)
-		}
-		raw = bytes.TrimSpace(raw)
-		if len(raw) == 0 || raw[0] != '{' {
-			return bad(ErrInvalidField.With("%s must be an object", prefix), "")
-		}
-		var head struct {
-			Type  *string         `json:"type"`
-			Items json.RawMessage `json:"items"`
-		}
-		if err := json.Unmarshal(raw, &head); err != nil {
-			return bad(ErrInvalidField.With("%s.type must be a string", prefix), ".type")
-		}
-		if head.Type == nil {
-			return bad(ErrMissingField.With("%s.type is required (\"push\" or \"ack\")", prefix), ".type")
-		}
-		switch TxnOpType(*head.Type) {
-		case TxnPush:
-			its, err := decodeTxnPush(raw, head.Items, maxPayloadBytes, i, prefix)
-			if err != nil {
-				return TxnRequest{}, err
-			}
-			req.Ops[i] = TxnOp{Type: TxnPush, Items: its}
-			units += len(its)
-		case TxnAck:
-			var a ackInput
-			if err := json.Unmarshal(raw, &a); err != nil {
-				if te, ok := err.(*json.UnmarshalTypeError); ok {
-					return bad(ErrInvalidField.With("%s.%s has the wrong type: want %s, got JSON %s", prefix, te.Field, te.Type, te.Value), "."+te.Field)
-				}
-				return bad(ErrInvalidJSON.With("%s is not valid JSON: %v", prefix, err), "")
-			}
-			ack, err := a.validate(i, prefix+".", "")
-			if err != nil {
-				return TxnRequest{}, err
-			}
-			req.Ops[i] = TxnOp{Type: TxnAck, Ack: ack}
-			units++
-		default:
-			return bad(ErrInvalidField.With("%s.type must be \"push\" or \"ack\", got %q", prefix, *head.Type), ".type")
-		}
-		if units > MaxItems {
-			return TxnRequest{}, fieldErr(ErrTooManyItems.With("the operations hold more than %d push items and acks", MaxItems), "operations")
-		}
-	}
-	if in.RequiredLeases != nil {
-		seen := map[uuid.UUID]bool{}
-		for j, s := range *in.RequiredLeases {
-			if s == nil || *s == "" {
-				continue
-			}
-			id, err := uuid.Parse(*s)
-			if err != nil {
-				field := "requiredLeases[" + strconv.Itoa(j) + "]"
-				return TxnRequest{}, fieldErr(ErrInvalidField.With("%s must be a lease id (a UUID), got %q", field, *s), field)
-			}
-			if !seen[id] {
-				seen[id] = true
-				req.RequiredLeases = append(req.RequiredLeases, id)
-			}
-		}
-	}
-	return req, nil
-}
-
-// decodeTxnPush validates the items of push operation op: the items array
-// when present, else the operation object as one item. Errors name the full
-// path.
-func decodeTxnPush(op, items json.RawMessage, maxPayloadBytes, opIdx int, prefix string) ([]Item, error) {
-	var body []byte
-	if items != nil {
-		body = make([]byte, 0, len(items)+10)
-		body = append(append(append(body, `{"items":`...), items...), '}')
-	} else {
-		body = make([]byte, 0, len(op)+11)
-		body = append(append(append(body, `{"items":[`...), op...), "]}"...)
-	}
-	its, err := DecodePush(body, maxPayloadBytes)
-	if err == nil {
-		return its, nil
-	}
-	e := *AsError(err)
-	if items == nil {
-		// The item is the operation itself: drop "items[0]" from the path.
-		e.Field = strings.TrimPrefix(strings.TrimPrefix(e.Field, "items[0]"), ".")
-		e.Message = strings.TrimPrefix(strings.TrimPrefix(e.Message, "items[0]"), ".")
-	}
-	if e.Field != "" {
-		e.Field = "." + e.Field
-	}
-	e.Field = prefix + e.Field
-	e.Message = prefix + ": " + e.Message
-	e.Index = &opIdx
-	return nil, &e
-}
-
-// TxnOpReplies builds the reply results of a committed transaction: ops and
-// res in request order.
-func TxnOpReplies(ops []TxnOp, res []TxnOpResult) []TxnOpReply {
-	out := make([]TxnOpReply, len(ops))
-	for i := range ops {
-		r := TxnOpReply{Index: i, Type: ops[i].Type, Success: true}
-		switch ops[i].Type {
-		case TxnPush:
-			r.Items = make([]PushReply, len(ops[i].Items))
-			for j := range ops[i].Items {
-				r.Items[j] = Reply(j, &ops[i].Items[j], res[i].Push[j])
-				if res[i].Push[j].Verdict != Queued {
-					r.Success = false
-				}
-			}
-		case TxnAck:
-			a := res[i].Ack
-			r.Success, r.Result, r.TransactionID, r.PartitionID = a.Success, a.Result, a.TransactionID, a.PartitionID
-			r.Offset, r.Cursor, r.Error = a.Offset, a.Cursor, a.Error
-		}
-		out[i] = r
-	}
-	return out
 }

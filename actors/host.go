@@ -14,6 +14,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/metrics"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -82,7 +83,7 @@ type Config struct {
 	// Now is the clock idle time is measured on (default time.Now). Tests
 	// inject one and call Passivate instead of waiting for the sweep.
 	Now     func() time.Time
-	Metrics *queen.Metrics
+	Metrics *metrics.Set
 	Logger  *slog.Logger
 
 	// Test hooks (nil in production). onStopping runs in a partition
@@ -99,7 +100,7 @@ type Config struct {
 // Host owns the actor system and the parent of the partition actors.
 type Host struct {
 	cfg      Config
-	metrics  *queen.Metrics
+	metrics  *metrics.Set
 	log      *slog.Logger
 	system   *actor.ActorSystem
 	parent   *actor.PID
@@ -160,7 +161,7 @@ func NewHost(cfg Config) *Host {
 		cfg.CommitTimeout = 30 * time.Second
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = queen.NewMetrics()
+		cfg.Metrics = metrics.New()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -191,7 +191,7 @@ func failAll(b *persistence.PushBatch, err error) persistence.PushOutcome {
 	qe := queen.AsError(err)
 	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1}
 	for i := range out.Results {
-		out.Results[i] = queen.Result{Verdict: queen.Failed, PartitionID: b.PartitionID, Offset: -1, Err: qe}
+		out.Results[i] = queen.FailedResult(b.PartitionID, qe)
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Producer modes (Config.ProducerMode).
@@ -118,7 +119,7 @@ func (a *asyncProducer) run(ctx context.Context, deadline, drainBy time.Time) {
 		}
 		a.led.sent(s.seq)
 		a.c.sent.Add(1)
-		if err := a.prod.PublishFunc(ctx, item, func(r queen.PushReply, err error) { a.book(s, item, now, r, err) }); err != nil {
+		if err := a.prod.PublishFunc(ctx, item, func(r wire.PushReply, err error) { a.book(s, item, now, r, err) }); err != nil {
 			// The run was interrupted while the buffer was full: the item
 			// was not sent.
 			a.c.gaveUp.Add(1)
@@ -168,7 +169,7 @@ func (a *asyncProducer) nextSlot(now int64) slot {
 
 // book records one item's result (called from the async producer's
 // goroutines).
-func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time, r queen.PushReply, err error) {
+func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time, r wire.PushReply, err error) {
 	a.c.dirty.mark(partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
 	if err != nil {
 		a.bookError(s, err)

@@ -17,6 +17,7 @@ import (
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // result is the outcome of one item of a request.
@@ -95,7 +96,7 @@ func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out [
 // push is one POST of items with the contract of transport.PushFunc: the
 // replies when the broker answered with verdicts (201, or 503 with every
 // item failed), else an error (a *queen.Error).
-func (s *httpSender) push(ctx context.Context, items []transport.PushItem) ([]queen.PushReply, error) {
+func (s *httpSender) push(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
 	body := transport.AppendPushRequest(nil, items)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
@@ -118,7 +119,7 @@ func (s *httpSender) push(ctx context.Context, items []transport.PushItem) ([]qu
 		return nil, queen.ErrTimeout.With("POST %s: reading the reply: %v", s.url, err)
 	}
 	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusServiceUnavailable {
-		if replies, err := queen.DecodePushReplies(data); err == nil && len(replies) == len(items) && len(items) > 0 {
+		if replies, err := wire.DecodePushReplies(data); err == nil && len(replies) == len(items) && len(items) > 0 {
 			return replies, nil
 		}
 	}
@@ -148,7 +149,7 @@ func asyncPush(cfg *Config, hc *http.Client, i int) (transport.PushFunc, func(),
 	// One sender per request in flight: push is called concurrently, and
 	// transportFailed is per request.
 	url := strings.TrimRight(target, "/") + "/api/v1/push"
-	return func(ctx context.Context, items []transport.PushItem) ([]queen.PushReply, error) {
+	return func(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
 		s := httpSender{hc: hc, url: url}
 		return s.push(ctx, items)
 	}, func() {}, nil
@@ -158,7 +159,7 @@ func (s *httpSender) close() {}
 
 // fillResults turns a broker's reply elements into results, checking each
 // element belongs to its item.
-func fillResults(items []transport.PushItem, replies []queen.PushReply, out []result) {
+func fillResults(items []transport.PushItem, replies []wire.PushReply, out []result) {
 	for i := range items {
 		r := &replies[i]
 		it := &items[i]

@@ -177,7 +177,7 @@ func nonEmpty(bs []*PushBatch) int {
 func failed(b *PushBatch, qe *queen.Error) PushOutcome {
 	out := PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1, Err: qe}
 	for i := range out.Results {
-		out.Results[i] = queen.Result{Verdict: queen.Failed, PartitionID: b.PartitionID, Offset: -1, Err: qe}
+		out.Results[i] = queen.FailedResult(b.PartitionID, qe)
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
@@ -180,7 +181,7 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 		for j := range chunk {
 			i := idx[start+j]
 			if err != nil || j >= len(rs) {
-				results[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.AsError(errOr(err))}
+				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(errOr(err)))
 				continue
 			}
 			results[i] = rs[j]

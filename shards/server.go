@@ -7,20 +7,21 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	"github.com/queen-mq/queen-go/actors"
+	"github.com/queen-mq/queen-go/transport/wire"
 
 	queen "github.com/queen-mq/queen-go"
 )
 
 // PartitionPusher hands one partition's items to that partition's actor
-// (actors.Host satisfies it through HostAdapter-free methods).
+// (shards.ActorPusher adapts *actors.Host to it).
 type PartitionPusher interface {
 	// Enqueue hands items to the partition's actor without waiting; calls from
 	// one goroutine reach the actor in call order.
@@ -44,8 +45,25 @@ type ServerConfig struct {
 	// encoding may carry, as the front door's QUEEN_MAX_PAYLOAD_BYTES
 	// (default queen.DefaultMaxPayloadBytes, 4 MiB; SPEC.md §10).
 	MaxPayloadBytes int
-	Logger          *slog.Logger
+	// PendingMsgs and PendingBytes bound each shard subscription's queue of
+	// received messages not yet handled (the NATS client's pending limits);
+	// defaults DefaultPendingMsgs and DefaultPendingBytes. A message past
+	// either bound is dropped by the NATS client (a slow consumer, logged by
+	// the connection's error handler): its requester gets no reply, and its
+	// router answers the items failed with queen.ErrTimeout (outcome unknown,
+	// retryable, SPEC.md §3). Dropped counts them.
+	PendingMsgs, PendingBytes int
+	Logger                    *slog.Logger
 }
+
+// The default bounds of a shard subscription's pending messages
+// (ServerConfig.PendingMsgs, PendingBytes): 65,536 messages or 256 MiB
+// (sixteen 16 MiB bodies), far above what the partition actors' mailbox
+// bounds let wait in front of them.
+const (
+	DefaultPendingMsgs  = 1 << 16
+	DefaultPendingBytes = 256 << 20
+)
 
 // Server serves the shard subjects this broker owns.
 type Server struct {
@@ -53,8 +71,11 @@ type Server struct {
 	mu     sync.Mutex
 	subs   map[int]*nats.Subscription
 	closed bool
-	direct nats.MsgHandler
-	wg     sync.WaitGroup
+	// dropped counts the messages the NATS client dropped on subscriptions
+	// no longer in subs (see Dropped).
+	dropped uint64
+	direct  nats.MsgHandler
+	wg      sync.WaitGroup
 }
 
 // ContentTypeJSON is the Content-Type header value that marks a client's
@@ -87,6 +108,12 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.MaxPayloadBytes <= 0 {
 		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
 	}
+	if cfg.PendingMsgs <= 0 {
+		cfg.PendingMsgs = DefaultPendingMsgs
+	}
+	if cfg.PendingBytes <= 0 {
+		cfg.PendingBytes = DefaultPendingBytes
+	}
 	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}
 }
 
@@ -115,7 +142,7 @@ func (s *Server) Serve(n int) error {
 	if err != nil {
 		return err
 	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
+	if err := sub.SetPendingLimits(s.cfg.PendingMsgs, s.cfg.PendingBytes); err != nil {
 		return err
 	}
 	s.subs[n] = sub
@@ -133,7 +160,30 @@ func (s *Server) Unserve(n int) error {
 		return nil
 	}
 	delete(s.subs, n)
+	s.dropped += subDropped(sub)
 	return sub.Drain()
+}
+
+// Dropped counts the shard messages the NATS client dropped because a
+// subscription's pending bound (ServerConfig.PendingMsgs, PendingBytes) was
+// full, since the Server was created (queen_shard_pending_dropped_total).
+func (s *Server) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.dropped
+	for _, sub := range s.subs {
+		n += subDropped(sub)
+	}
+	return n
+}
+
+// subDropped is sub.Dropped(), 0 once the subscription is closed.
+func subDropped(sub *nats.Subscription) uint64 {
+	n, err := sub.Dropped()
+	if err != nil || n < 0 {
+		return 0
+	}
+	return uint64(n)
 }
 
 // Serving lists the shards served, in order.
@@ -154,6 +204,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	for n, sub := range s.subs {
+		s.dropped += subDropped(sub)
 		sub.Drain() //nolint:errcheck
 		delete(s.subs, n)
 	}
@@ -205,7 +256,7 @@ func (s *Server) handlePush(m *nats.Msg) {
 		s.mu.Unlock()
 		failed := make([]queen.Result, len(items))
 		for i := range failed {
-			failed[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.ErrShuttingDown}
+			failed[i] = queen.FailedResult(uuid.Nil, queen.ErrShuttingDown)
 		}
 		m.Respond(encodeResults(nil, failed)) //nolint:errcheck
 		return
@@ -279,7 +330,7 @@ func waitGroups(ctx context.Context, groups []*partGroup, results []queen.Result
 		}
 		for j, i := range g.idx {
 			if err != nil || j >= len(rs) {
-				results[i] = queen.Result{Verdict: queen.Failed, Offset: -1, Err: queen.AsError(errOr(err))}
+				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(errOr(err)))
 				continue
 			}
 			results[i] = rs[j]
@@ -308,15 +359,13 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 		if err := queen.ValidateName(it.Partition, "partition"); err != nil {
 			return at(err, "partition")
 		}
-		switch {
-		case it.TransactionID == "":
+		if it.TransactionID == "" {
 			return at(queen.ErrMissingField.With("items[%d].transactionId must not be empty on a shard subject", i), "transactionId")
-		case !utf8.ValidString(it.TransactionID):
-			return at(queen.ErrInvalidUTF8.With("items[%d].transactionId is not valid UTF-8", i), "transactionId")
-		case len(it.TransactionID) > queen.MaxTransactionIDBytes:
-			return at(queen.ErrTooLong.With("items[%d].transactionId is %d bytes; the limit is %d", i, len(it.TransactionID), queen.MaxTransactionIDBytes), "transactionId")
-		case strings.ContainsFunc(it.TransactionID, isControl):
-			return at(queen.ErrControlChar.With("items[%d].transactionId contains a control character", i), "transactionId")
+		}
+		if err := queen.ValidateTransactionID(it.TransactionID, fmt.Sprintf("items[%d].transactionId", i)); err != nil {
+			return at(err, "transactionId")
+		}
+		switch {
 		case it.TraceID != nil && !utf8.ValidString(*it.TraceID):
 			return at(queen.ErrInvalidUTF8.With("items[%d].traceId is not valid UTF-8", i), "traceId")
 		case len(it.Payload) > maxPayload:
@@ -325,7 +374,7 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 			return at(queen.ErrInvalidUTF8.With("items[%d].payload is not valid UTF-8", i), "payload")
 		case !json.Valid(it.Payload):
 			return at(queen.ErrInvalidJSON.With("items[%d].payload is not one JSON value", i), "payload")
-		case queen.HasLoneSurrogate(it.Payload):
+		case wire.HasLoneSurrogate(it.Payload):
 			return at(queen.ErrInvalidUTF8.With("items[%d].payload holds a lone surrogate escape", i), "payload")
 		}
 	}
@@ -348,8 +397,6 @@ const (
 	ErrorHeader     = "Nats-Service-Error"
 	ErrorCodeHeader = "Nats-Service-Error-Code"
 )
-
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func errOr(err error) error {
 	if err != nil {

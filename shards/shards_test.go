@@ -335,3 +335,41 @@ func TestRouterServesItemsAboveMaxPayloadHere(t *testing.T) {
 	require.Equal(t, "payload_too_large", res[0].Err.Code)
 	require.False(t, res[0].Err.Retryable)
 }
+
+// blocker is a PartitionPusher whose Enqueue waits until release is closed,
+// holding the shard subscription's goroutine so its pending queue fills.
+type blocker struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blocker) Enqueue(_, _ string, items []*queen.Item) (Waiter, error) {
+	b.once.Do(func() { close(b.entered) })
+	<-b.release
+	return make(done, len(items)), nil
+}
+
+// TestShardSubscriptionPendingIsBounded: a shard subscription holds at most
+// PendingMsgs received messages while its handler is busy; the NATS client
+// drops the rest and Server.Dropped counts them.
+func TestShardSubscriptionPendingIsBounded(t *testing.T) {
+	nc := connectNATS(t, 0)
+	b := &blocker{entered: make(chan struct{}), release: make(chan struct{})}
+	s := NewServer(ServerConfig{Conn: nc, Pusher: b, Count: 1, PendingMsgs: 2, PendingBytes: 1 << 20})
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
+	defer close(b.release)
+	body := encodeItems(nil, []*queen.Item{{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}})
+	require.NoError(t, nc.Publish(PushSubject(0), body))
+	<-b.entered // the handler is busy from now on
+	require.Zero(t, s.Dropped())
+	for range 10 {
+		require.NoError(t, nc.Publish(PushSubject(0), body))
+	}
+	require.NoError(t, nc.Flush())
+	// At most 2 of the 10 wait (the NATS client may keep fewer): 8 or more dropped.
+	require.Eventually(t, func() bool { return s.Dropped() >= 8 }, 10*time.Second, time.Millisecond,
+		"10 published to a busy subscription holding at most 2")
+	require.LessOrEqual(t, s.Dropped(), uint64(10))
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Client is a Go client of the broker's NATS API (SPEC.md §11). It is safe for
@@ -56,7 +57,7 @@ type PushItem struct {
 // (a payload over a broker's smaller QUEEN_MAX_PAYLOAD_BYTES) may leave other
 // shards' items stored; sending the same items again is exact (duplicate
 // with the original's id).
-func (c *Client) Push(ctx context.Context, items []PushItem) ([]queen.PushReply, error) {
+func (c *Client) Push(ctx context.Context, items []PushItem) ([]wire.PushReply, error) {
 	if c.shard != nil && len(items) > 0 {
 		if out, ok, err := c.pushSharded(ctx, items); ok {
 			return out, err
@@ -68,7 +69,7 @@ func (c *Client) Push(ctx context.Context, items []PushItem) ([]queen.PushReply,
 		return nil, err
 	}
 	if status == 0 || status == 503 {
-		if out, jerr := queen.DecodePushReplies(data); jerr == nil {
+		if out, jerr := wire.DecodePushReplies(data); jerr == nil {
 			if status == 503 && len(out) > 0 {
 				return out, queen.ErrUnavailable.With("every item failed: %s", out[0].Error)
 			}
@@ -90,18 +91,18 @@ func AppendPushRequest(dst []byte, items []PushItem) []byte {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, `{"queue":`...)
-		dst = queen.AppendJSONString(dst, it.Queue)
+		dst = wire.AppendJSONString(dst, it.Queue)
 		if it.Partition != "" {
 			dst = append(dst, `,"partition":`...)
-			dst = queen.AppendJSONString(dst, it.Partition)
+			dst = wire.AppendJSONString(dst, it.Partition)
 		}
 		if it.TransactionID != "" {
 			dst = append(dst, `,"transactionId":`...)
-			dst = queen.AppendJSONString(dst, it.TransactionID)
+			dst = wire.AppendJSONString(dst, it.TransactionID)
 		}
 		if it.TraceID != "" {
 			dst = append(dst, `,"traceId":`...)
-			dst = queen.AppendJSONString(dst, it.TraceID)
+			dst = wire.AppendJSONString(dst, it.TraceID)
 		}
 		if len(it.Payload) > 0 {
 			dst = append(dst, `,"payload":`...)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Consumer is the consumer side the transports need (actors.Consumers for
@@ -37,7 +38,7 @@ func (s *Service) setSubscription(ctx context.Context, group string, body []byte
 	var in struct {
 		TS *string `json:"subscriptionTimestamp"`
 	}
-	if err := queen.DecodeObject(body, &in); err != nil {
+	if err := wire.DecodeObject(body, &in); err != nil {
 		return errReply(err)
 	}
 	if in.TS == nil {
@@ -90,7 +91,7 @@ func (s *Service) pop(ctx context.Context, req queen.PopRequest, err error) repl
 // ack answers a single ack: 200 with its result object. A result that is not
 // a success carries "error" (Queen clients read that key).
 func (s *Service) ack(ctx context.Context, body []byte) reply {
-	it, err := queen.DecodeAck(body)
+	it, err := wire.DecodeAck(body)
 	if err != nil {
 		return errReply(err)
 	}
@@ -104,7 +105,7 @@ func (s *Service) ack(ctx context.Context, body []byte) reply {
 
 // ackBatch answers a batch ack: 200 with one result per item, in order.
 func (s *Service) ackBatch(ctx context.Context, body []byte) reply {
-	items, err := queen.DecodeAckBatch(body)
+	items, err := wire.DecodeAckBatch(body)
 	if err != nil {
 		return errReply(err)
 	}
@@ -139,7 +140,7 @@ func (s *Service) extendLease(ctx context.Context, leaseID string, body []byte) 
 		e.Field = "leaseId"
 		return errReply(e)
 	}
-	secs, err := queen.DecodeLeaseExtend(body)
+	secs, err := wire.DecodeLeaseExtend(body)
 	if err != nil {
 		return errReply(err)
 	}
@@ -155,7 +156,7 @@ func (s *Service) extendLeaseNATS(ctx context.Context, body []byte) reply {
 	var in struct {
 		LeaseID string `json:"leaseId"`
 	}
-	if err := queen.DecodeObject(body, &in); err != nil {
+	if err := wire.DecodeObject(body, &in); err != nil {
 		return errReply(err)
 	}
 	return s.extendLease(ctx, in.LeaseID, body)
@@ -279,7 +280,7 @@ func (s *Service) seek(ctx context.Context, group, queue string, body []byte) re
 	if err := queen.ValidateName(queue, "queue"); err != nil {
 		return errReply(err)
 	}
-	req, err := queen.DecodeSeek(body)
+	req, err := wire.DecodeSeek(body)
 	if err != nil {
 		return errReply(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // The client subjects of SPEC.md §11.
@@ -183,7 +184,7 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 		{"configure", SubjectConfigure, func(ctx context.Context, b []byte) reply { return s.configure(ctx, b) }, false},
 		{"queue", SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true},
 		{"pop", SubjectPop, func(ctx context.Context, b []byte) reply {
-			req, err := queen.DecodePop(b)
+			req, err := wire.DecodePop(b)
 			return s.pop(ctx, req, err)
 		}, false},
 		{"ack", SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }, false},
@@ -192,12 +193,12 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }, false},
 		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }, true},
 		{"dedup", SubjectDedup, func(ctx context.Context, b []byte) reply {
-			q, err := queen.DecodeDedup(b)
+			q, err := wire.DecodeDedup(b)
 			return s.dedup(ctx, q, err)
 		}, true},
 		{"dlq_replay", SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true},
 		{"peek", SubjectPeek, func(ctx context.Context, b []byte) reply {
-			q, err := queen.DecodePeek(b)
+			q, err := wire.DecodePeek(b)
 			return s.peek(ctx, q, err)
 		}, true},
 		{"queue_detail", SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true},

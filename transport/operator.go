@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Operator is the operator API of SPEC.md §13 the transports need
@@ -72,7 +73,7 @@ func (s *Service) queueDetailNATS(ctx context.Context, body []byte) reply {
 	var in struct {
 		Queue *string `json:"queue"`
 	}
-	if err := queen.DecodeObject(body, &in); err != nil {
+	if err := wire.DecodeObject(body, &in); err != nil {
 		return errReply(err)
 	}
 	if in.Queue == nil {
@@ -86,7 +87,7 @@ func (s *Service) queueDetailNATS(ctx context.Context, body []byte) reply {
 // dedup answers GET /api/v1/dedup and queen.v1.dedup (SPEC.md §13): 200 with
 // a queen.DedupInspection; 400 for bad input, 404 for an unknown queue or
 // partition. It writes nothing.
-func (s *Service) dedup(ctx context.Context, q queen.DedupQuery, err error) reply {
+func (s *Service) dedup(ctx context.Context, q wire.DedupQuery, err error) reply {
 	if err != nil {
 		return errReply(err)
 	}
@@ -103,11 +104,11 @@ func (s *Service) dedup(ctx context.Context, q queen.DedupQuery, err error) repl
 // replayReply is the answer of a DLQ replay: one result per dead letter and
 // the count of each outcome.
 type replayReply struct {
-	Results   []queen.ReplayResult `json:"results"`
-	Moved     int                  `json:"moved"`
-	Duplicate int                  `json:"duplicate"`
-	Gone      int                  `json:"gone"`
-	Failed    int                  `json:"failed"`
+	Results   []wire.ReplayResult `json:"results"`
+	Moved     int                 `json:"moved"`
+	Duplicate int                 `json:"duplicate"`
+	Gone      int                 `json:"gone"`
+	Failed    int                 `json:"failed"`
 }
 
 // replay answers POST /api/v1/dlq/replay and queen.v1.dlq.replay (SPEC.md
@@ -117,7 +118,7 @@ type replayReply struct {
 // check), then removed when the push was queued. 200 with a replayReply;
 // 400 for bad input, 404 for a queue that does not exist (nothing written).
 func (s *Service) replay(ctx context.Context, body []byte) reply {
-	req, err := queen.DecodeReplay(body)
+	req, err := wire.DecodeReplay(body)
 	if err != nil {
 		return errReply(err)
 	}
@@ -147,19 +148,19 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 			order = append(order, d.ID)
 		}
 	}
-	out := replayReply{Results: make([]queen.ReplayResult, len(order))}
+	out := replayReply{Results: make([]wire.ReplayResult, len(order))}
 	var items []*queen.Item
 	var at []int // items[k] replays out.Results[at[k]]
 	pushed := map[int64]bool{}
 	for i, id := range order {
 		r := &out.Results[i]
-		r.ID, r.Result = id, queen.Gone
+		r.ID, r.Result = id, wire.Gone
 		d := byID[id]
 		if d == nil || d.Partition == "" || pushed[id] { // a repeated id is answered once
 			continue
 		}
 		pushed[id] = true
-		txn := queen.ReplayTransactionID(id)
+		txn := wire.ReplayTransactionID(id)
 		r.Queue, r.Partition, r.TransactionID = d.Queue, d.Partition, txn
 		items = append(items, &queen.Item{Queue: d.Queue, Partition: d.Partition, TransactionID: txn,
 			TraceID: d.TraceID, Payload: d.Data, Hash: queen.HashTxn(txn)})
@@ -180,12 +181,12 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 			switch res.Verdict {
 			case queen.Queued:
 				off := res.Offset
-				r.Result, r.MessageID, r.Offset = queen.Moved, res.MessageID.String(), &off
+				r.Result, r.MessageID, r.Offset = wire.Moved, res.MessageID.String(), &off
 				queued = append(queued, r.ID)
 			case queen.Duplicate:
-				r.Result, r.MessageID = queen.ReplayDuplicate, res.MessageID.String()
+				r.Result, r.MessageID = wire.ReplayDuplicate, res.MessageID.String()
 			default:
-				r.Result = queen.ReplayFailed
+				r.Result = wire.ReplayFailed
 				if res.Err != nil {
 					r.Error, r.Code = res.Err.Message, res.Err.Code
 				}
@@ -201,20 +202,20 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 			}
 			for i := range out.Results {
 				r := &out.Results[i]
-				if r.Result == queen.Moved && !gone[r.ID] && err != nil {
+				if r.Result == wire.Moved && !gone[r.ID] && err != nil {
 					e := queen.AsError(err)
-					r.Result, r.Error, r.Code = queen.ReplayFailed, "pushed back, but the dead letter could not be removed: "+e.Message, e.Code
+					r.Result, r.Error, r.Code = wire.ReplayFailed, "pushed back, but the dead letter could not be removed: "+e.Message, e.Code
 				}
 			}
 		}
 	}
 	for _, r := range out.Results {
 		switch r.Result {
-		case queen.Moved:
+		case wire.Moved:
 			out.Moved++
-		case queen.ReplayDuplicate:
+		case wire.ReplayDuplicate:
 			out.Duplicate++
-		case queen.Gone:
+		case wire.Gone:
 			out.Gone++
 		default:
 			out.Failed++

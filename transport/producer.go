@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // The async producer's defaults and limits (ProducerOptions).
@@ -199,9 +200,9 @@ type Pending struct {
 	attempts int
 	last     error
 	pq       *partQueue
-	fn       func(queen.PushReply, error)
+	fn       func(wire.PushReply, error)
 	done     chan struct{}
-	reply    queen.PushReply
+	reply    wire.PushReply
 	err      error
 }
 
@@ -214,16 +215,16 @@ func (pd *Pending) Done() <-chan struct{} { return pd.done }
 // broker refused (4xx, nothing written), an *UndeliveredError (outcome
 // unknown), or the Publish context's error when the item was never sent.
 // The reply's Index is the item's place in the request that carried it.
-func (pd *Pending) Result() (queen.PushReply, error) { return pd.reply, pd.err }
+func (pd *Pending) Result() (wire.PushReply, error) { return pd.reply, pd.err }
 
 // Wait waits for the item's result (Result); when ctx ends first it returns
 // ctx's error and leaves the item as it is.
-func (pd *Pending) Wait(ctx context.Context) (queen.PushReply, error) {
+func (pd *Pending) Wait(ctx context.Context) (wire.PushReply, error) {
 	select {
 	case <-pd.done:
 		return pd.reply, pd.err
 	case <-ctx.Done():
-		return queen.PushReply{}, ctx.Err()
+		return wire.PushReply{}, ctx.Err()
 	}
 }
 
@@ -289,7 +290,7 @@ type Producer struct {
 // otherwise no replies and an error, a *queen.Error whose Retryable says
 // whether sending the same items again can help (a timeout, an unavailable
 // broker) or not (a 4xx refusal, nothing written).
-type PushFunc func(ctx context.Context, items []PushItem) ([]queen.PushReply, error)
+type PushFunc func(ctx context.Context, items []PushItem) ([]wire.PushReply, error)
 
 // NewProducer returns a producer over c's NATS connection (queen.v1.push,
 // SPEC.md §11) with opts (zero values: the defaults). Over a shard-aware c
@@ -341,7 +342,7 @@ func (p *Producer) Publish(ctx context.Context, item PushItem) (*Pending, error)
 // goroutines; it should return quickly (the producer's requests wait on
 // it) and must not call Flush or Close (they wait for it). fn is not called
 // when PublishFunc returns an error.
-func (p *Producer) PublishFunc(ctx context.Context, item PushItem, fn func(queen.PushReply, error)) error {
+func (p *Producer) PublishFunc(ctx context.Context, item PushItem, fn func(wire.PushReply, error)) error {
 	return p.enqueue(ctx, item, &Pending{fn: fn})
 }
 

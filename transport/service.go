@@ -13,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/metrics"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Pusher routes validated push items to their partitions (shards.Router).
@@ -70,7 +72,7 @@ type Config struct {
 	MaxInFlightBodyBytes int64
 	// RequestTimeout bounds one push request end to end; default 60s.
 	RequestTimeout time.Duration
-	Metrics        *queen.Metrics
+	Metrics        *metrics.Set
 	Logger         *slog.Logger
 }
 
@@ -100,7 +102,7 @@ func NewService(cfg Config) *Service {
 		cfg.RequestTimeout = 60 * time.Second
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = queen.NewMetrics()
+		cfg.Metrics = metrics.New()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -131,9 +133,6 @@ func errReply(err error) reply {
 	return reply{status: e.Status, body: e, retryAfter: e.Retryable && e.Status == http.StatusServiceUnavailable}
 }
 
-// push handles a push body (SPEC.md §3): 201 with one element per item, or
-// 503 with the same array when every item failed; 4xx for bad input (nothing
-// written).
 // admit takes n bytes of the in-flight body budget, or reports overload.
 // The first request is always admitted, whatever its size.
 func (s *Service) admit(n int64) bool {
@@ -146,23 +145,40 @@ func (s *Service) admit(n int64) bool {
 	return true
 }
 
+// admitDeclared refuses, before its body is read, a push or transaction
+// whose declared Content-Length (up to queen.MaxBodyBytes) would not be
+// admitted now: false means overloaded (answer s.overloaded()). The budget
+// is taken again, for the bytes actually read, by admit.
+func (s *Service) admitDeclared(r *http.Request) bool {
+	if n := r.ContentLength; n > 0 && n <= queen.MaxBodyBytes {
+		if !s.admit(n) {
+			return false
+		}
+		s.inFlight.Add(-n)
+	}
+	return true
+}
+
 func (s *Service) overloaded() reply {
 	return errReply(queen.ErrOverloaded.With("the broker is handling %d bytes of push bodies (limit %d); retry with the same transaction ids",
 		s.inFlight.Load(), s.cfg.MaxInFlightBodyBytes))
 }
 
+// push handles a push body (SPEC.md §3): 201 with one element per item, or
+// 503 with the same array when every item failed; 4xx for bad input (nothing
+// written).
 func (s *Service) push(ctx context.Context, body []byte, transport string) reply {
 	s.cfg.Metrics.PushRequests.WithLabelValues(transport).Inc()
 	if !s.admit(int64(len(body))) {
 		return s.overloaded()
 	}
 	defer s.inFlight.Add(-int64(len(body)))
-	items, err := queen.DecodePush(body, s.cfg.MaxPayloadBytes)
+	items, err := wire.DecodePush(body, s.cfg.MaxPayloadBytes)
 	if err != nil {
 		return errReply(err)
 	}
 	if len(items) == 0 {
-		return reply{status: http.StatusCreated, body: []queen.PushReply{}}
+		return reply{status: http.StatusCreated, body: []wire.PushReply{}}
 	}
 	ptrs := make([]*queen.Item, len(items))
 	for i := range items {
@@ -174,10 +190,10 @@ func (s *Service) push(ctx context.Context, body []byte, transport string) reply
 	if s.cfg.OnPushed != nil {
 		s.cfg.OnPushed(ptrs, results)
 	}
-	out := make([]queen.PushReply, len(items))
+	out := make([]wire.PushReply, len(items))
 	failed := 0
 	for i := range items {
-		out[i] = queen.Reply(i, ptrs[i], results[i])
+		out[i] = wire.Reply(i, ptrs[i], results[i])
 		if results[i].Verdict == queen.Failed {
 			failed++
 		}
@@ -269,7 +285,7 @@ type configureReply struct {
 }
 
 func (s *Service) configure(ctx context.Context, body []byte) reply {
-	req, err := queen.DecodeConfigure(body)
+	req, err := wire.DecodeConfigure(body)
 	if err != nil {
 		return errReply(err)
 	}
@@ -344,7 +360,7 @@ func (s *Service) dedupCache(body []byte) reply {
 		var in struct {
 			Enabled *bool `json:"enabled"`
 		}
-		if err := queen.DecodeObject(body, &in); err != nil {
+		if err := wire.DecodeObject(body, &in); err != nil {
 			return errReply(err)
 		}
 		if in.Enabled == nil {
@@ -378,8 +394,8 @@ func mustJSON(v any) []byte {
 	if v == nil {
 		return nil
 	}
-	if rs, ok := v.([]queen.PushReply); ok {
-		return queen.AppendPushReplies(make([]byte, 0, 256*len(rs)), rs)
+	if rs, ok := v.([]wire.PushReply); ok {
+		return wire.AppendPushReplies(make([]byte, 0, 256*len(rs)), rs)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

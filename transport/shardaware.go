@@ -16,6 +16,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // ClientOption configures a Client (NewClient).
@@ -218,7 +219,7 @@ func vouch(it *PushItem) bool {
 		return false
 	}
 	if p := it.Payload; len(p) > 0 {
-		if !utf8.Valid(p) || !json.Valid(p) || queen.HasLoneSurrogate(p) {
+		if !utf8.Valid(p) || !json.Valid(p) || wire.HasLoneSurrogate(p) {
 			return false
 		}
 	}
@@ -231,13 +232,13 @@ type shardGroup struct {
 	idx   []int // the items' indexes in the request
 	// replies answer idx in order; err is the group's error when it got
 	// no verdicts.
-	replies []queen.PushReply
+	replies []wire.PushReply
 	err     error
 }
 
 // pushSharded is Push of a shard-aware client; ok is false when the push
 // must go whole to queen.v1.push.
-func (c *Client) pushSharded(ctx context.Context, items []PushItem) (out []queen.PushReply, ok bool, err error) {
+func (c *Client) pushSharded(ctx context.Context, items []PushItem) (out []wire.PushReply, ok bool, err error) {
 	st := c.shard
 	if len(items) > queen.MaxItems {
 		return nil, false, nil
@@ -309,8 +310,8 @@ func pick(items []PushItem, idx []int) []PushItem {
 // nothing of it written) makes the push's error, its item index in request
 // terms; the items of a group without verdicts for another reason are
 // failed with the group's error.
-func merge(items []PushItem, groups []*shardGroup) ([]queen.PushReply, bool, error) {
-	out := make([]queen.PushReply, len(items))
+func merge(items []PushItem, groups []*shardGroup) ([]wire.PushReply, bool, error) {
+	out := make([]wire.PushReply, len(items))
 	failed := 0
 	for _, g := range groups {
 		if g.err != nil {
@@ -324,7 +325,7 @@ func merge(items []PushItem, groups []*shardGroup) ([]queen.PushReply, bool, err
 				if part == "" {
 					part = queen.DefaultPartition
 				}
-				out[i] = queen.PushReply{Index: i, TransactionID: it.TransactionID, QueueName: it.Queue, Partition: part,
+				out[i] = wire.PushReply{Index: i, TransactionID: it.TransactionID, QueueName: it.Queue, Partition: part,
 					Status: queen.Failed, Error: qe.Message, Code: qe.Code}
 				if it.TraceID != "" {
 					t := it.TraceID
@@ -364,7 +365,7 @@ func refusal(qe *queen.Error, idx []int) error {
 // pushShard sends one shard's items to its subject and returns one reply
 // per item, in order, or the group's error. Items the shard could not take
 // (see ShardAware) go through queen.v1.push.
-func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]queen.PushReply, error) {
+func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]wire.PushReply, error) {
 	st := c.shard
 	msg := nats.NewMsg(ShardPushSubject(n))
 	msg.Header.Set("Content-Type", "application/json")
@@ -417,7 +418,7 @@ func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]quee
 
 // pushPublic sends items whole to queen.v1.push; the replies answer items
 // in order, or the error is the group's.
-func (c *Client) pushPublic(ctx context.Context, items []PushItem) ([]queen.PushReply, error) {
+func (c *Client) pushPublic(ctx context.Context, items []PushItem) ([]wire.PushReply, error) {
 	data, status, err := c.request(ctx, SubjectPush, AppendPushRequest(nil, items))
 	if err != nil {
 		return nil, err
@@ -427,9 +428,9 @@ func (c *Client) pushPublic(ctx context.Context, items []PushItem) ([]queen.Push
 
 // pushReplies decodes a push answer: n replies (201, or 503 with every item
 // failed), or the error of a refused request.
-func pushReplies(data []byte, status, n int) ([]queen.PushReply, error) {
+func pushReplies(data []byte, status, n int) ([]wire.PushReply, error) {
 	if status == 0 || status == 503 {
-		if out, jerr := queen.DecodePushReplies(data); jerr == nil {
+		if out, jerr := wire.DecodePushReplies(data); jerr == nil {
 			if len(out) != n {
 				return nil, queen.ErrInternal.With("the broker answered %d verdicts for %d items", len(out), n)
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // traceReply answers POST /api/v1/traces.
@@ -35,7 +36,7 @@ func (s *Service) trace(body []byte) reply {
 		PartitionID   *string         `json:"partitionId"`
 		Data          json.RawMessage `json:"data"`
 	}
-	if err := queen.DecodeObject(body, &in); err != nil {
+	if err := wire.DecodeObject(body, &in); err != nil {
 		return errReply(err)
 	}
 	for _, f := range []struct {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Transactor runs transactions (persistence.Store).
@@ -34,13 +35,9 @@ func (s *Service) transactor() Transactor {
 
 // handleTransaction is POST /api/v1/transaction.
 func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
-	// Refuse before reading a body that would not be admitted.
-	if n := r.ContentLength; n > 0 && n <= queen.MaxBodyBytes {
-		if !s.admit(n) {
-			writeReply(w, txnErrReply(s.overloaded()))
-			return
-		}
-		s.inFlight.Add(-n)
+	if !s.admitDeclared(r) {
+		writeReply(w, txnErrReply(s.overloaded()))
+		return
 	}
 	if body, ok := readBody(w, r); ok {
 		writeReply(w, s.transaction(r.Context(), body))
@@ -63,7 +60,7 @@ func (s *Service) transaction(ctx context.Context, body []byte) reply {
 		return txnErrReply(s.overloaded())
 	}
 	defer s.inFlight.Add(-int64(len(body)))
-	req, err := queen.DecodeTransaction(body, s.cfg.MaxPayloadBytes)
+	req, err := wire.DecodeTransaction(body, s.cfg.MaxPayloadBytes)
 	if err != nil {
 		return txnErrReply(errReply(err))
 	}
@@ -95,7 +92,7 @@ func (s *Service) transaction(ctx context.Context, body []byte) reply {
 	if len(pushed) > 0 && s.cfg.OnPushed != nil {
 		s.cfg.OnPushed(pushed, results)
 	}
-	return reply{status: http.StatusOK, body: queen.TxnReply{Success: true, Results: queen.TxnOpReplies(req.Ops, res)}}
+	return reply{status: http.StatusOK, body: wire.TxnReply{Success: true, Results: wire.TxnOpReplies(req.Ops, res)}}
 }
 
 // txnErrReply gives an error reply the transaction error body: the registry
@@ -184,7 +181,7 @@ func (t *TxnBuilder) Body() ([]byte, error) {
 // other errors are *queen.Error (bad input, or retryable: the database or the
 // broker failed, and a retry of a transaction that did commit answers
 // queen.ErrDuplicate for its pushes).
-func (t *TxnBuilder) Commit(ctx context.Context) ([]queen.TxnOpReply, error) {
+func (t *TxnBuilder) Commit(ctx context.Context) ([]wire.TxnOpReply, error) {
 	body, err := t.Body()
 	if err != nil {
 		return nil, err
@@ -204,7 +201,7 @@ func (t *TxnBuilder) Commit(ctx context.Context) ([]queen.TxnOpReply, error) {
 		}
 		return nil, e
 	}
-	var out queen.TxnReply
+	var out wire.TxnReply
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, queen.ErrInternal.With("decode transaction reply: %v", err)
 	}

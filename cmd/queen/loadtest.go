@@ -387,13 +387,17 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		PGBin:         pgBin,
 		Version:       version,
 		Logger:        log,
-		DedupCacheMB:  envInt("QUEEN_DEDUP_CACHE_MB", 512),
+		DedupCacheMB:  512,
 		PartitionIdle: broker.DefaultPartitionIdle,
 		// As serve's default; QUEEN_PARTITION_MEMORY_MB below.
 		PartitionMemoryMB: broker.DefaultPartitionMemoryMB,
 	}
 	// The embedded broker takes the dedup cache settings from the
 	// environment, as `queen serve` does.
+	if err := envInt(nil, "", "QUEEN_DEDUP_CACHE_MB", &bcfg.DedupCacheMB); err != nil {
+		removeAll()
+		return err
+	}
 	if err := dedupCacheSettings(&bcfg, envOr("QUEEN_DEDUP_CACHE", "on")); err != nil {
 		removeAll()
 		return err

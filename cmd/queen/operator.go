@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Exit codes of the operator verbs (README, Operator API and CLI).
@@ -404,8 +405,8 @@ a dead letter failed or the broker refused the request, 2 usage.`,
 				return err
 			}
 			var r struct {
-				Results []queen.ReplayResult `json:"results"`
-				Failed  int                  `json:"failed"`
+				Results []wire.ReplayResult `json:"results"`
+				Failed  int                 `json:"failed"`
 			}
 			if err := decode(raw, &r); err != nil {
 				return err
@@ -427,7 +428,7 @@ a dead letter failed or the broker refused the request, 2 usage.`,
 	f.StringVar(&group, "group", "", "consumer group whose dead letters to replay (required)")
 	f.Int64SliceVar(&ids, "id", nil, "dead letter id (repeatable, or comma-separated)")
 	f.StringVar(&partition, "partition", "", "replay the partition's dead letters, oldest first")
-	f.IntVar(&limit, "limit", queen.DefaultReplayLimit, "with --partition: most dead letters replayed (up to 10000)")
+	f.IntVar(&limit, "limit", wire.DefaultReplayLimit, "with --partition: most dead letters replayed (up to 10000)")
 	return cmd
 }
 

@@ -21,6 +21,7 @@ import (
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 const testToken = "op-s3cret"
@@ -92,7 +93,7 @@ func TestOperatorVerbs(t *testing.T) {
 	base := b.HTTPURL()
 	t.Setenv("QUEEN_HTTP_ADDR", "")
 	t.Setenv("QUEEN_ADMIN_TOKEN", "")
-	var pushed []queen.PushReply
+	var pushed []wire.PushReply
 	require.Equal(t, http.StatusCreated, httpJSON(t, http.MethodPost, base+"/api/v1/push", "", map[string]any{"items": []any{
 		map[string]any{"queue": "cq", "partition": "p", "transactionId": "k1"},
 		map[string]any{"queue": "cq", "partition": "d", "transactionId": "poison", "payload": map[string]any{"n": 7}},

@@ -27,13 +27,21 @@ func envOr(name, def string) string {
 	return def
 }
 
-func envInt(name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
+// envInt applies the environment variable name, a whole number, over *dst
+// where the flag named flag was not given (cmd nil: the environment alone).
+// Unset or empty leaves *dst; a malformed value is an error naming the
+// variable, so the start is refused rather than the default silently kept.
+func envInt(cmd *cobra.Command, flag, name string, dst *int) error {
+	v := os.Getenv(name)
+	if v == "" || (cmd != nil && cmd.Flags().Changed(flag)) {
+		return nil
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("%s=%q is not a whole number", name, v)
+	}
+	*dst = n
+	return nil
 }
 
 // databaseURLFromEnv returns DATABASE_URL, else a URL built from PG_HOST,
@@ -99,10 +107,11 @@ func serveCmd() *cobra.Command {
 a managed local PostgreSQL in ./.queen (initdb on first start, reused after), and the
 HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if v := os.Getenv("QUEEN_MAX_PAYLOAD_BYTES"); v != "" && !cmd.Flags().Changed("max-payload-bytes") {
-				if _, err := strconv.Atoi(v); err != nil {
-					return fmt.Errorf("QUEEN_MAX_PAYLOAD_BYTES=%q is not a whole number of bytes", v)
-				}
+			if err := envInt(cmd, "max-payload-bytes", "QUEEN_MAX_PAYLOAD_BYTES", &cfg.MaxPayloadBytes); err != nil {
+				return err
+			}
+			if err := envInt(cmd, "dedup-cache-mb", "QUEEN_DEDUP_CACHE_MB", &cfg.DedupCacheMB); err != nil {
+				return err
 			}
 			if err := dedupCacheSettings(&cfg, dedupCache); err != nil {
 				return err
@@ -155,10 +164,10 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.StringVar(&cfg.HTTPAddr, "http-addr", envOr("QUEEN_HTTP_ADDR", "127.0.0.1:6632"), "HTTP listen address (env QUEEN_HTTP_ADDR)")
 	f.StringVar(&cfg.NATSListen, "nats-listen", envOr("QUEEN_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (env QUEEN_NATS_LISTEN)")
 	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one (env NATS_URL)")
-	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", envInt("QUEEN_MAX_PAYLOAD_BYTES", queen.DefaultMaxPayloadBytes), "largest item payload in bytes, default 4 MiB (env QUEEN_MAX_PAYLOAD_BYTES; SPEC.md §10)")
+	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", queen.DefaultMaxPayloadBytes, "largest item payload in bytes, default 4 MiB (env QUEEN_MAX_PAYLOAD_BYTES; SPEC.md §10)")
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env QUEEN_LOG_LEVEL)")
 	f.StringVar(&dedupCache, "dedup-cache", envOr("QUEEN_DEDUP_CACHE", "on"), "broker-side dedup cache: on or off (env QUEEN_DEDUP_CACHE; switch live with POST /api/v1/admin/dedup-cache)")
-	f.IntVar(&cfg.DedupCacheMB, "dedup-cache-mb", envInt("QUEEN_DEDUP_CACHE_MB", 512), "memory budget of the dedup cache for all partitions, MiB (env QUEEN_DEDUP_CACHE_MB)")
+	f.IntVar(&cfg.DedupCacheMB, "dedup-cache-mb", 512, "memory budget of the dedup cache for all partitions, MiB (env QUEEN_DEDUP_CACHE_MB)")
 	f.DurationVar(&cfg.Retention.Interval, "retention-interval", persistence.DefaultRetentionInterval, "pause between retention passes, a Go duration (env QUEEN_RETENTION_INTERVAL)")
 	f.IntVar(&cfg.Retention.Batch, "retention-batch", persistence.DefaultRetentionBatch, "most rows (and about most messages) one retention statement deletes (env QUEEN_RETENTION_BATCH)")
 	f.DurationVar(&cfg.SidecarRange, "sidecar-range", persistence.DefaultSidecarRange, "time span of one range of the per-hash sidecar index, whole seconds from 1s to 24h; expired ranges are dropped whole (env QUEEN_SIDECAR_RANGE)")
@@ -241,11 +250,6 @@ func dedupCacheSettings(cfg *broker.Config, mode string) error {
 		cfg.DedupCacheOff = true
 	default:
 		return fmt.Errorf("QUEEN_DEDUP_CACHE / --dedup-cache = %q: want on or off", mode)
-	}
-	if v := os.Getenv("QUEEN_DEDUP_CACHE_MB"); v != "" {
-		if _, err := strconv.Atoi(v); err != nil {
-			return fmt.Errorf("QUEEN_DEDUP_CACHE_MB=%q is not a whole number of MiB", v)
-		}
 	}
 	if cfg.DedupCacheMB < 1 {
 		return fmt.Errorf("--dedup-cache-mb %d: want at least 1", cfg.DedupCacheMB)

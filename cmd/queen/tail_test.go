@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // syncBuffer is an io.Writer read while a command writes to it.
@@ -58,13 +59,13 @@ func waitOutput(t *testing.T, what string, out fmt.Stringer, cond func(string) b
 
 // pushItems pushes (partition, transactionId) pairs to queue and returns the
 // replies.
-func pushItems(t *testing.T, base, queue string, pairs ...string) []queen.PushReply {
+func pushItems(t *testing.T, base, queue string, pairs ...string) []wire.PushReply {
 	t.Helper()
 	var its []any
 	for i := 0; i+1 < len(pairs); i += 2 {
 		its = append(its, map[string]any{"queue": queue, "partition": pairs[i], "transactionId": pairs[i+1], "payload": map[string]any{"txn": pairs[i+1]}})
 	}
-	var out []queen.PushReply
+	var out []wire.PushReply
 	require.Equal(t, http.StatusCreated, httpJSON(t, http.MethodPost, base+"/api/v1/push", "", map[string]any{"items": its}, &out))
 	return out
 }

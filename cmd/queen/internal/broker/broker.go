@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,11 +16,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/actors"
+	"github.com/queen-mq/queen-go/metrics"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/localpg"
 	"github.com/queen-mq/queen-go/shards"
@@ -177,7 +179,7 @@ type Broker struct {
 	natsSvc  *transport.NATSService
 	httpSrv  *http.Server
 	httpLn   net.Listener
-	metrics  *queen.Metrics
+	metrics  *metrics.Set
 	stopped  chan struct{}
 }
 
@@ -185,7 +187,7 @@ type Broker struct {
 // everything started so far is stopped again.
 func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	cfg.defaults()
-	b := &Broker{cfg: cfg, log: cfg.Logger, metrics: queen.NewMetrics(), stopped: make(chan struct{})}
+	b := &Broker{cfg: cfg, log: cfg.Logger, metrics: metrics.New(), stopped: make(chan struct{})}
 	if err := b.start(ctx); err != nil {
 		// Stop whatever started, the managed PostgreSQL included.
 		if terr := b.teardown(context.Background()); terr != nil {
@@ -289,7 +291,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}
 	router.SetHopTimeout(hop)
 	b.router = router
-	registerClusterMetrics(b.metrics, b.members, router)
+	registerClusterMetrics(b.metrics, b.members, router, b.shardSrv)
 	b.cons = actors.NewConsumers(b.store, cfg.PollRecheck)
 	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
 		return err
@@ -420,7 +422,7 @@ func (s cacheSwitch) SetEnabled(on bool) { s.c.SetEnabled(on) }
 func (s cacheSwitch) Stats() any         { return s.c.Stats() }
 
 // registerCacheMetrics exposes the dedup cache's size and counters.
-func registerCacheMetrics(m *queen.Metrics, c *actors.Cache) {
+func registerCacheMetrics(m *metrics.Set, c *actors.Cache) {
 	gauge := func(name, help string, f func(actors.CacheStats) int64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f(c.Stats())) })
 	}
@@ -448,7 +450,7 @@ func registerCacheMetrics(m *queen.Metrics, c *actors.Cache) {
 
 // registerPartitionMetrics exposes the partition actors' counts and the
 // memory they hold (no per-partition label sets).
-func registerPartitionMetrics(m *queen.Metrics, h *actors.Host) {
+func registerPartitionMetrics(m *metrics.Set, h *actors.Host) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "queen_partitions_active", Help: "Partition actors alive on this broker (spawned by a push, not yet passivated).",
@@ -511,7 +513,7 @@ func (b *Broker) RestartPostgres(ctx context.Context) error {
 func (b *Broker) Commits() uint64 { return b.host.Commits() }
 
 // Metrics returns the broker's metrics.
-func (b *Broker) Metrics() *queen.Metrics { return b.metrics }
+func (b *Broker) Metrics() *metrics.Set { return b.metrics }
 
 // httpDrain bounds how long Stop waits for HTTP requests in flight (a slow
 // client still sending its body) before cutting their connections.

@@ -3,13 +3,14 @@ package broker
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/metrics"
 	"github.com/queen-mq/queen-go/shards"
 )
 
 // registerClusterMetrics exposes the shards this broker holds and how its
-// router served the shard groups of pushes (SPEC.md §9).
-func registerClusterMetrics(m *queen.Metrics, members *shards.Membership, r *shards.Router) {
+// router served the shard groups of pushes (SPEC.md §9), and the shard
+// messages its shard server's bounded subscriptions dropped.
+func registerClusterMetrics(m *metrics.Set, members *shards.Membership, r *shards.Router, srv *shards.Server) {
 	route := func(name, help string, f func(shards.RouterStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(r.Stats())) })
 	}
@@ -18,6 +19,8 @@ func registerClusterMetrics(m *queen.Metrics, members *shards.Membership, r *sha
 			func() float64 { return float64(len(members.Held())) }),
 		route("queen_shard_routes_local_total", "Shard groups of pushes served by this broker's actors (it owns the shard, or nobody does).", func(s shards.RouterStats) uint64 { return s.Local }),
 		route("queen_shard_routes_remote_total", "Shard groups of pushes sent to the owning broker over NATS.", func(s shards.RouterStats) uint64 { return s.Remote }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_shard_pending_dropped_total", Help: "Shard push messages dropped because a shard subscription's pending bound was full (slow consumer); their routers answered the items failed with code timeout."},
+			func() float64 { return float64(srv.Dropped()) }),
 		route("queen_shard_routes_fallback_total", "Shard groups sent to an owner that did not serve them (no responder, shutting down) and served here.", func(s shards.RouterStats) uint64 { return s.Fallback }),
 	)
 }

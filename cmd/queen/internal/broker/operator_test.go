@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // inspect asks the dedup inspector through via (HTTP query or NATS body).
@@ -330,7 +331,7 @@ func (e *env) dlq(t testing.TB, queue string) []queen.DeadLetter {
 }
 
 type replayReply struct {
-	Results                        []queen.ReplayResult `json:"results"`
+	Results                        []wire.ReplayResult `json:"results"`
 	Moved, Duplicate, Gone, Failed int
 }
 
@@ -355,7 +356,7 @@ func (e *env) replay(t testing.TB, via string, body any) (int, replayReply, *err
 	return r.Status, out, r.Err
 }
 
-func outcomes(rs []queen.ReplayResult) string {
+func outcomes(rs []wire.ReplayResult) string {
 	s := make([]string, len(rs))
 	for i, r := range rs {
 		s[i] = strconv.FormatInt(r.ID, 10) + ":" + string(r.Result)
@@ -414,10 +415,10 @@ func TestDLQReplay(t *testing.T) {
 	}
 	// b's replay is already in the window (pushed by an earlier replay whose
 	// removal was lost): duplicate, the dead letter kept, nothing written.
-	first := e.pushOK(t, "http", items(it("rp", "p", queen.ReplayTransactionID(b.ID))), 1)
+	first := e.pushOK(t, "http", items(it("rp", "p", wire.ReplayTransactionID(b.ID))), 1)
 	before := e.stats(t, "rp")
 	st, rep, _ = e.replay(t, "nats", map[string]any{"queue": "rp", "ids": []int64{b.ID}})
-	if st != http.StatusOK || rep.Duplicate != 1 || rep.Results[0].Result != queen.ReplayDuplicate || rep.Results[0].MessageID != first[0].MessageID {
+	if st != http.StatusOK || rep.Duplicate != 1 || rep.Results[0].Result != wire.ReplayDuplicate || rep.Results[0].MessageID != first[0].MessageID {
 		t.Fatalf("replay b: %d %+v", st, rep)
 	}
 	if after := e.stats(t, "rp"); after != before || len(e.dlq(t, "rp")) != 2 {

@@ -16,6 +16,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // gatedPush is a PushFunc over c that waits for its gate before each
@@ -30,7 +31,7 @@ func newGatedPush(c *transport.Client) *gatedPush {
 	return &gatedPush{c: c, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
 }
 
-func (g *gatedPush) push(ctx context.Context, items []transport.PushItem) ([]queen.PushReply, error) {
+func (g *gatedPush) push(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
 	select {
 	case g.entered <- struct{}{}:
 	default:
@@ -44,11 +45,11 @@ func (g *gatedPush) push(ctx context.Context, items []transport.PushItem) ([]que
 }
 
 // waitAll waits for every future and returns the results in order.
-func waitAll(t *testing.T, pds []*transport.Pending) ([]queen.PushReply, []error) {
+func waitAll(t *testing.T, pds []*transport.Pending) ([]wire.PushReply, []error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rs := make([]queen.PushReply, len(pds))
+	rs := make([]wire.PushReply, len(pds))
 	errs := make([]error, len(pds))
 	for i, pd := range pds {
 		rs[i], errs[i] = pd.Wait(ctx)
@@ -89,7 +90,7 @@ func TestAsyncProducer(t *testing.T) {
 		closeProducer(t, p)
 		const n, parts = 400, 8
 		type res struct {
-			r   queen.PushReply
+			r   wire.PushReply
 			err error
 		}
 		var mu sync.Mutex
@@ -110,7 +111,7 @@ func TestAsyncProducer(t *testing.T) {
 				pds[i] = pd
 				continue
 			}
-			err := p.PublishFunc(ctx, item, func(r queen.PushReply, err error) {
+			err := p.PublishFunc(ctx, item, func(r wire.PushReply, err error) {
 				mu.Lock()
 				byCallback[i] = res{r, err}
 				mu.Unlock()
@@ -120,9 +121,9 @@ func TestAsyncProducer(t *testing.T) {
 			}
 		}
 		flushOrFail(t, p)
-		replies := make([]queen.PushReply, n)
+		replies := make([]wire.PushReply, n)
 		for i := range n {
-			var r queen.PushReply
+			var r wire.PushReply
 			var err error
 			if pd, ok := pds[i]; ok {
 				select {
@@ -206,7 +207,7 @@ func TestAsyncProducer(t *testing.T) {
 			var calls atomic.Int32
 			var mu sync.Mutex
 			orig := map[string]string{} // transactionId → message id of the lost reply
-			push := func(ctx context.Context, items []transport.PushItem) ([]queen.PushReply, error) {
+			push := func(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
 				rs, err := c.Push(ctx, items)
 				if calls.Add(1) > 1 || err != nil {
 					return rs, err
@@ -434,7 +435,7 @@ func TestAsyncProducer(t *testing.T) {
 		var got atomic.Int64
 		for i := range 50 {
 			err := p.PublishFunc(ctx, transport.PushItem{Queue: "ap-close", Partition: fmt.Sprintf("p%d", i%5), TransactionID: fmt.Sprintf("c-%d", i)},
-				func(r queen.PushReply, err error) {
+				func(r wire.PushReply, err error) {
 					if err == nil && r.Status == queen.Queued {
 						got.Add(1)
 					}

@@ -1,4 +1,4 @@
-package queen
+package wire
 
 // HasLoneSurrogate reports whether the valid JSON b escapes half of a UTF-16
 // surrogate pair alone (\ud800 not followed by \udc00-\udfff, or a low half
@@ -13,7 +13,7 @@ func HasLoneSurrogate(b []byte) bool {
 			i++ // an escaped character
 			continue
 		}
-		r, ok := surrogateHex4(b, i+2)
+		r, ok := hex4(b, i+2)
 		if !ok {
 			return true // not JSON after all: treated as refused, the caller says why
 		}
@@ -23,7 +23,7 @@ func HasLoneSurrogate(b []byte) bool {
 		case r >= 0xd800 && r <= 0xdbff:
 			lo, ok := rune(0), false
 			if i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-				lo, ok = surrogateHex4(b, i+8)
+				lo, ok = hex4(b, i+8)
 			}
 			if !ok || lo < 0xdc00 || lo > 0xdfff {
 				return true
@@ -34,25 +34,4 @@ func HasLoneSurrogate(b []byte) bool {
 		}
 	}
 	return false
-}
-
-// hex4 reads the four hex digits at b[i:i+4].
-func surrogateHex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }

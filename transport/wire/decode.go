@@ -1,4 +1,4 @@
-package queen
+package wire
 
 import (
 	"encoding/binary"
@@ -7,26 +7,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/queen-mq/queen-go"
 )
 
-// Limits of SPEC.md §10.
-const (
-	// MaxItems is the most items one push may carry (SPEC.md §10).
-	MaxItems = 10000
-	// MaxBodyBytes is the largest request body (16 MiB); the transports enforce it with 413.
-	MaxBodyBytes = 16 << 20
-	// DefaultMaxPayloadBytes is the default QUEEN_MAX_PAYLOAD_BYTES (4 MiB,
-	// SPEC.md §10): a 1 MiB document fits with room for its wrapping.
-	DefaultMaxPayloadBytes = 4 << 20
-	// MaxNameBytes is the longest queue or partition name, in bytes after JSON unescaping.
-	MaxNameBytes = 255
-	// MaxTransactionIDBytes is the longest transactionId, in bytes after JSON unescaping.
-	MaxTransactionIDBytes = 1024
-	// maxNestingDepth is the deepest nesting of a body, as in encoding/json:
-	// anything deeper could not be re-encoded by encoding/json (a pop reply
-	// embeds the payload), so it is refused at push.
-	maxNestingDepth = 10000
-)
+// maxNestingDepth is the deepest nesting of a body, as in encoding/json:
+// anything deeper could not be re-encoded by encoding/json (a pop reply
+// embeds the payload), so it is refused at push.
+const maxNestingDepth = 10000
 
 // DecodePush parses and validates a push body {"items":[...]} (SPEC.md §3, §10).
 //
@@ -46,26 +33,26 @@ const (
 // first problem in document order. Keys are matched exactly (case-sensitive);
 // unknown keys are ignored; a known key given twice in one object is invalid
 // JSON here (as in encoding/json/v2).
-func DecodePush(body []byte, maxPayloadBytes int) ([]Item, error) {
-	if len(body) > MaxBodyBytes {
+func DecodePush(body []byte, maxPayloadBytes int) ([]queen.Item, error) {
+	if len(body) > queen.MaxBodyBytes {
 		return nil, bodyTooLarge(len(body))
 	}
 	if maxPayloadBytes <= 0 {
-		maxPayloadBytes = DefaultMaxPayloadBytes
+		maxPayloadBytes = queen.DefaultMaxPayloadBytes
 	}
 	p := pushDecoder{decoder: decoder{b: body, item: -1, key: -1}, maxPayload: maxPayloadBytes}
 	p.parse()
 	switch {
 	case p.err != nil:
 		return nil, p.finalErr()
-	case p.count > MaxItems:
-		e := ErrTooManyItems.With("the request has %d items; the limit is %d", p.count, MaxItems)
+	case p.count > queen.MaxItems:
+		e := queen.ErrTooManyItems.With("the request has %d items; the limit is %d", p.count, queen.MaxItems)
 		e.Field = "items"
 		return nil, e
 	case p.sem != nil:
 		return nil, p.sem
 	case !p.sawItems:
-		e := ErrMissingField.With("the body has no \"items\" array")
+		e := queen.ErrMissingField.With("the body has no \"items\" array")
 		e.Field = "items"
 		return nil, e
 	}
@@ -75,20 +62,6 @@ func DecodePush(body []byte, maxPayloadBytes int) ([]Item, error) {
 	return p.items, nil
 }
 
-// ConfigureRequest is a decoded POST /api/v1/configure body (SPEC.md §6).
-type ConfigureRequest struct {
-	Queue, Namespace, Task string
-	// NamespaceSet / TaskSet report that the body gave the label: a label
-	// the body leaves out keeps its stored value (labels are not options:
-	// the full replace is about options).
-	NamespaceSet, TaskSet bool
-	// Merge is "mode":"merge"; "mode":"replace", null or absent is a full replace.
-	Merge bool
-	// Options are the raw client options, never nil; ApplyOptions has already
-	// accepted them once on top of DefaultOptions().
-	Options map[string]json.RawMessage
-}
-
 // DecodeConfigure parses and validates a configure body
 // {"queue":"q","namespace":"","task":"","options":{...},"mode":"merge"} (SPEC.md §6, §10).
 // queue is required and must be a valid name; namespace and task, when not
@@ -96,12 +69,12 @@ type ConfigureRequest struct {
 // object whose keys and values ApplyOptions accepts; mode is "merge",
 // "replace" or absent. Unknown top-level keys are ignored. Errors are *Error
 // from the registry with the field path ("queue", "options.leaseTime", ...).
-func DecodeConfigure(body []byte) (ConfigureRequest, error) {
-	if len(body) > MaxBodyBytes {
-		return ConfigureRequest{}, bodyTooLarge(len(body))
+func DecodeConfigure(body []byte) (queen.ConfigureRequest, error) {
+	if len(body) > queen.MaxBodyBytes {
+		return queen.ConfigureRequest{}, bodyTooLarge(len(body))
 	}
 	d := decoder{b: body, item: -1, key: -1}
-	req := ConfigureRequest{Options: map[string]json.RawMessage{}}
+	req := queen.ConfigureRequest{Options: map[string]json.RawMessage{}}
 	var seen uint8
 	d.skipWS()
 	if d.peek() == '{' {
@@ -125,7 +98,7 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 			}
 			name := string(key)
 			if seen&bit != 0 {
-				d.semantic(fieldErr(ErrInvalidJSON.With("%q is given twice", name), name))
+				d.semantic(fieldErr(queen.ErrInvalidJSON.With("%q is given twice", name), name))
 			}
 			seen |= bit
 			if bit == 16 {
@@ -137,14 +110,14 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 			}
 			switch {
 			case kind == valOther:
-				d.semantic(fieldErr(ErrInvalidField.With("%s must be a string", name), name))
+				d.semantic(fieldErr(queen.ErrInvalidField.With("%s must be a string", name), name))
 			case bit == 8:
 				switch {
 				case kind == valNull || string(s) == "replace":
 				case string(s) == "merge":
 					req.Merge = true
 				default:
-					d.semantic(fieldErr(ErrInvalidField.With("mode must be \"merge\" or \"replace\", got %q", s), "mode"))
+					d.semantic(fieldErr(queen.ErrInvalidField.With("mode must be \"merge\" or \"replace\", got %q", s), "mode"))
 				}
 			case kind == valString:
 				*dst = string(s)
@@ -155,33 +128,33 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 		})
 	} else {
 		if d.i < len(d.b) {
-			d.semantic(ErrInvalidJSON.With("the body must be a JSON object"))
+			d.semantic(queen.ErrInvalidJSON.With("the body must be a JSON object"))
 		}
 		d.skipValue()
 	}
 	d.end()
 	if d.err != nil {
-		return ConfigureRequest{}, d.finalErr()
+		return queen.ConfigureRequest{}, d.finalErr()
 	}
 	if d.sem != nil {
-		return ConfigureRequest{}, d.sem
+		return queen.ConfigureRequest{}, d.sem
 	}
 	if req.Queue == "" {
-		return ConfigureRequest{}, fieldErr(ErrMissingField.With("queue is required"), "queue")
+		return queen.ConfigureRequest{}, fieldErr(queen.ErrMissingField.With("queue is required"), "queue")
 	}
 	if e := validateName(req.Queue, "queue"); e != nil {
-		return ConfigureRequest{}, e
+		return queen.ConfigureRequest{}, e
 	}
 	for _, l := range [...]struct{ v, f string }{{req.Namespace, "namespace"}, {req.Task, "task"}} {
 		if l.v == "" {
 			continue
 		}
 		if e := validateName(l.v, l.f); e != nil {
-			return ConfigureRequest{}, e
+			return queen.ConfigureRequest{}, e
 		}
 	}
-	if _, err := ApplyOptions(DefaultOptions(), req.Options); err != nil {
-		return ConfigureRequest{}, err
+	if _, err := queen.ApplyOptions(queen.DefaultOptions(), req.Options); err != nil {
+		return queen.ConfigureRequest{}, err
 	}
 	return req, nil
 }
@@ -196,7 +169,7 @@ func (d *decoder) configureOptions(opts map[string]json.RawMessage) bool {
 			}
 			k := string(key)
 			if _, dup := opts[k]; dup {
-				d.semantic(fieldErr(ErrInvalidJSON.With("option %q is given twice", k), "options."+k))
+				d.semantic(fieldErr(queen.ErrInvalidJSON.With("option %q is given twice", k), "options."+k))
 			}
 			opts[k] = json.RawMessage(append([]byte(nil), d.b[start:end]...))
 			return true
@@ -204,66 +177,23 @@ func (d *decoder) configureOptions(opts map[string]json.RawMessage) bool {
 	}
 	start, end, ok := d.skipValue()
 	if ok && string(d.b[start:end]) != "null" {
-		d.semantic(fieldErr(ErrInvalidField.With("options must be an object"), "options"))
+		d.semantic(fieldErr(queen.ErrInvalidField.With("options must be an object"), "options"))
 	}
 	return ok
 }
 
-// ValidateName checks a queue or partition name; field is the path named by
-// the error. A name is 1 to MaxNameBytes bytes of valid UTF-8 without a C0
-// control character (0x00–0x1F) or DEL (0x7F): ErrMissingField, ErrTooLong,
-// ErrInvalidUTF8 or ErrControlChar otherwise.
-func ValidateName(name, field string) error {
-	if name == "" {
-		return fieldErr(ErrMissingField.With("%s must not be empty", field), field)
-	}
-	if !utf8.ValidString(name) {
-		return fieldErr(ErrInvalidUTF8.With("%s is not valid UTF-8", field), field)
-	}
-	if e := validateName(name, field); e != nil {
-		return e
-	}
-	return nil
+// bodyTooLarge is the 413 the transports give before reading a body this
+// large; the decoders refuse one too, in case a transport did not.
+func bodyTooLarge(n int) *queen.Error {
+	return queen.ErrBodyTooLarge.With("the request body is %d bytes; the limit is %d (16 MiB)", n, queen.MaxBodyBytes)
 }
 
 // validateName checks the length and characters of a name known to be UTF-8.
-func validateName(name, field string) *Error {
-	return checkText(name, MaxNameBytes, field)
+func validateName(name, field string) *queen.Error {
+	return queen.CheckText(name, queen.MaxNameBytes, field)
 }
 
-// textOK reports whether checkText(s, max, ...) accepts s.
-func textOK(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// checkText refuses s if it is over max bytes or holds a C0 control character or DEL.
-func checkText(s string, max int, field string) *Error {
-	if len(s) > max {
-		return fieldErr(ErrTooLong.With("%s is %d bytes; the limit is %d", field, len(s), max), field)
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return fieldErr(ErrControlChar.With("%s contains the control character U+%04X at byte %d", field, c, i), field)
-		}
-	}
-	return nil
-}
-
-// bodyTooLarge is the 413 the transports give before reading a body this
-// large; the decoders refuse one too, in case a transport did not.
-func bodyTooLarge(n int) *Error {
-	return ErrBodyTooLarge.With("the request body is %d bytes; the limit is %d (16 MiB)", n, MaxBodyBytes)
-}
-
-func fieldErr(e *Error, field string) *Error {
+func fieldErr(e *queen.Error, field string) *queen.Error {
 	e.Field = field
 	return e
 }
@@ -284,7 +214,7 @@ const (
 type pushDecoder struct {
 	decoder
 	maxPayload int
-	items      []Item
+	items      []queen.Item
 	count      int  // items seen in the (first) items array, decoded or not
 	sawItems   bool // the body had an "items" key
 	// last queue and partition, reused so that a batch for one queue
@@ -297,7 +227,7 @@ func (p *pushDecoder) parse() {
 	p.skipWS()
 	if p.peek() != '{' {
 		if p.i < len(p.b) {
-			p.semantic(ErrInvalidJSON.With("the body must be a JSON object {\"items\":[...]}"))
+			p.semantic(queen.ErrInvalidJSON.With("the body must be a JSON object {\"items\":[...]}"))
 		}
 		p.skipValue()
 		p.end()
@@ -309,7 +239,7 @@ func (p *pushDecoder) parse() {
 			return ok
 		}
 		if p.sawItems {
-			p.semantic(fieldErr(ErrInvalidJSON.With("\"items\" is given twice"), "items"))
+			p.semantic(fieldErr(queen.ErrInvalidJSON.With("\"items\" is given twice"), "items"))
 			_, _, ok := p.skipValue()
 			return ok
 		}
@@ -317,7 +247,7 @@ func (p *pushDecoder) parse() {
 		if p.peek() == '[' {
 			return p.parseItems()
 		}
-		p.semantic(fieldErr(ErrInvalidJSON.With("\"items\" must be an array"), "items"))
+		p.semantic(fieldErr(queen.ErrInvalidJSON.With("\"items\" must be an array"), "items"))
 		_, _, ok := p.skipValue()
 		return ok
 	})
@@ -339,13 +269,13 @@ func (p *pushDecoder) parseItems() bool {
 		p.item, p.key = idx, -1
 		p.skipWS()
 		switch {
-		case p.sem == nil && p.count <= MaxItems && p.peek() == '{':
+		case p.sem == nil && p.count <= queen.MaxItems && p.peek() == '{':
 			if !p.parseItem(idx) {
 				return false
 			}
 		default:
-			if p.sem == nil && p.count <= MaxItems && p.i < len(p.b) {
-				p.semantic(ErrInvalidJSON.With("items[%d] must be an object", idx).At(idx, fmt.Sprintf("items[%d]", idx)))
+			if p.sem == nil && p.count <= queen.MaxItems && p.i < len(p.b) {
+				p.semantic(queen.ErrInvalidJSON.With("items[%d] must be an object", idx).At(idx, fmt.Sprintf("items[%d]", idx)))
 			}
 			if _, _, ok := p.skipValue(); !ok {
 				return false
@@ -369,11 +299,11 @@ func (p *pushDecoder) parseItems() bool {
 // unless it is invalid, in which case it records the problem in p.sem.
 func (p *pushDecoder) parseItem(idx int) bool {
 	var (
-		it            Item
+		it            queen.Item
 		seen          uint8
 		payload, data [2]int // value spans in p.b
 	)
-	fail := func(e *Error, field string) {
+	fail := func(e *queen.Error, field string) {
 		p.semantic(e.At(idx, fmt.Sprintf("items[%d].%s", idx, field)))
 	}
 	ok := p.walkObject(func(key []byte) bool {
@@ -396,7 +326,7 @@ func (p *pushDecoder) parseItem(idx int) bool {
 			return ok
 		}
 		if seen&bit != 0 {
-			fail(ErrInvalidJSON.With("items[%d].%s is given twice", idx, key), string(key))
+			fail(queen.ErrInvalidJSON.With("items[%d].%s is given twice", idx, key), string(key))
 		}
 		seen |= bit
 		if bit == keyPayload || bit == keyData {
@@ -416,28 +346,28 @@ func (p *pushDecoder) parseItem(idx int) bool {
 		case keyQueue:
 			switch {
 			case kind == valOther:
-				fail(ErrInvalidField.With("items[%d].queue must be a string", idx), "queue")
+				fail(queen.ErrInvalidField.With("items[%d].queue must be a string", idx), "queue")
 			case kind == valString && len(s) > 0:
 				it.Queue = intern(s, &p.lastQueue)
 			}
 		case keyPartition:
 			switch {
 			case kind == valOther:
-				fail(ErrInvalidField.With("items[%d].partition must be a string or null", idx), "partition")
+				fail(queen.ErrInvalidField.With("items[%d].partition must be a string or null", idx), "partition")
 			case kind == valString && len(s) > 0:
 				it.Partition = intern(s, &p.lastPartition)
 			}
 		case keyTransactionID:
 			switch {
 			case kind == valOther:
-				fail(ErrInvalidField.With("items[%d].transactionId must be a string or null", idx), "transactionId")
+				fail(queen.ErrInvalidField.With("items[%d].transactionId must be a string or null", idx), "transactionId")
 			case kind == valString:
 				it.TransactionID = string(s)
 			}
 		case keyTraceID:
 			switch {
 			case kind == valOther:
-				fail(ErrInvalidField.With("items[%d].traceId must be a string or null", idx), "traceId")
+				fail(queen.ErrInvalidField.With("items[%d].traceId must be a string or null", idx), "traceId")
 			case kind == valString:
 				t := string(s)
 				it.TraceID = &t
@@ -449,19 +379,19 @@ func (p *pushDecoder) parseItem(idx int) bool {
 		return ok
 	}
 	if it.Queue == "" {
-		fail(ErrMissingField.With("items[%d].queue is required", idx), "queue")
+		fail(queen.ErrMissingField.With("items[%d].queue is required", idx), "queue")
 		return true
 	}
 	if it.Partition == "" {
-		it.Partition = DefaultPartition
+		it.Partition = queen.DefaultPartition
 	}
 	for _, f := range [...]struct {
 		v, name string
 		max     int
-	}{{it.Queue, "queue", MaxNameBytes}, {it.Partition, "partition", MaxNameBytes}, {it.TransactionID, "transactionId", MaxTransactionIDBytes}} {
-		if !textOK(f.v, f.max) {
+	}{{it.Queue, "queue", queen.MaxNameBytes}, {it.Partition, "partition", queen.MaxNameBytes}, {it.TransactionID, "transactionId", queen.MaxTransactionIDBytes}} {
+		if !queen.TextOK(f.v, f.max) {
 			path := fmt.Sprintf("items[%d].%s", idx, f.name)
-			p.semantic(checkText(f.v, f.max, path).At(idx, path))
+			p.semantic(queen.CheckText(f.v, f.max, path).At(idx, path))
 			return true
 		}
 	}
@@ -471,7 +401,7 @@ func (p *pushDecoder) parseItem(idx int) bool {
 	}
 	if seen&(keyPayload|keyData) != 0 {
 		if n := span[1] - span[0]; n > p.maxPayload {
-			fail(ErrPayloadTooLarge.With("items[%d].%s is %d bytes of JSON; the limit is %d", idx, field, n, p.maxPayload), field)
+			fail(queen.ErrPayloadTooLarge.With("items[%d].%s is %d bytes of JSON; the limit is %d", idx, field, n, p.maxPayload), field)
 			return true
 		}
 		// Point into the body for now; finish copies every payload at once.
@@ -502,14 +432,14 @@ func (p *pushDecoder) finish() error {
 		if it.TransactionID == "" {
 			id, err := uuid.NewV7()
 			if err != nil {
-				return ErrInternal.With("cannot generate a transaction id: %v", err)
+				return queen.ErrInternal.With("cannot generate a transaction id: %v", err)
 			}
 			it.TransactionID = id.String()
 		}
-		it.Hash = HashTxn(it.TransactionID)
+		it.Hash = queen.HashTxn(it.TransactionID)
 	}
 	if p.items == nil {
-		p.items = []Item{}
+		p.items = []queen.Item{}
 	}
 	return nil
 }
@@ -534,14 +464,14 @@ func intern(s []byte, last *string) string {
 type decoder struct {
 	b     []byte
 	i     int
-	err   *Error // first syntax or encoding error; the walk stops there
-	sem   *Error // first semantic error; the walk goes on
-	depth int    // containers open around p.i
-	stack []byte // kinds ('{' or '[') of the containers skipValue opened
-	buf   []byte // unescaped string values
-	kbuf  []byte // unescaped keys
-	item  int    // index of the item being read, -1 outside "items"
-	key   int    // start of the raw key being read in the item, -1 if none
+	err   *queen.Error // first syntax or encoding error; the walk stops there
+	sem   *queen.Error // first semantic error; the walk goes on
+	depth int          // containers open around p.i
+	stack []byte       // kinds ('{' or '[') of the containers skipValue opened
+	buf   []byte       // unescaped string values
+	kbuf  []byte       // unescaped keys
+	item  int          // index of the item being read, -1 outside "items"
+	key   int          // start of the raw key being read in the item, -1 if none
 }
 
 // Kinds of a value read by stringValue.
@@ -552,14 +482,14 @@ const (
 )
 
 // semantic records e unless a problem is already known.
-func (d *decoder) semantic(e *Error) {
+func (d *decoder) semantic(e *queen.Error) {
 	if d.sem == nil {
 		d.sem = e
 	}
 }
 
 // locate sets e's index and field path when the walk is inside an item.
-func (d *decoder) locate(e *Error) *Error {
+func (d *decoder) locate(e *queen.Error) *queen.Error {
 	if d.item < 0 {
 		return e
 	}
@@ -580,11 +510,11 @@ func (d *decoder) syntax(ctx, want string) bool {
 	if ctx != "" {
 		ctx = " " + ctx
 	}
-	var e *Error
+	var e *queen.Error
 	if d.i >= len(d.b) {
-		e = ErrInvalidJSON.With("invalid JSON: the body ends%s; expected %s", ctx, want)
+		e = queen.ErrInvalidJSON.With("invalid JSON: the body ends%s; expected %s", ctx, want)
 	} else {
-		e = ErrInvalidJSON.With("invalid JSON at byte %d: found %s%s; expected %s", d.i, quoteByte(d.b[d.i]), ctx, want)
+		e = queen.ErrInvalidJSON.With("invalid JSON at byte %d: found %s%s; expected %s", d.i, quoteByte(d.b[d.i]), ctx, want)
 	}
 	d.err = d.locate(e)
 	return false
@@ -600,7 +530,7 @@ func quoteByte(c byte) string {
 // badUTF8 records an encoding error at byte off.
 func (d *decoder) badUTF8(off int, what string) bool {
 	if d.err == nil {
-		d.err = d.locate(ErrInvalidUTF8.With("the request body has %s at byte %d", what, off))
+		d.err = d.locate(queen.ErrInvalidUTF8.With("the request body has %s at byte %d", what, off))
 	}
 	return false
 }
@@ -608,8 +538,8 @@ func (d *decoder) badUTF8(off int, what string) bool {
 // finalErr returns the syntax error, or the invalid UTF-8 / lone surrogate
 // the walk did not reach (the body after a syntax error is still checked, so
 // an encoding problem anywhere is reported as one).
-func (d *decoder) finalErr() *Error {
-	if d.err.Code == ErrInvalidJSON.Code {
+func (d *decoder) finalErr() *queen.Error {
+	if d.err.Code == queen.ErrInvalidJSON.Code {
 		if e := checkEncoding(d.b); e != nil {
 			return e
 		}
@@ -619,12 +549,12 @@ func (d *decoder) finalErr() *Error {
 
 // checkEncoding reports invalid UTF-8 or a lone surrogate escape anywhere in
 // b, a body that is not valid JSON (strings are told apart by their quotes).
-func checkEncoding(b []byte) *Error {
+func checkEncoding(b []byte) *queen.Error {
 	if !utf8.Valid(b) {
 		for i := 0; i < len(b); {
 			r, n := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && n == 1 {
-				return ErrInvalidUTF8.With("the request body has invalid UTF-8 at byte %d", i)
+				return queen.ErrInvalidUTF8.With("the request body has invalid UTF-8 at byte %d", i)
 			}
 			i += n
 		}
@@ -637,7 +567,7 @@ func checkEncoding(b []byte) *Error {
 		case c == '\\' && in:
 			if i+1 < len(b) && b[i+1] == 'u' {
 				if msg, n := surrogate(b, i); msg != "" {
-					return ErrInvalidUTF8.With("the request body has %s at byte %d", msg, i)
+					return queen.ErrInvalidUTF8.With("the request body has %s at byte %d", msg, i)
 				} else if n > 2 {
 					i += n - 1
 					continue

@@ -1,8 +1,11 @@
-package queen
+package wire
 
 import (
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/queen-mq/queen-go"
 )
 
 // AppendPushReplies appends the JSON push reply of SPEC.md §3 (an array, one
@@ -174,7 +177,7 @@ func DecodePushReplies(body []byte) ([]PushReply, error) {
 			case "status":
 				var s string
 				ok := str(&s)
-				r.Status = Verdict(s)
+				r.Status = queen.Verdict(s)
 				return ok
 			case "error":
 				return str(&r.Error)
@@ -209,4 +212,51 @@ func DecodePushReplies(body []byte) ([]PushReply, error) {
 			return nil, d.finalErr()
 		}
 	}
+}
+
+// PushReply is one element of the HTTP/NATS push reply, field names exactly as
+// the Queen wire format (SPEC.md §3); on the wire TransactionID is written
+// under "transactionId" as well (MarshalJSON), the key upstream SDKs read.
+type PushReply struct {
+	Index         int           `json:"index"`
+	MessageID     string        `json:"message_id"`
+	TransactionID string        `json:"transaction_id"`
+	PartitionID   string        `json:"partition_id"`
+	TraceID       *string       `json:"trace_id"`
+	QueueName     string        `json:"queueName"`
+	Partition     string        `json:"partition"`
+	Status        queen.Verdict `json:"status"`
+	Error         string        `json:"error,omitempty"`
+	Code          string        `json:"code,omitempty"`
+	// PayloadMismatch: a duplicate whose payload differs from the original's,
+	// on a queue with dedupCheckPayload (SPEC.md §6); on the wire only when
+	// true ("payloadMismatch":true).
+	PayloadMismatch bool `json:"payloadMismatch,omitempty"`
+}
+
+// Reply builds the wire element for item i with result r.
+func Reply(i int, it *queen.Item, r queen.Result) PushReply {
+	p := PushReply{
+		Index:         i,
+		MessageID:     r.MessageID.String(),
+		TransactionID: it.TransactionID,
+		PartitionID:   r.PartitionID.String(),
+		TraceID:       it.TraceID,
+		QueueName:     it.Queue,
+		Partition:     it.Partition,
+		Status:        r.Verdict,
+	}
+	if r.Verdict == queen.Duplicate {
+		p.PayloadMismatch = r.PayloadMismatch
+	}
+	if r.Verdict == queen.Failed {
+		p.MessageID = ""
+		if r.PartitionID == (uuid.UUID{}) {
+			p.PartitionID = ""
+		}
+		if r.Err != nil {
+			p.Error, p.Code = r.Err.Message, r.Err.Code
+		}
+	}
+	return p
 }

@@ -1,10 +1,13 @@
-package queen
+// Package metrics holds the broker's Prometheus metrics: one registry, served at
+// GET /metrics, shared by the partition actors, the transports and the wiring
+// in cmd/queen (which adds the cache, partition and cluster gauges to it).
+package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the broker's Prometheus metrics, registered on their own
+// Set is the broker's Prometheus metrics, registered on their own
 // registry (served at GET /metrics).
-type Metrics struct {
+type Set struct {
 	Registry *prometheus.Registry
 	// PushRequests counts push requests by transport ("http", "nats").
 	PushRequests *prometheus.CounterVec
@@ -45,10 +48,10 @@ type Metrics struct {
 	LockTimeouts *prometheus.CounterVec
 }
 
-// NewMetrics creates and registers the metrics, with Go and process collectors.
-func NewMetrics() *Metrics {
+// New creates and registers the metrics, with Go and process collectors.
+func New() *Set {
 	r := prometheus.NewRegistry()
-	m := &Metrics{
+	m := &Set{
 		Registry: r,
 		PushRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "queen_push_requests_total", Help: "Push requests received, by transport.",
@@ -106,7 +109,7 @@ func NewMetrics() *Metrics {
 }
 
 // ObserveLock records one lock acquisition (LockWaitSeconds, LockTimeouts).
-func (m *Metrics) ObserveLock(op string, seconds float64, timedOut bool) {
+func (m *Set) ObserveLock(op string, seconds float64, timedOut bool) {
 	m.LockWaitSeconds.WithLabelValues(op).Observe(seconds)
 	if timedOut {
 		m.LockTimeouts.WithLabelValues(op).Inc()

@@ -1,4 +1,4 @@
-package queen
+package wire
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/queen-mq/queen-go"
 )
 
 // FuzzDecodePush checks that DecodePush never panics, that what it accepts
@@ -36,11 +37,11 @@ func FuzzDecodePush(f *testing.F) {
 		in := bytes.Clone(b)
 		items, err := DecodePush(in, maxPayload)
 		if maxPayload <= 0 {
-			maxPayload = DefaultMaxPayloadBytes
+			maxPayload = queen.DefaultMaxPayloadBytes
 		}
 		want, refErr := refDecodePush(b, maxPayload)
 		if err != nil {
-			var e *Error
+			var e *queen.Error
 			if !errors.As(err, &e) || e.Status != 400 || e.Retryable || e.Message == "" {
 				t.Fatalf("error is not a 400 from the registry: %#v", err)
 			}
@@ -82,17 +83,17 @@ func FuzzDecodePush(f *testing.F) {
 }
 
 // checkItem asserts the invariants of a decoded item.
-func checkItem(t *testing.T, i int, it Item, maxPayload int) {
+func checkItem(t *testing.T, i int, it queen.Item, maxPayload int) {
 	t.Helper()
 	for _, s := range []struct {
 		v   string
 		max int
-	}{{it.Queue, MaxNameBytes}, {it.Partition, MaxNameBytes}, {it.TransactionID, MaxTransactionIDBytes}} {
+	}{{it.Queue, queen.MaxNameBytes}, {it.Partition, queen.MaxNameBytes}, {it.TransactionID, queen.MaxTransactionIDBytes}} {
 		if s.v == "" || len(s.v) > s.max || !utf8.ValidString(s.v) || strings.ContainsFunc(s.v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			t.Fatalf("item %d: bad name or id %q", i, s.v)
 		}
 	}
-	if ValidateName(it.Queue, "queue") != nil || ValidateName(it.Partition, "partition") != nil {
+	if queen.ValidateName(it.Queue, "queue") != nil || queen.ValidateName(it.Partition, "partition") != nil {
 		t.Fatalf("item %d: ValidateName refuses %q / %q", i, it.Queue, it.Partition)
 	}
 	if it.TraceID != nil && !utf8.ValidString(*it.TraceID) {
@@ -101,7 +102,7 @@ func checkItem(t *testing.T, i int, it Item, maxPayload int) {
 	if len(it.Payload) == 0 || len(it.Payload) > max(maxPayload, 2) || !json.Valid(it.Payload) || !utf8.Valid(it.Payload) {
 		t.Fatalf("item %d: bad payload %q", i, it.Payload)
 	}
-	if it.Hash != HashTxn(it.TransactionID) {
+	if it.Hash != queen.HashTxn(it.TransactionID) {
 		t.Fatalf("item %d: Hash is not HashTxn(TransactionID)", i)
 	}
 	// The payload re-encodes (a pop reply embeds it).
@@ -112,7 +113,7 @@ func checkItem(t *testing.T, i int, it Item, maxPayload int) {
 
 // refDecodePush is a slow, obviously-correct DecodePush on encoding/json. It
 // returns the items (TransactionID "" where one is generated) or why it refuses.
-func refDecodePush(b []byte, maxPayload int) ([]Item, string) {
+func refDecodePush(b []byte, maxPayload int) ([]queen.Item, string) {
 	if !json.Valid(b) {
 		return nil, "invalid JSON"
 	}
@@ -131,16 +132,16 @@ func refDecodePush(b []byte, maxPayload int) ([]Item, string) {
 	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
 		return nil, "items not an array"
 	}
-	if len(list) > MaxItems {
+	if len(list) > queen.MaxItems {
 		return nil, "too many items"
 	}
-	out := []Item{}
+	out := []queen.Item{}
 	for _, r := range list {
 		m, why := refObject(r, "queue", "partition", "transactionId", "traceId", "payload", "data")
 		if why != "" {
 			return nil, why
 		}
-		var it Item
+		var it queen.Item
 		str := func(k string) (string, bool, string) { // value, present, problem
 			v, ok := m[k]
 			if !ok || string(v) == "null" {
@@ -174,12 +175,12 @@ func refDecodePush(b []byte, maxPayload int) ([]Item, string) {
 			return nil, "no queue"
 		}
 		if it.Partition == "" {
-			it.Partition = DefaultPartition
+			it.Partition = queen.DefaultPartition
 		}
 		for _, s := range []struct {
 			v   string
 			max int
-		}{{it.Queue, MaxNameBytes}, {it.Partition, MaxNameBytes}, {it.TransactionID, MaxTransactionIDBytes}} {
+		}{{it.Queue, queen.MaxNameBytes}, {it.Partition, queen.MaxNameBytes}, {it.TransactionID, queen.MaxTransactionIDBytes}} {
 			if len(s.v) > s.max {
 				return nil, "too long"
 			}

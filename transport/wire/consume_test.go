@@ -1,15 +1,17 @@
-package queen
+package wire
 
 import (
 	"errors"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/queen-mq/queen-go"
 )
 
 func TestDecodePopQuery(t *testing.T) {
 	r, err := DecodePopQuery("q", "", url.Values{})
-	if err != nil || r.Batch != 1 || r.Timeout != DefaultPopTimeout || r.ConsumerGroup != DefaultConsumerGroup || r.Wait || r.AutoAck {
+	if err != nil || r.Batch != 1 || r.Timeout != queen.DefaultPopTimeout || r.ConsumerGroup != queen.DefaultConsumerGroup || r.Wait || r.AutoAck {
 		t.Fatalf("defaults: %+v %v", r, err)
 	}
 	r, err = DecodePopQuery("q", "p", url.Values{"batch": {"50"}, "wait": {"true"}, "timeout": {"1500"}, "consumerGroup": {"g"},
@@ -25,11 +27,11 @@ func TestDecodePopQuery(t *testing.T) {
 		{"batch": {"0x1"}}, {"batch": {"-1"}}, {"batch": {"10001"}}, {"timeout": {"-5"}}, {"wait": {"maybe"}},
 		{"subscriptionMode": {"later"}}, {"subscriptionFrom": {"yesterday"}}, {"consumerGroup": {"a\x01b"}},
 	} {
-		if _, err := DecodePopQuery("q", "", bad); err == nil || AsError(err).Status != 400 {
+		if _, err := DecodePopQuery("q", "", bad); err == nil || queen.AsError(err).Status != 400 {
 			t.Errorf("%v: %v, want a 400", bad, err)
 		}
 	}
-	if _, err := DecodePopQuery("", "", nil); !errors.Is(err, ErrMissingField) {
+	if _, err := DecodePopQuery("", "", nil); !errors.Is(err, queen.ErrMissingField) {
 		t.Errorf("no queue: %v", err)
 	}
 }
@@ -47,7 +49,7 @@ func TestDecodePopPartitions(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"-1", "two", "1.5"} {
-		if _, err := DecodePopQuery("q", "", url.Values{"partitions": {bad}}); err == nil || AsError(err).Field != "partitions" {
+		if _, err := DecodePopQuery("q", "", url.Values{"partitions": {bad}}); err == nil || queen.AsError(err).Field != "partitions" {
 			t.Errorf("partitions=%q: %v, want a 400 naming partitions", bad, err)
 		}
 	}
@@ -58,11 +60,11 @@ func TestDecodePopPartitions(t *testing.T) {
 
 func TestDecodeAck(t *testing.T) {
 	it, err := DecodeAck([]byte(`{"transactionId":"Bed&Breakfast-771","partitionId":"0190a4b6-0000-7000-8000-000000000001","status":"success","leaseId":"0190a4b6-0000-7000-8000-000000000002"}`))
-	if err != nil || it.Status != AckCompleted || it.Offset != -1 || it.Hash != HashTxn("Bed&Breakfast-771") || it.LeaseID == nil || it.ConsumerGroup != DefaultConsumerGroup {
+	if err != nil || it.Status != queen.AckCompleted || it.Offset != -1 || it.Hash != queen.HashTxn("Bed&Breakfast-771") || it.LeaseID == nil || it.ConsumerGroup != queen.DefaultConsumerGroup {
 		t.Fatalf("%+v %v", it, err)
 	}
 	its, err := DecodeAckBatch([]byte(`{"consumerGroup":"g","acknowledgments":[{"partitionId":"0190a4b6-0000-7000-8000-000000000001","offset":4,"status":"failed","error":"x"},{"partitionId":"0190a4b6-0000-7000-8000-000000000001","transactionId":"t","consumerGroup":"h"}]}`))
-	if err != nil || len(its) != 2 || its[0].Offset != 4 || its[0].Status != AckFailed || its[0].ConsumerGroup != "g" || its[1].ConsumerGroup != "h" {
+	if err != nil || len(its) != 2 || its[0].Offset != 4 || its[0].Status != queen.AckFailed || its[0].ConsumerGroup != "g" || its[1].ConsumerGroup != "h" {
 		t.Fatalf("%+v %v", its, err)
 	}
 	for _, bad := range []string{
@@ -75,14 +77,14 @@ func TestDecodeAck(t *testing.T) {
 		`{"partitionId":"0190a4b6-0000-7000-8000-000000000001","transactionId":"t\u0000"}`,
 		`[1]`, `{"partitionId":`, "{\"partitionId\":\"\xff\"}",
 	} {
-		if _, err := DecodeAck([]byte(bad)); err == nil || AsError(err).Status != 400 {
+		if _, err := DecodeAck([]byte(bad)); err == nil || queen.AsError(err).Status != 400 {
 			t.Errorf("%s: %v, want a 400", bad, err)
 		}
 	}
-	if _, err := DecodeAckBatch([]byte(`{}`)); !errors.Is(err, ErrMissingField) {
+	if _, err := DecodeAckBatch([]byte(`{}`)); !errors.Is(err, queen.ErrMissingField) {
 		t.Errorf("no acknowledgments: %v", err)
 	}
-	if _, err := DecodeAckBatch([]byte(`{"acknowledgments":[{"transactionId":"t"}]}`)); err == nil || AsError(err).Index == nil || *AsError(err).Index != 0 {
+	if _, err := DecodeAckBatch([]byte(`{"acknowledgments":[{"transactionId":"t"}]}`)); err == nil || queen.AsError(err).Index == nil || *queen.AsError(err).Index != 0 {
 		t.Errorf("item errors name the index: %v", err)
 	}
 }

@@ -1,17 +1,19 @@
-package queen
+package wire
 
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/queen-mq/queen-go"
 )
 
 func sampleReplies() []PushReply {
 	trace := "tr\"ace\n\u2028"
 	return []PushReply{
-		{Index: 0, MessageID: "01a22cb2-b061-7e76-ab7e-dce07334288f", TransactionID: "order:1:v1", PartitionID: "01a22cb2-b059-7eaf-a3b1-a6dfbed8332c", QueueName: "orders", Partition: "o-1", Status: Queued},
-		{Index: 1, MessageID: "00000000-0000-0000-0000-000000000000", TransactionID: "日本 \\ \"q\" \x01 <&>", PartitionID: "p", TraceID: &trace, QueueName: "q", Partition: "Default", Status: Duplicate},
-		{Index: 2, TransactionID: "x", Status: Failed, Error: "the broker is overloaded", Code: "overloaded"},
-		{Index: 3, MessageID: "01a22cb2-b061-7e76-ab7e-dce07334288f", TransactionID: "order:1:v1", PartitionID: "p", QueueName: "orders", Partition: "o-1", Status: Duplicate, PayloadMismatch: true},
+		{Index: 0, MessageID: "01a22cb2-b061-7e76-ab7e-dce07334288f", TransactionID: "order:1:v1", PartitionID: "01a22cb2-b059-7eaf-a3b1-a6dfbed8332c", QueueName: "orders", Partition: "o-1", Status: queen.Queued},
+		{Index: 1, MessageID: "00000000-0000-0000-0000-000000000000", TransactionID: "日本 \\ \"q\" \x01 <&>", PartitionID: "p", TraceID: &trace, QueueName: "q", Partition: "Default", Status: queen.Duplicate},
+		{Index: 2, TransactionID: "x", Status: queen.Failed, Error: "the broker is overloaded", Code: "overloaded"},
+		{Index: 3, MessageID: "01a22cb2-b061-7e76-ab7e-dce07334288f", TransactionID: "order:1:v1", PartitionID: "p", QueueName: "orders", Partition: "o-1", Status: queen.Duplicate, PayloadMismatch: true},
 	}
 }
 
@@ -56,7 +58,7 @@ func TestPushRepliesRoundTripLikeEncodingJSON(t *testing.T) {
 			t.Errorf("DecodePushReplies(%q) accepted", bad)
 		}
 	}
-	if got, _ := DecodePushReplies([]byte(`[{"status":"queued","extra":{"a":[1,2]},"trace_id":null}]`)); len(got) != 1 || got[0].Status != Queued || got[0].TraceID != nil {
+	if got, _ := DecodePushReplies([]byte(`[{"status":"queued","extra":{"a":[1,2]},"trace_id":null}]`)); len(got) != 1 || got[0].Status != queen.Queued || got[0].TraceID != nil {
 		t.Fatalf("unknown fields: %+v", got)
 	}
 }
@@ -80,11 +82,11 @@ func TestPayloadMismatchOnTheWire(t *testing.T) {
 	if got, err := DecodePushReplies([]byte(`[{"status":"duplicate","payloadMismatch":false},{"status":"duplicate","payloadMismatch":true}]`)); err != nil || got[0].PayloadMismatch || !got[1].PayloadMismatch {
 		t.Fatalf("decode: %+v %v", got, err)
 	}
-	item := &Item{Queue: "q", Partition: "p", TransactionID: "t"}
-	if p := Reply(0, item, Result{Verdict: Duplicate, PayloadMismatch: true}); !p.PayloadMismatch {
+	item := &queen.Item{Queue: "q", Partition: "p", TransactionID: "t"}
+	if p := Reply(0, item, queen.Result{Verdict: queen.Duplicate, PayloadMismatch: true}); !p.PayloadMismatch {
 		t.Fatal("Reply drops a duplicate's payload mismatch")
 	}
-	if p := Reply(0, item, Result{Verdict: Queued, PayloadMismatch: true}); p.PayloadMismatch {
+	if p := Reply(0, item, queen.Result{Verdict: queen.Queued, PayloadMismatch: true}); p.PayloadMismatch {
 		t.Fatal("Reply puts payloadMismatch on a queued item")
 	}
 }

@@ -1,32 +1,34 @@
-package queen
+package wire
 
 import (
 	"errors"
 	"net/url"
 	"testing"
+
+	"github.com/queen-mq/queen-go"
 )
 
 func TestDecodeDedup(t *testing.T) {
 	q, err := DecodeDedupQuery(url.Values{"queue": {"q"}, "transactionId": {"Bed&Breakfast-771"}})
-	if err != nil || q.Queue != "q" || q.Partition != DefaultPartition || q.Hash != HashTxn("Bed&Breakfast-771") {
+	if err != nil || q.Queue != "q" || q.Partition != queen.DefaultPartition || q.Hash != queen.HashTxn("Bed&Breakfast-771") {
 		t.Fatalf("query: %+v %v", q, err)
 	}
 	// JSON escapes never change the key (SPEC.md §10).
 	b, err := DecodeDedup([]byte(`{"queue":"q","partition":"p","transactionId":"2026\/07\/BK-11"}`))
-	if err != nil || b.Partition != "p" || b.Hash != HashTxn("2026/07/BK-11") {
+	if err != nil || b.Partition != "p" || b.Hash != queen.HashTxn("2026/07/BK-11") {
 		t.Fatalf("body: %+v %v", b, err)
 	}
 	for _, c := range []struct {
 		body string
-		err  *Error
+		err  *queen.Error
 	}{
-		{`{"transactionId":"x"}`, ErrMissingField},
-		{`{"queue":"q"}`, ErrMissingField},
-		{`{"queue":"q","transactionId":""}`, ErrMissingField},
-		{`{"queue":"q","transactionId":"a\u007fb"}`, ErrControlChar},
-		{`{"queue":"q","partition":5,"transactionId":"x"}`, ErrInvalidField},
-		{`{"queue":"q","transactionId":"\ud800"}`, ErrInvalidUTF8},
-		{`[]`, ErrInvalidJSON},
+		{`{"transactionId":"x"}`, queen.ErrMissingField},
+		{`{"queue":"q"}`, queen.ErrMissingField},
+		{`{"queue":"q","transactionId":""}`, queen.ErrMissingField},
+		{`{"queue":"q","transactionId":"a\u007fb"}`, queen.ErrControlChar},
+		{`{"queue":"q","partition":5,"transactionId":"x"}`, queen.ErrInvalidField},
+		{`{"queue":"q","transactionId":"\ud800"}`, queen.ErrInvalidUTF8},
+		{`[]`, queen.ErrInvalidJSON},
 	} {
 		if _, err := DecodeDedup([]byte(c.body)); !errors.Is(err, c.err) {
 			t.Errorf("%s: %v, want %s", c.body, err, c.err.Code)
@@ -50,7 +52,7 @@ func TestDecodeReplay(t *testing.T) {
 		`{"ids":[1]}`, `{"queue":"q","ids":[1],"partition":"p"}`, `{"queue":"q","ids":[]}`, `{"queue":"q","ids":[0]}`,
 		`{"queue":"q","ids":[1.5]}`, `{"queue":"q","limit":10001}`, `{"queue":"q","to":"now"}`, `{"queue":"q","consumerGroup":7}`,
 	} {
-		if _, err := DecodeReplay([]byte(body)); err == nil || AsError(err).Status != 400 {
+		if _, err := DecodeReplay([]byte(body)); err == nil || queen.AsError(err).Status != 400 {
 			t.Errorf("%s: %v, want a 400", body, err)
 		}
 	}
