@@ -296,7 +296,7 @@ func (a *Audit) DeadLetters(ctx context.Context, queues []string) ([]StoredDeadL
 		if part != nil {
 			d.Partition = *part
 		}
-		fs, err := DecodeFrames(d.MessageID[:], frame)
+		fs, err := UnpackFrames(d.MessageID[:], frame)
 		if err != nil || len(fs) != 1 {
 			return d, fmt.Errorf("%w: dead letter of queue %q at offset %d", ErrCorruptSegment, d.Queue, d.Offset)
 		}

@@ -272,7 +272,7 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	}
 	full := false
 	for _, sg := range segs {
-		fs, err := DecodeFrames(sg.ids, sg.frames)
+		fs, err := UnpackFrames(sg.ids, sg.frames)
 		if err != nil {
 			rollback(conn)
 			return res, PopBusy, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
@@ -640,7 +640,7 @@ func deadLetter(ctx context.Context, tx querier, k ackKey, off int64, errText st
 // deadLetterFrom copies the frame at offset off, held by the segment that
 // starts at first (its created_at, message ids and frames), to the DLQ.
 func deadLetterFrom(ctx context.Context, tx querier, k ackKey, off, first int64, created time.Time, ids, frames []byte, errText string, attempts int32) error {
-	fs, err := DecodeFrames(ids, frames)
+	fs, err := UnpackFrames(ids, frames)
 	if err != nil || off < first || off-first >= int64(len(fs)) {
 		return fmt.Errorf("%w: partition %s segment at offset %d", ErrCorruptSegment, k.pid, first)
 	}

@@ -42,9 +42,9 @@ func AppendFrame(dst []byte, txn string, trace *string, payload []byte) []byte {
 // ErrCorruptSegment is returned when a segment's bytes do not decode.
 var ErrCorruptSegment = errors.New("persistence: corrupt segment")
 
-// DecodeFrames unpacks a segment's frames and message ids. Each frame's
+// UnpackFrames unpacks a segment's frames and message ids. Each frame's
 // strings and payload are copies: the result does not alias the arguments.
-func DecodeFrames(messageIDs, frames []byte) ([]Frame, error) {
+func UnpackFrames(messageIDs, frames []byte) ([]Frame, error) {
 	if len(messageIDs)%16 != 0 {
 		return nil, ErrCorruptSegment
 	}

@@ -56,7 +56,7 @@ func (s *Store) Peek(ctx context.Context, p queen.PeekQuery) (queen.PeekResult, 
 		if first == nil || created == nil {
 			continue
 		}
-		fs, err := DecodeFrames(ids, frames)
+		fs, err := UnpackFrames(ids, frames)
 		if err != nil {
 			return out, fmt.Errorf("%w: queue %q partition %q segment at offset %d", err, p.Queue, p.Partition, *first)
 		}

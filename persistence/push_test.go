@@ -77,7 +77,7 @@ func TestCommitVerdictsAndOffsets(t *testing.T) {
 	// The stored frames round-trip.
 	var ids, frames []byte
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT message_ids, frames FROM queen.segments WHERE partition_id=$1 AND first_offset=2`, pid).Scan(&ids, &frames))
-	fs, err := DecodeFrames(ids, frames)
+	fs, err := UnpackFrames(ids, frames)
 	require.NoError(t, err)
 	require.Len(t, fs, 2)
 	require.Equal(t, "c", fs[0].TransactionID)
@@ -221,12 +221,12 @@ func TestFrameRoundTrip(t *testing.T) {
 		ids = append(ids, f.MessageID[:]...)
 		frames = AppendFrame(frames, f.TransactionID, f.TraceID, f.Payload)
 	}
-	got, err := DecodeFrames(ids, frames)
+	got, err := UnpackFrames(ids, frames)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
-	_, err = DecodeFrames(ids, frames[:len(frames)-1])
+	_, err = UnpackFrames(ids, frames[:len(frames)-1])
 	require.ErrorIs(t, err, ErrCorruptSegment)
-	_, err = DecodeFrames(ids[:20], frames)
+	_, err = UnpackFrames(ids[:20], frames)
 	require.ErrorIs(t, err, ErrCorruptSegment)
 }
 

@@ -63,7 +63,7 @@ WHERE q.name = $1 AND p.name = $2 ORDER BY s.first_offset`, queueName, name)
 	for rows.Next() {
 		var ids, frames []byte
 		require.NoError(t, rows.Scan(&ids, &frames))
-		fs, err := DecodeFrames(ids, frames)
+		fs, err := UnpackFrames(ids, frames)
 		require.NoError(t, err)
 		for _, f := range fs {
 			out = append(out, f.TransactionID)

@@ -470,7 +470,7 @@ ORDER BY p.name, s.first_offset`, queue, partition)
 		if err := rows.Scan(&pname, &first, &last, &ids, &fr); err != nil {
 			t.Fatalf("scan segment: %v", err)
 		}
-		fs, err := persistence.DecodeFrames(ids, fr)
+		fs, err := persistence.UnpackFrames(ids, fr)
 		if err != nil {
 			t.Fatalf("decode segment %s@%d: %v", pname, first, err)
 		}
