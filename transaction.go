@@ -92,3 +92,94 @@ func NewTxnAbort(e *Error, op int, field, msg string) *TxnAbort {
 	}
 	return a
 }
+
+// TxnConflictKind is why an operation rolled a transaction back (SPEC.md §5).
+type TxnConflictKind uint8
+
+// The kinds of TxnConflict.
+const (
+	// TxnDuplicate: a pushed item's transactionId is already stored in its
+	// partition, inside the window (ErrDuplicate).
+	TxnDuplicate TxnConflictKind = iota + 1
+	// TxnRepeat: a pushed item repeats an earlier item of the same
+	// transaction in the same partition (ErrDuplicate).
+	TxnRepeat
+	// TxnUnresolvable: an ack names an offset or transactionId that cannot
+	// be resolved (ErrUnresolvable).
+	TxnUnresolvable
+	// TxnLeaseInvalid: an ack names a lease that is not the live one
+	// (ErrLeaseInvalid).
+	TxnLeaseInvalid
+	// TxnRequiredLease: one of the request's requiredLeases is not live
+	// (ErrLeaseInvalid).
+	TxnRequiredLease
+)
+
+// TxnConflict is a transaction rolled back because of one of its
+// operations (SPEC.md §5), as domain values: nothing of it was written. The
+// persistence layer returns it; transport/wire.TxnAbort renders it for the
+// wire (the field path, the sentence, the 409 body). errors.Is(err,
+// ErrDuplicate) etc. match it (Unwrap).
+type TxnConflict struct {
+	Kind TxnConflictKind
+	// Op is the operation's index; for TxnRequiredLease the lease's index
+	// in requiredLeases.
+	Op int
+	// Item is the item's index inside the push operation (TxnDuplicate,
+	// TxnRepeat).
+	Item int
+	// Queue and Partition name a pushed item's partition (TxnDuplicate,
+	// TxnRepeat); PartitionID is the partition of a push or an ack (zero for
+	// TxnRequiredLease).
+	Queue, Partition string
+	PartitionID      uuid.UUID
+	// TransactionID is the pushed item's, or the ack's (empty for an ack by
+	// offset).
+	TransactionID string
+	// Original and OriginalOffset are the stored original's message id and
+	// offset, WindowSeconds the partition's window (TxnDuplicate).
+	Original       uuid.UUID
+	OriginalOffset int64
+	WindowSeconds  int64
+	// EarlierOp and EarlierItem name the item repeated (TxnRepeat).
+	EarlierOp, EarlierItem int
+	// ByOffset: the ack named an offset, not a transactionId
+	// (TxnUnresolvable).
+	ByOffset bool
+	// Detail is the ack's own answer (AckResult.Error) for TxnUnresolvable
+	// and TxnLeaseInvalid.
+	Detail string
+	// LeaseID is the ack's lease (TxnLeaseInvalid, nil when it named none)
+	// or the required lease (TxnRequiredLease).
+	LeaseID *uuid.UUID
+}
+
+// Registry is the registry error of c's kind: ErrDuplicate,
+// ErrUnresolvable or ErrLeaseInvalid.
+func (c *TxnConflict) Registry() *Error {
+	switch c.Kind {
+	case TxnUnresolvable:
+		return ErrUnresolvable
+	case TxnLeaseInvalid, TxnRequiredLease:
+		return ErrLeaseInvalid
+	default:
+		return ErrDuplicate
+	}
+}
+
+// Error is a short sentence; transport/wire.TxnAbort gives the wire's.
+func (c *TxnConflict) Error() string {
+	switch c.Kind {
+	case TxnDuplicate:
+		return "transaction rolled back: transactionId " + c.TransactionID + " is already stored"
+	case TxnRepeat:
+		return "transaction rolled back: transactionId " + c.TransactionID + " repeats an earlier item"
+	case TxnRequiredLease:
+		return "transaction rolled back: a required lease is not live"
+	default:
+		return "transaction rolled back: " + c.Detail
+	}
+}
+
+// Unwrap returns the registry error, so errors.Is matches by code.
+func (c *TxnConflict) Unwrap() error { return c.Registry() }

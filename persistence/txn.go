@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"time"
 
@@ -49,13 +48,13 @@ type txnSegment struct {
 // log_txns row per partition, UUIDv7 message ids), except that a duplicate
 // is not a verdict: a push whose transactionId is inside its partition's
 // window, or repeats an earlier push of the same partition in this
-// transaction (window > 0), aborts everything with a *queen.TxnAbort
+// transaction (window > 0), aborts everything with a *queen.TxnConflict
 // matching queen.ErrDuplicate. Acks are applied as Store.Ack applies them
 // (an offset commit per consumer row), after the pushes, so an ack may name
 // a message pushed earlier in the same transaction; an ack answered
-// unresolvable or lease_invalid aborts everything (queen.ErrUnresolvable,
-// queen.ErrLeaseInvalid), as does a required lease that is not live when
-// its consumer row is locked.
+// unresolvable or lease_invalid aborts everything (a *queen.TxnConflict
+// matching queen.ErrUnresolvable or queen.ErrLeaseInvalid), as does a
+// required lease that is not live when its consumer row is locked.
 //
 // Lock order (the global one, so concurrent transactions cannot deadlock):
 // the row of every partition pushed to or acked in, in ascending id order,
@@ -226,11 +225,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 			}
 		}
 		if !live {
-			field := fmt.Sprintf("requiredLeases[%d]", n)
-			a := queen.NewTxnAbort(queen.ErrLeaseInvalid, -1, field,
-				fmt.Sprintf("%s: lease %s is not live (expired, released or unknown); the transaction was rolled back", field, id))
-			a.LeaseID = id.String()
-			return nil, a
+			return nil, &queen.TxnConflict{Kind: queen.TxnRequiredLease, Op: n, LeaseID: &id}
 		}
 	}
 	for _, k := range keys {
@@ -244,7 +239,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 	}
 	for n, r := range ackOut {
 		if r.Result == queen.Unresolvable || r.Result == queen.LeaseInvalid {
-			return nil, ackAbort(ackOps[n], acks[n], r)
+			return nil, ackConflict(ackOps[n], acks[n], r)
 		}
 	}
 	for n, r := range ackOut {
@@ -311,7 +306,7 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 
 	// Verdicts under the locks: any duplicate aborts; the first one in
 	// request order is named.
-	var dup *queen.TxnAbort
+	var dup *queen.TxnConflict
 	var dupRef txnRef
 	for _, pid := range pushPIDs {
 		p := parts[pid]
@@ -331,7 +326,7 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 				continue
 			}
 			if ref := p.refs[n]; dup == nil || ref.op < dupRef.op || (ref.op == dupRef.op && ref.item < dupRef.item) {
-				dup, dupRef = dupAbort(p, n, lp.window), ref
+				dup, dupRef = dupConflict(p, n, lp.window), ref
 			}
 			break
 		}
@@ -392,46 +387,28 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	return nil
 }
 
-// dupAbort is the abort naming item n of p, a duplicate (SPEC.md §5).
-func dupAbort(p *txnPartition, n int, window int64) *queen.TxnAbort {
+// dupConflict is the conflict naming item n of p, a duplicate (SPEC.md §5).
+func dupConflict(p *txnPartition, n int, window int64) *queen.TxnConflict {
 	it, ref, r := p.batch.Items[n], p.refs[n], p.out.Results[n]
-	at := fmt.Sprintf("operations[%d].items[%d]", ref.op, ref.item)
-	var msg string
-	var original string
+	c := &queen.TxnConflict{Kind: queen.TxnDuplicate, Op: ref.op, Item: ref.item, Queue: it.Queue, Partition: it.Partition,
+		PartitionID: p.batch.PartitionID, TransactionID: it.TransactionID}
 	if l := leaderOf(&p.batch, n); l != n {
-		lr := p.refs[l]
-		msg = fmt.Sprintf("%s: transactionId %q repeats operations[%d].items[%d] of the same transaction in partition %q of queue %q; the transaction was rolled back",
-			at, it.TransactionID, lr.op, lr.item, it.Partition, it.Queue)
+		c.Kind, c.EarlierOp, c.EarlierItem = queen.TxnRepeat, p.refs[l].op, p.refs[l].item
 	} else {
-		original = r.MessageID.String()
-		msg = fmt.Sprintf("%s: transactionId %q is already in partition %q of queue %q (message %s at offset %d, inside the %d s window); the transaction was rolled back",
-			at, it.TransactionID, it.Partition, it.Queue, original, r.Offset, window)
+		c.Original, c.OriginalOffset, c.WindowSeconds = r.MessageID, r.Offset, window
 	}
-	a := queen.NewTxnAbort(queen.ErrDuplicate, ref.op, at+".transactionId", msg)
-	item := ref.item
-	a.Item = &item
-	a.Queue, a.Partition, a.PartitionID, a.TransactionID = it.Queue, it.Partition, p.batch.PartitionID.String(), it.TransactionID
-	a.MessageID = original
-	return a
+	return c
 }
 
-// ackAbort is the abort naming ack operation op, answered r (unresolvable
-// or lease_invalid).
-func ackAbort(op int, a queen.AckItem, r queen.AckResult) *queen.TxnAbort {
-	e, field := queen.ErrUnresolvable, "transactionId"
-	if a.Offset >= 0 {
-		field = "offset"
-	}
+// ackConflict is the conflict naming ack operation op, answered r
+// (unresolvable or lease_invalid).
+func ackConflict(op int, a queen.AckItem, r queen.AckResult) *queen.TxnConflict {
+	c := &queen.TxnConflict{Kind: queen.TxnUnresolvable, Op: op, PartitionID: a.PartitionID, TransactionID: a.TransactionID,
+		ByOffset: a.Offset >= 0, Detail: r.Error, LeaseID: a.LeaseID}
 	if r.Result == queen.LeaseInvalid {
-		e, field = queen.ErrLeaseInvalid, "leaseId"
+		c.Kind = queen.TxnLeaseInvalid
 	}
-	ab := queen.NewTxnAbort(e, op, fmt.Sprintf("operations[%d].%s", op, field),
-		fmt.Sprintf("operations[%d]: %s; the transaction was rolled back", op, r.Error))
-	ab.PartitionID, ab.TransactionID = a.PartitionID.String(), a.TransactionID
-	if a.LeaseID != nil {
-		ab.LeaseID = a.LeaseID.String()
-	}
-	return ab
+	return c
 }
 
 func sortUUIDs(ids []uuid.UUID) {

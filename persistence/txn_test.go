@@ -38,16 +38,16 @@ func runTxn(s *Store, ops ...queen.TxnOp) ([]queen.TxnOpResult, error) {
 	return s.Transaction(context.Background(), &queen.TxnRequest{Ops: ops})
 }
 
-// abortOf requires err to be a *queen.TxnAbort matching want.
-func txnAbortOf(t *testing.T, err error, want *queen.Error) *queen.TxnAbort {
+// txnConflictOf requires err to be a *queen.TxnConflict matching want
+// (transport/wire renders it; its tests check the field paths and texts).
+func txnConflictOf(t *testing.T, err error, want *queen.Error) *queen.TxnConflict {
 	t.Helper()
 	require.Error(t, err)
-	var ab *queen.TxnAbort
-	require.True(t, errors.As(err, &ab), "want a *queen.TxnAbort, got %T %v", err, err)
+	var c *queen.TxnConflict
+	require.True(t, errors.As(err, &c), "want a *queen.TxnConflict, got %T %v", err, err)
 	require.ErrorIs(t, err, want)
 	require.Equal(t, 409, queen.AsError(err).Status)
-	require.False(t, ab.Success)
-	return ab
+	return c
 }
 
 // stored returns the transaction ids stored in partition (queue, name), in offset order.
@@ -132,16 +132,17 @@ func TestTxnDuplicateInWindowRollsBack(t *testing.T) {
 	_, err = runTxn(s,
 		txnAckOp(ackTxn(in, g, "m1", queen.AckCompleted, nil)),
 		txnPushOp(txnItem("out", "o", "y"), txnItem("out", "o", "x")))
-	ab := txnAbortOf(t, err, queen.ErrDuplicate)
-	require.Equal(t, 1, *ab.Index)
-	require.Equal(t, 1, *ab.Item)
-	require.Equal(t, "operations[1].items[1].transactionId", ab.Field)
-	require.Equal(t, "out", ab.Queue)
-	require.Equal(t, "o", ab.Partition)
-	require.Equal(t, outPID.String(), ab.PartitionID)
-	require.Equal(t, "x", ab.TransactionID)
-	require.Equal(t, orig.Results[0].MessageID.String(), ab.MessageID, "names the original")
-	require.Contains(t, ab.Message, `"x"`)
+	c := txnConflictOf(t, err, queen.ErrDuplicate)
+	require.Equal(t, queen.TxnDuplicate, c.Kind)
+	require.Equal(t, 1, c.Op)
+	require.Equal(t, 1, c.Item)
+	require.Equal(t, "out", c.Queue)
+	require.Equal(t, "o", c.Partition)
+	require.Equal(t, outPID, c.PartitionID)
+	require.Equal(t, "x", c.TransactionID)
+	require.Equal(t, orig.Results[0].MessageID, c.Original, "names the original")
+	require.Equal(t, orig.Results[0].Offset, c.OriginalOffset)
+	require.Positive(t, c.WindowSeconds)
 
 	require.Equal(t, []string{"x"}, txnStored(t, s, "out", "o"), "y was not written")
 	require.Equal(t, int64(-1), txnCursor(t, s, in, g), "the ack was not applied")
@@ -162,17 +163,19 @@ func TestTxnRepeatWithinTheTransaction(t *testing.T) {
 
 	// Two push operations, same partition.
 	_, err := runTxn(s, txnPushOp(txnItem("q", "p", "z")), txnPushOp(txnItem("q", "p", "z")))
-	ab := txnAbortOf(t, err, queen.ErrDuplicate)
-	require.Equal(t, 1, *ab.Index)
-	require.Equal(t, 0, *ab.Item)
-	require.Equal(t, "z", ab.TransactionID)
-	require.Empty(t, ab.MessageID, "an in-transaction repeat has no stored original")
-	require.Contains(t, ab.Message, "operations[0].items[0]")
+	c := txnConflictOf(t, err, queen.ErrDuplicate)
+	require.Equal(t, queen.TxnRepeat, c.Kind, "an in-transaction repeat has no stored original")
+	require.Equal(t, 1, c.Op)
+	require.Equal(t, 0, c.Item)
+	require.Equal(t, "z", c.TransactionID)
+	require.Equal(t, uuid.Nil, c.Original)
+	require.Equal(t, [2]int{0, 0}, [2]int{c.EarlierOp, c.EarlierItem}, "names the item it repeats")
 
 	// One push operation, same partition.
 	_, err = runTxn(s, txnPushOp(txnItem("q", "p", "a"), txnItem("q", "p", "z"), txnItem("q", "p", "z")))
-	ab = txnAbortOf(t, err, queen.ErrDuplicate)
-	require.Equal(t, "operations[0].items[2].transactionId", ab.Field)
+	c = txnConflictOf(t, err, queen.ErrDuplicate)
+	require.Equal(t, [2]int{0, 2}, [2]int{c.Op, c.Item})
+	require.Equal(t, [2]int{0, 1}, [2]int{c.EarlierOp, c.EarlierItem})
 	require.Empty(t, txnStored(t, s, "q", "p"))
 
 	// The scope is one partition: the same id in two partitions is fine.
@@ -186,9 +189,9 @@ func TestTxnRepeatWithinTheTransaction(t *testing.T) {
 	// The earliest duplicate in request order is named, whatever the
 	// partition order.
 	_, err = runTxn(s, txnPushOp(txnItem("q", "other", "new"), txnItem("q", "other", "z")), txnPushOp(txnItem("q", "p", "z")))
-	ab = txnAbortOf(t, err, queen.ErrDuplicate)
-	require.Equal(t, "operations[0].items[1].transactionId", ab.Field)
-	require.Equal(t, "other", ab.Partition)
+	c = txnConflictOf(t, err, queen.ErrDuplicate)
+	require.Equal(t, [2]int{0, 1}, [2]int{c.Op, c.Item})
+	require.Equal(t, "other", c.Partition)
 }
 
 func TestTxnWindowZeroChecksNothing(t *testing.T) {
@@ -216,18 +219,20 @@ func TestTxnFailedAckRollsBackItsPush(t *testing.T) {
 
 	// Unknown transactionId.
 	_, err = runTxn(s, txnPushOp(txnItem("out", "o", "w")), txnAckOp(ackTxn(pid, g, "never", queen.AckCompleted, nil)))
-	ab := txnAbortOf(t, err, queen.ErrUnresolvable)
-	require.Equal(t, 1, *ab.Index)
-	require.Equal(t, "operations[1].transactionId", ab.Field)
-	require.Equal(t, "never", ab.TransactionID)
-	require.Equal(t, pid.String(), ab.PartitionID)
+	c := txnConflictOf(t, err, queen.ErrUnresolvable)
+	require.Equal(t, queen.TxnUnresolvable, c.Kind)
+	require.Equal(t, 1, c.Op)
+	require.False(t, c.ByOffset, "named by transactionId")
+	require.Equal(t, "never", c.TransactionID)
+	require.Equal(t, pid, c.PartitionID)
+	require.Contains(t, c.Detail, "never")
 	require.Empty(t, txnStored(t, s, "out", "o"))
 
 	// An offset never allocated, an unknown partition.
 	_, err = runTxn(s, txnPushOp(txnItem("out", "o", "w")), txnAckOp(txnAckAt(pid, g, 99)))
-	txnAbortOf(t, err, queen.ErrUnresolvable)
+	require.True(t, txnConflictOf(t, err, queen.ErrUnresolvable).ByOffset)
 	_, err = runTxn(s, txnPushOp(txnItem("out", "o", "w")), txnAckOp(txnAckAt(uuid.New(), g, 0)))
-	txnAbortOf(t, err, queen.ErrUnresolvable)
+	txnConflictOf(t, err, queen.ErrUnresolvable)
 
 	// A lease that is not the partition's live lease; the earlier acks of
 	// the transaction are undone too.
@@ -237,9 +242,10 @@ func TestTxnFailedAckRollsBackItsPush(t *testing.T) {
 		txnPushOp(txnItem("out", "o", "w")),
 		txnAckOp(ackTxn(pid, "other", "m1", queen.AckCompleted, nil)),
 		txnAckOp(ackTxn(pid, g, "m1", queen.AckCompleted, &wrong)))
-	ab = txnAbortOf(t, err, queen.ErrLeaseInvalid)
-	require.Equal(t, 2, *ab.Index)
-	require.Equal(t, wrong, ab.LeaseID)
+	c = txnConflictOf(t, err, queen.ErrLeaseInvalid)
+	require.Equal(t, queen.TxnLeaseInvalid, c.Kind)
+	require.Equal(t, 2, c.Op)
+	require.Equal(t, wrong, c.LeaseID.String())
 	require.Empty(t, txnStored(t, s, "out", "o"))
 	require.Equal(t, int64(-1), txnCursor(t, s, pid, "other"))
 
@@ -275,13 +281,13 @@ func TestTxnRequiredLeases(t *testing.T) {
 		Ops:            []queen.TxnOp{txnAckOp(ackTxn(pid, g, "m1", queen.AckCompleted, nil)), txnPushOp(txnItem("out", "o", "a"))},
 		RequiredLeases: []uuid.UUID{lease, unknown},
 	})
-	ab := txnAbortOf(t, err, queen.ErrLeaseInvalid)
-	require.Nil(t, ab.Index)
-	require.Equal(t, "requiredLeases[1]", ab.Field)
-	require.Equal(t, unknown.String(), ab.LeaseID)
+	c := txnConflictOf(t, err, queen.ErrLeaseInvalid)
+	require.Equal(t, queen.TxnRequiredLease, c.Kind)
+	require.Equal(t, 1, c.Op, "the index in requiredLeases")
+	require.Equal(t, unknown, *c.LeaseID)
 	require.Empty(t, txnStored(t, s, "out", "o"))
 	_, err = s.Transaction(ctx, &queen.TxnRequest{Ops: []queen.TxnOp{txnPushOp(txnItem("out", "o", "a"))}, RequiredLeases: []uuid.UUID{unknown}})
-	txnAbortOf(t, err, queen.ErrLeaseInvalid)
+	txnConflictOf(t, err, queen.ErrLeaseInvalid)
 	require.Empty(t, txnStored(t, s, "out", "o"), "a transaction without acks checks its required leases too")
 
 	// The live lease: the ack (which ends the span and releases the lease)
@@ -302,7 +308,7 @@ func TestTxnRequiredLeases(t *testing.T) {
 		Ops:            []queen.TxnOp{txnPushOp(txnItem("out", "o", "b"))},
 		RequiredLeases: []uuid.UUID{expired},
 	})
-	txnAbortOf(t, err, queen.ErrLeaseInvalid)
+	txnConflictOf(t, err, queen.ErrLeaseInvalid)
 	require.Equal(t, []string{"a"}, txnStored(t, s, "out", "o"))
 }
 

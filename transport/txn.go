@@ -13,8 +13,8 @@ import (
 // Transactor runs transactions (persistence.Store).
 type Transactor interface {
 	// Transaction runs every operation in one PostgreSQL transaction and
-	// returns one result per operation; a *queen.TxnAbort when an operation
-	// rolled it back.
+	// returns one result per operation; a *queen.TxnConflict when an
+	// operation rolled it back (rendered by wire.TxnAbort).
 	Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error)
 }
 
@@ -68,8 +68,9 @@ func (s *Service) transaction(ctx context.Context, body []byte) reply {
 	defer cancel()
 	res, err := t.Transaction(ctx, &req)
 	if err != nil {
-		var ab *queen.TxnAbort
-		if errors.As(err, &ab) {
+		var c *queen.TxnConflict
+		if errors.As(err, &c) {
+			ab := wire.TxnAbort(c)
 			return reply{status: ab.Err.Status, body: ab}
 		}
 		return txnErrReply(errReply(err))

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -208,4 +209,61 @@ func TxnOpReplies(ops []queen.TxnOp, res []queen.TxnOpResult) []TxnOpReply {
 		out[i] = r
 	}
 	return out
+}
+
+// TxnAbort renders c for the wire (SPEC.md §5, §10): the 409 body with the
+// registry error's code, the operation's index, the path of the field at
+// fault ("operations[1].items[0].transactionId", "operations[2].leaseId",
+// "requiredLeases[0]"), a sentence naming the culprit, and the culprit's
+// queue, partition, ids and (for a duplicate of a stored message) the
+// original's message id.
+func TxnAbort(c *queen.TxnConflict) *queen.TxnAbort {
+	var (
+		field, msg string
+		op         = c.Op
+	)
+	switch c.Kind {
+	case queen.TxnDuplicate, queen.TxnRepeat:
+		at := fmt.Sprintf("operations[%d].items[%d]", c.Op, c.Item)
+		field = at + ".transactionId"
+		if c.Kind == queen.TxnRepeat {
+			msg = fmt.Sprintf("%s: transactionId %q repeats operations[%d].items[%d] of the same transaction in partition %q of queue %q; the transaction was rolled back",
+				at, c.TransactionID, c.EarlierOp, c.EarlierItem, c.Partition, c.Queue)
+		} else {
+			msg = fmt.Sprintf("%s: transactionId %q is already in partition %q of queue %q (message %s at offset %d, inside the %d s window); the transaction was rolled back",
+				at, c.TransactionID, c.Partition, c.Queue, c.Original, c.OriginalOffset, c.WindowSeconds)
+		}
+	case queen.TxnRequiredLease:
+		op = -1
+		field = fmt.Sprintf("requiredLeases[%d]", c.Op)
+		msg = fmt.Sprintf("%s: lease %s is not live (expired, released or unknown); the transaction was rolled back", field, c.LeaseID)
+	default:
+		name := "transactionId"
+		switch {
+		case c.Kind == queen.TxnLeaseInvalid:
+			name = "leaseId"
+		case c.ByOffset:
+			name = "offset"
+		}
+		field = fmt.Sprintf("operations[%d].%s", c.Op, name)
+		msg = fmt.Sprintf("operations[%d]: %s; the transaction was rolled back", c.Op, c.Detail)
+	}
+	a := queen.NewTxnAbort(c.Registry(), op, field, msg)
+	switch c.Kind {
+	case queen.TxnDuplicate, queen.TxnRepeat:
+		item := c.Item
+		a.Item = &item
+		a.Queue, a.Partition = c.Queue, c.Partition
+		if c.Kind == queen.TxnDuplicate {
+			a.MessageID = c.Original.String()
+		}
+	}
+	if c.PartitionID != uuid.Nil {
+		a.PartitionID = c.PartitionID.String()
+	}
+	a.TransactionID = c.TransactionID
+	if c.LeaseID != nil {
+		a.LeaseID = c.LeaseID.String()
+	}
+	return a
 }

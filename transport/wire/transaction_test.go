@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/queen-mq/queen-go"
+	"github.com/stretchr/testify/require"
 )
 
 func TestDecodeTransaction(t *testing.T) {
@@ -148,5 +149,73 @@ func TestTxnReplyJSON(t *testing.T) {
 	var back TxnReply
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Results[0].Items) != 1 || back.Results[1].Result != queen.Acked {
 		t.Fatalf("decode %s: %+v %v", b, back, err)
+	}
+}
+
+// TestTxnAbortRendersConflicts: each kind of transaction conflict as the
+// wire writes it (SPEC.md §5): the field path, the sentence, the index and
+// the culprit's names and ids.
+func TestTxnAbortRendersConflicts(t *testing.T) {
+	pid := uuid.MustParse("0192f0c4-0000-7000-8000-0000000000aa")
+	orig := uuid.MustParse("0192f0c4-0000-7000-8000-0000000000bb")
+	lease := uuid.MustParse("0192f0c4-0000-7000-8000-0000000000cc")
+	ptr := func(n int) *int { return &n }
+	for _, tc := range []struct {
+		name string
+		c    queen.TxnConflict
+		want queen.TxnErrorReply
+		is   *queen.Error
+	}{{
+		name: "duplicate of a stored message",
+		c: queen.TxnConflict{Kind: queen.TxnDuplicate, Op: 1, Item: 1, Queue: "out", Partition: "o", PartitionID: pid, TransactionID: "x",
+			Original: orig, OriginalOffset: 0, WindowSeconds: 3600},
+		want: queen.TxnErrorReply{Code: "duplicate", Index: ptr(1), Item: ptr(1), Field: "operations[1].items[1].transactionId",
+			Message: `operations[1].items[1]: transactionId "x" is already in partition "o" of queue "out" (message ` + orig.String() +
+				` at offset 0, inside the 3600 s window); the transaction was rolled back`,
+			Queue: "out", Partition: "o", PartitionID: pid.String(), TransactionID: "x", MessageID: orig.String()},
+		is: queen.ErrDuplicate,
+	}, {
+		name: "repeat inside the transaction",
+		c:    queen.TxnConflict{Kind: queen.TxnRepeat, Op: 0, Item: 2, Queue: "q", Partition: "p", PartitionID: pid, TransactionID: "z", EarlierOp: 0, EarlierItem: 1},
+		want: queen.TxnErrorReply{Code: "duplicate", Index: ptr(0), Item: ptr(2), Field: "operations[0].items[2].transactionId",
+			Message: `operations[0].items[2]: transactionId "z" repeats operations[0].items[1] of the same transaction in partition "p" of queue "q"; the transaction was rolled back`,
+			Queue:   "q", Partition: "p", PartitionID: pid.String(), TransactionID: "z"},
+		is: queen.ErrDuplicate,
+	}, {
+		name: "ack by transactionId that does not resolve",
+		c:    queen.TxnConflict{Kind: queen.TxnUnresolvable, Op: 1, PartitionID: pid, TransactionID: "never", Detail: "not in the sidecar"},
+		want: queen.TxnErrorReply{Code: "unresolvable", Index: ptr(1), Field: "operations[1].transactionId",
+			Message: "operations[1]: not in the sidecar; the transaction was rolled back", PartitionID: pid.String(), TransactionID: "never"},
+		is: queen.ErrUnresolvable,
+	}, {
+		name: "ack by offset that does not resolve",
+		c:    queen.TxnConflict{Kind: queen.TxnUnresolvable, Op: 3, PartitionID: pid, ByOffset: true, Detail: "offset 99 was never allocated"},
+		want: queen.TxnErrorReply{Code: "unresolvable", Index: ptr(3), Field: "operations[3].offset",
+			Message: "operations[3]: offset 99 was never allocated; the transaction was rolled back", PartitionID: pid.String()},
+		is: queen.ErrUnresolvable,
+	}, {
+		name: "ack with a lease that is not live",
+		c:    queen.TxnConflict{Kind: queen.TxnLeaseInvalid, Op: 2, PartitionID: pid, TransactionID: "m1", Detail: "lease is not the live lease", LeaseID: &lease},
+		want: queen.TxnErrorReply{Code: "lease_invalid", Index: ptr(2), Field: "operations[2].leaseId",
+			Message: "operations[2]: lease is not the live lease; the transaction was rolled back", PartitionID: pid.String(), TransactionID: "m1", LeaseID: lease.String()},
+		is: queen.ErrLeaseInvalid,
+	}, {
+		name: "a required lease that is not live",
+		c:    queen.TxnConflict{Kind: queen.TxnRequiredLease, Op: 1, LeaseID: &lease},
+		want: queen.TxnErrorReply{Code: "lease_invalid", Field: "requiredLeases[1]",
+			Message: "requiredLeases[1]: lease " + lease.String() + " is not live (expired, released or unknown); the transaction was rolled back", LeaseID: lease.String()},
+		is: queen.ErrLeaseInvalid,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			require.ErrorIs(t, &c, tc.is, "the conflict matches its registry error")
+			ab := TxnAbort(&c)
+			require.Equal(t, tc.want, ab.TxnErrorReply)
+			require.ErrorIs(t, ab, tc.is)
+			e := queen.AsError(ab)
+			require.Equal(t, 409, e.Status)
+			require.Equal(t, tc.want.Field, e.Field)
+			require.Equal(t, tc.want.Index, e.Index)
+		})
 	}
 }
