@@ -35,7 +35,7 @@ type auditor struct {
 	// sequential is Config.Spread == SpreadSequential (partIn).
 	sequential bool
 	// sweep is the next partition of the rotating slice; sweepN is the
-	// slice's length (sweepSlice).
+	// slice's length (sweepSlice; set by start).
 	sweep, sweepN int
 	found         *issues
 
@@ -55,7 +55,7 @@ type auditor struct {
 
 func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*ledger, dirty *dirtySet) *auditor {
 	au := &auditor{a: a, queue: queue, parts: parts, ledgers: ledgers, partIdx: make(map[string]int, len(parts)),
-		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts)), found: newIssues()}
+		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts), 64), found: newIssues()}
 	for i, p := range parts {
 		au.partIdx[p] = i
 		au.after[i] = -1
@@ -67,8 +67,10 @@ func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*l
 func (au *auditor) storedTotal() int64 { return au.stored.Load() }
 
 // start runs a pass every `every` (the next right after the last when a
-// pass takes longer) until finish.
-func (au *auditor) start(ctx context.Context, every time.Duration) {
+// pass takes longer) until finish; with a retention, the sweep reads every
+// partition within a quarter of it.
+func (au *auditor) start(ctx context.Context, every, retention time.Duration) {
+	au.sweepN = sweepSlice(len(au.parts), sweepCycle(retention, every))
 	au.stop, au.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(au.done)
@@ -99,9 +101,23 @@ func (au *auditor) err() string {
 	return ""
 }
 
-// sweepSlice is how many partitions not marked dirty a pass also reads:
-// every partition is read at least once every 64 passes.
-func sweepSlice(parts int) int { return min(parts, max(64, (parts+63)/64)) }
+// sweepSlice is how many partitions not marked dirty a pass also reads, so
+// that every partition is read at least once every `cycle` passes (at
+// least 64 partitions a pass).
+func sweepSlice(parts, cycle int) int {
+	cycle = max(cycle, 1)
+	return min(parts, max(64, (parts+cycle-1)/cycle))
+}
+
+// sweepCycle is the passes a sweep of every partition may take: 64, or
+// fewer with a retention, so that a write no answer marked is read within a
+// quarter of the retention (passes every `every`).
+func sweepCycle(retention, every time.Duration) int {
+	if retention <= 0 || every <= 0 {
+		return 64
+	}
+	return int(min(64, max(1, retention/(4*every))))
+}
 
 // pass reads the segments stored since the last pass and checks their
 // frames; it returns how many frames it read. all reads every partition;

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -81,5 +82,19 @@ func TestPartInSequentialTouchesEveryPartition(t *testing.T) {
 	for p := 0; p < 40; p++ {
 		require.Zero(t, partIn(true, p, 5, 1))
 		require.Less(t, partIn(true, p, uint64(p), 7), 7)
+	}
+}
+
+func TestSweepReadsEveryPartitionWithinItsCycle(t *testing.T) {
+	require.Equal(t, 64, sweepCycle(0, 2*time.Second), "no retention: 64 passes")
+	require.Equal(t, 64, sweepCycle(time.Hour, 2*time.Second))
+	require.Equal(t, 3, sweepCycle(30*time.Second, 2*time.Second), "a quarter of 30 s is 3 passes of 2 s")
+	require.Equal(t, 1, sweepCycle(30*time.Second, 10*time.Second))
+	for _, tc := range []struct{ parts, cycle, want int }{
+		{10, 64, 10}, {64, 64, 64}, {1000, 64, 64}, {1_000_000, 64, 15_625}, {1_000_000, 3, 333_334}, {100, 1, 100},
+	} {
+		n := sweepSlice(tc.parts, tc.cycle)
+		require.Equal(t, tc.want, n, "%d partitions, cycle %d", tc.parts, tc.cycle)
+		require.GreaterOrEqual(t, n*tc.cycle, tc.parts, "every partition within the cycle")
 	}
 }

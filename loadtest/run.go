@@ -238,7 +238,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		}
 		au = newAuditor(audit, cfg.Queue, parts, ledgers, c.dirty)
 		au.sequential = cfg.Spread == SpreadSequential
-		au.start(ctx, min(cfg.SampleEvery, auditEvery))
+		au.start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == ModeBroker)
 	if au != nil {
