@@ -122,24 +122,36 @@ func (n *Notifier) flush() {
 }
 
 // Pushed is a transport.Config.OnPushed hook: it wakes the polls of every
-// queue that got a queued item.
+// queue that got a queued item. A request's items are grouped by queue
+// without a map (most requests push to one queue or a few).
 func (n *Notifier) Pushed(items []*queen.Item, results []queen.Result) {
-	var byQueue map[string][]uuid.UUID
+	type group struct {
+		queue string
+		pids  []uuid.UUID
+	}
+	var groups []group
 	for i, r := range results {
 		if r.Verdict != queen.Queued {
 			continue
 		}
-		if byQueue == nil {
-			byQueue = map[string][]uuid.UUID{}
-		}
 		q := items[i].Queue
-		pids := byQueue[q]
-		if len(pids) == 0 || pids[len(pids)-1] != r.PartitionID {
-			byQueue[q] = append(pids, r.PartitionID)
+		g := -1
+		for k := range groups {
+			if groups[k].queue == q {
+				g = k
+				break
+			}
+		}
+		if g < 0 {
+			groups = append(groups, group{queue: q})
+			g = len(groups) - 1
+		}
+		if pids := groups[g].pids; len(pids) == 0 || pids[len(pids)-1] != r.PartitionID {
+			groups[g].pids = append(pids, r.PartitionID)
 		}
 	}
-	for q, pids := range byQueue {
-		n.Available(q, pids)
+	for _, g := range groups {
+		n.Available(g.queue, g.pids)
 	}
 }
 

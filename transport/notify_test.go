@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // wakes records what a Notifier passes to its Waker.
@@ -110,4 +112,24 @@ func TestNotifierGathersNotices(t *testing.T) {
 	t.Cleanup(c.Stop)
 	c.Available("t", pids[:3])
 	require.Eventually(t, func() bool { return there.count("t") == 3 }, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestNotifierPushedWakesQueuedPartitions: only queued items wake, grouped
+// by queue.
+func TestNotifierPushedWakesQueuedPartitions(t *testing.T) {
+	nc := natsConn(t)
+	var here wakes
+	n, err := NewNotifier(nc, &here, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(n.Stop)
+	p1, p2, p3 := uuid.New(), uuid.New(), uuid.New()
+	items := []*queen.Item{{Queue: "a"}, {Queue: "b"}, {Queue: "a"}, {Queue: "a"}, {Queue: "c"}}
+	results := []queen.Result{
+		{Verdict: queen.Queued, PartitionID: p1}, {Verdict: queen.Queued, PartitionID: p2},
+		{Verdict: queen.Queued, PartitionID: p3}, {Verdict: queen.Duplicate, PartitionID: p2}, {Verdict: queen.Failed},
+	}
+	n.Pushed(items, results)
+	here.mu.Lock()
+	defer here.mu.Unlock()
+	require.Equal(t, map[string]map[uuid.UUID]int{"a": {p1: 1, p3: 1}, "b": {p2: 1}}, here.got)
 }
