@@ -26,7 +26,7 @@ type Store interface {
 type Options struct {
 	// Recheck is how often a parked long poll looks again without a
 	// wake-up (lease expiries and delayed messages wake nobody); <= 0
-	// means 1s (QUEEN_POLL_RECHECK).
+	// means 1s (the broker's Config.PollRecheck).
 	Recheck time.Duration
 	// OnAvailable, when set, is told of partitions whose messages became
 	// deliverable again (a failed or retry ack), so other brokers' parked
