@@ -5,5 +5,6 @@
 // SPEC.md §3; the hash cache's watermark (SPEC.md §8) is computed here.
 //
 // Pending work is bounded per partition and per host: overload is answered at
-// once with queen.ErrOverloaded, never by growing memory.
+// once with queen.ErrOverloaded, never by growing memory. Pops are not served
+// here: package consume coordinates them.
 package actors

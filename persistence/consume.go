@@ -182,90 +182,120 @@ func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *co
 // is windowBuffer seconds old. Without AutoAck the returned span is leased
 // for the queue's leaseTime; with it the cursor moves past the span. An
 // expired lease's unacked rest is delivered again, and its first unacked
-// message counts one failed delivery first (see expireLease).
+// message counts one failed delivery first (see expireLease). On an error
+// the transaction is rolled back and the result is empty, PopBusy.
 func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult, PopState, error) {
-	var res queen.PopResult
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return res, PopBusy, unavailable(err)
+		return queen.PopResult{}, PopBusy, unavailable(err)
 	}
 	defer conn.Release()
-	// One round trip: begin, create the consumer row on first use, lock it,
-	// read the segments to deliver (the statement sees the locked row).
-	var st consumerState
-	var found bool
-	type segment struct {
-		first   int64
-		created time.Time
-		ids     []byte
-		frames  []byte
+	res, state, err := popTx(ctx, conn, spec)
+	if err != nil {
+		rollback(conn)
+		return queen.PopResult{}, PopBusy, err
 	}
-	var segs []segment
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	lockConsumer(b, spec.PartitionID, spec.Group, spec.SkipLocked, true, spec.SubscriptionFrom, spec.SubscriptionNew, &st, &found)
-	readSegments := func(rows pgx.Rows) error {
+	return res, state, nil
+}
+
+// popTx runs PopPartition's transaction on tx: claim the consumer row and
+// read the span above its cursor (claimSpan), build the messages that fit
+// (spanMessages), then move the cursor (autoAck) or take the lease, and
+// commit. On an error the caller rolls back.
+func popTx(ctx context.Context, tx querier, spec PopSpec) (queen.PopResult, PopState, error) {
+	st, found, segs, err := claimSpan(ctx, tx, spec)
+	if err != nil {
+		return queen.PopResult{}, PopBusy, err
+	}
+	switch {
+	case !found, st.live:
+		return queen.PopResult{}, PopBusy, commitPop(ctx, tx, nil)
+	case st.cursor >= st.lastOffset:
+		return queen.PopResult{}, PopEmpty, commitPop(ctx, tx, nil)
+	}
+	res, last, err := spanMessages(spec, &st, segs)
+	if err != nil {
+		return queen.PopResult{}, PopBusy, err
+	}
+	if len(res.Messages) == 0 {
+		return queen.PopResult{}, PopNotYet, commitPop(ctx, tx, nil)
+	}
+	if spec.AutoAck {
+		err = moveCursor(ctx, tx, spec, &st, last)
+	} else {
+		err = takeLease(ctx, tx, spec, &st, last, &res)
+	}
+	return res, PopDelivered, err
+}
+
+// popSegment is one segment read for a pop: its first offset, when it was
+// stored, and its packed message ids and frames (UnpackFrames).
+type popSegment struct {
+	first   int64
+	created time.Time
+	ids     []byte
+	frames  []byte
+}
+
+// readSegments returns a consume_segments row reader that appends to *segs.
+func readSegments(segs *[]popSegment) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
 		for rows.Next() {
-			var sg segment
+			var sg popSegment
 			var last int64
 			if err := rows.Scan(&sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
 				return err
 			}
-			segs = append(segs, sg)
+			*segs = append(*segs, sg)
 		}
 		return rows.Err()
 	}
-	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		rollback(conn)
-		return res, PopBusy, unavailable(err)
+}
+
+// claimSpan begins the pop's transaction and, in one round trip, creates
+// (partition, group)'s consumer row on first use, locks it (skipping it
+// when another request holds it and spec.SkipLocked) and reads the segments
+// to deliver (the statement sees the locked row). found is false when the
+// lock was skipped. An expired lease is counted first (expireLease): the row
+// is written and the segments read again from its cursor, in this
+// transaction.
+func claimSpan(ctx context.Context, tx querier, spec PopSpec) (st consumerState, found bool, segs []popSegment, err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	lockConsumer(b, spec.PartitionID, spec.Group, spec.SkipLocked, true, spec.SubscriptionFrom, spec.SubscriptionNew, &st, &found)
+	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments(&segs))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return st, false, nil, unavailable(err)
 	}
-	finish := func(state PopState, extra func(b *pgx.Batch)) (queen.PopResult, PopState, error) {
-		b := &pgx.Batch{}
-		if extra != nil {
-			extra(b)
-		}
-		b.Queue("COMMIT")
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			rollback(conn)
-			return queen.PopResult{}, PopBusy, unavailable(err)
-		}
-		return res, state, nil
+	if !found || st.live {
+		return st, found, segs, nil
 	}
-	if found && !st.live {
-		expired, err := expireLease(ctx, conn, ackKey{spec.PartitionID, spec.Group}, &st)
-		if err != nil {
-			rollback(conn)
-			return res, PopBusy, err
-		}
-		if expired {
-			// Record the count (and the cursor past a dead letter) and read
-			// the segments again from that cursor, in this transaction.
-			counts, err := encodeCounts(st.failCounts)
-			if err != nil {
-				rollback(conn)
-				return res, PopBusy, err
-			}
-			segs = segs[:0]
-			b := &pgx.Batch{}
-			b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts)
-			b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments)
-			if err := conn.SendBatch(ctx, b).Close(); err != nil {
-				rollback(conn)
-				return res, PopBusy, unavailable(err)
-			}
-		}
+	expired, err := expireLease(ctx, tx, ackKey{spec.PartitionID, spec.Group}, &st)
+	if err != nil || !expired {
+		return st, found, segs, err
 	}
-	switch {
-	case !found:
-		return finish(PopBusy, nil)
-	case st.live:
-		return finish(PopBusy, nil)
-	case st.cursor >= st.lastOffset:
-		return finish(PopEmpty, nil)
+	counts, err := encodeCounts(st.failCounts)
+	if err != nil {
+		return st, found, nil, err
 	}
+	segs = segs[:0]
+	b = &pgx.Batch{}
+	b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts)
+	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments(&segs))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return st, found, nil, unavailable(err)
+	}
+	return st, found, segs, nil
+}
+
+// spanMessages builds the messages of segs above st's cursor, in offset
+// order: at most spec.Batch, and within spec.MaxBytes (each message counted
+// as its payload plus PopMessageOverhead; the first always fits unless
+// spec.BytesStrict), the rest left unleased for the next pop. The reply's
+// queue, partition and group are set when it holds any message; last is
+// the offset of its last message. It reads no database.
+func spanMessages(spec PopSpec, st *consumerState, segs []popSegment) (res queen.PopResult, last int64, err error) {
 	pidText := spec.PartitionID.String()
-	var last int64
 	maxBytes, size := spec.MaxBytes, 0
 	if maxBytes <= 0 {
 		maxBytes = queen.MaxPopReplyBytes
@@ -274,8 +304,7 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	for _, sg := range segs {
 		fs, err := UnpackFrames(sg.ids, sg.frames)
 		if err != nil {
-			rollback(conn)
-			return res, PopBusy, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
+			return queen.PopResult{}, 0, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
 		}
 		for i := range fs {
 			off := sg.first + int64(i)
@@ -296,51 +325,70 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 			last = off
 		}
 	}
-	if len(res.Messages) == 0 {
-		return finish(PopNotYet, nil)
+	if len(res.Messages) > 0 {
+		res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
 	}
-	res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
-	if spec.AutoAck {
-		for off := range st.failCounts {
-			if off <= last {
-				delete(st.failCounts, off)
-			}
+	return res, last, nil
+}
+
+// moveCursor acknowledges an autoAck pop's span: the cursor moves to last,
+// the failure counts at or below it go, and the transaction commits.
+func moveCursor(ctx context.Context, tx querier, spec PopSpec, st *consumerState, last int64) error {
+	for off := range st.failCounts {
+		if off <= last {
+			delete(st.failCounts, off)
 		}
-		counts, err := encodeCounts(st.failCounts)
-		if err != nil {
-			rollback(conn)
-			return res, PopBusy, err
-		}
-		return finish(PopDelivered, func(b *pgx.Batch) {
-			b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, counts)
-		})
 	}
 	counts, err := encodeCounts(st.failCounts)
 	if err != nil {
-		rollback(conn)
-		return res, PopBusy, err
+		return err
+	}
+	return commitPop(ctx, tx, func(b *pgx.Batch) {
+		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, counts)
+	})
+}
+
+// takeLease leases the span up to last for the queue's leaseTime under
+// spec.LeaseID (a new UUIDv7 when nil), commits, and writes the lease id
+// and its expiry into res and its messages.
+func takeLease(ctx context.Context, tx querier, spec PopSpec, st *consumerState, last int64, res *queen.PopResult) error {
+	counts, err := encodeCounts(st.failCounts)
+	if err != nil {
+		return err
 	}
 	lease := spec.LeaseID
 	if lease == uuid.Nil {
 		if lease, err = uuid.NewV7(); err != nil {
-			rollback(conn)
-			return res, PopBusy, err
+			return err
 		}
 	}
-	ls := lease.String()
 	var expires *time.Time
-	res, state, err := finish(PopDelivered, func(b *pgx.Batch) {
+	if err := commitPop(ctx, tx, func(b *pgx.Batch) {
 		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&expires) })
-	})
-	if err != nil {
-		return res, state, err
+	}); err != nil {
+		return err
 	}
+	ls := lease.String()
 	res.LeaseID, res.LeaseExpiresAt = &ls, expires
 	for i := range res.Messages {
 		res.Messages[i].LeaseID = &ls
 	}
-	return res, state, nil
+	return nil
+}
+
+// commitPop sends the statements extra queues (when not nil) and COMMIT in
+// one round trip.
+func commitPop(ctx context.Context, tx querier, extra func(b *pgx.Batch)) error {
+	b := &pgx.Batch{}
+	if extra != nil {
+		extra(b)
+	}
+	b.Queue("COMMIT")
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return unavailable(err)
+	}
+	return nil
 }
 
 // Subscribe records group's subscription of queue at its first pop (SPEC.md

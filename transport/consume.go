@@ -14,8 +14,9 @@ import (
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
-// Consumer is the consumer side the transports need (actors.Consumers for
-// pops and acks, persistence.Store for the rest).
+// Consumer is the consumer side the transports need, as one value (in the
+// broker, consume.Coordinator for pops and acks and persistence.Store for
+// the rest).
 type Consumer interface {
 	Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error)
 	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
@@ -26,6 +27,10 @@ type Consumer interface {
 	DeleteGroup(ctx context.Context, group string) (int64, error)
 	Seek(ctx context.Context, queue, group string, req queen.SeekRequest) (int, error)
 	SetSubscription(ctx context.Context, group string, ts time.Time) (int, error)
+	// Transaction runs every operation in one PostgreSQL transaction and
+	// returns one result per operation; a *queen.TxnConflict when an
+	// operation rolled it back (rendered by wire.TxnAbort).
+	Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error)
 }
 
 // setSubscription answers POST /api/v1/consumer-groups/{group}/subscription

@@ -17,7 +17,7 @@ import (
 // (SPEC.md §4). Every broker subscribes (no queue group).
 const SubjectNotify = "queen.v1.notify"
 
-// Waker is told of partitions with new messages (actors.Consumers).
+// Waker is told of partitions with new messages (consume.Coordinator).
 type Waker interface {
 	Notify(queue string, pids []uuid.UUID)
 }

@@ -34,15 +34,12 @@ type Queues interface {
 type Config struct {
 	Pusher Pusher
 	Queues Queues
-	// Consumer serves pops, acks, leases, the DLQ and queue/group
-	// administration (SPEC.md §4).
+	// Consumer serves pops, acks, leases, transactions, the DLQ and
+	// queue/group administration (SPEC.md §4, §5).
 	Consumer Consumer
 	// OnPushed, when set, is told of every push's results (the broker wakes
 	// long polls with it, here and on other brokers).
 	OnPushed func(items []*queen.Item, results []queen.Result)
-	// Transactions runs POST /api/v1/transaction (SPEC.md §5); nil means
-	// Queues or Consumer, when it runs transactions too.
-	Transactions Transactor
 	// OnQueueDeleted, when set, is told of a deleted queue.
 	OnQueueDeleted func(queue string)
 	// DedupCache, when set, is the dedup cache's kill switch and stats

@@ -10,29 +10,6 @@ import (
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
-// Transactor runs transactions (persistence.Store).
-type Transactor interface {
-	// Transaction runs every operation in one PostgreSQL transaction and
-	// returns one result per operation; a *queen.TxnConflict when an
-	// operation rolled it back (rendered by wire.TxnAbort).
-	Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error)
-}
-
-// transactor is Config.Transactions, or else the Queues or Consumer
-// implementation when it runs transactions too (persistence.Store does).
-func (s *Service) transactor() Transactor {
-	if s.cfg.Transactions != nil {
-		return s.cfg.Transactions
-	}
-	if t, ok := s.cfg.Queues.(Transactor); ok {
-		return t
-	}
-	if t, ok := s.cfg.Consumer.(Transactor); ok {
-		return t
-	}
-	return nil
-}
-
 // handleTransaction is POST /api/v1/transaction.
 func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
 	if !s.admitDeclared(r) {
@@ -52,8 +29,7 @@ func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
 // lease_invalid), 4xx for bad input, 503/504 when the database failed (retry
 // the same transaction: a push that did commit answers 409 duplicate).
 func (s *Service) transaction(ctx context.Context, body []byte) reply {
-	t := s.transactor()
-	if t == nil {
+	if s.cfg.Consumer == nil {
 		return txnErrReply(errReply(queen.ErrNotFound.With("this broker does not run transactions")))
 	}
 	if !s.admit(int64(len(body))) {
@@ -66,7 +42,7 @@ func (s *Service) transaction(ctx context.Context, body []byte) reply {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	res, err := t.Transaction(ctx, &req)
+	res, err := s.cfg.Consumer.Transaction(ctx, &req)
 	if err != nil {
 		var c *queen.TxnConflict
 		if errors.As(err, &c) {

@@ -18,11 +18,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/actors"
+	"github.com/queen-mq/queen-go/consume"
 	"github.com/queen-mq/queen-go/metrics"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/localpg"
@@ -174,7 +176,7 @@ type Broker struct {
 	members  *shards.Membership
 	router   *shards.Router
 	svc      *transport.Service
-	cons     *actors.Consumers
+	cons     *consume.Coordinator
 	notifier *transport.Notifier
 	natsSvc  *transport.NATSService
 	httpSrv  *http.Server
@@ -292,17 +294,20 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	router.SetHopTimeout(hop)
 	b.router = router
 	registerClusterMetrics(b.metrics, b.members, router, b.shardSrv)
-	b.cons = actors.NewConsumers(b.store, cfg.PollRecheck)
+	// The notifier wakes this broker's polls through the coordinator; the
+	// coordinator tells the notifier of retry acks so other brokers' polls
+	// wake too (b.notifier is set below, before any ack can arrive).
+	b.cons = consume.New(b.store, consume.Options{Recheck: cfg.PollRecheck,
+		OnAvailable: func(queue string, pids []uuid.UUID) { b.notifier.Available(queue, pids) }})
 	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
 		return err
 	}
-	b.cons.OnAvailable = b.notifier.Available
 	b.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "queen_pop_parked_polls", Help: "Long polls waiting for messages.",
 	}, func() float64 { return float64(b.cons.Parked()) }))
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
-		Consumer: consumer{b.cons, b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
+		Consumer: consumer{pops: b.cons, store: b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 		AdminToken: cfg.AdminToken,
 		Partitions: func() any { return b.host.PartitionStats() },
@@ -468,21 +473,6 @@ func registerPartitionMetrics(m *metrics.Set, h *actors.Host) {
 			Name: "queen_partitions_active_max", Help: "The bound on active partitions from QUEEN_PARTITION_MEMORY_MB (0: none).",
 		}, func() float64 { return float64(h.PartitionStats().MaxActive) }),
 	)
-}
-
-// consumer is the transports' consumer side: pops and acks through the
-// coordinator (hints, long polls, wake-ups), the rest straight to the store.
-type consumer struct {
-	*actors.Consumers
-	*persistence.Store
-}
-
-func (c consumer) Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error) {
-	return c.Consumers.Pop(ctx, req)
-}
-
-func (c consumer) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
-	return c.Consumers.Ack(ctx, items)
 }
 
 // HTTPURL is the base URL of the HTTP gateway, e.g. http://127.0.0.1:6632.

@@ -1,4 +1,4 @@
-package actors
+package consume
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/queen-mq/queen-go/persistence"
 )
 
-// ConsumeStore is what the consumer side needs from persistence.
-type ConsumeStore interface {
+// Store is what the coordinator needs from persistence (persistence.Store).
+type Store interface {
 	PopPartition(ctx context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error)
 	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
@@ -22,23 +22,30 @@ type ConsumeStore interface {
 	Subscribe(ctx context.Context, queue, group string, from *time.Time, isNew bool) (bool, error)
 }
 
-// Consumers serves pops (SPEC.md §4) for one broker: it keeps, per queue and
-// consumer group, an in-memory hint of the partitions that may hold work, so
-// a wildcard pop tries a few likely partitions instead of scanning them all,
-// and it parks long polls until a push to their queue (Notify) or a periodic
-// re-check. The hint is only an optimisation: PostgreSQL decides every pop
-// under the consumer row lock, and a pop that finds nothing through the hint
-// asks PostgreSQL for the candidates before answering empty, so a message
-// committed before a pop started is visible to it. It is safe for concurrent use.
-type Consumers struct {
-	store ConsumeStore
-	// Recheck is how often a parked long poll looks again without a wake-up
-	// (lease expiries and delayed messages wake nobody). Default 1s.
-	recheck time.Duration
+// Options configures a Coordinator; the zero value takes the defaults.
+type Options struct {
+	// Recheck is how often a parked long poll looks again without a
+	// wake-up (lease expiries and delayed messages wake nobody); <= 0
+	// means 1s (the broker's Config.PollRecheck).
+	Recheck time.Duration
 	// OnAvailable, when set, is told of partitions whose messages became
 	// deliverable again (a failed or retry ack), so other brokers' parked
-	// polls wake too.
+	// polls wake too (transport.Notifier.Available).
 	OnAvailable func(queue string, pids []uuid.UUID)
+}
+
+// Coordinator serves pops (SPEC.md §4) for one broker: it keeps, per queue
+// and consumer group, an in-memory hint of the partitions that may hold
+// work, so a wildcard pop tries a few likely partitions instead of scanning
+// them all, and it parks long polls until a push to their queue (Notify) or
+// a periodic re-check. The hint is only an optimisation: PostgreSQL decides
+// every pop under the consumer row lock, and a pop that finds nothing
+// through the hint asks PostgreSQL for the candidates before answering
+// empty, so a message committed before a pop started is visible to it. It is
+// safe for concurrent use.
+type Coordinator struct {
+	store Store
+	opts  Options
 
 	parked atomic.Int64
 
@@ -78,18 +85,18 @@ const maxOwners = 1 << 16
 // candidateLimit bounds one PostgreSQL candidate scan.
 const candidateLimit = 512
 
-// NewConsumers returns the pop coordinator over store. recheck <= 0 means 1s.
-func NewConsumers(store ConsumeStore, recheck time.Duration) *Consumers {
-	if recheck <= 0 {
-		recheck = time.Second
+// New returns the pop coordinator over store, with opts' defaults filled in.
+func New(store Store, opts Options) *Coordinator {
+	if opts.Recheck <= 0 {
+		opts.Recheck = time.Second
 	}
-	return &Consumers{store: store, recheck: recheck, any: make(chan struct{}), queues: map[string]*queueHint{}, owner: map[uuid.UUID]string{}, subbed: map[[2]string]bool{}}
+	return &Coordinator{store: store, opts: opts, any: make(chan struct{}), queues: map[string]*queueHint{}, owner: map[uuid.UUID]string{}, subbed: map[[2]string]bool{}}
 }
 
 // Parked returns how many long polls are waiting right now.
-func (c *Consumers) Parked() int64 { return c.parked.Load() }
+func (c *Coordinator) Parked() int64 { return c.parked.Load() }
 
-func (c *Consumers) queue(name string) *queueHint {
+func (c *Coordinator) queue(name string) *queueHint {
 	q := c.queues[name]
 	if q == nil {
 		q = &queueHint{wake: make(chan struct{}), groups: map[string]*groupHint{}}
@@ -100,7 +107,7 @@ func (c *Consumers) queue(name string) *queueHint {
 
 // Notify records that partitions pids of queue got new messages (a push
 // committed, here or on another broker) and wakes the queue's parked polls.
-func (c *Consumers) Notify(queue string, pids []uuid.UUID) {
+func (c *Coordinator) Notify(queue string, pids []uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.queue(queue)
@@ -119,7 +126,7 @@ func (c *Consumers) Notify(queue string, pids []uuid.UUID) {
 }
 
 // Forget drops what is known of a queue (it was deleted) and wakes its polls.
-func (c *Consumers) Forget(queue string) {
+func (c *Coordinator) Forget(queue string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if q := c.queues[queue]; q != nil {
@@ -139,7 +146,7 @@ func (c *Consumers) Forget(queue string) {
 }
 
 // own records that partition pid is queue's, within maxOwners. c.mu held.
-func (c *Consumers) own(pid uuid.UUID, queue string) {
+func (c *Coordinator) own(pid uuid.UUID, queue string) {
 	if _, ok := c.owner[pid]; !ok && len(c.owner) >= maxOwners {
 		for old := range c.owner {
 			delete(c.owner, old)
@@ -186,7 +193,7 @@ func (g *groupHint) drop(pid uuid.UUID) {
 
 // pick returns up to n hinted partitions, rotating where it starts so
 // consumers of a group spread over the partitions.
-func (c *Consumers) pick(queue, group string, n int) []uuid.UUID {
+func (c *Coordinator) pick(queue, group string, n int) []uuid.UUID {
 	var out []uuid.UUID
 	c.update(queue, group, func(g *groupHint) {
 		if len(g.cands) == 0 {
@@ -203,7 +210,7 @@ func (c *Consumers) pick(queue, group string, n int) []uuid.UUID {
 }
 
 // update runs fn on the hint of (queue, group), created on first use.
-func (c *Consumers) update(queue, group string, fn func(g *groupHint)) {
+func (c *Coordinator) update(queue, group string, fn func(g *groupHint)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.queue(queue)
@@ -215,7 +222,7 @@ func (c *Consumers) update(queue, group string, fn func(g *groupHint)) {
 	fn(g)
 }
 
-func (c *Consumers) wakeChan(queue string) <-chan struct{} {
+func (c *Coordinator) wakeChan(queue string) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if queue == "" {
@@ -226,9 +233,9 @@ func (c *Consumers) wakeChan(queue string) <-chan struct{} {
 
 // Pop answers a pop (SPEC.md §4): messages, or none (HTTP 204). A long poll
 // (req.Wait) waits up to req.Timeout for messages, waking on Notify for its
-// queue and re-checking every recheck interval; it ends early, empty, when
+// queue and re-checking every Options.Recheck; it ends early, empty, when
 // ctx ends.
-func (c *Consumers) Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error) {
+func (c *Coordinator) Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error) {
 	deadline := time.Now().Add(req.Timeout)
 	for {
 		wake := c.wakeChan(req.Queue)
@@ -240,7 +247,7 @@ func (c *Consumers) Pop(ctx context.Context, req queen.PopRequest) (queen.PopRes
 		if left <= 0 {
 			return res, nil
 		}
-		wait := min(left, c.recheck)
+		wait := min(left, c.opts.Recheck)
 		if soon {
 			wait = min(wait, 20*time.Millisecond)
 		}
@@ -261,7 +268,7 @@ func (c *Consumers) Pop(ctx context.Context, req queen.PopRequest) (queen.PopRes
 
 // tryOnce makes one pop attempt; soon reports that a partition was skipped
 // because another request held it, so a long poll should look again shortly.
-func (c *Consumers) tryOnce(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
+func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
 	if req.Queue == "" {
 		return c.tryLabels(ctx, req)
 	}
@@ -371,7 +378,7 @@ func (c *Consumers) tryOnce(ctx context.Context, req queen.PopRequest) (queen.Po
 
 // tryLabels makes one attempt on every queue labelled req.Namespace /
 // req.Task, starting at a rotating queue so consumers spread.
-func (c *Consumers) tryLabels(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
+func (c *Coordinator) tryLabels(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
 	names, err := c.store.QueuesByLabel(ctx, req.Namespace, req.Task)
 	if err != nil || len(names) == 0 {
 		return queen.PopResult{}, false, err
@@ -396,7 +403,7 @@ func (c *Consumers) tryLabels(ctx context.Context, req queen.PopRequest) (queen.
 // subscribe records the group's subscription of the queue at its first pop
 // (before any partition may exist, so a group that subscribes "new" and
 // waits gets what is pushed after), once per broker process.
-func (c *Consumers) subscribe(ctx context.Context, req queen.PopRequest) error {
+func (c *Coordinator) subscribe(ctx context.Context, req queen.PopRequest) error {
 	key := [2]string{req.Queue, req.ConsumerGroup}
 	c.mu.Lock()
 	done := c.subbed[key]
@@ -414,7 +421,7 @@ func (c *Consumers) subscribe(ctx context.Context, req queen.PopRequest) error {
 	return nil
 }
 
-func (c *Consumers) learn(queue string, pid uuid.UUID) {
+func (c *Coordinator) learn(queue string, pid uuid.UUID) {
 	c.mu.Lock()
 	c.own(pid, queue)
 	c.mu.Unlock()
@@ -422,7 +429,7 @@ func (c *Consumers) learn(queue string, pid uuid.UUID) {
 
 // Ack applies acks (persistence.Store.Ack) and wakes the polls of queues
 // whose messages became deliverable again (failed or retry acks).
-func (c *Consumers) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
+func (c *Coordinator) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	res, err := c.store.Ack(ctx, items)
 	if err != nil {
 		return res, err
@@ -442,8 +449,8 @@ func (c *Consumers) Ack(ctx context.Context, items []queen.AckItem) ([]queen.Ack
 	}
 	for queue, pids := range again {
 		c.Notify(queue, pids)
-		if c.OnAvailable != nil {
-			c.OnAvailable(queue, pids)
+		if c.opts.OnAvailable != nil {
+			c.opts.OnAvailable(queue, pids)
 		}
 	}
 	return res, nil

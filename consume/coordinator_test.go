@@ -1,4 +1,4 @@
-package actors
+package consume
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // group's hint within maxHinted, the newest kept, and the partition-to-queue
 // map within maxOwners; they are hints, PostgreSQL answers the rest.
 func TestConsumerHintsAreBounded(t *testing.T) {
-	c := NewConsumers(nil, 0)
+	c := New(nil, Options{})
 	c.update("q", "g", func(*groupHint) {}) // the group pops: it has a hint
 	n := maxOwners + maxHinted
 	last := make([]uuid.UUID, 0, 8)

@@ -1,0 +1,67 @@
+package persistence
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSpanMessages: the messages a pop builds from the segments it read,
+// without PostgreSQL: only above the cursor, in offset order, at most Batch,
+// within MaxBytes (the first message always, unless BytesStrict), with the
+// retry counts of the consumer row; the reply names queue, partition and
+// group only when it holds a message.
+func TestSpanMessages(t *testing.T) {
+	segment := func(first int64, payloads ...string) popSegment {
+		sg := popSegment{first: first}
+		for i, p := range payloads {
+			id := uuid.New()
+			sg.ids = append(sg.ids, id[:]...)
+			sg.frames = AppendFrame(sg.frames, "t"+strings.Repeat("x", int(first)+i), nil, []byte(p))
+		}
+		return sg
+	}
+	segs := []popSegment{segment(1, "a", "b", "c"), segment(4, strings.Repeat("d", 100), "e")}
+	pid := uuid.New()
+	cases := []struct {
+		name   string
+		spec   PopSpec
+		cursor int64
+		want   []int64 // offsets
+	}{
+		{"above the cursor", PopSpec{Batch: 10}, 2, []int64{3, 4, 5}},
+		{"at most Batch", PopSpec{Batch: 2}, 0, []int64{1, 2}},
+		{"all consumed", PopSpec{Batch: 10}, 5, nil},
+		{"MaxBytes stops the span", PopSpec{Batch: 10, MaxBytes: 2*PopMessageOverhead + 2}, 0, []int64{1, 2}},
+		{"the first message always fits", PopSpec{Batch: 10, MaxBytes: 1}, 3, []int64{4}},
+		{"BytesStrict binds the first", PopSpec{Batch: 10, MaxBytes: PopMessageOverhead + 99, BytesStrict: true}, 3, nil},
+		{"a message past the bound is not skipped over", PopSpec{Batch: 10, MaxBytes: 2*PopMessageOverhead + 2}, 2, []int64{3}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.spec.PartitionID, c.spec.Group = pid, "g"
+			st := consumerState{cursor: c.cursor, queue: "q", partition: "p", failCounts: map[int64]int32{4: 2}}
+			res, last, err := spanMessages(c.spec, &st, segs)
+			require.NoError(t, err)
+			var got []int64
+			for _, m := range res.Messages {
+				got = append(got, m.Offset)
+				require.Equal(t, int(st.failCounts[m.Offset]), m.RetryCount)
+				require.Equal(t, "q", m.Queue)
+				require.Equal(t, pid.String(), m.PartitionID)
+			}
+			require.Equal(t, c.want, got)
+			if len(c.want) == 0 {
+				require.Empty(t, res.Queue+res.Partition+res.PartitionID+res.ConsumerGroup)
+				return
+			}
+			require.Equal(t, c.want[len(c.want)-1], last)
+			require.Equal(t, []string{"q", "p", pid.String(), "g"}, []string{res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup})
+		})
+	}
+	bad := segment(1, "a")
+	_, _, err := spanMessages(PopSpec{PartitionID: pid, Batch: 1}, &consumerState{}, []popSegment{{first: 1, ids: bad.ids, frames: bad.frames[:1]}})
+	require.ErrorIs(t, err, ErrCorruptSegment)
+}
