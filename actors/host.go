@@ -52,7 +52,12 @@ type Config struct {
 	// on 2 cores, 1 and 2 measured alike and 4 and 8 lower (smaller bundles,
 	// more transactions for the same work).
 	Committers int
-	// MaxBundlePartitions caps the partitions of one transaction. Default 64.
+	// MaxBundlePartitions caps the partitions of one transaction. Default
+	// 1024: a bundle's statements cost about the same whatever its size, so
+	// pushes spread over thousands of partitions (one item per partition per
+	// commit) need wide bundles; at 10,000 partitions, 1024 took about a fifth
+	// less CPU per stored message than 64 (issue 11). MaxBundleItems and
+	// MaxBundleBytes bound a bundle too.
 	MaxBundlePartitions int
 	// MaxBundleItems caps the items of one transaction. Default 20000.
 	MaxBundleItems int
@@ -152,7 +157,7 @@ func NewHost(cfg Config) *Host {
 		cfg.Committers = 2
 	}
 	if cfg.MaxBundlePartitions <= 0 {
-		cfg.MaxBundlePartitions = 64
+		cfg.MaxBundlePartitions = 1024
 	}
 	if cfg.MaxBundleItems <= 0 {
 		cfg.MaxBundleItems = 20000
