@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"github.com/queen-mq/queen-go/internal/workers"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -187,7 +188,7 @@ func NewHost(cfg Config) *Host {
 		p := &parentActor{host: h, children: map[partitionKey]*child{}}
 		p.lru.prev, p.lru.next = &p.lru, &p.lru
 		return p
-	}))
+	}, actor.WithDispatcher(workers.Dispatcher{})))
 	if cfg.PartitionIdle > 0 {
 		h.sweepStop, h.sweepDone = make(chan struct{}), make(chan struct{})
 		go h.sweep(max(cfg.PartitionIdle/4, time.Second))
@@ -449,7 +450,8 @@ var stopOnFailure = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive {
 // props returns the shared partition-actor Props: a lock-free unbounded
 // mailbox (a linked queue, ~16 bytes while empty, where the default ring
 // starts at 10 slots; the host's MaxPendingItems and MaxInFlightItems bound
-// what waits) and the stopping guardian.
+// what waits), the stopping guardian, and mailbox runs on reused goroutines
+// (internal/workers: a fresh goroutine per run grew its stack every time).
 func (p *parentActor) props() *actor.Props {
 	if p.shared == nil {
 		p.shared = actor.PropsFromProducer(func() actor.Actor {
@@ -457,7 +459,8 @@ func (p *parentActor) props() *actor.Props {
 				panic("actors: partition actor produced outside spawn")
 			}
 			return p.next
-		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure))
+		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure),
+			actor.WithDispatcher(workers.Dispatcher{}))
 	}
 	return p.shared
 }
