@@ -191,10 +191,17 @@ type lockedPartition struct {
 
 // commitBundle runs one attempt of CommitBundle. With skipLocked, the
 // partitions another session holds are skipped (bundle_lock_skip) and their
-// outs answered lock_timeout; the others commit.
+// outs answered lock_timeout; the others commit. The attempt is two round
+// trips: lockAndProbe (BEGIN, the row locks, the window probe), then
+// writeBundle (the writes and COMMIT); between them assign decides each
+// partition's verdicts and offsets under the locks.
 func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOutcome, skipLocked bool) error {
 	for i := range outs {
 		outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
+	}
+	order := lockOrder(bs)
+	if len(order) == 0 {
+		return nil
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -202,19 +209,63 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	}
 	defer conn.Release()
 
-	// Lock order: ascending partition id.
+	lk, err := s.lockAndProbe(ctx, conn, bs, order, skipLocked)
+	if err != nil {
+		return err
+	}
+	order = s.skipBusy(bs, outs, order, lk.busy)
+	w := s.bundleWrites(bs, outs, order, lk)
+	if len(w.written) == 0 {
+		// Every item is a duplicate: nothing to write, nothing to undo.
+		cb := &pgx.Batch{}
+		cb.Queue("COMMIT")
+		queueOriginals(cb, w.want, w.originals)
+		if err := conn.SendBatch(ctx, cb).Close(); err != nil {
+			// Nothing was written, so the verdicts stand whatever happened
+			// (only the payload comparison may be lost).
+			conn.Conn().Close(context.Background()) //nolint:errcheck
+		}
+		markMismatches(bs, outs, lk.locked, lk.hits, w.originals)
+		return nil
+	}
+	if err := s.writeBundle(ctx, conn, outs, w); err != nil {
+		return err
+	}
+	markMismatches(bs, outs, lk.locked, lk.hits, w.originals)
+	return nil
+}
+
+// lockOrder is the indexes of bs's non-empty batches in the global lock
+// order: ascending partition id (DESIGN.md), so bundles cannot deadlock.
+func lockOrder(bs []*PushBatch) []int {
 	order := make([]int, 0, len(bs))
 	for i, b := range bs {
 		if len(b.Items) > 0 {
 			order = append(order, i)
 		}
 	}
-	if len(order) == 0 {
-		return nil
-	}
 	sort.Slice(order, func(a, b int) bool {
 		return bytes.Compare(bs[order[a]].PartitionID[:], bs[order[b]].PartitionID[:]) < 0
 	})
+	return order
+}
+
+// bundleLocks is what the first round trip of a bundle learnt: each locked
+// partition's allocator, window and payload option; the window's hits by
+// partition and hash; with skipLocked, the partitions another session held.
+type bundleLocks struct {
+	locked map[[16]byte]lockedPartition
+	hits   map[[16]byte]map[queen.Hash]hit
+	busy   map[[16]byte]bool
+}
+
+// lockAndProbe opens the bundle's transaction, takes the row locks of the
+// partitions in order (bundle_lock, or bundle_lock_skip with skipLocked)
+// and runs the window probe (bundle_probe) for each partition's distinct
+// incoming hashes, in one round trip. A lock not granted within the lock
+// timeout, a deleted partition (queen.ErrPartitionGone, retryable with the
+// same ids) or a failed statement rolls back and returns the error.
+func (s *Store) lockAndProbe(ctx context.Context, conn *pgxpool.Conn, bs []*PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
 	ids := make([]pgtype.UUID, len(order))
@@ -244,20 +295,18 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		probeHi = append(probeHi, int32(len(probeHashes)))
 	}
 
-	locked := make(map[[16]byte]lockedPartition, len(order))
-	hits := make(map[[16]byte]map[queen.Hash]hit)
-	var busy map[[16]byte]bool
+	lk := &bundleLocks{locked: make(map[[16]byte]lockedPartition, len(order)), hits: make(map[[16]byte]map[queen.Hash]hit)}
 	var wait float64
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
 	if skipLocked {
-		busy = map[[16]byte]bool{}
-		pb.Queue(sqlBundleLockSkip, ids).Query(scanLockedSkip(locked, busy, &wait))
+		lk.busy = map[[16]byte]bool{}
+		pb.Queue(sqlBundleLockSkip, ids).Query(scanLockedSkip(lk.locked, lk.busy, &wait))
 	} else {
-		pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked, &wait))
+		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
 	pb.Queue(sqlProbePlanBegin)
-	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil).Query(scanProbe(locked, hits))
+	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil).Query(scanProbe(lk.locked, lk.hits))
 	pb.Queue(sqlProbePlanEnd)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
@@ -265,89 +314,103 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 			s.observe(LockEvent{Op: "push", Wait: time.Since(start), TimedOut: true})
 		}
 		rollback(conn)
-		return err
+		return nil, err
 	}
 	s.observe(LockEvent{Op: "push", Wait: seconds(wait)})
-	for _, lp := range locked {
+	for _, lp := range lk.locked {
 		if lp.window < 0 {
 			rollback(conn)
-			return queen.ErrPartitionGone.With("push: a partition's queue was deleted; retry with the same transaction ids")
+			return nil, queen.ErrPartitionGone.With("push: a partition's queue was deleted; retry with the same transaction ids")
 		}
 	}
-	if len(locked)+len(busy) != len(order) {
+	if len(lk.locked)+len(lk.busy) != len(order) {
 		rollback(conn)
-		return queen.ErrPartitionGone.With("push: %d of %d partitions were deleted (their queue was deleted); retry with the same transaction ids", len(order)-len(locked)-len(busy), len(order))
+		return nil, queen.ErrPartitionGone.With("push: %d of %d partitions were deleted (their queue was deleted); retry with the same transaction ids", len(order)-len(lk.locked)-len(lk.busy), len(order))
 	}
-	if len(busy) > 0 {
-		// Held by another session: answered lock_timeout, not committed.
-		kept := order[:0:0]
-		for _, i := range order {
-			if busy[bs[i].PartitionID] {
-				outs[i] = failed(bs[i], queen.ErrLockTimeout.With("push: the row lock of partition %q of queue %q was not granted within the lock timeout (%v, QUEEN_LOCK_TIMEOUT): another session holds it; the other partitions of the request were committed without it; retry with the same transaction ids",
-					bs[i].Items[0].Partition, bs[i].Items[0].Queue, s.lockTimeout))
-				continue
-			}
-			kept = append(kept, i)
-		}
-		order = kept
-	}
+	return lk, nil
+}
 
-	var (
-		segPIDs                      []pgtype.UUID
-		segFirst, segLast            []int64
-		segIDs, segFrames, segHashes [][]byte
-		rowPIDs                      []pgtype.UUID
-		rowHashes                    []pgtype.UUID
-		rowOffsets                   []int64
-		rowSegments                  []int64
-		written                      []int
-		// want: the segments holding originals to compare payloads with.
-		want = map[segmentKey]struct{}{}
-	)
+// skipBusy answers the partitions another session held (skipLocked)
+// lock_timeout, not committed, and returns order without them.
+func (s *Store) skipBusy(bs []*PushBatch, outs []PushOutcome, order []int, busy map[[16]byte]bool) []int {
+	if len(busy) == 0 {
+		return order
+	}
+	kept := order[:0:0]
+	for _, i := range order {
+		if busy[bs[i].PartitionID] {
+			outs[i] = failed(bs[i], queen.ErrLockTimeout.With("push: the row lock of partition %q of queue %q was not granted within the lock timeout (%v, QUEEN_LOCK_TIMEOUT): another session holds it; the other partitions of the request were committed without it; retry with the same transaction ids",
+				bs[i].Items[0].Partition, bs[i].Items[0].Queue, s.lockTimeout))
+			continue
+		}
+		kept = append(kept, i)
+	}
+	return kept
+}
+
+// bundleRows is a bundle's writes as bundle_insert's parallel arrays: per
+// segment (one per partition with queued items) and per frame (its sidecar
+// row); written lists the batches (indexes into bs) that have a segment;
+// want the segments holding originals to compare payloads with, whose
+// frames fill originals after the commit.
+type bundleRows struct {
+	segPIDs                      []pgtype.UUID
+	segFirst, segLast            []int64
+	segIDs, segFrames, segHashes [][]byte
+	rowPIDs                      []pgtype.UUID
+	rowHashes                    []pgtype.UUID
+	rowOffsets                   []int64
+	rowSegments                  []int64
+	written                      []int
+	want                         map[segmentKey]struct{}
+	originals                    map[segmentKey][]byte
+}
+
+// bundleWrites assigns each locked partition's verdicts and offsets
+// (assign: rules.Assign over the probe's hits) into outs and gathers the
+// rows to write.
+func (s *Store) bundleWrites(bs []*PushBatch, outs []PushOutcome, order []int, lk *bundleLocks) *bundleRows {
+	w := &bundleRows{want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
 	for _, i := range order {
 		b, out := bs[i], &outs[i]
-		lp := locked[b.PartitionID]
+		lp := lk.locked[b.PartitionID]
 		out.Window = lp.window
 		out.FullProbe = b.Watermark < 0
-		msgIDs, frames, hashes, keys, clean := s.assign(b, lp.window, lp.last, hits[b.PartitionID], out)
+		msgIDs, frames, hashes, keys, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], out)
 		if lp.checkPayload {
-			wantOriginals(b, out, hits[b.PartitionID], want)
+			wantOriginals(b, out, lk.hits[b.PartitionID], w.want)
 		}
 		if clean == 0 {
 			continue
 		}
-		written = append(written, i)
-		segPIDs = append(segPIDs, pgUUID(b.PartitionID))
-		segFirst = append(segFirst, out.FirstOffset)
-		segLast = append(segLast, out.LastOffset)
-		segIDs = append(segIDs, msgIDs)
-		segFrames = append(segFrames, frames)
-		segHashes = append(segHashes, hashes)
+		w.written = append(w.written, i)
+		w.segPIDs = append(w.segPIDs, pgUUID(b.PartitionID))
+		w.segFirst = append(w.segFirst, out.FirstOffset)
+		w.segLast = append(w.segLast, out.LastOffset)
+		w.segIDs = append(w.segIDs, msgIDs)
+		w.segFrames = append(w.segFrames, frames)
+		w.segHashes = append(w.segHashes, hashes)
 		for j, k := range keys {
-			rowPIDs = append(rowPIDs, pgUUID(b.PartitionID))
-			rowHashes = append(rowHashes, pgUUID(k))
-			rowOffsets = append(rowOffsets, out.FirstOffset+int64(j))
-			rowSegments = append(rowSegments, out.FirstOffset)
+			w.rowPIDs = append(w.rowPIDs, pgUUID(b.PartitionID))
+			w.rowHashes = append(w.rowHashes, pgUUID(k))
+			w.rowOffsets = append(w.rowOffsets, out.FirstOffset+int64(j))
+			w.rowSegments = append(w.rowSegments, out.FirstOffset)
 		}
 	}
-	originals := map[segmentKey][]byte{}
-	if len(written) == 0 {
-		// Every item is a duplicate: nothing to write, nothing to undo.
-		cb := &pgx.Batch{}
-		cb.Queue("COMMIT")
-		queueOriginals(cb, want, originals)
-		if err := conn.SendBatch(ctx, cb).Close(); err != nil {
-			// Nothing was written, so the verdicts stand whatever happened
-			// (only the payload comparison may be lost).
-			conn.Conn().Close(context.Background()) //nolint:errcheck
-		}
-		markMismatches(bs, outs, locked, hits, originals)
-		return nil
-	}
+	return w
+}
+
+// writeBundle writes the bundle's rows (bundle_insert), commits, and then
+// reads the originals to compare payloads with (never under the locks; its
+// failure never fails the push). A statement the server refused rolls back
+// (queen.ErrUnavailable, or the lock timeout of another session's DDL); a
+// failure after the COMMIT was sent whose outcome is not known is
+// queen.ErrCommitUnknown (the connection is closed).
+func (s *Store) writeBundle(ctx context.Context, conn *pgxpool.Conn, outs []PushOutcome, w *bundleRows) error {
 	var created time.Time
 	committed := false
 	ib := &pgx.Batch{}
-	ib.Queue(sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets, rowSegments).Query(func(rows pgx.Rows) error {
+	ib.Queue(sqlBundleInsert, w.segPIDs, w.segFirst, w.segLast, w.segIDs, w.segFrames, w.segHashes, w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&created); err != nil {
 				return err
@@ -358,7 +421,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	ib.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	// After the commit: the read never holds the row locks and its failure
 	// never fails the push.
-	queueOriginals(ib, want, originals)
+	queueOriginals(ib, w.want, w.originals)
 	istart := time.Now()
 	if err := conn.SendBatch(ctx, ib).Close(); err != nil && !committed {
 		var pgErr *pgconn.PgError
@@ -377,10 +440,9 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 		conn.Conn().Close(context.Background()) //nolint:errcheck
 		return queen.ErrCommitUnknown.With("push commit outcome unknown: %v", err)
 	}
-	for _, i := range written {
+	for _, i := range w.written {
 		outs[i].CreatedAt = created
 	}
-	markMismatches(bs, outs, locked, hits, originals)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/queen-mq/queen-go/internal/workers"
 	"net/http"
 	"strconv"
 	"strings"
@@ -149,8 +150,8 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error) {
 	ns := &NATSService{nc: nc, id: strings.ReplaceAll(uuid.NewString(), "-", ""), version: version,
 		started: time.Now().UTC(), sem: make(chan struct{}, maxConcurrentRequests)}
-	// Handlers answer on their own goroutine, so one slow push does not hold
-	// up the endpoint's subscription.
+	// Handlers answer on their own goroutine (a reused one: internal/workers),
+	// so one slow push does not hold up the endpoint's subscription.
 	async := func(ep *natsEndpoint, h func(ctx context.Context, data []byte) reply, admin bool) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			start := time.Now()
@@ -169,10 +170,10 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 			ns.wg.Add(1)
 			ns.mu.Unlock()
 			ns.sem <- struct{}{}
-			go func() {
+			workers.Go(func() {
 				defer func() { <-ns.sem; ns.wg.Done() }()
 				ns.answer(ep, subject, h(context.Background(), data), start)
-			}()
+			})
 		}
 	}
 	eps := []struct {

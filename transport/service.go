@@ -194,7 +194,6 @@ func (s *Service) push(ctx context.Context, body []byte, transport string) reply
 		if results[i].Verdict == queen.Failed {
 			failed++
 		}
-		s.cfg.Metrics.PushItems.WithLabelValues(string(results[i].Verdict)).Inc()
 		if out[i].PayloadMismatch {
 			s.cfg.Metrics.DedupPayloadMismatch.WithLabelValues(items[i].Queue).Inc()
 		}
@@ -206,22 +205,32 @@ func (s *Service) push(ctx context.Context, body []byte, transport string) reply
 	return reply{status: http.StatusCreated, body: out}
 }
 
-// countQueues adds push results to queen_queue_push_items_total (by queue
-// and verdict: queued, duplicate, failed), the counts behind the queue
-// listing's duplicate rate. It adds once per run of consecutive items of one
-// queue, so a request for one queue costs at most three label lookups
-// whatever its size; results[i] answers items[i].
+// countQueues adds push results to queen_push_items_total (by verdict) and
+// queen_queue_push_items_total (by queue and verdict: queued, duplicate,
+// failed), the counts behind the queue listing's duplicate rate. It adds
+// once per run of consecutive items of one queue, so a request for one queue
+// costs at most six label lookups whatever its size; results[i] answers
+// items[i].
 func (s *Service) countQueues(items []*queen.Item, results []queen.Result) {
 	var queue string
-	var n [3]float64 // queued, duplicate, failed
+	var n, total [3]float64 // queued, duplicate, failed
+	verdicts := [3]string{string(queen.Queued), string(queen.Duplicate), string(queen.Failed)}
 	flush := func() {
-		for k, v := range [3]string{"queued", "duplicate", "failed"} {
+		for k, v := range verdicts {
 			if n[k] > 0 {
 				s.cfg.Metrics.QueueItems.WithLabelValues(queue, v).Add(n[k])
+				total[k] += n[k]
 			}
 		}
 		n = [3]float64{}
 	}
+	defer func() {
+		for k, v := range verdicts {
+			if total[k] > 0 {
+				s.cfg.Metrics.PushItems.WithLabelValues(v).Add(total[k])
+			}
+		}
+	}()
 	for i, it := range items {
 		if i >= len(results) {
 			break
