@@ -393,7 +393,7 @@ func (p *pushDecoder) parseItem(idx int) bool {
 		v, name string
 		max     int
 	}{{it.Queue, "queue", queen.MaxNameBytes}, {it.Partition, "partition", queen.MaxNameBytes}, {it.TransactionID, "transactionId", queen.MaxTransactionIDBytes}} {
-		if !queen.TextOK(f.v, f.max) {
+		if queen.CheckText(f.v, f.max, "") != nil { // the field path is built only for a refused value
 			path := fmt.Sprintf("items[%d].%s", idx, f.name)
 			p.semantic(queen.CheckText(f.v, f.max, path).At(idx, path))
 			return true
