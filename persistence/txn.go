@@ -360,6 +360,20 @@ func commitTxn(ctx context.Context, tx pgx.Tx) error {
 // by the ascending pushPIDs): the window probe, verdicts under the locks (a
 // duplicate aborts), one segment and one log_txns row per partition.
 func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
+	locked, hits, err := s.lockAndProbe(ctx, tx, lockPIDs, pushPIDs, parts)
+	if err != nil {
+		return err
+	}
+	if err := s.txnVerdicts(pushPIDs, parts, locked, hits); err != nil {
+		return err
+	}
+	return writeTxnSegments(ctx, tx, pushPIDs, parts)
+}
+
+// lockAndProbe locks the partition rows lockPIDs (ascending) and looks up
+// the leaders' hashes of each pushed partition in its whole window, in one
+// round trip; it returns the locked rows and the hashes found, by partition.
+func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) (map[[16]byte]lockedPartition, map[[16]byte]map[queen.Hash]hit, error) {
 	ids := make([]pgtype.UUID, len(lockPIDs))
 	for k, pid := range lockPIDs {
 		ids[k] = pgUUID(pid)
@@ -399,12 +413,17 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 		if lockTimedOut(err) {
 			s.observe(LockEvent{Op: "transaction", Wait: time.Since(start), TimedOut: true})
 		}
-		return unavailable(err)
+		return nil, nil, unavailable(err)
 	}
 	s.observe(LockEvent{Op: "transaction", Wait: seconds(wait)})
+	return locked, hits, nil
+}
 
-	// Verdicts under the locks: any duplicate aborts; the first one in
-	// request order is named.
+// txnVerdicts assigns the verdicts of each pushed partition under its lock
+// (offsets, message ids, the segment to write); any duplicate refuses the
+// transaction, naming the first in request order. A partition deleted
+// meanwhile is ErrPartitionGone.
+func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) error {
 	var dup *queen.TxnConflict
 	var dupRef txnRef
 	for _, pid := range pushPIDs {
@@ -433,7 +452,13 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	if dup != nil {
 		return dup
 	}
+	return nil
+}
 
+// writeTxnSegments writes the segment and log_txns rows of every pushed
+// partition that has one, in one statement, and stamps their outcomes with
+// its created_at.
+func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
 	var (
 		segPIDs                      []pgtype.UUID
 		segFirst, segLast            []int64
