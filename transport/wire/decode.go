@@ -66,8 +66,11 @@ func DecodePush(body []byte, maxPayloadBytes int) ([]queen.Item, error) {
 // {"queue":"q","namespace":"","task":"","options":{...},"mode":"merge"} (SPEC.md §6, §10).
 // queue is required and must be a valid name; namespace and task, when not
 // empty, follow the same rules; options, when present and not null, must be an
-// object of known options with valid values (SPEC.md §6; see optionsPatch),
-// returned as req.Options; mode is "merge", "replace" or absent. Unknown
+// object of the options of SPEC.md §6 (whole numbers 0 to 2^31, leaseTime at
+// least 1, dedupCheckPayload true or false, the not-enforced ones any JSON
+// value), returned typed as req.Options; of several refused options the
+// first in sorted key order is named (ErrUnknownOption or ErrInvalidOption,
+// field "options.<key>"); mode is "merge", "replace" or absent. Unknown
 // top-level keys are ignored. Errors are *Error from the registry with the
 // field path ("queue", "options.leaseTime", ...).
 func DecodeConfigure(body []byte) (queen.ConfigureRequest, error) {
