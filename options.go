@@ -2,10 +2,7 @@ package queen
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
-	"slices"
-	"strings"
 )
 
 // Options are a queue's options (SPEC.md §6). Every value is a whole number
@@ -104,116 +101,55 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ApplyOptions validates raw client options (SPEC.md §6) and applies them on
-// top of base (DefaultOptions() for a full replace, the stored options for
-// "mode":"merge"). An unknown key, a negative or non-integer number or a value
-// of the wrong type (dedupCheckPayload takes only true or false) is an
-// ErrUnknownOption/ErrInvalidOption naming it.
-func ApplyOptions(base Options, raw map[string]json.RawMessage) (Options, error) {
+// OptionsPatch is the options one configure call gives (SPEC.md §6), as
+// transport/wire.DecodeConfigure validated them: a nil field is an option
+// the call leaves out. Values are in the units of the Options field of the
+// same name; the tags are the wire names.
+type OptionsPatch struct {
+	DedupWindowSeconds        *int64 `json:"dedupWindowSeconds,omitempty"`
+	LeaseTime                 *int64 `json:"leaseTime,omitempty"`
+	RetryLimit                *int64 `json:"retryLimit,omitempty"`
+	RetentionSeconds          *int64 `json:"retentionSeconds,omitempty"`
+	CompletedRetentionSeconds *int64 `json:"completedRetentionSeconds,omitempty"`
+	DelayedProcessing         *int64 `json:"delayedProcessing,omitempty"`
+	WindowBuffer              *int64 `json:"windowBuffer,omitempty"`
+	DedupCheckPayload         *bool  `json:"dedupCheckPayload,omitempty"`
+	// NotEnforced holds the given options of NotEnforcedOptions, by name, as
+	// the client sent them (nil when none).
+	NotEnforced map[string]json.RawMessage `json:"-"`
+}
+
+// Apply returns base with the options p gives set; base is DefaultOptions()
+// for a full replace, the stored options for "mode":"merge". It does not
+// modify base (its NotEnforced map is copied).
+func (p OptionsPatch) Apply(base Options) Options {
 	out := base
-	out.NotEnforced = maps.Clone(base.NotEnforced)
-	keys := slices.Sorted(maps.Keys(raw))
-next:
-	for _, k := range keys {
-		v := raw[k]
-		if k == optCheckPayload {
-			b, ok := jsonBool(v)
-			if !ok {
-				return Options{}, fieldErr(ErrInvalidOption.With("option %q must be true or false, got %s", k, v), "options."+k)
-			}
-			out.DedupCheckPayload = b
-			continue
+	for _, f := range [...]struct{ dst, v *int64 }{
+		{&out.DedupWindowSeconds, p.DedupWindowSeconds}, {&out.LeaseTime, p.LeaseTime}, {&out.RetryLimit, p.RetryLimit},
+		{&out.RetentionSeconds, p.RetentionSeconds}, {&out.CompletedRetentionSeconds, p.CompletedRetentionSeconds},
+		{&out.DelayedProcessing, p.DelayedProcessing}, {&out.WindowBuffer, p.WindowBuffer},
+	} {
+		if f.v != nil {
+			*f.dst = *f.v
 		}
-		for _, f := range out.fields() {
-			if f.name != k {
-				continue
-			}
-			n, ok := wholeNumber(v)
-			if !ok {
-				return Options{}, fieldErr(ErrInvalidOption.With("option %q must be a whole number from 0 to %d, got %s", k, maxOptionValue, v), "options."+k)
-			}
-			if k == "leaseTime" && n < 1 {
-				return Options{}, fieldErr(ErrInvalidOption.With("option \"leaseTime\" must be at least 1 second (a lease of 0 would hand the same messages to every pop), got %s", v), "options."+k)
-			}
-			*f.p = n
-			continue next
-		}
-		if slices.Contains(NotEnforcedOptions, k) {
-			if out.NotEnforced == nil {
-				out.NotEnforced = map[string]json.RawMessage{}
-			}
-			out.NotEnforced[k] = v
-			continue
-		}
-		return Options{}, fieldErr(ErrUnknownOption.With("unknown option %q", k), "options."+k)
 	}
-	return out, nil
+	if p.DedupCheckPayload != nil {
+		out.DedupCheckPayload = *p.DedupCheckPayload
+	}
+	out.NotEnforced = maps.Clone(base.NotEnforced)
+	if len(p.NotEnforced) > 0 && out.NotEnforced == nil {
+		out.NotEnforced = make(map[string]json.RawMessage, len(p.NotEnforced))
+	}
+	maps.Copy(out.NotEnforced, p.NotEnforced)
+	return out
 }
 
 // optCheckPayload is the wire name of Options.DedupCheckPayload, the one
 // bool option.
 const optCheckPayload = "dedupCheckPayload"
 
-// jsonBool parses the JSON literals true and false (no quotes, no numbers).
-func jsonBool(v json.RawMessage) (bool, bool) {
-	switch strings.TrimSpace(string(v)) {
-	case "true":
-		return true, true
-	case "false":
-		return false, true
-	}
-	return false, false
-}
-
-// maxOptionValue bounds every option (about 68 years in seconds).
-const maxOptionValue = 1 << 31
-
-// wholeNumber parses a JSON number literal made only of digits (no sign,
-// fraction, exponent or quotes) up to maxOptionValue.
-func wholeNumber(v json.RawMessage) (int64, bool) {
-	s := strings.TrimSpace(string(v))
-	if s == "" || len(s) > 10 {
-		return 0, false
-	}
-	var n int64
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, n <= maxOptionValue
-}
-
 // Change is one option's change in a configure reply (SPEC.md §6).
 type Change struct {
 	From any `json:"from"`
 	To   any `json:"to"`
-}
-
-// Diff lists the options whose values differ between old and new, by wire name.
-func Diff(old, new Options) map[string]Change {
-	a, b := old.Map(), new.Map()
-	out := map[string]Change{}
-	for k, v := range b {
-		if w, ok := a[k]; !ok || fmt.Sprint(raw(w)) != fmt.Sprint(raw(v)) {
-			if !ok {
-				w = nil
-			}
-			out[k] = Change{From: w, To: v}
-		}
-	}
-	for k, w := range a {
-		if _, ok := b[k]; !ok {
-			out[k] = Change{From: w, To: nil}
-		}
-	}
-	return out
-}
-
-func raw(v any) any {
-	if r, ok := v.(json.RawMessage); ok {
-		return string(r)
-	}
-	return v
 }

@@ -1,9 +1,6 @@
 package queen
 
-import (
-	"encoding/json"
-	"time"
-)
+import "time"
 
 // QueueInfo describes a queue (GET /api/v1/resources/queues/:queue).
 type QueueInfo struct {
@@ -63,7 +60,8 @@ type ConfigureRequest struct {
 	NamespaceSet, TaskSet bool
 	// Merge is "mode":"merge"; "mode":"replace", null or absent is a full replace.
 	Merge bool
-	// Options are the raw client options, never nil; ApplyOptions has already
-	// accepted them once on top of DefaultOptions().
-	Options map[string]json.RawMessage
+	// Options are the options the body gives, validated (an empty patch when
+	// it gives none): the store applies them to DefaultOptions(), or to the
+	// stored options with Merge.
+	Options OptionsPatch
 }

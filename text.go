@@ -34,20 +34,6 @@ func ValidateName(name, field string) error {
 	return nil
 }
 
-// TextOK reports whether CheckText(s, max, ...) accepts s, without building
-// an error (the push decoder's fast path).
-func TextOK(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 // CheckText is the item-text rule of SPEC.md §10 for a string known to be
 // valid UTF-8 (a name, a transactionId, a consumer group): it refuses s with
 // ErrTooLong if it is over max bytes, or ErrControlChar if it holds a C0

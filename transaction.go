@@ -38,61 +38,6 @@ type TxnOpResult struct {
 	Ack  AckResult
 }
 
-// TxnErrorReply is the body of a transaction that rolled back because of one
-// operation (HTTP 409): the registry error fields of SPEC.md §10, with index
-// the operation's index and field the path of what failed
-// ("operations[1].items[0].transactionId"), plus "success":false (what Queen
-// SDKs read) and what names the culprit: queue, partition, partitionId and
-// transactionId; item (the index inside a push's items); messageId, the
-// original's id, for a duplicate of a stored message (the zero UUID when its
-// segment is gone); leaseId for a lease that is not live.
-type TxnErrorReply struct {
-	Success       bool   `json:"success"`
-	Message       string `json:"error"`
-	Code          string `json:"code"`
-	Index         *int   `json:"index,omitempty"`
-	Field         string `json:"field,omitempty"`
-	Retryable     bool   `json:"retryable"`
-	Item          *int   `json:"item,omitempty"`
-	Queue         string `json:"queue,omitempty"`
-	Partition     string `json:"partition,omitempty"`
-	PartitionID   string `json:"partitionId,omitempty"`
-	TransactionID string `json:"transactionId,omitempty"`
-	MessageID     string `json:"messageId,omitempty"`
-	LeaseID       string `json:"leaseId,omitempty"`
-}
-
-// TxnAbort is the error of a transaction rolled back because of one of its
-// operations (SPEC.md §5): a push whose transactionId is already in its
-// partition's window or repeats an earlier push of the same transaction
-// (ErrDuplicate), an ack that cannot be resolved (ErrUnresolvable) or names
-// a lease that is not live (ErrLeaseInvalid). Nothing of the transaction was
-// written. errors.Is(err, ErrDuplicate) etc. match it; it is also the reply
-// body.
-type TxnAbort struct {
-	TxnErrorReply
-	// Err is the registry error with the same message, index and field.
-	Err *Error `json:"-"`
-}
-
-func (a *TxnAbort) Error() string { return a.Message }
-
-// Unwrap returns the registry error, so AsError and errors.Is see it.
-func (a *TxnAbort) Unwrap() error { return a.Err }
-
-// NewTxnAbort returns the abort for registry entry e with message msg,
-// naming operation op (-1: none) and field path field; the caller fills in
-// the rest of the reply.
-func NewTxnAbort(e *Error, op int, field, msg string) *TxnAbort {
-	err := e.With("%s", msg)
-	err.Field = field
-	a := &TxnAbort{TxnErrorReply: TxnErrorReply{Message: msg, Code: e.Code, Field: field, Retryable: e.Retryable}, Err: err}
-	if op >= 0 {
-		a.Index, err.Index = &op, &op
-	}
-	return a
-}
-
 // TxnConflictKind is why an operation rolled a transaction back (SPEC.md §5).
 type TxnConflictKind uint8
 
@@ -117,7 +62,7 @@ const (
 
 // TxnConflict is a transaction rolled back because of one of its
 // operations (SPEC.md §5), as domain values: nothing of it was written. The
-// persistence layer returns it; transport/wire.TxnAbort renders it for the
+// persistence layer returns it; transport/wire.NewTxnAbort renders it for the
 // wire (the field path, the sentence, the 409 body). errors.Is(err,
 // ErrDuplicate) etc. match it (Unwrap).
 type TxnConflict struct {
@@ -167,7 +112,7 @@ func (c *TxnConflict) Registry() *Error {
 	}
 }
 
-// Error is a short sentence; transport/wire.TxnAbort gives the wire's.
+// Error is a short sentence; transport/wire.NewTxnAbort gives the wire's.
 func (c *TxnConflict) Error() string {
 	switch c.Kind {
 	case TxnDuplicate:

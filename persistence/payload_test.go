@@ -19,12 +19,8 @@ func payloadItem(queueName, partition, txn, payload string) *queen.Item {
 
 func checkPayload(t testing.TB, s *Store, queueName string, on bool) {
 	t.Helper()
-	v := "false"
-	if on {
-		v = "true"
-	}
 	res, err := s.Configure(context.Background(), queen.ConfigureRequest{Queue: queueName,
-		Options: map[string]json.RawMessage{"dedupCheckPayload": json.RawMessage(v)}})
+		Options: queen.OptionsPatch{DedupCheckPayload: &on}})
 	require.NoError(t, err)
 	require.Equal(t, on, res.Options.DedupCheckPayload)
 }

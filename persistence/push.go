@@ -192,14 +192,14 @@ type lockedPartition struct {
 // commitBundle runs one attempt of CommitBundle. With skipLocked, the
 // partitions another session holds are skipped (bundle_lock_skip) and their
 // outs answered lock_timeout; the others commit. The attempt is two round
-// trips: lockAndProbe (BEGIN, the row locks, the window probe), then
+// trips: lockBundle (BEGIN, the row locks, the window probe), then
 // writeBundle (the writes and COMMIT); between them assign decides each
 // partition's verdicts and offsets under the locks.
 func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOutcome, skipLocked bool) error {
 	for i := range outs {
 		outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
 	}
-	order := lockOrder(bs)
+	order := bundleOrder(bs)
 	if len(order) == 0 {
 		return nil
 	}
@@ -209,7 +209,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	}
 	defer conn.Release()
 
-	lk, err := s.lockAndProbe(ctx, conn, bs, order, skipLocked)
+	lk, err := s.lockBundle(ctx, conn, bs, order, skipLocked)
 	if err != nil {
 		return err
 	}
@@ -235,9 +235,9 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 	return nil
 }
 
-// lockOrder is the indexes of bs's non-empty batches in the global lock
+// bundleOrder is the indexes of bs's non-empty batches in the global lock
 // order: ascending partition id (DESIGN.md), so bundles cannot deadlock.
-func lockOrder(bs []*PushBatch) []int {
+func bundleOrder(bs []*PushBatch) []int {
 	order := make([]int, 0, len(bs))
 	for i, b := range bs {
 		if len(b.Items) > 0 {
@@ -259,13 +259,13 @@ type bundleLocks struct {
 	busy   map[[16]byte]bool
 }
 
-// lockAndProbe opens the bundle's transaction, takes the row locks of the
+// lockBundle opens the bundle's transaction, takes the row locks of the
 // partitions in order (bundle_lock, or bundle_lock_skip with skipLocked)
 // and runs the window probe (bundle_probe) for each partition's distinct
 // incoming hashes, in one round trip. A lock not granted within the lock
 // timeout, a deleted partition (queen.ErrPartitionGone, retryable with the
 // same ids) or a failed statement rolls back and returns the error.
-func (s *Store) lockAndProbe(ctx context.Context, conn *pgxpool.Conn, bs []*PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
+func (s *Store) lockBundle(ctx context.Context, conn *pgxpool.Conn, bs []*PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
 	ids := make([]pgtype.UUID, len(order))

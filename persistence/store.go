@@ -333,15 +333,13 @@ func (s *Store) Queue(ctx context.Context, name string) (queen.QueueInfo, error)
 	return qi, nil
 }
 
-// Configure creates or reconfigures a queue. Without req.Merge it is a full
-// replace: every omitted option returns to its default (SPEC.md §6). Invalid
-// options are refused (queen.ErrUnknownOption / ErrInvalidOption) and nothing
-// is written.
+// Configure creates or reconfigures a queue: req.Options (validated by the
+// wire decoder) are applied to the stored options with req.Merge, else to
+// the defaults (a full replace: every omitted option returns to its
+// default, SPEC.md §6). res.Changed lists what differs from the stored
+// options (from the defaults for a queue it creates).
 func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (queen.ConfigureResult, error) {
 	res := queen.ConfigureResult{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task}
-	if _, err := queen.ApplyOptions(queen.DefaultOptions(), req.Options); err != nil {
-		return res, err
-	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		def := queen.DefaultOptions()
 		defJSON, _ := json.Marshal(def)
@@ -363,10 +361,7 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 		if req.Merge {
 			base = old
 		}
-		next, err := queen.ApplyOptions(base, req.Options)
-		if err != nil {
-			return err
-		}
+		next := req.Options.Apply(base)
 		nextJSON, err := json.Marshal(next)
 		if err != nil {
 			return err
@@ -383,9 +378,9 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 		}
 		res.Options, res.Namespace, res.Task = next, nsNext, taskNext
 		if res.Created {
-			res.Changed = queen.Diff(def, next)
+			res.Changed = diffOptions(def, next)
 		} else {
-			res.Changed = queen.Diff(old, next)
+			res.Changed = diffOptions(old, next)
 		}
 		for _, l := range [...]struct{ name, from, to string }{{"namespace", ns, nsNext}, {"task", task, taskNext}} {
 			if l.from != l.to {
@@ -407,4 +402,34 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 		s.EnsureSegmentRanges(ctx) //nolint:errcheck
 	}
 	return res, nil
+}
+
+// diffOptions lists the options whose values differ between old and new, by
+// wire name (SPEC.md §6: a configure reply's "changed").
+func diffOptions(old, new queen.Options) map[string]queen.Change {
+	a, b := old.Map(), new.Map()
+	out := map[string]queen.Change{}
+	for k, v := range b {
+		if w, ok := a[k]; !ok || fmt.Sprint(rawText(w)) != fmt.Sprint(rawText(v)) {
+			if !ok {
+				w = nil
+			}
+			out[k] = queen.Change{From: w, To: v}
+		}
+	}
+	for k, w := range a {
+		if _, ok := b[k]; !ok {
+			out[k] = queen.Change{From: w, To: nil}
+		}
+	}
+	return out
+}
+
+// rawText turns a not-enforced option's raw JSON into a string, so that
+// fmt.Sprint compares its text.
+func rawText(v any) any {
+	if r, ok := v.(json.RawMessage); ok {
+		return string(r)
+	}
+	return v
 }

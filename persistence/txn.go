@@ -66,18 +66,91 @@ type txnSegment struct {
 // not granted within Config.LockTimeout rolls the whole transaction back
 // with queen.ErrLockTimeout (503, retryable).
 func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error) {
-	res := make([]queen.TxnOpResult, len(req.Ops))
+	plan, err := s.planTxn(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
 
-	// Pushes, by partition.
+	if len(plan.lockPIDs) > 0 {
+		if err := s.txnPush(ctx, tx, plan.lockPIDs, plan.pushPIDs, plan.parts); err != nil {
+			return nil, err
+		}
+	}
+	plan.pushResults()
+	rows, err := lockConsumerRows(ctx, tx, plan.keys, plan.byKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRequiredLeases(req.RequiredLeases, rows); err != nil {
+		return nil, err
+	}
+	if err := plan.applyAcks(ctx, tx); err != nil {
+		return nil, err
+	}
+	if err := commitTxn(ctx, tx); err != nil {
+		return nil, err
+	}
+	return plan.res, nil
+}
+
+// txnPlan is a transaction's operations grouped for its locks, built before
+// the transaction begins: the pushes by partition, the acks by consumer row,
+// and the rows to lock, in the global lock order.
+type txnPlan struct {
+	// res is the answer, one result per operation; pushResults and
+	// applyAcks fill it in.
+	res []queen.TxnOpResult
+	// parts are the partitions pushed to, pushPIDs their ids ascending.
+	parts    map[uuid.UUID]*txnPartition
+	pushPIDs []uuid.UUID
+	// acks are the ack operations in request order, ackOps their operation
+	// indexes, ackOut their answers (Index: the ack's position in acks until
+	// applyAcks sets the operation's), byKey the positions of each consumer
+	// row's acks.
+	acks   []queen.AckItem
+	ackOps []int
+	ackOut []queen.AckResult
+	byKey  map[ackKey][]int
+	// lockPIDs are the partition rows to lock (pushed to or acked in),
+	// keys the consumer rows (acked, or holding a required lease), both
+	// ascending.
+	lockPIDs []uuid.UUID
+	keys     []ackKey
+}
+
+// planTxn groups the operations of req (creating the queues and partitions
+// of its pushes) and finds the consumer rows of its required leases.
+func (s *Store) planTxn(ctx context.Context, req *queen.TxnRequest) (*txnPlan, error) {
+	plan := &txnPlan{res: make([]queen.TxnOpResult, len(req.Ops))}
+	if err := s.groupPushes(ctx, req, plan); err != nil {
+		return nil, err
+	}
+	plan.groupAcks(req)
+	leaseKeys, err := s.leaseRows(ctx, req.RequiredLeases)
+	if err != nil {
+		return nil, err
+	}
+	plan.lockPIDs, plan.keys = lockOrder(plan.pushPIDs, plan.byKey, leaseKeys)
+	return plan, nil
+}
+
+// groupPushes sorts the push items of req into plan.parts by partition (in
+// request order within each), resolving each (queue, partition) once, and
+// marks each partition's leaders (rules.Leaders).
+func (s *Store) groupPushes(ctx context.Context, req *queen.TxnRequest, plan *txnPlan) error {
 	type pkey struct{ queue, partition string }
 	pidOf := map[pkey]uuid.UUID{}
-	parts := map[uuid.UUID]*txnPartition{}
-	var pushPIDs []uuid.UUID
+	plan.parts = map[uuid.UUID]*txnPartition{}
 	for i, op := range req.Ops {
 		if op.Type != queen.TxnPush {
 			continue
 		}
-		res[i].Push = make([]queen.Result, len(op.Items))
+		plan.res[i].Push = make([]queen.Result, len(op.Items))
 		for j := range op.Items {
 			it := &op.Items[j]
 			k := pkey{it.Queue, it.Partition}
@@ -85,67 +158,76 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 			if !ok {
 				var err error
 				if pid, err = s.EnsurePartition(ctx, it.Queue, it.Partition); err != nil {
-					return nil, err
+					return err
 				}
 				pidOf[k] = pid
 			}
-			p := parts[pid]
+			p := plan.parts[pid]
 			if p == nil {
 				p = &txnPartition{batch: PushBatch{PartitionID: pid, Watermark: -1}}
-				parts[pid] = p
-				pushPIDs = append(pushPIDs, pid)
+				plan.parts[pid] = p
+				plan.pushPIDs = append(plan.pushPIDs, pid)
 			}
 			p.batch.Items = append(p.batch.Items, it)
 			p.refs = append(p.refs, txnRef{i, j})
 		}
 	}
-	sortUUIDs(pushPIDs)
-	for _, pid := range pushPIDs {
-		p := parts[pid]
+	sortUUIDs(plan.pushPIDs)
+	for _, pid := range plan.pushPIDs {
+		p := plan.parts[pid]
 		p.batch.LeaderOf = rules.Leaders(p.batch.Items)
 	}
+	return nil
+}
 
-	// Acks, by consumer row.
-	var acks []queen.AckItem
-	var ackOps []int
-	byKey := map[ackKey][]int{}
+// groupAcks lists the ack operations of req by consumer row, each with a
+// blank answer.
+func (plan *txnPlan) groupAcks(req *queen.TxnRequest) {
+	plan.byKey = map[ackKey][]int{}
 	for i, op := range req.Ops {
 		if op.Type != queen.TxnAck {
 			continue
 		}
 		k := ackKey{op.Ack.PartitionID, op.Ack.ConsumerGroup}
-		byKey[k] = append(byKey[k], len(acks))
-		acks = append(acks, op.Ack)
-		ackOps = append(ackOps, i)
+		plan.byKey[k] = append(plan.byKey[k], len(plan.acks))
+		plan.acks = append(plan.acks, op.Ack)
+		plan.ackOps = append(plan.ackOps, i)
 	}
-	ackOut := make([]queen.AckResult, len(acks))
-	for n, a := range acks {
-		ackOut[n] = queen.AckResult{Index: n, TransactionID: a.TransactionID, PartitionID: a.PartitionID.String()}
+	plan.ackOut = make([]queen.AckResult, len(plan.acks))
+	for n, a := range plan.acks {
+		plan.ackOut[n] = queen.AckResult{Index: n, TransactionID: a.TransactionID, PartitionID: a.PartitionID.String()}
 	}
+}
 
-	// The consumer rows of the required leases, found before the locks and
-	// checked under them.
-	leaseKeys := map[ackKey]bool{}
-	if len(req.RequiredLeases) > 0 {
-		rows, err := s.pool.Query(ctx, sqlTxnLeases, req.RequiredLeases)
-		if err != nil {
+// leaseRows returns the consumer rows that hold the leases (found before the
+// locks, checked under them by checkRequiredLeases); empty for no leases.
+func (s *Store) leaseRows(ctx context.Context, leases []uuid.UUID) (map[ackKey]bool, error) {
+	keys := map[ackKey]bool{}
+	if len(leases) == 0 {
+		return keys, nil
+	}
+	rows, err := s.pool.Query(ctx, sqlTxnLeases, leases)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k ackKey
+		if err := rows.Scan(&k.pid, &k.group); err != nil {
 			return nil, unavailable(err)
 		}
-		for rows.Next() {
-			var k ackKey
-			if err := rows.Scan(&k.pid, &k.group); err != nil {
-				rows.Close()
-				return nil, unavailable(err)
-			}
-			leaseKeys[k] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, unavailable(err)
-		}
+		keys[k] = true
 	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	return keys, nil
+}
 
-	// Every partition row to lock, then every consumer row, ascending.
+// lockOrder returns the partition rows to lock (those pushed to and those
+// acked in), ascending, and the consumer rows to lock (those acked and those
+// of leaseKeys), ascending by (partition id, group).
+func lockOrder(pushPIDs []uuid.UUID, byKey map[ackKey][]int, leaseKeys map[ackKey]bool) ([]uuid.UUID, []ackKey) {
 	lockSet := map[uuid.UUID]bool{}
 	for _, pid := range pushPIDs {
 		lockSet[pid] = true
@@ -171,96 +253,127 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 		}
 		return keys[a].group < keys[b].group
 	})
+	return lockPIDs, keys
+}
 
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
+// pushResults copies each partition's verdicts to the push operations they
+// answer.
+func (plan *txnPlan) pushResults() {
+	for _, pid := range plan.pushPIDs {
+		p := plan.parts[pid]
+		for n, ref := range p.refs {
+			plan.res[ref.op].Push[ref.item] = p.out.Results[n]
+		}
+	}
+}
+
+// lockedRow is a consumer row as lockConsumerRows found it under its lock;
+// found is false for a row that does not exist.
+type lockedRow struct {
+	state consumerState
+	found bool
+}
+
+// lockConsumerRows locks the consumer rows keys in order, creating the row
+// of an acked group (a key of byKey) on first use, and returns them in the
+// same order.
+func lockConsumerRows(ctx context.Context, tx pgx.Tx, keys []ackKey, byKey map[ackKey][]int) ([]lockedRow, error) {
+	rows := make([]lockedRow, len(keys))
+	if len(keys) == 0 {
+		return rows, nil
+	}
+	b := &pgx.Batch{}
+	for n, k := range keys {
+		r := &rows[n]
+		if _, ok := byKey[k]; ok {
+			lockConsumer(b, k.pid, k.group, false, false, nil, false, &r.state, &r.found)
+		} else {
+			lockOnly(b, k.pid, k.group, false, &r.state, &r.found)
+		}
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, unavailable(err)
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
+	return rows, nil
+}
 
-	if len(lockPIDs) > 0 {
-		if err := s.txnPush(ctx, tx, lockPIDs, pushPIDs, parts); err != nil {
-			return nil, err
-		}
-	}
-	for _, pid := range pushPIDs {
-		p := parts[pid]
-		for n, ref := range p.refs {
-			res[ref.op].Push[ref.item] = p.out.Results[n]
-		}
-	}
-
-	// Lock every consumer row in order (creating an acked group's row on
-	// first use), then check the required leases before any ack moves a
-	// cursor or releases a lease.
-	states := make([]consumerState, len(keys))
-	found := make([]bool, len(keys))
-	if len(keys) > 0 {
-		b := &pgx.Batch{}
-		for n, k := range keys {
-			if _, ok := byKey[k]; ok {
-				lockConsumer(b, k.pid, k.group, false, false, nil, false, &states[n], &found[n])
-				continue
-			}
-			st, f := &states[n], &found[n]
-			b.Queue(sqlConsumeLock, k.pid, k.group).QueryRow(func(row pgx.Row) error {
-				err := st.scan(row)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil
-				}
-				*f = err == nil
-				return err
-			})
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, unavailable(err)
-		}
-	}
-	for n, id := range req.RequiredLeases {
+// checkRequiredLeases refuses the transaction (a TxnRequiredLease conflict
+// naming the first one) unless each of leases is the live lease of one of
+// the locked rows. It runs before any ack moves a cursor or releases a
+// lease.
+func checkRequiredLeases(leases []uuid.UUID, rows []lockedRow) error {
+	for n, id := range leases {
 		live := false
-		for m := range keys {
-			if found[m] && states[m].live && states[m].leaseID.Valid && uuid.UUID(states[m].leaseID.Bytes) == id {
+		for m := range rows {
+			if r := &rows[m]; r.found && r.state.live && r.state.leaseID.Valid && uuid.UUID(r.state.leaseID.Bytes) == id {
 				live = true
 				break
 			}
 		}
 		if !live {
-			return nil, &queen.TxnConflict{Kind: queen.TxnRequiredLease, Op: n, LeaseID: &id}
+			return &queen.TxnConflict{Kind: queen.TxnRequiredLease, Op: n, LeaseID: &id}
 		}
 	}
-	for _, k := range keys {
-		idx, ok := byKey[k]
+	return nil
+}
+
+// applyAcks applies the acks row by row, in lock order, as Store.Ack does;
+// an ack answered unresolvable or lease_invalid refuses the transaction (the
+// first in request order is named). Otherwise each answer goes to its
+// operation.
+func (plan *txnPlan) applyAcks(ctx context.Context, tx pgx.Tx) error {
+	for _, k := range plan.keys {
+		idx, ok := plan.byKey[k]
 		if !ok {
 			continue
 		}
-		if err := ackOne(ctx, tx, k, acks, idx, ackOut, nil, false, nil); err != nil {
-			return nil, err
+		if err := ackOne(ctx, tx, k, plan.acks, idx, plan.ackOut, nil, false, nil); err != nil {
+			return err
 		}
 	}
-	for n, r := range ackOut {
+	for n, r := range plan.ackOut {
 		if r.Result == queen.Unresolvable || r.Result == queen.LeaseInvalid {
-			return nil, ackConflict(ackOps[n], acks[n], r)
+			return ackConflict(plan.ackOps[n], plan.acks[n], r)
 		}
 	}
-	for n, r := range ackOut {
-		r.Index = ackOps[n]
-		res[ackOps[n]].Ack = r
+	for n, r := range plan.ackOut {
+		r.Index = plan.ackOps[n]
+		plan.res[plan.ackOps[n]].Ack = r
 	}
+	return nil
+}
 
+// commitTxn commits tx: a commit PostgreSQL refused is ErrUnavailable
+// (nothing written), one whose answer was lost ErrCommitUnknown.
+func commitTxn(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
-			return nil, queen.ErrUnavailable.With("transaction failed: %v", err)
+			return queen.ErrUnavailable.With("transaction failed: %v", err)
 		}
-		return nil, queen.ErrCommitUnknown.With("transaction commit outcome unknown: %v", err)
+		return queen.ErrCommitUnknown.With("transaction commit outcome unknown: %v", err)
 	}
-	return res, nil
+	return nil
 }
 
 // txnPush locks lockPIDs (ascending) and writes the pushes of parts (keyed
 // by the ascending pushPIDs): the window probe, verdicts under the locks (a
 // duplicate aborts), one segment and one log_txns row per partition.
 func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
+	locked, hits, err := s.lockAndProbe(ctx, tx, lockPIDs, pushPIDs, parts)
+	if err != nil {
+		return err
+	}
+	if err := s.txnVerdicts(pushPIDs, parts, locked, hits); err != nil {
+		return err
+	}
+	return writeTxnSegments(ctx, tx, pushPIDs, parts)
+}
+
+// lockAndProbe locks the partition rows lockPIDs (ascending) and looks up
+// the leaders' hashes of each pushed partition in its whole window, in one
+// round trip; it returns the locked rows and the hashes found, by partition.
+func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) (map[[16]byte]lockedPartition, map[[16]byte]map[queen.Hash]hit, error) {
 	ids := make([]pgtype.UUID, len(lockPIDs))
 	for k, pid := range lockPIDs {
 		ids[k] = pgUUID(pid)
@@ -300,12 +413,17 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 		if lockTimedOut(err) {
 			s.observe(LockEvent{Op: "transaction", Wait: time.Since(start), TimedOut: true})
 		}
-		return unavailable(err)
+		return nil, nil, unavailable(err)
 	}
 	s.observe(LockEvent{Op: "transaction", Wait: seconds(wait)})
+	return locked, hits, nil
+}
 
-	// Verdicts under the locks: any duplicate aborts; the first one in
-	// request order is named.
+// txnVerdicts assigns the verdicts of each pushed partition under its lock
+// (offsets, message ids, the segment to write); any duplicate refuses the
+// transaction, naming the first in request order. A partition deleted
+// meanwhile is ErrPartitionGone.
+func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) error {
 	var dup *queen.TxnConflict
 	var dupRef txnRef
 	for _, pid := range pushPIDs {
@@ -334,7 +452,13 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	if dup != nil {
 		return dup
 	}
+	return nil
+}
 
+// writeTxnSegments writes the segment and log_txns rows of every pushed
+// partition that has one, in one statement, and stamps their outcomes with
+// its created_at.
+func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
 	var (
 		segPIDs                      []pgtype.UUID
 		segFirst, segLast            []int64

@@ -29,7 +29,7 @@ type Consumer interface {
 	SetSubscription(ctx context.Context, group string, ts time.Time) (int, error)
 	// Transaction runs every operation in one PostgreSQL transaction and
 	// returns one result per operation; a *queen.TxnConflict when an
-	// operation rolled it back (rendered by wire.TxnAbort).
+	// operation rolled it back (rendered by wire.NewTxnAbort).
 	Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error)
 }
 

@@ -24,7 +24,7 @@ func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
 // transaction handles a transaction body (SPEC.md §5): 200
 // {"success":true,"results":[...]} with one result per operation once
 // everything committed; otherwise nothing was written and the body is a
-// queen.TxnErrorReply ("success":false with the registry error fields): 409
+// wire.TxnErrorReply ("success":false with the registry error fields): 409
 // when an operation rolled it back (duplicate, unresolvable,
 // lease_invalid), 4xx for bad input, 503/504 when the database failed (retry
 // the same transaction: a push that did commit answers 409 duplicate).
@@ -46,7 +46,7 @@ func (s *Service) transaction(ctx context.Context, body []byte) reply {
 	if err != nil {
 		var c *queen.TxnConflict
 		if errors.As(err, &c) {
-			ab := wire.TxnAbort(c)
+			ab := wire.NewTxnAbort(c)
 			return reply{status: ab.Err.Status, body: ab}
 		}
 		return txnErrReply(errReply(err))
@@ -79,7 +79,7 @@ func txnErrReply(rep reply) reply {
 	if !ok {
 		return rep
 	}
-	rep.body = &queen.TxnAbort{TxnErrorReply: queen.TxnErrorReply{
+	rep.body = &wire.TxnAbort{TxnErrorReply: wire.TxnErrorReply{
 		Message: e.Message, Code: e.Code, Index: e.Index, Field: e.Field, Retryable: e.Retryable,
 	}, Err: e}
 	return rep
@@ -153,7 +153,7 @@ func (t *TxnBuilder) Body() ([]byte, error) {
 
 // Commit sends the transaction (queen.v1.transaction) and returns one result
 // per operation, in order. A transaction rolled back by one of its
-// operations is a *queen.TxnAbort (errors.Is with queen.ErrDuplicate,
+// operations is a *wire.TxnAbort (errors.Is with queen.ErrDuplicate,
 // queen.ErrUnresolvable or queen.ErrLeaseInvalid), with nothing written;
 // other errors are *queen.Error (bad input, or retryable: the database or the
 // broker failed, and a retry of a transaction that did commit answers
@@ -168,13 +168,13 @@ func (t *TxnBuilder) Commit(ctx context.Context) ([]wire.TxnOpReply, error) {
 		return nil, err
 	}
 	if status != 0 {
-		var r queen.TxnErrorReply
+		var r wire.TxnErrorReply
 		if err := json.Unmarshal(data, &r); err != nil || r.Code == "" {
 			return nil, decodeError(data, status)
 		}
 		e := &queen.Error{Status: status, Code: r.Code, Message: r.Message, Index: r.Index, Field: r.Field, Retryable: r.Retryable}
 		if status == http.StatusConflict {
-			return nil, &queen.TxnAbort{TxnErrorReply: r, Err: e}
+			return nil, &wire.TxnAbort{TxnErrorReply: r, Err: e}
 		}
 		return nil, e
 	}

@@ -66,15 +66,20 @@ func DecodePush(body []byte, maxPayloadBytes int) ([]queen.Item, error) {
 // {"queue":"q","namespace":"","task":"","options":{...},"mode":"merge"} (SPEC.md §6, §10).
 // queue is required and must be a valid name; namespace and task, when not
 // empty, follow the same rules; options, when present and not null, must be an
-// object whose keys and values ApplyOptions accepts; mode is "merge",
-// "replace" or absent. Unknown top-level keys are ignored. Errors are *Error
-// from the registry with the field path ("queue", "options.leaseTime", ...).
+// object of the options of SPEC.md §6 (whole numbers 0 to 2^31, leaseTime at
+// least 1, dedupCheckPayload true or false, the not-enforced ones any JSON
+// value), returned typed as req.Options; of several refused options the
+// first in sorted key order is named (ErrUnknownOption or ErrInvalidOption,
+// field "options.<key>"); mode is "merge", "replace" or absent. Unknown
+// top-level keys are ignored. Errors are *Error from the registry with the
+// field path ("queue", "options.leaseTime", ...).
 func DecodeConfigure(body []byte) (queen.ConfigureRequest, error) {
 	if len(body) > queen.MaxBodyBytes {
 		return queen.ConfigureRequest{}, bodyTooLarge(len(body))
 	}
 	d := decoder{b: body, item: -1, key: -1}
-	req := queen.ConfigureRequest{Options: map[string]json.RawMessage{}}
+	var req queen.ConfigureRequest
+	opts := map[string]json.RawMessage{}
 	var seen uint8
 	d.skipWS()
 	if d.peek() == '{' {
@@ -102,7 +107,7 @@ func DecodeConfigure(body []byte) (queen.ConfigureRequest, error) {
 			}
 			seen |= bit
 			if bit == 16 {
-				return d.configureOptions(req.Options)
+				return d.configureOptions(opts)
 			}
 			s, kind, ok := d.stringValue()
 			if !ok {
@@ -153,9 +158,11 @@ func DecodeConfigure(body []byte) (queen.ConfigureRequest, error) {
 			return queen.ConfigureRequest{}, e
 		}
 	}
-	if _, err := queen.ApplyOptions(queen.DefaultOptions(), req.Options); err != nil {
+	p, err := optionsPatch(opts)
+	if err != nil {
 		return queen.ConfigureRequest{}, err
 	}
+	req.Options = p
 	return req, nil
 }
 
@@ -389,7 +396,7 @@ func (p *pushDecoder) parseItem(idx int) bool {
 		v, name string
 		max     int
 	}{{it.Queue, "queue", queen.MaxNameBytes}, {it.Partition, "partition", queen.MaxNameBytes}, {it.TransactionID, "transactionId", queen.MaxTransactionIDBytes}} {
-		if !queen.TextOK(f.v, f.max) {
+		if queen.CheckText(f.v, f.max, "") != nil { // the field path is built only for a refused value
 			path := fmt.Sprintf("items[%d].%s", idx, f.name)
 			p.semantic(queen.CheckText(f.v, f.max, path).At(idx, path))
 			return true

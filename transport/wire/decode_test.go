@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -479,8 +480,8 @@ func TestDecodeConfigure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.Queue != "orders" || req.Namespace != "billing" || req.Task != "invoices" || !req.Merge || len(req.Options) != 3 ||
-		string(req.Options["dedupWindowSeconds"]) != "86400" || string(req.Options["priority"]) != "5" {
+	if req.Queue != "orders" || req.Namespace != "billing" || req.Task != "invoices" || !req.Merge || givenOptions(req.Options) != 3 ||
+		*req.Options.DedupWindowSeconds != 86400 || *req.Options.LeaseTime != 60 || string(req.Options.NotEnforced["priority"]) != "5" {
 		t.Fatalf("got %+v", req)
 	}
 	for _, b := range []string{`{"queue":"q"}`, `{"queue":"q","options":{}}`, `{"queue":"q","options":null,"mode":null}`, `{"queue":"q","mode":"replace","namespace":null,"task":""}`, `{"queue":"q\u0026r"}`} {
@@ -488,19 +489,19 @@ func TestDecodeConfigure(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", b, err)
 		}
-		if req.Merge || req.Options == nil || len(req.Options) != 0 || req.Namespace != "" || req.Task != "" {
+		if req.Merge || givenOptions(req.Options) != 0 || req.Namespace != "" || req.Task != "" {
 			t.Fatalf("%s: got %+v; want a full replace with no options", b, req)
 		}
 	}
 	// Raw option values are copies.
-	b := []byte(`{"queue":"q","options":{"leaseTime":30}}`)
+	b := []byte(`{"queue":"q","options":{"leaseTime":30,"ttl":[30]}}`)
 	req, err = DecodeConfigure(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	copy(b, bytes.Repeat([]byte("Z"), len(b)))
-	if string(req.Options["leaseTime"]) != "30" {
-		t.Fatalf("options alias the body: %s", req.Options["leaseTime"])
+	if *req.Options.LeaseTime != 30 || string(req.Options.NotEnforced["ttl"]) != "[30]" {
+		t.Fatalf("options alias the body: %+v", req.Options)
 	}
 
 	for _, tc := range []errCase{
@@ -524,6 +525,9 @@ func TestDecodeConfigure(t *testing.T) {
 		{"fractional option", `{"queue":"q","options":{"retryLimit":1.5}}`, queen.ErrInvalidOption, -1, "options.retryLimit"},
 		{"option wrong type", `{"queue":"q","options":{"dedupWindowSeconds":true}}`, queen.ErrInvalidOption, -1, "options.dedupWindowSeconds"},
 		{"duplicate option", `{"queue":"q","options":{"leaseTime":60,"leaseTime":30}}`, queen.ErrInvalidJSON, -1, "options.leaseTime"},
+		{"lease of 0", `{"queue":"q","options":{"leaseTime":0}}`, queen.ErrInvalidOption, -1, "options.leaseTime"},
+		{"first refused key in sorted order", `{"queue":"q","options":{"zzz":1,"leaseTime":0}}`, queen.ErrInvalidOption, -1, "options.leaseTime"},
+		{"first refused key in sorted order, unknown", `{"queue":"q","options":{"leaseTime":0,"aaa":1}}`, queen.ErrUnknownOption, -1, "options.aaa"},
 		{"duplicate queue", `{"queue":"q","queue":"r"}`, queen.ErrInvalidJSON, -1, "queue"},
 		{"invalid UTF-8", `{"queue":"q","options":{"priority":"` + "\xff" + `"}}`, queen.ErrInvalidUTF8, -1, ""},
 		{"lone surrogate", `{"queue":"q","namespace":"\udead"}`, queen.ErrInvalidUTF8, -1, ""},
@@ -582,9 +586,9 @@ func TestConfigureRefusesNonIntegerOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := queen.ApplyOptions(queen.DefaultOptions(), req.Options)
-	if err != nil || o.LeaseTime != 60 || o.DedupWindowSeconds != 0 {
-		t.Fatalf("got %+v, %v", o, err)
+	o := req.Options.Apply(queen.DefaultOptions())
+	if o.LeaseTime != 60 || o.DedupWindowSeconds != 0 {
+		t.Fatalf("got %+v", o)
 	}
 }
 
@@ -604,9 +608,9 @@ func TestDedupCheckPayloadOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	on, err := queen.ApplyOptions(queen.DefaultOptions(), req.Options)
-	if err != nil || !on.DedupCheckPayload {
-		t.Fatalf("got %+v, %v", on, err)
+	on := req.Options.Apply(queen.DefaultOptions())
+	if !on.DedupCheckPayload {
+		t.Fatalf("got %+v", on)
 	}
 	if m := on.Map(); m["dedupCheckPayload"] != true {
 		t.Fatalf("Map: %v", m)
@@ -620,14 +624,10 @@ func TestDedupCheckPayloadOption(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"dedupWindowSeconds":60}`), &back); err != nil || back.DedupCheckPayload {
 		t.Fatalf("old options: %+v, %v", back, err)
 	}
-	ch := queen.Diff(queen.DefaultOptions(), on)
-	if c, ok := ch["dedupCheckPayload"]; !ok || len(ch) != 1 || c.From != false || c.To != true {
-		t.Fatalf("Diff: %v", ch)
-	}
 	// A merge keeps it; a full replace without it turns it off.
-	merged, err := queen.ApplyOptions(on, map[string]json.RawMessage{"leaseTime": json.RawMessage(`60`)})
-	if err != nil || !merged.DedupCheckPayload {
-		t.Fatalf("merge: %+v, %v", merged, err)
+	merged := queen.OptionsPatch{LeaseTime: new(int64(60))}.Apply(on)
+	if !merged.DedupCheckPayload {
+		t.Fatalf("merge: %+v", merged)
 	}
 }
 func TestValidateName(t *testing.T) {
@@ -661,5 +661,46 @@ func TestValidateName(t *testing.T) {
 	}
 	if err := queen.ValidateName("ok", "queue"); err != nil {
 		t.Fatalf("a valid name returned a non-nil error interface: %#v", err)
+	}
+}
+
+// givenOptions counts the options p gives.
+func givenOptions(p queen.OptionsPatch) int {
+	n := len(p.NotEnforced)
+	v := reflect.ValueOf(p)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			n++
+		}
+	}
+	return n
+}
+
+// Every option Options has (by its wire name) is accepted by the configure
+// decoder and set by Apply; the not-enforced ones are kept raw.
+func TestConfigureSetsEveryOption(t *testing.T) {
+	t.Parallel()
+	for k, v := range queen.DefaultOptions().Map() {
+		lit := `7`
+		if _, ok := v.(bool); ok {
+			lit = `true`
+		}
+		req, err := DecodeConfigure([]byte(`{"queue":"q","options":{"` + k + `":` + lit + `}}`))
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if got := req.Options.Apply(queen.DefaultOptions()).Map()[k]; fmt.Sprint(got) != lit || givenOptions(req.Options) != 1 {
+			t.Fatalf("%s: Apply gives %v, want %s (%+v)", k, got, lit, req.Options)
+		}
+	}
+	for _, k := range queen.NotEnforcedOptions {
+		req, err := DecodeConfigure([]byte(`{"queue":"q","options":{"` + k + `":{"x":1}}}`))
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		o := req.Options.Apply(queen.DefaultOptions())
+		if string(o.NotEnforced[k]) != `{"x":1}` || len(o.NotEnforced) != 1 {
+			t.Fatalf("%s: %+v", k, o.NotEnforced)
+		}
 	}
 }

@@ -211,13 +211,56 @@ func TxnOpReplies(ops []queen.TxnOp, res []queen.TxnOpResult) []TxnOpReply {
 	return out
 }
 
-// TxnAbort renders c for the wire (SPEC.md §5, §10): the 409 body with the
+// TxnErrorReply is the body of a transaction that rolled back because of one
+// operation (HTTP 409): the registry error fields of SPEC.md §10, with index
+// the operation's index and field the path of what failed
+// ("operations[1].items[0].transactionId"), plus "success":false (what Queen
+// SDKs read) and what names the culprit: queue, partition, partitionId and
+// transactionId; item (the index inside a push's items); messageId, the
+// original's id, for a duplicate of a stored message (the zero UUID when its
+// segment is gone); leaseId for a lease that is not live.
+type TxnErrorReply struct {
+	Success       bool   `json:"success"`
+	Message       string `json:"error"`
+	Code          string `json:"code"`
+	Index         *int   `json:"index,omitempty"`
+	Field         string `json:"field,omitempty"`
+	Retryable     bool   `json:"retryable"`
+	Item          *int   `json:"item,omitempty"`
+	Queue         string `json:"queue,omitempty"`
+	Partition     string `json:"partition,omitempty"`
+	PartitionID   string `json:"partitionId,omitempty"`
+	TransactionID string `json:"transactionId,omitempty"`
+	MessageID     string `json:"messageId,omitempty"`
+	LeaseID       string `json:"leaseId,omitempty"`
+}
+
+// TxnAbort is the error of a transaction rolled back because of one of its
+// operations (SPEC.md §5): a push whose transactionId is already in its
+// partition's window or repeats an earlier push of the same transaction
+// (queen.ErrDuplicate), an ack that cannot be resolved (queen.ErrUnresolvable)
+// or names a lease that is not live (queen.ErrLeaseInvalid). Nothing of the
+// transaction was written. errors.Is(err, queen.ErrDuplicate) etc. match it;
+// it is also the reply body (NewTxnAbort builds it from a queen.TxnConflict;
+// the Go client returns it for a 409).
+type TxnAbort struct {
+	TxnErrorReply
+	// Err is the registry error with the same message, index and field.
+	Err *queen.Error `json:"-"`
+}
+
+func (a *TxnAbort) Error() string { return a.Message }
+
+// Unwrap returns the registry error, so queen.AsError and errors.Is see it.
+func (a *TxnAbort) Unwrap() error { return a.Err }
+
+// NewTxnAbort renders c for the wire (SPEC.md §5, §10): the 409 body with the
 // registry error's code, the operation's index, the path of the field at
 // fault ("operations[1].items[0].transactionId", "operations[2].leaseId",
 // "requiredLeases[0]"), a sentence naming the culprit, and the culprit's
 // queue, partition, ids and (for a duplicate of a stored message) the
 // original's message id.
-func TxnAbort(c *queen.TxnConflict) *queen.TxnAbort {
+func NewTxnAbort(c *queen.TxnConflict) *TxnAbort {
 	var (
 		field, msg string
 		op         = c.Op
@@ -248,7 +291,7 @@ func TxnAbort(c *queen.TxnConflict) *queen.TxnAbort {
 		field = fmt.Sprintf("operations[%d].%s", c.Op, name)
 		msg = fmt.Sprintf("operations[%d]: %s; the transaction was rolled back", c.Op, c.Detail)
 	}
-	a := queen.NewTxnAbort(c.Registry(), op, field, msg)
+	a := newTxnAbort(c.Registry(), op, field, msg)
 	switch c.Kind {
 	case queen.TxnDuplicate, queen.TxnRepeat:
 		item := c.Item
@@ -264,6 +307,19 @@ func TxnAbort(c *queen.TxnConflict) *queen.TxnAbort {
 	a.TransactionID = c.TransactionID
 	if c.LeaseID != nil {
 		a.LeaseID = c.LeaseID.String()
+	}
+	return a
+}
+
+// newTxnAbort returns the abort for registry entry e with message msg,
+// naming operation op (-1: none) and field path field; the caller fills in
+// the rest of the reply.
+func newTxnAbort(e *queen.Error, op int, field, msg string) *TxnAbort {
+	err := e.With("%s", msg)
+	err.Field = field
+	a := &TxnAbort{TxnErrorReply: TxnErrorReply{Message: msg, Code: e.Code, Field: field, Retryable: e.Retryable}, Err: err}
+	if op >= 0 {
+		a.Index, err.Index = &op, &op
 	}
 	return a
 }

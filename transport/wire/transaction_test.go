@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -163,13 +164,13 @@ func TestTxnAbortRendersConflicts(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		c    queen.TxnConflict
-		want queen.TxnErrorReply
+		want TxnErrorReply
 		is   *queen.Error
 	}{{
 		name: "duplicate of a stored message",
 		c: queen.TxnConflict{Kind: queen.TxnDuplicate, Op: 1, Item: 1, Queue: "out", Partition: "o", PartitionID: pid, TransactionID: "x",
 			Original: orig, OriginalOffset: 0, WindowSeconds: 3600},
-		want: queen.TxnErrorReply{Code: "duplicate", Index: ptr(1), Item: ptr(1), Field: "operations[1].items[1].transactionId",
+		want: TxnErrorReply{Code: "duplicate", Index: ptr(1), Item: ptr(1), Field: "operations[1].items[1].transactionId",
 			Message: `operations[1].items[1]: transactionId "x" is already in partition "o" of queue "out" (message ` + orig.String() +
 				` at offset 0, inside the 3600 s window); the transaction was rolled back`,
 			Queue: "out", Partition: "o", PartitionID: pid.String(), TransactionID: "x", MessageID: orig.String()},
@@ -177,39 +178,39 @@ func TestTxnAbortRendersConflicts(t *testing.T) {
 	}, {
 		name: "repeat inside the transaction",
 		c:    queen.TxnConflict{Kind: queen.TxnRepeat, Op: 0, Item: 2, Queue: "q", Partition: "p", PartitionID: pid, TransactionID: "z", EarlierOp: 0, EarlierItem: 1},
-		want: queen.TxnErrorReply{Code: "duplicate", Index: ptr(0), Item: ptr(2), Field: "operations[0].items[2].transactionId",
+		want: TxnErrorReply{Code: "duplicate", Index: ptr(0), Item: ptr(2), Field: "operations[0].items[2].transactionId",
 			Message: `operations[0].items[2]: transactionId "z" repeats operations[0].items[1] of the same transaction in partition "p" of queue "q"; the transaction was rolled back`,
 			Queue:   "q", Partition: "p", PartitionID: pid.String(), TransactionID: "z"},
 		is: queen.ErrDuplicate,
 	}, {
 		name: "ack by transactionId that does not resolve",
 		c:    queen.TxnConflict{Kind: queen.TxnUnresolvable, Op: 1, PartitionID: pid, TransactionID: "never", Detail: "not in the sidecar"},
-		want: queen.TxnErrorReply{Code: "unresolvable", Index: ptr(1), Field: "operations[1].transactionId",
+		want: TxnErrorReply{Code: "unresolvable", Index: ptr(1), Field: "operations[1].transactionId",
 			Message: "operations[1]: not in the sidecar; the transaction was rolled back", PartitionID: pid.String(), TransactionID: "never"},
 		is: queen.ErrUnresolvable,
 	}, {
 		name: "ack by offset that does not resolve",
 		c:    queen.TxnConflict{Kind: queen.TxnUnresolvable, Op: 3, PartitionID: pid, ByOffset: true, Detail: "offset 99 was never allocated"},
-		want: queen.TxnErrorReply{Code: "unresolvable", Index: ptr(3), Field: "operations[3].offset",
+		want: TxnErrorReply{Code: "unresolvable", Index: ptr(3), Field: "operations[3].offset",
 			Message: "operations[3]: offset 99 was never allocated; the transaction was rolled back", PartitionID: pid.String()},
 		is: queen.ErrUnresolvable,
 	}, {
 		name: "ack with a lease that is not live",
 		c:    queen.TxnConflict{Kind: queen.TxnLeaseInvalid, Op: 2, PartitionID: pid, TransactionID: "m1", Detail: "lease is not the live lease", LeaseID: &lease},
-		want: queen.TxnErrorReply{Code: "lease_invalid", Index: ptr(2), Field: "operations[2].leaseId",
+		want: TxnErrorReply{Code: "lease_invalid", Index: ptr(2), Field: "operations[2].leaseId",
 			Message: "operations[2]: lease is not the live lease; the transaction was rolled back", PartitionID: pid.String(), TransactionID: "m1", LeaseID: lease.String()},
 		is: queen.ErrLeaseInvalid,
 	}, {
 		name: "a required lease that is not live",
 		c:    queen.TxnConflict{Kind: queen.TxnRequiredLease, Op: 1, LeaseID: &lease},
-		want: queen.TxnErrorReply{Code: "lease_invalid", Field: "requiredLeases[1]",
+		want: TxnErrorReply{Code: "lease_invalid", Field: "requiredLeases[1]",
 			Message: "requiredLeases[1]: lease " + lease.String() + " is not live (expired, released or unknown); the transaction was rolled back", LeaseID: lease.String()},
 		is: queen.ErrLeaseInvalid,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.c
 			require.ErrorIs(t, &c, tc.is, "the conflict matches its registry error")
-			ab := TxnAbort(&c)
+			ab := NewTxnAbort(&c)
 			require.Equal(t, tc.want, ab.TxnErrorReply)
 			require.ErrorIs(t, ab, tc.is)
 			e := queen.AsError(ab)
@@ -217,5 +218,35 @@ func TestTxnAbortRendersConflicts(t *testing.T) {
 			require.Equal(t, tc.want.Field, e.Field)
 			require.Equal(t, tc.want.Index, e.Index)
 		})
+	}
+}
+
+func TestTxnAbort(t *testing.T) {
+	a := newTxnAbort(queen.ErrDuplicate, 2, "operations[2].items[0].transactionId", "operations[2].items[0]: transactionId \"x\" is a duplicate")
+	a.Queue, a.Partition, a.TransactionID = "q", "p", "x"
+	var err error = a
+	if !errors.Is(err, queen.ErrDuplicate) || errors.Is(err, queen.ErrUnresolvable) {
+		t.Fatal("errors.Is by code")
+	}
+	e := queen.AsError(err)
+	if e.Status != 409 || e.Code != "duplicate" || *e.Index != 2 || e.Field != a.Field || e.Message != a.Message {
+		t.Fatalf("registry error %+v", e)
+	}
+	b, _ := json.Marshal(a)
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"success": false, "code": "duplicate", "index": 2.0, "retryable": false,
+		"queue": "q", "partition": "p", "transactionId": "x", "error": a.Message, "field": a.Field} {
+		if got[k] != v {
+			t.Fatalf("%s = %v, want %v in %s", k, got[k], v, b)
+		}
+	}
+	if _, ok := got["Err"]; ok {
+		t.Fatalf("the registry error leaked into the body: %s", b)
+	}
+	if n := newTxnAbort(queen.ErrLeaseInvalid, -1, "requiredLeases[0]", "lease"); n.Index != nil || n.Err.Index != nil {
+		t.Fatal("no operation, no index")
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // txnReply is a committed transaction's reply.
@@ -385,9 +386,9 @@ func TestTxnGoClient(t *testing.T) {
 		t.Fatalf("stored %+v", fs)
 	}
 
-	// A duplicate: *queen.TxnAbort, errors.Is ErrDuplicate, nothing written.
+	// A duplicate: *wire.TxnAbort, errors.Is ErrDuplicate, nothing written.
 	_, err = c.Transaction().Push(transport.PushItem{Queue: "gout", Partition: "o", TransactionID: "y"}, transport.PushItem{Queue: "gout", Partition: "o", TransactionID: "x"}).Commit(ctx)
-	var ab *queen.TxnAbort
+	var ab *wire.TxnAbort
 	if !errors.As(err, &ab) || !errors.Is(err, queen.ErrDuplicate) || ab.Queue != "gout" || ab.TransactionID != "x" || ab.MessageID != res[1].Items[0].MessageID || queen.AsError(err).Status != http.StatusConflict {
 		t.Fatalf("duplicate: %T %v %+v", err, err, ab)
 	}
