@@ -6,18 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-
-	queen "github.com/queen-mq/queen-go"
 )
-
-// requireRefused checks that err refuses setting by name (a *queen.SettingError).
-func requireRefused(t *testing.T, err error, setting string) {
-	t.Helper()
-	var se *queen.SettingError
-	require.ErrorAs(t, err, &se)
-	require.Equal(t, setting, se.Setting)
-	require.ErrorContains(t, err, "shards: "+setting+" is ")
-}
 
 // noLeases is a LeaseStore for constructors that never call it.
 type noLeases struct{ LeaseStore }
@@ -34,7 +23,7 @@ func TestNewMembershipRefusesInvalidSettings(t *testing.T) {
 		{MembershipConfig{Store: noLeases{}, Lease: -time.Second}, "MembershipConfig.Lease"},
 	} {
 		_, err := NewMembership(c.cfg)
-		requireRefused(t, err, c.setting)
+		require.ErrorContains(t, err, "shards: "+c.setting+" is ")
 	}
 	m, err := NewMembership(MembershipConfig{Store: noLeases{}})
 	require.NoError(t, err)
@@ -57,7 +46,7 @@ func TestNewServerRefusesInvalidSettings(t *testing.T) {
 		{ServerConfig{Conn: nc, Pusher: p, PendingBytes: -1}, "ServerConfig.PendingBytes"},
 	} {
 		_, err := NewServer(c.cfg)
-		requireRefused(t, err, c.setting)
+		require.ErrorContains(t, err, "shards: "+c.setting+" is ")
 	}
 	_, err := NewServer(ServerConfig{Conn: nc, Pusher: p})
 	require.NoError(t, err)
@@ -76,7 +65,7 @@ func TestNewRouterRefusesInvalidSettings(t *testing.T) {
 		{RouterConfig{Conn: &nats.Conn{}, HopTimeout: -time.Second}, "RouterConfig.HopTimeout"},
 	} {
 		_, err := NewRouter(c.cfg)
-		requireRefused(t, err, c.setting)
+		require.ErrorContains(t, err, "shards: "+c.setting+" is ")
 	}
 	_, err := NewRouter(RouterConfig{Count: -1, HopTimeout: -1})
 	for _, setting := range []string{"RouterConfig.Conn", "RouterConfig.Count", "RouterConfig.HopTimeout"} {
