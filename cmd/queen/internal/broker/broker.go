@@ -510,9 +510,11 @@ func (b *Broker) Commits() uint64 { return b.host.Commits() }
 // Metrics returns the broker's metrics.
 func (b *Broker) Metrics() *metrics.Set { return b.metrics }
 
-// Stop drains the broker: it stops taking requests, answers those in flight
-// (their commits finish), then stops NATS, the pool and the managed
-// PostgreSQL. Nothing answered queued is lost.
+// Stop drains the broker: it releases its shard leases, stops taking
+// requests, answers those in flight (their commits finish), then stops
+// NATS, the pool and the managed PostgreSQL: what Start started, in the
+// reverse order (start), with the errors joined. Nothing answered queued is
+// lost.
 func (b *Broker) Stop(ctx context.Context) error {
 	select {
 	case <-b.stopped:
