@@ -38,11 +38,15 @@ type bundler struct {
 func newBundler(h *Host) *bundler {
 	b := &bundler{h: h}
 	b.cond = sync.NewCond(&b.mu)
-	for i := 0; i < h.cfg.Committers; i++ {
+	return b
+}
+
+// start starts the committers (Host.Start).
+func (b *bundler) start() {
+	for i := 0; i < b.h.cfg.Committers; i++ {
 		b.wg.Add(1)
 		go b.run()
 	}
-	return b
 }
 
 // submit queues a job; it never blocks. After stop, the job is answered

@@ -2,6 +2,10 @@ package actors
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
+
 	"github.com/queen-mq/queen-go/internal/workers"
 	"log/slog"
 	"strconv"
@@ -114,7 +118,10 @@ type Host struct {
 	inBytes  atomic.Int64
 	commits  atomic.Uint64
 	mu       sync.RWMutex
-	closed   bool
+	closed   bool // pushes are refused: before Start and from Stop on
+	running  bool // between Start and Stop
+	halted   bool // Stop was called
+	started  atomic.Bool
 	wg       sync.WaitGroup
 	bundler  *bundler
 	resolver *resolver
@@ -131,8 +138,30 @@ type Host struct {
 
 type partitionKey struct{ queue, partition string }
 
-// NewHost starts the actor system and the partitions' parent actor.
-func NewHost(cfg Config) *Host {
+// NewHost returns a stopped Host: Start starts the actor system, the
+// partitions' parent actor, the committers and the idle sweep; pushes
+// before Start are refused with queen.ErrShuttingDown. It refuses (a
+// *lifecycle.SettingError) a missing Store and a negative bound, count or
+// duration; zero values take the defaults named.
+func NewHost(cfg Config) (*Host, error) {
+	if err := errors.Join(
+		lifecycle.Required("Config.Store", cfg.Store == nil),
+		lifecycle.NotNegative("Config.MaxPendingItems", cfg.MaxPendingItems),
+		lifecycle.NotNegative("Config.MaxInFlightItems", cfg.MaxInFlightItems),
+		lifecycle.NotNegative("Config.MaxFusedItems", cfg.MaxFusedItems),
+		lifecycle.NotNegative("Config.MaxPendingBytes", cfg.MaxPendingBytes),
+		lifecycle.NotNegative("Config.MaxInFlightBytes", cfg.MaxInFlightBytes),
+		lifecycle.NotNegative("Config.MaxFusedBytes", cfg.MaxFusedBytes),
+		lifecycle.NotNegative("Config.MaxBundleBytes", cfg.MaxBundleBytes),
+		lifecycle.NotNegative("Config.Committers", cfg.Committers),
+		lifecycle.NotNegative("Config.MaxBundlePartitions", cfg.MaxBundlePartitions),
+		lifecycle.NotNegative("Config.MaxBundleItems", cfg.MaxBundleItems),
+		lifecycle.NotNegative("Config.CommitTimeout", cfg.CommitTimeout),
+		lifecycle.NotNegative("Config.PartitionIdle", cfg.PartitionIdle),
+		lifecycle.NotNegative("Config.MaxActivePartitions", cfg.MaxActivePartitions),
+	); err != nil {
+		return nil, fmt.Errorf("actors: %w", err)
+	}
 	if cfg.MaxPendingItems <= 0 {
 		cfg.MaxPendingItems = 20000
 	}
@@ -178,10 +207,22 @@ func NewHost(cfg Config) *Host {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Host{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger}
-	h.start = cfg.Now()
+	h := &Host{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger, closed: true}
 	h.bundler = newBundler(h)
 	h.resolver = &resolver{h: h}
+	return h, nil
+}
+
+// Start starts the actor system, the partitions' parent actor, the
+// committers and, with PartitionIdle, the idle sweep; from then on pushes
+// are taken. A second Start, or a Start after Stop, does nothing.
+func (h *Host) Start(context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.running || h.halted {
+		return nil
+	}
+	h.start = h.cfg.Now()
 	quiet := slog.New(slog.NewTextHandler(discard{}, nil))
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	h.parent = h.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
@@ -189,11 +230,14 @@ func NewHost(cfg Config) *Host {
 		p.lru.prev, p.lru.next = &p.lru, &p.lru
 		return p
 	}, actor.WithDispatcher(workers.Dispatcher{})))
-	if cfg.PartitionIdle > 0 {
+	h.bundler.start()
+	if h.cfg.PartitionIdle > 0 {
 		h.sweepStop, h.sweepDone = make(chan struct{}), make(chan struct{})
-		go h.sweep(max(cfg.PartitionIdle/4, time.Second))
+		go h.sweep(max(h.cfg.PartitionIdle/4, time.Second))
 	}
-	return h
+	h.running, h.closed = true, false
+	h.started.Store(true)
+	return nil
 }
 
 // clock is the host's idle clock: nanoseconds since the host started.
@@ -221,6 +265,9 @@ func (h *Host) sweep(interval time.Duration) {
 // once; PartitionStats shows the outcome. The idle sweep calls it with
 // PartitionIdle; tests call it to force passivation.
 func (h *Host) Passivate(idle time.Duration) {
+	if !h.started.Load() {
+		return
+	}
 	h.system.Root.Send(h.parent, &passivateSweep{cutoff: h.clock() - int64(idle), idle: true})
 }
 
@@ -231,6 +278,9 @@ func (h *Host) Passivate(idle time.Duration) {
 // returns at once; match runs on the parent actor, once per partition
 // actor alive.
 func (h *Host) PassivateWhere(match func(queue, partition string) bool) {
+	if !h.started.Load() {
+		return
+	}
 	h.system.Root.Send(h.parent, &passivateSweep{match: match})
 }
 
@@ -372,11 +422,18 @@ func (h *Host) Push(ctx context.Context, queueName, partition string, items []*q
 }
 
 // Stop refuses new pushes, waits for those in flight to get their verdicts
-// (or ctx to end), then stops every actor.
+// (or ctx to end: ctx.Err()), then stops every actor and the committers
+// (the jobs they have queued are still committed). A second Stop, and a
+// Stop before Start, do nothing.
 func (h *Host) Stop(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
+	running := h.running
+	h.running, h.halted = false, true
 	h.mu.Unlock()
+	if !running {
+		return nil
+	}
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); close(done) }()
 	var err error

@@ -80,7 +80,7 @@ func item(txn string) *queen.Item {
 
 func TestPushesWaitingDuringACommitAreFused(t *testing.T) {
 	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
-	h := NewHost(Config{Store: st})
+	h := startHost(t, Config{Store: st})
 	defer h.Stop(context.Background()) //nolint:errcheck
 
 	first, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
@@ -126,7 +126,7 @@ func pendingItems(h *Host) int {
 
 func TestOverloadIsAFastError(t *testing.T) {
 	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
-	h := NewHost(Config{Store: st, MaxPendingItems: 5})
+	h := startHost(t, Config{Store: st, MaxPendingItems: 5})
 	defer func() {
 		close(st.gate)
 		h.Stop(context.Background()) //nolint:errcheck
@@ -148,7 +148,7 @@ func TestOverloadIsAFastError(t *testing.T) {
 
 func TestStopDrainsInFlightPushes(t *testing.T) {
 	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
-	h := NewHost(Config{Store: st})
+	h := startHost(t, Config{Store: st})
 	p, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
 	require.NoError(t, err)
 	<-st.started
@@ -173,7 +173,7 @@ func TestStopDrainsInFlightPushes(t *testing.T) {
 
 func TestCommitErrorFailsEveryItem(t *testing.T) {
 	st := &fakeStore{err: queen.ErrUnavailable.With("db down")}
-	h := NewHost(Config{Store: st})
+	h := startHost(t, Config{Store: st})
 	defer h.Stop(context.Background()) //nolint:errcheck
 	rs, err := h.Push(context.Background(), "q", "p", []*queen.Item{item("a"), item("b")})
 	require.NoError(t, err)
@@ -185,7 +185,7 @@ func TestCommitErrorFailsEveryItem(t *testing.T) {
 
 func TestByteBoundsRefuseLargeBodies(t *testing.T) {
 	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
-	h := NewHost(Config{Store: st, MaxPendingBytes: 1 << 20, MaxInFlightBytes: 3 << 20})
+	h := startHost(t, Config{Store: st, MaxPendingBytes: 1 << 20, MaxInFlightBytes: 3 << 20})
 	defer func() {
 		close(st.gate)
 		h.Stop(context.Background()) //nolint:errcheck
@@ -213,4 +213,48 @@ func TestByteBoundsRefuseLargeBodies(t *testing.T) {
 	_, err = h.Enqueue("q", "p3", []*queen.Item{big("f"), big("g")})
 	require.ErrorIs(t, err, queen.ErrOverloaded)
 	_ = held
+}
+
+// startHost is NewHost and Start for valid settings; the caller stops it.
+func startHost(tb testing.TB, cfg Config) *Host {
+	tb.Helper()
+	h, err := NewHost(cfg)
+	require.NoError(tb, err)
+	require.NoError(tb, h.Start(context.Background()))
+	return h
+}
+
+// TestNewHostRefusesInvalidSettings: a bad setting is refused, named; a
+// host not started refuses pushes and stops; Start and Stop are idempotent.
+func TestNewHostRefusesInvalidSettings(t *testing.T) {
+	st := newMemStore()
+	for _, c := range []struct {
+		cfg     Config
+		setting string
+	}{
+		{Config{}, "Config.Store"},
+		{Config{Store: st, MaxPendingItems: -1}, "Config.MaxPendingItems"},
+		{Config{Store: st, MaxInFlightBytes: -1}, "Config.MaxInFlightBytes"},
+		{Config{Store: st, Committers: -1}, "Config.Committers"},
+		{Config{Store: st, CommitTimeout: -time.Second}, "Config.CommitTimeout"},
+		{Config{Store: st, PartitionIdle: -time.Second}, "Config.PartitionIdle"},
+		{Config{Store: st, MaxActivePartitions: -1}, "Config.MaxActivePartitions"},
+	} {
+		_, err := NewHost(c.cfg)
+		require.ErrorContains(t, err, "actors: "+c.setting+" is ")
+	}
+	h, err := NewHost(Config{Store: st, Logger: quiet()})
+	require.NoError(t, err)
+	_, err = h.Enqueue("q", "p", []*queen.Item{item("a")})
+	require.ErrorIs(t, err, queen.ErrShuttingDown, "not started")
+	ctx := context.Background()
+	require.NoError(t, h.Start(ctx))
+	require.NoError(t, h.Start(ctx))
+	_, err = h.Push(ctx, "q", "p", []*queen.Item{item("a")})
+	require.NoError(t, err)
+	require.NoError(t, h.Stop(ctx))
+	require.NoError(t, h.Stop(ctx))
+	never, err := NewHost(Config{Store: st})
+	require.NoError(t, err)
+	require.NoError(t, never.Stop(ctx), "a host never started stops")
 }

@@ -119,7 +119,7 @@ func BenchmarkPartitionMemory(b *testing.B) {
 		st := newMemStore()
 		st.stateless = true
 		cache := NewCache(CacheConfig{Source: emptySidecar{}, Logger: quiet()})
-		h := NewHost(Config{Store: st, NewCache: cache.New, Logger: quiet()})
+		h := startHost(b, Config{Store: st, NewCache: cache.New, Logger: quiet()})
 		// One partition first, so the actor system's one-time costs are
 		// not counted.
 		pushOne(b, h, "warm")

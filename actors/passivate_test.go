@@ -48,7 +48,7 @@ func cachedHost(t *testing.T, cfg Config) (*Host, *Cache) {
 	}
 	cache := NewCache(CacheConfig{Source: emptySidecar{}, Logger: quiet()})
 	cfg.NewCache, cfg.Logger = cache.New, quiet()
-	h := NewHost(cfg)
+	h := startHost(t, cfg)
 	t.Cleanup(func() { h.Stop(context.Background()) }) //nolint:errcheck
 	return h, cache
 }
@@ -122,7 +122,7 @@ func TestABusyPartitionIsNotPassivated(t *testing.T) {
 	// The refusal waits until the second push is held: otherwise it may
 	// reach the parent first, and the push would not be held at all.
 	held := make(chan struct{})
-	h := NewHost(Config{Store: st, Logger: quiet(),
+	h := startHost(t, Config{Store: st, Logger: quiet(),
 		onHeld:     func(partitionKey) { close(held) },
 		onRefusing: func(partitionKey) { <-held }})
 	defer h.Stop(context.Background()) //nolint:errcheck
@@ -180,7 +180,7 @@ func (c panicCache) Prepare(b *persistence.PushBatch) {
 func TestAFailingPartitionActorIsStoppedAndAnswers(t *testing.T) {
 	armed := &atomic.Bool{}
 	armed.Store(true)
-	h := NewHost(Config{Store: newMemStore(), Logger: quiet(), NewCache: func() HashCache { return panicCache{armed: armed} }})
+	h := startHost(t, Config{Store: newMemStore(), Logger: quiet(), NewCache: func() HashCache { return panicCache{armed: armed} }})
 	defer h.Stop(context.Background()) //nolint:errcheck
 	_, err := h.Push(context.Background(), "q", "p", []*queen.Item{item("t1")})
 	require.ErrorIs(t, err, queen.ErrShuttingDown)
@@ -261,7 +261,7 @@ func TestPressurePassivatesTheLeastRecentlyPushedFirst(t *testing.T) {
 func TestARefusedPartitionIsAskedAgainOnceIdle(t *testing.T) {
 	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 10)}
 	refused := make(chan struct{}, 4)
-	h := NewHost(Config{Store: st, Logger: quiet(), MaxActivePartitions: 1,
+	h := startHost(t, Config{Store: st, Logger: quiet(), MaxActivePartitions: 1,
 		onRefusing: func(partitionKey) { refused <- struct{}{} }})
 	defer h.Stop(context.Background()) //nolint:errcheck
 	first, err := h.Enqueue("q", "a", []*queen.Item{item("x")})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -310,55 +311,58 @@ type Retention struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	mu       sync.Mutex
-	done     chan struct{} // closed when Run returns; nil before Run
+	done     chan struct{} // closed when the loop returns; nil before Start
 	totals   RetentionCounts
 	passes   int64
 	leader   atomic.Bool
 }
 
 // NewRetention returns a stopped retention loop on the store's database.
-func (s *Store) NewRetention(cfg RetentionConfig) *Retention {
+// It refuses (a *lifecycle.SettingError) a negative Interval, Batch or
+// TxnsFloor; zero values take the defaults.
+func (s *Store) NewRetention(cfg RetentionConfig) (*Retention, error) {
+	if err := errors.Join(
+		lifecycle.NotNegative("RetentionConfig.Interval", cfg.Interval),
+		lifecycle.NotNegative("RetentionConfig.Batch", cfg.Batch),
+		lifecycle.NotNegative("RetentionConfig.TxnsFloor", cfg.TxnsFloor),
+	); err != nil {
+		return nil, fmt.Errorf("persistence: %w", err)
+	}
 	cfg = cfg.withDefaults()
-	return &Retention{store: s, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	return &Retention{store: s, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}, nil
 }
 
-// Start runs the loop in a goroutine until ctx ends or Stop is called.
-func (r *Retention) Start(ctx context.Context) {
-	done, ok := r.begin()
-	if ok {
-		go r.run(ctx, done)
-	}
-}
-
-// Run runs the loop until ctx ends or Stop is called. It returns at once
-// when the loop already ran.
-func (r *Retention) Run(ctx context.Context) {
-	if done, ok := r.begin(); ok {
-		r.run(ctx, done)
-	}
-}
-
-func (r *Retention) begin() (chan struct{}, bool) {
+// Start runs the loop in a goroutine until Stop; its first pass starts at
+// once. ctx is not kept. A second Start, or a Start after Stop, does
+// nothing.
+func (r *Retention) Start(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done != nil {
-		return nil, false
+		return nil
 	}
 	r.done = make(chan struct{})
-	return r.done, true
+	go r.run(r.done)
+	return nil
 }
 
 // Stop stops the loop: it lets the statement in flight finish (each
 // deletes at most a batch; retentionStatementTimeout bounds it), releases the
-// lock, closes the connection and returns once the loop has. Safe to call
-// more than once, and before Start.
-func (r *Retention) Stop() {
+// lock, closes the connection and returns once the loop has, or when ctx
+// ends (ctx.Err()). Safe to call more than once, and before Start.
+func (r *Retention) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { close(r.stop) })
 	r.mu.Lock()
 	done := r.done
 	r.mu.Unlock()
-	if done != nil {
-		<-done
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -373,11 +377,11 @@ func (r *Retention) Totals() (RetentionCounts, int64) {
 	return r.totals, r.passes
 }
 
-func (r *Retention) run(ctx context.Context, done chan struct{}) {
+func (r *Retention) run(done chan struct{}) {
 	defer close(done)
-	// stopCtx ends with Stop or ctx: it interrupts connecting and waiting,
-	// never a delete statement.
-	stopCtx, cancel := context.WithCancel(ctx)
+	// stopCtx ends with Stop: it interrupts connecting and waiting, never a
+	// delete statement.
+	stopCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		select {

@@ -390,11 +390,7 @@ func TestRetentionLoopOneAtATime(t *testing.T) {
 	configure(t, s, "one", `{"retentionSeconds":60}`)
 	pid := partition(t, s, "one", "p")
 	cfg := RetentionConfig{Interval: 10 * time.Millisecond, Logger: quiet}
-	a, b := s.NewRetention(cfg), s.NewRetention(cfg)
-	a.Start(context.Background())
-	b.Start(context.Background())
-	t.Cleanup(a.Stop)
-	t.Cleanup(b.Stop)
+	a, b := startRetention(t, s, cfg), startRetention(t, s, cfg)
 
 	leader, other := waitLeader(t, a, b)
 	commitEach(t, s, pid, "one", "p", "m0", "m1")
@@ -407,7 +403,7 @@ func TestRetentionLoopOneAtATime(t *testing.T) {
 	require.False(t, other.Leader())
 
 	// The leader stops; the other takes over.
-	leader.Stop()
+	require.NoError(t, leader.Stop(context.Background()))
 	// Read the leader's totals only once its loop has returned: a running
 	// 10 ms loop keeps counting passes and statements.
 	lt, _ := leader.Totals()
@@ -427,9 +423,7 @@ func TestRetentionLoopReacquiresAfterLosingItsConnection(t *testing.T) {
 	ctx := context.Background()
 	configure(t, s, "re", `{"retentionSeconds":60}`)
 	pid := partition(t, s, "re", "p")
-	r := s.NewRetention(RetentionConfig{Interval: 10 * time.Millisecond, Logger: quiet})
-	r.Start(ctx)
-	t.Cleanup(r.Stop)
+	r := startRetention(t, s, RetentionConfig{Interval: 10 * time.Millisecond, Logger: quiet})
 	waitFor(t, "the loop leads", r.Leader)
 
 	var killed bool
@@ -443,9 +437,41 @@ func TestRetentionLoopReacquiresAfterLosingItsConnection(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'queen-retention' AND a.datname = current_database()`).Scan(&holders))
 	require.Equal(t, int64(1), holders)
 
-	r.Stop()
-	r.Stop() // idempotent
+	require.NoError(t, r.Stop(ctx))
+	require.NoError(t, r.Stop(ctx)) // idempotent
 	require.False(t, r.Leader())
+}
+
+// startRetention starts a retention loop that stops with the test.
+func startRetention(t *testing.T, s *Store, cfg RetentionConfig) *Retention {
+	t.Helper()
+	r, err := s.NewRetention(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	t.Cleanup(func() { r.Stop(context.Background()) }) //nolint:errcheck
+	return r
+}
+
+// TestNewRetentionRefusesInvalidSettings: a negative setting is refused,
+// named; zero values take the defaults. No database is touched.
+func TestNewRetentionRefusesInvalidSettings(t *testing.T) {
+	t.Parallel()
+	var s Store
+	for _, c := range []struct {
+		cfg     RetentionConfig
+		setting string
+	}{
+		{RetentionConfig{Interval: -time.Second}, "RetentionConfig.Interval"},
+		{RetentionConfig{Batch: -1}, "RetentionConfig.Batch"},
+		{RetentionConfig{TxnsFloor: -time.Second}, "RetentionConfig.TxnsFloor"},
+	} {
+		_, err := s.NewRetention(c.cfg)
+		require.ErrorContains(t, err, "persistence: "+c.setting+" is ")
+	}
+	r, err := s.NewRetention(RetentionConfig{})
+	require.NoError(t, err)
+	require.Equal(t, DefaultRetentionInterval, r.cfg.Interval)
+	require.NoError(t, r.Stop(context.Background()), "a loop never started stops")
 }
 
 func waitLeader(t *testing.T, a, b *Retention) (leader, other *Retention) {

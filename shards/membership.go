@@ -2,7 +2,9 @@ package shards
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -104,11 +106,20 @@ type ownerView struct {
 const minGap = 20 * time.Millisecond
 
 // NewMembership returns a Membership that holds nothing yet; Start joins.
-func NewMembership(cfg MembershipConfig) *Membership {
-	if cfg.Count <= 0 {
+// It refuses (a *lifecycle.SettingError) a missing Store and a negative Count
+// or Lease.
+func NewMembership(cfg MembershipConfig) (*Membership, error) {
+	if err := errors.Join(
+		lifecycle.Required("MembershipConfig.Store", cfg.Store == nil),
+		lifecycle.NotNegative("MembershipConfig.Count", cfg.Count),
+		lifecycle.NotNegative("MembershipConfig.Lease", cfg.Lease),
+	); err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	if cfg.Count == 0 {
 		cfg.Count = DefaultCount
 	}
-	if cfg.Lease <= 0 {
+	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
 	}
 	if cfg.Logger == nil {
@@ -120,7 +131,7 @@ func NewMembership(cfg MembershipConfig) *Membership {
 	return &Membership{
 		cfg: cfg, self: cfg.ID.String(), interval: cfg.Lease / 3, held: map[int]bool{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-	}
+	}, nil
 }
 
 // ID is this broker's id in the cluster.
@@ -387,13 +398,14 @@ func (m *Membership) Abandon() {
 }
 
 // Stop ends the renew loop and releases every lease (removing the broker's
-// row), so the other brokers take its shards at once. The shards stay
+// row), so the other brokers take its shards at once; a second Stop, and a
+// Stop without a successful Start, do nothing. The shards stay
 // served until the Server stops: requests routed here meanwhile are still
 // answered.
 func (m *Membership) Stop(ctx context.Context) error {
 	m.stopLoop()
-	if m.dropped.Swap(true) {
-		return nil
+	if m.dropped.Swap(true) || !m.running.Load() {
+		return nil // stopped before, abandoned, or never joined
 	}
 	// Bounded: with the database gone the leases simply run out.
 	ctx, cancel := context.WithTimeout(ctx, min(m.cfg.Lease, 5*time.Second))

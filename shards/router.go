@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,11 +24,11 @@ type Router struct {
 	count int
 	// chunk is the largest internal message, kept below the server's max_payload.
 	chunk int
-	// owners and local make the router cluster-aware (NewClusterRouter).
+	// owners and local make the router cluster-aware (RouterConfig.Owners).
 	owners Owners
 	local  PartitionPusher
 	// hopTimeout bounds one request to a shard owner (0: the caller's
-	// deadline only); see SetHopTimeout.
+	// deadline only); see RouterConfig.HopTimeout.
 	hopTimeout time.Duration
 	stats      struct{ local, remote, fallback atomic.Uint64 }
 }
@@ -39,38 +41,54 @@ type Owners interface {
 	Remote(n int) bool
 }
 
-// NewRouter returns a Router over nc for count shards (DefaultCount when <= 0)
-// that sends every shard's items over NATS.
-func NewRouter(nc *nats.Conn, count int) *Router {
-	if count <= 0 {
-		count = DefaultCount
+// RouterConfig configures a Router. Zero values take the defaults named.
+type RouterConfig struct {
+	// Conn carries the shard hops (required).
+	Conn *nats.Conn
+	// Count is the cluster's shard count; default DefaultCount.
+	Count int
+	// Owners and Local make the router cluster-aware: a shard's items go
+	// over NATS only when Owners reports another broker holds a live lease
+	// on it; every other shard's items, and those of a shard whose subject
+	// has no responder (its owner stopped serving it), go straight to
+	// Local, this broker's partition actors. Correctness never waits for
+	// ownership: the partition row lock decides every verdict wherever the
+	// actor runs (SPEC.md §9). Nil Local (and Owners): every shard's items
+	// go over NATS. Owners without Local is refused.
+	Owners Owners
+	Local  PartitionPusher
+	// HopTimeout bounds each request to another broker's shard: a hop
+	// already delivered to an owner that then dies is never answered, and
+	// without a bound every push in flight across the cluster would wait
+	// for its whole request timeout. A hop that times out is answered
+	// failed with queen.ErrTimeout (outcome unknown: the client retries
+	// with the same transaction ids and gets queued or duplicate). Default
+	// 0: the caller's deadline only.
+	HopTimeout time.Duration
+}
+
+// NewRouter returns a Router. It refuses (a *lifecycle.SettingError) a missing
+// Conn, Owners without Local, and a negative Count or HopTimeout. A Router
+// runs no goroutine of its own: it has no Start or Stop.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	if err := errors.Join(
+		lifecycle.Required("RouterConfig.Conn", cfg.Conn == nil),
+		lifecycle.Required("RouterConfig.Local", cfg.Owners != nil && cfg.Local == nil),
+		lifecycle.NotNegative("RouterConfig.Count", cfg.Count),
+		lifecycle.NotNegative("RouterConfig.HopTimeout", cfg.HopTimeout),
+	); err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
 	}
+	if cfg.Count == 0 {
+		cfg.Count = DefaultCount
+	}
+	nc := cfg.Conn
 	chunk := int(nc.MaxPayload()) - 64<<10
 	if chunk < 64<<10 {
 		chunk = int(nc.MaxPayload()) / 2
 	}
-	return &Router{nc: nc, count: count, chunk: chunk}
+	return &Router{nc: nc, count: cfg.Count, chunk: chunk, owners: cfg.Owners, local: cfg.Local, hopTimeout: cfg.HopTimeout}, nil
 }
-
-// NewClusterRouter returns a Router that sends a shard's items over NATS
-// only when owners reports another broker holds a live lease on it; every
-// other shard's items, and those of a shard whose subject has no responder
-// (its owner stopped serving it), go straight to local, this broker's
-// partition actors. Correctness never waits for ownership: the partition row
-// lock decides every verdict wherever the actor runs (SPEC.md §9).
-func NewClusterRouter(nc *nats.Conn, count int, owners Owners, local PartitionPusher) *Router {
-	r := NewRouter(nc, count)
-	r.owners, r.local = owners, local
-	return r
-}
-
-// SetHopTimeout bounds each request to another broker's shard at d: a hop
-// already delivered to an owner that then dies is never answered, and
-// without a bound every push in flight across the cluster would wait for
-// its whole request timeout. A hop that times out is answered failed with
-// queen.ErrTimeout (outcome unknown: the client retries with the same
-// transaction ids and gets queued or duplicate). Call before use.
-func (r *Router) SetHopTimeout(d time.Duration) { r.hopTimeout = d }
 
 // RouterStats counts the shard groups a Router handled: served here because
 // this broker owns the shard or no one does (Local), sent to the owner

@@ -3,7 +3,9 @@ package shards
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -53,7 +55,14 @@ type ServerConfig struct {
 	// router answers the items failed with queen.ErrTimeout (outcome unknown,
 	// retryable, SPEC.md §3). Dropped counts them.
 	PendingMsgs, PendingBytes int
-	Logger                    *slog.Logger
+	// Direct answers clients' pushes on the shard subjects (messages with
+	// the header Content-Type: application/json) as queen.v1.push does (the
+	// same validation, routing, replies and errors; SPEC.md §9, §11): the
+	// broker gives transport.NATSService.ShardPush. Nil: such a message is
+	// answered 503 unavailable (retryable; shard-aware clients then use
+	// queen.v1.push).
+	Direct nats.MsgHandler
+	Logger *slog.Logger
 }
 
 // The default bounds of a shard subscription's pending messages
@@ -74,7 +83,6 @@ type Server struct {
 	// dropped counts the messages the NATS client dropped on subscriptions
 	// no longer in subs (see Dropped).
 	dropped uint64
-	direct  nats.MsgHandler
 	wg      sync.WaitGroup
 }
 
@@ -83,39 +91,46 @@ type Server struct {
 // §11), not the internal encoding brokers send each other.
 const ContentTypeJSON = "application/json"
 
-// SetDirect sets the handler of clients' pushes on the shard subjects
-// (messages with the header Content-Type: application/json): h answers them
-// as queen.v1.push does (the same validation, routing, replies and errors;
-// SPEC.md §9, §11). Until it is set such a message is answered 503
-// unavailable (retryable; shard-aware clients then use queen.v1.push).
-func (s *Server) SetDirect(h nats.MsgHandler) {
-	s.mu.Lock()
-	s.direct = h
-	s.mu.Unlock()
-}
-
-// NewServer returns a Server that serves no shard yet.
-func NewServer(cfg ServerConfig) *Server {
-	if cfg.Count <= 0 {
+// NewServer returns a Server that serves no shard yet. It refuses (a
+// *lifecycle.SettingError) a missing Conn or Pusher and a negative Count,
+// Timeout, MaxPayloadBytes, PendingMsgs or PendingBytes.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := errors.Join(
+		lifecycle.Required("ServerConfig.Conn", cfg.Conn == nil),
+		lifecycle.Required("ServerConfig.Pusher", cfg.Pusher == nil),
+		lifecycle.NotNegative("ServerConfig.Count", cfg.Count),
+		lifecycle.NotNegative("ServerConfig.Timeout", cfg.Timeout),
+		lifecycle.NotNegative("ServerConfig.MaxPayloadBytes", cfg.MaxPayloadBytes),
+		lifecycle.NotNegative("ServerConfig.PendingMsgs", cfg.PendingMsgs),
+		lifecycle.NotNegative("ServerConfig.PendingBytes", cfg.PendingBytes),
+	); err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	if cfg.Count == 0 {
 		cfg.Count = DefaultCount
 	}
-	if cfg.Timeout <= 0 {
+	if cfg.Timeout == 0 {
 		cfg.Timeout = 60 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxPayloadBytes <= 0 {
+	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
 	}
-	if cfg.PendingMsgs <= 0 {
+	if cfg.PendingMsgs == 0 {
 		cfg.PendingMsgs = DefaultPendingMsgs
 	}
-	if cfg.PendingBytes <= 0 {
+	if cfg.PendingBytes == 0 {
 		cfg.PendingBytes = DefaultPendingBytes
 	}
-	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}
+	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}, nil
 }
+
+// Start does nothing: a Server subscribes shard by shard as it is told to
+// Serve them (by Membership, or ServeAll). It is there so the Server has the
+// lifecycle every service has (lifecycle.Service).
+func (s *Server) Start(context.Context) error { return nil }
 
 // queueGroup is the NATS queue group of shard subscriptions: should two
 // brokers both serve a shard, each request reaches one of them.
@@ -199,7 +214,8 @@ func (s *Server) Serving() []int {
 }
 
 // Stop unsubscribes from every shard (draining messages already received) and
-// waits for the pushes in flight to be answered, or ctx to end.
+// waits for the pushes in flight to be answered, or ctx to end (ctx.Err()).
+// Calling it again waits again; it never fails otherwise.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -226,7 +242,7 @@ func (s *Server) Stop(ctx context.Context) error {
 func (s *Server) handlePush(m *nats.Msg) {
 	if m.Header != nil && m.Header.Get("Content-Type") == ContentTypeJSON {
 		s.mu.Lock()
-		h, closed := s.direct, s.closed
+		h, closed := s.cfg.Direct, s.closed
 		s.mu.Unlock()
 		switch {
 		case closed:

@@ -94,10 +94,10 @@ func TestRouterChunksBelowMaxPayloadAndKeepsOrder(t *testing.T) {
 	nc := connectNATS(t, 64<<10)
 
 	rec := &recorder{got: map[string][]string{}}
-	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 8})
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: rec, Count: 8})
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
-	r := NewRouter(nc, 8)
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 8})
 
 	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
 	var items []*queen.Item
@@ -143,7 +143,7 @@ func boolInt(b bool) int {
 func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 	nc := connectNATS(t, 0)
 	rec := &recorder{got: map[string][]string{}}
-	s := NewServer(ServerConfig{Conn: nc, Pusher: rec, Count: 1, MaxPayloadBytes: 64})
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: rec, Count: 1, MaxPayloadBytes: 64})
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
 	ok := func() *queen.Item {
@@ -198,10 +198,30 @@ func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "503", msg.Header.Get(ErrorCodeHeader), "%s", msg.Data)
 	require.Contains(t, string(msg.Data), `"code":"unavailable"`)
-	s.SetDirect(func(m *nats.Msg) { m.Respond([]byte("direct " + string(m.Data))) }) //nolint:errcheck
+	require.NoError(t, s.Stop(context.Background()))
+	s = newServer(t, ServerConfig{Conn: nc, Pusher: rec, Count: 1, MaxPayloadBytes: 64,
+		Direct: func(m *nats.Msg) { m.Respond([]byte("direct " + string(m.Data))) }}) //nolint:errcheck
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
 	msg, err = nc.RequestMsg(req, 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, `direct {"items":[{"queue":"q"}]}`, string(msg.Data))
+}
+
+// newServer is NewServer for valid settings.
+func newServer(t *testing.T, cfg ServerConfig) *Server {
+	t.Helper()
+	s, err := NewServer(cfg)
+	require.NoError(t, err)
+	return s
+}
+
+// newRouter is NewRouter for valid settings.
+func newRouter(t *testing.T, cfg RouterConfig) *Router {
+	t.Helper()
+	r, err := NewRouter(cfg)
+	require.NoError(t, err)
+	return r
 }
 
 // connectNATS runs an in-process NATS server on an ephemeral loopback port
@@ -250,13 +270,13 @@ func TestClusterRouterServesHereWhenNoOwnerAnswers(t *testing.T) {
 	}
 
 	rec := &recorder{got: map[string][]string{}}
-	r := NewClusterRouter(nc, 4, owners(false), rec)
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(false), Local: rec})
 	check(r, rec, r.Push(context.Background(), items))
 	require.Equal(t, RouterStats{Local: r.Stats().Local}, r.Stats())
 	require.NotZero(t, r.Stats().Local)
 
 	rec = &recorder{got: map[string][]string{}}
-	r = NewClusterRouter(nc, 4, owners(true), rec)
+	r = newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(true), Local: rec})
 	check(r, rec, r.Push(context.Background(), items))
 	require.Equal(t, r.Stats().Remote, r.Stats().Fallback, "no responder on any shard: all served here")
 
@@ -276,7 +296,7 @@ func TestClusterRouterServesHereWhenNoOwnerAnswers(t *testing.T) {
 	defer sub.Unsubscribe() //nolint:errcheck
 	require.NoError(t, nc.Flush())
 	rec = &recorder{got: map[string][]string{}}
-	r = NewClusterRouter(nc, 4, owners(true), rec)
+	r = newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(true), Local: rec})
 	check(r, rec, r.Push(context.Background(), items))
 	require.NotZero(t, r.Stats().Fallback)
 }
@@ -291,8 +311,7 @@ func TestClusterRouterBoundsAHopToADeadOwner(t *testing.T) {
 	defer sub.Unsubscribe() //nolint:errcheck
 	require.NoError(t, nc.Flush())
 	rec := &recorder{got: map[string][]string{}}
-	r := NewClusterRouter(nc, 4, owners(true), rec)
-	r.SetHopTimeout(100 * time.Millisecond)
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(true), Local: rec, HopTimeout: 100 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res := r.Push(ctx, []*queen.Item{{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}})
@@ -310,11 +329,11 @@ func TestClusterRouterBoundsAHopToADeadOwner(t *testing.T) {
 func TestRouterServesItemsAboveMaxPayloadHere(t *testing.T) {
 	nc := connectNATS(t, 64<<10)
 	remote := &recorder{got: map[string][]string{}}
-	s := NewServer(ServerConfig{Conn: nc, Pusher: remote, Count: 1})
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: remote, Count: 1})
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
 	local := &recorder{got: map[string][]string{}}
-	r := NewClusterRouter(nc, 1, owners(true), local)
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 1, Owners: owners(true), Local: local})
 
 	small, big := []byte(`{}`), []byte(`"`+strings.Repeat("x", 100<<10)+`"`)
 	items := []*queen.Item{
@@ -330,7 +349,7 @@ func TestRouterServesItemsAboveMaxPayloadHere(t *testing.T) {
 	require.Equal(t, []string{"b"}, local.got["q/p"], "the one above max_payload is served here")
 	require.EqualValues(t, 1, r.Stats().Fallback)
 
-	res = NewRouter(nc, 1).Push(context.Background(), items[1:2])
+	res = newRouter(t, RouterConfig{Conn: nc, Count: 1}).Push(context.Background(), items[1:2])
 	require.Equal(t, queen.Failed, res[0].Verdict)
 	require.Equal(t, "payload_too_large", res[0].Err.Code)
 	require.False(t, res[0].Err.Retryable)
@@ -356,7 +375,7 @@ func (b *blocker) Enqueue(_, _ string, items []*queen.Item) (Waiter, error) {
 func TestShardSubscriptionPendingIsBounded(t *testing.T) {
 	nc := connectNATS(t, 0)
 	b := &blocker{entered: make(chan struct{}), release: make(chan struct{})}
-	s := NewServer(ServerConfig{Conn: nc, Pusher: b, Count: 1, PendingMsgs: 2, PendingBytes: 1 << 20})
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: b, Count: 1, PendingMsgs: 2, PendingBytes: 1 << 20})
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
 	defer close(b.release)

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
+
 	"github.com/queen-mq/queen-go/internal/workers"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,8 +74,11 @@ type NATSService struct {
 	verbSubs []*nats.Subscription
 	sem      chan struct{}
 	mu       sync.Mutex
-	closed   bool
-	wg       sync.WaitGroup
+	// subscribed: between Start and Stop; closed: requests still
+	// dispatched are answered shutting_down.
+	subscribed bool
+	closed     bool
+	wg         sync.WaitGroup
 	// received counts requests dispatched to the endpoints (Stop waits
 	// until it stops moving).
 	received atomic.Int64
@@ -83,13 +90,14 @@ type NATSService struct {
 // (queen.v1.shard.<n>.push with the header Content-Type: application/json,
 // sent by a shard-aware Client) exactly as queen.v1.push answers it: the
 // same body, validation, errors (SPEC.md §10, §11) and replies, counted in
-// the push endpoint's stats. The broker gives it to shards.Server.SetDirect;
+// the push endpoint's stats. The broker gives it as shards.ServerConfig.Direct;
 // its router then serves the items here, since this broker owns the shard.
 func (ns *NATSService) ShardPush(m *nats.Msg) { ns.push(m) }
 
 // natsEndpoint is one endpoint with its micro stats.
 type natsEndpoint struct {
 	name, subject string
+	h             nats.MsgHandler // set by NewNATS
 	sub           *nats.Subscription
 	mu            sync.Mutex
 	requests      int
@@ -128,7 +136,7 @@ const maxConcurrentRequests = 4096
 // serviceDescription is the micro service's description.
 const serviceDescription = "Queen partitioned message queue on PostgreSQL with idempotent producers"
 
-// ServeNATS registers the micro service "queen" on nc with the endpoints
+// NewNATS returns the micro service "queen" on cfg.Conn with the endpoints
 // queen.v1.push, queen.v1.configure, queen.v1.queue, queen.v1.pop (a JSON
 // body with the HTTP pop's query fields; an empty reply when nothing is
 // available), queen.v1.ack, queen.v1.ack.batch, queen.v1.lease.extend
@@ -141,14 +149,23 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // error headers (Nats-Service-Error-Code = the HTTP status) and the JSON error
 // body (SPEC.md §11). The micro monitoring subjects ($SRV.PING|INFO|STATS,
 // .queen, .queen.<id>) answer for it; the stats count every reply, errors
-// included (NATSService). version must be SemVer, as nats micro wants.
+// included (NATSService). Start subscribes them; nothing is subscribed
+// before. It refuses (a *lifecycle.SettingError) a missing Conn and a Version
+// that is not SemVer (nats micro wants one).
 // With Config.AdminToken set, the admin subjects (queen.v1.queue,
 // queen.v1.cluster, queen.v1.dedup, queen.v1.dlq.replay, queen.v1.peek,
 // queen.v1.queue.detail) answer 401
 // unauthorized unless the request carries the message header
 // "Authorization: Bearer <token>".
-func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error) {
-	ns := &NATSService{nc: nc, id: strings.ReplaceAll(uuid.NewString(), "-", ""), version: version,
+func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
+	var bad error
+	if !semVer.MatchString(cfg.Version) {
+		bad = &lifecycle.SettingError{Setting: "NATSConfig.Version", Value: strconv.Quote(cfg.Version), Want: "SemVer, such as 1.2.3"}
+	}
+	if err := errors.Join(lifecycle.Required("NATSConfig.Conn", cfg.Conn == nil), bad); err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	ns := &NATSService{nc: cfg.Conn, id: strings.ReplaceAll(uuid.NewString(), "-", ""), version: cfg.Version,
 		started: time.Now().UTC(), sem: make(chan struct{}, maxConcurrentRequests)}
 	// Handlers answer on their own goroutine (a reused one: internal/workers),
 	// so one slow push does not hold up the endpoint's subscription.
@@ -206,17 +223,45 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}
-		h := async(ep, e.h, e.admin)
+		ep.h = async(ep, e.h, e.admin)
 		if e.subject == SubjectPush {
-			ns.push = h
+			ns.push = ep.h
 		}
-		sub, err := nc.QueueSubscribe(e.subject, QueueGroup, h)
+		ns.eps = append(ns.eps, ep)
+	}
+	return ns, nil
+}
+
+// NATSConfig configures the NATS front door (Service.NewNATS).
+type NATSConfig struct {
+	// Conn carries the client subjects (required).
+	Conn *nats.Conn
+	// Version is reported by the micro service (nats micro info); it must be
+	// SemVer (required).
+	Version string
+}
+
+// semVer is what nats micro accepts as a service version.
+var semVer = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// Start subscribes the endpoints and the micro monitoring subjects; it
+// returns once the server has them, so a client pushing the moment the
+// broker reports ready finds a responder. On error nothing stays
+// subscribed. A second Start does nothing.
+func (ns *NATSService) Start(context.Context) error {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.subscribed {
+		return nil
+	}
+	nc := ns.nc
+	for _, ep := range ns.eps {
+		sub, err := nc.QueueSubscribe(ep.subject, QueueGroup, ep.h)
 		if err != nil {
 			ns.unsubscribe()
-			return nil, err
+			return err
 		}
 		ep.sub = sub
-		ns.eps = append(ns.eps, ep)
 	}
 	for verb, value := range map[micro.Verb]func() any{
 		micro.PingVerb:  func() any { return micro.Ping{ServiceIdentity: ns.identity(), Type: micro.PingResponseType} },
@@ -237,17 +282,17 @@ func (s *Service) ServeNATS(nc *nats.Conn, version string) (*NATSService, error)
 			}
 			if err != nil {
 				ns.unsubscribe()
-				return nil, err
+				return err
 			}
 		}
 	}
-	// The endpoints exist on the server once Flush returns: a client pushing
-	// the moment the broker reports ready finds a responder.
+	// The endpoints exist on the server once Flush returns.
 	if err := nc.Flush(); err != nil {
 		ns.unsubscribe()
-		return nil, err
+		return err
 	}
-	return ns, nil
+	ns.subscribed = true
+	return nil
 }
 
 func (ns *NATSService) identity() micro.ServiceIdentity {
@@ -285,19 +330,32 @@ func (ns *NATSService) answer(ep *natsEndpoint, subject string, rep reply, start
 // unsubscribe drops every subscription (a failed start).
 func (ns *NATSService) unsubscribe() {
 	for _, ep := range ns.eps {
-		ep.sub.Unsubscribe() //nolint:errcheck
+		if ep.sub != nil {
+			ep.sub.Unsubscribe() //nolint:errcheck
+			ep.sub = nil
+		}
 	}
 	for _, sub := range ns.verbSubs {
 		sub.Unsubscribe() //nolint:errcheck
 	}
+	ns.verbSubs = nil
 }
 
-// Stop stops taking requests and waits for those in flight to be answered.
-// The endpoints are drained first, so the queue group sends new requests to
-// the other brokers while the ones already delivered here are still served
-// normally; only a request that arrives once the drain has settled (none
-// for quiet) is answered 503 shutting_down.
-func (ns *NATSService) Stop() error {
+// Stop stops taking requests and waits for those in flight to be answered,
+// or ctx to end (ctx.Err()). The endpoints are drained first, so the queue
+// group sends new requests to the other brokers while the ones already
+// delivered here are still served normally; only a request that arrives
+// once the drain has settled (none for quiet) is answered 503
+// shutting_down. A second Stop, and a Stop before Start, do nothing.
+func (ns *NATSService) Stop(ctx context.Context) error {
+	ns.mu.Lock()
+	if !ns.subscribed {
+		ns.closed = true
+		ns.mu.Unlock()
+		return nil
+	}
+	ns.subscribed = false
+	ns.mu.Unlock()
 	var err error
 	for _, ep := range ns.eps { // unsubscribes; messages already here are still dispatched
 		if e := ep.sub.Drain(); e != nil && err == nil && !errors.Is(e, nats.ErrConnectionClosed) {
@@ -309,7 +367,7 @@ func (ns *NATSService) Stop() error {
 	}
 	ns.nc.Flush() //nolint:errcheck // the server has seen the unsubscribes
 	const quiet, most = 100 * time.Millisecond, 2 * time.Second
-	for deadline := time.Now().Add(most); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(most); time.Now().Before(deadline) && ctx.Err() == nil; {
 		before := ns.received.Load()
 		time.Sleep(quiet)
 		if ns.received.Load() == before {
@@ -319,7 +377,13 @@ func (ns *NATSService) Stop() error {
 	ns.mu.Lock()
 	ns.closed = true
 	ns.mu.Unlock()
-	ns.wg.Wait()
+	done := make(chan struct{})
+	go func() { ns.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, ctx.Err())
+	}
 	return err
 }
 

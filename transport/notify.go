@@ -1,7 +1,12 @@
 package transport
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,10 +39,10 @@ type Notifier struct {
 	nc     *nats.Conn
 	local  Waker
 	origin string
-	sub    *nats.Subscription
 	log    *slog.Logger
 
-	mu sync.Mutex
+	mu  sync.Mutex
+	sub *nats.Subscription // set by Start
 	// pending is the partitions to publish per queue, in first-notice
 	// order without repeats; armed: a publish is scheduled; stopped: no
 	// more publishing.
@@ -46,7 +51,7 @@ type Notifier struct {
 	armed   bool
 	stopped bool
 	timer   *time.Timer
-	// linger is NotifyLinger (tests set it longer).
+	// linger is NotifierConfig.Linger.
 	linger time.Duration
 }
 
@@ -56,22 +61,59 @@ type notifyMsg struct {
 	Partitions []uuid.UUID `json:"partitions"`
 }
 
-// NewNotifier subscribes to SubjectNotify on nc and passes other brokers'
-// notices to local.
-func NewNotifier(nc *nats.Conn, local Waker, log *slog.Logger) (*Notifier, error) {
-	n := &Notifier{nc: nc, local: local, origin: uuid.NewString(), log: log, linger: NotifyLinger}
-	sub, err := nc.Subscribe(SubjectNotify, func(m *nats.Msg) {
+// NotifierConfig configures a Notifier. Zero values take the defaults named.
+type NotifierConfig struct {
+	// Conn carries SubjectNotify (required).
+	Conn *nats.Conn
+	// Local is woken by every notice, this broker's and the others'
+	// (required).
+	Local Waker
+	// Linger is how long notices are gathered before they are published to
+	// the other brokers; default NotifyLinger (2 ms).
+	Linger time.Duration
+	// Logger gets failed publishes (debug); default slog.Default().
+	Logger *slog.Logger
+}
+
+// NewNotifier returns a Notifier that publishes this broker's notices but
+// hears the other brokers' only once started. It refuses (a
+// *lifecycle.SettingError) a missing Conn or Local and a negative Linger.
+func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
+	if err := errors.Join(
+		lifecycle.Required("NotifierConfig.Conn", cfg.Conn == nil),
+		lifecycle.Required("NotifierConfig.Local", cfg.Local == nil),
+		lifecycle.NotNegative("NotifierConfig.Linger", cfg.Linger),
+	); err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	return &Notifier{nc: cfg.Conn, local: cfg.Local, origin: uuid.NewString(),
+		log: cmp.Or(cfg.Logger, slog.Default()), linger: cmp.Or(cfg.Linger, NotifyLinger)}, nil
+}
+
+// Start subscribes to SubjectNotify and passes the other brokers' notices
+// to Local; it returns once the server has the subscription. A second
+// Start does nothing.
+func (n *Notifier) Start(context.Context) error {
+	n.mu.Lock()
+	if n.sub != nil {
+		n.mu.Unlock()
+		return nil
+	}
+	sub, err := n.nc.Subscribe(SubjectNotify, func(m *nats.Msg) {
 		var in notifyMsg
 		if err := json.Unmarshal(m.Data, &in); err != nil || in.Origin == n.origin {
 			return
 		}
-		local.Notify(in.Queue, in.Partitions)
+		n.local.Notify(in.Queue, in.Partitions)
 	})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		n.sub = sub
 	}
-	n.sub = sub
-	return n, nc.Flush()
+	n.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("transport: subscribe to %s: %w", SubjectNotify, err)
+	}
+	return n.nc.Flush()
 }
 
 // Available wakes the polls of queue for partitions pids here at once, and
@@ -156,16 +198,19 @@ func (n *Notifier) Pushed(items []*queen.Item, results []queen.Result) {
 }
 
 // Stop publishes the notices still gathered and unsubscribes; later
-// notices wake this broker's polls only.
-func (n *Notifier) Stop() {
+// notices wake this broker's polls only. Safe to call more than once, and
+// before Start; it does not wait, so ctx is unused.
+func (n *Notifier) Stop(context.Context) error {
 	n.mu.Lock()
 	n.stopped = true
 	if n.timer != nil {
 		n.timer.Stop()
 	}
+	sub := n.sub
 	n.mu.Unlock()
 	n.flush()
-	if n.sub != nil {
-		n.sub.Unsubscribe() //nolint:errcheck
+	if sub != nil {
+		sub.Unsubscribe() //nolint:errcheck
 	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"testing"
@@ -60,12 +61,8 @@ func TestNotifierGathersNotices(t *testing.T) {
 	nc := natsConn(t)
 	log := slog.New(slog.DiscardHandler)
 	var here, there wakes
-	a, err := NewNotifier(nc, &here, log)
-	require.NoError(t, err)
-	a.linger = time.Hour // published by Stop only
-	b, err := NewNotifier(nc, &there, log)
-	require.NoError(t, err)
-	t.Cleanup(b.Stop)
+	a := startNotifier(t, NotifierConfig{Conn: nc, Local: &here, Logger: log, Linger: time.Hour}) // published by Stop only
+	startNotifier(t, NotifierConfig{Conn: nc, Local: &there, Logger: log})
 	var msgs sync.Map
 	raw, err := nc.Subscribe(SubjectNotify, func(m *nats.Msg) { msgs.Store(string(m.Data), true) })
 	require.NoError(t, err)
@@ -82,7 +79,7 @@ func TestNotifierGathersNotices(t *testing.T) {
 	require.Equal(t, 14, here.count("q"), "local polls wake at once")
 	require.Zero(t, there.count("q"), "nothing published before the linger ends")
 
-	a.Stop() // publishes what was gathered
+	require.NoError(t, a.Stop(context.Background())) // publishes what was gathered
 	require.Eventually(t, func() bool { return there.count("q") == 14 && there.count("r") == 10 }, 10*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		n := 0
@@ -107,9 +104,7 @@ func TestNotifierGathersNotices(t *testing.T) {
 	require.Zero(t, there.count("s"))
 
 	// With the default linger the notices reach the other broker unprompted.
-	c, err := NewNotifier(nc, &wakes{}, log)
-	require.NoError(t, err)
-	t.Cleanup(c.Stop)
+	c := startNotifier(t, NotifierConfig{Conn: nc, Local: &wakes{}, Logger: log})
 	c.Available("t", pids[:3])
 	require.Eventually(t, func() bool { return there.count("t") == 3 }, 10*time.Second, 5*time.Millisecond)
 }
@@ -119,9 +114,7 @@ func TestNotifierGathersNotices(t *testing.T) {
 func TestNotifierPushedWakesQueuedPartitions(t *testing.T) {
 	nc := natsConn(t)
 	var here wakes
-	n, err := NewNotifier(nc, &here, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	t.Cleanup(n.Stop)
+	n := startNotifier(t, NotifierConfig{Conn: nc, Local: &here, Logger: slog.New(slog.DiscardHandler)})
 	p1, p2, p3 := uuid.New(), uuid.New(), uuid.New()
 	items := []*queen.Item{{Queue: "a"}, {Queue: "b"}, {Queue: "a"}, {Queue: "a"}, {Queue: "c"}}
 	results := []queen.Result{
@@ -132,4 +125,14 @@ func TestNotifierPushedWakesQueuedPartitions(t *testing.T) {
 	here.mu.Lock()
 	defer here.mu.Unlock()
 	require.Equal(t, map[string]map[uuid.UUID]int{"a": {p1: 1, p3: 1}, "b": {p2: 1}}, here.got)
+}
+
+// startNotifier starts a Notifier that stops with the test.
+func startNotifier(t *testing.T, cfg NotifierConfig) *Notifier {
+	t.Helper()
+	n, err := NewNotifier(cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Start(context.Background()))
+	t.Cleanup(func() { n.Stop(context.Background()) }) //nolint:errcheck
+	return n
 }

@@ -12,17 +12,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/actors"
 	"github.com/queen-mq/queen-go/consume"
 	"github.com/queen-mq/queen-go/metrics"
@@ -166,7 +162,6 @@ type Broker struct {
 	dbURL    string
 	store    *persistence.Store
 	retain   *persistence.Retention
-	natsSrv  *server.Server
 	natsURL  string
 	nc       *nats.Conn
 	ncShards *nats.Conn
@@ -183,6 +178,8 @@ type Broker struct {
 	httpLn   net.Listener
 	metrics  *metrics.Set
 	stopped  chan struct{}
+	// running is what start started, in order (lifecycle.go).
+	running []running
 }
 
 // Start starts a broker and returns once it serves HTTP and NATS. On error
@@ -200,25 +197,45 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// start starts the broker's pieces in one order, each a lifecycle.Service (or
+// a closer, for what is opened rather than started); teardown stops them in
+// the reverse order. So the order below is also the shutdown's, read
+// backwards: the shard leases go first (the other brokers take the shards
+// while this one still answers what is routed to it), then retention, then
+// the front doors drain, then the notifier, the shard server, the partition
+// actors (their commits finish), the NATS connections, the pool, the
+// managed PostgreSQL and the embedded NATS server.
 func (b *Broker) start(ctx context.Context) (err error) {
 	cfg := b.cfg
 	// Ports first: a clash fails at once, before any database work.
 	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	ln := b.httpLn
+	b.onStop("the HTTP listener", func(context.Context) error { ln.Close(); return nil }) // closed already once HTTP served
 	b.natsURL = cfg.NATSURL
 	if b.natsURL == "" {
-		if err = b.startNATS(); err != nil {
+		ns, err := newEmbeddedNATS(cfg.NATSListen)
+		if err != nil {
 			return err
 		}
+		if err = b.run(ctx, "the embedded NATS server", ns); err != nil {
+			return err
+		}
+		b.natsURL = ns.URL()
 	}
 
 	b.dbURL = cfg.DatabaseURL
 	if b.dbURL == "" {
 		b.log.Info("starting managed PostgreSQL", "data_dir", cfg.DataDir)
-		if b.pg, err = localpg.Start(ctx, localpg.Config{Holder: "serve", DataDir: cfg.DataDir, BinDir: cfg.PGBin, Logger: b.log}); err != nil {
+		pg, err := newManagedPG(localpg.Config{Holder: "serve", DataDir: cfg.DataDir, BinDir: cfg.PGBin, Logger: b.log})
+		if err != nil {
 			return err
 		}
+		if err = b.run(ctx, "the managed PostgreSQL", pg); err != nil {
+			return err
+		}
+		b.pg = pg.cluster
 		b.dbURL = b.pg.URL()
 	}
 	applied, err := persistence.Migrate(ctx, b.dbURL)
@@ -234,12 +251,14 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
+	b.onStop("the pool", func(context.Context) error { b.store.Close(); return nil })
 	rc := cfg.Retention
 	if rc.Logger == nil {
 		rc.Logger = b.log
 	}
-	b.retain = b.store.NewRetention(rc)
-	b.retain.Start(context.Background()) // one broker at a time deletes (SPEC.md §7)
+	if b.retain, err = b.store.NewRetention(rc); err != nil {
+		return err
+	}
 
 	if cfg.ShardCount, err = b.joinCluster(ctx); err != nil {
 		return err
@@ -252,6 +271,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if b.nc, err = b.connectNATS("queen-broker"); err != nil {
 		return err
 	}
+	b.onStop("the NATS connections", b.closeConns)
 	if b.ncShards, err = b.connectNATS("queen-broker-shards"); err != nil {
 		return err
 	}
@@ -262,14 +282,28 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}
 	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, ColdFor: cfg.DedupCacheColdFor, Source: b.store, Logger: b.log})
 	registerCacheMetrics(b.metrics, b.cache)
-	b.host = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle,
-		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, MaxActivePartitions(cfg.PartitionMemoryMB))})
+	if b.host, err = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle,
+		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, MaxActivePartitions(cfg.PartitionMemoryMB))}); err != nil {
+		return err
+	}
+	if err = b.run(ctx, "the partition actors", b.host); err != nil {
+		return err
+	}
 	registerPartitionMetrics(b.metrics, b.host)
-	b.shardSrv = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount,
-		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log})
+	if b.shardSrv, err = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount,
+		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log,
+		// Shard-aware clients push on the shard subjects (SPEC.md §9). The
+		// shards are served only once the membership starts, after the
+		// NATS service exists.
+		Direct: func(m *nats.Msg) { b.natsSvc.ShardPush(m) }}); err != nil {
+		return err
+	}
+	if err = b.run(ctx, "the shard server", b.shardSrv); err != nil {
+		return err
+	}
 	// The shards this broker serves are those it holds leases on (SPEC.md
 	// §9); a broker alone holds them all once Start returns.
-	b.members = shards.NewMembership(shards.MembershipConfig{
+	if b.members, err = shards.NewMembership(shards.MembershipConfig{
 		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(),
 		Count: cfg.ShardCount, Lease: cfg.ShardLease, Logger: b.log,
 		// The partitions of shards that moved away are released at once.
@@ -280,26 +314,29 @@ func (b *Broker) start(ctx context.Context) (err error) {
 			}
 			b.host.PassivateWhere(func(queue, partition string) bool { return gone[shards.Of(queue, partition, count)] })
 		},
-	})
-	if err = b.members.Start(ctx); err != nil {
+	}); err != nil {
 		return err
 	}
-	router := shards.NewClusterRouter(b.ncShards, cfg.ShardCount, b.members, shards.ActorPusher(b.host))
 	// A hop to an owner killed mid-request is never answered: bound it by
 	// half a lease (at least 2 s), about when its shards move.
 	hop := cfg.HopTimeout
 	if hop <= 0 {
 		hop = max(cfg.ShardLease/2, 2*time.Second)
 	}
-	router.SetHopTimeout(hop)
-	b.router = router
+	if b.router, err = shards.NewRouter(shards.RouterConfig{Conn: b.ncShards, Count: cfg.ShardCount, Owners: b.members, Local: shards.ActorPusher(b.host), HopTimeout: hop}); err != nil {
+		return err
+	}
+	router := b.router
 	registerClusterMetrics(b.metrics, b.members, router, b.shardSrv)
 	// The notifier wakes this broker's polls through the coordinator; the
 	// coordinator tells the notifier of retry acks so other brokers' polls
 	// wake too (b.notifier is set below, before any ack can arrive).
 	b.cons = consume.New(b.store, consume.Options{Recheck: cfg.PollRecheck,
 		OnAvailable: func(queue string, pids []uuid.UUID) { b.notifier.Available(queue, pids) }})
-	if b.notifier, err = transport.NewNotifier(b.ncShards, b.cons, b.log); err != nil {
+	if b.notifier, err = transport.NewNotifier(transport.NotifierConfig{Conn: b.ncShards, Local: b.cons, Logger: b.log}); err != nil {
+		return err
+	}
+	if err = b.run(ctx, "the notifier", b.notifier); err != nil {
 		return err
 	}
 	b.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -312,11 +349,9 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		AdminToken: cfg.AdminToken,
 		Partitions: func() any { return b.host.PartitionStats() },
 	})
-	if b.natsSvc, err = b.svc.ServeNATS(b.nc, cfg.Version); err != nil {
+	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
 		return err
 	}
-	// Shard-aware clients push on the shard subjects (SPEC.md §9).
-	b.shardSrv.SetDirect(b.natsSvc.ShardPush)
 	b.httpSrv = &http.Server{
 		Handler:           b.svc.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -325,11 +360,16 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		ReadTimeout: 60 * time.Second,
 		IdleTimeout: 2 * time.Minute,
 	}
-	go func() {
-		if err := b.httpSrv.Serve(b.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			b.log.Error("HTTP server stopped", "err", err)
-		}
-	}()
+	if err = b.run(ctx, "the NATS and HTTP front doors", &frontDoors{b: b, svc: b.svc, nats: b.natsSvc, http: b.httpSrv, ln: b.httpLn}); err != nil {
+		return err
+	}
+	// One broker at a time deletes (SPEC.md §7).
+	if err = b.run(ctx, "retention", b.retain); err != nil {
+		return err
+	}
+	if err = b.runWarn(ctx, "the shard membership", "shard leases not released; they run out after the lease", b.members); err != nil {
+		return err
+	}
 	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount)
 	return nil
 }
@@ -372,52 +412,6 @@ func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}
 	return nc, nil
-}
-
-func (b *Broker) startNATS() error {
-	host, portStr, err := net.SplitHostPort(b.cfg.NATSListen)
-	if err != nil {
-		return fmt.Errorf("broker: bad NATS listen address %q: %w", b.cfg.NATSListen, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return fmt.Errorf("broker: bad NATS listen port %q", portStr)
-	}
-	if port == 0 {
-		port = server.RANDOM_PORT
-	} else {
-		// The embedded server only logs a clash; find it here, at once.
-		l, err := net.Listen("tcp", b.cfg.NATSListen)
-		if err != nil {
-			return fmt.Errorf("broker: embedded NATS cannot listen on %s: %w (set QUEEN_NATS_LISTEN, or NATS_URL for an external server)", b.cfg.NATSListen, err)
-		}
-		l.Close()
-	}
-	opts := &server.Options{
-		ServerName: "queen-embedded",
-		Host:       host,
-		Port:       port,
-		// 16 MiB bodies plus room for headers (SPEC.md §11).
-		MaxPayload: queen.MaxBodyBytes + 64<<10,
-		// Per-connection outbound buffer: the broker's connections carry many
-		// 16 MiB bodies at once; a smaller one made the server drop them
-		// as slow consumers under large-payload load.
-		MaxPending: 1 << 30,
-		NoSigs:     true,
-		NoLog:      true,
-	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		return fmt.Errorf("broker: embedded NATS: %w", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return fmt.Errorf("broker: embedded NATS did not start on %s (port in use?)", b.cfg.NATSListen)
-	}
-	b.natsSrv = srv
-	b.natsURL = srv.ClientURL()
-	return nil
 }
 
 // cacheSwitch is the dedup cache's admin face for the transports.
@@ -505,13 +499,11 @@ func (b *Broker) Commits() uint64 { return b.host.Commits() }
 // Metrics returns the broker's metrics.
 func (b *Broker) Metrics() *metrics.Set { return b.metrics }
 
-// httpDrain bounds how long Stop waits for HTTP requests in flight (a slow
-// client still sending its body) before cutting their connections.
-const httpDrain = 10 * time.Second
-
-// Stop drains the broker: it stops taking requests, answers those in flight
-// (their commits finish), then stops NATS, the pool and the managed
-// PostgreSQL. Nothing answered queued is lost.
+// Stop drains the broker: it releases its shard leases, stops taking
+// requests, answers those in flight (their commits finish), then stops
+// NATS, the pool and the managed PostgreSQL: what Start started, in the
+// reverse order (start), with the errors joined. Nothing answered queued is
+// lost.
 func (b *Broker) Stop(ctx context.Context) error {
 	select {
 	case <-b.stopped:
@@ -524,71 +516,21 @@ func (b *Broker) Stop(ctx context.Context) error {
 	return err
 }
 
+// teardown stops what start started, in the reverse order.
 func (b *Broker) teardown(ctx context.Context) error {
 	defer close(b.stopped)
-	var errs []error
-	if b.members != nil {
-		// First: the leases go, so the other brokers take the shards while
-		// this one still answers what is routed to it.
-		if err := b.members.Stop(ctx); err != nil {
-			b.log.Warn("shard leases not released; they run out after the lease", "err", err)
-		}
-	}
-	if b.retain != nil {
-		b.retain.Stop() // waits for the retention statement in flight
-	}
-	// Both front doors stop taking requests at once and answer the ones in
-	// flight. HTTP connections still sending a body get httpDrain to finish.
-	var wg sync.WaitGroup
-	if b.svc != nil {
-		b.svc.StopPolls() // parked long polls answer now, empty
-	}
-	if b.notifier != nil {
-		b.notifier.Stop()
-	}
-	if b.natsSvc != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := b.natsSvc.Stop(); err != nil {
-				b.log.Warn("NATS service stop", "err", err)
-			}
-		}()
-	}
-	if b.httpSrv != nil {
-		hctx, cancel := context.WithTimeout(ctx, httpDrain)
-		if err := b.httpSrv.Shutdown(hctx); err != nil {
-			b.log.Warn("HTTP connections cut after the drain period", "drain", httpDrain, "err", err)
-			b.httpSrv.Close()
-		}
-		cancel()
-	} else if b.httpLn != nil {
-		b.httpLn.Close()
-	}
-	wg.Wait()
-	if b.shardSrv != nil {
-		errs = append(errs, b.shardSrv.Stop(ctx))
-	}
-	if b.host != nil {
-		errs = append(errs, b.host.Stop(ctx))
-	}
+	return b.stopAll(ctx)
+}
+
+// closeConns closes the broker's NATS connections; replies published by
+// the drained handlers reach the server before the connection (and an
+// embedded server) goes away.
+func (b *Broker) closeConns(context.Context) error {
 	for _, nc := range []*nats.Conn{b.nc, b.ncShards} {
 		if nc != nil {
-			// Replies published by the drained handlers reach the server
-			// before the connection (and an embedded server) goes away.
 			nc.FlushTimeout(5 * time.Second) //nolint:errcheck
 			nc.Close()
 		}
 	}
-	if b.natsSrv != nil {
-		b.natsSrv.Shutdown()
-		b.natsSrv.WaitForShutdown()
-	}
-	if b.store != nil {
-		b.store.Close()
-	}
-	if b.pg != nil {
-		errs = append(errs, b.pg.Stop())
-	}
-	return errors.Join(errs...)
+	return nil
 }

@@ -121,8 +121,8 @@ func BenchmarkDedupCacheWindow1M(b *testing.B) {
 	fillWindow(b, store, url, "bench", "warm", windowHashes)
 	fillWindow(b, store, url, "bench", "off", windowHashes)
 	cache := actors.NewCache(actors.CacheConfig{Source: store, Logger: quietLogger()})
-	warm := actors.NewHost(actors.Config{Store: store, NewCache: cache.New, Logger: quietLogger()})
-	off := actors.NewHost(actors.Config{Store: store, Logger: quietLogger()})
+	warm := startBenchHost(b, actors.Config{Store: store, NewCache: cache.New, Logger: quietLogger()})
+	off := startBenchHost(b, actors.Config{Store: store, Logger: quietLogger()})
 	b.Cleanup(func() {
 		warm.Stop(context.Background()) //nolint:errcheck
 		off.Stop(context.Background())  //nolint:errcheck
@@ -182,7 +182,7 @@ func BenchmarkDedupCacheEvicting(b *testing.B) {
 	fillWindow(b, store, url, "bench", "big", windowHashes)
 	const budget = 32 << 20 // the window needs about 80 MB of cache
 	cache := actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Source: store, Logger: quietLogger()})
-	h := actors.NewHost(actors.Config{Store: store, NewCache: cache.New, Logger: quietLogger()})
+	h := startBenchHost(b, actors.Config{Store: store, NewCache: cache.New, Logger: quietLogger()})
 	b.Cleanup(func() { h.Stop(context.Background()) }) //nolint:errcheck
 	base := rssMB()
 	var peak float64
@@ -217,4 +217,16 @@ func BenchmarkDedupCacheEvicting(b *testing.B) {
 	if st.Evictions == 0 {
 		b.Logf("no eviction happened: %+v", st)
 	}
+}
+
+// startBenchHost starts a partition host; the caller stops it.
+func startBenchHost(b *testing.B, cfg actors.Config) *actors.Host {
+	h, err := actors.NewHost(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return h
 }

@@ -1,0 +1,229 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/queen-mq/queen-go/lifecycle"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence/localpg"
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// running is one started piece of the broker, stopped by Broker.teardown in
+// the reverse order of the starts.
+type running struct {
+	name string
+	stop func(ctx context.Context) error
+	// warn, when set, makes a failed stop a warning logged with this
+	// message instead of an error of Stop (the piece's work ends anyway,
+	// as the message says).
+	warn string
+}
+
+// run starts s (a lifecycle.Service) and has teardown stop it.
+func (b *Broker) run(ctx context.Context, name string, s lifecycle.Service) error {
+	if err := s.Start(ctx); err != nil {
+		return fmt.Errorf("broker: starting %s: %w", name, err)
+	}
+	b.running = append(b.running, running{name: name, stop: s.Stop})
+	return nil
+}
+
+// runWarn is run for a service whose failed stop is only a warning.
+func (b *Broker) runWarn(ctx context.Context, name, warn string, s lifecycle.Service) error {
+	if err := b.run(ctx, name, s); err != nil {
+		return err
+	}
+	b.running[len(b.running)-1].warn = warn
+	return nil
+}
+
+// onStop has teardown call stop, in order with the services: for what is
+// open rather than started (the pool, the NATS connections, the listener).
+func (b *Broker) onStop(name string, stop func(ctx context.Context) error) {
+	b.running = append(b.running, running{name: name, stop: stop})
+}
+
+// stopAll stops what started, last started first, and joins the errors.
+func (b *Broker) stopAll(ctx context.Context) error {
+	var errs []error
+	for i := len(b.running) - 1; i >= 0; i-- {
+		r := b.running[i]
+		err := r.stop(ctx)
+		switch {
+		case err == nil:
+		case r.warn != "":
+			b.log.Warn(r.warn, "err", err)
+		default:
+			errs = append(errs, fmt.Errorf("broker: stopping %s: %w", r.name, err))
+		}
+	}
+	b.running = nil
+	return errors.Join(errs...)
+}
+
+// managedPG is the managed PostgreSQL (localpg) as a lifecycle.Service.
+type managedPG struct {
+	cfg     localpg.Config
+	cluster *localpg.Cluster
+}
+
+// newManagedPG refuses an empty DataDir.
+func newManagedPG(cfg localpg.Config) (*managedPG, error) {
+	if cfg.DataDir == "" {
+		return nil, &lifecycle.SettingError{Setting: "localpg.Config.DataDir", Value: `""`, Want: "a folder (QUEEN_DATA_DIR)"}
+	}
+	return &managedPG{cfg: cfg}, nil
+}
+
+// Start starts (initialising first if needed) the cluster; ctx bounds it
+// (localpg.Start).
+func (p *managedPG) Start(ctx context.Context) (err error) {
+	if p.cluster == nil {
+		p.cluster, err = localpg.Start(ctx, p.cfg)
+	}
+	return err
+}
+
+// Stop stops the server and waits for it to exit (at most 70 s,
+// localpg.Cluster.Stop) whatever ctx says: a server still stopping would
+// hold the data folder the next start needs. Idempotent.
+func (p *managedPG) Stop(context.Context) error {
+	if p.cluster == nil {
+		return nil
+	}
+	return p.cluster.Stop()
+}
+
+// embeddedNATS is the embedded NATS server as a lifecycle.Service.
+type embeddedNATS struct {
+	listen string
+	opts   *server.Options
+	srv    *server.Server
+}
+
+// newEmbeddedNATS refuses a listen address that is not host:port
+// (QUEEN_NATS_LISTEN).
+func newEmbeddedNATS(listen string) (*embeddedNATS, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("broker: bad NATS listen address %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("broker: bad NATS listen port %q", portStr)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return &embeddedNATS{listen: listen, opts: &server.Options{
+		ServerName: "queen-embedded",
+		Host:       host,
+		Port:       port,
+		// 16 MiB bodies plus room for headers (SPEC.md §11).
+		MaxPayload: queen.MaxBodyBytes + 64<<10,
+		// Per-connection outbound buffer: the broker's connections carry many
+		// 16 MiB bodies at once; a smaller one made the server drop them
+		// as slow consumers under large-payload load.
+		MaxPending: 1 << 30,
+		NoSigs:     true,
+		NoLog:      true,
+	}}, nil
+}
+
+// Start starts the server and returns once it takes connections (at most
+// 10 s).
+func (n *embeddedNATS) Start(context.Context) error {
+	if n.opts.Port != server.RANDOM_PORT {
+		// The embedded server only logs a clash; find it here, at once.
+		l, err := net.Listen("tcp", n.listen)
+		if err != nil {
+			return fmt.Errorf("broker: embedded NATS cannot listen on %s: %w (set QUEEN_NATS_LISTEN, or NATS_URL for an external server)", n.listen, err)
+		}
+		l.Close()
+	}
+	srv, err := server.NewServer(n.opts)
+	if err != nil {
+		return fmt.Errorf("broker: embedded NATS: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("broker: embedded NATS did not start on %s (port in use?)", n.listen)
+	}
+	n.srv = srv
+	return nil
+}
+
+// URL is the server's client URL, once started.
+func (n *embeddedNATS) URL() string { return n.srv.ClientURL() }
+
+// Stop shuts the server down and waits for it. Idempotent.
+func (n *embeddedNATS) Stop(context.Context) error {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+	}
+	return nil
+}
+
+// httpDrain bounds how long Stop waits for HTTP requests in flight (a slow
+// client still sending its body) before cutting their connections.
+const httpDrain = 10 * time.Second
+
+// frontDoors is the NATS micro service and the HTTP gateway, started and
+// stopped together: both stop taking requests at once and answer the ones
+// in flight.
+type frontDoors struct {
+	b    *Broker
+	svc  *transport.Service
+	nats *transport.NATSService
+	http *http.Server
+	ln   net.Listener
+}
+
+// Start subscribes the NATS endpoints, then serves HTTP on ln.
+func (d *frontDoors) Start(ctx context.Context) error {
+	if err := d.nats.Start(ctx); err != nil {
+		return err
+	}
+	go func() {
+		if err := d.http.Serve(d.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.b.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Stop answers the parked long polls (empty), then drains both doors at
+// once: HTTP connections still sending a body get httpDrain to finish. A
+// NATS drain failure is only logged (the requests in flight are answered
+// all the same).
+func (d *frontDoors) Stop(ctx context.Context) error {
+	d.svc.StopPolls()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.nats.Stop(ctx); err != nil {
+			d.b.log.Warn("NATS service stop", "err", err)
+		}
+	}()
+	hctx, cancel := context.WithTimeout(ctx, httpDrain)
+	if err := d.http.Shutdown(hctx); err != nil {
+		d.b.log.Warn("HTTP connections cut after the drain period", "drain", httpDrain, "err", err)
+		d.http.Close()
+	}
+	cancel()
+	wg.Wait()
+	return nil
+}
