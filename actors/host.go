@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/queen-mq/queen-go/lifecycle"
 
-	"github.com/queen-mq/queen-go/internal/workers"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -229,7 +228,7 @@ func (h *Host) Start(context.Context) error {
 		p := &parentActor{host: h, children: map[partitionKey]*child{}}
 		p.lru.prev, p.lru.next = &p.lru, &p.lru
 		return p
-	}, actor.WithDispatcher(workers.Dispatcher{})))
+	}))
 	h.bundler.start()
 	if h.cfg.PartitionIdle > 0 {
 		h.sweepStop, h.sweepDone = make(chan struct{}), make(chan struct{})
@@ -507,8 +506,7 @@ var stopOnFailure = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive {
 // props returns the shared partition-actor Props: a lock-free unbounded
 // mailbox (a linked queue, ~16 bytes while empty, where the default ring
 // starts at 10 slots; the host's MaxPendingItems and MaxInFlightItems bound
-// what waits), the stopping guardian, and mailbox runs on reused goroutines
-// (internal/workers: a fresh goroutine per run grew its stack every time).
+// what waits) and the stopping guardian.
 func (p *parentActor) props() *actor.Props {
 	if p.shared == nil {
 		p.shared = actor.PropsFromProducer(func() actor.Actor {
@@ -516,8 +514,7 @@ func (p *parentActor) props() *actor.Props {
 				panic("actors: partition actor produced outside spawn")
 			}
 			return p.next
-		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure),
-			actor.WithDispatcher(workers.Dispatcher{}))
+		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure))
 	}
 	return p.shared
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/queen-mq/queen-go/lifecycle"
 
-	"github.com/queen-mq/queen-go/internal/workers"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -167,8 +166,8 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 	}
 	ns := &NATSService{nc: cfg.Conn, id: strings.ReplaceAll(uuid.NewString(), "-", ""), version: cfg.Version,
 		started: time.Now().UTC(), sem: make(chan struct{}, maxConcurrentRequests)}
-	// Handlers answer on their own goroutine (a reused one: internal/workers),
-	// so one slow push does not hold up the endpoint's subscription.
+	// Handlers answer on their own goroutine, so one slow push does not hold
+	// up the endpoint's subscription.
 	async := func(ep *natsEndpoint, h func(ctx context.Context, data []byte) reply, admin bool) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			start := time.Now()
@@ -187,10 +186,10 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 			ns.wg.Add(1)
 			ns.mu.Unlock()
 			ns.sem <- struct{}{}
-			workers.Go(func() {
+			go (func() {
 				defer func() { <-ns.sem; ns.wg.Done() }()
 				ns.answer(ep, subject, h(context.Background(), data), start)
-			})
+			})()
 		}
 	}
 	eps := []struct {
