@@ -68,19 +68,13 @@ func (au *auditor) storedTotal() int64 { return au.stored.Load() }
 
 // start runs a pass every `every` (the next right after the last when a
 // pass takes longer) until finish; with a retention, the sweep reads every
-// partition within a quarter of it. Without a retention the passes are
-// paced: after a pass that took d the next waits at least auditPace×d, so
-// the audit's reads take at most about a tenth of one PostgreSQL backend
-// (with tens of thousands of partitions one pass reads one segment per
-// partition and takes a good part of a second); the last pass reads every
-// partition anyway. With a retention there is no pacing: a pass must read
-// segments before they are deleted.
+// partition within a quarter of it.
 func (au *auditor) start(ctx context.Context, every, retention time.Duration) {
 	au.sweepN = sweepSlice(len(au.parts), sweepCycle(retention, every))
 	au.stop, au.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(au.done)
-		t := time.NewTimer(every)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -90,29 +84,13 @@ func (au *auditor) start(ctx context.Context, every, retention time.Duration) {
 				return
 			case <-t.C:
 			}
-			begin := time.Now()
 			msg := ""
 			if _, err := au.pass(ctx, false); err != nil && ctx.Err() == nil {
 				msg = err.Error()
 			}
 			au.lastErr.Store(&msg)
-			t.Reset(nextPass(time.Since(begin), every, retention))
 		}
 	}()
-}
-
-// auditPace is how many times a pass's own duration the auditor waits
-// before the next pass when the run has no retention.
-const auditPace = 9
-
-// nextPass is the wait before the next pass, after one that took d: what is
-// left of `every`, and at least auditPace×d without a retention.
-func nextPass(d, every, retention time.Duration) time.Duration {
-	wait := max(every-d, 0)
-	if retention <= 0 {
-		wait = max(wait, auditPace*d)
-	}
-	return wait
 }
 
 // err is the last pass's error, "" when it passed or none ran.

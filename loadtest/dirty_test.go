@@ -98,11 +98,3 @@ func TestSweepReadsEveryPartitionWithinItsCycle(t *testing.T) {
 		require.GreaterOrEqual(t, n*tc.cycle, tc.parts, "every partition within the cycle")
 	}
 }
-
-func TestNextPassPacesOnlyWithoutRetention(t *testing.T) {
-	every := 2 * time.Second
-	require.Equal(t, 1900*time.Millisecond, nextPass(100*time.Millisecond, every, 0), "a short pass: the rest of the interval")
-	require.Equal(t, 4500*time.Millisecond, nextPass(500*time.Millisecond, every, 0), "a long pass: nine times its duration")
-	require.Equal(t, 1500*time.Millisecond, nextPass(500*time.Millisecond, every, time.Minute), "with a retention: no pacing")
-	require.Zero(t, nextPass(3*time.Second, every, time.Minute), "a pass longer than the interval: the next at once")
-}
