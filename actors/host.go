@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/queen-mq/queen-go/lifecycle"
 
 	"log/slog"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"github.com/queen-mq/queen-go/metrics"
 	"github.com/queen-mq/queen-go/persistence"
 )

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/queen-mq/queen-go/lifecycle"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/lifecycle"
 )
 
 // Router splits push requests by shard and sends each group to its shard's

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/queen-mq/queen-go/lifecycle"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/queen-mq/queen-go/transport/wire"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/lifecycle"
 )
 
 // PartitionPusher hands one partition's items to that partition's actor
@@ -84,6 +84,9 @@ type Server struct {
 	// no longer in subs (see Dropped).
 	dropped uint64
 	wg      sync.WaitGroup
+	// drains counts the subscriptions draining (Unserve, Stop) until NATS
+	// reports them closed.
+	drains sync.WaitGroup
 }
 
 // ContentTypeJSON is the Content-Type header value that marks a client's
@@ -176,7 +179,22 @@ func (s *Server) Unserve(n int) error {
 	}
 	delete(s.subs, n)
 	s.dropped += subDropped(sub)
-	return sub.Drain()
+	return s.drain(sub)
+}
+
+// drain drains sub (messages already received are still handled, as
+// before the Server closes) and counts it in s.drains until NATS reports it
+// closed. Call it with s.mu held.
+func (s *Server) drain(sub *nats.Subscription) error {
+	s.drains.Add(1)
+	var once sync.Once
+	done := func(string) { once.Do(s.drains.Done) }
+	sub.SetClosedHandler(done)
+	if err := sub.Drain(); err != nil {
+		done("")
+		return err
+	}
+	return nil
 }
 
 // Dropped counts the shard messages the NATS client dropped because a
@@ -213,20 +231,33 @@ func (s *Server) Serving() []int {
 	return out
 }
 
-// Stop unsubscribes from every shard (draining messages already received) and
-// waits for the pushes in flight to be answered, or ctx to end (ctx.Err()).
-// Calling it again waits again; it never fails otherwise.
+// Stop unsubscribes from every shard and waits, bounded by ctx (ctx.Err()),
+// first until every subscription has drained — the messages already received
+// are handled as usual, including those of shards unserved before (a hop's
+// request is never left unanswered when the connection closes next) —, then
+// until the pushes in flight are answered. Calling it again waits again; it
+// never fails otherwise.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	s.closed = true
 	for n, sub := range s.subs {
 		s.dropped += subDropped(sub)
-		sub.Drain() //nolint:errcheck
+		s.drain(sub) //nolint:errcheck // a subscription already closed has nothing to drain
 		delete(s.subs, n)
 	}
 	s.mu.Unlock()
+	if err := waitCtx(ctx, &s.drains); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return waitCtx(ctx, &s.wg)
+}
+
+// waitCtx waits for wg, or returns ctx.Err() when ctx ends first.
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil

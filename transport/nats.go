@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/queen-mq/queen-go/lifecycle"
 
 	"net/http"
 	"regexp"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/queen-mq/queen-go/lifecycle"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/lifecycle"
 )
 
 // SubjectNotify carries "new messages in these partitions" between brokers,

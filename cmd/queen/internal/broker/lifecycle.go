@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/queen-mq/queen-go/lifecycle"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/lifecycle"
 	"github.com/queen-mq/queen-go/persistence/localpg"
 	"github.com/queen-mq/queen-go/transport"
 )

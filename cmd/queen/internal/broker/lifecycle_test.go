@@ -3,11 +3,11 @@ package broker
 import (
 	"context"
 	"errors"
-	"github.com/queen-mq/queen-go/lifecycle"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/queen-mq/queen-go/lifecycle"
 	"github.com/queen-mq/queen-go/persistence/localpg"
 )
 
