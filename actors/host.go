@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"log/slog"
 	"strconv"
 	"strings"
