@@ -87,6 +87,7 @@ type Store struct {
 	span        time.Duration // Config.SidecarRange
 	lockTimeout time.Duration // Config.LockTimeout
 	observe     func(LockEvent)
+	stats       *analyzer // ANALYZE after bulk partition creation (stats.go)
 }
 
 // Open connects a pool to cfg.URL and creates the sidecar's time ranges
@@ -124,7 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if observe == nil {
 		observe = func(LockEvent) {}
 	}
-	s := &Store{pool: pool, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe}
+	s := &Store{pool: pool, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe, stats: newAnalyzer()}
 	if _, err := s.EnsureSidecarRanges(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -162,8 +163,12 @@ func openPool(ctx context.Context, url string, maxConns int32, settings map[stri
 	return pool, nil
 }
 
-// Close closes the pool, waiting for connections in use to be returned.
-func (s *Store) Close() { s.pool.Close() }
+// Close stops the background ANALYZE (stats.go) and closes the pool,
+// waiting for connections in use to be returned.
+func (s *Store) Close() {
+	s.stats.close()
+	s.pool.Close()
+}
 
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -217,7 +222,10 @@ func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string
 	}
 	b := &pgx.Batch{}
 	b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
-	b.Queue(sqlEnsurePartition, queueName, partition, fresh)
+	b.Queue(sqlEnsurePartition, queueName, partition, fresh).Exec(func(ct pgconn.CommandTag) error {
+		s.stats.add(ct.RowsAffected(), s.analyzePartitions)
+		return nil
+	})
 	b.Queue(sqlGetPartition, queueName, partition).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return uuid.Nil, unavailable(err)
@@ -300,7 +308,10 @@ func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uu
 		}
 		qs, ps, fresh = append(qs, k.Queue), append(ps, k.Partition), append(fresh, pgUUID(id))
 	}
-	b.Queue(sqlEnsurePartitions, qs, ps, fresh)
+	b.Queue(sqlEnsurePartitions, qs, ps, fresh).Exec(func(ct pgconn.CommandTag) error {
+		s.stats.add(ct.RowsAffected(), s.analyzePartitions)
+		return nil
+	})
 	read(missing, b)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, unavailable(err)

@@ -1,0 +1,82 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAnalyzeDue: an analyze is due once at least analyzeMinCreated
+// partitions were created and at least half of those counted at the last
+// one, so analyzes come in geometric steps.
+func TestAnalyzeDue(t *testing.T) {
+	for _, c := range []struct {
+		created, counted int64
+		due              bool
+	}{
+		{0, 0, false},
+		{analyzeMinCreated - 1, 0, false},
+		{analyzeMinCreated, 0, true},
+		{analyzeMinCreated, 2 * analyzeMinCreated, true},
+		{analyzeMinCreated, 2*analyzeMinCreated + 1, false},
+		{500_000, 1_000_000, true},
+		{499_999, 1_000_000, false},
+	} {
+		require.Equal(t, c.due, analyzeDue(c.created, c.counted), "created %d counted %d", c.created, c.counted)
+	}
+}
+
+// TestAnalyzerRetriesAfterFailure: a failed analyze keeps its count, so
+// the next creation runs it again; one runs at a time; close waits.
+func TestAnalyzerRetriesAfterFailure(t *testing.T) {
+	a := newAnalyzer()
+	runs := make(chan error, 4)
+	results := make(chan error)
+	run := func(context.Context) error { runs <- nil; return <-results }
+	a.add(analyzeMinCreated, run)
+	<-runs
+	a.add(1, run) // one is running: not another
+	results <- fmt.Errorf("boom")
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return !a.running
+	}, 10*time.Second, time.Millisecond)
+	a.add(1, run)
+	<-runs
+	results <- nil
+	a.close()
+	require.Equal(t, int64(0), a.created)
+	require.Equal(t, int64(analyzeMinCreated+2), a.counted)
+	a.add(analyzeMinCreated*10, run)
+	require.Empty(t, runs, "closed: no more analyzes")
+}
+
+// TestBulkCreationAnalyzesPartitions: creating more than analyzeMinCreated
+// partitions in one call makes the Store analyze queen.partitions, so the
+// planner sees their number before autovacuum looks.
+func TestBulkCreationAnalyzesPartitions(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	keys := make([]PartitionKey, analyzeMinCreated+10)
+	for i := range keys {
+		keys[i] = PartitionKey{"stats-bulk", fmt.Sprintf("p-%d", i)}
+	}
+	_, err := s.EnsurePartitions(ctx, keys)
+	require.NoError(t, err)
+	// analyze_count counts manual analyzes only (autovacuum's are
+	// autoanalyze_count); reltuples is what the planner sees.
+	require.Eventually(t, func() bool {
+		var manual int64
+		var tuples float64
+		err := s.pool.QueryRow(ctx, `SELECT t.analyze_count, c.reltuples
+			  FROM pg_stat_user_tables t JOIN pg_class c ON c.oid = t.relid
+			 WHERE t.relid = 'queen.partitions'::regclass`).Scan(&manual, &tuples)
+		require.NoError(t, err)
+		return manual >= 1 && tuples >= float64(len(keys))
+	}, time.Minute, 20*time.Millisecond, "the Store analyzed queen.partitions")
+}
