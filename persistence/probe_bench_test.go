@@ -75,7 +75,7 @@ func BenchmarkColdProbe(b *testing.B) {
 				for b.Loop() {
 					its := fresh()
 					hs := distinctLeaders(&PushBatch{Items: its})
-					rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{0}, unbounded(len(hs), Span{}.pgSince()), unbounded(len(hs), Span{}.pgUntil()))
+					rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{0}, unbounded(len(hs), Span{}.pgSince()), unbounded(len(hs), Span{}.pgUntil()), []string{"bench"})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -92,7 +92,7 @@ func BenchmarkColdProbe(b *testing.B) {
 				for b.Loop() {
 					its := fresh()
 					hs := distinctLeaders(&PushBatch{Items: its})
-					rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{last}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{3600}, unbounded(len(hs), Span{}.pgSince()), unbounded(len(hs), Span{}.pgUntil()))
+					rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{last}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{3600}, unbounded(len(hs), Span{}.pgSince()), unbounded(len(hs), Span{}.pgUntil()), []string{"bench"})
 					if err != nil {
 						b.Fatal(err)
 					}

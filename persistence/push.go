@@ -187,6 +187,9 @@ type lockedPartition struct {
 	// checkPayload is the queue's dedupCheckPayload, read with the window
 	// (SPEC.md §6).
 	checkPayload bool
+	// retained: the queue has retentionSeconds, read with the window; its
+	// segments go to segments_timed (bundle_insert).
+	retained bool
 }
 
 // commitBundle runs one attempt of CommitBundle. With skipLocked, the
@@ -275,6 +278,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *pgxpool.Conn, bs []*PushBa
 	var probeHashes []pgtype.UUID
 	var probeSuspect []bool
 	var probeSince, probeUntil []pgtype.Timestamptz
+	probeQueues := make([]string, 0, len(order))
 	for k, i := range order {
 		b := bs[i]
 		ids[k] = pgUUID(b.PartitionID)
@@ -289,6 +293,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *pgxpool.Conn, bs []*PushBa
 			}
 		}
 		probePIDs = append(probePIDs, pgUUID(b.PartitionID))
+		probeQueues = append(probeQueues, b.Items[0].Queue)
 		probeWMs = append(probeWMs, b.Watermark)
 		probeAssumed = append(probeAssumed, b.AssumedWindow)
 		probeLo = append(probeLo, int32(lo))
@@ -306,7 +311,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *pgxpool.Conn, bs []*PushBa
 		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
 	pb.Queue(sqlProbePlanBegin)
-	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil).Query(scanProbe(lk.locked, lk.hits))
+	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil, probeQueues).Query(scanProbe(lk.locked, lk.hits))
 	pb.Queue(sqlProbePlanEnd)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
@@ -357,6 +362,7 @@ type bundleRows struct {
 	segPIDs                      []pgtype.UUID
 	segFirst, segLast            []int64
 	segIDs, segFrames, segHashes [][]byte
+	segRetained                  []bool
 	rowPIDs                      []pgtype.UUID
 	rowHashes                    []pgtype.UUID
 	rowOffsets                   []int64
@@ -390,6 +396,7 @@ func (s *Store) bundleWrites(bs []*PushBatch, outs []PushOutcome, order []int, l
 		w.segIDs = append(w.segIDs, msgIDs)
 		w.segFrames = append(w.segFrames, frames)
 		w.segHashes = append(w.segHashes, hashes)
+		w.segRetained = append(w.segRetained, lp.retained)
 		for j, k := range keys {
 			w.rowPIDs = append(w.rowPIDs, pgUUID(b.PartitionID))
 			w.rowHashes = append(w.rowHashes, pgUUID(k))
@@ -410,7 +417,7 @@ func (s *Store) writeBundle(ctx context.Context, conn *pgxpool.Conn, outs []Push
 	var created time.Time
 	committed := false
 	ib := &pgx.Batch{}
-	ib.Queue(sqlBundleInsert, w.segPIDs, w.segFirst, w.segLast, w.segIDs, w.segFrames, w.segHashes, w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments).Query(func(rows pgx.Rows) error {
+	ib.Queue(sqlBundleInsert, w.segPIDs, w.segFirst, w.segLast, w.segIDs, w.segFrames, w.segHashes, w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments, w.segRetained).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&created); err != nil {
 				return err
@@ -625,13 +632,15 @@ func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.
 			var mid []byte
 			var check *bool
 			var seg *int64
-			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg); err != nil {
+			var retained *bool
+			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg, &retained); err != nil {
 				return err
 			}
 			if !k.Valid { // the partition's window row
 				if lp, ok := locked[pid]; ok && seconds != nil {
 					lp.window = *seconds
 					lp.checkPayload = check != nil && *check
+					lp.retained = retained != nil && *retained
 					locked[pid] = lp
 				}
 				continue

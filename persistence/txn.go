@@ -36,6 +36,7 @@ type txnPartition struct {
 type txnSegment struct {
 	msgIDs, frames, hashes []byte
 	keys                   [][16]byte
+	retained               bool // the queue has retentionSeconds (bundle_insert)
 }
 
 // Transaction runs the operations of req in one PostgreSQL transaction
@@ -379,6 +380,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 		ids[k] = pgUUID(pid)
 	}
 	var probePIDs, probeHashes []pgtype.UUID
+	var probeQueues []string
 	var probeLo, probeHi []int32
 	var probeWMs, probeAssumed []int64
 	for _, pid := range pushPIDs {
@@ -390,6 +392,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 			}
 		}
 		probePIDs = append(probePIDs, pgUUID(pid))
+		probeQueues = append(probeQueues, b.Items[0].Queue)
 		probeWMs = append(probeWMs, -1) // no cache: the whole window
 		probeAssumed = append(probeAssumed, 0)
 		probeLo = append(probeLo, int32(lo))
@@ -405,7 +408,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 		// A transaction does not pass through the actors' caches: no
 		// watermark, no suspects, every hash looked up in the whole window.
 		pb.Queue(sqlProbePlanBegin)
-		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), Span{}.pgSince()), unbounded(len(probeHashes), Span{}.pgUntil())).Query(scanProbe(locked, hits))
+		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), Span{}.pgSince()), unbounded(len(probeHashes), Span{}.pgUntil()), probeQueues).Query(scanProbe(locked, hits))
 		pb.Queue(sqlProbePlanEnd)
 	}
 	start := time.Now()
@@ -435,7 +438,7 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 		p.out = PushOutcome{Results: make([]queen.Result, len(p.batch.Items)), LastOffset: -1, Window: lp.window, FullProbe: true}
 		msgIDs, frames, hashes, keys, clean := s.assign(&p.batch, lp.window, lp.last, hits[pid], &p.out)
 		if clean > 0 {
-			p.seg = &txnSegment{msgIDs: msgIDs, frames: frames, hashes: hashes, keys: keys}
+			p.seg = &txnSegment{msgIDs: msgIDs, frames: frames, hashes: hashes, keys: keys, retained: lp.retained}
 		}
 		// refs are in request order: the partition's first duplicate is its
 		// lowest.
@@ -463,6 +466,7 @@ func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, part
 		segPIDs                      []pgtype.UUID
 		segFirst, segLast            []int64
 		segIDs, segFrames, segHashes [][]byte
+		segRetained                  []bool
 		rowPIDs, rowHashes           []pgtype.UUID
 		rowOffsets, rowSegments      []int64
 		written                      []*txnPartition
@@ -480,6 +484,7 @@ func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, part
 		segIDs = append(segIDs, sg.msgIDs)
 		segFrames = append(segFrames, sg.frames)
 		segHashes = append(segHashes, sg.hashes)
+		segRetained = append(segRetained, sg.retained)
 		for j, k := range sg.keys {
 			rowPIDs = append(rowPIDs, pgUUID(pid))
 			rowHashes = append(rowHashes, pgUUID(k))
@@ -491,7 +496,7 @@ func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, part
 		return nil
 	}
 	var created time.Time
-	rows, err := tx.Query(ctx, sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets, rowSegments)
+	rows, err := tx.Query(ctx, sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets, rowSegments, segRetained)
 	if err != nil {
 		return unavailable(err)
 	}

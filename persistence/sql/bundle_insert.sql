@@ -2,25 +2,29 @@
 -- log_txn_hashes row per frame, and bumps each allocator, all stamped with one
 -- clock_timestamp() while the row locks are held.
 -- Per partition (parallel arrays): $1 id, $2 first offset, $3 last offset,
--- $4 message ids (16 bytes each), $5 packed frames, $6 packed hashes.
--- Per frame (parallel arrays): $7 partition id, $8 hash (uuid), $9 offset,
--- $10 the first offset of its segment.
+-- $4 message ids (16 bytes each), $5 packed frames, $6 packed hashes,
+-- $11 whether its queue has retentionSeconds (read by bundle_probe under
+-- the row locks). Per frame (parallel arrays): $7 partition id, $8 hash
+-- (uuid), $9 offset, $10 the first offset of its segment.
 --
 -- A segment goes to segments_timed (dropped whole by time range) when its
--- queue has retentionSeconds now and a listed range holds now, else to
--- segments_kept (migration 0010).
-WITH t AS (SELECT clock_timestamp() AS now),
+-- queue has retentionSeconds and a listed range holds now, else to
+-- segments_kept (migration 0010). A configure that removes the retention
+-- meanwhile leaves the segment timed, and its range is then kept: a range
+-- is dropped only when every queue with rows in it still has a retention
+-- they are past (segment_range_keepers).
+WITH t AS MATERIALIZED (
+    SELECT c.now, EXISTS (SELECT 1 FROM queen.segment_ranges r WHERE r.lo <= c.now AND r.hi > c.now) AS ranged
+      FROM (SELECT clock_timestamp() AS now) c
+),
 seg AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[], $6::bytea[])
-        AS u (partition_id, first_offset, last_offset, message_ids, frames, hashes)
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[], $6::bytea[], $11::boolean[])
+        AS u (partition_id, first_offset, last_offset, message_ids, frames, hashes, retained)
 ),
 s AS (
     INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, timed)
     SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.message_ids, seg.frames,
-           COALESCE((SELECT (q.options ->> 'retentionSeconds')::float8 > 0
-                       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-                      WHERE p.id = seg.partition_id), false)
-           AND EXISTS (SELECT 1 FROM queen.segment_ranges r WHERE r.lo <= t.now AND r.hi > t.now)
+           seg.retained AND t.ranged
       FROM seg, t
 ),
 l AS (

@@ -4,12 +4,14 @@
 -- Per partition (parallel arrays): $1 partition id, $3 its watermark offset
 -- (-1 = the whole window), $4..$5 the 1-based bounds of its distinct
 -- incoming hashes in $2 (uuid[]), $7 the window (seconds) the watermark
--- assumes. Per hash: $6 whether the cache suspects it (it has seen it),
+-- assumes, $10 its queue's name (text[]). Per hash: $6 whether the cache suspects it (it has seen it),
 -- $8..$9 the created_at span (timestamptz, both ends included; -infinity
 -- and infinity when unbounded) of the sidecar rows that may hold it.
 --
--- Returns one row per partition with hash NULL, giving the window and the
--- dedupCheckPayload option read from its queue row, then one row per hit:
+-- Returns one row per partition with hash NULL, giving the window, the
+-- dedupCheckPayload option and whether the queue has retentionSeconds
+-- (for bundle_insert's choice of segments_timed), read from its queue row,
+-- then one row per hit:
 -- partition, window, hash, offset, the original's message id sliced from
 -- its covering segment (NULL when that segment is gone) and that segment's
 -- first offset (for bundle_originals). A window of 0 looks nothing up.
@@ -45,23 +47,28 @@
 -- tables were small must not scan a partition later (an `= ANY(array
 -- slice)` probe and a `first_offset <= x ORDER BY ... LIMIT 1` segment lookup
 -- both did, and pushes slowed down as the window filled).
-WITH w0 AS MATERIALIZED (
-    SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed, qo.seconds, qo.check_payload
-      FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[], $7::bigint[]) AS i (partition_id, watermark, lo, hi, assumed)
-      LEFT JOIN LATERAL (
-        SELECT q.dedup_window_seconds AS seconds, q.dedup_check_payload AS check_payload
-          FROM queen.partitions p
-          JOIN queen.queues q ON q.id = p.queue_id
-         WHERE p.id = i.partition_id
-        OFFSET 0
-      ) qo ON true
+--
+-- The queue rows are read once per queue named, not once per partition (a
+-- bundle spread over 1,000 partitions of one queue read the same row 1,000
+-- times through the partition's). The caller holds the partitions' row
+-- locks, so each partition exists and belongs to the queue it names (a
+-- queue's deletion deletes its partitions, which waits for those locks).
+WITH qo AS MATERIALIZED (
+    SELECT q.name, q.dedup_window_seconds AS seconds, q.dedup_check_payload AS check_payload,
+           COALESCE((q.options ->> 'retentionSeconds')::float8 > 0, false) AS retained
+      FROM queen.queues q
+     WHERE q.name = ANY ($10::text[])
+), w0 AS MATERIALIZED (
+    SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed, qo.seconds, qo.check_payload, qo.retained
+      FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[], $7::bigint[], $10::text[]) AS i (partition_id, watermark, lo, hi, assumed, queue)
+      LEFT JOIN qo ON qo.name = i.queue
 ), w AS MATERIALIZED (
-    SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload,
+    SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload, w0.retained,
            (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed
       FROM w0
 )
 SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id,
-       w.check_payload, NULL::bigint AS segment
+       w.check_payload, NULL::bigint AS segment, w.retained
   FROM w
 UNION ALL
 SELECT x.partition_id,
@@ -75,7 +82,8 @@ SELECT x.partition_id,
            -- ranges of segments_timed other than this one are pruned.
            AND s.created_at = x.created_at),
        NULL::boolean,
-       x.segment
+       x.segment,
+       NULL::boolean
   FROM w
  CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
                           ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
@@ -115,7 +123,8 @@ SELECT w.partition_id,
          WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset
            AND s.created_at = t.created_at),
        NULL::boolean,
-       t.first_offset
+       t.first_offset,
+       NULL::boolean
   FROM w
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes, t.created_at
