@@ -156,28 +156,31 @@ func (c *Config) defaults() {
 
 // Broker is a running broker.
 type Broker struct {
-	cfg      Config
-	log      *slog.Logger
-	pg       *localpg.Cluster
-	dbURL    string
-	store    *persistence.Store
-	retain   *persistence.Retention
-	natsURL  string
-	nc       *nats.Conn
-	ncShards *nats.Conn
-	host     *actors.Host
-	cache    *actors.Cache
-	shardSrv *shards.Server
-	members  *shards.Membership
-	router   *shards.Router
-	svc      *transport.Service
-	cons     *consume.Coordinator
-	notifier *transport.Notifier
-	natsSvc  *transport.NATSService
-	httpSrv  *http.Server
-	httpLn   net.Listener
-	metrics  *metrics.Set
-	stopped  chan struct{}
+	cfg     Config
+	log     *slog.Logger
+	pg      *localpg.Cluster
+	dbURL   string
+	store   *persistence.Store
+	retain  *persistence.Retention
+	natsURL string
+	// natsInProcess is the embedded NATS server, which the broker's own
+	// connections reach in process (no loopback socket); nil with NATSURL.
+	natsInProcess nats.InProcessConnProvider
+	nc            *nats.Conn
+	ncShards      *nats.Conn
+	host          *actors.Host
+	cache         *actors.Cache
+	shardSrv      *shards.Server
+	members       *shards.Membership
+	router        *shards.Router
+	svc           *transport.Service
+	cons          *consume.Coordinator
+	notifier      *transport.Notifier
+	natsSvc       *transport.NATSService
+	httpSrv       *http.Server
+	httpLn        net.Listener
+	metrics       *metrics.Set
+	stopped       chan struct{}
 	// running is what start started, in order (lifecycle.go).
 	running []running
 }
@@ -223,6 +226,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 			return err
 		}
 		b.natsURL = ns.URL()
+		b.natsInProcess = ns.srv
 	}
 
 	b.dbURL = cfg.DatabaseURL
@@ -394,7 +398,7 @@ func (b *Broker) joinCluster(ctx context.Context) (int, error) {
 // connectNATS connects to the broker's NATS server, reconnecting forever and
 // logging every disconnect.
 func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(b.natsURL, nats.Name(name), nats.MaxReconnects(-1),
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				b.log.Warn("NATS disconnected", "connection", name, "err", err)
@@ -407,7 +411,11 @@ func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
 				subject = sub.Subject
 			}
 			b.log.Warn("NATS error", "connection", name, "subject", subject, "err", err)
-		}))
+		})}
+	if b.natsInProcess != nil {
+		opts = append(opts, nats.InProcessServer(b.natsInProcess))
+	}
+	nc, err := nats.Connect(b.natsURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}

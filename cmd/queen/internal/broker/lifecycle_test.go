@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/queen-mq/queen-go/lifecycle"
@@ -58,4 +59,18 @@ func TestLifecycleStopsInReverseWithErrorsJoined(t *testing.T) {
 	require.ErrorContains(t, err, "broker: stopping c: c failed")
 	require.NotContains(t, err.Error(), "d failed")
 	require.NoError(t, b.stopAll(ctx), "nothing left to stop")
+}
+
+// TestBrokerReachesEmbeddedNATSInProcess: with the embedded NATS server
+// the broker's own connections are in process (net.Pipe, no loopback
+// socket: at 256 single-item producers that was a read and a write
+// syscall per request and reply), while clients still reach it over TCP.
+func TestBrokerReachesEmbeddedNATSInProcess(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	for _, nc := range []*nats.Conn{e.b.nc, e.b.ncShards} {
+		require.Equal(t, "pipe", nc.ConnectedAddr(), "the broker's connection %q", nc.Opts.Name)
+	}
+	require.NotEqual(t, "pipe", e.nc.ConnectedAddr(), "the test's client connects over TCP")
+	e.pushOK(t, "nats", items(it("inproc", "p", "t1")), 1)
 }
