@@ -39,6 +39,13 @@ type Config struct {
 	// Producers is the number of concurrent producers, each with one request
 	// in flight at a time (default 8, at least 1).
 	Producers int
+	// Connections is how many NATS connections the sync producers share,
+	// round robin (default 0: one per producer, like independent clients;
+	// 0..Producers). A Go program with many producing goroutines shares
+	// one connection: a shared connection writes the requests of several
+	// producers in one syscall. Only with a nats:// target and
+	// ProducerMode sync.
+	Connections int
 	// Partitions is the number of partitions of the run's queue the items are
 	// spread over, uniformly at random (default 64, 1..maxPartitions: the
 	// 24 partition bits of an item's key).
@@ -317,6 +324,10 @@ func (c *Config) Validate() error {
 		return errors.New("producer mode async with chaos: not supported yet (the chaos report counts sync requests); drop --chaos or use --producer-mode sync")
 	case c.InFlight < 1 || c.InFlight > 1_000_000:
 		return fmt.Errorf("in flight %d: want 1..1000000", c.InFlight)
+	case c.Connections < 0 || c.Connections > c.Producers:
+		return fmt.Errorf("connections %d: want 0..%d (--producers; 0: one per producer)", c.Connections, c.Producers)
+	case c.Connections > 0 && c.ProducerMode != ProducerSync:
+		return errors.New("connections with producer mode async: each async producer has its own connection; drop --connections")
 	case c.MaxBatch < 0 || c.MaxBatch > 10000:
 		return fmt.Errorf("max batch %d: want 1..10000 (0: --batch, or 100 when --batch is 1)", c.MaxBatch)
 	}
@@ -327,6 +338,9 @@ func (c *Config) Validate() error {
 		u, err := url.Parse(c.Target)
 		if err != nil || (u.Scheme != "nats" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("target %q: want nats://host:port or http://host:port", c.Target)
+		}
+		if c.Connections > 0 && u.Scheme != "nats" {
+			return fmt.Errorf("connections %d with target %q: shared connections are NATS connections; use a nats:// target or drop --connections", c.Connections, c.Target)
 		}
 	}
 	return nil

@@ -82,3 +82,28 @@ func TestPartitionsUpToTheKeyBits(t *testing.T) {
 	require.Equal(t, maxPartitions-1, keyPart(k))
 	require.Equal(t, uint64(seqMask), keySeq(k))
 }
+
+// TestConnectionsValidation: --connections is 0..producers, for sync
+// producers over NATS only.
+func TestConnectionsValidation(t *testing.T) {
+	base := DefaultConfig()
+	base.DatabaseURL = "postgres://x@127.0.0.1/queen"
+	base.Target = "nats://127.0.0.1:4222"
+	base = base.withDefaults()
+	for _, n := range []int{0, 1, base.Producers} {
+		c := base
+		c.Connections = n
+		require.NoError(t, c.Validate(), n)
+	}
+	for _, n := range []int{-1, base.Producers + 1} {
+		c := base
+		c.Connections = n
+		require.ErrorContains(t, c.Validate(), "connections", n)
+	}
+	c := base
+	c.Connections, c.Target = 2, "http://127.0.0.1:6632"
+	require.ErrorContains(t, c.Validate(), "nats:// target")
+	c = base
+	c.Connections, c.ProducerMode = 2, ProducerAsync
+	require.ErrorContains(t, c.Validate(), "async")
+}

@@ -22,9 +22,12 @@ type Report struct {
 	Queue  string `json:"queue,omitempty"`
 	Table  string `json:"table,omitempty"`
 
-	Producers  int `json:"producers"`
-	Partitions int `json:"partitions"`
-	Batch      int `json:"batch"`
+	Producers int `json:"producers"`
+	// Connections is how many NATS connections the sync producers shared
+	// (0: one each).
+	Connections int `json:"connections,omitempty"`
+	Partitions  int `json:"partitions"`
+	Batch       int `json:"batch"`
 	// ProducerMode is sync (requests of Batch items, one in flight per
 	// producer) or async (single items through the Go client's async
 	// producer, with InFlight outstanding items at most, MaxBatch items per
@@ -187,8 +190,12 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(&b, "  producers %d async (single items; %d in flight, up to %d per request, linger %g ms) · partitions %d · payload %d B · dup ratio %g\n",
 			r.Producers, r.InFlight, r.MaxBatch, r.LingerMs, r.Partitions, r.PayloadBytes, r.DupRatio)
 	} else {
-		fmt.Fprintf(&b, "  producers %d · partitions %d · batch %d · payload %d B · dup ratio %g\n",
-			r.Producers, r.Partitions, r.Batch, r.PayloadBytes, r.DupRatio)
+		conns := ""
+		if r.Connections > 0 {
+			conns = fmt.Sprintf(" over %d NATS connections", r.Connections)
+		}
+		fmt.Fprintf(&b, "  producers %d%s · partitions %d · batch %d · payload %d B · dup ratio %g\n",
+			r.Producers, conns, r.Partitions, r.Batch, r.PayloadBytes, r.DupRatio)
 	}
 	fmt.Fprintf(&b, "  sent      %s items (%s items/s): %s new, %s repeats, %s retries\n",
 		commas(r.ItemsSent), commas(int64(r.ItemsPerSecond)), commas(r.NewItems), commas(r.Repeats), commas(r.Retries))

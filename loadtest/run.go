@@ -61,7 +61,7 @@ type loadRun struct {
 
 func run(ctx context.Context, cfg *Config) (*Report, error) {
 	r := &loadRun{cfg: cfg, parts: partitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
-		rep: &Report{Mode: cfg.Mode, Producers: cfg.Producers, Partitions: cfg.Partitions, Batch: cfg.Batch,
+		rep: &Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
 			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: ProducerSync}}
 	if cfg.Mode == ModeBroker {
 		r.c.dirty = newDirtySet(len(r.parts))
@@ -145,9 +145,19 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
 		}
 	}
+	shared := make([]*natsSender, cfg.Connections)
 	for i := range r.producers {
 		var s sender
-		if strings.HasPrefix(cfg.Target, "nats://") {
+		if n := cfg.Connections; n > 0 && strings.HasPrefix(cfg.Target, "nats://") {
+			// Shared round robin; each is closed once per producer using
+			// it, which nats.Conn.Close allows.
+			if shared[i%n] == nil {
+				if shared[i%n], err = newNATSSender(cfg.Target, i%n); err != nil {
+					return err
+				}
+			}
+			s = shared[i%n]
+		} else if strings.HasPrefix(cfg.Target, "nats://") {
 			if s, err = newNATSSender(cfg.Target, i); err != nil {
 				return err
 			}

@@ -38,6 +38,9 @@ Each producer has one request in flight; each request holds --batch items spread
 --partitions partitions of a fresh queue (loadtest-<unix nanos>). --dup-ratio of the
 items re-send a transactionId already sent to the same partition; items answered
 failed are retried with the same transactionId (up to 8 sends, with backoff).
+Over NATS each producer has its own connection, like independent clients;
+--connections N makes them share N connections round robin, like the goroutines
+of one program.
 
 --producer-mode async makes each producer publish single items through the Go client's
 async producer (transport.Producer), which batches them per request (up to --max-batch
@@ -170,6 +173,7 @@ quarter of the window, retries only within half of it.`,
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "the broker's PostgreSQL, for the audit and --mode raw (default: $QUEEN_DATA_DIR/postgres.url, then DATABASE_URL)")
 	f.StringVar(&mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
 	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "concurrent producers, one request in flight each")
+	f.IntVar(&cfg.Connections, "connections", 0, "NATS connections the sync producers share, round robin (0: one per producer, like independent clients)")
 	f.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the run's queue")
 	f.StringVar(&cfg.Spread, "spread", cfg.Spread, "how new items pick their partition: random, or sequential (each producer walks the partitions in order, so n new items touch min(n, --partitions) distinct partitions)")
 	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "items per request")

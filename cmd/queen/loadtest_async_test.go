@@ -61,3 +61,24 @@ func checkAsyncReport(t *testing.T, rep *loadtest.Report, maxBatch int) {
 	require.Less(t, rep.Requests, rep.ItemsSent, "single items share requests")
 	require.Zero(t, rep.GaveUp+rep.Rejected+rep.UnknownOutcome)
 }
+
+// TestLoadtestSharedConnections: --connections N makes the sync producers
+// share N NATS connections round robin; the run's audit passes and the
+// report says so.
+func TestLoadtestSharedConnections(t *testing.T) {
+	t.Parallel()
+	b := startTestBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := smallRun(b, b.NATSURL())
+	cfg.Producers, cfg.Connections, cfg.Batch = 5, 2, 1
+	r, err := loadtest.Run(ctx, cfg)
+	require.NoError(t, err)
+	require.Equal(t, 2, r.Connections)
+	require.True(t, r.Audit.Passed, "%v", r.Audit.Examples)
+	require.Positive(t, r.Verdicts.Queued)
+	require.Equal(t, r.Verdicts.Queued, r.StoredMessages)
+	var text bytes.Buffer
+	r.WriteText(&text)
+	require.Contains(t, text.String(), "producers 5 over 2 NATS connections")
+}
