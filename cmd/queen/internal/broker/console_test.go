@@ -87,7 +87,10 @@ func startBrowser(t *testing.T) *browser {
 	// start" with no reason in its output); a second start is tried.
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
-		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		// Chromium's process-singleton socket goes to a folder of its own
+		// under TMPDIR, which it leaves behind: give it the test's.
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+			append(opts, chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()))...)
 		ctx, cancelCtx := chromedp.NewContext(actx, listen)
 		if err = chromedp.Do(ctx); err == nil { // starts the browser
 			t.Cleanup(func() {
