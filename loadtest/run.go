@@ -148,10 +148,10 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 	shared := make([]*natsSender, cfg.Connections)
 	for i := range r.producers {
 		var s sender
+		owner := true // r.senders (closed at the end) holds each sender once
 		if n := cfg.Connections; n > 0 && strings.HasPrefix(cfg.Target, "nats://") {
-			// Shared round robin; each is closed once per producer using
-			// it, which nats.Conn.Close allows.
-			if shared[i%n] == nil {
+			// Shared round robin.
+			if owner = shared[i%n] == nil; owner {
 				if shared[i%n], err = newNATSSender(cfg.Target, i%n); err != nil {
 					return err
 				}
@@ -166,7 +166,9 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		} else {
 			s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
 		}
-		r.senders = append(r.senders, s)
+		if owner {
+			r.senders = append(r.senders, s)
+		}
 		r.producers[i] = newProducer(i, cfg, parts, s, newRunLedger(cfg, i, parts), c)
 	}
 	if cfg.Consumers > 0 {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 var sqlAnalyzePartitions = q("analyze_partitions")
@@ -32,19 +34,20 @@ const (
 // analyzer counts the partitions this Store created and runs one ANALYZE
 // at a time in the background when they are due (newAnalyzer).
 type analyzer struct {
-	ctx     context.Context // cancelled by close
+	run     func(context.Context) error // the ANALYZE
+	ctx     context.Context             // cancelled by close
 	cancel  context.CancelFunc
 	mu      sync.Mutex
-	created int64 // partitions created since the last analyze started
+	fresh   int64 // partitions created since the last analyze started
 	counted int64 // partitions created before it (by this Store)
 	running bool
 	closed  bool
 	wg      sync.WaitGroup
 }
 
-func newAnalyzer() *analyzer {
+func newAnalyzer(run func(context.Context) error) *analyzer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &analyzer{ctx: ctx, cancel: cancel}
+	return &analyzer{run: run, ctx: ctx, cancel: cancel}
 }
 
 // analyzeDue reports whether created new partitions, on top of counted at
@@ -60,26 +63,33 @@ func (s *Store) analyzePartitions(ctx context.Context) error {
 	return err
 }
 
-// add records n created partitions and starts run in a goroutine when an
-// analyze is due and none is running. A failed analyze is logged; the
+// created is the Exec callback of a statement that creates partitions: it
+// adds the rows the statement inserted.
+func (a *analyzer) created(ct pgconn.CommandTag) error {
+	a.add(ct.RowsAffected())
+	return nil
+}
+
+// add records n created partitions and starts the analyze in a goroutine
+// when one is due and none is running. A failed analyze is logged; the
 // count it covered is kept, so the next creation retries it.
-func (a *analyzer) add(n int64, run func(context.Context) error) {
+func (a *analyzer) add(n int64) {
 	if n <= 0 {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.created += n
-	if a.closed || a.running || !analyzeDue(a.created, a.counted) {
+	a.fresh += n
+	if a.closed || a.running || !analyzeDue(a.fresh, a.counted) {
 		return
 	}
 	a.running = true
-	covered := a.created
+	covered := a.fresh
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		ctx, cancel := context.WithTimeout(a.ctx, analyzeTimeout)
-		err := run(ctx)
+		err := a.run(ctx)
 		cancel()
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -91,7 +101,7 @@ func (a *analyzer) add(n int64, run func(context.Context) error) {
 			slog.Warn("persistence: ANALYZE queen.partitions failed; autovacuum will do it later", "err", err)
 			return
 		}
-		a.created -= covered
+		a.fresh -= covered
 		a.counted += covered
 	}()
 }

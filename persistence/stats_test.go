@@ -32,26 +32,25 @@ func TestAnalyzeDue(t *testing.T) {
 // TestAnalyzerRetriesAfterFailure: a failed analyze keeps its count, so
 // the next creation runs it again; one runs at a time; close waits.
 func TestAnalyzerRetriesAfterFailure(t *testing.T) {
-	a := newAnalyzer()
 	runs := make(chan error, 4)
 	results := make(chan error)
-	run := func(context.Context) error { runs <- nil; return <-results }
-	a.add(analyzeMinCreated, run)
+	a := newAnalyzer(func(context.Context) error { runs <- nil; return <-results })
+	a.add(analyzeMinCreated)
 	<-runs
-	a.add(1, run) // one is running: not another
+	a.add(1) // one is running: not another
 	results <- fmt.Errorf("boom")
 	require.Eventually(t, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return !a.running
 	}, 10*time.Second, time.Millisecond)
-	a.add(1, run)
+	a.add(1)
 	<-runs
 	results <- nil
 	a.close()
-	require.Equal(t, int64(0), a.created)
+	require.Equal(t, int64(0), a.fresh)
 	require.Equal(t, int64(analyzeMinCreated+2), a.counted)
-	a.add(analyzeMinCreated*10, run)
+	a.add(analyzeMinCreated * 10)
 	require.Empty(t, runs, "closed: no more analyzes")
 }
 

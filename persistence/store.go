@@ -125,7 +125,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if observe == nil {
 		observe = func(LockEvent) {}
 	}
-	s := &Store{pool: pool, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe, stats: newAnalyzer()}
+	s := &Store{pool: pool, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe}
+	s.stats = newAnalyzer(s.analyzePartitions)
 	if _, err := s.EnsureSidecarRanges(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -222,10 +223,7 @@ func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string
 	}
 	b := &pgx.Batch{}
 	b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
-	b.Queue(sqlEnsurePartition, queueName, partition, fresh).Exec(func(ct pgconn.CommandTag) error {
-		s.stats.add(ct.RowsAffected(), s.analyzePartitions)
-		return nil
-	})
+	b.Queue(sqlEnsurePartition, queueName, partition, fresh).Exec(s.stats.created)
 	b.Queue(sqlGetPartition, queueName, partition).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return uuid.Nil, unavailable(err)
@@ -308,10 +306,7 @@ func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uu
 		}
 		qs, ps, fresh = append(qs, k.Queue), append(ps, k.Partition), append(fresh, pgUUID(id))
 	}
-	b.Queue(sqlEnsurePartitions, qs, ps, fresh).Exec(func(ct pgconn.CommandTag) error {
-		s.stats.add(ct.RowsAffected(), s.analyzePartitions)
-		return nil
-	})
+	b.Queue(sqlEnsurePartitions, qs, ps, fresh).Exec(s.stats.created)
 	read(missing, b)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, unavailable(err)
