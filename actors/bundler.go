@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
@@ -21,15 +22,26 @@ type commitJob struct {
 // bundler commits the batches of many partitions together (DESIGN.md: a
 // bundler may put disjoint partitions in one transaction, locks in ascending
 // partition id). Committers take every job waiting when they become free, up
-// to the bundle limits, so bundles grow with load and no timer delays a
-// commit. Each partition has at most one job in flight (its actor waits for
-// the outcome), so a bundle never holds a partition twice and the queue is
-// bounded by the number of active partitions.
+// to the bundle limits, so bundles grow with load. While a commit is in
+// flight, a free committer starts another only once Config.ParallelItems
+// items wait, or Config.CommitHold after that commit began (hold); a
+// commit with no other in flight starts at once. Each partition has at
+// most one job in flight (its actor waits for the outcome), so a bundle
+// never holds a partition twice and the queue is bounded by the number of
+// active partitions.
 type bundler struct {
-	h       *Host
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []*commitJob
+	h      *Host
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []*commitJob
+	queued int // items in queue
+	// running counts the commits in flight; newest is when the newest
+	// began, wake the timer that ends a hold (hold).
+	running int
+	newest  time.Time
+	wake    *time.Timer
+	// holds counts the times a free committer held waiting items.
+	holds   atomic.Int64
 	stopped bool
 	exited  bool // the committers are gone: nothing queued would run
 	wg      sync.WaitGroup
@@ -59,6 +71,7 @@ func (b *bundler) submit(j *commitJob) {
 		return
 	}
 	b.queue = append(b.queue, j)
+	b.queued += len(j.batch.Items)
 	b.mu.Unlock()
 	b.cond.Signal()
 }
@@ -73,17 +86,43 @@ func (b *bundler) stop() {
 	b.mu.Lock()
 	b.exited = true
 	late := b.queue
-	b.queue = nil
+	b.queue, b.queued = nil, 0
+	if b.wake != nil {
+		b.wake.Stop()
+	}
 	b.mu.Unlock()
 	for _, j := range late {
 		j.done(failAll(j.batch, queen.ErrShuttingDown), queen.ErrShuttingDown)
 	}
 }
 
+// hold reports whether a free committer should leave the queue for now:
+// another commit is in flight, fewer than ParallelItems items wait, and
+// the newest commit began less than CommitHold ago; then it arms the timer
+// that wakes the committers when the hold ends. Call it with b.mu held.
+func (b *bundler) hold() bool {
+	if b.running == 0 || b.queued >= b.h.cfg.ParallelItems || b.stopped {
+		return false
+	}
+	left := b.h.cfg.CommitHold - time.Since(b.newest)
+	if left <= 0 {
+		return false
+	}
+	if b.wake == nil {
+		// Locking first: the broadcast cannot fall between a committer's
+		// hold and its Wait.
+		b.wake = time.AfterFunc(left, func() { b.mu.Lock(); b.mu.Unlock(); b.cond.Broadcast() })
+	} else {
+		b.wake.Reset(left)
+	}
+	b.holds.Add(1)
+	return true
+}
+
 func (b *bundler) take() []*commitJob {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for len(b.queue) == 0 && !b.stopped {
+	for (len(b.queue) == 0 && !b.stopped) || (len(b.queue) > 0 && b.hold()) {
 		b.cond.Wait()
 	}
 	if len(b.queue) == 0 {
@@ -98,6 +137,9 @@ func (b *bundler) take() []*commitJob {
 	}
 	jobs := make([]*commitJob, n)
 	copy(jobs, b.queue[:n])
+	b.queued -= items
+	b.running++
+	b.newest = time.Now()
 	b.queue = b.queue[n:]
 	if len(b.queue) == 0 {
 		b.queue = nil // let the backing array go
@@ -113,6 +155,11 @@ func (b *bundler) run() {
 			return
 		}
 		b.commit(jobs)
+		b.mu.Lock()
+		b.running--
+		b.mu.Unlock()
+		// A committer holding waiting items may go now.
+		b.cond.Broadcast()
 	}
 }
 
