@@ -29,7 +29,7 @@ func holdSetup(t *testing.T, cfg Config) (*Host, *fakeStore, *Pending) {
 	cfg.Store = st
 	h := startHost(t, cfg)
 	t.Cleanup(func() {
-		close(st.gate) // release whatever is still held
+		close(st.gate)               // release whatever is still held
 		h.Stop(context.Background()) //nolint:errcheck
 	})
 	first, err := h.Enqueue("q", "p1", items("p1", 1))
