@@ -10,15 +10,21 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The per-hash sidecar index (log_txn_hashes) is range-partitioned on
-// created_at (migration 0006, SPEC.md §7): ranges [lo, lo + span) with lo a
-// multiple of the span since the epoch (UTC), named
-// log_txn_hashes_YYYYMMDD_HHMMSS after lo, plus a DEFAULT partition that
-// takes a row whose range does not exist (a push never fails for a missing
-// range). Every broker creates the ranges covering now through now + 2
-// spans when its store opens and on every retention tick; the retention
-// leader drops a range once none of its rows counts any more (its log_txns
-// rows are purged). Range DDL waits at most sidecarLockTimeout for the
+// The per-hash sidecar index is kept in time ranges of created_at
+// (migrations 0006 and 0011, SPEC.md §2, §7): ranges [lo, lo + span) with lo
+// a multiple of the span since the epoch (UTC), listed in
+// queen.sidecar_ranges. While a range is open it is level 0, an UNLOGGED
+// partition of log_txn_hashes named log_txn_hashes_YYYYMMDD_HHMMSS after lo
+// (one per-hash row and index entry per stored message, no WAL); a few
+// seconds after it closes the retention leader compacts it into level 1,
+// hash_blocks_YYYYMMDD_HHMMSS (packed hash blocks built from its log_txns
+// rows, 28 bytes a hash), and drops its level-0 table. A DEFAULT partition
+// (logged) takes a row whose range does not exist (a push never fails for a
+// missing range). Every broker creates the ranges covering now through now +
+// 2 spans when its store opens and on every retention tick; the retention
+// leader drops a range once none of its entries counts any more (its
+// log_txns rows are purged), and re-fills from log_txns a level-0 range that
+// a database crash emptied. Range DDL waits at most sidecarLockTimeout for the
 // parent table's lock, which pushes need too, and is retried on the next
 // tick when it could not have it.
 
@@ -29,6 +35,9 @@ var (
 	sqlSidecarRangeDrop     = q("sidecar_range_drop")
 	sqlSidecarLockTimeout   = q("sidecar_lock_timeout")
 	sqlRetentionDefault     = q("retention_default")
+	sqlSidecarCompactable   = q("sidecar_compactable")
+	sqlSidecarCompact       = q("sidecar_compact")
+	sqlSidecarRefill        = q("sidecar_refill")
 )
 
 // DefaultSidecarRange is the time span of one range of the per-hash sidecar
@@ -77,6 +86,20 @@ type SidecarRanges struct {
 	Deferred int
 	// Dropped is the ranges dropped (EnsureSidecarRanges drops none).
 	Dropped int
+	// Compacted is the level-0 ranges compacted into level 1, Hashes the
+	// hashes they held; Refilled the level-0 ranges a crash had emptied and
+	// that were filled again from log_txns (compactSidecarRanges).
+	Compacted int
+	Hashes    int64
+	Refilled  int
+}
+
+// bounds is one sidecar range, [lo, hi).
+type bounds struct{ lo, hi time.Time }
+
+func scanBounds(row pgx.CollectableRow) (bounds, error) {
+	var b bounds
+	return b, row.Scan(&b.lo, &b.hi)
 }
 
 // EnsureSidecarRanges creates the ranges of the per-hash sidecar index
@@ -96,11 +119,7 @@ func ensureSidecarRanges(ctx context.Context, db txBeginner, span time.Duration)
 	if err != nil {
 		return r, unavailable(err)
 	}
-	type bounds struct{ lo, hi time.Time }
-	want, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (bounds, error) {
-		var b bounds
-		return b, row.Scan(&b.lo, &b.hi)
-	})
+	want, err := pgx.CollectRows(rows, scanBounds)
 	if err != nil {
 		return r, unavailable(err)
 	}
@@ -133,21 +152,14 @@ func dropSidecarRanges(ctx context.Context, db txBeginner, floorSeconds float64)
 	if err != nil {
 		return r, unavailable(err)
 	}
-	type rng struct {
-		name string
-		hi   time.Time
-	}
-	expired, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rng, error) {
-		var x rng
-		return x, row.Scan(&x.name, &x.hi)
-	})
+	expired, err := pgx.CollectRows(rows, scanBounds)
 	if err != nil {
 		return r, unavailable(err)
 	}
 	for _, x := range expired {
 		var dropped bool
 		err := rangeDDL(ctx, db, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, sqlSidecarRangeDrop, x.name, x.hi).Scan(&dropped)
+			return tx.QueryRow(ctx, sqlSidecarRangeDrop, x.lo, x.hi).Scan(&dropped)
 		})
 		switch {
 		case err == nil:
@@ -157,7 +169,87 @@ func dropSidecarRanges(ctx context.Context, db txBeginner, floorSeconds float64)
 		case deferrable(err):
 			r.Deferred++
 		default:
-			return r, unavailable(fmt.Errorf("drop sidecar range %s: %w", x.name, err))
+			return r, unavailable(fmt.Errorf("drop sidecar range from %v: %w", x.lo.UTC(), err))
+		}
+	}
+	return r, nil
+}
+
+// compactGrace is how long after its upper bound a level-0 range is
+// compacted: pushes stamped just before it have committed by then (a
+// straggler is waited for, or fails and is retried: sidecar_compact).
+const compactGrace = 5 * time.Second
+
+// lostLockTimeout is the lock wait of a compaction that rebuilds a range a
+// crash emptied: lookups that need it fail until it is done, so it waits
+// longer for log_txn_hashes' lock than routine range DDL.
+const lostLockTimeout = 2 * time.Second
+
+// compactSidecarRanges moves the closed level-0 ranges of the per-hash
+// sidecar index into level 1 (migration 0011: unlogged per-hash rows while
+// a range is open, packed hash blocks once it is closed) and re-fills the
+// open ranges a database crash emptied; a range is closed grace after its
+// upper bound (compactGrace). The retention leader only; each
+// range in its own transaction. A compaction that could not have its locks
+// in time is counted Deferred and retried on the next pass.
+func compactSidecarRanges(ctx context.Context, db txBeginner, grace time.Duration) (SidecarRanges, error) {
+	return sidecarUpkeep(ctx, db, grace, false)
+}
+
+// refillLostRanges rebuilds only the level-0 ranges a crash emptied (see
+// compactSidecarRanges): the open ones re-filled, the closed ones compacted.
+func refillLostRanges(ctx context.Context, db txBeginner) (SidecarRanges, error) {
+	return sidecarUpkeep(ctx, db, compactGrace, true)
+}
+
+func sidecarUpkeep(ctx context.Context, db txBeginner, grace time.Duration, lostOnly bool) (SidecarRanges, error) {
+	var r SidecarRanges
+	rows, err := db.Query(ctx, sqlSidecarCompactable, pgx.QueryExecModeExec, grace.Seconds())
+	if err != nil {
+		return r, unavailable(err)
+	}
+	type work struct {
+		bounds
+		closed, lost bool
+	}
+	todo, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (work, error) {
+		var w work
+		return w, row.Scan(&w.lo, &w.hi, &w.closed, &w.lost)
+	})
+	if err != nil {
+		return r, unavailable(err)
+	}
+	for _, w := range todo {
+		if lostOnly && !w.lost {
+			continue
+		}
+		var n int64
+		var err error
+		if w.closed {
+			wait := sidecarLockTimeout
+			if w.lost {
+				wait = lostLockTimeout
+			}
+			err = lockedDDL(ctx, db, wait, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, sqlSidecarCompact, w.lo, w.hi).Scan(&n)
+			})
+		} else {
+			err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, sqlSidecarRefill, w.lo, w.hi).Scan(&n)
+			})
+		}
+		switch {
+		case err == nil && w.closed:
+			if n >= 0 {
+				r.Compacted++
+				r.Hashes += n
+			}
+		case err == nil:
+			r.Refilled++
+		case deferrable(err):
+			r.Deferred++
+		default:
+			return r, unavailable(fmt.Errorf("compact sidecar range from %v: %w", w.lo.UTC(), err))
 		}
 	}
 	return r, nil
@@ -166,9 +258,14 @@ func dropSidecarRanges(ctx context.Context, db txBeginner, floorSeconds float64)
 // rangeDDL runs fn in a transaction whose lock_timeout is
 // sidecarLockTimeout.
 func rangeDDL(ctx context.Context, db txBeginner, fn func(pgx.Tx) error) error {
+	return lockedDDL(ctx, db, sidecarLockTimeout, fn)
+}
+
+// lockedDDL runs fn in a transaction whose lock_timeout is wait.
+func lockedDDL(ctx context.Context, db txBeginner, wait time.Duration, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var set string
-		if err := tx.QueryRow(ctx, sqlSidecarLockTimeout, sidecarLockTimeout.Milliseconds()).Scan(&set); err != nil {
+		if err := tx.QueryRow(ctx, sqlSidecarLockTimeout, wait.Milliseconds()).Scan(&set); err != nil {
 			return err
 		}
 		return fn(tx)

@@ -131,8 +131,9 @@ type RetentionCounts struct {
 	// Default: dead per-hash rows (their log_txns row is gone) deleted from
 	// the DEFAULT partition of log_txn_hashes (Rows and Messages alike).
 	Default RetentionStepCount
-	// Ranges: time ranges of log_txn_hashes created, dropped, or deferred
-	// to the next pass (lock busy).
+	// Ranges: time ranges of the per-hash sidecar index created, compacted
+	// into level 1, re-filled after a crash, dropped, or deferred to the
+	// next pass (lock busy).
 	Ranges SidecarRanges
 	// SegmentRanges: time ranges of segments_timed (the segments of queues
 	// with retentionSeconds) created, dropped whole, or deferred.
@@ -147,6 +148,9 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 	c.Ranges.Created += o.Ranges.Created
 	c.Ranges.Dropped += o.Ranges.Dropped
 	c.Ranges.Deferred += o.Ranges.Deferred
+	c.Ranges.Compacted += o.Ranges.Compacted
+	c.Ranges.Hashes += o.Ranges.Hashes
+	c.Ranges.Refilled += o.Ranges.Refilled
 	c.SegmentRanges.Created += o.SegmentRanges.Created
 	c.SegmentRanges.Dropped += o.SegmentRanges.Dropped
 	c.SegmentRanges.Deferred += o.SegmentRanges.Deferred
@@ -202,7 +206,28 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		{"sidecar default partition", sqlRetentionDefault, []any{batch}, &c.Default},
 	}
 	var errs []error
-	// First, the segment ranges whose rows are all past their queue's
+	// First, the closed level-0 sidecar ranges go to level 1 (and a range a
+	// crash emptied is rebuilt: lookups that need it fail until then).
+	if !stopped(stop) {
+		sctx := ctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, 4*timeout) // a range's build reads all of it
+			defer cancel()
+		}
+		r, err := compactSidecarRanges(sctx, db, compactGrace)
+		c.Ranges.Compacted += r.Compacted
+		c.Ranges.Hashes += r.Hashes
+		c.Ranges.Refilled += r.Refilled
+		c.Ranges.Deferred += r.Deferred
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retention: sidecar compaction: %w", err))
+		}
+		if r.Compacted+r.Refilled+r.Deferred > 0 {
+			cfg.Logger.Debug("retention sidecar compaction", "compacted", r.Compacted, "hashes", r.Hashes, "refilled", r.Refilled, "deferred", r.Deferred)
+		}
+	}
+	// Then the segment ranges whose rows are all past their queue's
 	// retention go whole: a walk below would otherwise delete their rows one
 	// by one once they are a grace past it.
 	if !stopped(stop) {

@@ -42,8 +42,7 @@ func age(t testing.TB, s *Store, pid uuid.UUID, d time.Duration) {
 }
 
 // rowCounts counts partition pid's segments, messages in them, log_txns rows
-// and the log_txn_hashes rows that count (their log_txns row exists; the
-// others wait for their time range to be dropped).
+// and the hashes of those rows that the sidecar index finds (level 0 or 1).
 type rowCounts struct{ Segments, Messages, Txns, Hashes int64 }
 
 func counts(t testing.TB, s *Store, pid uuid.UUID) rowCounts {
@@ -53,8 +52,12 @@ func counts(t testing.TB, s *Store, pid uuid.UUID) rowCounts {
 SELECT (SELECT count(*) FROM queen.segments WHERE partition_id = $1),
        (SELECT COALESCE(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_id = $1),
        (SELECT count(*) FROM queen.log_txns WHERE partition_id = $1),
-       (SELECT count(*) FROM queen.log_txn_hashes h WHERE partition_id = $1
-           AND EXISTS (SELECT 1 FROM queen.log_txns t WHERE t.partition_id = h.partition_id AND t.first_offset = h.segment))`, pid).Scan(&c.Segments, &c.Messages, &c.Txns, &c.Hashes))
+       (SELECT count(*) FROM queen.log_txns t
+         CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
+         WHERE t.partition_id = $1
+           AND EXISTS (SELECT 1 FROM queen.sidecar_find($1, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
+                                                        '-infinity', '-infinity', 'infinity') f
+                        WHERE f."offset" = t.first_offset + g.i))`, pid).Scan(&c.Segments, &c.Messages, &c.Txns, &c.Hashes))
 	return c
 }
 

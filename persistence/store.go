@@ -131,6 +131,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	// After a database crash (or on a promoted standby, or a copy of the
+	// database) the level-0 ranges are empty: re-fill the open ones now,
+	// rather than fail lookups until the retention leader's next pass.
+	if _, err := refillLostRanges(ctx, s.pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if _, err := s.EnsureSegmentRanges(ctx); err != nil {
 		pool.Close()
 		return nil, err

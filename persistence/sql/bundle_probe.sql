@@ -32,13 +32,14 @@
 -- become one-time filters: a branch that does not apply reads nothing
 -- (outside, they filtered rows only after every lookup had run).
 --
--- log_txn_hashes is partitioned by time ranges of created_at (migration
--- 0006): a lookup descends the index of each range that overlaps the window
--- (and the DEFAULT partition's), never the older ones. A range is planned
--- while it is young and small (a new one every span); pushes and
--- transactions run this statement with enable_seqscan off
--- (probe_plan_begin / probe_plan_end), so no plan scans a range that fills
--- up later.
+-- A lookup is queen.sidecar_find (migration 0011): one index descent per
+-- level-0 range of log_txn_hashes (and the DEFAULT partition) and one
+-- primary-key descent per compacted range of hash_blocks in the window (or
+-- the suspect's span), never the older ones; it raises QS001 while a range
+-- it needs is being rebuilt after a crash. A range is planned while it is
+-- young and small (a new one every span); pushes and transactions run this
+-- statement with enable_seqscan off (probe_plan_begin / probe_plan_end), so
+-- no plan scans a range that fills up later.
 --
 -- Every lookup is an equality on a primary key or on both columns of
 -- log_txn_hashes_lookup, and the LATERAL ... OFFSET 0 subqueries keep them
@@ -64,7 +65,11 @@ WITH qo AS MATERIALIZED (
       LEFT JOIN qo ON qo.name = i.queue
 ), w AS MATERIALIZED (
     SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload, w0.retained,
-           (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed
+           (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed,
+           -- The window's lower edge at the probe, on PostgreSQL's clock: a
+           -- column, so queen.sidecar_find is inlined (a volatile argument
+           -- would make it a separate plan per call).
+           clock_timestamp() - make_interval(secs => w0.seconds) AS after
       FROM w0
 )
 SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id,
@@ -88,29 +93,14 @@ SELECT x.partition_id,
  CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
                           ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
  CROSS JOIN LATERAL (
-    SELECT x.partition_id, x.hash, x."offset", x.segment, x.created_at
-      FROM queen.log_txn_hashes x
+    SELECT w.partition_id, h.hash, f."offset", f.segment, f.created_at
+      FROM queen.sidecar_find(w.partition_id, h.hash, w.after,
+                              -- The suspect's span, when the cache's knowledge
+                              -- holds (narrowed): the ranges outside it are
+                              -- not read.
+                              CASE WHEN w.narrowed THEN h.since ELSE '-infinity'::timestamptz END,
+                              CASE WHEN w.narrowed THEN h.until ELSE 'infinity'::timestamptz END) f
      WHERE (NOT w.narrowed OR h.suspect) AND w.seconds > 0
-       AND x.partition_id = w.partition_id
-       AND x.hash = h.hash
-       AND x.created_at > clock_timestamp() - make_interval(secs => w.seconds)
-       -- The same bound on the transaction's start (now() <= clock_timestamp(),
-       -- so it is weaker): a stable value, so run-time partition pruning
-       -- skips the time ranges of log_txn_hashes entirely outside the window.
-       AND x.created_at > now() - make_interval(secs => w.seconds)
-       -- The suspect's span, when the cache's knowledge holds (narrowed):
-       -- per-hash values, so the ranges outside it are pruned at run time
-       -- too, at each hash.
-       AND x.created_at >= CASE WHEN w.narrowed THEN h.since ELSE '-infinity'::timestamptz END
-       AND x.created_at <= CASE WHEN w.narrowed THEN h.until ELSE 'infinity'::timestamptz END
-       -- A per-hash row counts only while its segment's log_txns row exists
-       -- (retention purges log_txns rows; the per-hash rows go later, with
-       -- their whole time range). One primary-key lookup per hit.
-       -- (OFFSET 0 keeps it a per-row subplan: as a semi-join it read every
-       -- log_txns row of the partition.)
-       AND EXISTS (SELECT 1 FROM queen.log_txns t
-                    WHERE t.partition_id = x.partition_id AND t.first_offset = x.segment
-                   OFFSET 0)
     OFFSET 0
  ) x
 UNION ALL

@@ -8,9 +8,9 @@
 -- offset, created_at, whether it is inside the window, and the message id
 -- sliced from its covering segment (NULL when that segment is gone).
 --
--- The lookup is the push probe's (bundle_probe, the whole-window branch): one
--- descent of log_txn_hashes_lookup per time range, a per-hash row counting
--- only while its segment's log_txns row exists, and "inside the window" is
+-- The lookup is the push probe's (queen.sidecar_find, the whole-window
+-- branch: levels 0 and 1, an entry counting only while its segment's
+-- log_txns row exists), and "inside the window" is
 -- the probe's own test, created_at > clock_timestamp() - window (a window of
 -- 0 checks nothing, so nothing is inside it). Unlike the probe it does not
 -- stop at the window's edge: a row past it is the `expired` answer.
@@ -32,12 +32,8 @@ SELECT qp.partition_id, qp.seconds, h."offset", h.created_at, h.in_window,
   LEFT JOIN LATERAL (
     SELECT x."offset", x.segment, x.created_at,
            (qp.seconds > 0 AND x.created_at > qp.now - make_interval(secs => qp.seconds)) AS in_window
-      FROM queen.log_txn_hashes x
-     WHERE x.partition_id = qp.partition_id
-       AND x.hash = $3::uuid
-       AND EXISTS (SELECT 1 FROM queen.log_txns t
-                    WHERE t.partition_id = x.partition_id AND t.first_offset = x.segment
-                   OFFSET 0)
+      FROM queen.sidecar_find(qp.partition_id, $3::uuid, '-infinity', '-infinity', 'infinity') x
+     WHERE qp.partition_id IS NOT NULL
      ORDER BY 4 DESC,
               CASE WHEN (qp.seconds > 0 AND x.created_at > qp.now - make_interval(secs => qp.seconds)) THEN x."offset" END,
               x."offset" DESC

@@ -1,3 +1,4 @@
--- Drops range $1 of log_txn_hashes (upper bound $2) when still unused; true
--- when dropped. Run under a short lock_timeout (sidecar_lock_timeout).
-SELECT queen.sidecar_drop_range($1::text, $2::timestamptz)
+-- Drops the sidecar range [$1, $2) (its level-1 table, or its level-0
+-- table when never compacted) when still unused; true when dropped. Run
+-- under a short lock_timeout (sidecar_lock_timeout).
+SELECT queen.sidecar_expire($1::timestamptz, $2::timestamptz)

@@ -1,0 +1,240 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence/pgtest"
+)
+
+// lastStamp is the created_at of partition pid's newest log_txns row.
+func lastStamp(t testing.TB, s *Store, pid uuid.UUID) time.Time {
+	t.Helper()
+	var at time.Time
+	require.NoError(t, s.pool.QueryRow(context.Background(),
+		`SELECT max(created_at) FROM queen.log_txns WHERE partition_id = $1`, pid).Scan(&at))
+	return at
+}
+
+// compactThrough runs the compaction step (no grace) until the sidecar
+// range holding at is in level 1, polling PostgreSQL's clock past the
+// range's end (a deadline of 30 s).
+func compactThrough(t testing.TB, s *Store, at time.Time) SidecarRanges {
+	t.Helper()
+	ctx := context.Background()
+	var total SidecarRanges
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := compactSidecarRanges(ctx, s.pool, 0)
+		require.NoError(t, err)
+		total.Compacted += r.Compacted
+		total.Hashes += r.Hashes
+		total.Refilled += r.Refilled
+		var done bool
+		require.NoError(t, s.pool.QueryRow(ctx,
+			`SELECT EXISTS (SELECT 1 FROM queen.sidecar_ranges WHERE lo <= $1 AND hi > $1 AND bits IS NOT NULL)`, at).Scan(&done))
+		if done {
+			return total
+		}
+		require.True(t, time.Now().Before(deadline), "the range holding %v was not compacted in 30 s", at)
+		time.Sleep(20 * time.Millisecond) // polling: the range closes on PostgreSQL's clock
+	}
+}
+
+// levels counts partition pid's level-0 rows and every level-1 entry.
+func levels(t testing.TB, s *Store, pid uuid.UUID) (l0, l1 int64) {
+	t.Helper()
+	require.NoError(t, s.pool.QueryRow(context.Background(), `
+SELECT (SELECT count(*) FROM queen.log_txn_hashes WHERE partition_id = $1),
+       (SELECT COALESCE(sum(cardinality(hashes)), 0)::bigint FROM queen.hash_blocks)`, pid).Scan(&l0, &l1))
+	return l0, l1
+}
+
+// TestSidecarCompactionKeepsEveryAnswer (SPEC.md §2-§4, §13): once a closed
+// range is compacted into level 1 (its level-0 table dropped), a repeat is
+// still a duplicate naming the original's id and offset, an ack by
+// transactionId still resolves, and the inspector still finds the original.
+func TestSidecarCompactionKeepsEveryAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Second)
+	pid := partition(t, s, "c", "p")
+	first := commit(t, s, pid, items("c", "p", "a", "b", "c"))
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued, queen.Queued}, verdicts(first))
+	r := compactThrough(t, s, lastStamp(t, s, pid))
+	require.GreaterOrEqual(t, r.Hashes, int64(3))
+	l0, l1 := levels(t, s, pid)
+	require.Zero(t, l0, "the level-0 table is dropped")
+	require.Equal(t, int64(3), l1)
+
+	again := commit(t, s, pid, items("c", "p", "b", "a", "d"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(again))
+	require.Equal(t, first.Results[1].MessageID, again.Results[0].MessageID)
+	require.Equal(t, int64(1), again.Results[0].Offset)
+	require.Equal(t, first.Results[0].MessageID, again.Results[1].MessageID)
+
+	insp, err := s.InspectDedup(ctx, "c", "p", queen.HashTxn("c"))
+	require.NoError(t, err)
+	require.Equal(t, queen.InWindow, insp.State)
+	require.Equal(t, int64(2), *insp.Offset)
+
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "b", queen.AckCompleted, nil)))
+	require.Equal(t, rowCounts{Segments: 2, Messages: 4, Txns: 2, Hashes: 4}, counts(t, s, pid))
+}
+
+// TestSidecarCompactionIgnoresOtherPartitions: a level-1 bucket holds the
+// hashes of every partition; an entry of another partition (the same
+// transactionId pushed there) never makes a push a duplicate.
+func TestSidecarCompactionIgnoresOtherPartitions(t *testing.T) {
+	t.Parallel()
+	s := setupSpan(t, time.Second)
+	a := partition(t, s, "x", "a")
+	b := partition(t, s, "x", "b")
+	commit(t, s, a, items("x", "a", "same", "only-a"))
+	compactThrough(t, s, lastStamp(t, s, a))
+	out := commit(t, s, b, items("x", "b", "same", "only-a"))
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued}, verdicts(out))
+	out = commit(t, s, a, items("x", "a", "same"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate}, verdicts(out))
+}
+
+// crash empties what PostgreSQL's crash recovery empties: every unlogged
+// table of the sidecar (the level-0 ranges and sidecar_alive).
+func crash(t testing.TB, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	for _, r := range ranges(t, s) {
+		_, err := s.pool.Exec(ctx, `TRUNCATE queen.`+r.Name)
+		require.NoError(t, err)
+	}
+	_, err := s.pool.Exec(ctx, `TRUNCATE queen.sidecar_alive`)
+	require.NoError(t, err)
+}
+
+// TestSidecarLostRangeFailsUntilRefilled (SPEC.md §3, §9): after a database
+// crash empties the open level-0 range, a push that must look a hash up is
+// answered failed (retryable), never queued twice; the compaction step
+// re-fills the range from log_txns, and the repeat is then a duplicate.
+// A warm cache's narrowed probe needs no lookup and goes on meanwhile.
+func TestSidecarLostRangeFailsUntilRefilled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Hour)
+	pid := partition(t, s, "l", "p")
+	first := commit(t, s, pid, items("l", "p", "a", "b"))
+	crash(t, s)
+
+	its := items("l", "p", "a")
+	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	if err == nil {
+		require.Equal(t, queen.Failed, out.Results[0].Verdict)
+		require.True(t, out.Results[0].Err.Retryable, out.Results[0].Err.Error())
+	}
+	its = items("l", "p", "c")
+	narrowed, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: first.LastOffset, AssumedWindow: 3600})
+	require.NoError(t, err)
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(narrowed), "no lookup, no failure")
+
+	r, err := compactSidecarRanges(ctx, s.pool, compactGrace)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, r.Refilled, 1)
+	again := commit(t, s, pid, items("l", "p", "a", "c"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate}, verdicts(again))
+	require.Equal(t, first.Results[0].MessageID, again.Results[0].MessageID)
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "b", queen.AckCompleted, nil)))
+}
+
+// TestSidecarLostClosedRangeIsCompactedFromLogTxns: a closed range a crash
+// emptied is compacted from its log_txns rows (the authority), so no hash
+// of it is lost.
+func TestSidecarLostClosedRangeIsCompactedFromLogTxns(t *testing.T) {
+	t.Parallel()
+	s := setupSpan(t, time.Second)
+	pid := partition(t, s, "k", "p")
+	first := commit(t, s, pid, items("k", "p", "a", "b"))
+	crash(t, s)
+	compactThrough(t, s, lastStamp(t, s, pid))
+	again := commit(t, s, pid, items("k", "p", "b"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate}, verdicts(again))
+	require.Equal(t, first.Results[1].MessageID, again.Results[0].MessageID)
+}
+
+// TestMigrationToSidecarBlocksKeepsVerdicts (SPEC.md §2): a database
+// written before migration 0011 (logged ranges of per-hash rows) upgrades in
+// place; an id pushed before is a duplicate after, in its old range and
+// once that range is compacted.
+func TestMigrationToSidecarBlocksKeepsVerdicts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("queen_m11_%d", time.Now().UnixNano())
+	_, err = admin.Exec(ctx, `CREATE DATABASE `+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+	})
+	cfg, err := pgx.ParseConfig(pgtest.ServerURL())
+	require.NoError(t, err)
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
+	_, err = migrateTo(ctx, url, 10)
+	require.NoError(t, err)
+
+	// Pushed by the old layout: a logged range of the current minute with
+	// the per-hash rows (what 0010's bundle_insert wrote).
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac10"
+	for _, q := range []string{
+		`SELECT queen.sidecar_create_range(date_trunc('minute', clock_timestamp()), date_trunc('minute', clock_timestamp()) + interval '1 minute')`,
+		`INSERT INTO queen.queues (name) VALUES ('m')`,
+		`INSERT INTO queen.partitions (id, queue_id, name, last_offset) SELECT '` + pid + `', id, 'p', 1 FROM queen.queues`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	var persistence string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT relpersistence::text FROM pg_class WHERE relname = queen.sidecar_range_name(date_trunc('minute', clock_timestamp()))`).Scan(&persistence))
+	require.Equal(t, "p", persistence, "0010 made logged ranges")
+	ha, hb := queen.HashTxn("old-a"), queen.HashTxn("old-b")
+	_, err = conn.Exec(ctx, `
+WITH t AS (SELECT clock_timestamp() AS now),
+s AS (INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
+      SELECT $1, 0, 1, t.now, decode(repeat('ab', 32), 'hex'), $4 FROM t),
+l AS (INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+      SELECT $1, 0, 1, t.now, $2::bytea || $3::bytea FROM t)
+INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+SELECT $1, h.hash, h.o, 0, t.now FROM t, (VALUES (encode($2, 'hex')::uuid, 0), (encode($3, 'hex')::uuid, 1)) h (hash, o)`,
+		pid, ha[:], hb[:], AppendFrame(AppendFrame(nil, "old-a", nil, []byte(`{}`)), "old-b", nil, []byte(`{}`)))
+	require.NoError(t, err)
+
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Contains(t, applied, 11)
+	s, err := Open(ctx, Config{URL: url, SidecarRange: time.Minute})
+	require.NoError(t, err)
+	defer s.Close()
+	p := uuid.MustParse(pid)
+	out := commit(t, s, p, items("m", "p", "old-a", "new"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(out), "in the old range, level 0")
+	require.Equal(t, int64(0), out.Results[0].Offset)
+
+	// The old range compacted: still a duplicate, from level 1.
+	var lo, hi time.Time
+	require.NoError(t, conn.QueryRow(ctx, `SELECT lo, hi FROM queen.sidecar_ranges WHERE lo = date_trunc('minute', (SELECT created_at FROM queen.log_txns WHERE first_offset = 0))`).Scan(&lo, &hi))
+	var n int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT queen.sidecar_compact($1, $2)`, lo, hi).Scan(&n))
+	require.GreaterOrEqual(t, n, int64(2))
+	out = commit(t, s, p, items("m", "p", "old-b", "old-a"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate}, verdicts(out), "level 1")
+	require.Equal(t, int64(1), out.Results[0].Offset)
+}
