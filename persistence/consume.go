@@ -686,7 +686,9 @@ func deadLetter(ctx context.Context, tx querier, k ackKey, off int64, errText st
 }
 
 // deadLetterFrom copies the frame at offset off, held by the segment that
-// starts at first (its created_at, message ids and frames), to the DLQ.
+// starts at first (its created_at, message ids and frames as stored), to the
+// DLQ. The dead letter stores that one frame raw (packed as in a segment,
+// never compressed: one frame does not compress).
 func deadLetterFrom(ctx context.Context, tx querier, k ackKey, off, first int64, created time.Time, ids, frames []byte, errText string, attempts int32) error {
 	fs, err := UnpackFrames(ids, frames)
 	if err != nil || off < first || off-first >= int64(len(fs)) {
