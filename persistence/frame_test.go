@@ -7,11 +7,14 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 
 // loadPayload is a payload like the load harness's (loadtest/items.go): a
@@ -240,6 +243,61 @@ func TestRawSegmentsStillRead(t *testing.T) {
 		require.Equal(t, want[i].TraceID, m.TraceID)
 		require.Equal(t, string(want[i].Payload), string(m.Data))
 		require.Equal(t, string(want[i].Payload), string(pk.Messages[i].Data))
+	}
+}
+
+// Migration 0012: frames are stored EXTERNAL (no compression by PostgreSQL)
+// on segments_kept, on the ranges of segments_timed that existed when it
+// ran, and on the ranges made after it.
+func TestFramesStoredExternal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	createRange := func(lo time.Time) {
+		var created bool
+		require.NoError(t, conn.QueryRow(ctx, sqlSegmentRangeCreate, lo, lo.Add(time.Minute)).Scan(&created))
+		require.True(t, created)
+	}
+	storage := func() map[string]string {
+		rows, err := conn.Query(ctx, `SELECT c.relname, a.attstorage::text
+			FROM pg_partition_tree('queen.segments') t JOIN pg_class c ON c.oid = t.relid
+			JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'frames' WHERE t.isleaf`)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for rows.Next() {
+			var n, st string
+			require.NoError(t, rows.Scan(&n, &st))
+			out[n] = st
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	// Back to the 0010 storage, with one range made before the migration.
+	lo := time.Now().UTC().Truncate(time.Minute)
+	createRange(lo)
+	for _, q := range []string{
+		`ALTER TABLE queen.segments ALTER COLUMN frames SET STORAGE EXTENDED`,
+		`DELETE FROM queen.schema_migrations WHERE version = 12`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	before := storage()
+	require.Len(t, before, 2)
+	for n, st := range before {
+		require.Equal(t, "x", st, n)
+	}
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, []int{12}, applied)
+	createRange(lo.Add(time.Minute))
+	after := storage()
+	require.Len(t, after, 3)
+	for n, st := range after {
+		require.Equal(t, "e", st, n)
 	}
 }
 
