@@ -302,22 +302,38 @@ func TestFramesStoredExternal(t *testing.T) {
 }
 
 // BenchmarkSegmentCodec packs (compresses) and unpacks (decompresses and
-// walks) one segment of load-harness frames per op; bytes/op is the packed
-// frames, so MB/s is the raw rate.
+// walks) one segment of load-harness frames per op, both ways together and
+// each alone; bytes/op is the packed frames, so MB/s is the raw rate.
 func BenchmarkSegmentCodec(b *testing.B) {
 	for _, n := range []int{2, 19, 200} {
 		_, ids, packed := loadSegment(n)
-		b.Run(fmt.Sprintf("frames=%d", n), func(b *testing.B) {
+		stored := packSegment(packed)
+		walk := func(b *testing.B, stored []byte) {
+			if err := walkFrames(ids, stored, func(*frameView) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("both/frames=%d", n), func(b *testing.B) {
 			b.SetBytes(int64(len(packed)))
 			b.ReportAllocs()
-			var stored []byte
 			for b.Loop() {
-				stored = packSegment(packed)
-				if err := walkFrames(ids, stored, func(*frameView) error { return nil }); err != nil {
-					b.Fatal(err)
-				}
+				walk(b, packSegment(packed))
 			}
 			b.ReportMetric(float64(len(stored))/float64(len(packed)), "ratio")
+		})
+		b.Run(fmt.Sprintf("pack/frames=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(packed)))
+			b.ReportAllocs()
+			for b.Loop() {
+				packSegment(packed)
+			}
+		})
+		b.Run(fmt.Sprintf("unpack/frames=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(packed)))
+			b.ReportAllocs()
+			for b.Loop() {
+				walk(b, stored)
+			}
 		})
 	}
 }
