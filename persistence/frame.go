@@ -83,8 +83,10 @@ const (
 // segmentEncoder and segmentDecoder serve every segment (EncodeAll and
 // DecodeAll are safe for concurrent use, up to GOMAXPROCS at once). The
 // encoder runs at SpeedFastest (the push path holds the partitions' row
-// locks while it packs), without a checksum (PostgreSQL checksums its
-// pages; a damaged compressed segment still fails to decode), as one
+// locks while it packs), without zstd's content checksum (4 bytes a
+// segment: damage is caught by PostgreSQL's page checksums where the
+// cluster has them, which localpg's initdb does not turn on, and otherwise
+// only when the bytes no longer decode or unpack), as one
 // single-segment frame (the header gives the content size, which the
 // decoder checks against maxSegmentBytes before it allocates), with a
 // 1 MiB window (matches in a segment are between its frames, a few hundred
