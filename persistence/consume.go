@@ -22,6 +22,7 @@ import (
 var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeLock       = q("consume_lock")
+	sqlConsumeLockSkip   = q("consume_lock_skip")
 	sqlConsumeSegments   = q("consume_segments")
 	sqlConsumeUpdate     = q("consume_update")
 	sqlConsumeResolve    = q("consume_resolve")
@@ -159,11 +160,13 @@ func ensureConsumer(b *pgx.Batch, pid uuid.UUID, group string, subscribe bool, f
 	b.Queue(sqlConsumeEnsure, pid, group, from, isNew, subscribe)
 }
 
-// lockOnly queues the consumer row lock (see lockConsumer).
+// lockOnly queues the consumer row lock (see lockConsumer): consume_lock,
+// or with skipLocked consume_lock_skip, which finds no row when another
+// request holds it.
 func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *consumerState, found *bool) {
 	lock := sqlConsumeLock
 	if skipLocked {
-		lock += " SKIP LOCKED"
+		lock = sqlConsumeLockSkip
 	}
 	b.Queue(lock, pid, group).QueryRow(func(row pgx.Row) error {
 		err := st.scan(row)
