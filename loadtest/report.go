@@ -75,6 +75,18 @@ type Report struct {
 	// frames (broker mode) or the raw table's rows.
 	StoredMessages  int64   `json:"stored_messages"`
 	StoredPerSecond float64 `json:"stored_per_second"`
+	// WALBytesPerMessage is the WAL written (the PostgreSQL's, every
+	// database included) from before the first push to after the
+	// producers' last answer, over StoredMessages; DBBytesPerMessage and
+	// SidecarBytesPerMessage the growth of pg_database_size and of the
+	// hash sidecar's relations over the same span, over StoredMessages
+	// (bytes, to 0.1). nil (omitted) when unknown: nothing stored, or the
+	// database could not be read (StorageError says why). The timeline
+	// has the same figures per interval.
+	WALBytesPerMessage     *float64 `json:"wal_bytes_per_message,omitempty"`
+	DBBytesPerMessage      *float64 `json:"db_bytes_per_message,omitempty"`
+	SidecarBytesPerMessage *float64 `json:"sidecar_bytes_per_message,omitempty"`
+	StorageError           string   `json:"storage_error,omitempty"`
 
 	Latency Latency `json:"latency_ms"`
 
@@ -221,6 +233,7 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(&b, "  stored    %s messages (%s messages/s)\n", commas(r.StoredMessages), commas(int64(r.StoredPerSecond)))
+	r.writeStorage(&b)
 	fmt.Fprintf(&b, "  latency   p50 %.1f ms · p99 %.1f ms · max %.1f ms (%s requests, %s without verdicts)\n",
 		r.Latency.P50, r.Latency.P99, r.Latency.Max, commas(r.Requests), commas(r.RequestErrors))
 	fmt.Fprintf(&b, "  postgres  fsync %s · synchronous_commit %s · full_page_writes %s%s\n", r.Postgres.Fsync,
@@ -409,15 +422,26 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// writeStorage writes the bytes per stored message over the run.
+func (r *Report) writeStorage(b *strings.Builder) {
+	fmt.Fprintf(b, "  storage   %s WAL and %s database per stored message (sidecar %s), over %s stored messages\n",
+		perMessageText(r.WALBytesPerMessage, " B"), perMessageText(r.DBBytesPerMessage, " B"),
+		perMessageText(r.SidecarBytesPerMessage, " B"), commas(r.StoredMessages))
+	if r.StorageError != "" {
+		fmt.Fprintf(b, "            %s\n", r.StorageError)
+	}
+}
+
 // writeTimeline writes the timeline as a table and the sustained ratio.
 func (r *Report) writeTimeline(b *strings.Builder) {
-	fmt.Fprintf(b, "  timeline  every %gs (window %d s, retention %d s; MiB; cache evictions and hydrations are totals)\n", r.SampleEverySeconds, r.DedupWindowSeconds, r.RetentionSeconds)
-	fmt.Fprintf(b, "  %7s %10s %10s %8s %8s %8s %8s %8s %8s %8s %7s %7s %7s\n",
-		"t s", "stored/s", "items/s", "p50 ms", "p99 ms", "rss", "db", "sidecar", "wal", "cache", "evict", "hydr", "ledger")
+	fmt.Fprintf(b, "  timeline  every %gs (window %d s, retention %d s; MiB; B/msg: bytes per message stored in the interval; cache evictions and hydrations are totals)\n", r.SampleEverySeconds, r.DedupWindowSeconds, r.RetentionSeconds)
+	fmt.Fprintf(b, "  %7s %10s %10s %8s %8s %8s %8s %8s %8s %9s %9s %13s %8s %7s %7s %7s\n",
+		"t s", "stored/s", "items/s", "p50 ms", "p99 ms", "rss", "db", "sidecar", "wal", "wal B/msg", "db B/msg", "sidecar B/msg", "cache", "evict", "hydr", "ledger")
 	for _, p := range r.Timeline {
-		fmt.Fprintf(b, "  %7.0f %10s %10s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %7d %7d %7.1f\n",
+		fmt.Fprintf(b, "  %7.0f %10s %10s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %9s %9s %13s %8.1f %7d %7d %7.1f\n",
 			p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, mb(p.BrokerRSS), mb(p.DBBytes),
-			mb(p.SidecarBytes), mb(p.WALBytes), mb(p.CacheBytes), p.CacheEvictions, p.CacheHydrations, mb(p.LedgerBytes))
+			mb(p.SidecarBytes), mb(p.WALBytes), perMessageText(p.WALBytesPerMessage, ""), perMessageText(p.DBBytesPerMessage, ""),
+			perMessageText(p.SidecarBytesPerMessage, ""), mb(p.CacheBytes), p.CacheEvictions, p.CacheHydrations, mb(p.LedgerBytes))
 	}
 	note := ""
 	if !r.SustainedRatioMeaningful {

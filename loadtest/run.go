@@ -57,6 +57,13 @@ type loadRun struct {
 	// au is the in-run auditor (broker mode), from load.
 	au  *auditor
 	rep *Report
+	// dbStart and dbEnd are the database's figures before the first push and
+	// after the producers' last answer (load; DBBytes 0: not read), for
+	// the bytes per stored message; storageErr is a failed reading's
+	// error.
+	dbStart    runStart
+	dbEnd      TimelinePoint
+	storageErr string
 }
 
 func run(ctx context.Context, cfg *Config) (*Report, error) {
@@ -220,6 +227,7 @@ func (r *loadRun) setupRaw(ctx context.Context) error {
 // the producers ran.
 func (r *loadRun) load(ctx context.Context) time.Duration {
 	cfg, c, cp, rep, producers, asyncs, audit, parts := r.cfg, r.c, r.cp, r.rep, r.producers, r.asyncs, r.audit, r.parts
+	r.readStart(ctx)
 	start := time.Now()
 	var chaos *chaosRun
 	if cfg.Mode == ModeBroker && (cfg.Cluster != nil || chaosOn(cfg.Chaos)) {
@@ -254,7 +262,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == ModeBroker)
 	if au != nil {
-		smp = startSampler(ctx, cfg, c, au, audit, ledgers, prog, start)
+		smp = startSampler(ctx, cfg, c, au, audit, ledgers, prog, start, r.dbStart)
 	}
 	var wg sync.WaitGroup
 	for _, p := range producers {
@@ -282,6 +290,8 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		// No fault after the load; a recovery under way finishes.
 		chaos.endChaos()
 	}
+	// Before the consumers drain: their acks are not the load's.
+	r.readEnd(ctx)
 	if cp != nil {
 		// The consumers keep going until they have consumed everything.
 		prog.draining()
@@ -294,6 +304,34 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 
 	r.au = au
 	return elapsed
+}
+
+// readStart reads the database's figures before the first push.
+func (r *loadRun) readStart(ctx context.Context) {
+	st, err := r.audit.Stats(ctx, "")
+	if err != nil {
+		r.dbStart.err = "database stats at the start: " + err.Error()
+		r.storageErr = r.dbStart.err
+		return
+	}
+	r.dbStart.sizes = TimelinePoint{DBBytes: st.DatabaseBytes, SidecarBytes: st.SidecarBytes}
+	r.dbStart.walAt = st.WALPosition
+}
+
+// readEnd reads the database's figures after the producers' last answer
+// (also after an interrupt).
+func (r *loadRun) readEnd(ctx context.Context) {
+	if r.dbStart.walAt == "" {
+		return // no start to measure from
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	st, err := r.audit.Stats(ectx, r.dbStart.walAt)
+	if err != nil {
+		r.storageErr = "database stats at the end: " + err.Error()
+		return
+	}
+	r.dbEnd = TimelinePoint{DBBytes: st.DatabaseBytes, SidecarBytes: st.SidecarBytes, WALBytes: st.WALBytes}
 }
 
 // collect fills the report's counts from the producers' counters.
@@ -398,6 +436,12 @@ func (r *loadRun) check(ctx context.Context) error {
 func (r *loadRun) verdict(elapsed time.Duration) (*Report, error) {
 	cfg, rep := r.cfg, r.rep
 	rep.StoredPerSecond = perSecond(rep.StoredMessages, elapsed.Seconds())
+	// Every message the run stored was stored between the two readings.
+	end := r.dbEnd
+	end.StoredMessages = rep.StoredMessages
+	pm := storagePerMessage(r.dbStart.sizes, end)
+	rep.WALBytesPerMessage, rep.DBBytesPerMessage, rep.SidecarBytesPerMessage = pm.WAL, pm.DB, pm.Sidecar
+	rep.StorageError = r.storageErr
 
 	if rep.Verdicts.Queued+rep.Verdicts.Duplicate == 0 && !rep.Interrupted {
 		return rep, fmt.Errorf("no item got a verdict in %s (last error: %s)", elapsed.Truncate(time.Millisecond), rep.LastError)

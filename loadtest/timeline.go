@@ -115,10 +115,24 @@ type TimelinePoint struct {
 	BrokerRSS int64 `json:"broker_rss_bytes"`
 	// DBBytes is pg_database_size; SidecarBytes the hash sidecar's
 	// relations (log_txns, log_txn_hashes, every partition, indexes and
-	// TOAST); WALBytes the WAL written since the run started.
+	// TOAST); WALBytes the WAL written since the run started (the
+	// cluster's WAL: every database of the PostgreSQL). All three are 0
+	// when the database could not be read at this sample, WALBytes also
+	// when it could not be read at the run's start.
 	DBBytes      int64 `json:"db_bytes"`
 	SidecarBytes int64 `json:"sidecar_bytes"`
 	WALBytes     int64 `json:"wal_bytes"`
+	// StoredMessages is the frames the incremental audit had read by this
+	// sample since the run started (its passes run every 2 s at most, so
+	// the count may trail the sizes by one pass).
+	StoredMessages int64 `json:"stored_messages"`
+	// WALBytesPerMessage, DBBytesPerMessage and SidecarBytesPerMessage are
+	// the WAL written and the database's and the sidecar's growth in the
+	// interval, per frame stored in it (storagePerMessage); nil (omitted)
+	// when nothing was stored in it or a size is unknown at either end.
+	WALBytesPerMessage     *float64 `json:"wal_bytes_per_message,omitempty"`
+	DBBytesPerMessage      *float64 `json:"db_bytes_per_message,omitempty"`
+	SidecarBytesPerMessage *float64 `json:"sidecar_bytes_per_message,omitempty"`
 	// The dedup cache (queen_dedup_cache_bytes, the evictions and
 	// hydrations counters), summed over the brokers that answered.
 	CacheBytes      int64 `json:"cache_bytes"`
@@ -210,12 +224,17 @@ type sampler struct {
 	lastStored int64
 	lastAcked  int64
 	lastHist   []int64
+	// last is the previous point (at first the run's start), for the
+	// interval's bytes per message.
+	last TimelinePoint
 }
 
-func startSampler(ctx context.Context, cfg *Config, c *counters, au *auditor, a *persistence.Audit, ledgers []*ledger, prog *progress, start time.Time) *sampler {
+// startSampler starts the timeline; rs is the database's figures before the
+// run's first push.
+func startSampler(ctx context.Context, cfg *Config, c *counters, au *auditor, a *persistence.Audit, ledgers []*ledger, prog *progress, start time.Time, rs runStart) *sampler {
 	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second},
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
-		lastAt: start, lastHist: make([]int64, histBuckets)}
+		lastAt: start, lastHist: make([]int64, histBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
 	if len(s.urls) == 0 {
 		for _, t := range append([]string{cfg.Target}, cfg.Targets...) {
 			if strings.HasPrefix(t, "http") && !slices.Contains(s.urls, t) {
@@ -225,11 +244,6 @@ func startSampler(ctx context.Context, cfg *Config, c *counters, au *auditor, a 
 	}
 	if cfg.Progress != nil {
 		s.out = cfg.Progress
-	}
-	if st, err := a.Stats(ctx, ""); err == nil {
-		s.walAt = st.WALPosition
-	} else {
-		s.lastErr = err.Error()
 	}
 	go s.loop(ctx)
 	return s
@@ -280,6 +294,7 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		ItemsPerSecond:  perSecond(sent-s.lastSent, secs),
 		P50:             quantileMS(diff, 0.5),
 		P99:             quantileMS(diff, 0.99),
+		StoredMessages:  stored,
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -288,6 +303,8 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	} else {
 		s.lastErr = "database stats: " + err.Error()
 	}
+	pm := storagePerMessage(s.last, p)
+	p.WALBytesPerMessage, p.DBBytesPerMessage, p.SidecarBytesPerMessage = pm.WAL, pm.DB, pm.Sidecar
 	for _, u := range s.urls {
 		m, err := scrapeMetrics(qctx, s.hc, u)
 		if err != nil {
@@ -306,6 +323,7 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	}
 	p.HarnessHeap = liveHeap()
 	s.points = append(s.points, p)
+	s.last = p
 	s.lastAt, s.lastSent, s.lastStored, s.lastHist = now, sent, stored, hist
 	if s.out != nil {
 		s.writeLine(now, p)
@@ -315,9 +333,10 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 // writeLine prints the point as one progress line (on a terminal, above the
 // live line).
 func (s *sampler) writeLine(now time.Time, p TimelinePoint) {
-	line := fmt.Sprintf("loadtest: sample t=%.0fs stored/s %s · items/s %s · p50 %.1f ms · p99 %.1f ms · broker rss %s · db %s · sidecar %s · wal %s · cache %s (evictions %d, hydrations %d) · ledger %s",
+	line := fmt.Sprintf("loadtest: sample t=%.0fs stored/s %s · items/s %s · p50 %.1f ms · p99 %.1f ms · broker rss %s · db %s · sidecar %s · wal %s · per stored message wal %s, db %s, sidecar %s · cache %s (evictions %d, hydrations %d) · ledger %s",
 		p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, mib(p.BrokerRSS), mib(p.DBBytes),
-		mib(p.SidecarBytes), mib(p.WALBytes), mib(p.CacheBytes), p.CacheEvictions, p.CacheHydrations, mib(p.LedgerBytes))
+		mib(p.SidecarBytes), mib(p.WALBytes), perMessageText(p.WALBytesPerMessage, " B"), perMessageText(p.DBBytesPerMessage, " B"),
+		perMessageText(p.SidecarBytesPerMessage, " B"), mib(p.CacheBytes), p.CacheEvictions, p.CacheHydrations, mib(p.LedgerBytes))
 	switch {
 	case s.prog != nil && s.prog.live:
 		fmt.Fprint(s.out, "\r\x1b[K"+line+"\n")

@@ -167,7 +167,8 @@ func TestSustainedRatio(t *testing.T) {
 
 func TestTimelineJSON(t *testing.T) {
 	rep := &Report{Mode: ModeBroker, Timeline: []TimelinePoint{{T: 10, StoredPerSecond: 1, ItemsPerSecond: 2, P50: 3, P99: 4,
-		BrokerRSS: 5, DBBytes: 6, SidecarBytes: 7, WALBytes: 8, CacheBytes: 9, CacheEvictions: 10, CacheHydrations: 11}},
+		BrokerRSS: 5, DBBytes: 6, SidecarBytes: 7, WALBytes: 8, CacheBytes: 9, CacheEvictions: 10, CacheHydrations: 11,
+		StoredMessages: 12, WALBytesPerMessage: f64(13), DBBytesPerMessage: f64(14), SidecarBytesPerMessage: f64(15)}},
 		SustainedRatio: 0.9}
 	b, err := json.Marshal(rep)
 	require.NoError(t, err)
@@ -180,7 +181,8 @@ func TestTimelineJSON(t *testing.T) {
 	require.Equal(t, 0.9, *got.SustainedRatio)
 	require.Len(t, got.Timeline, 1)
 	want := map[string]float64{"t_s": 10, "stored_per_second": 1, "items_per_second": 2, "p50_ms": 3, "p99_ms": 4,
-		"broker_rss_bytes": 5, "db_bytes": 6, "sidecar_bytes": 7, "wal_bytes": 8, "cache_bytes": 9, "cache_evictions": 10, "cache_hydrations": 11}
+		"broker_rss_bytes": 5, "db_bytes": 6, "sidecar_bytes": 7, "wal_bytes": 8, "cache_bytes": 9, "cache_evictions": 10, "cache_hydrations": 11,
+		"stored_messages": 12, "wal_bytes_per_message": 13, "db_bytes_per_message": 14, "sidecar_bytes_per_message": 15}
 	for k, v := range want {
 		require.Contains(t, got.Timeline[0], k)
 		require.Equal(t, v, got.Timeline[0][k], k)

@@ -22,6 +22,7 @@ import (
 var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeLock       = q("consume_lock")
+	sqlConsumeLockSkip   = q("consume_lock_skip")
 	sqlConsumeSegments   = q("consume_segments")
 	sqlConsumeUpdate     = q("consume_update")
 	sqlConsumeResolve    = q("consume_resolve")
@@ -159,11 +160,13 @@ func ensureConsumer(b *pgx.Batch, pid uuid.UUID, group string, subscribe bool, f
 	b.Queue(sqlConsumeEnsure, pid, group, from, isNew, subscribe)
 }
 
-// lockOnly queues the consumer row lock (see lockConsumer).
+// lockOnly queues the consumer row lock (see lockConsumer): consume_lock,
+// or with skipLocked consume_lock_skip, which finds no row when another
+// request holds it.
 func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *consumerState, found *bool) {
 	lock := sqlConsumeLock
 	if skipLocked {
-		lock += " SKIP LOCKED"
+		lock = sqlConsumeLockSkip
 	}
 	b.Queue(lock, pid, group).QueryRow(func(row pgx.Row) error {
 		err := st.scan(row)
@@ -465,109 +468,180 @@ type ackKey struct {
 // (retry_scheduled, success false); completed items below S commit the
 // cursor to the highest of them. Every failed item counts a failure of its
 // message; a message past the queue's retryLimit (or acked dlq) is copied to
-// the DLQ and the cursor moves past it, so it does not stop the sweep. Any failure signal releases the lease (the
-// rest of the span is delivered again); a cursor that reaches the leased
-// span's end releases it too. An expired lease that nothing released is
+// the DLQ and the cursor moves past it, so it does not stop the sweep. Any
+// failure signal releases the lease (the rest of the span is delivered
+// again); a cursor that reaches the leased span's end releases it too. An expired lease that nothing released is
 // settled first (its failed delivery counted, see expireLease), so a late
 // ack never makes an expiry go uncounted. A consumer row (or, creating one,
 // a partition row) whose lock another session holds past Config.LockTimeout
 // fails the call with queen.ErrLockTimeout (503, retryable); nothing is
 // applied.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
-	out := make([]queen.AckResult, len(items))
-	byKey := map[ackKey][]int{}
-	var keys []ackKey
-	for i, it := range items {
-		out[i] = queen.AckResult{Index: i, TransactionID: it.TransactionID, PartitionID: it.PartitionID.String()}
-		k := ackKey{it.PartitionID, it.ConsumerGroup}
-		if _, ok := byKey[k]; !ok {
-			keys = append(keys, k)
-		}
-		byKey[k] = append(byKey[k], i)
-	}
-	sort.Slice(keys, func(a, b int) bool {
-		if c := bytes.Compare(keys[a].pid[:], keys[b].pid[:]); c != 0 {
-			return c < 0
-		}
-		return keys[a].group < keys[b].group
-	})
+	out, rows := groupByConsumerRow(items)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, unavailable(err)
 	}
 	defer conn.Release()
-	// BEGIN and every consumer row's creation ride with the first row's
-	// lock, COMMIT with the last row's update: a one-row ack is two round
-	// trips. The rows are created (partition key-share locks, ascending)
-	// before any is locked, as transactions do, so the two cannot deadlock.
-	pre := &pgx.Batch{}
-	pre.Queue("BEGIN")
-	for _, k := range keys {
-		ensureConsumer(pre, k.pid, k.group, false, nil, false)
-	}
-	for n, k := range keys {
-		if err := ackOne(ctx, conn, k, items, byKey[k], out, pre, n == len(keys)-1, s.observe); err != nil {
-			rollback(conn)
-			return nil, err
-		}
-		pre = nil
+	if err := ackTx(ctx, conn, items, out, rows, s.observe); err != nil {
+		rollback(conn)
+		return nil, err
 	}
 	return out, nil
 }
 
-// querier is what ackOne needs of a connection or transaction.
+// groupByConsumerRow returns a blank answer per item and the consumer rows
+// items touch, each with the positions of its items, in the lock order:
+// ascending (partition id, group).
+func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAcks) {
+	out := make([]queen.AckResult, len(items))
+	byKey := map[ackKey]*consumerAcks{}
+	var rows []*consumerAcks
+	for i, it := range items {
+		out[i] = queen.AckResult{Index: i, TransactionID: it.TransactionID, PartitionID: it.PartitionID.String()}
+		k := ackKey{it.PartitionID, it.ConsumerGroup}
+		a := byKey[k]
+		if a == nil {
+			a = &consumerAcks{key: k}
+			byKey[k] = a
+			rows = append(rows, a)
+		}
+		a.idx = append(a.idx, i)
+	}
+	sort.Slice(rows, func(a, b int) bool {
+		ka, kb := rows[a].key, rows[b].key
+		if c := bytes.Compare(ka.pid[:], kb.pid[:]); c != 0 {
+			return c < 0
+		}
+		return ka.group < kb.group
+	})
+	return out, rows
+}
+
+// ackTx runs Ack's transaction on conn, a connection outside a transaction,
+// over rows in lock order. BEGIN and every consumer row's creation ride with
+// the first row's lock, COMMIT with the last row's update: a one-row ack is
+// two round trips. The rows are created (partition key-share locks,
+// ascending) before any is locked, as transactions do, so the two cannot
+// deadlock. A failed COMMIT round trip is queen.ErrCommitUnknown; on any
+// error the caller rolls back.
+func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent)) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	for _, a := range rows {
+		ensureConsumer(b, a.key.pid, a.key.group, false, nil, false)
+	}
+	for n, a := range rows {
+		if err := a.lock(ctx, conn, b, items, obs); err != nil {
+			return err
+		}
+		b = &pgx.Batch{}
+		if err := a.settle(ctx, conn, items, out, b); err != nil {
+			return err
+		}
+		if n == len(rows)-1 {
+			b.Queue("COMMIT")
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
+				return queen.ErrCommitUnknown.With("ack commit: %v", err)
+			}
+			return nil
+		}
+		if err := sendAcks(ctx, conn, b); err != nil {
+			return err
+		}
+		b = &pgx.Batch{}
+	}
+	return nil
+}
+
+// querier is what the consume paths need of a connection or transaction.
 type querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// ackOne applies the items idx of one consumer row (see Ack) through tx,
-// whose consumer row must exist or be created by pre. pre, when not nil,
-// holds statements to send first in the same round trip (BEGIN and the
-// creation of consumer rows); commit queues COMMIT after the last statement
-// (for a connection outside a transaction).
-//
-// obs, when not nil, gets the consumer row's lock wait (a transaction, which
-// locked its rows before, passes nil).
-func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, pre *pgx.Batch, commit bool, obs func(LockEvent)) error {
-	var st consumerState
-	var found bool
-	b := pre
-	if b == nil {
-		b = &pgx.Batch{}
+// ackConsumerRow applies the acks idx of items to consumer row k (see Ack)
+// inside tx, a transaction the caller began and commits, whose locks come
+// before this row's in the lock order. The answers go to out[idx].
+func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult) error {
+	a := &consumerAcks{key: k, idx: idx}
+	if err := a.lock(ctx, tx, &pgx.Batch{}, items, nil); err != nil {
+		return err
 	}
-	b.Queue(sqlAckLock, k.pid, k.group).QueryRow(func(row pgx.Row) error {
-		err := st.scanRow(row, true)
+	b := &pgx.Batch{}
+	if err := a.settle(ctx, tx, items, out, b); err != nil {
+		return err
+	}
+	return sendAcks(ctx, tx, b)
+}
+
+// ackOne is ackConsumerRow under its former signature, kept only for the
+// call in txn.go (Transaction's applyAcks), which passes nil, false, nil:
+// BEGIN, COMMIT and what rides with them belong to the callers now, so it
+// refuses any other pre, commit or obs. Delete it once that call is
+// ackConsumerRow(ctx, tx, k, plan.acks, idx, plan.ackOut).
+func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, pre *pgx.Batch, commit bool, obs func(LockEvent)) error {
+	if pre != nil || commit || obs != nil {
+		return errors.New("persistence: ackOne batches no BEGIN or COMMIT; call ackConsumerRow in a transaction the caller owns")
+	}
+	return ackConsumerRow(ctx, tx, k, items, idx, out)
+}
+
+// sendAcks sends b, the statements settle queued, when it holds any.
+func sendAcks(ctx context.Context, tx querier, b *pgx.Batch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// consumerAcks is one consumer row's acks in an ack call or a transaction:
+// the row, the positions idx of its items, and, once lock has run, the row
+// as locked (found is false when the partition does not exist) and where
+// its transactionIds resolve.
+type consumerAcks struct {
+	key   ackKey
+	idx   []int
+	st    consumerState
+	found bool
+	txns  map[queen.Hash]resolvedTxn
+}
+
+// resolvedTxn is where consume_resolve found a transactionId in the
+// partition's sidecar: the lowest offset above the cursor (nil: none),
+// and whether any offset holds it.
+type resolvedTxn struct {
+	above *int64
+	any   bool
+}
+
+// lock queues on b, after what the caller queued there (BEGIN, consumer
+// rows to create), the row's lock (ack_lock) and the resolution of its
+// items acked by transactionId (consume_resolve), and sends b. obs, when
+// not nil, gets the lock wait (a transaction, which locked its rows
+// before, passes nil).
+func (a *consumerAcks) lock(ctx context.Context, tx querier, b *pgx.Batch, items []queen.AckItem, obs func(LockEvent)) error {
+	b.Queue(sqlAckLock, a.key.pid, a.key.group).QueryRow(func(row pgx.Row) error {
+		err := a.st.scanRow(row, true)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
-		found = err == nil
+		a.found = err == nil
 		return err
 	})
 	var hashes []pgtype.UUID
-	for _, i := range idx {
+	for _, i := range a.idx {
 		if items[i].Offset < 0 {
 			hashes = append(hashes, pgtype.UUID{Bytes: items[i].Hash, Valid: true})
 		}
 	}
-	type resolved struct {
-		above *int64
-		any   bool
-	}
-	res := map[queen.Hash]resolved{}
+	a.txns = map[queen.Hash]resolvedTxn{}
 	if len(hashes) > 0 {
-		b.Queue(sqlConsumeResolve, k.pid, hashes, k.group).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var h pgtype.UUID
-				var above, anyOff *int64
-				if err := rows.Scan(&h, &above, &anyOff); err != nil {
-					return err
-				}
-				res[h.Bytes] = resolved{above: above, any: anyOff != nil}
-			}
-			return rows.Err()
-		})
+		b.Queue(sqlConsumeResolve, a.key.pid, hashes, a.key.group).Query(a.readResolved)
 	}
 	start := time.Now()
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -576,52 +650,98 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 		}
 		return unavailable(err)
 	}
-	if obs != nil && found {
-		obs(LockEvent{Op: "ack", Wait: seconds(st.lockWait)})
+	if obs != nil && a.found {
+		obs(LockEvent{Op: "ack", Wait: seconds(a.st.lockWait)})
 	}
-	if !found { // the partition does not exist
-		for _, i := range idx {
-			out[i].Result = queen.Unresolvable
-			out[i].Error = fmt.Sprintf("partition %s does not exist", k.pid)
+	return nil
+}
+
+// readResolved reads consume_resolve's rows into a.txns.
+func (a *consumerAcks) readResolved(rows pgx.Rows) error {
+	for rows.Next() {
+		var h pgtype.UUID
+		var above, anyOff *int64
+		if err := rows.Scan(&h, &above, &anyOff); err != nil {
+			return err
 		}
-		if commit {
-			if _, err := tx.Exec(ctx, "COMMIT"); err != nil {
-				return queen.ErrCommitUnknown.With("ack commit: %v", err)
-			}
+		a.txns[h.Bytes] = resolvedTxn{above: above, any: anyOff != nil}
+	}
+	return rows.Err()
+}
+
+// settle decides the row's acks under its lock (taken by lock) and answers
+// them in out: an expired lease nobody released counts its failed delivery
+// first (expireLease), so a late ack cannot make the expiry go uncounted;
+// every item is resolved to an offset or answered now (targets); rules.Ack
+// decides the rest. The DLQ copies are written at once; the row's update
+// (cursor, lease, failure counts) is queued on b, which the caller sends,
+// with COMMIT or not. The answers stand once b is sent. A partition that
+// does not exist answers every item unresolvable and queues nothing.
+func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.AckItem, out []queen.AckResult, b *pgx.Batch) error {
+	if !a.found {
+		for _, i := range a.idx {
+			out[i].Result = queen.Unresolvable
+			out[i].Error = fmt.Sprintf("partition %s does not exist", a.key.pid)
 		}
 		return nil
 	}
-	// An expired lease nobody released counts its failed delivery first, so
-	// a late ack cannot make the expiry go uncounted.
-	if _, err := expireLease(ctx, tx, k, &st); err != nil {
+	st := &a.st
+	if _, err := expireLease(ctx, tx, a.key, st); err != nil {
 		return err
 	}
-	// Resolve every item to an offset, or answer it now; rules.Ack decides
-	// the rest.
-	row := rules.ConsumerRow{Partition: k.pid.String(), Group: k.group, Cursor: st.cursor,
+	row := rules.ConsumerRow{Partition: a.key.pid.String(), Group: a.key.group, Cursor: st.cursor,
 		HasLease: st.leaseID.Valid, Live: st.live, LeaseTo: st.leaseTo, RetryLimit: st.retryLimit, FailCounts: st.failCounts}
 	if st.leaseID.Valid {
 		row.Lease = st.leaseID.Bytes
 	}
-	var targets []rules.AckTarget
-	var at []int // the item index of each target
-	for _, i := range idx {
+	targets, at := a.targets(items, out)
+	d := rules.Ack(row, targets)
+	for n, v := range d.Verdicts {
+		out[at[n]].Result, out[at[n]].Success, out[at[n]].Error = v.Result, v.Success, v.Error
+	}
+	for _, dl := range d.DeadLetters {
+		if err := deadLetter(ctx, tx, a.key, dl.Offset, dl.Error, dl.Attempts); err != nil {
+			return err
+		}
+	}
+	counts, err := encodeCounts(d.FailCounts)
+	if err != nil {
+		return err
+	}
+	var lease any
+	if d.KeepLease {
+		lease = uuid.UUID(st.leaseID.Bytes)
+	}
+	b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts)
+	for _, i := range a.idx {
+		c := d.Cursor
+		out[i].Cursor = &c
+	}
+	return nil
+}
+
+// targets resolves the row's items to offsets for rules.Ack, answering
+// now (in out) those that resolve to none: an offset never allocated or a
+// transactionId not in the sidecar is unresolvable, a transactionId with no
+// offset above the cursor stale. at is the item position of each target.
+func (a *consumerAcks) targets(items []queen.AckItem, out []queen.AckResult) (targets []rules.AckTarget, at []int) {
+	for _, i := range a.idx {
 		it := &items[i]
 		var off int64
 		switch {
 		case it.Offset >= 0:
-			if it.Offset > st.lastOffset {
+			if it.Offset > a.st.lastOffset {
 				out[i].Result = queen.Unresolvable
-				out[i].Error = fmt.Sprintf("offset %d was never allocated in partition %s (last offset %d)", it.Offset, k.pid, st.lastOffset)
+				out[i].Error = fmt.Sprintf("offset %d was never allocated in partition %s (last offset %d)", it.Offset, a.key.pid, a.st.lastOffset)
 				continue
 			}
 			off = it.Offset
 		default:
-			r, ok := res[it.Hash]
+			r, ok := a.txns[it.Hash]
 			switch {
 			case !ok || !r.any:
 				out[i].Result = queen.Unresolvable
-				out[i].Error = fmt.Sprintf("transactionId %q is not in partition %s's sidecar (never pushed there, or aged out); ack by offset instead", it.TransactionID, k.pid)
+				out[i].Error = fmt.Sprintf("transactionId %q is not in partition %s's sidecar (never pushed there, or aged out); ack by offset instead", it.TransactionID, a.key.pid)
 				continue
 			case r.above == nil:
 				out[i].Result, out[i].Success = queen.Stale, true
@@ -634,40 +754,7 @@ func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, id
 		targets = append(targets, rules.AckTarget{Offset: off, Status: it.Status, LeaseID: it.LeaseID, Error: it.Error})
 		at = append(at, i)
 	}
-	d := rules.Ack(row, targets)
-	for n, v := range d.Verdicts {
-		out[at[n]].Result, out[at[n]].Success, out[at[n]].Error = v.Result, v.Success, v.Error
-	}
-	for _, dl := range d.DeadLetters {
-		if err := deadLetter(ctx, tx, k, dl.Offset, dl.Error, dl.Attempts); err != nil {
-			return err
-		}
-	}
-	cursor, leaseTo := d.Cursor, st.leaseTo
-	countsJSON, err := encodeCounts(d.FailCounts)
-	if err != nil {
-		return err
-	}
-	var lease any
-	if d.KeepLease {
-		lease = uuid.UUID(st.leaseID.Bytes)
-	}
-	ub := &pgx.Batch{}
-	ub.Queue(sqlConsumeUpdate, k.pid, k.group, cursor, lease, nil, leaseTo, countsJSON)
-	if commit {
-		ub.Queue("COMMIT")
-	}
-	if err := tx.SendBatch(ctx, ub).Close(); err != nil {
-		if commit {
-			return queen.ErrCommitUnknown.With("ack commit: %v", err)
-		}
-		return unavailable(err)
-	}
-	for _, i := range idx {
-		c := cursor
-		out[i].Cursor = &c
-	}
-	return nil
+	return targets, at
 }
 
 // deadLetter copies the frame at offset off of partition k.pid to the DLQ.
@@ -686,7 +773,9 @@ func deadLetter(ctx context.Context, tx querier, k ackKey, off int64, errText st
 }
 
 // deadLetterFrom copies the frame at offset off, held by the segment that
-// starts at first (its created_at, message ids and frames), to the DLQ.
+// starts at first (its created_at, message ids and frames as stored), to the
+// DLQ. The dead letter stores that one frame raw (packed as in a segment,
+// never compressed: one frame does not compress).
 func deadLetterFrom(ctx context.Context, tx querier, k ackKey, off, first int64, created time.Time, ids, frames []byte, errText string, attempts int32) error {
 	fs, err := UnpackFrames(ids, frames)
 	if err != nil || off < first || off-first >= int64(len(fs)) {

@@ -125,6 +125,55 @@ func TestAckUnresolvable(t *testing.T) {
 	}
 }
 
+// One ack call over several consumer rows (partitions and groups, one of
+// them a partition that does not exist, first or last in the lock order)
+// applies every row's acks in one transaction and commits them all.
+func TestAckSpansConsumerRows(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	p1, err := s.EnsurePartition(ctx, "q", "p1")
+	require.NoError(t, err)
+	p2, err := s.EnsurePartition(ctx, "q", "p2")
+	require.NoError(t, err)
+	commit(t, s, p1, items("q", "p1", "a0", "a1", "a2"))
+	commit(t, s, p2, items("q", "p2", "b0", "b1", "b2"))
+	byOffset := func(pid uuid.UUID, group string, off int64) queen.AckItem {
+		return queen.AckItem{PartitionID: pid, Offset: off, Status: queen.AckCompleted, ConsumerGroup: group}
+	}
+	for _, missing := range []uuid.UUID{uuid.Nil, uuid.Max} { // first, then last in the lock order
+		group := "first"
+		if missing == uuid.Max {
+			group = "last"
+		}
+		out, err := s.Ack(ctx, []queen.AckItem{
+			byOffset(p2, group, 1), byOffset(missing, group, 0), byOffset(p1, group, 0),
+			byOffset(p1, group+"-other", 2), ackTxn(p2, group, "b0", queen.AckCompleted, nil),
+		})
+		require.NoError(t, err)
+		require.Len(t, out, 5)
+		want := []queen.AckOutcome{queen.Acked, queen.Unresolvable, queen.Acked, queen.Acked, queen.Acked}
+		cursors := []int64{1, -2, 0, 2, 1}
+		for i, r := range out {
+			require.Equal(t, i, r.Index)
+			require.Equal(t, want[i], r.Result, "item %d", i)
+			if cursors[i] == -2 {
+				require.Nil(t, r.Cursor, "item %d", i)
+				continue
+			}
+			require.NotNil(t, r.Cursor, "item %d", i)
+			require.Equal(t, cursors[i], *r.Cursor, "item %d", i)
+		}
+		res, st := pop(t, s, p1, group, 5)
+		require.Equal(t, PopDelivered, st)
+		require.Equal(t, []string{"a1", "a2"}, txns(res), "p1's cursor committed")
+		res, _ = pop(t, s, p2, group, 5)
+		require.Equal(t, []string{"b2"}, txns(res), "p2's cursor committed")
+		_, st = pop(t, s, p1, group+"-other", 5)
+		require.Equal(t, PopEmpty, st, "the other group's cursor committed")
+	}
+}
+
 func TestFailedAckStopsTheCursor(t *testing.T) {
 	t.Parallel()
 	s := setup(t)

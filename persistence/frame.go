@@ -1,10 +1,13 @@
 package persistence
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"sync"
 
 	"github.com/google/uuid"
+	"github.com/klauspost/compress/zstd"
 )
 
 // Frame is one message inside a segment. Frames are packed back to back in
@@ -17,6 +20,10 @@ import (
 //	len(transactionId) transactionId  traceFlag [len(traceId) traceId]  len(payload) payload
 //
 // traceFlag is 0 for no trace id, 1 when one follows.
+//
+// segments.frames holds either those packed frames as they are or one zstd
+// frame of them (packSegment); readers go through walkFrames, UnpackFrames
+// or FramePayload, which take either form.
 type Frame struct {
 	MessageID     uuid.UUID
 	TransactionID string
@@ -42,8 +49,108 @@ func AppendFrame(dst []byte, txn string, trace *string, payload []byte) []byte {
 // ErrCorruptSegment is returned when a segment's bytes do not decode.
 var ErrCorruptSegment = errors.New("persistence: corrupt segment")
 
-// UnpackFrames unpacks a segment's frames and message ids. Each frame's
-// strings and payload are copies: the result does not alias the arguments.
+// zstdMagic starts every zstd frame (RFC 8878 §3.1.1), and so every
+// compressed segment. Raw packed frames never start with it: they start
+// with the uvarint length of the first frame's transactionId, and 0x28 is
+// the one-byte uvarint 40, which would be followed by a 40-byte
+// transactionId starting 0xB5, a UTF-8 continuation byte, which cannot
+// start a valid UTF-8 string, and transactionIds are valid UTF-8 (the
+// transports refuse a body that is not, SPEC.md §10). packSegment does not
+// rely on that: raw frames that do start with the magic are stored
+// compressed whatever the sizes, so the first four bytes decide the form
+// of every row ever written.
+var zstdMagic = []byte{0x28, 0xB5, 0x2F, 0xFD}
+
+const (
+	// minCompressBytes is the smallest packed frames packSegment tries to
+	// compress: below it the frame header and the entropy tables cost
+	// about what the compression saves (one 216-byte frame of 200 random
+	// characters grows to 225), so the segment stays raw without spending
+	// an encode on it.
+	minCompressBytes = 256
+	// maxSegmentBytes bounds the packed frames of a compressed segment, and
+	// so what decompressing one may allocate, whatever a corrupt row
+	// claims. A segment is one fused commit (actors.Config.MaxFusedBytes,
+	// 16 MiB by default) inside one bundle (MaxBundleBytes, 64 MiB by
+	// default); a larger segment (a configuration past those defaults) is
+	// stored raw.
+	maxSegmentBytes = 64 << 20
+	// maxPooledBytes is the largest decompression buffer walkFrames keeps
+	// for reuse; a larger one is left to the collector.
+	maxPooledBytes = 1 << 20
+)
+
+// segmentEncoder and segmentDecoder serve every segment (EncodeAll and
+// DecodeAll are safe for concurrent use, up to GOMAXPROCS at once). The
+// encoder runs at SpeedFastest (the push path holds the partitions' row
+// locks while it packs), without zstd's content checksum (4 bytes a
+// segment: damage is caught by PostgreSQL's page checksums where the
+// cluster has them, which localpg's initdb does not turn on, and otherwise
+// only when the bytes no longer decode or unpack), as one
+// single-segment frame (the header gives the content size, which the
+// decoder checks against maxSegmentBytes before it allocates), with a
+// 1 MiB window (matches in a segment are between its frames, a few hundred
+// bytes apart; the window bounds each encoder's history buffer).
+var (
+	segmentEncoder = must(zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithEncoderCRC(false),
+		zstd.WithSingleSegment(true),
+		zstd.WithWindowSize(1<<20),
+		zstd.WithEncoderConcurrency(0)))
+	segmentDecoder = must(zstd.NewReader(nil,
+		zstd.WithDecoderMaxMemory(maxSegmentBytes),
+		zstd.WithDecoderConcurrency(0)))
+	segmentBuffers = sync.Pool{New: func() any { return new([]byte) }}
+)
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// compressedSegment reports whether stored, a segments.frames value, is a
+// zstd frame rather than raw packed frames (zstdMagic).
+func compressedSegment(stored []byte) bool { return bytes.HasPrefix(stored, zstdMagic) }
+
+// packSegment returns what segments.frames stores for a segment's packed
+// frames: one zstd frame of them when frames are at least minCompressBytes
+// (and at most maxSegmentBytes) and the frame is smaller, else frames
+// themselves. Raw frames starting with zstdMagic (not valid UTF-8
+// transactionIds) are always compressed, so that no raw row reads as a
+// compressed one.
+func packSegment(frames []byte) []byte {
+	ambiguous := compressedSegment(frames)
+	if len(frames) > maxSegmentBytes || (len(frames) < minCompressBytes && !ambiguous) {
+		return frames
+	}
+	z := segmentEncoder.EncodeAll(frames, make([]byte, 0, len(frames)))
+	if len(z) >= len(frames) && !ambiguous {
+		return frames
+	}
+	return z
+}
+
+// unpackSegment returns the packed frames of stored, a segments.frames
+// value: stored itself when it is raw, else its zstd frame decompressed
+// into buf[:0] (grown when too small). A compressed segment that does not
+// decode, or holds more than maxSegmentBytes, is ErrCorruptSegment.
+func unpackSegment(stored, buf []byte) ([]byte, error) {
+	if !compressedSegment(stored) {
+		return stored, nil
+	}
+	out, err := segmentDecoder.DecodeAll(stored, buf[:0])
+	if err != nil {
+		return nil, ErrCorruptSegment
+	}
+	return out, nil
+}
+
+// UnpackFrames unpacks a segment's frames (as stored: raw or compressed)
+// and message ids. Each frame's strings and payload are copies: the result
+// does not alias the arguments.
 func UnpackFrames(messageIDs, frames []byte) ([]Frame, error) {
 	if len(messageIDs)%16 != 0 {
 		return nil, ErrCorruptSegment
@@ -74,13 +181,31 @@ type frameView struct {
 }
 
 // walkFrames calls fn for each frame of a segment, in order, without
-// copying anything (one frameView reused for every frame). Bytes that do
-// not decode, or message ids that do not pair one to one with the frames,
-// are ErrCorruptSegment (fn may have been called for the frames before the
+// copying anything (one frameView reused for every frame). stored is the
+// segments.frames value: raw packed frames, walked in place, or a zstd
+// frame of them, decompressed into a buffer reused by later walks (so the
+// views are valid only during the callback either way). Bytes that do not
+// decode, or message ids that do not pair one to one with the frames, are
+// ErrCorruptSegment (fn may have been called for the frames before the
 // fault); an error from fn stops the walk and is returned.
-func walkFrames(messageIDs, frames []byte, fn func(*frameView) error) error {
+func walkFrames(messageIDs, stored []byte, fn func(*frameView) error) error {
 	if len(messageIDs)%16 != 0 {
 		return ErrCorruptSegment
+	}
+	frames := stored
+	if compressedSegment(stored) {
+		buf := segmentBuffers.Get().(*[]byte)
+		var err error
+		if frames, err = unpackSegment(stored, *buf); err != nil {
+			segmentBuffers.Put(buf)
+			return err
+		}
+		defer func() {
+			if cap(frames) <= maxPooledBytes {
+				*buf = frames[:0]
+			}
+			segmentBuffers.Put(buf)
+		}()
 	}
 	b := frames
 	next := func() ([]byte, bool) {
@@ -121,11 +246,16 @@ func walkFrames(messageIDs, frames []byte, fn func(*frameView) error) error {
 }
 
 // FramePayload returns the payload of frame k (0-based) of a segment's
-// packed frames, skipping the frames before it without copying them; the
-// result aliases frames. A k past the last frame or bytes that do not
-// decode are ErrCorruptSegment.
-func FramePayload(frames []byte, k int) ([]byte, error) {
-	b := frames
+// frames as stored (raw or compressed), skipping the frames before it
+// without copying them; the result aliases stored when it is raw, else a
+// fresh decompressed copy (callers reading several payloads of one
+// compressed segment unpack it once with unpackSegment first). A k past the
+// last frame or bytes that do not decode are ErrCorruptSegment.
+func FramePayload(stored []byte, k int) ([]byte, error) {
+	b, err := unpackSegment(stored, nil)
+	if err != nil {
+		return nil, err
+	}
 	skip := func() ([]byte, bool) {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || uint64(len(b)-n) < l {

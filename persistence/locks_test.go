@@ -199,6 +199,34 @@ func TestAckStuckConsumerLock(t *testing.T) {
 	require.Equal(t, 1, log.timeouts("ack"))
 }
 
+// A pop with SkipLocked (consume_lock_skip) answers busy at once when
+// another session holds the group's consumer row; without it the pop waits
+// for the row and fails with lock_timeout.
+func TestPopSkipsHeldConsumerRow(t *testing.T) {
+	t.Parallel()
+	s, _, url := setupLocks(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "m0", "m1"))
+	_, err = s.Ack(ctx, []queen.AckItem{{PartitionID: pid, Offset: 0, Status: queen.AckCompleted, ConsumerGroup: "g"}})
+	require.NoError(t, err) // creates the consumer row
+
+	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, pid)
+	res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
+	require.NoError(t, err)
+	require.Equal(t, PopBusy, st)
+	require.Empty(t, res.Messages)
+	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1})
+	require.ErrorIs(t, err, queen.ErrLockTimeout)
+
+	release()
+	res, st, err = s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
+	require.NoError(t, err)
+	require.Equal(t, PopDelivered, st)
+	require.Equal(t, []string{"m1"}, txns(res))
+}
+
 // The pool's sessions carry the lock timeout and the idle-in-transaction
 // limit (Config.LockTimeout, Config.IdleInTransactionTimeout).
 func TestSessionLockSettings(t *testing.T) {

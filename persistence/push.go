@@ -483,7 +483,9 @@ func wantOriginals(b *PushBatch, out *PushOutcome, hits map[queen.Hash]hit, want
 }
 
 // queueOriginals queues bundle_originals for the segments in want (nothing
-// when want is empty); its rows fill originals with each segment's frames.
+// when want is empty); its rows fill originals with each segment's packed
+// frames, decompressed once here (a segment that does not decode is left
+// out: its duplicates stay unmarked).
 func queueOriginals(pb *pgx.Batch, want map[segmentKey]struct{}, originals map[segmentKey][]byte) {
 	if len(want) == 0 {
 		return
@@ -501,7 +503,9 @@ func queueOriginals(pb *pgx.Batch, want map[segmentKey]struct{}, originals map[s
 			if err := rows.Scan(&k.partition, &k.first, &frames); err != nil {
 				return err
 			}
-			originals[k] = frames
+			if frames, err := unpackSegment(frames, nil); err == nil {
+				originals[k] = frames
+			}
 		}
 		return rows.Err()
 	})
@@ -551,7 +555,8 @@ func markMismatches(bs []*PushBatch, outs []PushOutcome, locked map[[16]byte]loc
 // probe are duplicates of the original, clean leaders get consecutive
 // offsets after last in item order, followers echo their leader; with
 // window 0 every item is clean) and packs the clean items' ids, frames and
-// hashes for the insert.
+// hashes for the insert, the frames as segments.frames stores them
+// (packSegment: compressed when that saves bytes).
 func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit, out *PushOutcome) (msgIDs, frames, hashes []byte, keys [][16]byte, clean int) {
 	clean = rules.Assign(out.Results, b.Items, b.LeaderOf, b.PartitionID, window, last, func(h queen.Hash) (rules.Original, bool) {
 		x, ok := hits[h]
@@ -570,7 +575,7 @@ func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit
 		}
 	}
 	out.FirstOffset, out.LastOffset = last+1, last+int64(clean)
-	return msgIDs, frames, hashes, keys, clean
+	return msgIDs, packSegment(frames), hashes, keys, clean
 }
 
 // scanLocked reads bundle_lock's rows: each locked partition's allocator,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,14 +29,17 @@ import (
 // and is retried on the next tick when busy.
 
 var (
-	sqlSegmentRanges       = q("segment_ranges")
-	sqlSegmentRangeClock   = q("segment_range_clock")
-	sqlSegmentRangeCreate  = q("segment_range_create")
-	sqlSegmentRangeDrop    = q("segment_range_drop")
-	sqlSegmentRangeKeepers = q("segment_range_keepers")
-	sqlSegmentRangeDetach  = q("segment_range_detach")
-	sqlSegmentRangePending = q("segment_range_pending")
-	sqlSessionLockTimeout  = q("session_lock_timeout")
+	sqlSegmentRanges             = q("segment_ranges")
+	sqlSegmentRangeClock         = q("segment_range_clock")
+	sqlSegmentRangeCreate        = q("segment_range_create")
+	sqlSegmentRangeDrop          = q("segment_range_drop")
+	sqlSegmentRangeKeepers       = q("segment_range_keepers")
+	sqlSegmentRangeDetach        = q("segment_range_detach")
+	sqlSegmentRangeFinalize      = q("segment_range_finalize")
+	sqlSegmentRangePending       = q("segment_range_pending")
+	sqlSessionLockTimeout        = q("session_lock_timeout")
+	sqlSessionLockTimeoutRead    = q("session_lock_timeout_read")
+	sqlSessionLockTimeoutRestore = q("session_lock_timeout_restore")
 )
 
 // maxSegmentSpan bounds the span of a segment range (queen.segment_span_minutes).
@@ -260,11 +264,11 @@ func dropSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error
 				continue
 			}
 		}
-		mode := "CONCURRENTLY"
+		detach := sqlSegmentRangeDetach
 		if pending[x.name] {
-			mode = "FINALIZE"
+			detach = sqlSegmentRangeFinalize
 		}
-		if err := detachSegmentRange(ctx, conn, x.name, mode); err != nil {
+		if err := detachSegmentRange(ctx, conn, x.name, detach); err != nil {
 			if deferrable(err) || isUndefinedTable(err) {
 				r.Deferred++
 				continue
@@ -289,20 +293,22 @@ func dropSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error
 	return r, nil
 }
 
-// detachSegmentRange runs DETACH PARTITION name mode (CONCURRENTLY or
-// FINALIZE) on conn, outside a transaction, with the session's lock_timeout
-// at segmentDetachLockTimeout for the statement (restored after).
-func detachSegmentRange(ctx context.Context, conn *pgx.Conn, name, mode string) error {
+// detachSegmentRange runs detach (segment_range_detach or
+// segment_range_finalize) for range name on conn, outside a transaction,
+// with the session's lock_timeout at segmentDetachLockTimeout for the
+// statement (restored after).
+func detachSegmentRange(ctx context.Context, conn *pgx.Conn, name, detach string) error {
 	var was string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&was); err != nil {
+	if err := conn.QueryRow(ctx, sqlSessionLockTimeoutRead).Scan(&was); err != nil {
 		return err
 	}
 	var set string
 	if err := conn.QueryRow(ctx, sqlSessionLockTimeout, segmentDetachLockTimeout.Milliseconds()).Scan(&set); err != nil {
 		return err
 	}
-	_, err := conn.Exec(ctx, fmt.Sprintf(sqlSegmentRangeDetach, pgx.Identifier{"queen", name}.Sanitize(), mode))
-	if _, rerr := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", was); rerr != nil && err == nil {
+	ident := pgx.Identifier{"queen", name}.Sanitize()
+	_, err := conn.Exec(ctx, strings.ReplaceAll(detach, "{{range}}", ident))
+	if _, rerr := conn.Exec(ctx, sqlSessionLockTimeoutRestore, was); rerr != nil && err == nil {
 		err = rerr
 	}
 	return err

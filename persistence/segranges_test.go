@@ -300,3 +300,51 @@ func TestSegmentRangeDropDoesNotBlockPushes(t *testing.T) {
 	require.False(t, rangeExists(t, s, old))
 	require.Equal(t, []int64{1, 2}, segmentOffsets(t, s, tq))
 }
+
+// A concurrent detach interrupted while it waits for a reader leaves its
+// range pending detach; the next pass completes it (segment_range_finalize)
+// and drops the range.
+func TestInterruptedSegmentRangeDetachIsFinalized(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	configure(t, s, "tq", `{"retentionSeconds":60}`)
+	tq := partition(t, s, "tq", "p")
+	commitEach(t, s, tq, "tq", "p", "m0")
+	old := pastSegmentRange(t, s, tq)
+
+	reader, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer reader.Rollback(ctx) //nolint:errcheck
+	var n int
+	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id = $1`, tq).Scan(&n))
+	require.Equal(t, 1, n)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.RetentionStep(ctx, RetentionConfig{})
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var cancelled bool
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT COALESCE(bool_or(pg_cancel_backend(pid)), false) FROM pg_stat_activity
+			WHERE query LIKE '%DETACH PARTITION%CONCURRENTLY%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&cancelled))
+		if cancelled {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the detach never waited for the reader")
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-done // the cancelled detach fails the step
+	var pending bool
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits
+		WHERE inhrelid = to_regclass($1) AND inhdetachpending)`, old).Scan(&pending))
+	require.True(t, pending, "the interrupted detach left its range pending")
+
+	require.NoError(t, reader.Commit(ctx))
+	c, err := s.RetentionStep(ctx, RetentionConfig{})
+	require.NoError(t, err)
+	require.Equal(t, 1, c.SegmentRanges.Dropped)
+	require.False(t, rangeExists(t, s, old))
+}

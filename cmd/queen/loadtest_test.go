@@ -94,6 +94,7 @@ func TestLoadtestAudit(t *testing.T) {
 		require.Positive(t, rep.Verdicts.Duplicate, "repeats are answered duplicate (%s)", target)
 		require.Equal(t, rep.Verdicts.Queued, rep.StoredMessages, "nothing failed, so every queued answer is one stored message")
 		require.Equal(t, rep.NewItems, rep.Audit.TransactionIDs)
+		requireBytesPerMessage(t, rep)
 	}
 
 	t.Run("double row planted", func(t *testing.T) {
@@ -275,6 +276,7 @@ func TestLoadtestCompare(t *testing.T) {
 		require.Positive(t, rd.Raw.StoredMessages)
 		require.Equal(t, rd.Raw.Verdicts.Queued, rd.Raw.StoredMessages, "one row per item copied, repeats included")
 		require.Equal(t, rd.Raw.ItemsSent, rd.Raw.StoredMessages)
+		requireBytesPerMessage(t, rd.Raw)
 		require.Positive(t, rd.Ratio)
 		ratios = append(ratios, rd.Ratio)
 	}
@@ -293,6 +295,21 @@ func TestLoadtestCompare(t *testing.T) {
 	var text bytes.Buffer
 	cmp.WriteText(&text)
 	require.Contains(t, text.String(), "median ratio")
+}
+
+// requireBytesPerMessage checks the report's storage per stored message: a
+// run that stored messages has them, positive (the sidecar's may be 0).
+func requireBytesPerMessage(t *testing.T, rep *loadtest.Report) {
+	t.Helper()
+	require.Positive(t, rep.StoredMessages)
+	require.Empty(t, rep.StorageError)
+	require.NotNil(t, rep.WALBytesPerMessage, "wal_bytes_per_message")
+	require.Positive(t, *rep.WALBytesPerMessage)
+	require.NotNil(t, rep.DBBytesPerMessage, "db_bytes_per_message")
+	require.Positive(t, *rep.DBBytesPerMessage)
+	require.NotNil(t, rep.SidecarBytesPerMessage, "sidecar_bytes_per_message")
+	t.Logf("per stored message: %.1f B WAL, %.1f B database, %.1f B sidecar over %d messages",
+		*rep.WALBytesPerMessage, *rep.DBBytesPerMessage, *rep.SidecarBytesPerMessage, rep.StoredMessages)
 }
 
 // child is `queen loadtest ...` run as a subprocess (this test binary
@@ -448,6 +465,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 	require.False(t, rep.Interrupted)
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.StoredMessages)
+	requireBytesPerMessage(t, &rep)
 	require.NotContains(t, c.stdout.String(), "progress", "progress goes to stderr only")
 	// The consume phase, from the flags.
 	require.NotNil(t, rep.Consume)
@@ -475,6 +493,21 @@ func TestLoadtestEmbeddedInterrupted(t *testing.T) {
 	require.True(t, rep.Interrupted)
 	require.Less(t, rep.Seconds, 300.0)
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	requireBytesPerMessage(t, &rep)
+	// The progress line came with the first sample.
+	require.NotEmpty(t, rep.Timeline)
+	var last int64
+	for _, p := range rep.Timeline {
+		if p.StoredMessages > last {
+			require.NotNil(t, p.WALBytesPerMessage, "t=%g", p.T)
+			require.Positive(t, *p.WALBytesPerMessage, "t=%g", p.T)
+			require.NotNil(t, p.DBBytesPerMessage, "t=%g", p.T)
+			require.NotNil(t, p.SidecarBytesPerMessage, "t=%g", p.T)
+		} else {
+			require.Nil(t, p.WALBytesPerMessage, "t=%g: nothing stored in the interval", p.T)
+		}
+		last = p.StoredMessages
+	}
 	c.requireCleanedUp(t, cl)
 }
 

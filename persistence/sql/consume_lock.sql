@@ -1,7 +1,8 @@
 -- Locks the consumer row of (partition $1, group $2) and reads its state
 -- with the partition's allocator, names and queue options, and the
--- database's clock. The pop path appends SKIP LOCKED: a row being popped or
--- acked by another request is skipped, not waited for.
+-- database's clock. consume_lock_skip is the same lock for a pop that skips
+-- a row another request is popping or acking instead of waiting for it;
+-- ack_lock reads the same columns. Keep the three in step.
 SELECT c."cursor",
        c.lease_id,
        COALESCE(c.lease_expires_at > clock_timestamp(), false),

@@ -1,0 +1,22 @@
+-- consume_lock for a pop that must not wait (PopSpec.SkipLocked, wildcard
+-- pops): locks the consumer row of (partition $1, group $2) unless another
+-- request holds it, in which case it returns no row (the pop answers busy).
+-- Keep the columns as consume_lock's.
+SELECT c."cursor",
+       c.lease_id,
+       COALESCE(c.lease_expires_at > clock_timestamp(), false),
+       c.lease_to,
+       c.fail_counts,
+       p.last_offset,
+       p.name,
+       q.name,
+       COALESCE((q.options ->> 'leaseTime')::bigint, 300),
+       COALESCE((q.options ->> 'retryLimit')::bigint, 3),
+       COALESCE((q.options ->> 'delayedProcessing')::bigint, 0),
+       COALESCE((q.options ->> 'windowBuffer')::bigint, 0),
+       clock_timestamp()
+FROM queen.consumers c
+JOIN queen.partitions p ON p.id = c.partition_id
+JOIN queen.queues q ON q.id = p.queue_id
+WHERE c.partition_id = $1 AND c.consumer_group = $2
+FOR UPDATE OF c SKIP LOCKED
