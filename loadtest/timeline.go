@@ -114,7 +114,7 @@ type TimelinePoint struct {
 	// broker is this process, harness included); 0 when none answered.
 	BrokerRSS int64 `json:"broker_rss_bytes"`
 	// DBBytes is pg_database_size; SidecarBytes the hash sidecar's
-	// relations (log_txns, log_txn_hashes, every partition, indexes and
+	// relations (log_txns, log_txn_hashes, hash_blocks, every partition, indexes and
 	// TOAST); WALBytes the WAL written since the run started (the
 	// cluster's WAL: every database of the PostgreSQL). All three are 0
 	// when the database could not be read at this sample, WALBytes also

@@ -576,18 +576,6 @@ func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.Ack
 	return sendAcks(ctx, tx, b)
 }
 
-// ackOne is ackConsumerRow under its former signature, kept only for the
-// call in txn.go (Transaction's applyAcks), which passes nil, false, nil:
-// BEGIN, COMMIT and what rides with them belong to the callers now, so it
-// refuses any other pre, commit or obs. Delete it once that call is
-// ackConsumerRow(ctx, tx, k, plan.acks, idx, plan.ackOut).
-func ackOne(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, pre *pgx.Batch, commit bool, obs func(LockEvent)) error {
-	if pre != nil || commit || obs != nil {
-		return errors.New("persistence: ackOne batches no BEGIN or COMMIT; call ackConsumerRow in a transaction the caller owns")
-	}
-	return ackConsumerRow(ctx, tx, k, items, idx, out)
-}
-
 // sendAcks sends b, the statements settle queued, when it holds any.
 func sendAcks(ctx context.Context, tx querier, b *pgx.Batch) error {
 	if b.Len() == 0 {

@@ -328,7 +328,7 @@ func (plan *txnPlan) applyAcks(ctx context.Context, tx pgx.Tx) error {
 		if !ok {
 			continue
 		}
-		if err := ackOne(ctx, tx, k, plan.acks, idx, plan.ackOut, nil, false, nil); err != nil {
+		if err := ackConsumerRow(ctx, tx, k, plan.acks, idx, plan.ackOut); err != nil {
 			return err
 		}
 	}

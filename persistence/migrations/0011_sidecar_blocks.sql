@@ -13,7 +13,8 @@
 --    rows (which are logged: they are the authority) and dropped whole when
 --    the range expires. A row holds the hashes of one bucket of the range
 --    (the top `bits` bits of the hash; bits chosen so that a bucket holds
---    about 48 hashes), sorted, with the covering log_txns row's first offset
+--    about 48 hashes) in three parallel arrays (one aggregation pass builds
+--    all three, so positions agree): the hash, the covering log_txns row's first offset
 --    and the hash's index in it: 28 bytes per hash. A lookup is one
 --    primary-key descent per compacted range in the window, then
 --    array_positions over about 48 uuids, then one log_txns primary-key
@@ -131,10 +132,7 @@ BEGIN
     EXECUTE format('CREATE TABLE queen.%I (LIKE queen.hash_blocks) WITH (autovacuum_enabled = false)', b);
     EXECUTE format($q$
         INSERT INTO queen.%I (lo, bucket, hashes, firsts, idxs)
-        SELECT $1, e.bucket,
-               array_agg(e.hash ORDER BY e.hash, e.first, e.idx),
-               array_agg(e.first ORDER BY e.hash, e.first, e.idx),
-               array_agg(e.idx ORDER BY e.hash, e.first, e.idx)
+        SELECT $1, e.bucket, array_agg(e.hash), array_agg(e.first), array_agg(e.idx)
           FROM (SELECT encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid AS hash,
                        t.first_offset AS first, g.i AS idx,
                        ('x' || encode(substring(t.hashes FROM g.i * 16 + 1 FOR 4), 'hex'))::bit(32)::bigint >> (32 - $3) AS bucket

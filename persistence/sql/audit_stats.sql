@@ -1,5 +1,5 @@
 -- The database's size figures for the load test's timeline: the whole
--- database, the hash sidecar (log_txns and log_txn_hashes with their indexes
+-- database, the hash sidecar (log_txns, log_txn_hashes and hash_blocks with their indexes
 -- and TOAST, every partition of a partitioned table included:
 -- pg_partition_tree lists a partitioned table's members and nothing for a
 -- plain table, hence the table itself is added, once), the
@@ -11,7 +11,8 @@ SELECT pg_database_size(current_database()),
         FROM (SELECT relid FROM pg_partition_tree(to_regclass('queen.log_txns'))
               UNION SELECT to_regclass('queen.log_txns')
               UNION SELECT relid FROM pg_partition_tree(to_regclass('queen.log_txn_hashes'))
-              UNION SELECT to_regclass('queen.log_txn_hashes')) t
+              UNION SELECT to_regclass('queen.log_txn_hashes')
+              UNION SELECT relid FROM pg_partition_tree(to_regclass('queen.hash_blocks'))) t
         WHERE t.relid IS NOT NULL),
        pg_current_wal_lsn()::text,
        COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn), 0)::bigint
