@@ -63,10 +63,15 @@ func (s *Store) analyzePartitions(ctx context.Context) error {
 	return err
 }
 
-// created is the Exec callback of a statement that creates partitions: it
-// adds the rows the statement inserted.
-func (a *analyzer) created(ct pgconn.CommandTag) error {
-	a.add(ct.RowsAffected())
+// created counts the rows statements creating partitions inserted (count
+// is their Exec callback); the owner adds n to the analyzer (add) once their
+// batch has committed: a batch is one implicit transaction, and an ANALYZE
+// started before its commit would not see them (the analyzer would then
+// count them as analyzed and wait for 500 more).
+type created struct{ n int64 }
+
+func (c *created) count(ct pgconn.CommandTag) error {
+	c.n += ct.RowsAffected()
 	return nil
 }
 

@@ -230,11 +230,13 @@ func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string
 	}
 	b := &pgx.Batch{}
 	b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
-	b.Queue(sqlEnsurePartition, queueName, partition, fresh).Exec(s.stats.created)
+	var c created
+	b.Queue(sqlEnsurePartition, queueName, partition, fresh).Exec(c.count)
 	b.Queue(sqlGetPartition, queueName, partition).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return uuid.Nil, unavailable(err)
 	}
+	s.stats.add(c.n)
 	return id, nil
 }
 
@@ -313,11 +315,13 @@ func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uu
 		}
 		qs, ps, fresh = append(qs, k.Queue), append(ps, k.Partition), append(fresh, pgUUID(id))
 	}
-	b.Queue(sqlEnsurePartitions, qs, ps, fresh).Exec(s.stats.created)
+	var c created
+	b.Queue(sqlEnsurePartitions, qs, ps, fresh).Exec(c.count)
 	read(missing, b)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, unavailable(err)
 	}
+	s.stats.add(c.n)
 	for _, i := range missing {
 		if !found[i] {
 			// Its queue was deleted between the statements: the caller
