@@ -254,6 +254,21 @@ func segmentRangeNames(t testing.TB, s *Store) []string {
 	return names
 }
 
+// segmentReader opens a transaction that has read partition pid's one
+// segment (so a concurrent detach of its range waits for it); rolled back
+// at the test's end unless committed.
+func segmentReader(t *testing.T, s *Store, pid uuid.UUID) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	reader, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { reader.Rollback(ctx) }) //nolint:errcheck
+	var n int
+	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id = $1`, pid).Scan(&n))
+	require.Equal(t, 1, n)
+	return reader
+}
+
 func TestSegmentRangeDropDoesNotBlockPushes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -265,12 +280,7 @@ func TestSegmentRangeDropDoesNotBlockPushes(t *testing.T) {
 
 	// A reader still in a transaction that has read the old range: the
 	// detach waits for it.
-	reader, err := s.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer reader.Rollback(ctx) //nolint:errcheck
-	var n int
-	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id = $1`, tq).Scan(&n))
-	require.Equal(t, 1, n)
+	reader := segmentReader(t, s, tq)
 
 	done := make(chan RetentionCounts, 1)
 	go func() {
@@ -313,12 +323,7 @@ func TestInterruptedSegmentRangeDetachIsFinalized(t *testing.T) {
 	commitEach(t, s, tq, "tq", "p", "m0")
 	old := pastSegmentRange(t, s, tq)
 
-	reader, err := s.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer reader.Rollback(ctx) //nolint:errcheck
-	var n int
-	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id = $1`, tq).Scan(&n))
-	require.Equal(t, 1, n)
+	reader := segmentReader(t, s, tq)
 
 	done := make(chan error, 1)
 	go func() {
