@@ -56,7 +56,7 @@ SELECT (SELECT count(*) FROM queen.segments WHERE partition_id = $1),
          CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
          WHERE t.partition_id = $1
            AND EXISTS (SELECT 1 FROM queen.sidecar_find($1, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
-                                                        '-infinity', '-infinity', 'infinity') f
+                                                        '-infinity', '-infinity', 'infinity', false) f
                         WHERE f."offset" = t.first_offset + g.i))`, pid).Scan(&c.Segments, &c.Messages, &c.Txns, &c.Hashes))
 	return c
 }

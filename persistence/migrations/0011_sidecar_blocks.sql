@@ -228,6 +228,28 @@ BEGIN
 END
 $$;
 
+-- True when every level-0 range ending after `after` is alive; raises QS001
+-- naming the first that is not (a crash emptied it). A caller that has
+-- checked once for a statement passes checked to queen.sidecar_find.
+CREATE FUNCTION queen.sidecar_assert_alive(after timestamptz) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    lost timestamptz;
+BEGIN
+    SELECT r.lo INTO lost
+      FROM queen.sidecar_ranges r
+     WHERE r.bits IS NULL AND r.hi > after
+       AND NOT EXISTS (SELECT 1 FROM queen.sidecar_alive a WHERE a.lo = r.lo)
+     ORDER BY r.lo
+     LIMIT 1;
+    IF lost IS NOT NULL THEN
+        PERFORM queen.sidecar_lost(lost, false);
+    END IF;
+    RETURN true;
+END
+$$;
+
 -- Where a hash h of partition p may be (SPEC.md §3, §4, §13): its sidecar
 -- entries created after `after` and within [since, until], each as the
 -- offset, the first offset of its segment and its created_at, from level 0
@@ -235,9 +257,10 @@ $$;
 -- (one primary-key descent per compacted range in the span). An entry
 -- counts only while its log_txns row exists (level 1 reads the hash back
 -- from it). Raises QS001 when a level-0 range the span needs was emptied by
--- a crash and is not rebuilt yet. prefix is the hash's first 4 bytes as an
--- unsigned integer (its bucket in every compacted range).
-CREATE FUNCTION queen.sidecar_find(p uuid, h uuid, after timestamptz, since timestamptz, until timestamptz)
+-- a crash and is not rebuilt yet, unless checked (the caller ran
+-- queen.sidecar_assert_alive for the statement). The hash's bucket in a
+-- compacted range is its top `bits` bits.
+CREATE FUNCTION queen.sidecar_find(p uuid, h uuid, after timestamptz, since timestamptz, until timestamptz, checked boolean)
     RETURNS TABLE ("offset" bigint, segment bigint, created_at timestamptz)
     LANGUAGE sql STABLE
 AS $$
@@ -253,10 +276,10 @@ AS $$
                    OFFSET 0)
        -- (The raise sits in the WHERE: an EXISTS never evaluates its
        -- select list.)
-       AND NOT EXISTS (SELECT 1
+       AND (checked OR NOT EXISTS (SELECT 1
                          FROM queen.sidecar_ranges r
                         WHERE r.bits IS NULL AND r.hi > after AND r.hi > since AND r.lo <= until
-                          AND queen.sidecar_lost(r.lo, EXISTS (SELECT 1 FROM queen.sidecar_alive a WHERE a.lo = r.lo)))
+                          AND queen.sidecar_lost(r.lo, EXISTS (SELECT 1 FROM queen.sidecar_alive a WHERE a.lo = r.lo))))
     UNION ALL
     SELECT t.first_offset + k.idxs[i], t.first_offset, t.created_at
       FROM queen.sidecar_ranges r

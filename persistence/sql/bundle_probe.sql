@@ -69,7 +69,15 @@ WITH qo AS MATERIALIZED (
            -- The window's lower edge at the probe, on PostgreSQL's clock: a
            -- column, so queen.sidecar_find is inlined (a volatile argument
            -- would make it a separate plan per call).
-           clock_timestamp() - make_interval(secs => w0.seconds) AS after
+           clock_timestamp() - make_interval(secs => w0.seconds) AS after,
+           -- Once per partition that will look a hash up (not narrowed, or
+           -- a suspect): its window's level-0 ranges are alive, or QS001
+           -- (queen.sidecar_assert_alive); the lookups then skip the check.
+           CASE WHEN w0.seconds > 0
+                     AND NOT (w0.watermark >= 0 AND w0.seconds <= w0.assumed
+                              AND NOT true = ANY (($6::boolean[])[w0.lo:w0.hi]))
+                THEN queen.sidecar_assert_alive(clock_timestamp() - make_interval(secs => w0.seconds))
+           END AS checked
       FROM w0
 )
 SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id,
@@ -99,7 +107,8 @@ SELECT x.partition_id,
                               -- holds (narrowed): the ranges outside it are
                               -- not read.
                               CASE WHEN w.narrowed THEN h.since ELSE '-infinity'::timestamptz END,
-                              CASE WHEN w.narrowed THEN h.until ELSE 'infinity'::timestamptz END) f
+                              CASE WHEN w.narrowed THEN h.until ELSE 'infinity'::timestamptz END,
+                              COALESCE(w.checked, false)) f
      WHERE (NOT w.narrowed OR h.suspect) AND w.seconds > 0
     OFFSET 0
  ) x

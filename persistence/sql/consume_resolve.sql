@@ -8,5 +8,5 @@ SELECT k.hash,
        max(x."offset")
 FROM unnest($2::uuid[]) AS k (hash)
 JOIN queen.consumers c ON c.partition_id = $1 AND c.consumer_group = $3
-CROSS JOIN LATERAL queen.sidecar_find($1, k.hash, '-infinity', '-infinity', 'infinity') x
+CROSS JOIN LATERAL queen.sidecar_find($1, k.hash, '-infinity', '-infinity', 'infinity', false) x
 GROUP BY k.hash

@@ -32,7 +32,7 @@ SELECT qp.partition_id, qp.seconds, h."offset", h.created_at, h.in_window,
   LEFT JOIN LATERAL (
     SELECT x."offset", x.segment, x.created_at,
            (qp.seconds > 0 AND x.created_at > qp.now - make_interval(secs => qp.seconds)) AS in_window
-      FROM queen.sidecar_find(qp.partition_id, $3::uuid, '-infinity', '-infinity', 'infinity') x
+      FROM queen.sidecar_find(qp.partition_id, $3::uuid, '-infinity', '-infinity', 'infinity', false) x
      WHERE qp.partition_id IS NOT NULL
      ORDER BY 4 DESC,
               CASE WHEN (qp.seconds > 0 AND x.created_at > qp.now - make_interval(secs => qp.seconds)) THEN x."offset" END,
