@@ -78,6 +78,11 @@ type RetentionConfig struct {
 	// for their range's drop: a model that expects an exact cutoff at each
 	// step holds. Nothing in production sets it.
 	NoRangeGrace bool
+	// CompactGrace (tests only) is how long after its upper bound a level-0
+	// sidecar range is compacted; 0 (or less) takes the production value,
+	// 5 s. A test that wants level 1 at every step lowers it with a short
+	// sidecar range. Nothing in production sets it.
+	CompactGrace time.Duration
 	// Logger gets leadership changes (info), pass counts (debug) and errors
 	// (warn); default slog.Default().
 	Logger *slog.Logger
@@ -92,6 +97,9 @@ func (c RetentionConfig) withDefaults() RetentionConfig {
 	}
 	if c.TxnsFloor <= 0 {
 		c.TxnsFloor = DefaultTxnsFloor
+	}
+	if c.CompactGrace <= 0 {
+		c.CompactGrace = compactGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -215,7 +223,7 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 			sctx, cancel = context.WithTimeout(ctx, 4*timeout) // a range's build reads all of it
 			defer cancel()
 		}
-		r, err := compactSidecarRanges(sctx, db, compactGrace)
+		r, err := compactSidecarRanges(sctx, db, cfg.CompactGrace)
 		c.Ranges.Compacted += r.Compacted
 		c.Ranges.Hashes += r.Hashes
 		c.Ranges.Refilled += r.Refilled

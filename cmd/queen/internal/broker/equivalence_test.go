@@ -5,7 +5,8 @@ package broker
 // several partitions), window changes (to 0 and back), clock advances and
 // retention steps runs against the broker with the cache on, off, on with a
 // budget so small that it evicts constantly, and split across two brokers
-// sharing one database, and with every partition actor passivated after
+// sharing one database, with sidecar ranges of a second compacted to level 1
+// at every retention step, and with every partition actor passivated after
 // every few pushes (each next push reactivates it, or races its stop); the verdicts and message-id relations of every run
 // must equal each other and a plain reference model of SPEC.md §3.
 //
@@ -161,7 +162,8 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp, passivateEvery i
 	t.Helper()
 	ctx := context.Background()
 	db := envs[0].db
-	store, err := persistence.Open(ctx, persistence.Config{URL: envs[0].url, MaxConns: 2})
+	span := envs[0].b.cfg.SidecarRange
+	store, err := persistence.Open(ctx, persistence.Config{URL: envs[0].url, MaxConns: 2, SidecarRange: span})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,13 +221,31 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp, passivateEvery i
 						return err
 					}
 				}
-				return nil
+				// A compacted range (level 1) keeps its hashes under its
+				// real time bounds, which no stored created_at leaves in
+				// production; the aged rows' hashes go back to level 0 under
+				// their new created_at (the range or DEFAULT partition that
+				// covers it), where the next compaction finds them.
+				_, err := db.Exec(ctx, `INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+					SELECT t.partition_id, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
+					       t.first_offset + g.i, t.first_offset, t.created_at
+					  FROM queen.log_txns t
+					 CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
+					 WHERE t.partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)
+					   AND NOT EXISTS (SELECT 1 FROM queen.log_txn_hashes x
+					                    WHERE x.partition_id = t.partition_id AND x.segment = t.first_offset
+					                      AND x."offset" = t.first_offset + g.i)`, queue)
+				return err
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 		case "retain":
-			if _, err := store.RetentionStep(ctx, persistence.RetentionConfig{TxnsFloor: floorSeconds * time.Second, NoRangeGrace: true}); err != nil {
+			rc := persistence.RetentionConfig{TxnsFloor: floorSeconds * time.Second, NoRangeGrace: true}
+			if span == time.Second {
+				rc.CompactGrace = time.Millisecond // every closed range to level 1
+			}
+			if _, err := store.RetentionStep(ctx, rc); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -286,6 +306,9 @@ func TestDedupCacheEquivalence(t *testing.T) {
 		slow(c)
 		c.PartitionIdle, c.MaxActivePartitions, c.DedupCacheColdFor = time.Hour, 1, time.Nanosecond
 	})
+	// Sidecar ranges of one second, compacted at every retention step: the
+	// lookups of older pushes go to level 1 (hash_blocks).
+	compacting := startEnv(t, func(c *Config) { slow(c); c.SidecarRange = time.Second })
 	runs := []struct {
 		name      string
 		envs      []*env
@@ -297,6 +320,7 @@ func TestDedupCacheEquivalence(t *testing.T) {
 		{"two-brokers", []*env{a, b}, 0},
 		{"passivating", []*env{passivating}, 3},
 		{"pressured", []*env{pressured}, 0},
+		{"compacting", []*env{compacting}, 0},
 	}
 	for s := 0; s < seeds; s++ {
 		seed := base + int64(s)
@@ -350,6 +374,15 @@ func TestDedupCacheEquivalence(t *testing.T) {
 				t.Errorf("run %s never passivated for the bound: %+v", run.name, ps)
 			}
 			t.Logf("run %s: %+v, cache %+v", run.name, run.envs[0].b.host.PartitionStats(), st)
+		case "compacting":
+			var n int
+			if err := run.envs[0].db.QueryRow(context.Background(), `SELECT count(*) FROM queen.sidecar_ranges WHERE bits IS NOT NULL`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				t.Errorf("run %s never compacted a sidecar range", run.name)
+			}
+			t.Logf("run %s: %d sidecar ranges compacted", run.name, n)
 		case "cache-off":
 			if st.NarrowedProbes != 0 || st.Bytes != 0 {
 				t.Errorf("run %s used the cache: %+v", run.name, st)
