@@ -35,6 +35,7 @@ var (
 	sqlSidecarRangeDrop     = q("sidecar_range_drop")
 	sqlSidecarLockTimeout   = q("sidecar_lock_timeout")
 	sqlRetentionDefault     = q("retention_default")
+	sqlTestAge              = q("test_age")
 	sqlSidecarCompactable   = q("sidecar_compactable")
 	sqlSidecarCompact       = q("sidecar_compact")
 	sqlSidecarRefill        = q("sidecar_refill")

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/queen-mq/queen-go/lifecycle"
 )
@@ -556,4 +557,17 @@ func (r *Retention) release(conn *pgx.Conn) {
 		r.log.Info("retention: stopped; the retention lock is released")
 	}
 	conn.Close(ctx) //nolint:errcheck
+}
+
+// AgePartitions (tests only) moves the stored time of partitions pids back
+// by d: their segments, log_txns and sidecar rows then look d older to the
+// window check and retention, which run on PostgreSQL's clock. Hashes in
+// compacted sidecar ranges are written to level 0 again under the moved
+// time (sql/test_age.sql). Callers hold the brokers' caches meanwhile
+// (actors.Age). Nothing in production calls it.
+func (s *Store) AgePartitions(ctx context.Context, pids []uuid.UUID, d time.Duration) error {
+	if _, err := s.pool.Exec(ctx, sqlTestAge, pids, d.Seconds()); err != nil {
+		return fmt.Errorf("age partitions: %w", err)
+	}
+	return nil
 }

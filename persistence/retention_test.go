@@ -19,26 +19,11 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // Retention tests make rows old by moving their created_at back (tests
 // only), never by waiting.
 
-// keptIfSegments is the SET clause that moves an aged segment to
-// segments_kept: segments_timed has ranges only around now (migration
-// 0010), and the walk treats a kept segment as any other once its queue's
-// retention passes.
-func keptIfSegments(table string) string {
-	if table == "segments" {
-		return ", timed = false"
-	}
-	return ""
-}
-
 // age moves the created_at of partition pid's segments and sidecar rows
-// back by d (the segments to segments_kept, keptIfSegments).
+// back by d (Store.AgePartitions).
 func age(t testing.TB, s *Store, pid uuid.UUID, d time.Duration) {
 	t.Helper()
-	ctx := context.Background()
-	for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
-		_, err := s.pool.Exec(ctx, `UPDATE queen.`+table+` SET created_at = created_at - make_interval(secs => $2)`+keptIfSegments(table)+` WHERE partition_id = $1`, pid, d.Seconds())
-		require.NoError(t, err)
-	}
+	require.NoError(t, s.AgePartitions(context.Background(), []uuid.UUID{pid}, d))
 }
 
 // rowCounts counts partition pid's segments, messages in them, log_txns rows

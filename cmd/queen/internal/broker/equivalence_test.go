@@ -210,33 +210,9 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp, passivateEvery i
 			for k, e := range envs {
 				caches[k] = e.b.cache
 			}
-			err := actors.Age(caches, queuePartitions(t, db, queue), time.Duration(op.secs)*time.Second, func() error {
-				for _, tbl := range []string{"segments", "log_txns", "log_txn_hashes"} {
-					set := ""
-					if tbl == "segments" {
-						set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
-					}
-					if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE queen.%s SET created_at = created_at - make_interval(secs => %d)%s
-					WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, tbl, op.secs, set), queue); err != nil {
-						return err
-					}
-				}
-				// A compacted range (level 1) keeps its hashes under its
-				// real time bounds, which no stored created_at leaves in
-				// production; the aged rows' hashes go back to level 0 under
-				// their new created_at (the range or DEFAULT partition that
-				// covers it), where the next compaction finds them.
-				_, err := db.Exec(ctx, `INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
-					SELECT t.partition_id, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
-					       t.first_offset + g.i, t.first_offset, t.created_at
-					  FROM queen.log_txns t
-					 CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
-					 WHERE t.partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)
-					   AND NOT EXISTS (SELECT 1 FROM queen.log_txn_hashes x
-					                    WHERE x.partition_id = t.partition_id AND x.segment = t.first_offset
-					                      AND x."offset" = t.first_offset + g.i)`, queue)
-				return err
-			})
+			pids := queuePartitions(t, db, queue)
+			d := time.Duration(op.secs) * time.Second
+			err := actors.Age(caches, pids, d, func() error { return store.AgePartitions(ctx, pids, d) })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -29,22 +28,13 @@ func retentionEnv(t *testing.T) *env {
 	})
 }
 
-// ageQueue moves the created_at of a queue's segments and sidecar rows back by d.
+// ageQueue moves the created_at of a queue's segments and sidecar rows back
+// by d (persistence.Store.AgePartitions).
 func (e *env) ageQueue(t testing.TB, queue string, d time.Duration) {
 	t.Helper()
-	err := actors.Age([]*actors.Cache{e.b.cache}, queuePartitions(t, e.db, queue), d, func() error {
-		for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
-			set := ""
-			if table == "segments" {
-				set = ", timed = false" // to segments_kept: no time range holds the past (migration 0010)
-			}
-			_, err := e.db.Exec(context.Background(), `UPDATE queen.`+table+` SET created_at = created_at - make_interval(secs => $2)`+set+`
-WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`, queue, d.Seconds())
-			if err != nil {
-				return fmt.Errorf("age %s of %s: %w", table, queue, err)
-			}
-		}
-		return nil
+	pids := queuePartitions(t, e.db, queue)
+	err := actors.Age([]*actors.Cache{e.b.cache}, pids, d, func() error {
+		return e.b.store.AgePartitions(context.Background(), pids, d)
 	})
 	if err != nil {
 		t.Fatal(err)
