@@ -2,16 +2,13 @@ package persistence
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 
 // lastStamp is the created_at of partition pid's newest log_txns row.
@@ -173,26 +170,10 @@ func TestSidecarLostClosedRangeIsCompactedFromLogTxns(t *testing.T) {
 func TestMigrationToSidecarBlocksKeepsVerdicts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
-	require.NoError(t, err)
-	defer admin.Close(ctx)
-	name := fmt.Sprintf("queen_m11_%d", time.Now().UnixNano())
-	_, err = admin.Exec(ctx, `CREATE DATABASE `+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-	})
-	cfg, err := pgx.ParseConfig(pgtest.ServerURL())
-	require.NoError(t, err)
-	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
-	_, err = migrateTo(ctx, url, 10)
-	require.NoError(t, err)
+	url, conn := databaseAt(t, 10)
 
 	// Pushed by the old layout: a logged range of the current minute with
 	// the per-hash rows (what 0010's bundle_insert wrote).
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
 	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac10"
 	for _, q := range []string{
 		`SELECT queen.sidecar_create_range(date_trunc('minute', clock_timestamp()), date_trunc('minute', clock_timestamp()) + interval '1 minute')`,
@@ -206,7 +187,7 @@ func TestMigrationToSidecarBlocksKeepsVerdicts(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, `SELECT relpersistence::text FROM pg_class WHERE relname = queen.sidecar_range_name(date_trunc('minute', clock_timestamp()))`).Scan(&persistence))
 	require.Equal(t, "p", persistence, "0010 made logged ranges")
 	ha, hb := queen.HashTxn("old-a"), queen.HashTxn("old-b")
-	_, err = conn.Exec(ctx, `
+	_, err := conn.Exec(ctx, `
 WITH t AS (SELECT clock_timestamp() AS now),
 s AS (INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
       SELECT $1, 0, 1, t.now, decode(repeat('ab', 32), 'hex'), $4 FROM t),
