@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -31,16 +32,23 @@ const (
 	// flight roll back and their items are answered failed. Needs Cluster or
 	// Config.RestartPostgres (--embedded).
 	ChaosPGRestart = "pg-restart"
-	// ChaosMixed injects the three faults above in rounds of one of each, in
-	// an order drawn from ChaosSeed. Needs Cluster.
+	// ChaosPGFailover kills the managed PostgreSQL primary with SIGKILL and
+	// promotes its synchronous standby (SPEC.md §9): the brokers find the
+	// new primary through their multi-host DATABASE_URL. Once per run (the
+	// run goes on with one server). Needs Cluster with PGStandby.
+	ChaosPGFailover = "pg-failover"
+	// ChaosMixed injects kill, stop and pg-restart (and pg-failover once,
+	// with a standby) in rounds of one of each, in an order drawn from
+	// ChaosSeed. Needs Cluster.
 	ChaosMixed = "mixed"
 )
 
 // The kinds of fault (FaultReport.Kind).
 const (
-	FaultKill      = "kill"
-	FaultStop      = "stop"
-	FaultPGRestart = "pg-restart"
+	FaultKill       = "kill"
+	FaultStop       = "stop"
+	FaultPGRestart  = "pg-restart"
+	FaultPGFailover = "pg-failover"
 )
 
 // DefaultChaosInterval is the time between faults when Config.ChaosInterval
@@ -61,7 +69,7 @@ func chaosOn(mode string) bool { return mode != "" && mode != ChaosNone }
 // for a stop (frozen before SIGCONT), 0 for a PostgreSQL restart (the start
 // follows the stop at once).
 func (c *Config) pauseFor(kind string) time.Duration {
-	if kind == FaultPGRestart {
+	if kind == FaultPGRestart || kind == FaultPGFailover {
 		return 0
 	}
 	if c.ChaosPause > 0 {
@@ -82,6 +90,8 @@ func chaosKinds(mode string) []string {
 		return []string{FaultStop}
 	case ChaosPGRestart:
 		return []string{FaultPGRestart}
+	case ChaosPGFailover:
+		return []string{FaultPGFailover}
 	case ChaosMixed:
 		return []string{FaultKill, FaultStop, FaultPGRestart}
 	}
@@ -236,15 +246,18 @@ type ChaosReport struct {
 	// Seed drew the brokers and (mixed) the order of the faults: pass it
 	// as --chaos-seed to draw the same again.
 	Seed uint64 `json:"seed"`
-	// Faults counts every fault; Kills, Stops and PGRestarts by kind;
+	// Faults counts every fault; Kills, Stops, PGRestarts and PGFailovers
+	// by kind (a failover recovers once every broker answers healthy on the
+	// promoted standby);
 	// Recovered those whose target came back (a killed broker restarted
 	// and healthy, a stopped one resumed and healthy, PostgreSQL accepting
 	// connections again).
-	Faults     int `json:"faults"`
-	Kills      int `json:"kills"`
-	Stops      int `json:"stops"`
-	PGRestarts int `json:"pg_restarts"`
-	Recovered  int `json:"recovered"`
+	Faults      int `json:"faults"`
+	Kills       int `json:"kills"`
+	Stops       int `json:"stops"`
+	PGRestarts  int `json:"pg_restarts"`
+	PGFailovers int `json:"pg_failovers"`
+	Recovered   int `json:"recovered"`
 	// During is the faults' [start, recovery) stretches together; After the
 	// stretches after each recovery until things settled (the latest of
 	// the recovery, every shard owned again and the clients' request
@@ -260,7 +273,8 @@ type ChaosReport struct {
 // load started), how long until its target recovered, and what it cost.
 type FaultReport struct {
 	Kind string `json:"kind"`
-	// Broker is the broker index (kill, stop; -1 for pg-restart), BrokerID
+	// Broker is the broker index (kill, stop; -1 for pg-restart and
+	// pg-failover), BrokerID
 	// the id it had.
 	Broker   int    `json:"broker"`
 	BrokerID string `json:"broker_id,omitempty"`
@@ -429,7 +443,9 @@ func (r *chaosRun) chaos(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r.inject(ctx, r.nextKind())
+		if kind := r.nextKind(); kind != "" {
+			r.inject(ctx, kind)
+		}
 		// At least half an interval between a recovery and the next fault.
 		next = max(next+interval, time.Since(r.start)+interval/2)
 	}
@@ -439,6 +455,17 @@ func (r *chaosRun) chaos(ctx context.Context) {
 // of a round of one of each in a seeded random order.
 func (r *chaosRun) nextKind() string {
 	kinds := chaosKinds(r.mode)
+	failover := r.c != nil && r.c.canFailover()
+	if r.mode == ChaosMixed && failover {
+		kinds = append(kinds, FaultPGFailover)
+	}
+	if !failover { // once per run: after it, one server is left
+		kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == FaultPGFailover })
+		r.round = slices.DeleteFunc(r.round, func(k string) bool { return k == FaultPGFailover })
+	}
+	if len(kinds) == 0 {
+		return ""
+	}
 	if len(kinds) == 1 {
 		return kinds[0]
 	}
@@ -459,7 +486,7 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 	bg := context.WithoutCancel(ctx)
 	ev := &faultEvent{kind: kind, broker: -1, recovered: -1, pause: r.cfg.pauseFor(kind)}
 	var b *brokerProc
-	if kind != FaultPGRestart {
+	if kind == FaultKill || kind == FaultStop {
 		var live []*brokerProc
 		for _, p := range r.c.brokers {
 			p.mu.Lock()
@@ -508,6 +535,20 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 		rctx, cancel := context.WithTimeout(bg, 3*time.Minute)
 		err = r.restartPG(rctx)
 		cancel()
+	case FaultPGFailover:
+		r.status("loadtest: chaos: killing the PostgreSQL primary (SIGKILL) and promoting its standby at %.1fs", ev.at.Seconds())
+		rctx, cancel := context.WithTimeout(bg, 3*time.Minute)
+		if _, err = r.c.failover(rctx); err == nil {
+			r.status("loadtest: chaos: standby promoted at %.1fs", time.Since(r.start).Seconds())
+			// Recovered once every broker answers healthy again: its pool
+			// reaches the new primary.
+			for _, b := range r.c.brokers {
+				if err = r.c.waitReady(rctx, b); err != nil {
+					break
+				}
+			}
+		}
+		cancel()
 	}
 	r.mu.Lock()
 	if err != nil {
@@ -529,8 +570,11 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 }
 
 func (r *chaosRun) what(ev *faultEvent) string {
-	if ev.kind == FaultPGRestart {
+	switch ev.kind {
+	case FaultPGRestart:
 		return "PostgreSQL restart"
+	case FaultPGFailover:
+		return "PostgreSQL failover"
 	}
 	return fmt.Sprintf("%s of broker %d", ev.kind, ev.broker)
 }
@@ -612,6 +656,8 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 			ch.Stops++
 		case FaultPGRestart:
 			ch.PGRestarts++
+		case FaultPGFailover:
+			ch.PGFailovers++
 		}
 		recovered := next
 		if ev.recovered >= 0 {
@@ -688,8 +734,9 @@ func (c *ClusterReport) writeText(b *strings.Builder) {
 }
 
 func (c *ChaosReport) writeText(b *strings.Builder) {
-	fmt.Fprintf(b, "  chaos     %s every %.0f s (seed %d): %s — %s, %s, %s; %d recovered\n",
-		c.Mode, c.IntervalSeconds, c.Seed, plural(c.Faults, "fault"), plural(c.Kills, "kill"), plural(c.Stops, "stop"), plural(c.PGRestarts, "pg restart"), c.Recovered)
+	fmt.Fprintf(b, "  chaos     %s every %.0f s (seed %d): %s — %s, %s, %s, %s; %d recovered\n",
+		c.Mode, c.IntervalSeconds, c.Seed, plural(c.Faults, "fault"), plural(c.Kills, "kill"), plural(c.Stops, "stop"), plural(c.PGRestarts, "pg restart"),
+		plural(c.PGFailovers, "pg failover"), c.Recovered)
 	for _, e := range c.Events {
 		var what string
 		switch e.Kind {
@@ -697,6 +744,8 @@ func (c *ChaosReport) writeText(b *strings.Builder) {
 			what = fmt.Sprintf("kill broker %d, down %.1f s", e.Broker, e.PauseSeconds)
 		case FaultStop:
 			what = fmt.Sprintf("stop broker %d, frozen %.1f s", e.Broker, e.PauseSeconds)
+		case FaultPGFailover:
+			what = "pg-failover (primary SIGKILLed, standby promoted)"
 		default:
 			what = "pg-restart"
 		}

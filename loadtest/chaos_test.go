@@ -86,8 +86,9 @@ func TestChaosConfig(t *testing.T) {
 		{ChaosStop, true, "chaos stop needs brokers of our own"},
 		{ChaosMixed, true, "chaos mixed needs brokers of our own"},
 		{ChaosPGRestart, false, "pass --brokers N or --embedded"},
-		{"flood", false, `chaos "flood": want none, kill, stop, pg-restart or mixed`},
+		{"flood", false, `chaos "flood": want none, kill, stop, pg-restart, pg-failover or mixed`},
 		{ChaosPGRestart, true, ""},
+		{ChaosPGFailover, true, "pass --brokers N --pg-standby"},
 	} {
 		c := base
 		c.Chaos = tc.chaos

@@ -43,6 +43,12 @@ type ClusterConfig struct {
 	LogLevel string
 	// TempParent is where the temporary folder is made ("": os.TempDir()).
 	TempParent string
+	// PGStandby gives the managed PostgreSQL a synchronous streaming
+	// standby on loopback (localpg.Cluster.StartStandby, --pg-standby): the
+	// brokers' DATABASE_URL lists both servers (localpg.FailoverURL), so
+	// they follow a promotion by themselves, and ChaosPGFailover can kill
+	// the primary and promote the standby (SPEC.md §9).
+	PGStandby bool
 	// Status receives one line per step (nil: none).
 	Status io.Writer
 }
@@ -52,7 +58,10 @@ type ClusterConfig struct {
 type Cluster struct {
 	cfg     ClusterConfig
 	dir     string
-	pg      *localpg.Cluster
+	pg      *localpg.Cluster // the primary
+	standby *localpg.Cluster // its synchronous standby (PGStandby), nil once promoted
+	dbURL   string           // the brokers' DATABASE_URL
+	retired []*localpg.Cluster
 	ns      *server.Server
 	natsURL string
 	brokers []*brokerProc
@@ -114,6 +123,14 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 		return c, fmt.Errorf("start the managed PostgreSQL: %w", err)
 	}
 	c.status("loadtest: PostgreSQL cluster in %s", c.pg.Dir())
+	c.dbURL = c.pg.URL()
+	if cfg.PGStandby {
+		if c.standby, err = c.pg.StartStandby(pctx); err != nil {
+			return c, fmt.Errorf("start the PostgreSQL standby: %w", err)
+		}
+		c.dbURL = localpg.FailoverURL(c.pg, c.standby)
+		c.status("loadtest: synchronous PostgreSQL standby in %s (port %d)", c.standby.Dir(), c.standby.Port())
+	}
 
 	ns, err := server.NewServer(&server.Options{ServerName: "queen-loadtest", Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		MaxPayload: queen.MaxBodyBytes + 64<<10, MaxPending: 1 << 30, NoSigs: true, NoLog: true})
@@ -162,8 +179,10 @@ func (c *Cluster) status(format string, args ...any) {
 }
 
 // NATSURL is the shared NATS server; DatabaseURL the shared PostgreSQL.
-func (c *Cluster) NATSURL() string     { return c.natsURL }
-func (c *Cluster) DatabaseURL() string { return c.pg.URL() }
+func (c *Cluster) NATSURL() string { return c.natsURL }
+
+// (with PGStandby both servers, primary first: localpg.FailoverURL).
+func (c *Cluster) DatabaseURL() string { return c.dbURL }
 
 // Dir is the cluster's temporary folder (the brokers' logs are there).
 func (c *Cluster) Dir() string { return c.dir }
@@ -187,7 +206,7 @@ func (c *Cluster) spawn(b *brokerProc) error {
 	fmt.Fprintf(logf, "=== loadtest: starting broker %d at %s\n", b.idx, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.cfg.Exe, "serve")
 	env := append(os.Environ(), c.cfg.Env...)
-	env = append(env, "DATABASE_URL="+c.pg.URL(), "NATS_URL="+c.natsURL, "QUEEN_HTTP_ADDR="+b.addr,
+	env = append(env, "DATABASE_URL="+c.dbURL, "NATS_URL="+c.natsURL, "QUEEN_HTTP_ADDR="+b.addr,
 		"QUEEN_DATA_DIR="+b.dataDir, "QUEEN_LOG_LEVEL="+c.cfg.LogLevel)
 	if c.cfg.Lease > 0 {
 		env = append(env, "QUEEN_SHARD_LEASE="+c.cfg.Lease.String())
@@ -376,6 +395,29 @@ func (c *Cluster) thaw(b *brokerProc) {
 // pg-restart): a fast stop, then a start on the same folder and port.
 func (c *Cluster) restartPostgres(ctx context.Context) error { return c.pg.Restart(ctx) }
 
+// canFailover reports whether a standby is there to promote.
+func (c *Cluster) canFailover() bool { return c.standby != nil }
+
+// failover kills the primary with SIGKILL (its machine lost) and promotes
+// the synchronous standby (chaos pg-failover); the brokers find it through
+// their multi-host DATABASE_URL. The run goes on with one server. killed is
+// when the primary was gone.
+func (c *Cluster) failover(ctx context.Context) (killed time.Time, err error) {
+	if c.standby == nil {
+		return time.Time{}, errors.New("no standby to promote")
+	}
+	if err := c.pg.Kill(); err != nil {
+		return time.Time{}, err
+	}
+	killed = time.Now()
+	if err := c.standby.Promote(ctx); err != nil {
+		return killed, err
+	}
+	c.retired = append(c.retired, c.pg)
+	c.pg, c.standby = c.standby, nil
+	return killed, nil
+}
+
 // stop ends b: SIGTERM (a clean shutdown), SIGKILL after grace. A frozen
 // broker is resumed, so it can handle the SIGTERM.
 func (c *Cluster) stop(b *brokerProc, grace time.Duration) {
@@ -414,12 +456,15 @@ func (c *Cluster) Close(keepLogs bool) error {
 		c.ns.WaitForShutdown()
 	}
 	var err error
-	if c.pg != nil {
-		if perr := c.pg.Stop(); perr != nil {
+	for _, pg := range append([]*localpg.Cluster{c.standby, c.pg}, c.retired...) {
+		if pg == nil {
+			continue
+		}
+		if perr := pg.Stop(); perr != nil {
 			c.status("loadtest: stop PostgreSQL (its folder %s is kept): %v", c.dir, perr)
 			return perr
 		}
-		if area := c.pg.Dir(); area != "" && !strings.HasPrefix(area, c.dir+string(filepath.Separator)) {
+		if area := pg.Dir(); area != "" && !strings.HasPrefix(area, c.dir+string(filepath.Separator)) {
 			err = errors.Join(err, os.RemoveAll(area))
 		}
 	}

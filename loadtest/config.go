@@ -353,9 +353,11 @@ func (c *Config) validateChaos() error {
 	case !chaosOn(c.Chaos):
 		return nil
 	case kinds == nil:
-		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart or mixed", c.Chaos)
+		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover or mixed", c.Chaos)
 	case c.Mode != ModeBroker:
 		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
+	case c.Chaos == ChaosPGFailover && (c.Cluster == nil || !c.Cluster.cfg.PGStandby):
+		return errors.New("chaos pg-failover needs brokers of our own with a standby: pass --brokers N --pg-standby")
 	case c.Cluster == nil && c.Chaos != ChaosPGRestart:
 		return fmt.Errorf("chaos %s needs brokers of our own: pass --brokers N", c.Chaos)
 	case c.Cluster == nil && c.RestartPostgres == nil:

@@ -159,6 +159,13 @@ func openPool(ctx context.Context, url string, maxConns int32, settings map[stri
 	for k, v := range settings {
 		pc.ConnConfig.RuntimeParams[k] = v
 	}
+	// A multi-host URL with target_session_attrs=read-write picks the
+	// server whose session is not read-only; a read-only pool (the audit's)
+	// makes every session read-only, so it picks the primary instead (not
+	// in recovery), where the writers are.
+	if settings["default_transaction_read_only"] == "on" && pc.ConnConfig.ValidateConnect != nil {
+		pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsPrimary
+	}
 	pc.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -23,7 +23,7 @@ func loadtestCmd() *cobra.Command {
 	cfg := loadtest.DefaultConfig()
 	cfg.Target = envOr("NATS_URL", cfg.Target)
 	var mode, pgBin, logLevel, cpuProfile string
-	var embedded, compare, jsonOut bool
+	var embedded, compare, jsonOut, pgStandby bool
 	var brokers int
 	var shardLease time.Duration
 	cmd := &cobra.Command{
@@ -113,6 +113,7 @@ quarter of the window, retries only within half of it.`,
   queen loadtest --brokers 3 --chaos kill --duration 60s --dup-ratio 0.2 --consumers 3 --json
   queen loadtest --brokers 3 --chaos mixed --duration 120s --consumers 3 --fail-ratio 0.01 --fail-mode crash --json
   queen loadtest --embedded --chaos pg-restart --duration 60s --json
+  queen loadtest --brokers 2 --pg-standby --chaos pg-failover --duration 120s --json
   queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -130,7 +131,10 @@ quarter of the window, retries only within half of it.`,
 				if !cmd.Flags().Changed("log-level") {
 					logLevel = "info" // the brokers' log files
 				}
-				return runClusterLoadtest(ctx, cmd, cfg, brokers, shardLease, pgBin, logLevel, jsonOut, cpuProfile)
+				return runClusterLoadtest(ctx, cmd, cfg, brokers, shardLease, pgBin, logLevel, jsonOut, cpuProfile, pgStandby)
+			}
+			if pgStandby {
+				return errors.New("--pg-standby gives the managed PostgreSQL of --brokers N a standby: pass --brokers N")
 			}
 			switch {
 			case cfg.Chaos == "" || cfg.Chaos == loadtest.ChaosNone:
@@ -198,7 +202,8 @@ quarter of the window, retries only within half of it.`,
 	f.StringVar(&pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "PostgreSQL binaries for --embedded (env QUEEN_PG_BIN)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
 	f.IntVar(&brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
-	f.StringVar(&cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded")
+	f.StringVar(&cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby")
+	f.BoolVar(&pgStandby, "pg-standby", false, "with --brokers: give the managed PostgreSQL a synchronous streaming standby on loopback; the brokers' DATABASE_URL lists both servers (target_session_attrs=read-write)")
 	f.DurationVar(&cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
 	f.DurationVar(&cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s) and a stopped one frozen before SIGCONT (default 5s)")
 	f.Uint64Var(&cfg.ChaosSeed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
@@ -217,8 +222,11 @@ quarter of the window, retries only within half of it.`,
 // PostgreSQL and NATS (loadtest.StartCluster), drives them, and stops
 // everything, also after Ctrl-C.
 func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, brokers int, lease time.Duration,
-	pgBin, logLevel string, jsonOut bool, cpuProfile string) (err error) {
+	pgBin, logLevel string, jsonOut bool, cpuProfile string, pgStandby bool) (err error) {
 	stderr := cmd.ErrOrStderr()
+	if cfg.Chaos == loadtest.ChaosPGFailover && !pgStandby {
+		return errors.New("--chaos pg-failover promotes a standby: pass --pg-standby")
+	}
 	chaos := cfg.Chaos != "" && cfg.Chaos != loadtest.ChaosNone
 	if chaos {
 		if lease == 0 {
@@ -241,7 +249,7 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 		return fmt.Errorf("chaos pause %s: want less than the chaos interval %s", cfg.ChaosPause, cfg.ChaosInterval)
 	}
 	cl, err := loadtest.StartCluster(ctx, loadtest.ClusterConfig{Brokers: brokers, PGBin: pgBin, Lease: lease, LogLevel: logLevel,
-		TempParent: embeddedTempParent, Status: stderr})
+		TempParent: embeddedTempParent, Status: stderr, PGStandby: pgStandby})
 	if err != nil {
 		return fmt.Errorf("start %d brokers: %w", brokers, err)
 	}

@@ -64,7 +64,7 @@ func requireChaos(t *testing.T, rep *loadtest.Report, mode string) *loadtest.Cha
 	require.Equal(t, mode, ch.Mode)
 	require.NotZero(t, ch.Seed)
 	require.Positive(t, ch.Faults)
-	require.Equal(t, ch.Faults, ch.Kills+ch.Stops+ch.PGRestarts)
+	require.Equal(t, ch.Faults, ch.Kills+ch.Stops+ch.PGRestarts+ch.PGFailovers)
 	require.Equal(t, ch.Faults, ch.Recovered, "every fault recovered: %+v", ch.Events)
 	require.Len(t, ch.Events, ch.Faults)
 	for _, e := range ch.Events {
@@ -101,6 +101,37 @@ func TestLoadtestClusterChaosStop(t *testing.T) {
 	}
 	dir := strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, "loadtest: "):], "loadtest: cluster folder "))
 	require.Empty(t, processesWithEnv("QUEEN_DATA_DIR="+dir), "no broker process remains")
+}
+
+// TestLoadtestClusterPGFailover (SPEC.md §9): `--brokers 2 --pg-standby
+// --chaos pg-failover` SIGKILLs the PostgreSQL primary under pushes and
+// acks and promotes its synchronous standby; the brokers find it through
+// their multi-host DATABASE_URL by themselves, every message answered
+// queued is in the promoted database once (the audit reads it), the
+// consumers' cursors are intact (the consume audit), and nothing is left
+// behind.
+func TestLoadtestClusterPGFailover(t *testing.T) {
+	t.Parallel()
+	c := startChild(t, "--brokers", "2", "--pg-standby", "--chaos", "pg-failover", "--shard-lease", "1s", "--chaos-interval", "4s",
+		"--duration", "8s", "--json", "--producers", "2", "--partitions", "8", "--batch", "20",
+		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
+	line := c.waitLine(t, "loadtest: cluster folder ")
+	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
+	var rep loadtest.Report
+	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
+	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	require.Positive(t, rep.StoredMessages)
+	require.Zero(t, rep.GaveUp, "every item got a verdict")
+	require.NotNil(t, rep.Consume)
+	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	ch := requireChaos(t, &rep, loadtest.ChaosPGFailover)
+	require.Equal(t, 1, ch.PGFailovers, "once per run: one server is left after it")
+	require.Equal(t, 1, ch.Faults)
+	require.Equal(t, 1, ch.Recovered, "every broker healthy on the promoted standby: %+v", ch.Events)
+	require.Contains(t, c.stderr.String(), "synchronous PostgreSQL standby in ")
+	left, err := os.ReadDir(c.tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "the temporary folder is removed (%s)", line)
 }
 
 // TestLoadtestEmbeddedChaosPGRestart: `--embedded --chaos pg-restart`
