@@ -662,123 +662,151 @@ func recentBit(k partitionKey) uint64 {
 func (p *parentActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *pushReq:
-		c, ok := p.children[m.key]
-		if !ok {
-			var err error
-			if c, err = p.spawn(ctx, m.key); err != nil {
-				m.respond(pushResp{err: err})
-				return
-			}
-			p.enforce(ctx)
-		}
-		c.last = p.host.clock()
-		if !c.stopping && p.lru.next != c {
-			p.unlink(c)
-			p.link(c, false)
-		}
-		if c.stopping {
-			c.held = append(c.held, m)
-			if p.host.cfg.onHeld != nil {
-				p.host.cfg.onHeld(m.key)
-			}
-			return
-		}
-		ctx.Send(c.pid, m)
+		p.route(ctx, m)
 	case *passivateSweep:
-		if m.idle {
-			for _, c := range p.children {
-				if !c.stopping && c.last <= m.cutoff {
-					p.ask(ctx, c, false)
-				}
-			}
-		}
-		if m.match != nil {
-			for k, c := range p.children {
-				if !c.stopping && m.match(k.queue, k.partition) {
-					p.ask(ctx, c, false)
-				}
-			}
-		}
-		p.enforce(ctx)
+		p.sweep(ctx, m)
 	case *partitionIdle:
 		p.enforce(ctx)
 	case *passivateRefused:
-		c := p.children[m.key]
-		if c == nil || !c.stopping {
-			return
-		}
-		// Busy: back where it was asked from (the back, when it was the
-		// least recently pushed), or to the front if pushes came meanwhile.
-		c.stopping, c.pressured = false, false
-		p.live++
-		p.link(c, len(c.held) == 0)
-		for _, r := range c.held {
-			ctx.Send(c.pid, r)
-		}
-		c.held = nil
+		p.refused(ctx, m)
 	case *actor.Stopping:
-		// Stop every partition actor and wait: each answers what it still
-		// holds with ErrShuttingDown, and so does the parent for the pushes
-		// it holds for stopping ones (only left when Stop's drain ended
-		// early).
-		root := ctx.ActorSystem().Root
-		futs := make([]*actor.Future, 0, len(p.children))
-		for _, c := range p.children {
-			futs = append(futs, root.StopFuture(c.pid))
-			for _, r := range c.held {
-				r.respond(pushResp{err: queen.ErrShuttingDown})
-			}
-			c.held = nil
-		}
-		for _, f := range futs {
-			f.Wait() //nolint:errcheck
-		}
+		p.stopAll(ctx)
 	case *partitionStopped:
-		if p.host.stopping.Load() {
-			return // the host is stopping every actor
-		}
-		c := p.children[m.key]
-		if c == nil || !c.pid.Equal(m.pid) {
+		p.stopped(ctx, m)
+	}
+}
+
+// route hands a push to its partition's actor, spawning it when absent and
+// holding the push while that actor is stopping (it goes to the next
+// incarnation, see stopped).
+func (p *parentActor) route(ctx actor.Context, m *pushReq) {
+	c, ok := p.children[m.key]
+	if !ok {
+		var err error
+		if c, err = p.spawn(ctx, m.key); err != nil {
+			m.respond(pushResp{err: err})
 			return
-		}
-		delete(p.children, m.key)
-		p.host.active.Add(-1)
-		p.shrink()
-		if !c.stopping {
-			// Not a passivation (the guardian stopped a failing actor):
-			// the next push spawns a new one.
-			p.unlink(c)
-			p.live--
-			return
-		}
-		p.host.passivated.Add(1)
-		if c.pressured {
-			p.host.pressured.Add(1)
-		}
-		if p.recent == nil {
-			p.recent = make([]uint64, recentBits/64)
-		}
-		b := recentBit(m.key)
-		p.recent[b/64] |= 1 << (b % 64)
-		p.rememberID(m.key, m.id)
-		if len(c.held) == 0 {
-			return
-		}
-		// Pushes arrived while it stopped: a new incarnation takes them,
-		// in the order they arrived.
-		n, err := p.spawn(ctx, m.key)
-		if err != nil {
-			for _, r := range c.held {
-				r.respond(pushResp{err: err})
-			}
-			return
-		}
-		n.last = c.last
-		for _, r := range c.held {
-			ctx.Send(n.pid, r)
 		}
 		p.enforce(ctx)
 	}
+	c.last = p.host.clock()
+	if !c.stopping && p.lru.next != c {
+		p.unlink(c)
+		p.link(c, false)
+	}
+	if c.stopping {
+		c.held = append(c.held, m)
+		if p.host.cfg.onHeld != nil {
+			p.host.cfg.onHeld(m.key)
+		}
+		return
+	}
+	ctx.Send(c.pid, m)
+}
+
+// sweep asks the idle (or matching) partition actors to passivate, then
+// enforces the bound on active actors.
+func (p *parentActor) sweep(ctx actor.Context, m *passivateSweep) {
+	if m.idle {
+		for _, c := range p.children {
+			if !c.stopping && c.last <= m.cutoff {
+				p.ask(ctx, c, false)
+			}
+		}
+	}
+	if m.match != nil {
+		for k, c := range p.children {
+			if !c.stopping && m.match(k.queue, k.partition) {
+				p.ask(ctx, c, false)
+			}
+		}
+	}
+	p.enforce(ctx)
+}
+
+// refused puts back a partition actor that was busy when asked to
+// passivate: back where it was asked from (the back, when it was the least
+// recently pushed), or to the front if pushes came meanwhile, which it then
+// gets.
+func (p *parentActor) refused(ctx actor.Context, m *passivateRefused) {
+	c := p.children[m.key]
+	if c == nil || !c.stopping {
+		return
+	}
+	c.stopping, c.pressured = false, false
+	p.live++
+	p.link(c, len(c.held) == 0)
+	for _, r := range c.held {
+		ctx.Send(c.pid, r)
+	}
+	c.held = nil
+}
+
+// stopAll stops every partition actor and waits: each answers what it
+// still holds with ErrShuttingDown, and so does the parent for the pushes
+// it holds for stopping ones (only left when Stop's drain ended early).
+func (p *parentActor) stopAll(ctx actor.Context) {
+	root := ctx.ActorSystem().Root
+	futs := make([]*actor.Future, 0, len(p.children))
+	for _, c := range p.children {
+		futs = append(futs, root.StopFuture(c.pid))
+		for _, r := range c.held {
+			r.respond(pushResp{err: queen.ErrShuttingDown})
+		}
+		c.held = nil
+	}
+	for _, f := range futs {
+		f.Wait() //nolint:errcheck
+	}
+}
+
+// stopped forgets a partition actor that has stopped: a passivation is
+// counted and remembered (its id, for a quick reactivation), a failure
+// leaves the next push to spawn a new one, and pushes held while it
+// stopped go to a new incarnation in the order they arrived.
+func (p *parentActor) stopped(ctx actor.Context, m *partitionStopped) {
+	if p.host.stopping.Load() {
+		return // the host is stopping every actor
+	}
+	c := p.children[m.key]
+	if c == nil || !c.pid.Equal(m.pid) {
+		return
+	}
+	delete(p.children, m.key)
+	p.host.active.Add(-1)
+	p.shrink()
+	if !c.stopping {
+		// Not a passivation (the guardian stopped a failing actor): the
+		// next push spawns a new one.
+		p.unlink(c)
+		p.live--
+		return
+	}
+	p.host.passivated.Add(1)
+	if c.pressured {
+		p.host.pressured.Add(1)
+	}
+	if p.recent == nil {
+		p.recent = make([]uint64, recentBits/64)
+	}
+	b := recentBit(m.key)
+	p.recent[b/64] |= 1 << (b % 64)
+	p.rememberID(m.key, m.id)
+	if len(c.held) == 0 {
+		return
+	}
+	n, err := p.spawn(ctx, m.key)
+	if err != nil {
+		for _, r := range c.held {
+			r.respond(pushResp{err: err})
+		}
+		return
+	}
+	n.last = c.last
+	for _, r := range c.held {
+		ctx.Send(n.pid, r)
+	}
+	p.enforce(ctx)
 }
 
 // shrink rebuilds the children map once it holds under a quarter of its
