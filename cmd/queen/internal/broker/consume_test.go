@@ -437,7 +437,7 @@ func TestConsumeAdmin(t *testing.T) {
 		status       int
 	}{
 		{http.MethodGet, "/api/v1/pop/queue/ad?batch=abc", nil, 400},
-		{http.MethodGet, "/api/v1/pop/queue/ad?subscriptionMode=sometimes", nil, 400},
+		{http.MethodGet, "/api/v1/pop/queue/ad?subscriptionFrom=yesterday", nil, 400},
 		{http.MethodPost, "/api/v1/ack", map[string]any{"transactionId": "x"}, 400},
 		{http.MethodPost, "/api/v1/ack", map[string]any{"transactionId": "x", "partitionId": "nope"}, 400},
 		{http.MethodPost, "/api/v1/ack/batch", map[string]any{"acknowledgments": []any{map[string]any{"partitionId": "0190a4b6-0000-7000-8000-000000000000", "status": "maybe", "offset": 1}}}, 400},
@@ -451,6 +451,34 @@ func TestConsumeAdmin(t *testing.T) {
 		if st != c.status || json.Unmarshal(b, &eb) != nil || eb.Code == "" {
 			t.Errorf("%s %s: %d %s, want %d with a JSON error", c.method, c.path, st, b, c.status)
 		}
+	}
+}
+
+// TestConsumeSubscriptionModeUpstream: upstream SDKs pop with
+// subscriptionMode=from_beginning, and upstream treats every mode other than
+// new, new-only and now as all: a group subscribing that way, over HTTP and
+// over NATS, pops the partition from its first message, like all; the mode
+// now starts at the group's first pop, like new (SPEC.md §4).
+func TestConsumeSubscriptionModeUpstream(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("um", "p", "h1"), it("um", "p", "h2")), 2)
+	for _, mode := range []string{"from_beginning", "all", "timestamp", "anything-else"} {
+		got := e.popHTTP(t, "um", "", vals("consumerGroup", "http-"+mode, "subscriptionMode", mode, "batch", "10"))
+		if txnsOf(got.Messages) != "h1,h2" {
+			t.Errorf("HTTP subscriptionMode=%s: %s, want h1,h2", mode, txnsOf(got.Messages))
+		}
+		res := natsPop(t, e, map[string]any{"queue": "um", "consumerGroup": "nats-" + mode, "subscriptionMode": mode, "batch": 10})
+		if res == nil || txnsOf(res.Messages) != "h1,h2" {
+			t.Errorf("NATS subscriptionMode=%s: %+v, want h1,h2", mode, res)
+		}
+	}
+	if got := e.popHTTP(t, "um", "", vals("consumerGroup", "late", "subscriptionMode", "now")); len(got.Messages) != 0 {
+		t.Fatalf("subscriptionMode=now got the backlog: %s", txnsOf(got.Messages))
+	}
+	e.pushOK(t, "http", items(it("um", "p", "n1")), 1)
+	if got := e.popHTTP(t, "um", "", vals("consumerGroup", "late", "batch", "10")); txnsOf(got.Messages) != "n1" {
+		t.Fatalf("subscriptionMode=now after subscribing: %s", txnsOf(got.Messages))
 	}
 }
 
