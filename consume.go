@@ -47,7 +47,11 @@ type PopRequest struct {
 	// stored message. A group's subscription point is fixed by its first pop
 	// of the queue; later requests do not move it (seek does).
 	SubscriptionFrom *time.Time
-	// SubscriptionNew is subscriptionMode "new": start at the group's first pop.
+	// SubscriptionNew is subscriptionMode "new", "new-only" or "now", or
+	// subscriptionFrom "now": start at the group's first pop. Any other
+	// subscriptionMode ("all", upstream SDKs' "from_beginning", ...) means
+	// from the oldest stored message, upstream's rule; a subscriptionFrom
+	// time wins over any mode.
 	SubscriptionNew bool
 	// Partitions is the most partitions one pop of any partition may claim
 	// (query "partitions", upstream Queen's v4 multi-partition pop), default

@@ -126,7 +126,10 @@ type Config struct {
 	// the batch and its lease without acking the poison message or anything
 	// after it, as a consumer that crashes on it would, so the broker
 	// counts the failure when the lease expires (SPEC.md §4) and dead-letters
-	// it with "lease expired".
+	// it with "lease expired"; FailCrashBatch acks nothing of a batch that
+	// holds a poison message (a handler that acks its batch at the end), so
+	// the broker bisects the redeliveries until the poison message expires
+	// alone.
 	FailMode string
 	// ConsumeBatch is the most messages per pop (default 100, 1..10000).
 	ConsumeBatch int
@@ -134,7 +137,7 @@ type Config struct {
 	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
 	RetryLimit int
 	// LeaseSeconds is the queue's leaseTime, configured with RetryLimit
-	// (default 30 s; 2 s with FailCrash, where every failed delivery waits
+	// (default 30 s; 2 s with FailCrash and FailCrashBatch, where every failed delivery waits
 	// for its lease to expire, and a consumer must still pop, handle and ack
 	// a batch within it on a busy machine): how long an unanswered ack
 	// holds a span back.
@@ -296,8 +299,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("fail ratio %g without consumers: pass --consumers", c.FailRatio)
 	case c.Consumers > 0 && (c.ConsumeBatch < 1 || c.ConsumeBatch > 10000):
 		return fmt.Errorf("consume batch %d: want 1..10000", c.ConsumeBatch)
-	case c.FailMode != "" && c.FailMode != FailNack && c.FailMode != FailCrash:
-		return fmt.Errorf("fail mode %q: want nack or crash", c.FailMode)
+	case c.FailMode != "" && c.FailMode != FailNack && !crashes(c.FailMode):
+		return fmt.Errorf("fail mode %q: want nack, crash or crash-batch", c.FailMode)
 	case c.RetryLimit < 0 || c.RetryLimit > 100:
 		return fmt.Errorf("retry limit %d: want 0..100", c.RetryLimit)
 	case c.WakeProbes < 0 || c.WakeProbes > 10000:
@@ -431,7 +434,7 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseSeconds <= 0 {
 		c.LeaseSeconds = 30
-		if c.FailMode == FailCrash {
+		if crashes(c.FailMode) {
 			c.LeaseSeconds = 2
 		}
 	}

@@ -39,6 +39,36 @@ type consumePhase struct {
 	// end ("" when drained or interrupted).
 	drainProblem string
 	wake         *WakeReport
+	// brokersAtStart and brokersAtEnd are the brokers' lease figures from
+	// /metrics (Config.MetricsURLs, summed over those that answered; nil
+	// when none did).
+	brokersAtStart, brokersAtEnd *brokerMetrics
+}
+
+// scrapeLeases sums the lease figures of the brokers' /metrics
+// (Config.MetricsURLs); nil when none answered.
+func (cp *consumePhase) scrapeLeases(ctx context.Context) *brokerMetrics {
+	if len(cp.cfg.MetricsURLs) == 0 {
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hc := newHTTPClient(1)
+	var sum *brokerMetrics
+	for _, u := range cp.cfg.MetricsURLs {
+		m, err := scrapeMetrics(qctx, hc, u)
+		if err != nil {
+			continue
+		}
+		if sum == nil {
+			sum = &brokerMetrics{}
+		}
+		sum.leaseExpiries += m.leaseExpiries
+		sum.bisections += m.bisections
+		sum.expiryDead += m.expiryDead
+		sum.stallSeconds += m.stallSeconds
+	}
+	return sum
 }
 
 // groupName is the name of consumer group i of queue.
@@ -154,6 +184,7 @@ func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
 // so an interrupt stops them too).
 func (cp *consumePhase) run(ctx context.Context, start time.Time) {
 	cp.start = start
+	cp.brokersAtStart = cp.scrapeLeases(ctx)
 	cctx, cancel := context.WithCancel(ctx)
 	cp.cancel = cancel
 	for _, k := range cp.consumers {
@@ -205,6 +236,7 @@ func (cp *consumePhase) drain(ctx context.Context, a consumeStore) {
 	cp.end = time.Now()
 	cp.cancel()
 	cp.wg.Wait()
+	cp.brokersAtEnd = cp.scrapeLeases(context.WithoutCancel(ctx))
 }
 
 // drainState is one look at the cursors: behind describes the (group,
@@ -374,8 +406,82 @@ type ConsumeReport struct {
 	PopLatency Latency     `json:"pop_latency_ms"`
 	AckLatency Latency     `json:"ack_latency_ms"`
 	Wake       *WakeReport `json:"wake_probe,omitempty"`
+	// Poison is how long poison messages held their partitions (omitted
+	// without poison messages).
+	Poison *PoisonReport `json:"poison,omitempty"`
 
 	Audit *ConsumeAudit `json:"audit"`
+}
+
+// PoisonReport is how poison messages held their partitions (SPEC.md §4:
+// a partition is ordered, so a poison message holds its group there until
+// it is dead-lettered), seen by the consumers and by the brokers.
+type PoisonReport struct {
+	// AbandonedLeases counts leases the consumers abandoned on a poison
+	// message (the crash fail modes): each one lease expiry at a broker.
+	// AbandonedSpans counts those that left several messages unacked: the
+	// broker charges none of them and bisects the redelivery.
+	AbandonedLeases int64 `json:"abandoned_leases"`
+	AbandonedSpans  int64 `json:"abandoned_multi_message_spans"`
+	// Stalls counts (group, partition) waits on poison messages that ended:
+	// from a poison message's first failed handling to the first delivery
+	// past it (and past any poison message that failed there meanwhile).
+	// StallSeconds is their sum; IsolateMS their distribution, the time to
+	// isolate a poison message (ms). OpenStalls were still waiting when the
+	// consumers stopped.
+	Stalls       int64   `json:"stalls"`
+	StallSeconds float64 `json:"stall_seconds"`
+	IsolateMS    Latency `json:"time_to_isolate_ms"`
+	OpenStalls   int64   `json:"open_stalls"`
+	// Brokers is what the brokers' /metrics counted over the consume phase
+	// (the difference of their counters at its end and its start, summed
+	// over the brokers that answered both times; omitted when none did; a
+	// broker restarted meanwhile counts from zero).
+	Brokers *BrokerPoison `json:"brokers,omitempty"`
+}
+
+// BrokerPoison is the brokers' side of PoisonReport (their /metrics).
+type BrokerPoison struct {
+	// LeaseExpiries: expired leases settled that held unacked messages
+	// (queen_lease_expiries_total); Bisections: those over several
+	// messages, none charged (queen_lease_bisections_total); DeadLettered:
+	// messages dead-lettered by single-message expiries
+	// (queen_lease_expiry_dead_letters_total); StallSeconds: the seconds
+	// bisections held their partitions (queen_poison_stall_seconds_total).
+	LeaseExpiries int64   `json:"lease_expiries"`
+	Bisections    int64   `json:"bisections"`
+	DeadLettered  int64   `json:"expiry_dead_letters"`
+	StallSeconds  float64 `json:"stall_seconds"`
+}
+
+// poisonReport builds the consume report's poison section (nil without
+// poison messages).
+func (cp *consumePhase) poisonReport() *PoisonReport {
+	if cp.cfg.FailRatio <= 0 {
+		return nil
+	}
+	p := &PoisonReport{}
+	var durs []time.Duration
+	for _, g := range cp.groups {
+		g.mu.Lock()
+		p.AbandonedLeases += g.crashes
+		p.AbandonedSpans += g.bisected
+		p.OpenStalls += int64(len(g.stalls))
+		durs = append(durs, g.stallDur...)
+		g.mu.Unlock()
+	}
+	p.Stalls = int64(len(durs))
+	var sum time.Duration
+	for _, d := range durs {
+		sum += d
+	}
+	p.StallSeconds = math.Round(sum.Seconds()*1000) / 1000
+	p.IsolateMS = latencyOf(durs)
+	if a, b := cp.brokersAtStart, cp.brokersAtEnd; a != nil && b != nil {
+		p.Brokers = &BrokerPoison{LeaseExpiries: b.leaseExpiries - a.leaseExpiries, Bisections: b.bisections - a.bisections,
+			DeadLettered: b.expiryDead - a.expiryDead, StallSeconds: math.Round((b.stallSeconds-a.stallSeconds)*1000) / 1000}
+	}
+	return p
 }
 
 // GroupReport is one consumer group's share.
@@ -404,7 +510,7 @@ func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *Consume
 		Deliveries: cp.c.delivered.Load(), Handled: cp.c.handled.Load(), Redeliveries: cp.c.redelivered.Load(),
 		Acked: cp.c.acked.Load(), DeadLettered: cp.c.deadLettered.Load(),
 		AckCalls: cp.c.ackCalls.Load(), AckErrors: cp.c.ackErrors.Load(), AckResults: map[string]int64{},
-		E2ESamples: cp.c.firstDeliveries.Load(), Wake: cp.wake, Audit: audit}
+		E2ESamples: cp.c.firstDeliveries.Load(), Wake: cp.wake, Audit: audit, Poison: cp.poisonReport()}
 	r.AckedPerSecond = perSecond(r.Acked, secs)
 	for i, g := range cp.groups {
 		r.Groups = append(r.Groups, g.name)

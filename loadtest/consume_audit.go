@@ -24,8 +24,9 @@ const (
 	// IssueRedelivered: a message was handled again after an ack of it
 	// was answered acked (and no ack of it went unanswered).
 	IssueRedelivered = "redelivered_after_ack"
-	// IssuePoisonDeliveries: a poison message was not handled exactly
-	// retryLimit+1 times.
+	// IssuePoisonDeliveries: a poison message was not charged exactly
+	// retryLimit+1 failed deliveries (failed acks, or abandoned leases in
+	// which it was the only unacked message: SPEC.md §4).
 	IssuePoisonDeliveries = "poison_deliveries"
 	// IssueDLQMissing: a poison message is not in its group's DLQ.
 	IssueDLQMissing = "dlq_missing"
@@ -34,7 +35,8 @@ const (
 	// IssueDLQAttempts: a dead letter's attempts is not retryLimit+1.
 	IssueDLQAttempts = "dlq_attempts"
 	// IssueDLQError: a dead letter's error text is not the fail mode's (the
-	// poison ack's error with FailNack, "lease expired" with FailCrash).
+	// poison ack's error with FailNack, "lease expired" with the crash
+	// modes).
 	IssueDLQError = "dlq_error"
 	// IssueDLQUnexpected: a dead letter of a message that is not poison,
 	// not stored, or of a group or partition the run does not know.
@@ -212,7 +214,7 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 			switch {
 			case d == nil:
 				if a.complete {
-					a.found.add(IssueDLQMissing, "poison message %s is not in the DLQ (handled %d times, answered dead_lettered %d times)", msgName(g, m), e.handled, e.dead)
+					a.found.add(IssueDLQMissing, "poison message %s is not in the DLQ (handled %d times, charged %d, answered dead_lettered %d times)", msgName(g, m), e.handled, e.charged, e.dead)
 				}
 			case d.n > 1:
 				a.found.add(IssueDLQTwice, "poison message %s is in the DLQ %d times", msgName(g, m), d.n)
@@ -221,8 +223,8 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 			case !a.dlqErrorOK(d.err):
 				a.found.add(IssueDLQError, "poison message %s is in the DLQ with error %q (fail mode %s)", msgName(g, m), d.err, a.failMode)
 			}
-			if int(e.handled) > want+explained || (a.complete && int(e.handled) < want && !(lostPops && d != nil)) {
-				a.found.add(IssuePoisonDeliveries, "poison message %s was handled %d times, want %d (retryLimit %d + 1)", msgName(g, m), e.handled, want, a.retryLimit)
+			if int(e.charged) > want+explained || (a.complete && int(e.charged) < want && !(lostPops && d != nil)) {
+				a.found.add(IssuePoisonDeliveries, "poison message %s was charged %d failed deliveries (handled %d times), want %d (retryLimit %d + 1)", msgName(g, m), e.charged, e.handled, want, a.retryLimit)
 			}
 			if e.acked > 0 {
 				a.found.add(IssueAckUnexpected, "poison message %s was answered acked to a completed ack it was never sent", msgName(g, m))
@@ -242,7 +244,9 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 		case e.acked == 0 && a.complete && e.refused == 0:
 			a.found.add(IssueNotAcked, "%s was handled %d times but never answered acked (stale %d)", msgName(g, m), e.handled, e.stale)
 		}
-		if int(e.handled) > 1+explained {
+		// A handling in a batch whose lease was abandoned (FailCrashBatch)
+		// is delivered again by design.
+		if int(e.handled) > 1+explained+int(e.abandoned) {
 			a.found.add(IssueRedelivered, "%s was handled %d times, though it was answered acked %d times and no ack of it was lost or refused", msgName(g, m), e.handled, e.acked)
 		}
 	}
@@ -251,12 +255,12 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 // dlqErrorOK reports whether a poison message's dead letter carries the
 // error text its fail mode gives: the handler's with FailNack (or "lease
 // expired" when a lost ack or pop left the lease to expire), "lease
-// expired" with FailCrash.
+// expired" with FailCrash and FailCrashBatch.
 func (a *consumeAuditor) dlqErrorOK(text string) bool {
 	switch a.failMode {
 	case FailNack:
 		return text == poisonError || text == persistence.LeaseExpiredError
-	case FailCrash:
+	case FailCrash, FailCrashBatch:
 		return text == persistence.LeaseExpiredError
 	}
 	return true

@@ -14,6 +14,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/rules"
 	"github.com/queen-mq/queen-go/transport"
 )
 
@@ -70,15 +71,16 @@ type fakeConsumeBroker struct {
 	// hidePartition is never served (the drain times out).
 	hidePartition string
 	// leaseTTL > 0 models lease expiry as the broker does (SPEC.md §4): a
-	// lease older than leaseTTL is expired at the next pop, counting one
-	// failed delivery of the first unacked message; acks release a lease
+	// lease older than leaseTTL is expired at the next pop; a single
+	// unacked message counts one failed delivery, several are bisected
+	// (rules.Bisection, as the broker does); acks release a lease
 	// only on a failure or at its span's end. 0: leases never expire and
 	// every ack call releases the leases it touched.
 	leaseTTL time.Duration
 	// crashesOn, when set with leaseTTL, lets a lease expire only once its
-	// first unacked message is one the consumer crashes on (it has acked
-	// what came before and abandoned the rest): a consumer that a busy
-	// machine merely slows down never loses its lease to the wall clock.
+	// unacked span holds a message the consumer crashes on (it has
+	// abandoned the span): a consumer that a busy machine merely slows
+	// down never loses its lease to the wall clock.
 	crashesOn func(txn string) bool
 }
 
@@ -94,6 +96,7 @@ type fakeCursor struct {
 	leaseTo     int64
 	retryOffset int64
 	retryCount  int
+	bisect      rules.Bisection
 }
 
 func newFakeConsumeBroker(queue string, parts []string, retryLimit int) *fakeConsumeBroker {
@@ -177,7 +180,8 @@ func (f *fakeConsumeBroker) tryPop(queue, partition, group string, batch int) (q
 		}
 		f.rr = p + 1
 		c.lease, c.leaseAt = uuid.NewString(), time.Now()
-		c.leaseTo = min(c.cursor+int64(batch), last)
+		limit, _, _ := c.bisect.Deliver(c.cursor, batch, time.Now())
+		c.leaseTo = min(c.cursor+int64(limit), last)
 		lease := c.lease
 		res.LeaseID = &lease
 		for off := c.cursor + 1; off <= c.leaseTo; off++ {
@@ -281,20 +285,32 @@ func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []transpor
 	return out, nil
 }
 
-// expire ends c's expired lease: the first unacked message counts a failed
-// delivery and is dead-lettered with "lease expired" past retryLimit.
 // abandoned reports whether partition p's lease may expire: always without
-// crashesOn; with it, once the consumer stopped at a message it crashes on
-// (or acked its whole span).
+// crashesOn; with it, once the consumer stopped with a message it crashes
+// on unacked (or acked its whole span).
 func (f *fakeConsumeBroker) abandoned(p int, c *fakeCursor) bool {
-	off := c.cursor + 1
-	return f.crashesOn == nil || off > c.leaseTo || f.crashesOn(f.msgs[p][off].txn)
+	if f.crashesOn == nil || c.cursor >= c.leaseTo {
+		return true
+	}
+	for off := c.cursor + 1; off <= c.leaseTo; off++ {
+		if f.crashesOn(f.msgs[p][off].txn) {
+			return true
+		}
+	}
+	return false
 }
 
+// expire ends c's expired lease as the broker does (rules.Bisection): a
+// span of several unacked messages is bisected; a single one counts a
+// failed delivery and is dead-lettered with "lease expired" past
+// retryLimit.
 func (f *fakeConsumeBroker) expire(group string, p int, c *fakeCursor) {
 	c.lease = ""
 	off := c.cursor + 1
 	if off > c.leaseTo {
+		return
+	}
+	if charge, _ := c.bisect.Expire(c.cursor, off, c.leaseTo, time.Now()); !charge {
 		return
 	}
 	if c.retryOffset != off {
@@ -305,6 +321,7 @@ func (f *fakeConsumeBroker) expire(group string, p int, c *fakeCursor) {
 		f.dead = append(f.dead, persistence.StoredDeadLetter{Queue: f.queue, Partition: f.parts[p], ConsumerGroup: group,
 			Offset: off, TransactionID: f.msgs[p][off].txn, Attempts: c.retryCount, Error: persistence.LeaseExpiredError})
 		c.cursor = off
+		c.bisect.Mark = off
 	}
 }
 
@@ -454,8 +471,10 @@ func TestConsumeAgainstFakeBroker(t *testing.T) {
 }
 
 // A consumer that crashes on a poison message acks what came before it and
-// abandons the rest of its batch and the lease: every poison message is
-// delivered retryLimit+1 times and dead-lettered once, by lease expiry.
+// abandons the rest of its batch and the lease: an abandoned span of
+// several messages is bisected, so every poison message is charged
+// retryLimit+1 single-message expiries and dead-lettered once, by lease
+// expiry; it is handled once more per bisected span.
 func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	t.Parallel()
 	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
@@ -472,7 +491,12 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	require.True(t, rep.Drained)
 	require.Positive(t, r.poison)
 	g, R := int64(r.cfg.Groups), int64(r.cfg.RetryLimit)
-	require.Equal(t, g*(r.messages+r.poison*R), rep.Handled)
+	require.NotNil(t, rep.Poison)
+	require.Equal(t, g*(r.messages+r.poison*R)+rep.Poison.AbandonedSpans, rep.Handled)
+	require.Equal(t, g*r.poison*(R+1)+rep.Poison.AbandonedSpans, rep.Poison.AbandonedLeases)
+	// A stall ends with a delivery past the poison message: one that is
+	// its partition's last message leaves its stall open.
+	require.Equal(t, g*r.poison, rep.Poison.Stalls+rep.Poison.OpenStalls, "each poison message held its partition once per group")
 	require.Equal(t, g*(r.messages-r.poison), rep.Acked)
 	require.Equal(t, g*r.poison, rep.Audit.DeadLetters)
 	require.Zero(t, rep.DeadLettered, "no ack is answered dead_lettered: the expiries dead-letter")
@@ -489,6 +513,34 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	cursors, err := r.f.Cursors(context.Background(), nil)
 	require.NoError(t, err)
 	requireConsumeIssue(t, ca.finish(cursors), IssueDLQError)
+}
+
+// A consumer that handles a whole batch and acks it at the end acks nothing
+// when a poison message crashes it (FailCrashBatch): the broker bisects the
+// abandoned spans, only the poison messages are dead-lettered, each once
+// per group, and every other message is acked once.
+func TestConsumeCrashBatchModeAgainstFakeBroker(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
+		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrashBatch, 0.01, 50*time.Millisecond
+		f.leaseTTL = time.Second
+		f.crashesOn = func(txn string) bool { return isPoison(txn, 0.01) }
+	})
+	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash-batch mode shortens the lease")
+	rep := r.run(t)
+	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
+	require.True(t, rep.Drained)
+	require.Positive(t, r.poison)
+	g, R := int64(r.cfg.Groups), int64(r.cfg.RetryLimit)
+	require.Equal(t, g*(r.messages-r.poison), rep.Acked)
+	require.Equal(t, g*r.poison, rep.Audit.DeadLetters)
+	require.Zero(t, rep.DeadLettered, "no ack is answered dead_lettered: the expiries dead-letter")
+	require.NotNil(t, rep.Poison)
+	require.Positive(t, rep.Poison.AbandonedSpans, "batches of several messages were abandoned and bisected")
+	require.Equal(t, g*r.poison*(R+1)+rep.Poison.AbandonedSpans, rep.Poison.AbandonedLeases)
+	require.Equal(t, g*r.poison, rep.Poison.Stalls+rep.Poison.OpenStalls)
+	require.Positive(t, rep.Poison.IsolateMS.Max)
+	require.Equal(t, FailCrashBatch, rep.FailMode)
 }
 
 func TestConsumeLostAckRepliesAreReportedNotFailed(t *testing.T) {
@@ -568,7 +620,7 @@ func TestConsumeAuditRules(t *testing.T) {
 		for _, m := range stored {
 			e := consEntry{txn: txnPrint(m.TransactionID), popped: 1, handled: 1, acked: 1}
 			if isPoison(m.TransactionID, ratio) {
-				e = consEntry{txn: txnPrint(m.TransactionID), popped: R + 1, handled: R + 1, failed: R, dead: 1}
+				e = consEntry{txn: txnPrint(m.TransactionID), popped: R + 1, handled: R + 1, charged: R + 1, failed: R, dead: 1}
 			}
 			g.m[makeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset))] = e
 		}
@@ -620,11 +672,21 @@ func TestConsumeAuditRules(t *testing.T) {
 		{"never delivered", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			delete(g.m, key(1, 0))
 		}, IssueNeverDelivered},
-		{"poison handled too often", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+		{"poison charged too often", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 1)]
-			e.handled = R + 2
+			e.handled, e.charged = R+2, R+2
 			g.m[key(0, 1)] = e
 		}, IssuePoisonDeliveries},
+		{"poison charged too rarely", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			e := g.m[key(0, 1)]
+			e.charged = R
+			g.m[key(0, 1)] = e
+		}, IssuePoisonDeliveries},
+		{"handled again after a crash-batch abandon, without the abandon", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
+			e := g.m[key(0, 0)]
+			e.handled, e.popped = 2, 2
+			g.m[key(0, 0)] = e
+		}, IssueRedelivered},
 		{"poison not dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = (*dead)[1:]
 		}, IssueDLQMissing},

@@ -12,13 +12,20 @@ import (
 )
 
 // consEntry is what one consumer group saw of one message (keyed by
-// makeKey(partition index, offset)): 12 bytes, so millions of messages per
+// makeKey(partition index, offset)): 16 bytes, so millions of messages per
 // group stay small. Counts saturate at 255.
 type consEntry struct {
 	// txn is txnPrint of the transactionId of the first delivery.
 	txn uint32
 	// popped: deliveries (in pop replies); handled: handler invocations.
 	popped, handled uint8
+	// charged: deliveries of a poison message that count a failed delivery
+	// at the broker (SPEC.md §4): each failed ack (FailNack), each
+	// abandoned lease in which it was the only unacked message (the crash
+	// modes; an expired span of several is bisected, not charged).
+	// abandoned: handlings in a batch whose lease the consumer abandoned
+	// unacked (FailCrashBatch): the message is delivered again.
+	charged, abandoned uint8
 	// Ack results of the harness's acks of this message: acked (completed
 	// → acked), stale (completed → stale), failed (failed →
 	// retry_scheduled), dead (failed → dead_lettered), refused
@@ -49,11 +56,28 @@ type group struct {
 	// ackAfterLease counts acks answered lease_invalid at least the lease
 	// time after their pop was sent (under mu).
 	ackAfterLease int64
+	// The poison stalls (under mu): crashes counts leases abandoned on a
+	// poison message, bisected those that left several messages unacked
+	// (the broker bisects their redelivery); stalls holds each partition
+	// waiting on a poison message since its first failed handling, and
+	// stallDur the waits that ended (a delivery past every poison message
+	// that failed there).
+	crashes, bisected int64
+	stalls            map[int]*stall
+	stallDur          []time.Duration
+}
+
+// stall is a partition waiting on poison messages for a group: since the
+// first failed handling, until a delivery starts past poison, the highest
+// poison offset that failed there meanwhile.
+type stall struct {
+	since  time.Time
+	poison int64
 }
 
 func newGroup(name string) *group {
 	return &group{name: name, m: map[uint64]consEntry{}, issues: newIssues(), results: map[queen.AckOutcome]int64{},
-		retryMismatch: map[uint64]retryMismatch{}}
+		retryMismatch: map[uint64]retryMismatch{}, stalls: map[int]*stall{}}
 }
 
 // retryMismatch is the first delivery of a message whose retryCount was not
@@ -164,7 +188,9 @@ func (k *consumer) run(ctx context.Context) {
 // partition of a failure answered retry_scheduled ("" when none). With
 // FailCrash a poison message ends the batch as a crash would: the messages
 // before it are acked completed, it and the rest are never acked, and the
-// lease is abandoned.
+// lease is abandoned. With FailCrashBatch nothing of a batch that holds a
+// poison message is acked: the handler acks its batch at the end and
+// crashed before.
 //
 // popStart is when the pop was sent: an ack answered at least the queue's
 // leaseTime after it may find the lease run out (SPEC.md §4), and its
@@ -193,9 +219,24 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 		k.acks = append(k.acks, a)
 	}
 	handled := len(k.acks)
-	k.keys = k.g.deliver(k.keys[:0], msgs, handled, now, k)
-	crashed := k.cfg.FailMode == FailCrash && k.acks[handled-1].Status == string(queen.AckFailed)
+	poisoned := k.acks[handled-1].Status == string(queen.AckFailed)
+	crashed := poisoned && crashes(k.cfg.FailMode)
+	// Whether the broker counts this delivery as a failed delivery of the
+	// poison message (SPEC.md §4): a failed ack always; an abandoned lease
+	// only when the poison message is the one unacked message it leaves.
+	charge := poisoned
+	switch k.cfg.FailMode {
+	case FailCrash:
+		charge = poisoned && handled == len(msgs)
+	case FailCrashBatch:
+		charge = poisoned && len(msgs) == 1
+	}
+	k.keys = k.g.deliver(k.keys[:0], msgs, handled, now, k, charge)
 	if crashed {
+		k.g.crash(k, msgs, handled, now)
+		if k.cfg.FailMode == FailCrashBatch {
+			return ""
+		}
 		k.acks = k.acks[:handled-1]
 		if len(k.acks) == 0 {
 			return ""
@@ -237,12 +278,63 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 	return ""
 }
 
-// deliver books a pop reply: every message as delivered, the first handled
-// as handled, with their checks (the group, the transactionId, the order,
-// the retry count). It appends each message's key to keys.
-func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now time.Time, k *consumer) []uint64 {
+// crash books a lease the consumer abandoned on the poison message
+// msgs[handled-1] (the crash modes): a lease expiry at the broker, which
+// bisects the redelivery when it leaves several messages unacked; with
+// FailCrashBatch the handled messages before the poison one were handled
+// for nothing (abandoned). It opens or extends the partition's stall.
+func (g *group) crash(k *consumer, msgs []queen.Message, handled int, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.crashes++
+	unacked := len(msgs) - handled + 1
+	if k.cfg.FailMode == FailCrashBatch {
+		unacked = len(msgs)
+		for i := range handled - 1 {
+			if pi, ok := k.partIdx[msgs[i].Partition]; ok && msgs[i].Offset >= 0 && msgs[i].Offset <= seqMask {
+				key := makeKey(pi, uint64(msgs[i].Offset))
+				e := g.m[key]
+				e.abandoned = inc(e.abandoned)
+				g.m[key] = e
+			}
+		}
+	}
+	if unacked > 1 {
+		g.bisected++
+	}
+	p := &msgs[handled-1]
+	if pi, ok := k.partIdx[p.Partition]; ok {
+		g.poisoned(pi, p.Offset, now)
+	}
+}
+
+// poisoned opens (or extends) partition pi's stall on the poison message at
+// offset off, which failed at now (under mu).
+func (g *group) poisoned(pi int, off int64, now time.Time) {
+	if s := g.stalls[pi]; s != nil {
+		s.poison = max(s.poison, off)
+		return
+	}
+	g.stalls[pi] = &stall{since: now, poison: off}
+}
+
+// deliver books a pop reply: every message as delivered, the first handled
+// as handled, with their checks (the group, the transactionId, the order,
+// the retry count). charge: the last handled message is poison and this
+// delivery counts a failed delivery of it at the broker. It appends each
+// message's key to keys. A delivery that starts past its partition's
+// stalled poison messages ends the stall.
+func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now time.Time, k *consumer, charge bool) []uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(msgs) > 0 {
+		if pi, ok := k.partIdx[msgs[0].Partition]; ok {
+			if s := g.stalls[pi]; s != nil && msgs[0].Offset > s.poison {
+				g.stallDur = append(g.stallDur, now.Sub(s.since))
+				delete(g.stalls, pi)
+			}
+		}
+	}
 	var redelivered, first int64
 	for i := range msgs {
 		m := &msgs[i]
@@ -288,7 +380,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 			// failure may not have counted).
 			want := 0
 			if poison {
-				want = int(e.handled)
+				want = int(e.charged)
 			}
 			if m.RetryCount != want {
 				if _, ok := g.retryMismatch[key]; !ok {
@@ -301,6 +393,14 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 				k.lat = append(k.lat, now.Sub(m.CreatedAt))
 			}
 			e.handled = inc(e.handled)
+			if poison && i == handled-1 {
+				if charge {
+					e.charged = inc(e.charged)
+				}
+				if pi, ok := k.partIdx[m.Partition]; ok && !crashes(k.cfg.FailMode) {
+					g.poisoned(pi, m.Offset, now)
+				}
+			}
 		}
 		g.m[key] = e
 	}

@@ -52,8 +52,19 @@ func txnPrint(txn string) uint32 {
 const (
 	// FailNack: the consumer acks the poison message failed.
 	FailNack = "nack"
-	// FailCrash: the consumer never acks the poison message and abandons
-	// its lease, as if it crashed handling it; the lease's expiry counts
-	// the failure.
+	// FailCrash: the consumer acks the messages before the poison message,
+	// never acks it and abandons its lease, as if it crashed handling it;
+	// the lease's expiry counts the failure when the poison message is the
+	// span's only unacked message, else bisects (SPEC.md §4).
 	FailCrash = "crash"
+	// FailCrashBatch: the consumer handles the whole batch and acks it at
+	// the end; a poison message crashes it first, so nothing of the batch
+	// is acked and the lease is abandoned. The broker isolates the poison
+	// message by bisecting the next deliveries; only its expiries alone
+	// count failures (SPEC.md §4).
+	FailCrashBatch = "crash-batch"
 )
+
+// crashes reports whether mode is a fail mode whose consumer abandons its
+// lease on a poison message (FailCrash, FailCrashBatch).
+func crashes(mode string) bool { return mode == FailCrash || mode == FailCrashBatch }

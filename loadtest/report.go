@@ -305,6 +305,14 @@ func (c *ConsumeReport) writeText(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "  e2e       push commit → handler p50 %.1f ms · p99 %.1f ms · max %.1f ms (%s first handlings)\n",
 		c.Latency.P50, c.Latency.P99, c.Latency.Max, commas(c.E2ESamples))
+	if p := c.Poison; p != nil {
+		fmt.Fprintf(b, "  poison    %s leases abandoned (%s over several messages) · %s stalls, %.1f s in all, time to isolate p50 %.0f ms · p99 %.0f ms · max %.0f ms · %s still waiting\n",
+			commas(p.AbandonedLeases), commas(p.AbandonedSpans), commas(p.Stalls), p.StallSeconds, p.IsolateMS.P50, p.IsolateMS.P99, p.IsolateMS.Max, commas(p.OpenStalls))
+		if br := p.Brokers; br != nil {
+			fmt.Fprintf(b, "            brokers: %s lease expiries, %s bisections, %s dead-lettered by expiry, %.1f s bisecting\n",
+				commas(br.LeaseExpiries), commas(br.Bisections), commas(br.DeadLettered), br.StallSeconds)
+		}
+	}
 	if w := c.Wake; w != nil {
 		fmt.Fprintf(b, "  wake      parked long poll, push → reply p50 %.1f ms · p99 %.1f ms · max %.1f ms (%d of %d rounds, %d missed)\n",
 			w.P50, w.P99, w.Max, w.Samples, w.Rounds, w.Misses)

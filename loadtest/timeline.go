@@ -150,6 +150,10 @@ type TimelinePoint struct {
 // brokerMetrics are the figures the timeline reads from a broker's /metrics.
 type brokerMetrics struct {
 	rss, cacheBytes, evictions, hydrations int64
+	// The lease expiries, bisections and expiry dead letters the broker
+	// settled, and its poison stall seconds (SPEC.md §4).
+	leaseExpiries, bisections, expiryDead int64
+	stallSeconds                          float64
 }
 
 // scrapeMetrics reads the Prometheus text of url's /metrics.
@@ -181,6 +185,17 @@ func scrapeMetrics(ctx context.Context, hc *http.Client, base string) (brokerMet
 		}
 		var dst *int64
 		switch name {
+		case "queen_lease_expiries_total":
+			dst = &m.leaseExpiries
+		case "queen_lease_bisections_total":
+			dst = &m.bisections
+		case "queen_lease_expiry_dead_letters_total":
+			dst = &m.expiryDead
+		case "queen_poison_stall_seconds_total":
+			if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+				m.stallSeconds = f
+			}
+			continue
 		case "process_resident_memory_bytes":
 			dst = &m.rss
 		case "queen_dedup_cache_bytes":

@@ -105,15 +105,21 @@ type consumerState struct {
 	windowBuffer int64
 	now          time.Time
 	lockWait     float64 // seconds, read by ack_lock only
+	// bisect is the row's poison isolation (SPEC.md §4); expireLease and
+	// the pop change it, every write of the row stores it.
+	bisect rules.Bisection
+	// leases is what this transaction settled of expired leases and
+	// bisections, counted in the Store's LeaseStats once it commits.
+	leases LeaseStats
 }
 
 func (c *consumerState) scan(row pgx.Row) error { return c.scanRow(row, false) }
 
 // scanRow reads consume_lock's columns, and with wait ack_lock's lock wait.
 func (c *consumerState) scanRow(row pgx.Row, wait bool) error {
-	var counts []byte
+	var counts, bisect []byte
 	dst := []any{&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
-		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now}
+		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect}
 	if wait {
 		dst = append(dst, &c.lockWait)
 	}
@@ -132,7 +138,51 @@ func (c *consumerState) scanRow(row pgx.Row, wait bool) error {
 		}
 		c.failCounts[off] = v
 	}
+	return decodeBisection(bisect, &c.bisect)
+}
+
+// storedBisection is rules.Bisection as the consumer row's bisect column
+// stores it (a JSON object; the column is NULL when no bisection is active).
+type storedBisection struct {
+	To    int64     `json:"to"`
+	Hot   int64     `json:"hot"`
+	Size  int64     `json:"size"`
+	Cap   int64     `json:"cap"`
+	Mark  int64     `json:"mark"`
+	Since time.Time `json:"since"`
+}
+
+// decodeBisection reads the bisect column (nil: none) into b.
+func decodeBisection(col []byte, b *rules.Bisection) error {
+	*b = rules.Bisection{}
+	if col == nil {
+		return nil
+	}
+	var sb storedBisection
+	if err := json.Unmarshal(col, &sb); err != nil {
+		return fmt.Errorf("persistence: consumer bisect: %w", err)
+	}
+	*b = rules.Bisection{Active: true, To: sb.To, Hot: sb.Hot, Size: sb.Size, Cap: sb.Cap, Mark: sb.Mark, Since: sb.Since}
 	return nil
+}
+
+// encodeBisection writes b as the bisect column: nil (SQL NULL) when it is
+// not active.
+func encodeBisection(b rules.Bisection) ([]byte, error) {
+	if !b.Active {
+		return nil, nil
+	}
+	return json.Marshal(storedBisection{To: b.To, Hot: b.Hot, Size: b.Size, Cap: b.Cap, Mark: b.Mark, Since: b.Since})
+}
+
+// rowState encodes the failure counts and the bisection of st for
+// consume_update ($7, $8).
+func rowState(st *consumerState) (counts, bisect []byte, err error) {
+	if counts, err = encodeCounts(st.failCounts); err != nil {
+		return nil, nil, err
+	}
+	bisect, err = encodeBisection(st.bisect)
+	return counts, bisect, err
 }
 
 // encodeCounts writes failure counts as the fail_counts jsonb object.
@@ -184,49 +234,84 @@ func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *co
 // delayedProcessing seconds ago, and only once the partition's newest message
 // is windowBuffer seconds old. Without AutoAck the returned span is leased
 // for the queue's leaseTime; with it the cursor moves past the span. An
-// expired lease's unacked rest is delivered again, and its first unacked
-// message counts one failed delivery first (see expireLease). On an error
-// the transaction is rolled back and the result is empty, PopBusy.
+// expired lease's unacked rest is delivered again (see expireLease): a
+// single unacked message counts one failed delivery first, several are
+// bisected, so the delivery holds fewer than spec.Batch until the expired
+// range is passed (rules.Bisection). On an error the transaction is rolled
+// back and the result is empty, PopBusy.
 func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult, PopState, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return queen.PopResult{}, PopBusy, unavailable(err)
 	}
 	defer conn.Release()
-	res, state, err := popTx(ctx, conn, spec)
+	var settled LeaseStats
+	res, state, err := popTx(ctx, conn, spec, &settled)
 	if err != nil {
 		rollback(conn)
 		return queen.PopResult{}, PopBusy, err
 	}
+	s.leases.add(settled)
 	return res, state, nil
 }
 
 // popTx runs PopPartition's transaction on tx: claim the consumer row and
 // read the span above its cursor (claimSpan), build the messages that fit
-// (spanMessages), then move the cursor (autoAck) or take the lease, and
-// commit. On an error the caller rolls back.
-func popTx(ctx context.Context, tx querier, spec PopSpec) (queen.PopResult, PopState, error) {
+// (spanMessages, at most what the row's bisection allows), then move the
+// cursor (autoAck) or take the lease, and commit. What it settled of
+// expired leases and bisections is added to *settled once committed. On an
+// error the caller rolls back.
+func popTx(ctx context.Context, tx querier, spec PopSpec, settled *LeaseStats) (queen.PopResult, PopState, error) {
 	st, found, segs, err := claimSpan(ctx, tx, spec)
 	if err != nil {
 		return queen.PopResult{}, PopBusy, err
 	}
-	switch {
-	case !found, st.live:
+	if !found || st.live {
 		return queen.PopResult{}, PopBusy, commitPop(ctx, tx, nil)
-	case st.cursor >= st.lastOffset:
-		return queen.PopResult{}, PopEmpty, commitPop(ctx, tx, nil)
+	}
+	limit, stall, changed := st.bisect.Deliver(st.cursor, spec.Batch, st.now)
+	if changed && !st.bisect.Active {
+		st.leases.Stalls++
+		st.leases.StallSeconds += stall.Seconds()
+	}
+	spec.Batch = limit
+	// A pop that delivers nothing still stores a bisection it changed (one
+	// that ended above all): the row holds no lease here (claimSpan
+	// released an expired one).
+	idle := func(state PopState) (queen.PopResult, PopState, error) {
+		var write func(b *pgx.Batch)
+		if changed {
+			counts, bisect, err := rowState(&st)
+			if err != nil {
+				return queen.PopResult{}, PopBusy, err
+			}
+			write = func(b *pgx.Batch) {
+				b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
+			}
+		}
+		if err := commitPop(ctx, tx, write); err != nil {
+			return queen.PopResult{}, PopBusy, err
+		}
+		settled.add(st.leases)
+		return queen.PopResult{}, state, nil
+	}
+	if st.cursor >= st.lastOffset {
+		return idle(PopEmpty)
 	}
 	res, last, err := spanMessages(spec, &st, segs)
 	if err != nil {
 		return queen.PopResult{}, PopBusy, err
 	}
 	if len(res.Messages) == 0 {
-		return queen.PopResult{}, PopNotYet, commitPop(ctx, tx, nil)
+		return idle(PopNotYet)
 	}
 	if spec.AutoAck {
 		err = moveCursor(ctx, tx, spec, &st, last)
 	} else {
 		err = takeLease(ctx, tx, spec, &st, last, &res)
+	}
+	if err == nil {
+		settled.add(st.leases)
 	}
 	return res, PopDelivered, err
 }
@@ -259,7 +344,7 @@ func readSegments(segs *[]popSegment) func(pgx.Rows) error {
 // (partition, group)'s consumer row on first use, locks it (skipping it
 // when another request holds it and spec.SkipLocked) and reads the segments
 // to deliver (the statement sees the locked row). found is false when the
-// lock was skipped. An expired lease is counted first (expireLease): the row
+// lock was skipped. An expired lease is settled first (expireLease): the row
 // is written and the segments read again from its cursor, in this
 // transaction.
 func claimSpan(ctx context.Context, tx querier, spec PopSpec) (st consumerState, found bool, segs []popSegment, err error) {
@@ -277,13 +362,13 @@ func claimSpan(ctx context.Context, tx querier, spec PopSpec) (st consumerState,
 	if err != nil || !expired {
 		return st, found, segs, err
 	}
-	counts, err := encodeCounts(st.failCounts)
+	counts, bisect, err := rowState(&st)
 	if err != nil {
 		return st, found, nil, err
 	}
 	segs = segs[:0]
 	b = &pgx.Batch{}
-	b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts)
+	b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
 	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments(&segs))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return st, found, nil, unavailable(err)
@@ -342,12 +427,12 @@ func moveCursor(ctx context.Context, tx querier, spec PopSpec, st *consumerState
 			delete(st.failCounts, off)
 		}
 	}
-	counts, err := encodeCounts(st.failCounts)
+	counts, bisect, err := rowState(st)
 	if err != nil {
 		return err
 	}
 	return commitPop(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, counts)
+		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, counts, bisect)
 	})
 }
 
@@ -355,7 +440,7 @@ func moveCursor(ctx context.Context, tx querier, spec PopSpec, st *consumerState
 // spec.LeaseID (a new UUIDv7 when nil), commits, and writes the lease id
 // and its expiry into res and its messages.
 func takeLease(ctx context.Context, tx querier, spec PopSpec, st *consumerState, last int64, res *queen.PopResult) error {
-	counts, err := encodeCounts(st.failCounts)
+	counts, bisect, err := rowState(st)
 	if err != nil {
 		return err
 	}
@@ -367,7 +452,7 @@ func takeLease(ctx context.Context, tx querier, spec PopSpec, st *consumerState,
 	}
 	var expires *time.Time
 	if err := commitPop(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts).
+		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts, bisect).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&expires) })
 	}); err != nil {
 		return err
@@ -487,6 +572,9 @@ func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResu
 		rollback(conn)
 		return nil, err
 	}
+	for _, a := range rows {
+		s.leases.add(a.st.leases)
+	}
 	return out, nil
 }
 
@@ -563,8 +651,9 @@ type querier interface {
 
 // ackConsumerRow applies the acks idx of items to consumer row k (see Ack)
 // inside tx, a transaction the caller began and commits, whose locks come
-// before this row's in the lock order. The answers go to out[idx].
-func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult) error {
+// before this row's in the lock order. The answers go to out[idx]; what it
+// settled of an expired lease is added to *settled.
+func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, settled *LeaseStats) error {
 	a := &consumerAcks{key: k, idx: idx}
 	if err := a.lock(ctx, tx, &pgx.Batch{}, items, nil); err != nil {
 		return err
@@ -573,6 +662,7 @@ func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.Ack
 	if err := a.settle(ctx, tx, items, out, b); err != nil {
 		return err
 	}
+	settled.add(a.st.leases)
 	return sendAcks(ctx, tx, b)
 }
 
@@ -696,11 +786,15 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	if err != nil {
 		return err
 	}
+	bisect, err := encodeBisection(st.bisect)
+	if err != nil {
+		return err
+	}
 	var lease any
 	if d.KeepLease {
 		lease = uuid.UUID(st.leaseID.Bytes)
 	}
-	b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts)
+	b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts, bisect)
 	for _, i := range a.idx {
 		c := d.Cursor
 		out[i].Cursor = &c
@@ -778,15 +872,17 @@ func deadLetterFrom(ctx context.Context, tx querier, k ackKey, off, first int64,
 }
 
 // expireLease settles an expired lease that no ack or failure released
-// (SPEC.md §4), on st, the consumer row locked by this transaction: the first
-// unacked message of the span (the lowest stored offset above the cursor,
-// when the span still holds it) counts one failed delivery, like a failed
-// ack; past the queue's retryLimit it is dead-lettered with the error text
-// LeaseExpiredError and the cursor moves past it. The lease is released in
-// st (lease id, span end cleared), so the caller's write of the row records
-// the expiry once: a later pop or ack, on any broker, finds no lease to
-// count. It reports whether st changed (false: no expired lease); the
-// caller writes the row.
+// (SPEC.md §4), on st, the consumer row locked by this transaction, by
+// rules.Bisection: an unacked span of several messages (from the lowest
+// stored offset above the cursor to the lease's end) charges none of them
+// and bisects the next deliveries; a span of one message counts one failed
+// delivery of it, like a failed ack, and past the queue's retryLimit it is
+// dead-lettered with the error text LeaseExpiredError and the cursor moves
+// past it. The lease is released in st (lease id, span end cleared), so
+// the caller's write of the row records the expiry once: a later pop or
+// ack, on any broker, finds no lease to settle. What it settled is added
+// to st.leases. It reports whether st changed (false: no expired lease);
+// the caller writes the row.
 func expireLease(ctx context.Context, tx querier, k ackKey, st *consumerState) (bool, error) {
 	if st.live || !st.leaseID.Valid {
 		return false, nil
@@ -810,12 +906,22 @@ func expireLease(ctx context.Context, tx querier, k ackKey, st *consumerState) (
 	if off > *leaseTo {
 		return true, nil
 	}
+	st.leases.Expiries++
+	charge, bisected := st.bisect.Expire(st.cursor, off, *leaseTo, st.now)
+	if bisected {
+		st.leases.Bisections++
+	}
+	if !charge {
+		return true, nil
+	}
 	st.failCounts[off]++
 	if attempts := st.failCounts[off]; int64(attempts) > st.retryLimit {
 		if err := deadLetterFrom(ctx, tx, k, off, first, created, ids, frames, LeaseExpiredError, attempts); err != nil {
 			return false, err
 		}
+		st.leases.DeadLettered++
 		st.cursor = off
+		st.bisect.Mark = off // the next delivery starts small: nothing was acked
 		for o := range st.failCounts {
 			if o <= off {
 				delete(st.failCounts, o)

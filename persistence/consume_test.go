@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -485,34 +486,113 @@ func TestExpiredLeaseCountsAFailedDelivery(t *testing.T) {
 	require.Equal(t, int64(0), dl[0].Offset)
 }
 
-func TestExpiredLeaseCountsOnlyTheFirstUnacked(t *testing.T) {
+// A consumer that acks part of its span and then crashes: the expired rest
+// holds two unacked messages, so neither is charged (SPEC.md §4); the next
+// deliveries are bisected (one message each) until the expired range is
+// passed.
+func TestExpiredSpanChargesNone(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
 	pid, err := s.EnsurePartition(ctx, "q", "p")
 	require.NoError(t, err)
-	commit(t, s, pid, items("q", "p", "m1", "m2", "m3"))
+	commit(t, s, pid, items("q", "p", "m1", "m2", "m3", "m4"))
 	res, _ := pop(t, s, pid, g, 3)
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, res.LeaseID)))
 	runOutLease(t, s, pid, g)
 	res, st := pop(t, s, pid, g, 3)
 	require.Equal(t, PopDelivered, st)
-	require.Equal(t, []string{"m2", "m3"}, txns(res))
-	require.Equal(t, 1, res.Messages[0].RetryCount, "m2 was the first unacked message of the expired span")
-	require.Equal(t, 0, res.Messages[1].RetryCount)
+	require.Equal(t, []string{"m2"}, txns(res), "half of the expired span m2,m3")
+	require.Equal(t, 0, res.Messages[0].RetryCount, "a message of a multi-message expired span is not charged")
+	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats())
 
-	// An extended lease is live: nothing counts, and its ack completes the span.
+	// An extended lease is live: nothing settles, and its ack completes the span.
 	long, err := s.ExtendLease(ctx, uuid.MustParse(*res.LeaseID), 600)
 	require.NoError(t, err)
 	require.True(t, long.After(*res.LeaseExpiresAt))
 	_, st = pop(t, s, pid, g, 3)
 	require.Equal(t, PopBusy, st)
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m2", queen.AckCompleted, res.LeaseID)))
+	res, _ = pop(t, s, pid, g, 3)
+	require.Equal(t, []string{"m3"}, txns(res), "still bisected: m3 was in the expired range")
+	require.Equal(t, 0, res.Messages[0].RetryCount)
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m3", queen.AckCompleted, res.LeaseID)))
-	_, st = pop(t, s, pid, g, 3)
-	require.Equal(t, PopEmpty, st)
+	res, _ = pop(t, s, pid, g, 3)
+	require.Equal(t, []string{"m4"}, txns(res), "the expired range is passed: the batch again")
+	ls := s.LeaseStats()
+	require.Equal(t, int64(1), ls.Stalls, "the bisection ended")
+	require.GreaterOrEqual(t, ls.StallSeconds, 0.0)
 	_, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
 	require.NoError(t, err)
 	require.Zero(t, total)
+}
+
+// TestBisectionDeadLettersOnlyThePoison: a batch of 100 with a poison
+// message at position 37 and a consumer that handles the whole batch and
+// acks it at the end, acking nothing when it crashes (its lease runs out):
+// the deliveries are bisected, only the poison message is charged, by
+// single-message expiries, and dead-lettered after retryLimit+1 of them;
+// messages 1-36 and 38-100 are acked, each once.
+func TestBisectionDeadLettersOnlyThePoison(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	configure(t, s, "q", `{"retryLimit":3}`)
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	var ids []string
+	for i := 1; i <= 100; i++ {
+		ids = append(ids, fmt.Sprintf("m%03d", i))
+	}
+	commit(t, s, pid, items("q", "p", ids...))
+	acked := map[string]int{}
+	var sizes []int
+	singles := 0
+	for n := 0; ; n++ {
+		require.Less(t, n, 200, "no progress: deliveries %v", sizes)
+		res, st := pop(t, s, pid, g, 100)
+		if st == PopEmpty {
+			break
+		}
+		require.Equal(t, PopDelivered, st)
+		sizes = append(sizes, len(res.Messages))
+		crash := false
+		for _, m := range res.Messages {
+			if m.TransactionID == "m037" {
+				crash = true
+				if len(res.Messages) == 1 {
+					require.Equal(t, singles, m.RetryCount, "only single-message expiries are charged")
+					singles++
+				}
+				continue
+			}
+			require.Zero(t, m.RetryCount, "%s was charged", m.TransactionID)
+		}
+		if crash {
+			runOutLease(t, s, pid, g)
+			continue
+		}
+		last := res.Messages[len(res.Messages)-1]
+		require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, last.TransactionID, queen.AckCompleted, res.LeaseID)))
+		for _, m := range res.Messages {
+			acked[m.TransactionID]++
+		}
+	}
+	require.Equal(t, 4, singles, "retryLimit+1 single-message deliveries")
+	require.Len(t, acked, 99)
+	for id, n := range acked {
+		require.Equal(t, 1, n, id)
+		require.NotEqual(t, "m037", id)
+	}
+	require.Equal(t, []int{100, 50, 25, 25, 12, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 16, 32}, sizes)
+	dl, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), total)
+	require.Equal(t, "m037", dl[0].TransactionID)
+	require.Equal(t, LeaseExpiredError, dl[0].Error)
+	require.Equal(t, 4, dl[0].Attempts)
+	ls := s.LeaseStats()
+	require.Equal(t, LeaseStats{Expiries: 10, Bisections: 6, DeadLettered: 1, Stalls: 1, StallSeconds: ls.StallSeconds}, ls)
 }
 
 func TestExpiredLeaseCountsOnce(t *testing.T) {
@@ -527,7 +607,8 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	runOutLease(t, s, pid, g)
 
 	// Pops racing after the expiry, waiting for the row lock or skipping
-	// it: one delivers and counts the expiry, the others find its lease.
+	// it: one delivers and settles the expiry (a span of two: bisected,
+	// nothing charged), the others find its lease.
 	const racers = 8
 	type out struct {
 		res queen.PopResult
@@ -547,15 +628,21 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 		require.NoError(t, o.err)
 		if o.st == PopDelivered {
 			delivered++
-			require.Equal(t, []string{"m1", "m2"}, txns(o.res))
-			require.Equal(t, 1, o.res.Messages[0].RetryCount, "the expiry is counted once")
+			require.Equal(t, []string{"m1"}, txns(o.res), "half of the expired span")
+			require.Equal(t, 0, o.res.Messages[0].RetryCount)
 			continue
 		}
 		require.Equal(t, PopBusy, o.st)
 	}
 	require.Equal(t, 1, delivered)
+	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats(), "the expiry is settled once")
 
-	// A late ack without a lease after the next expiry still counts it
+	// m1 alone expires: charged once.
+	runOutLease(t, s, pid, g)
+	res, _ := pop(t, s, pid, g, 2)
+	require.Equal(t, []string{"m1"}, txns(res))
+	require.Equal(t, 1, res.Messages[0].RetryCount)
+	// A late ack without a lease after the next expiry still settles it
 	// once: m1 passes retryLimit 1 and is dead-lettered, so the ack is stale.
 	runOutLease(t, s, pid, g)
 	require.Equal(t, []queen.AckOutcome{queen.Stale}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, nil)))
@@ -568,4 +655,5 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	require.Equal(t, int64(1), total)
 	require.Equal(t, "m1", dl[0].TransactionID)
 	require.Equal(t, 2, dl[0].Attempts)
+	require.Equal(t, LeaseStats{Expiries: 3, Bisections: 1, DeadLettered: 1}, s.LeaseStats(), "m2 is still in the expired range")
 }

@@ -96,6 +96,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen
 	if err := commitTxn(ctx, tx); err != nil {
 		return nil, err
 	}
+	s.leases.add(plan.leases)
 	return plan.res, nil
 }
 
@@ -122,6 +123,8 @@ type txnPlan struct {
 	// ascending.
 	lockPIDs []uuid.UUID
 	keys     []ackKey
+	// leases is what the acks settled of expired leases (Store.LeaseStats).
+	leases LeaseStats
 }
 
 // planTxn groups the operations of req (creating the queues and partitions
@@ -328,7 +331,7 @@ func (plan *txnPlan) applyAcks(ctx context.Context, tx pgx.Tx) error {
 		if !ok {
 			continue
 		}
-		if err := ackConsumerRow(ctx, tx, k, plan.acks, idx, plan.ackOut); err != nil {
+		if err := ackConsumerRow(ctx, tx, k, plan.acks, idx, plan.ackOut, &plan.leases); err != nil {
 			return err
 		}
 	}

@@ -63,8 +63,13 @@ poison (chosen by a hash of the transactionId): the handler fails every delivery
 each is delivered retryLimit+1 times per group and dead-lettered once. With
 --fail-mode nack (the default) the consumer acks it failed; with --fail-mode crash it
 acks the messages before it and abandons the rest of the batch and its lease, as a
-consumer that crashes would, so each lease expiry counts the failure and the dead
-letter says "lease expired" (leaseTime 2 s unless --consume-lease). The queue is
+consumer that crashes would; with --fail-mode crash-batch it handles the whole batch and
+acks nothing when a poison message crashes it (a handler that acks its batch at the end).
+The broker bisects an expired span of several unacked messages (nothing charged) until
+the poison message expires alone, which counts the failure; its dead letter says "lease
+expired" (leaseTime 2 s unless --consume-lease). The report's "poison" section counts
+the abandoned leases, the seconds partitions waited on a poison message, and the
+brokers' lease expiries and bisections (their /metrics). The queue is
 configured with --retry-limit first. The end-to-end audit then checks, per group:
 every other stored message acked exactly once, every poison message in the DLQ once
 with attempts retryLimit+1, nothing else dead-lettered, the cursors at the end, no
@@ -112,13 +117,14 @@ quarter of the window, retries only within half of it.`,
   queen loadtest --embedded --duration 20s --consumers 4 --groups 2 --fail-ratio 0.02
   queen loadtest --brokers 3 --chaos kill --duration 60s --dup-ratio 0.2 --consumers 3 --json
   queen loadtest --brokers 3 --chaos mixed --duration 120s --consumers 3 --fail-ratio 0.01 --fail-mode crash --json
+  queen loadtest --embedded --duration 60s --consumers 3 --fail-ratio 0.001 --fail-mode crash-batch --json
   queen loadtest --embedded --chaos pg-restart --duration 60s --json
   queen loadtest --brokers 2 --pg-standby --chaos pg-failover --duration 120s --json
   queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cfg.Mode = loadtest.Mode(mode)
-			if cfg.FailMode == loadtest.FailCrash && !cmd.Flags().Changed("consume-lease") {
+			if (cfg.FailMode == loadtest.FailCrash || cfg.FailMode == loadtest.FailCrashBatch) && !cmd.Flags().Changed("consume-lease") {
 				cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
 			}
 			stderr := cmd.ErrOrStderr()
@@ -191,7 +197,7 @@ quarter of the window, retries only within half of it.`,
 	f.IntVar(&cfg.Consumers, "consumers", cfg.Consumers, "consumers per consumer group (0: no consume phase)")
 	f.IntVar(&cfg.Groups, "groups", cfg.Groups, "consumer groups, named <queue>-g0, -g1, ... (default 1 with --consumers)")
 	f.Float64Var(&cfg.FailRatio, "fail-ratio", cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
-	f.StringVar(&cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed) or crash (never ack it, abandon the lease; leaseTime 2 s unless --consume-lease)")
+	f.StringVar(&cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed), crash (ack the messages before it, never ack it, abandon the lease) or crash-batch (handle the whole batch, ack nothing, abandon the lease); the crash modes take leaseTime 2 s unless --consume-lease")
 	f.IntVar(&cfg.ConsumeBatch, "consume-batch", cfg.ConsumeBatch, "most messages per pop")
 	f.IntVar(&cfg.RetryLimit, "retry-limit", cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
 	f.DurationVar(&cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")

@@ -228,33 +228,56 @@ func TestLoadtestConsume(t *testing.T) {
 }
 
 // Consumers that crash on poison messages (never ack them, abandon the
-// lease): each lease expiry counts a failed delivery, so every poison message
-// is dead-lettered once per group with "lease expired" after retryLimit+1
-// deliveries, and the audit proves it.
+// lease), over NATS: with --fail-mode crash they ack the messages before the
+// poison one, with crash-batch nothing of the batch. An expired span of
+// several messages is bisected (nothing charged), a single-message one
+// counts a failed delivery, so every poison message is dead-lettered once
+// per group with "lease expired" after retryLimit+1 single-message
+// expiries, and the audit proves it; the report's poison section matches
+// the broker's /metrics.
 func TestLoadtestConsumeCrash(t *testing.T) {
 	t.Parallel()
-	b := startTestBroker(t)
-	cfg := consumeRun(b, b.NATSURL())
-	// Every poison message holds its partition for a lease per delivery:
-	// spread them (the transactionIds lt0-0 and lt0-2 are poison at 5%, so
-	// every run has some).
-	cfg.Queue, cfg.FailMode, cfg.RetryLimit, cfg.Partitions, cfg.WakeProbes = "loadtest-consume-crash", loadtest.FailCrash, 1, 64, 0
-	rep, err := loadtest.Run(context.Background(), cfg)
-	require.NoError(t, err)
-	c := rep.Consume
-	var text bytes.Buffer
-	rep.WriteText(&text)
-	t.Logf("%s", text.String())
-	a := c.Audit
-	require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
-	require.True(t, c.Drained, c.DrainProblem)
-	require.Equal(t, 2, c.LeaseSeconds)
-	require.Equal(t, loadtest.FailCrash, c.FailMode)
-	require.Positive(t, a.Poison, "5%% of the messages are poison")
-	require.Equal(t, 2*a.Poison, a.DeadLetters)
-	require.Equal(t, 2*(a.Messages-a.Poison), c.Acked)
-	require.Equal(t, 2*(a.Messages+int64(c.RetryLimit)*a.Poison), c.Handled)
-	require.Zero(t, c.DeadLettered, "no ack is answered dead_lettered: lease expiries dead-letter")
+	for _, mode := range []string{loadtest.FailCrash, loadtest.FailCrashBatch} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := startTestBroker(t)
+			cfg := consumeRun(b, b.NATSURL())
+			// Every poison message holds its partition for a lease per
+			// delivery: spread them (the transactionIds lt0-0 and lt0-2 are
+			// poison at 5%, so every run has some).
+			cfg.Queue, cfg.FailMode, cfg.RetryLimit, cfg.Partitions, cfg.WakeProbes = "loadtest-consume-"+mode, mode, 1, 64, 0
+			cfg.MetricsURLs = []string{b.HTTPURL()}
+			rep, err := loadtest.Run(context.Background(), cfg)
+			require.NoError(t, err)
+			c := rep.Consume
+			var text bytes.Buffer
+			rep.WriteText(&text)
+			t.Logf("%s", text.String())
+			a := c.Audit
+			require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
+			require.True(t, c.Drained, c.DrainProblem)
+			require.Equal(t, 2, c.LeaseSeconds)
+			require.Equal(t, mode, c.FailMode)
+			require.Positive(t, a.Poison, "5%% of the messages are poison")
+			require.Equal(t, 2*a.Poison, a.DeadLetters)
+			require.Equal(t, 2*(a.Messages-a.Poison), c.Acked)
+			require.Zero(t, c.DeadLettered, "no ack is answered dead_lettered: lease expiries dead-letter")
+			p := c.Poison
+			require.NotNil(t, p)
+			R := int64(c.RetryLimit)
+			require.Equal(t, 2*a.Poison*(R+1)+p.AbandonedSpans, p.AbandonedLeases)
+			require.Equal(t, 2*a.Poison, p.Stalls+p.OpenStalls)
+			if mode == loadtest.FailCrash {
+				// The messages before a poison one are acked: each other
+				// message is handled once, a poison one per abandoned lease.
+				require.Equal(t, 2*(a.Messages-a.Poison)+p.AbandonedLeases, c.Handled)
+			}
+			require.NotNil(t, p.Brokers)
+			require.Equal(t, p.AbandonedLeases, p.Brokers.LeaseExpiries, "every abandoned lease expired at the broker")
+			require.Equal(t, p.AbandonedSpans, p.Brokers.Bisections)
+			require.Equal(t, 2*a.Poison, p.Brokers.DeadLettered)
+		})
+	}
 }
 
 func TestLoadtestCompare(t *testing.T) {

@@ -4,7 +4,7 @@
 -- above the CTE's LockRows): the ack lock wait of /metrics. The session's
 -- lock_timeout bounds the wait. Keep the CTE's columns as consume_lock's.
 WITH l ("cursor", lease_id, live, lease_to, fail_counts, last_offset, partition_name,
-       queue_name, lease_time, retry_limit, delayed, window_buffer, now) AS (
+       queue_name, lease_time, retry_limit, delayed, window_buffer, now, bisect) AS (
     SELECT c."cursor",
            c.lease_id,
            COALESCE(c.lease_expires_at > clock_timestamp(), false),
@@ -17,7 +17,8 @@ WITH l ("cursor", lease_id, live, lease_to, fail_counts, last_offset, partition_
            COALESCE((q.options ->> 'retryLimit')::bigint, 3),
            COALESCE((q.options ->> 'delayedProcessing')::bigint, 0),
            COALESCE((q.options ->> 'windowBuffer')::bigint, 0),
-           clock_timestamp()
+           clock_timestamp(),
+           c.bisect
     FROM queen.consumers c
     JOIN queen.partitions p ON p.id = c.partition_id
     JOIN queen.queues q ON q.id = p.queue_id

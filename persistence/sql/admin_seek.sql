@@ -1,6 +1,6 @@
 -- Moves group $2's cursors in every partition of queue $1: to the
 -- beginning (-1) when $4, to the end ($3 NULL), or to just below the first
--- segment stored at or after $3 (the end when there is none). Leases and retry counts are cleared. Returns the
+-- segment stored at or after $3 (the end when there is none). Leases, retry counts and bisections are cleared. Returns the
 -- partitions moved.
 INSERT INTO queen.consumers AS c (partition_id, consumer_group, queue_id, "cursor")
 SELECT p.id, $2, p.queue_id,
@@ -15,5 +15,5 @@ JOIN queen.queues q ON q.id = p.queue_id
 WHERE q.name = $1
 ON CONFLICT (partition_id, consumer_group) DO UPDATE
 SET "cursor" = EXCLUDED."cursor", lease_id = NULL, lease_expires_at = NULL, lease_to = NULL,
-    fail_counts = '{}', updated_at = clock_timestamp()
+    fail_counts = '{}', bisect = NULL, updated_at = clock_timestamp()
 RETURNING c.partition_id

@@ -14,7 +14,8 @@ SELECT c."cursor",
        COALESCE((q.options ->> 'retryLimit')::bigint, 3),
        COALESCE((q.options ->> 'delayedProcessing')::bigint, 0),
        COALESCE((q.options ->> 'windowBuffer')::bigint, 0),
-       clock_timestamp()
+       clock_timestamp(),
+       c.bisect
 FROM queen.consumers c
 JOIN queen.partitions p ON p.id = c.partition_id
 JOIN queen.queues q ON q.id = p.queue_id

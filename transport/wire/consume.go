@@ -161,29 +161,25 @@ func (in popInput) validate() (queen.PopRequest, error) {
 		}
 		r.Timeout = time.Duration(ms) * time.Millisecond
 	}
-	switch in.SubscriptionMode {
-	case "", "all":
-	case "new", "new-only":
-		r.SubscriptionNew = true
-	default:
-		return r, fieldErr(queen.ErrInvalidField.With("subscriptionMode must be \"all\", \"new\" or \"new-only\", got %q", in.SubscriptionMode), "subscriptionMode")
-	}
+	// Upstream's rule (its parse_subscription_mode): a subscriptionFrom
+	// time wins over any mode; subscriptionFrom "now" or the modes new,
+	// new-only and now start at the group's first pop; any other mode
+	// ("all", "from_beginning", "timestamp", ...) or none means all.
 	switch in.SubscriptionFrom {
 	case "":
 	case "now":
-		if in.SubscriptionMode == "all" {
-			return r, fieldErr(queen.ErrInvalidField.With("give subscriptionMode all or subscriptionFrom, not both"), "subscriptionFrom")
-		}
 		r.SubscriptionNew = true
 	default:
 		t, err := time.Parse(time.RFC3339Nano, in.SubscriptionFrom)
 		if err != nil {
 			return r, fieldErr(queen.ErrInvalidField.With("subscriptionFrom must be \"now\" or an RFC 3339 time, got %q", in.SubscriptionFrom), "subscriptionFrom")
 		}
-		if r.SubscriptionNew || in.SubscriptionMode == "all" {
-			return r, fieldErr(queen.ErrInvalidField.With("give subscriptionMode or a subscriptionFrom time, not both"), "subscriptionFrom")
-		}
 		r.SubscriptionFrom = &t
+		return r, nil
+	}
+	switch in.SubscriptionMode {
+	case "new", "new-only", "now":
+		r.SubscriptionNew = true
 	}
 	return r, nil
 }

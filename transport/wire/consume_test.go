@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"net/url"
 	"testing"
@@ -25,7 +26,7 @@ func TestDecodePopQuery(t *testing.T) {
 	}
 	for _, bad := range []url.Values{
 		{"batch": {"0x1"}}, {"batch": {"-1"}}, {"batch": {"10001"}}, {"timeout": {"-5"}}, {"wait": {"maybe"}},
-		{"subscriptionMode": {"later"}}, {"subscriptionFrom": {"yesterday"}}, {"consumerGroup": {"a\x01b"}},
+		{"subscriptionFrom": {"yesterday"}}, {"consumerGroup": {"a\x01b"}},
 	} {
 		if _, err := DecodePopQuery("q", "", bad); err == nil || queen.AsError(err).Status != 400 {
 			t.Errorf("%v: %v, want a 400", bad, err)
@@ -34,6 +35,38 @@ func TestDecodePopQuery(t *testing.T) {
 	if _, err := DecodePopQuery("", "", nil); !errors.Is(err, queen.ErrMissingField) {
 		t.Errorf("no queue: %v", err)
 	}
+}
+
+// Upstream's subscription rule: a subscriptionFrom time wins over any mode;
+// subscriptionFrom now and the modes new, new-only and now start at the
+// group's first pop; every other mode (from_beginning, timestamp, ...) is all.
+func TestDecodePopSubscriptionMode(t *testing.T) {
+	for _, c := range []struct {
+		mode, from string
+		isNew      bool
+		hasFrom    bool
+	}{
+		{"", "", false, false}, {"all", "", false, false}, {"from_beginning", "", false, false},
+		{"timestamp", "", false, false}, {"later", "", false, false},
+		{"new", "", true, false}, {"new-only", "", true, false}, {"now", "", true, false},
+		{"", "now", true, false}, {"all", "now", true, false},
+		{"timestamp", "2026-01-02T03:04:05Z", false, true}, {"all", "2026-01-02T03:04:05Z", false, true},
+		{"new", "2026-01-02T03:04:05Z", false, true},
+	} {
+		r, err := DecodePopQuery("q", "", url.Values{"subscriptionMode": {c.mode}, "subscriptionFrom": {c.from}})
+		if err != nil || r.SubscriptionNew != c.isNew || (r.SubscriptionFrom != nil) != c.hasFrom {
+			t.Errorf("mode %q from %q: new %v from %v (%v), want new %v from %v", c.mode, c.from, r.SubscriptionNew, r.SubscriptionFrom, err, c.isNew, c.hasFrom)
+		}
+		body := marshalPop(c.mode, c.from)
+		if r2, err := DecodePop(body); err != nil || r2.SubscriptionNew != r.SubscriptionNew || (r2.SubscriptionFrom != nil) != c.hasFrom {
+			t.Errorf("NATS %s: %+v %v", body, r2, err)
+		}
+	}
+}
+
+func marshalPop(mode, from string) []byte {
+	b, _ := json.Marshal(map[string]any{"queue": "q", "subscriptionMode": mode, "subscriptionFrom": from})
+	return b
 }
 
 // partitions=N (upstream's v4 multi-partition pop): default 1, capped at

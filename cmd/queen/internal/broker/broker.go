@@ -346,6 +346,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	b.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "queen_pop_parked_polls", Help: "Long polls waiting for messages.",
 	}, func() float64 { return float64(b.cons.Parked()) }))
+	registerLeaseMetrics(b.metrics, b.store)
 	b.svc = transport.NewService(transport.Config{
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{pops: b.cons, store: b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
@@ -452,6 +453,26 @@ func registerCacheMetrics(m *metrics.Set, c *actors.Cache) {
 		counter("queen_dedup_narrowed_probes_total", "Partition probes narrowed by the cache's watermark.", func(s actors.CacheStats) int64 { return s.NarrowedProbes }),
 		counter("queen_dedup_cache_hydrations_total", "Partition caches filled with a whole window read from the sidecar.", func(s actors.CacheStats) int64 { return s.Hydrations }),
 		counter("queen_dedup_cache_gap_reads_total", "Sidecar reads of segments other writers stored between two of this broker's commits.", func(s actors.CacheStats) int64 { return s.GapReads }),
+	)
+}
+
+// registerLeaseMetrics exposes what this broker's store settled of expired
+// leases and poison isolation (persistence.LeaseStats, SPEC.md §4).
+func registerLeaseMetrics(m *metrics.Set, st *persistence.Store) {
+	counter := func(name, help string, f func(persistence.LeaseStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(st.LeaseStats()) })
+	}
+	m.Registry.MustRegister(
+		counter("queen_lease_expiries_total", "Expired leases settled that still held unacked messages.",
+			func(s persistence.LeaseStats) float64 { return float64(s.Expiries) }),
+		counter("queen_lease_bisections_total", "Expired leases over several unacked messages: none charged, the next deliveries bisected.",
+			func(s persistence.LeaseStats) float64 { return float64(s.Bisections) }),
+		counter("queen_lease_expiry_dead_letters_total", "Messages dead-lettered by their (retryLimit+1)-th single-message lease expiry (error text \"lease expired\").",
+			func(s persistence.LeaseStats) float64 { return float64(s.DeadLettered) }),
+		counter("queen_poison_stalls_total", "Bisections ended: a (partition, group) passed the range of its expired leases.",
+			func(s persistence.LeaseStats) float64 { return float64(s.Stalls) }),
+		counter("queen_poison_stall_seconds_total", "Seconds (partition, group) pairs spent bisecting an expired range, from its first expiry to the pop that found it passed.",
+			func(s persistence.LeaseStats) float64 { return s.StallSeconds }),
 	)
 }
 

@@ -437,7 +437,7 @@ func TestConsumeAdmin(t *testing.T) {
 		status       int
 	}{
 		{http.MethodGet, "/api/v1/pop/queue/ad?batch=abc", nil, 400},
-		{http.MethodGet, "/api/v1/pop/queue/ad?subscriptionMode=sometimes", nil, 400},
+		{http.MethodGet, "/api/v1/pop/queue/ad?subscriptionFrom=yesterday", nil, 400},
 		{http.MethodPost, "/api/v1/ack", map[string]any{"transactionId": "x"}, 400},
 		{http.MethodPost, "/api/v1/ack", map[string]any{"transactionId": "x", "partitionId": "nope"}, 400},
 		{http.MethodPost, "/api/v1/ack/batch", map[string]any{"acknowledgments": []any{map[string]any{"partitionId": "0190a4b6-0000-7000-8000-000000000000", "status": "maybe", "offset": 1}}}, 400},
@@ -451,6 +451,34 @@ func TestConsumeAdmin(t *testing.T) {
 		if st != c.status || json.Unmarshal(b, &eb) != nil || eb.Code == "" {
 			t.Errorf("%s %s: %d %s, want %d with a JSON error", c.method, c.path, st, b, c.status)
 		}
+	}
+}
+
+// TestConsumeSubscriptionModeUpstream: upstream SDKs pop with
+// subscriptionMode=from_beginning, and upstream treats every mode other than
+// new, new-only and now as all: a group subscribing that way, over HTTP and
+// over NATS, pops the partition from its first message, like all; the mode
+// now starts at the group's first pop, like new (SPEC.md §4).
+func TestConsumeSubscriptionModeUpstream(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("um", "p", "h1"), it("um", "p", "h2")), 2)
+	for _, mode := range []string{"from_beginning", "all", "timestamp", "anything-else"} {
+		got := e.popHTTP(t, "um", "", vals("consumerGroup", "http-"+mode, "subscriptionMode", mode, "batch", "10"))
+		if txnsOf(got.Messages) != "h1,h2" {
+			t.Errorf("HTTP subscriptionMode=%s: %s, want h1,h2", mode, txnsOf(got.Messages))
+		}
+		res := natsPop(t, e, map[string]any{"queue": "um", "consumerGroup": "nats-" + mode, "subscriptionMode": mode, "batch": 10})
+		if res == nil || txnsOf(res.Messages) != "h1,h2" {
+			t.Errorf("NATS subscriptionMode=%s: %+v, want h1,h2", mode, res)
+		}
+	}
+	if got := e.popHTTP(t, "um", "", vals("consumerGroup", "late", "subscriptionMode", "now")); len(got.Messages) != 0 {
+		t.Fatalf("subscriptionMode=now got the backlog: %s", txnsOf(got.Messages))
+	}
+	e.pushOK(t, "http", items(it("um", "p", "n1")), 1)
+	if got := e.popHTTP(t, "um", "", vals("consumerGroup", "late", "batch", "10")); txnsOf(got.Messages) != "n1" {
+		t.Fatalf("subscriptionMode=now after subscribing: %s", txnsOf(got.Messages))
 	}
 }
 
@@ -633,9 +661,11 @@ func TestConsumeLeaseExpiryDeadLetters(t *testing.T) {
 	}
 }
 
-// A consumer that acks part of its span and then crashes: the expiry counts
-// only the first unacked message, over NATS.
-func TestConsumeLeaseExpiryCountsFirstUnacked(t *testing.T) {
+// A consumer that acks part of its span and then crashes: the expired rest
+// holds two unacked messages, so neither is charged (SPEC.md §4), and the
+// next deliveries hold one message each until the expired range is passed,
+// over NATS.
+func TestConsumeLeaseExpirySpanBisected(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
 	c := transport.NewClient(e.nc)
@@ -645,7 +675,7 @@ func TestConsumeLeaseExpiryCountsFirstUnacked(t *testing.T) {
 	// machine; the expiry after it is waited for.
 	e.configureOK(t, "nats", []byte(`{"queue":"part","options":{"leaseTime":3}}`))
 	var push []transport.PushItem
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range []string{"a", "b", "c", "d"} {
 		push = append(push, transport.PushItem{Queue: "part", Partition: "p", TransactionID: id})
 	}
 	if _, err := c.Push(ctx, push); err != nil {
@@ -659,20 +689,140 @@ func TestConsumeLeaseExpiryCountsFirstUnacked(t *testing.T) {
 	if err != nil || res[0].Result != queen.Acked {
 		t.Fatalf("ack a: %v %+v", err, res)
 	}
-	var again queen.PopResult
-	for len(again.Messages) == 0 {
+	var got []string
+	for len(got) < 3 {
 		if ctx.Err() != nil {
-			t.Fatal("the lease never expired")
+			t.Fatalf("the lease never expired (got %v)", got)
 		}
-		if again, err = c.Pop(ctx, transport.PopOptions{Queue: "part", Batch: 3, Wait: true, TimeoutMs: 2000}); err != nil {
+		again, err := c.Pop(ctx, transport.PopOptions{Queue: "part", Batch: 3, Wait: true, TimeoutMs: 2000})
+		if err != nil {
 			t.Fatal(err)
 		}
+		if len(again.Messages) == 0 {
+			continue
+		}
+		for _, m := range again.Messages {
+			if m.RetryCount != 0 {
+				t.Fatalf("%s charged %d: a multi-message expired span charges none", m.TransactionID, m.RetryCount)
+			}
+		}
+		got = append(got, txnsOf(again.Messages))
+		last := again.Messages[len(again.Messages)-1]
+		if res, err := c.Ack(ctx, "", []transport.Ack{transport.AckFor(last)}); err != nil || res[0].Result != queen.Acked {
+			t.Fatalf("ack %s: %v %+v", last.TransactionID, err, res)
+		}
 	}
-	if txnsOf(again.Messages) != "b,c" || again.Messages[0].RetryCount != 1 || again.Messages[1].RetryCount != 0 {
-		t.Fatalf("after the expiry: %s, retry counts %d %d (want b,c with 1 0)", txnsOf(again.Messages), again.Messages[0].RetryCount, again.Messages[1].RetryCount)
+	if fmt.Sprint(got) != "[b c d]" {
+		t.Fatalf("deliveries after the expiry %v, want [b c d] (bisected: one message each, then the batch)", got)
 	}
-	res, err = c.Ack(ctx, "", []transport.Ack{transport.AckFor(again.Messages[0]), transport.AckFor(again.Messages[1])})
-	if err != nil || res[0].Result != queen.Acked || res[1].Result != queen.Acked {
-		t.Fatalf("ack b,c: %v %+v", err, res)
+	if v := e.metricValue(t, "queen_lease_bisections_total"); v != 1 {
+		t.Fatalf("queen_lease_bisections_total %v, want 1", v)
 	}
+}
+
+// TestConsumeBisectionIsolatesPoison (SPEC.md §4), over HTTP and over NATS:
+// a batch of 100 with a poison message at position 37 and a consumer that
+// handles the whole batch and acks its end, acking nothing when the poison
+// message crashes it (its lease runs out, 2 s). The deliveries are bisected
+// until the poison message is delivered alone; only it is charged, once per
+// single-message expiry, and dead-lettered ("lease expired") after
+// retryLimit+1 of them; messages 1-36 and 38-100 are acked, each once, and
+// none is charged. /metrics counts the expiries, bisections and the stall.
+func TestConsumeBisectionIsolatesPoison(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	c := transport.NewClient(e.nc)
+	const retryLimit = 2
+	for _, via := range []string{"http", "nats"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			queue := "bisect-" + via
+			e.configureOK(t, "http", []byte(fmt.Sprintf(`{"queue":%q,"options":{"leaseTime":2,"retryLimit":%d}}`, queue, retryLimit)))
+			var its []item
+			for i := 1; i <= 100; i++ {
+				its = append(its, it(queue, "p", fmt.Sprintf("m%03d", i)))
+			}
+			e.pushOK(t, via, items(its...), 100)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			pop := func() []queen.Message {
+				if via == "http" {
+					return e.popHTTP(t, queue, "", vals("batch", "100", "wait", "true", "timeout", "2000")).Messages
+				}
+				res, err := c.Pop(ctx, transport.PopOptions{Queue: queue, Batch: 100, Wait: true, TimeoutMs: 2000})
+				if err != nil {
+					t.Fatalf("NATS pop: %v", err)
+				}
+				return res.Messages
+			}
+			ackEnd := func(m queen.Message) queen.AckResult {
+				if via == "http" {
+					return ackBatch(t, e, "", ackOf(m, "completed"))[0]
+				}
+				res, err := c.Ack(ctx, "", []transport.Ack{transport.AckFor(m)})
+				if err != nil {
+					t.Fatalf("NATS ack: %v", err)
+				}
+				return res[0]
+			}
+			acked := map[string]int{}
+			var sizes, alone []int // delivery sizes; the retry counts of the poison delivered alone
+			for len(acked) < 99 {
+				if ctx.Err() != nil {
+					t.Fatalf("not isolated in time: deliveries %v, poison alone %v, %d acked", sizes, alone, len(acked))
+				}
+				ms := pop()
+				if len(ms) == 0 {
+					continue // the lease is still live
+				}
+				sizes = append(sizes, len(ms))
+				crash := false
+				for _, m := range ms {
+					if m.TransactionID == "m037" {
+						crash = true
+						if len(ms) == 1 {
+							alone = append(alone, m.RetryCount)
+						}
+					} else if m.RetryCount != 0 {
+						t.Fatalf("%s delivered with retryCount %d: only a single-message expiry charges", m.TransactionID, m.RetryCount)
+					}
+				}
+				if crash {
+					continue // the consumer crashed: no ack, the lease runs out
+				}
+				if r := ackEnd(ms[len(ms)-1]); r.Result != queen.Acked {
+					t.Fatalf("ack of %s: %+v", ms[len(ms)-1].TransactionID, r)
+				}
+				for _, m := range ms {
+					acked[m.TransactionID]++
+				}
+			}
+			for id, n := range acked {
+				if n != 1 || id == "m037" {
+					t.Fatalf("%s acked %d times", id, n)
+				}
+			}
+			if fmt.Sprint(alone) != "[0 1 2]" {
+				t.Fatalf("the poison message alone was delivered with retry counts %v, want [0 1 2] (deliveries %v)", alone, sizes)
+			}
+			dl := e.dlq(t, queue)
+			if len(dl) != 1 || dl[0].TransactionID != "m037" || dl[0].Error != "lease expired" || dl[0].Attempts != retryLimit+1 || dl[0].Offset != 36 {
+				t.Fatalf("dead letters: %+v", dl)
+			}
+			t.Logf("%s: deliveries %v", via, sizes)
+		})
+	}
+	t.Cleanup(func() {
+		// Both subtests: 100 -> 50 -> 25 -> 12 -> 6 -> 3 bisected, then
+		// retryLimit+1 single-message expiries each.
+		for sample, want := range map[string]float64{
+			"queen_lease_bisections_total":          12,
+			"queen_lease_expiries_total":            2 * (6 + retryLimit + 1),
+			"queen_lease_expiry_dead_letters_total": 2,
+		} {
+			if v := e.metricValue(t, sample); v != want {
+				t.Errorf("%s = %v, want %v", sample, v, want)
+			}
+		}
+	})
 }
