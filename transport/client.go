@@ -82,7 +82,7 @@ func ValidatePushItems(items []PushItem) error {
 // A shard-aware client (ShardAware) splits items by shard and sends the
 // groups at once, each to its shard's subject; the replies are the same,
 // in request order, each Index the item's place in items. A push the client
-// cannot vouch for (an item the broker may refuse: bad names, payload not
+// cannot vouch for (an item the broker may refuse: a payload not
 // JSON or over 4 MiB, over 10,000 items) goes whole to queen.v1.push, so a
 // refusal still writes nothing. Only a refusal the client could not foresee
 // (a payload over a broker's smaller QUEEN_MAX_PAYLOAD_BYTES) may leave other
