@@ -52,7 +52,7 @@ var (
 	ErrInvalidUTF8     = reg(400, "invalid_utf8", false, "the request body is not valid UTF-8")
 	ErrInvalidField    = reg(400, "invalid_field", false, "a field has the wrong type or value")
 	ErrMissingField    = reg(400, "missing_field", false, "a required field is missing")
-	ErrControlChar     = reg(400, "control_character", false, "a name contains a control character")
+	ErrControlChar     = reg(400, "control_character", false, "a name or transactionId contains a control character, or a name an invisible format or separator character")
 	ErrTooLong         = reg(400, "too_long", false, "a value is too long")
 	ErrPayloadTooLarge = reg(400, "payload_too_large", false, "an item's payload is over the limit")
 	ErrTooManyItems    = reg(400, "too_many_items", false, "the request has too many items")

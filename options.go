@@ -2,6 +2,7 @@ package queen
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 )
 
@@ -38,6 +39,46 @@ func DefaultOptions() Options {
 
 // NotEnforcedOptions are accepted, stored and echoed but not acted on (SPEC.md §6).
 var NotEnforcedOptions = []string{"priority", "retryDelay", "ttl", "maxSize", "encryptionEnabled", "deadLetterQueue", "dlqAfterMaxRetries", "maxWaitTimeSeconds"}
+
+// DataLoss lists the changes from o (a queue's stored options) to next that
+// delete data or give up a guarantee over data already stored, as
+// "<option> <from> -> <to>" by wire name, in a fixed order; nil when next
+// only keeps or widens. With QUEEN_ADMIN_TOKEN set, a configure of an
+// existing queue with such a change needs the token (issue 29):
+//
+//   - retentionSeconds or completedRetentionSeconds set where it was 0
+//     (keep), or lowered: stored segments older than the new value are
+//     deleted at the next retention tick;
+//   - dedupWindowSeconds lowered, or set to 0 (off): pushes of stored
+//     transactionIds that the old window still covered are stored again.
+//
+// The other options change delivery, not what is kept: leaseTime,
+// retryLimit (a message past it goes to the DLQ, which keeps it),
+// delayedProcessing, windowBuffer, dedupCheckPayload, the not-enforced
+// options and the namespace/task labels.
+func (o Options) DataLoss(next Options) []string {
+	var out []string
+	for _, f := range [...]struct {
+		name      string
+		from, to  int64
+		zeroKeeps bool // 0 keeps everything (retention); else 0 is off (the window)
+	}{
+		{"retentionSeconds", o.RetentionSeconds, next.RetentionSeconds, true},
+		{"completedRetentionSeconds", o.CompletedRetentionSeconds, next.CompletedRetentionSeconds, true},
+		{"dedupWindowSeconds", o.DedupWindowSeconds, next.DedupWindowSeconds, false},
+	} {
+		var loses bool
+		if f.zeroKeeps {
+			loses = f.to > 0 && (f.from == 0 || f.to < f.from)
+		} else {
+			loses = f.from > 0 && f.to < f.from
+		}
+		if loses {
+			out = append(out, fmt.Sprintf("%s %d -> %d", f.name, f.from, f.to))
+		}
+	}
+	return out
+}
 
 // optField is one whole-number option: its wire name and its field.
 type optField struct {

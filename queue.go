@@ -64,4 +64,10 @@ type ConfigureRequest struct {
 	// it gives none): the store applies them to DefaultOptions(), or to the
 	// stored options with Merge.
 	Options OptionsPatch
+	// Guard, when set, is called by the store under the queue's row lock,
+	// with the options before (the defaults for a queue the call creates)
+	// and after the change: an error aborts the configure (nothing is
+	// written, a queue it would create included) and is returned as is.
+	// The transports use it for the admin token (Options.DataLoss).
+	Guard func(created bool, old, next Options) error `json:"-"`
 }

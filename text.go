@@ -1,6 +1,10 @@
 package queen
 
-import "unicode/utf8"
+import (
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+)
 
 // Limits of SPEC.md §10.
 const (
@@ -17,16 +21,77 @@ const (
 	MaxTransactionIDBytes = 1024
 )
 
-// ValidateName checks a queue or partition name; field is the path named by
-// the error. A name is 1 to MaxNameBytes bytes of valid UTF-8 without a C0
-// control character (0x00–0x1F) or DEL (0x7F): ErrMissingField, ErrTooLong,
-// ErrInvalidUTF8 or ErrControlChar otherwise.
+// The text rules, shared by the broker (its push decoder, the shards' re-check
+// of items on shard subjects, every route that takes a name) and the clients
+// (transport.Client, the async Producer, the shard-aware client, the queen
+// CLI), so that a client refuses exactly what a broker would refuse, with the
+// same code and field, before it encodes anything (issue 29: encoding/json
+// turns invalid UTF-8 into U+FFFD, so "\xff\xfe" and "\xfe\xff" would reach
+// the broker as one transactionId).
+//
+//   - Every text field (queue, partition, transactionId, traceId, consumer
+//     group, namespace, task) must be valid UTF-8: ErrInvalidUTF8.
+//   - A control character (Unicode Cc: C0 U+0000–U+001F, DEL U+007F, C1
+//     U+0080–U+009F) is refused in names and transactionIds: ErrControlChar.
+//   - Names (queue, partition, consumer group, namespace, task) also refuse
+//     the invisible characters that make look-alike names: the line and
+//     paragraph separators U+2028 and U+2029 and the format characters
+//     (Unicode Cf: the byte order mark U+FEFF, the soft hyphen U+00AD, the
+//     zero-width space U+200B, the direction marks and overrides U+200E,
+//     U+200F, U+202A–U+202E, U+2066–U+2069, ...), except the zero-width
+//     non-joiner and joiner U+200C and U+200D that Persian, Indic scripts and
+//     emoji sequences need: ErrControlChar.
+//   - A transactionId is an opaque key hashed by its bytes (SPEC.md §2): two
+//     look-alike ids are two keys, never a collision, so format characters
+//     and separators are kept in it. A traceId is only checked for UTF-8.
+
+// IsControl reports whether r is a control character (Unicode Cc): C0
+// (U+0000–U+001F), DEL (U+007F) or C1 (U+0080–U+009F). They are refused in
+// names and transactionIds.
+func IsControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
+
+// IsRefusedInName reports whether a name may not hold r: a control character
+// (IsControl), the separators U+2028 and U+2029, or a format character
+// (Unicode Cf) other than U+200C and U+200D. See the rules above.
+func IsRefusedInName(r rune) bool {
+	switch {
+	case IsControl(r), r == 0x2028, r == 0x2029:
+		return true
+	case r < 0xad, r == 0x200c, r == 0x200d:
+		return false
+	}
+	return unicode.Is(unicode.Cf, r)
+}
+
+// ValidateName checks a queue or partition name (also a consumer group,
+// namespace or task); field is the path named by the error. A name is 1 to
+// MaxNameBytes bytes of valid UTF-8 without a character IsRefusedInName
+// refuses: ErrMissingField, ErrTooLong, ErrInvalidUTF8 or ErrControlChar
+// otherwise (SPEC.md §10; the format characters and separators since issue 29).
 func ValidateName(name, field string) error {
 	if name == "" {
 		return fieldErr(ErrMissingField.With("%s must not be empty", field), field)
 	}
-	if !utf8.ValidString(name) {
-		return fieldErr(ErrInvalidUTF8.With("%s is not valid UTF-8", field), field)
+	if e := checkUTF8(name, field); e != nil {
+		return e
+	}
+	if e := CheckName(name, field); e != nil {
+		return e
+	}
+	return nil
+}
+
+// ValidateNameToDelete checks a name given to a delete route (a queue, a
+// consumer group) by the rule names had before the format characters and
+// separators were refused (issue 29): 1 to MaxNameBytes bytes of valid UTF-8
+// without a control character (IsControl). A look-alike queue created
+// before then can still be deleted; ValidateName's errors otherwise.
+func ValidateNameToDelete(name, field string) error {
+	if name == "" {
+		return fieldErr(ErrMissingField.With("%s must not be empty", field), field)
+	}
+	if e := checkUTF8(name, field); e != nil {
+		return e
 	}
 	if e := CheckText(name, MaxNameBytes, field); e != nil {
 		return e
@@ -34,18 +99,49 @@ func ValidateName(name, field string) error {
 	return nil
 }
 
-// CheckText is the item-text rule of SPEC.md §10 for a string known to be
-// valid UTF-8 (a name, a transactionId, a consumer group): it refuses s with
-// ErrTooLong if it is over max bytes, or ErrControlChar if it holds a C0
-// control character (0x00–0x1F) or DEL (0x7F); field is the path the error
-// names. Nil when s is accepted.
+// CheckName is the name rule of ValidateName for a name known to be valid
+// UTF-8 (the push decoder has checked the whole body): ErrTooLong over
+// MaxNameBytes, ErrControlChar for a character IsRefusedInName refuses; nil
+// when name is accepted. An empty name is accepted here (the caller says
+// whether it is missing).
+func CheckName(name, field string) *Error {
+	if len(name) > MaxNameBytes {
+		return tooLong(name, MaxNameBytes, field)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 0x20 && c < 0x7f {
+			continue
+		}
+		if c < utf8.RuneSelf {
+			return refusedChar(rune(c), i, field)
+		}
+		r, size := utf8.DecodeRuneInString(name[i:])
+		if IsRefusedInName(r) {
+			return refusedChar(r, i, field)
+		}
+		i += size - 1
+	}
+	return nil
+}
+
+// CheckText is the transactionId rule of SPEC.md §10 for a string known to be
+// valid UTF-8: it refuses s with ErrTooLong if it is over max bytes, or
+// ErrControlChar if it holds a control character (IsControl: C0, DEL, C1);
+// field is the path the error names. Nil when s is accepted.
 func CheckText(s string, max int, field string) *Error {
 	if len(s) > max {
-		return fieldErr(ErrTooLong.With("%s is %d bytes; the limit is %d", field, len(s), max), field)
+		return tooLong(s, max, field)
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return fieldErr(ErrControlChar.With("%s contains the control character U+%04X at byte %d", field, c, i), field)
+		c := s[i]
+		switch {
+		case c >= 0x20 && c < 0x7f, c >= 0xc3: // printable ASCII; a lead byte above U+00BF
+			continue
+		case c < 0x20 || c == 0x7f:
+			return refusedChar(rune(c), i, field)
+		case c == 0xc2 && i+1 < len(s) && s[i+1] < 0xa0: // U+0080–U+009F
+			return refusedChar(rune(s[i+1]), i, field) // C2 xx encodes U+00xx
 		}
 	}
 	return nil
@@ -53,13 +149,115 @@ func CheckText(s string, max int, field string) *Error {
 
 // ValidateTransactionID checks a transactionId outside a push body by the
 // push's rules (SPEC.md §10): valid UTF-8, at most MaxTransactionIDBytes, no
-// C0 control character or DEL. field names it in the error.
+// control character (IsControl). field names it in the error.
 func ValidateTransactionID(txn, field string) error {
-	if !utf8.ValidString(txn) {
-		return fieldErr(ErrInvalidUTF8.With("%s is not valid UTF-8", field), field)
+	if e := checkUTF8(txn, field); e != nil {
+		return e
 	}
 	if e := CheckText(txn, MaxTransactionIDBytes, field); e != nil {
 		return e
 	}
 	return nil
+}
+
+// ValidateItem is the one item validator (SPEC.md §10): it checks the text of
+// a push item as the broker does, in the order the broker does, and returns
+// the broker's error, or nil. queue is required (ErrMissingField); partition
+// and transactionID may be empty (the Default partition; a generated id);
+// traceID may be empty (none). Names follow ValidateName, the transactionId
+// ValidateTransactionID, and the traceId must be valid UTF-8. Errors:
+// ErrMissingField, ErrInvalidUTF8, ErrControlChar, ErrTooLong, all 400.
+//
+// i is the item's index in its request: the error names it (Index i, field
+// "items[i].transactionId"). With i < 0 (an item sent alone, as the async
+// producer takes them) the error has no index and names the bare field
+// ("transactionId").
+func ValidateItem(i int, queue, partition, transactionID, traceID string) *Error {
+	if queue == "" {
+		return at(ErrMissingField.With("%s is required", itemField(i, "queue")), i, "queue")
+	}
+	if e := itemText(i, "queue", queue); e != nil {
+		return e
+	}
+	if e := itemText(i, "partition", partition); e != nil {
+		return e
+	}
+	if e := itemText(i, "transactionId", transactionID); e != nil {
+		return e
+	}
+	if traceID != "" && !utf8.ValidString(traceID) {
+		return at(checkUTF8(traceID, itemField(i, "traceId")), i, "traceId")
+	}
+	return nil
+}
+
+// itemText checks field name of item i (a name, or the transactionId); the
+// field path is built only for a refused value.
+func itemText(i int, name, v string) *Error {
+	if v == "" {
+		return nil
+	}
+	check := func(field string) *Error {
+		if e := checkUTF8(v, field); e != nil {
+			return e
+		}
+		if name == "transactionId" {
+			return CheckText(v, MaxTransactionIDBytes, field)
+		}
+		return CheckName(v, field)
+	}
+	if check("") == nil {
+		return nil
+	}
+	return at(check(itemField(i, name)), i, name)
+}
+
+// itemField is the path of field name of item i ("items[i].name"; name when i < 0).
+func itemField(i int, name string) string {
+	if i < 0 {
+		return name
+	}
+	return fmt.Sprintf("items[%d].%s", i, name)
+}
+
+// at names item i's field on e (nothing more when i < 0).
+func at(e *Error, i int, name string) *Error {
+	if i < 0 {
+		return fieldErr(e, name)
+	}
+	return e.At(i, itemField(i, name))
+}
+
+// checkUTF8 refuses s with ErrInvalidUTF8 naming field and the first bad byte.
+func checkUTF8(s, field string) *Error {
+	if utf8.ValidString(s) {
+		return nil
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return fieldErr(ErrInvalidUTF8.With("%s is not valid UTF-8 (byte 0x%02X at byte %d)", field, s[i], i), field)
+		}
+		i += size
+	}
+	return fieldErr(ErrInvalidUTF8.With("%s is not valid UTF-8", field), field)
+}
+
+func tooLong(s string, max int, field string) *Error {
+	return fieldErr(ErrTooLong.With("%s is %d bytes; the limit is %d", field, len(s), max), field)
+}
+
+// refusedChar is the ErrControlChar of r at byte i of field.
+func refusedChar(r rune, i int, field string) *Error {
+	kind := "the control character"
+	switch {
+	case IsControl(r):
+	case r == 0x2028:
+		kind = "the line separator"
+	case r == 0x2029:
+		kind = "the paragraph separator"
+	default:
+		kind = "the invisible format character"
+	}
+	return fieldErr(ErrControlChar.With("%s contains %s U+%04X at byte %d", field, kind, r, i), field)
 }

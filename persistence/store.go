@@ -440,6 +440,11 @@ func (s *Store) Configure(ctx context.Context, req queen.ConfigureRequest) (quee
 			base = old
 		}
 		next := req.Options.Apply(base)
+		if req.Guard != nil {
+			if err := req.Guard(res.Created, old, next); err != nil {
+				return err // rolled back: nothing written
+			}
+		}
 		nextJSON, err := json.Marshal(next)
 		if err != nil {
 			return err

@@ -400,21 +400,23 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 		at := func(e error, field string) *queen.Error {
 			return queen.AsError(e).At(i, fmt.Sprintf("items[%d].%s", i, field))
 		}
-		if err := queen.ValidateName(it.Queue, "queue"); err != nil {
-			return at(err, "queue")
+		// A front door has defaulted the partition and generated the
+		// transactionId: on a shard subject both must be there.
+		if it.Queue != "" && it.Partition == "" {
+			return at(queen.ErrMissingField.With("items[%d].partition must not be empty on a shard subject", i), "partition")
 		}
-		if err := queen.ValidateName(it.Partition, "partition"); err != nil {
-			return at(err, "partition")
-		}
-		if it.TransactionID == "" {
+		if it.Queue != "" && it.TransactionID == "" {
 			return at(queen.ErrMissingField.With("items[%d].transactionId must not be empty on a shard subject", i), "transactionId")
 		}
-		if err := queen.ValidateTransactionID(it.TransactionID, fmt.Sprintf("items[%d].transactionId", i)); err != nil {
-			return at(err, "transactionId")
+		var trace string
+		if it.TraceID != nil {
+			trace = *it.TraceID
+		}
+		// The one item validator the front doors and the clients use.
+		if e := queen.ValidateItem(i, it.Queue, it.Partition, it.TransactionID, trace); e != nil {
+			return e
 		}
 		switch {
-		case it.TraceID != nil && !utf8.ValidString(*it.TraceID):
-			return at(queen.ErrInvalidUTF8.With("items[%d].traceId is not valid UTF-8", i), "traceId")
 		case len(it.Payload) > maxPayload:
 			return at(queen.ErrPayloadTooLarge.With("items[%d].payload is %d bytes of JSON; the limit is %d", i, len(it.Payload), maxPayload), "payload")
 		case !utf8.Valid(it.Payload):

@@ -43,21 +43,55 @@ type PushItem struct {
 	Payload       json.RawMessage `json:"payload,omitempty"`
 }
 
+// Validate checks the item's text as the broker does, with the broker's
+// error (queen.ValidateItem, SPEC.md §10): a queue (1 to 255 bytes), a
+// partition (up to 255 bytes) and a TransactionID (up to 1024 bytes) of
+// valid UTF-8 without control characters, names also without invisible
+// format or separator characters, a TraceID of valid UTF-8. i is the item's
+// index in its request (the error names "items[i].field"), or -1 for an item
+// alone (the error names "field"). The payload is left to the broker.
+func (it *PushItem) Validate(i int) error {
+	if e := queen.ValidateItem(i, it.Queue, it.Partition, it.TransactionID, it.TraceID); e != nil {
+		return e
+	}
+	return nil
+}
+
+// ValidatePushItems is PushItem.Validate of every item, by its index: nil, or
+// the *queen.Error (400) of the first item the broker would refuse. Every
+// client path calls it before encoding, since JSON encoding would turn
+// invalid UTF-8 into U+FFFD (so "\xff\xfe" and "\xfe\xff" would reach the
+// broker as one transactionId, and the second push would be a duplicate).
+func ValidatePushItems(items []PushItem) error {
+	for i := range items {
+		if err := items[i].Validate(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Push pushes items and returns one reply per item, in order. err is a
 // *queen.Error for a refused request (4xx, nothing written) or a transport
-// failure. When every item failed (503) the replies are returned too, with
+// failure. Items are checked first (ValidatePushItems): an item the broker
+// would refuse for its text is refused here with the broker's error
+// (invalid_utf8, control_character, too_long, missing_field, naming
+// "items[i].field") and nothing is sent. When every item failed (503) the replies are returned too, with
 // err matching the first item's error code.
 //
 // A shard-aware client (ShardAware) splits items by shard and sends the
 // groups at once, each to its shard's subject; the replies are the same,
 // in request order, each Index the item's place in items. A push the client
-// cannot vouch for (an item the broker may refuse: bad names, payload not
+// cannot vouch for (an item the broker may refuse: a payload not
 // JSON or over 4 MiB, over 10,000 items) goes whole to queen.v1.push, so a
 // refusal still writes nothing. Only a refusal the client could not foresee
 // (a payload over a broker's smaller QUEEN_MAX_PAYLOAD_BYTES) may leave other
 // shards' items stored; sending the same items again is exact (duplicate
 // with the original's id).
 func (c *Client) Push(ctx context.Context, items []PushItem) ([]wire.PushReply, error) {
+	if err := ValidatePushItems(items); err != nil {
+		return nil, err
+	}
 	if c.shard != nil && len(items) > 0 {
 		if out, ok, err := c.pushSharded(ctx, items); ok {
 			return out, err
@@ -82,7 +116,9 @@ func (c *Client) Push(ctx context.Context, items []PushItem) ([]wire.PushReply, 
 // AppendPushRequest appends the push body {"items":[...]} for items to dst,
 // as encoding/json would write it for PushItem, without reflection. A
 // non-empty Payload is written as is: it must be one JSON value (the broker
-// refuses the request with 400 otherwise).
+// refuses the request with 400 otherwise). Invalid UTF-8 in a string is
+// written as U+FFFD, as encoding/json writes it: check items with
+// ValidatePushItems first (Push does).
 func AppendPushRequest(dst []byte, items []PushItem) []byte {
 	dst = append(dst, `{"items":[`...)
 	for i := range items {
@@ -178,8 +214,20 @@ type PopOptions struct {
 // Pop pops messages; a result with no messages means nothing was available
 // (HTTP 204). A long poll's request timeout is its TimeoutMs plus 10 s
 // unless ctx ends sooner.
+//
+// The names are checked first, as the broker checks them
+// (queen.ValidateName: invalid_utf8, control_character, too_long): a name
+// the broker would refuse is refused here and nothing is sent.
 func (c *Client) Pop(ctx context.Context, opts PopOptions) (queen.PopResult, error) {
 	var res queen.PopResult
+	for _, n := range [...]struct{ v, field string }{{opts.Queue, "queue"}, {opts.Partition, "partition"}, {opts.ConsumerGroup, "consumerGroup"}} {
+		if n.v == "" && n.field != "queue" {
+			continue
+		}
+		if err := queen.ValidateName(n.v, n.field); err != nil {
+			return res, err
+		}
+	}
 	body, err := json.Marshal(opts)
 	if err != nil {
 		return res, err
@@ -219,6 +267,26 @@ type Ack struct {
 	ConsumerGroup string `json:"consumerGroup,omitempty"`
 }
 
+// validate checks the ack's text as the broker does; i is its index in the
+// batch (-1 alone).
+func (a *Ack) validate(i int) error {
+	prefix := ""
+	if i >= 0 {
+		prefix = "acknowledgments[" + strconv.Itoa(i) + "]."
+	}
+	var err error
+	if a.TransactionID != "" {
+		err = queen.ValidateTransactionID(a.TransactionID, prefix+"transactionId")
+	}
+	if err == nil && a.ConsumerGroup != "" {
+		err = queen.ValidateName(a.ConsumerGroup, prefix+"consumerGroup")
+	}
+	if e, ok := err.(*queen.Error); ok && i >= 0 {
+		e.Index = &i
+	}
+	return err
+}
+
 // AckFor returns the completed ack of a popped message, addressed by its
 // offset (which never ages out) and carrying its lease.
 func AckFor(m queen.Message) Ack {
@@ -231,8 +299,21 @@ func AckFor(m queen.Message) Ack {
 }
 
 // Ack sends acks in one call (queen.v1.ack.batch); group applies to acks
-// that name none. The results are in request order.
+// that name none. The results are in request order. Transaction ids and
+// group names the broker would refuse for their text (invalid UTF-8, a
+// control character, ...) are refused here with the broker's error, naming
+// "acknowledgments[i].transactionId", and nothing is sent.
 func (c *Client) Ack(ctx context.Context, group string, acks []Ack) ([]queen.AckResult, error) {
+	if group != "" {
+		if err := queen.ValidateName(group, "consumerGroup"); err != nil {
+			return nil, err
+		}
+	}
+	for i := range acks {
+		if err := acks[i].validate(i); err != nil {
+			return nil, err
+		}
+	}
 	body, err := json.Marshal(struct {
 		Acks          []Ack  `json:"acknowledgments"`
 		ConsumerGroup string `json:"consumerGroup,omitempty"`

@@ -230,7 +230,9 @@ type deleteQueueReply struct {
 }
 
 func (s *Service) deleteQueue(ctx context.Context, name string) reply {
-	if err := queen.ValidateName(name, "queue"); err != nil {
+	// A look-alike name created before such names were refused can
+	// still be deleted.
+	if err := queen.ValidateNameToDelete(name, "queue"); err != nil {
 		return errReply(err)
 	}
 	existed, parts, err := s.cfg.Consumer.DeleteQueue(ctx, name)
@@ -264,7 +266,9 @@ func (s *Service) listQueues(ctx context.Context) reply {
 }
 
 func (s *Service) deleteGroup(ctx context.Context, group string) reply {
-	if err := queen.ValidateName(group, "consumerGroup"); err != nil {
+	// A look-alike name created before such names were refused can
+	// still be deleted.
+	if err := queen.ValidateNameToDelete(group, "consumerGroup"); err != nil {
 		return errReply(err)
 	}
 	n, err := s.cfg.Consumer.DeleteGroup(ctx, group)

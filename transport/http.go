@@ -22,9 +22,11 @@ import (
 // Config.AdminToken set, the admin routes (admin in the table: every
 // /api/v1/resources/queues route, the /api/v1/consumer-groups routes,
 // /api/v1/admin/dedup-cache, /api/v1/cluster, /api/v1/stats, the
-// /api/v1/queues routes and the operator routes of SPEC.md §13) answer 401
-// unauthorized without "Authorization: Bearer <token>"; the message plane
-// never asks for it.
+// /api/v1/queues routes, the DLQ listing /api/v1/dlq and the operator routes
+// of SPEC.md §13) answer 401 unauthorized without "Authorization: Bearer
+// <token>"; so does a configure of an existing queue that deletes data
+// (Service.configure). Push, pop, ack and the rest of the message plane
+// never ask for it.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	var paths []string
@@ -95,7 +97,15 @@ func (s *Service) routes() []route {
 				writeReply(w, s.push(r.Context(), b, "http"))
 			}
 		})},
-		{"POST", "/api/v1/configure", false, "configure a queue (SPEC.md §6)", body(func(r *http.Request, b []byte) reply { return s.configure(r.Context(), b) })},
+		{"POST", "/api/v1/configure", false, "configure a queue (SPEC.md §6); a change of an existing queue that deletes data needs the admin token", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if b, ok := readBody(w, r); ok {
+				rep := s.configure(r.Context(), b, s.authorized(r.Header.Get("Authorization")))
+				if rep.status == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="queen"`)
+				}
+				writeReply(w, rep)
+			}
+		})},
 		{"GET", "/api/v1/resources/queues/{queue}", true, "a queue with its effective options", get(func(r *http.Request) reply { return s.queue(r.Context(), r.PathValue("queue")) })},
 		{"GET", "/api/v1/pop", false, "?namespace=&task=: pop any queue with those labels", get(pop)},
 		{"GET", "/api/v1/pop/queue/{queue}", false, "pop (SPEC.md §4): 200, or 204 when nothing is available", get(pop)},
@@ -107,7 +117,7 @@ func (s *Service) routes() []route {
 		})},
 		{"POST", "/api/v1/transaction", false, "pushes and acks in one PostgreSQL transaction (SPEC.md §5)", http.HandlerFunc(s.handleTransaction)},
 		{"POST", "/api/v1/traces", false, "a message trace event: validated, 202, not kept (see Service.trace)", body(func(_ *http.Request, b []byte) reply { return s.trace(b) })},
-		{"GET", "/api/v1/dlq", false, "?queue=&consumerGroup=&limit=&offset=: dead letters", get(func(r *http.Request) reply { return s.deadLetters(r.Context(), r.URL.Query()) })},
+		{"GET", "/api/v1/dlq", true, "?queue=&consumerGroup=&limit=&offset=: dead letters (payloads included)", get(func(r *http.Request) reply { return s.deadLetters(r.Context(), r.URL.Query()) })},
 		{"GET", "/api/v1/resources/queues", true, "queues with partition counts and depth", get(func(r *http.Request) reply { return s.listQueues(r.Context()) })},
 		{"DELETE", "/api/v1/resources/queues/{queue}", true, "the queue and everything it owns (200 either way)", get(func(r *http.Request) reply { return s.deleteQueue(r.Context(), r.PathValue("queue")) })},
 		{"DELETE", "/api/v1/consumer-groups/{group}", true, "the group's cursors", get(func(r *http.Request) reply { return s.deleteGroup(r.Context(), r.PathValue("group")) })},

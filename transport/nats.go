@@ -155,7 +155,8 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // queen.v1.cluster, queen.v1.dedup, queen.v1.dlq.replay, queen.v1.peek,
 // queen.v1.queue.detail) answer 401
 // unauthorized unless the request carries the message header
-// "Authorization: Bearer <token>".
+// "Authorization: Bearer <token>"; so does a queen.v1.configure of an
+// existing queue that deletes data (Service.configure).
 func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 	var bad error
 	if !semVer.MatchString(cfg.Version) {
@@ -188,7 +189,11 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 			ns.sem <- struct{}{}
 			go (func() {
 				defer func() { <-ns.sem; ns.wg.Done() }()
-				ns.answer(ep, subject, h(context.Background(), data), start)
+				ctx := context.Background()
+				if auth := m.Header.Get("Authorization"); auth != "" {
+					ctx = context.WithValue(ctx, authorizationKey{}, auth)
+				}
+				ns.answer(ep, subject, h(ctx, data), start)
 			})()
 		}
 	}
@@ -198,7 +203,10 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 		admin         bool // guarded by Config.AdminToken
 	}{
 		{"push", SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }, false},
-		{"configure", SubjectConfigure, func(ctx context.Context, b []byte) reply { return s.configure(ctx, b) }, false},
+		{"configure", SubjectConfigure, func(ctx context.Context, b []byte) reply {
+			auth, _ := ctx.Value(authorizationKey{}).(string)
+			return s.configure(ctx, b, s.authorized(auth))
+		}, false},
 		{"queue", SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true},
 		{"pop", SubjectPop, func(ctx context.Context, b []byte) reply {
 			req, err := wire.DecodePop(b)
@@ -230,6 +238,10 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 	}
 	return ns, nil
 }
+
+// authorizationKey carries a NATS request's Authorization header in its
+// handler's context (the configure endpoint checks it itself).
+type authorizationKey struct{}
 
 // NATSConfig configures the NATS front door (Service.NewNATS).
 type NATSConfig struct {

@@ -322,9 +322,12 @@ func NewProducerFunc(push PushFunc, opts ProducerOptions) *Producer {
 	return p
 }
 
-// Publish hands item to the producer and returns its future. It blocks
-// while the buffer is full (BufferItems; with ErrorOnFull it returns
-// ErrBufferFull instead). It returns ctx's error if ctx ends first, and
+// Publish hands item to the producer and returns its future. An item the
+// broker would refuse for its text (PushItem.Validate: invalid UTF-8, a
+// control character, a name over 255 bytes, ...) is refused at once with
+// the broker's *queen.Error (400, naming the bare field, e.g.
+// "transactionId") and not buffered. It blocks while the buffer is full
+// (BufferItems; with ErrorOnFull it returns ErrBufferFull instead). It returns ctx's error if ctx ends first, and
 // ErrProducerClosed after Close; the item is then not sent. ctx also bounds
 // the item's delivery: once it ends, the item is not sent again (its result
 // is ctx's error if it was never sent, an *UndeliveredError otherwise); a
@@ -347,6 +350,12 @@ func (p *Producer) PublishFunc(ctx context.Context, item PushItem, fn func(wire.
 }
 
 func (p *Producer) enqueue(ctx context.Context, item PushItem, pd *Pending) error {
+	// Refused before it is buffered: JSON encoding would turn invalid UTF-8
+	// into U+FFFD, and the broker would refuse the whole request the item
+	// is batched into.
+	if err := item.Validate(-1); err != nil {
+		return err
+	}
 	select {
 	case <-p.closing:
 		return ErrProducerClosed

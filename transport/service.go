@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -290,10 +291,31 @@ type configureReply struct {
 	Created     bool                    `json:"created"`
 }
 
-func (s *Service) configure(ctx context.Context, body []byte) reply {
+// configure answers POST /api/v1/configure and queen.v1.configure (SPEC.md
+// §6). admin reports that the request carries the admin token (always true
+// without QUEEN_ADMIN_TOKEN). Without it, a configure of an existing queue
+// whose change deletes data or gives up dedup over stored messages
+// (queen.Options.DataLoss: retentionSeconds or completedRetentionSeconds
+// set or lowered, dedupWindowSeconds lowered or off) is refused with the
+// 401 unauthorized of the admin routes and writes nothing; creating a queue
+// and changes that keep or widen stay open. The check runs under the
+// queue's row lock (ConfigureRequest.Guard), so a queue created meanwhile
+// by a push is an existing queue.
+func (s *Service) configure(ctx context.Context, body []byte, admin bool) reply {
 	req, err := wire.DecodeConfigure(body)
 	if err != nil {
 		return errReply(err)
+	}
+	if !admin {
+		req.Guard = func(created bool, old, next queen.Options) error {
+			if loss := old.DataLoss(next); !created && len(loss) > 0 {
+				e := queen.ErrUnauthorized.With("this configure of the existing queue %q deletes data or gives up dedup (%s): it needs the header Authorization: Bearer <token>, the broker's QUEEN_ADMIN_TOKEN (missing or wrong)",
+					req.Queue, strings.Join(loss, ", "))
+				e.Field = "options." + strings.Fields(loss[0])[0]
+				return e
+			}
+			return nil
+		}
 	}
 	res, err := s.cfg.Queues.Configure(ctx, req)
 	if err != nil {

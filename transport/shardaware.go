@@ -210,12 +210,7 @@ func vouch(it *PushItem) bool {
 		len(it.TransactionID) > queen.MaxTransactionIDBytes || len(it.Payload) > queen.DefaultMaxPayloadBytes {
 		return false
 	}
-	for _, s := range [...]string{it.Queue, it.Partition, it.TransactionID} {
-		if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return false
-		}
-	}
-	if !utf8.ValidString(it.TraceID) {
+	if it.Validate(-1) != nil { // Push has checked them; the same rule
 		return false
 	}
 	if p := it.Payload; len(p) > 0 {

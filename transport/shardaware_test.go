@@ -51,6 +51,8 @@ func TestVouch(t *testing.T) {
 		"control character": func(it *PushItem) { it.TransactionID = "a\tb" },
 		"bad UTF-8":         func(it *PushItem) { it.Queue = "q\xff" },
 		"bad trace":         func(it *PushItem) { it.TraceID = "\xff" },
+		"C1 control":        func(it *PushItem) { it.TransactionID = "a\u0085" },
+		"BOM in partition":  func(it *PushItem) { it.Partition = "\ufeffp" },
 		"long transaction":  func(it *PushItem) { it.TransactionID = strings.Repeat("t", 1025) },
 		"payload not JSON":  func(it *PushItem) { it.Payload = json.RawMessage(`{`) },
 		"surrogate escape":  func(it *PushItem) { it.Payload = json.RawMessage(`"\ud800"`) },

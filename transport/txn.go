@@ -103,7 +103,12 @@ func (c *Client) Transaction() *TxnBuilder { return &TxnBuilder{c: c} }
 // Push adds one push operation with items (SPEC.md §3 items). Inside a
 // transaction a transactionId already in its partition's window, or
 // repeated within the transaction, rolls everything back (queen.ErrDuplicate).
+// Items the broker would refuse for their text (ValidatePushItems) make
+// Body and Commit return that error; nothing is sent.
 func (t *TxnBuilder) Push(items ...PushItem) *TxnBuilder {
+	if err := ValidatePushItems(items); err != nil && t.err == nil {
+		t.err = err
+	}
 	body := AppendPushRequest([]byte(`{"type":"push",`), items)
 	// AppendPushRequest wrote {"items":[...]} after the prefix: drop its '{'.
 	body = append(body[:len(`{"type":"push",`)], body[len(`{"type":"push",`)+1:]...)
@@ -116,6 +121,9 @@ func (t *TxnBuilder) Push(items ...PushItem) *TxnBuilder {
 // (queen.ErrLeaseInvalid) rolls everything back.
 func (t *TxnBuilder) Ack(acks ...Ack) *TxnBuilder {
 	for _, a := range acks {
+		if err := a.validate(-1); err != nil && t.err == nil {
+			t.err = err
+		}
 		b, err := json.Marshal(struct {
 			Type queen.TxnOpType `json:"type"`
 			Ack

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/localpg"
 	"github.com/queen-mq/queen-go/transport"
@@ -98,7 +99,11 @@ func pushCmd() *cobra.Command {
 ` + "`queen serve`" + ` puts it with the same environment: NATS_URL, else the embedded server's
 QUEEN_NATS_LISTEN, else 127.0.0.1:4222), or over the HTTP gateway with --server URL
 (or --via http: http://<QUEEN_HTTP_ADDR>, else http://127.0.0.1:6632). A refused push
-exits non-zero after printing the broker's reply.`,
+exits non-zero after printing the broker's reply. The names, --transaction-id and
+--trace-id are checked first as the broker checks them (valid UTF-8; no control
+characters; names without invisible format or separator characters): a value the
+broker would refuse prints the broker's error body and exits non-zero, and nothing
+is sent.`,
 		Example: `  queen push --queue orders --partition o-1 --transaction-id order:1:v1 --payload '{"n":1}'
   queen push --file body.json     # a full push body; - reads standard input
   queen push --nats-url nats://127.0.0.1:5222 --queue orders
@@ -125,8 +130,13 @@ exits non-zero after printing the broker's reply.`,
 				if !json.Valid([]byte(payload)) {
 					return fmt.Errorf("--payload is not valid JSON: %s", payload)
 				}
-				item := transport.PushItem{Queue: queueName, Partition: partition, TransactionID: txn, TraceID: trace, Payload: json.RawMessage(payload)}
-				body, _ = json.Marshal(map[string]any{"items": []transport.PushItem{item}})
+				items := []transport.PushItem{{Queue: queueName, Partition: partition, TransactionID: txn, TraceID: trace, Payload: json.RawMessage(payload)}}
+				// Checked as the broker checks it, before encoding: JSON
+				// would turn invalid UTF-8 into U+FFFD (issue 29).
+				if err := transport.ValidatePushItems(items); err != nil {
+					return refusedBeforeSending(cmd, err)
+				}
+				body = transport.AppendPushRequest(nil, items)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -151,4 +161,14 @@ exits non-zero after printing the broker's reply.`,
 	f.StringVar(&file, "file", "", "read a whole push body from this file (- = stdin)")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "request timeout")
 	return cmd
+}
+
+// refusedBeforeSending prints err, a *queen.Error from the shared validator,
+// as the broker's error body and returns the command's error: the request
+// was refused by the same rule the broker applies, and nothing was sent.
+func refusedBeforeSending(cmd *cobra.Command, err error) error {
+	e := queen.AsError(err)
+	b, _ := json.Marshal(e)
+	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	return fmt.Errorf("push refused before sending (%d %s): %s; nothing was sent", e.Status, e.Code, e.Message)
 }

@@ -54,6 +54,31 @@ func (e *codeError) Error() string {
 
 func (e *codeError) Unwrap() error { return e.err }
 
+// checkNames checks names (pairs of value and the argument or flag that
+// gave it) as the broker checks them (queen.ValidateName; a "TRANSACTION_ID"
+// by queen.ValidateTransactionID); empty values are skipped. A value the
+// broker would refuse is a usage error naming the argument and the broker's
+// code, before anything is encoded or sent (encoding would turn invalid
+// UTF-8 into U+FFFD and name another queue).
+func checkNames(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		v, what := pairs[i], pairs[i+1]
+		if v == "" {
+			continue
+		}
+		var err error
+		if what == "TRANSACTION_ID" {
+			err = queen.ValidateTransactionID(v, what)
+		} else {
+			err = queen.ValidateName(v, what)
+		}
+		if err != nil {
+			return usageErr("%s (%s); nothing was sent", err, queen.AsError(err).Code)
+		}
+	}
+	return nil
+}
+
 func usageErr(format string, args ...any) error {
 	return &codeError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
@@ -201,6 +226,9 @@ queue that does not exist.`,
 		Args: args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if len(a) == 1 {
+				if err := checkNames(a[0], "QUEUE"); err != nil {
+					return err
+				}
 				raw, err := o.call(cmd, http.MethodGet, "/api/v1/resources/queues/"+url.PathEscape(a[0]), nil)
 				if err != nil {
 					return err
@@ -261,6 +289,9 @@ Exit codes: 0 in_window, 3 expired, 4 unknown (the next push is queued for both)
   if queen dedup orders o-1 order:1:v1 -o json > state.json; then echo duplicate; fi`,
 		Args: args(cobra.ExactArgs(3)),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := checkNames(a[0], "QUEUE", a[1], "PARTITION", a[2], "TRANSACTION_ID"); err != nil {
+				return err
+			}
 			q := url.Values{"queue": {a[0]}, "partition": {a[1]}, "transactionId": {a[2]}}
 			raw, err := o.call(cmd, http.MethodGet, "/api/v1/dedup?"+q.Encode(), nil)
 			if err != nil {
@@ -326,6 +357,9 @@ func dlqListCmd() *cobra.Command {
   queen dlq list orders --group billing -o json`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := checkNames(a[0], "QUEUE", group, "--group", partition, "--partition"); err != nil {
+				return err
+			}
 			q := url.Values{"queue": {a[0]}, "limit": {strconv.Itoa(limit)}}
 			if group != "" {
 				q.Set("consumerGroup", group)
@@ -388,6 +422,9 @@ a dead letter failed or the broker refused the request, 2 usage.`,
 			f := cmd.Flags()
 			if group == "" {
 				return usageErr("--group is required")
+			}
+			if err := checkNames(a[0], "QUEUE", group, "--group", partition, "--partition"); err != nil {
+				return err
 			}
 			body := map[string]any{"queue": a[0], "consumerGroup": group}
 			switch {

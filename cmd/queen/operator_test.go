@@ -131,7 +131,9 @@ func TestOperatorVerbs(t *testing.T) {
 	require.JSONEq(t, `{"state":"unknown","messageId":null,"offset":null,"createdAt":null,"windowSeconds":3600,"windowClosesAt":null}`, out)
 	_, code, _ = runOp(t, append([]string{"dedup", "cq", "nope", "k1"}, s...)...)
 	require.Equal(t, exitError, code, "an unknown partition is an error")
-	require.Equal(t, http.StatusOK, httpJSON(t, http.MethodPost, base+"/api/v1/configure", "", map[string]any{"queue": "cq", "options": map[string]any{"dedupWindowSeconds": 0}}, nil))
+	// Turning an existing queue's window off needs the admin token (issue 29).
+	require.Equal(t, http.StatusUnauthorized, httpJSON(t, http.MethodPost, base+"/api/v1/configure", "", map[string]any{"queue": "cq", "options": map[string]any{"dedupWindowSeconds": 0}}, nil))
+	require.Equal(t, http.StatusOK, httpJSON(t, http.MethodPost, base+"/api/v1/configure", testToken, map[string]any{"queue": "cq", "options": map[string]any{"dedupWindowSeconds": 0}}, nil))
 	out, code, _ = runOp(t, append([]string{"dedup", "cq", "p", "k1"}, s...)...)
 	require.Equal(t, exitExpired, code)
 	require.Regexp(t, `(?m)^state\s+expired$`, out)

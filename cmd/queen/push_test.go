@@ -111,3 +111,76 @@ func writeTemp(t *testing.T, s string) string {
 	require.NoError(t, f.Close())
 	return f.Name()
 }
+
+// TestPushRefusesBadTextBeforeSending: `queen push` checks the names, the
+// transactionId and the traceId as the broker does before encoding them
+// (issue 29): "\xff\xfe" and "\xfe\xff", which JSON would both turn into
+// "\ufffd\ufffd", are refused with the broker's error body, and nothing is
+// sent. The operator verbs refuse such names as usage errors.
+func TestPushRefusesBadTextBeforeSending(t *testing.T) {
+	// Nothing listens: a refusal, not a dial error, proves nothing was sent.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := l.Addr().String()
+	require.NoError(t, l.Close())
+	for _, c := range []struct {
+		args        []string
+		code, field string
+	}{
+		{[]string{"--queue", "q", "--transaction-id", "\xff\xfe"}, "invalid_utf8", "items[0].transactionId"},
+		{[]string{"--queue", "q", "--transaction-id", "\xfe\xff"}, "invalid_utf8", "items[0].transactionId"},
+		{[]string{"--queue", "q", "--partition", "\xfe\xff"}, "invalid_utf8", "items[0].partition"},
+		{[]string{"--queue", "q\xff"}, "invalid_utf8", "items[0].queue"},
+		{[]string{"--queue", "q", "--trace-id", "\xff"}, "invalid_utf8", "items[0].traceId"},
+		{[]string{"--queue", "\ufeffq"}, "control_character", "items[0].queue"},
+		{[]string{"--queue", "q", "--partition", "p\u2028"}, "control_character", "items[0].partition"},
+		{[]string{"--queue", "q", "--transaction-id", "t\u0085"}, "control_character", "items[0].transactionId"},
+	} {
+		for _, via := range [][]string{{"--nats-url", "nats://" + dead}, {"--server", "http://" + dead}} {
+			out, err := runPush(t, append(via, c.args...)...)
+			require.Error(t, err, "%q", c.args)
+			require.Contains(t, err.Error(), "push refused before sending (400 "+c.code+")", "%q", c.args)
+			require.Contains(t, err.Error(), "nothing was sent")
+			var e struct {
+				Code  string `json:"code"`
+				Field string `json:"field"`
+				Index *int   `json:"index"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &e), "stdout %q", out)
+			require.Equal(t, c.code, e.Code)
+			require.Equal(t, c.field, e.Field)
+			require.NotNil(t, e.Index)
+		}
+	}
+
+	// Against a broker: both ids refused, then a good push is the queue's
+	// only message.
+	b := startTestBroker(t)
+	for _, txn := range []string{"\xff\xfe", "\xfe\xff"} {
+		_, err := runPush(t, "--nats-url", b.NATSURL(), "--queue", "cli-utf8", "--transaction-id", txn)
+		require.ErrorContains(t, err, "invalid_utf8")
+		_, err = runPush(t, "--server", b.HTTPURL(), "--queue", "cli-utf8", "--transaction-id", txn)
+		require.ErrorContains(t, err, "invalid_utf8")
+	}
+	out, err := runPush(t, "--nats-url", b.NATSURL(), "--queue", "cli-utf8", "--transaction-id", "ok")
+	require.NoError(t, err)
+	require.Equal(t, "queued", pushVerdict(t, out))
+	var q struct {
+		Messages int64 `json:"messages"`
+	}
+	require.Equal(t, 200, httpJSON(t, "GET", b.HTTPURL()+"/api/v1/resources/queues/cli-utf8", "", nil, &q))
+	require.Equal(t, int64(1), q.Messages)
+
+	// The operator verbs: a usage error (exit 2) naming the argument.
+	for _, args := range [][]string{
+		{"queues", "q\xff"},
+		{"dedup", "q", "p", "\xfe\xff"},
+		{"dlq", "list", "q", "--partition", "\ufeffp"},
+		{"dlq", "replay", "q\xfe\xff", "--group", "g", "--id", "1"},
+	} {
+		_, code, err := runOp(t, append(args, "--server", "http://"+dead)...)
+		require.Error(t, err, "%q", args)
+		require.Equal(t, exitUsage, code, "%q: %v", args, err)
+		require.Contains(t, err.Error(), "nothing was sent", "%q", args)
+	}
+}

@@ -195,9 +195,10 @@ func bodyTooLarge(n int) *queen.Error {
 	return queen.ErrBodyTooLarge.With("the request body is %d bytes; the limit is %d (16 MiB)", n, queen.MaxBodyBytes)
 }
 
-// validateName checks the length and characters of a name known to be UTF-8.
+// validateName checks the length and characters of a name known to be UTF-8
+// (queen.CheckName).
 func validateName(name, field string) *queen.Error {
-	return queen.CheckText(name, queen.MaxNameBytes, field)
+	return queen.CheckName(name, field)
 }
 
 func fieldErr(e *queen.Error, field string) *queen.Error {
@@ -385,22 +386,17 @@ func (p *pushDecoder) parseItem(idx int) bool {
 	if !ok || p.sem != nil {
 		return ok
 	}
-	if it.Queue == "" {
-		fail(queen.ErrMissingField.With("items[%d].queue is required", idx), "queue")
-		return true
-	}
-	if it.Partition == "" {
+	if it.Queue != "" && it.Partition == "" {
 		it.Partition = queen.DefaultPartition
 	}
-	for _, f := range [...]struct {
-		v, name string
-		max     int
-	}{{it.Queue, "queue", queen.MaxNameBytes}, {it.Partition, "partition", queen.MaxNameBytes}, {it.TransactionID, "transactionId", queen.MaxTransactionIDBytes}} {
-		if queen.CheckText(f.v, f.max, "") != nil { // the field path is built only for a refused value
-			path := fmt.Sprintf("items[%d].%s", idx, f.name)
-			p.semantic(queen.CheckText(f.v, f.max, path).At(idx, path))
-			return true
-		}
+	var trace string
+	if it.TraceID != nil {
+		trace = *it.TraceID
+	}
+	// The one item validator, shared with the clients (SPEC.md §10).
+	if e := queen.ValidateItem(idx, it.Queue, it.Partition, it.TransactionID, trace); e != nil {
+		p.semantic(e)
+		return true
 	}
 	field, span := "payload", payload
 	if seen&keyPayload == 0 {

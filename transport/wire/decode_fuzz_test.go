@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -26,6 +27,8 @@ func FuzzDecodePush(f *testing.F) {
 		body(`{"queue":"Bed\u0026Breakfast-771","transactionId":"2026\/07\/BK-11","data":"日本"}`),
 		body(`{"queue":"q","payload":null,"data":1}`, `{"queue":"q","partition":null,"transactionId":null,"traceId":null}`),
 		body(`{"queue":"q","transactionId":"","partition":"","extra":{"queue":1}}`),
+		body(`{"queue":"q\ufeff","partition":"p\u2028","transactionId":"t\u0085\u200b"}`),
+		body(`{"queue":"q","partition":"\u200c\u200d\u00a0\u009f","transactionId":"\u2029\ufeff"}`),
 		` {"a":{"items":1},"items":[{"queue":"q","payload":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]} `,
 	} {
 		f.Add([]byte(b), uint16(0))
@@ -89,7 +92,7 @@ func checkItem(t *testing.T, i int, it queen.Item, maxPayload int) {
 		v   string
 		max int
 	}{{it.Queue, queen.MaxNameBytes}, {it.Partition, queen.MaxNameBytes}, {it.TransactionID, queen.MaxTransactionIDBytes}} {
-		if s.v == "" || len(s.v) > s.max || !utf8.ValidString(s.v) || strings.ContainsFunc(s.v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		if s.v == "" || len(s.v) > s.max || !utf8.ValidString(s.v) || strings.ContainsFunc(s.v, refControl) {
 			t.Fatalf("item %d: bad name or id %q", i, s.v)
 		}
 	}
@@ -178,13 +181,14 @@ func refDecodePush(b []byte, maxPayload int) ([]queen.Item, string) {
 			it.Partition = queen.DefaultPartition
 		}
 		for _, s := range []struct {
-			v   string
-			max int
-		}{{it.Queue, queen.MaxNameBytes}, {it.Partition, queen.MaxNameBytes}, {it.TransactionID, queen.MaxTransactionIDBytes}} {
+			v    string
+			max  int
+			name bool
+		}{{it.Queue, queen.MaxNameBytes, true}, {it.Partition, queen.MaxNameBytes, true}, {it.TransactionID, queen.MaxTransactionIDBytes, false}} {
 			if len(s.v) > s.max {
 				return nil, "too long"
 			}
-			if strings.ContainsFunc(s.v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			if strings.ContainsFunc(s.v, refControl) || (s.name && strings.ContainsFunc(s.v, refInvisible)) {
 				return nil, "control character"
 			}
 		}
@@ -200,6 +204,15 @@ func refDecodePush(b []byte, maxPayload int) ([]queen.Item, string) {
 		out = append(out, it)
 	}
 	return out, ""
+}
+
+// refControl is Unicode's control category (Cc), written out.
+func refControl(r rune) bool { return unicode.Is(unicode.Cc, r) }
+
+// refInvisible is what names refuse beyond controls: the separators U+2028
+// and U+2029 and the format characters (Cf) but for ZWNJ and ZWJ.
+func refInvisible(r rune) bool {
+	return unicode.In(r, unicode.Zl, unicode.Zp) || (unicode.Is(unicode.Cf, r) && r != '\u200c' && r != '\u200d')
 }
 
 // refObject decodes a JSON object into its members (raw values), refusing a

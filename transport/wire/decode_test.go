@@ -452,6 +452,12 @@ var pushErrCases = []errCase{
 	{"unit separator in partition", body(`{"queue":"q","partition":"a\u001fb"}`), queen.ErrControlChar, 0, "items[0].partition"},
 	{"escape char in transactionId", body(`{"queue":"q","transactionId":"\u001b[31m"}`), queen.ErrControlChar, 0, "items[0].transactionId"},
 	{"CR in transactionId", body(`{"queue":"q"}`, `{"queue":"q","transactionId":"a\r"}`), queen.ErrControlChar, 1, "items[1].transactionId"},
+	{"C1 NEL escape in transactionId", body(`{"queue":"q","transactionId":"a\u0085"}`), queen.ErrControlChar, 0, "items[0].transactionId"},
+	{"raw C1 in queue", body(`{"queue":"a` + "\u009f" + `"}`), queen.ErrControlChar, 0, "items[0].queue"},
+	{"BOM in queue", body(`{"queue":"\ufefforders"}`), queen.ErrControlChar, 0, "items[0].queue"},
+	{"raw BOM in partition", body(`{"queue":"q","partition":"` + "\ufeff" + `p"}`), queen.ErrControlChar, 0, "items[0].partition"},
+	{"line separator in partition", body(`{"queue":"q","partition":"a\u2028b"}`), queen.ErrControlChar, 0, "items[0].partition"},
+	{"zero-width space in partition", body(`{"queue":"q"}`, `{"queue":"q","partition":"o\u200b-1"}`), queen.ErrControlChar, 1, "items[1].partition"},
 }
 
 func TestDecodePushErrors(t *testing.T) {
@@ -649,6 +655,13 @@ func TestValidateName(t *testing.T) {
 		{"a\x1f", queen.ErrControlChar},
 		{"\x7f", queen.ErrControlChar},
 		{"a\xffb", queen.ErrInvalidUTF8},
+		{"\xfe\xff", queen.ErrInvalidUTF8},
+		{"a\u0085", queen.ErrControlChar},
+		{"\ufeffa", queen.ErrControlChar},
+		{"a\u2028b", queen.ErrControlChar},
+		{"a\u200bb", queen.ErrControlChar},
+		{"a\u00a0b", nil},
+		{"می\u200cخواهم", nil},
 	} {
 		err := queen.ValidateName(tc.name, "partition")
 		if tc.want == nil {

@@ -73,6 +73,15 @@ func TestBadInput(t *testing.T) {
 		{"invalid_utf8", func(q string) []byte {
 			return []byte("{\"items\":[{\"queue\":\"" + q + "\",\"transactionId\":\"\xff\xfe\"}]}")
 		}, "invalid_utf8", 0, "items[0].transactionId"},
+		{"invalid_utf8_fe_ff", func(q string) []byte {
+			return []byte("{\"items\":[{\"queue\":\"" + q + "\",\"transactionId\":\"\xfe\xff\"}]}")
+		}, "invalid_utf8", 0, "items[0].transactionId"},
+		{"c1_control_in_transaction_id", func(q string) []byte { return []byte(`{"items":[{"queue":"` + q + `","transactionId":"x\u0085"}]}`) }, "control_character", 0, "items[0].transactionId"},
+		{"bom_in_partition", func(q string) []byte { return []byte(`{"items":[{"queue":"` + q + `","partition":"\ufeffp"}]}`) }, "control_character", 0, "items[0].partition"},
+		{"line_separator_in_partition", func(q string) []byte { return []byte(`{"items":[{"queue":"` + q + `","partition":"p\u2028"}]}`) }, "control_character", 0, "items[0].partition"},
+		{"zero_width_space_in_partition", func(q string) []byte {
+			return []byte(`{"items":[{"queue":"` + q + `","partition":"o` + "\u200b" + `-1"}]}`)
+		}, "control_character", 0, "items[0].partition"},
 		{"10001_items", func(q string) []byte {
 			var b strings.Builder
 			b.WriteString(`{"items":[`)

@@ -333,13 +333,18 @@ func TestAsyncProducer(t *testing.T) {
 	t.Run("a refused item does not sink its request", func(t *testing.T) {
 		p := transport.NewProducer(c, transport.ProducerOptions{Linger: time.Hour})
 		closeProducer(t, p)
+		// Text the broker would refuse never gets this far: Publish
+		// refuses it at once (issue 29).
+		if _, err := p.Publish(ctx, transport.PushItem{Queue: "ap-\x01-bad"}); err == nil {
+			t.Fatal("Publish took a queue name with a control character")
+		}
 		var pds []*transport.Pending
 		for i := range 5 {
-			q := "ap-refuse"
+			item := transport.PushItem{Queue: "ap-refuse", TransactionID: fmt.Sprintf("r-%d", i)}
 			if i == 2 {
-				q = "ap-\x01-bad"
+				item.Payload = []byte(`{"not":`) // only the broker checks payloads
 			}
-			pd, err := p.Publish(ctx, transport.PushItem{Queue: q, TransactionID: fmt.Sprintf("r-%d", i)})
+			pd, err := p.Publish(ctx, item)
 			if err != nil {
 				t.Fatal(err)
 			}
