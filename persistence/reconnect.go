@@ -30,9 +30,11 @@ import (
 //     handed out, or the session was ended mid-way: its transaction rolled
 //     back) runs once more on a checked connection (Store.inSession); so do
 //     the reads and idempotent writes of the push and pop paths
-//     (Store.retryBroken). A failure once the COMMIT was sent keeps today's
-//     answer (a push's or an ack's queen.ErrCommitUnknown): only the
-//     client's retry with the same ids may decide it.
+//     (Store.retryBroken). A COMMIT round trip the server answered with an
+//     error (57P01 before the COMMIT ran included) rolled back and counts as
+//     not sent. Any other failure once the COMMIT was sent keeps today's
+//     answer (a push's or an ack's queen.ErrCommitUnknown, a pop's
+//     queen.ErrUnavailable): only the client's retry may decide it.
 
 // pingTimeout bounds a pool's liveness ping: a connection whose peer
 // vanished without closing it (a failed-over host) is dropped after this
