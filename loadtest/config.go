@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/queen-mq/queen-go/transport"
@@ -28,7 +29,8 @@ const (
 type Config struct {
 	// Mode is ModeBroker (default) or ModeRaw.
 	Mode Mode
-	// Target is the broker to drive in ModeBroker: nats://host:port (the
+	// Target is the broker to drive in ModeBroker: nats://host:port, or a
+	// comma-separated list of a NATS cluster's servers (the
 	// transport client, subject queen.v1.push) or http://host:port (POST
 	// /api/v1/push). Default nats://127.0.0.1:4222.
 	Target string
@@ -338,9 +340,17 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.Mode == ModeBroker {
+		if strings.HasPrefix(c.Target, "nats://") {
+			// One NATS server or several of a cluster, comma-separated
+			// (SPEC.md §9).
+			if _, err := transport.ParseNATSURLs(c.Target); err != nil {
+				return fmt.Errorf("target: %w", err)
+			}
+			return nil
+		}
 		u, err := url.Parse(c.Target)
-		if err != nil || (u.Scheme != "nats" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("target %q: want nats://host:port or http://host:port", c.Target)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("target %q: want nats://host:port (or several, comma-separated) or http://host:port", c.Target)
 		}
 		if c.Connections > 0 && u.Scheme != "nats" {
 			return fmt.Errorf("connections %d with target %q: shared connections are NATS connections; use a nats:// target or drop --connections", c.Connections, c.Target)

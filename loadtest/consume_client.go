@@ -49,7 +49,7 @@ type popReq struct {
 // names the NATS connection.
 func newConsumeClient(target, name string, hc *http.Client) (consumeClient, error) {
 	if strings.HasPrefix(target, "nats://") {
-		nc, err := nats.Connect(target, nats.Name(name), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+		nc, err := transport.ConnectNATS(target, name)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}

@@ -107,3 +107,18 @@ func TestConnectionsValidation(t *testing.T) {
 	c.Connections, c.ProducerMode = 2, ProducerAsync
 	require.ErrorContains(t, c.Validate(), "async")
 }
+
+// TestTargetTakesANATSCluster: --target (NATS_URL) may list a NATS
+// cluster's servers, comma-separated (SPEC.md §9); a list with a bad URL
+// is refused.
+func TestTargetTakesANATSCluster(t *testing.T) {
+	c := DefaultConfig()
+	c.DatabaseURL = "postgres://x@127.0.0.1/queen"
+	c = c.withDefaults()
+	c.Target = "nats://127.0.0.1:4222,nats://127.0.0.1:4223, nats://127.0.0.1:4224"
+	require.NoError(t, c.Validate())
+	c.Connections = 2
+	require.NoError(t, c.Validate())
+	c.Target = "nats://127.0.0.1:4222,127.0.0.1:4223"
+	require.ErrorContains(t, c.Validate(), "want nats://host:port")
+}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -46,7 +45,7 @@ type natsSender struct {
 }
 
 func newNATSSender(url string, producer int) (*natsSender, error) {
-	nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("queen-loadtest-%d", producer)), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	nc, err := transport.ConnectNATS(url, fmt.Sprintf("queen-loadtest-%d", producer))
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}

@@ -43,7 +43,7 @@ type Audit struct {
 // OpenAudit connects a small read-only pool to url (a PostgreSQL URL or
 // key=value connection string). It does not check the schema.
 func OpenAudit(ctx context.Context, url string) (*Audit, error) {
-	pool, err := openPool(ctx, url, 2, map[string]string{"default_transaction_read_only": "on"})
+	pool, err := openPool(ctx, url, 2, map[string]string{"default_transaction_read_only": "on"}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -240,15 +240,19 @@ func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *co
 // range is passed (rules.Bisection). On an error the transaction is rolled
 // back and the result is empty, PopBusy.
 func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult, PopState, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return queen.PopResult{}, PopBusy, unavailable(err)
-	}
-	defer conn.Release()
+	var res queen.PopResult
+	var state PopState
 	var settled LeaseStats
-	res, state, err := popTx(ctx, conn, spec, &settled)
+	err := s.inSession(ctx, func(conn *session) error {
+		var err error
+		settled = LeaseStats{} // a retried attempt settles afresh
+		res, state, err = popTx(ctx, conn, spec, &settled)
+		if err != nil {
+			rollback(conn)
+		}
+		return err
+	})
 	if err != nil {
-		rollback(conn)
 		return queen.PopResult{}, PopBusy, err
 	}
 	s.leases.add(settled)
@@ -473,7 +477,13 @@ func commitPop(ctx context.Context, tx querier, extra func(b *pgx.Batch)) error 
 		extra(b)
 	}
 	b.Queue("COMMIT")
+	willCommit(tx)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server answered an error: the transaction rolled back.
+			notCommitted(tx)
+		}
 		return unavailable(err)
 	}
 	return nil
@@ -484,7 +494,11 @@ func commitPop(ctx context.Context, tx querier, extra func(b *pgx.Batch)) error 
 // once the group is subscribed. exists is false when the queue does not
 // exist (nothing is recorded).
 func (s *Store) Subscribe(ctx context.Context, queueName, group string, from *time.Time, isNew bool) (exists bool, err error) {
-	tag, err := s.pool.Exec(ctx, sqlConsumeSubscribe, queueName, group, from, isNew)
+	var tag pgconn.CommandTag
+	err = s.retryBroken(ctx, func() (err error) {
+		tag, err = s.pool.Exec(ctx, sqlConsumeSubscribe, queueName, group, from, isNew)
+		return err
+	})
 	if err != nil {
 		return false, unavailable(err)
 	}
@@ -505,7 +519,9 @@ func (s *Store) Subscribe(ctx context.Context, queueName, group string, from *ti
 // does not exist (pops never create partitions).
 func (s *Store) PartitionID(ctx context.Context, queueName, partition string) (uuid.UUID, error) {
 	var id uuid.UUID
-	err := s.pool.QueryRow(ctx, sqlGetPartition, queueName, partition).Scan(&id)
+	err := s.retryBroken(ctx, func() error {
+		return s.pool.QueryRow(ctx, sqlGetPartition, queueName, partition).Scan(&id)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, nil
 	}
@@ -516,11 +532,15 @@ func (s *Store) PartitionID(ctx context.Context, queueName, partition string) (u
 // group can take now (allocator above the cursor, no live lease): the
 // correction for a wildcard pop's in-memory hint.
 func (s *Store) Candidates(ctx context.Context, queueName, group string, limit int) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, sqlConsumeCandidates, queueName, group, limit)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	var ids []uuid.UUID
+	err := s.retryBroken(ctx, func() error {
+		rows, err := s.pool.Query(ctx, sqlConsumeCandidates, queueName, group, limit)
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		return err
+	})
 	return ids, unavailable(err)
 }
 
@@ -529,7 +549,9 @@ func (s *Store) Candidates(ctx context.Context, queueName, group string, limit i
 // lease that is not live (expired, released, unknown) is queen.ErrLeaseInvalid.
 func (s *Store) ExtendLease(ctx context.Context, id uuid.UUID, seconds int64) (time.Time, error) {
 	var t time.Time
-	err := s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds).Scan(&t)
+	err := s.retryBroken(ctx, func() error {
+		return s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds).Scan(&t)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, queen.ErrLeaseInvalid.With("lease %s is not live (expired, released or unknown)", id)
 	}
@@ -562,14 +584,17 @@ type ackKey struct {
 // fails the call with queen.ErrLockTimeout (503, retryable); nothing is
 // applied.
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
-	out, rows := groupByConsumerRow(items)
-	conn, err := s.pool.Acquire(ctx)
+	var out []queen.AckResult
+	var rows []*consumerAcks
+	err := s.inSession(ctx, func(conn *session) error {
+		out, rows = groupByConsumerRow(items) // afresh for a retried attempt
+		if err := ackTx(ctx, conn, items, out, rows, s.observe); err != nil {
+			rollback(conn)
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, unavailable(err)
-	}
-	defer conn.Release()
-	if err := ackTx(ctx, conn, items, out, rows, s.observe); err != nil {
-		rollback(conn)
 		return nil, err
 	}
 	for _, a := range rows {
@@ -611,8 +636,9 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 // the first row's lock, COMMIT with the last row's update: a one-row ack is
 // two round trips. The rows are created (partition key-share locks,
 // ascending) before any is locked, as transactions do, so the two cannot
-// deadlock. A failed COMMIT round trip is queen.ErrCommitUnknown; on any
-// error the caller rolls back.
+// deadlock. A failed COMMIT round trip is queen.ErrCommitUnknown, unless
+// the server answered an error (the transaction rolled back); on any error
+// the caller rolls back.
 func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent)) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -629,7 +655,17 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 		}
 		if n == len(rows)-1 {
 			b.Queue("COMMIT")
+			willCommit(conn)
 			if err := conn.SendBatch(ctx, b).Close(); err != nil {
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) {
+					// The server answered an error (a statement before the
+					// COMMIT failed, or the session was ended before it
+					// ran, 57P01; or the COMMIT itself failed): the
+					// transaction rolled back.
+					notCommitted(conn)
+					return unavailable(err)
+				}
 				return queen.ErrCommitUnknown.With("ack commit: %v", err)
 			}
 			return nil

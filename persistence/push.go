@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/rules"
@@ -197,21 +196,28 @@ type lockedPartition struct {
 // outs answered lock_timeout; the others commit. The attempt is two round
 // trips: lockBundle (BEGIN, the row locks, the window probe), then
 // writeBundle (the writes and COMMIT); between them assign decides each
-// partition's verdicts and offsets under the locks.
+// partition's verdicts and offsets under the locks. A pooled connection
+// found dead at the first round trip (nothing can have committed) is
+// replaced and the attempt run again once (Store.inSession, SPEC.md §9).
 func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOutcome, skipLocked bool) error {
-	for i := range outs {
-		outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
-	}
 	order := bundleOrder(bs)
 	if len(order) == 0 {
+		for i := range outs {
+			outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
+		}
 		return nil
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
+	return s.inSession(ctx, func(conn *session) error {
+		for i := range outs {
+			outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
+		}
+		return s.commitOn(ctx, conn, bs, outs, order, skipLocked)
+	})
+}
 
+// commitOn runs commitBundle's attempt on conn, over the non-empty batches
+// in lock order.
+func (s *Store) commitOn(ctx context.Context, conn *session, bs []*PushBatch, outs []PushOutcome, order []int, skipLocked bool) error {
 	lk, err := s.lockBundle(ctx, conn, bs, order, skipLocked)
 	if err != nil {
 		return err
@@ -268,7 +274,7 @@ type bundleLocks struct {
 // incoming hashes, in one round trip. A lock not granted within the lock
 // timeout, a deleted partition (queen.ErrPartitionGone, retryable with the
 // same ids) or a failed statement rolls back and returns the error.
-func (s *Store) lockBundle(ctx context.Context, conn *pgxpool.Conn, bs []*PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
+func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
 	ids := make([]pgtype.UUID, len(order))
@@ -413,7 +419,7 @@ func (s *Store) bundleWrites(bs []*PushBatch, outs []PushOutcome, order []int, l
 // (queen.ErrUnavailable, or the lock timeout of another session's DDL); a
 // failure after the COMMIT was sent whose outcome is not known is
 // queen.ErrCommitUnknown (the connection is closed).
-func (s *Store) writeBundle(ctx context.Context, conn *pgxpool.Conn, outs []PushOutcome, w *bundleRows) error {
+func (s *Store) writeBundle(ctx context.Context, conn *session, outs []PushOutcome, w *bundleRows) error {
 	var created time.Time
 	committed := false
 	ib := &pgx.Batch{}
@@ -430,17 +436,21 @@ func (s *Store) writeBundle(ctx context.Context, conn *pgxpool.Conn, outs []Push
 	// never fails the push.
 	queueOriginals(ib, w.want, w.originals)
 	istart := time.Now()
+	willCommit(conn)
 	if err := conn.SendBatch(ctx, ib).Close(); err != nil && !committed {
 		var pgErr *pgconn.PgError
 		if lockTimedOut(err) {
 			// A table lock (another session's DDL) was not granted in
 			// time: nothing was committed.
+			notCommitted(conn)
 			s.observe(LockEvent{Op: "push", Wait: time.Since(istart), TimedOut: true})
 			rollback(conn)
 			return err
 		}
 		if errors.As(err, &pgErr) {
-			// The server refused a statement: the transaction did not commit.
+			// The server refused a statement (or ended the session, 57P01,
+			// before the COMMIT ran): the transaction did not commit.
+			notCommitted(conn)
 			rollback(conn)
 			return queen.ErrUnavailable.With("push failed: %v", err)
 		}
@@ -692,7 +702,9 @@ func distinctLeaders(b *PushBatch) [][16]byte {
 	return out
 }
 
-func rollback(conn *pgxpool.Conn) {
+// rollback ends conn's transaction; a connection that cannot is closed
+// (the pool then drops it).
+func rollback(conn *session) {
 	if _, err := conn.Exec(context.Background(), "ROLLBACK"); err != nil {
 		conn.Conn().Close(context.Background()) //nolint:errcheck
 	}

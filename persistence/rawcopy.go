@@ -47,7 +47,7 @@ type RawWriter struct {
 // OpenRaw connects a pool (up to 32 connections, like the broker's Store) to
 // url.
 func OpenRaw(ctx context.Context, url string) (*RawWriter, error) {
-	pool, err := openPool(ctx, url, 32, nil)
+	pool, err := openPool(ctx, url, 32, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	// ObserveLock, when set, is called after each measured lock acquisition
 	// (LockEvent; SPEC.md §3, §4): for /metrics. It must not block.
 	ObserveLock func(LockEvent)
+	// idlePing overrides how long a pooled connection may idle before it
+	// is pinged on acquisition (0: 1 s); tests only.
+	idlePing time.Duration
 }
 
 // DefaultLockTimeout is Config.LockTimeout's default (QUEEN_LOCK_TIMEOUT).
@@ -138,6 +141,7 @@ func (s *Store) LeaseStats() LeaseStats {
 type Store struct {
 	leases      leaseCounter
 	pool        *pgxpool.Pool
+	conns       *connCheck    // which pooled connections are pinged before use (reconnect.go)
 	span        time.Duration // Config.SidecarRange
 	lockTimeout time.Duration // Config.LockTimeout
 	observe     func(LockEvent)
@@ -171,7 +175,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.IdleInTransactionTimeout > 0 {
 		settings["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(cfg.IdleInTransactionTimeout.Milliseconds(), 1), 10) + "ms"
 	}
-	pool, err := openPool(ctx, cfg.URL, cfg.MaxConns, settings)
+	conns := newConnCheck(cfg.idlePing)
+	pool, err := openPool(ctx, cfg.URL, cfg.MaxConns, settings, conns)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +184,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if observe == nil {
 		observe = func(LockEvent) {}
 	}
-	s := &Store{pool: pool, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe}
+	s := &Store{pool: pool, conns: conns, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe}
 	s.stats = newAnalyzer(s.analyzePartitions)
 	if _, err := s.EnsureSidecarRanges(ctx); err != nil {
 		pool.Close()
@@ -200,8 +205,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // openPool connects a pool of up to maxConns connections to url, with extra
-// session settings, and checks the server answers.
-func openPool(ctx context.Context, url string, maxConns int32, settings map[string]string) (*pgxpool.Pool, error) {
+// session settings, and checks the server answers. conns (nil: a fresh
+// one) decides which connections are pinged before use (reconnect.go).
+func openPool(ctx context.Context, url string, maxConns int32, settings map[string]string, conns *connCheck) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("persistence: bad database URL: %w", err)
@@ -221,6 +227,10 @@ func openPool(ctx context.Context, url string, maxConns int32, settings map[stri
 		pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsPrimary
 	}
 	pc.MaxConns = maxConns
+	if conns == nil {
+		conns = newConnCheck(0)
+	}
+	conns.install(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, unavailable(err)
@@ -276,7 +286,9 @@ func lockTimedOut(err error) bool {
 // queue with default options and the partition on first use (SPEC.md §1).
 func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string) (uuid.UUID, error) {
 	var id uuid.UUID
-	err := s.pool.QueryRow(ctx, sqlGetPartition, queueName, partition).Scan(&id)
+	err := s.retryBroken(ctx, func() error {
+		return s.pool.QueryRow(ctx, sqlGetPartition, queueName, partition).Scan(&id)
+	})
 	if err == nil {
 		return id, nil
 	}
@@ -289,12 +301,15 @@ func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string
 	if err != nil {
 		return uuid.Nil, err
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
 	var c created
-	b.Queue(sqlEnsurePartition, queueName, partition, fresh).Exec(c.count)
-	b.Queue(sqlGetPartition, queueName, partition).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.retryBroken(ctx, func() error {
+		c = created{}
+		b := &pgx.Batch{}
+		b.Queue(sqlEnsureQueue, queueName, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
+		b.Queue(sqlEnsurePartition, queueName, partition, fresh).Exec(c.count)
+		b.Queue(sqlGetPartition, queueName, partition).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
+		return s.pool.SendBatch(ctx, b).Close()
+	}); err != nil {
 		return uuid.Nil, unavailable(err)
 	}
 	s.stats.add(c.n)
@@ -338,9 +353,11 @@ func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uu
 	for i := range all {
 		all[i] = i
 	}
-	b := &pgx.Batch{}
-	read(all, b)
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.retryBroken(ctx, func() error {
+		b := &pgx.Batch{}
+		read(all, b)
+		return s.pool.SendBatch(ctx, b).Close()
+	}); err != nil {
 		return nil, unavailable(err)
 	}
 	var missing []int
@@ -361,14 +378,14 @@ func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uu
 	})
 	opts := queen.DefaultOptions()
 	optsJSON, _ := json.Marshal(opts)
-	b = &pgx.Batch{}
+	var queues []string
 	queued := map[string]bool{}
 	qs, ps, fresh := make([]string, 0, len(missing)), make([]string, 0, len(missing)), make([]pgtype.UUID, 0, len(missing))
 	for _, i := range missing {
 		k := keys[i]
 		if !queued[k.Queue] {
 			queued[k.Queue] = true
-			b.Queue(sqlEnsureQueue, k.Queue, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
+			queues = append(queues, k.Queue)
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -377,9 +394,16 @@ func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uu
 		qs, ps, fresh = append(qs, k.Queue), append(ps, k.Partition), append(fresh, pgUUID(id))
 	}
 	var c created
-	b.Queue(sqlEnsurePartitions, qs, ps, fresh).Exec(c.count)
-	read(missing, b)
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.retryBroken(ctx, func() error {
+		c = created{}
+		b := &pgx.Batch{}
+		for _, q := range queues {
+			b.Queue(sqlEnsureQueue, q, optsJSON, opts.DedupWindowSeconds, opts.DedupCheckPayload)
+		}
+		b.Queue(sqlEnsurePartitions, qs, ps, fresh).Exec(c.count)
+		read(missing, b)
+		return s.pool.SendBatch(ctx, b).Close()
+	}); err != nil {
 		return nil, unavailable(err)
 	}
 	s.stats.add(c.n)

@@ -9,10 +9,10 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+
+	"github.com/queen-mq/queen-go/transport"
 )
 
 // clientFlags say how a client command (queen push, ...) reaches a broker:
@@ -66,7 +66,7 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 	natsURL, _ := defaultNATSURL()
 	server, _ := defaultServer()
 	f := cmd.Flags()
-	f.StringVar(&c.natsURL, "nats-url", natsURL, "NATS server of the broker (env NATS_URL, else nats://<QUEEN_NATS_LISTEN>)")
+	f.StringVar(&c.natsURL, "nats-url", natsURL, "NATS server of the broker, or a comma-separated list of a NATS cluster's servers (env NATS_URL, else nats://<QUEEN_NATS_LISTEN>)")
 	f.StringVar(&c.server, "server", server, "HTTP gateway of the broker, for --via http; giving it implies --via http (env: http://<QUEEN_HTTP_ADDR>)")
 	f.StringVar(&c.via, "via", "nats", "how to reach the broker: nats or http (--server given: http)")
 }
@@ -120,7 +120,7 @@ func (c *clientFlags) request(ctx context.Context, cmd *cobra.Command, subject, 
 	if via == "http" {
 		return c.requestHTTP(ctx, cmd, path, body)
 	}
-	nc, err := nats.Connect(c.natsURL, nats.Timeout(5*time.Second), nats.Name("queen-cli"))
+	nc, err := transport.ConnectNATS(c.natsURL, "queen-cli")
 	if err != nil {
 		return clientReply{}, fmt.Errorf("connect to NATS at %s (from %s): %w; is `queen serve` running there? Its embedded NATS listens on QUEEN_NATS_LISTEN (default 127.0.0.1:4222); give --nats-url, or --server http://<QUEEN_HTTP_ADDR> for the HTTP gateway",
 			c.natsURL, c.natsSource(cmd), err)

@@ -179,7 +179,7 @@ quarter of the window, retries only within half of it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Target, "target", cfg.Target, "broker to drive: nats://host:port or http://host:port (env NATS_URL); with --embedded only its scheme counts")
+	f.StringVar(&cfg.Target, "target", cfg.Target, "broker to drive: nats://host:port (or a comma-separated list of a NATS cluster's servers) or http://host:port (env NATS_URL); with --embedded only its scheme counts")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "the broker's PostgreSQL, for the audit and --mode raw (default: $QUEEN_DATA_DIR/postgres.url, then DATABASE_URL)")
 	f.StringVar(&mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
 	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "concurrent producers, one request in flight each")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -151,8 +152,17 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err != nil {
 				return err
 			}
-			<-ctx.Done()
-			log.Info("signal received, draining (a second signal stops at once)")
+			select {
+			case <-ctx.Done():
+				log.Info("signal received, draining (a second signal stops at once)")
+			case ferr := <-b.Fatal():
+				// A NATS connection closed for good: stop loudly rather
+				// than stay up serving nothing (SPEC.md §9).
+				stopSignals()
+				drain, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				return errors.Join(ferr, b.Stop(drain))
+			}
 			stopSignals()
 			drain, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -163,7 +173,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "http-addr", envOr("QUEEN_HTTP_ADDR", "127.0.0.1:6632"), "HTTP listen address (env QUEEN_HTTP_ADDR)")
 	f.StringVar(&cfg.NATSListen, "nats-listen", envOr("QUEEN_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (env QUEEN_NATS_LISTEN)")
-	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one (env NATS_URL)")
+	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one, or a comma-separated list of a NATS cluster's servers (env NATS_URL)")
 	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", queen.DefaultMaxPayloadBytes, "largest item payload in bytes, default 4 MiB (env QUEEN_MAX_PAYLOAD_BYTES; SPEC.md §10)")
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env QUEEN_LOG_LEVEL)")
 	f.StringVar(&dedupCache, "dedup-cache", envOr("QUEEN_DEDUP_CACHE", "on"), "broker-side dedup cache: on or off (env QUEEN_DEDUP_CACHE; switch live with POST /api/v1/admin/dedup-cache)")

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,6 +182,10 @@ type Broker struct {
 	httpLn        net.Listener
 	metrics       *metrics.Set
 	stopped       chan struct{}
+	// fatal carries the first fatal error (Fatal); closing is set once
+	// Stop closes the NATS connections.
+	fatal   chan error
+	closing atomic.Bool
 	// running is what start started, in order (lifecycle.go).
 	running []running
 }
@@ -189,7 +194,7 @@ type Broker struct {
 // everything started so far is stopped again.
 func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	cfg.defaults()
-	b := &Broker{cfg: cfg, log: cfg.Logger, metrics: metrics.New(), stopped: make(chan struct{})}
+	b := &Broker{cfg: cfg, log: cfg.Logger, metrics: metrics.New(), stopped: make(chan struct{}), fatal: make(chan error, 1)}
 	if err := b.start(ctx); err != nil {
 		// Stop whatever started, the managed PostgreSQL included.
 		if terr := b.teardown(context.Background()); terr != nil {
@@ -396,16 +401,38 @@ func (b *Broker) joinCluster(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// connectNATS connects to the broker's NATS server, reconnecting forever and
-// logging every disconnect.
+// connectNATS connects to the broker's NATS server, or to any server of
+// its NATS cluster (NATS_URL may list several, SPEC.md §9), with the
+// project's connection settings (transport.NATSOptions: pings that notice
+// a dead server within 15 s, reconnection forever with the subscriptions
+// kept, lame-duck mode left at once), logging every disconnect. A
+// connection that closes for good while the broker runs (not by Stop) is
+// fatal: the broker would serve nothing, so Fatal reports it.
 func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1),
+	opts := []nats.Option{
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				b.log.Warn("NATS disconnected", "connection", name, "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { b.log.Info("NATS reconnected", "connection", name) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			b.log.Info("NATS reconnected", "connection", name, "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.LameDuckModeHandler(func(nc *nats.Conn) {
+			b.log.Info("NATS server entering lame-duck mode: moving to another server", "connection", name, "server", nc.ConnectedUrlRedacted())
+			nc.ForceReconnect() //nolint:errcheck
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if b.closing.Load() {
+				return
+			}
+			err := fmt.Errorf("broker: NATS connection %s closed for good (last error: %v); the broker cannot serve without it", name, nc.LastError())
+			b.log.Error("NATS connection closed for good: the broker stops", "connection", name, "err", nc.LastError())
+			select {
+			case b.fatal <- err:
+			default:
+			}
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
@@ -416,12 +443,19 @@ func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
 	if b.natsInProcess != nil {
 		opts = append(opts, nats.InProcessServer(b.natsInProcess))
 	}
-	nc, err := nats.Connect(b.natsURL, opts...)
+	nc, err := transport.ConnectNATS(b.natsURL, name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}
 	return nc, nil
 }
+
+// Fatal delivers the error that ended the broker's service while it ran: a
+// NATS connection closed for good (its server gone and reconnection given
+// up, or refused for good). The broker then serves nothing; the caller
+// (`queen serve`) stops it and exits with the error. Nothing is delivered
+// after Stop began.
+func (b *Broker) Fatal() <-chan error { return b.fatal }
 
 // cacheSwitch is the dedup cache's admin face for the transports.
 type cacheSwitch struct{ c *actors.Cache }
@@ -555,6 +589,7 @@ func (b *Broker) teardown(ctx context.Context) error {
 // the drained handlers reach the server before the connection (and an
 // embedded server) goes away.
 func (b *Broker) closeConns(context.Context) error {
+	b.closing.Store(true)
 	for _, nc := range []*nats.Conn{b.nc, b.ncShards} {
 		if nc != nil {
 			nc.FlushTimeout(5 * time.Second) //nolint:errcheck

@@ -1,0 +1,239 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A pooled connection the server or the network ended while it sat in the
+// pool (a restart or a failover terminates every session with SQLSTATE
+// 57P01; pg_terminate_backend; a firewall's idle timeout) is never a
+// client's error (SPEC.md §9). Two things see to it:
+//
+//   - The pool checks connections before handing them out (connCheck): one
+//     idle for over a second is pinged (pgxpool's own rule), and once any
+//     connection was found dead, every connection made before that moment is
+//     pinged on its next acquisition, so the dead ones are dropped and the
+//     live ones kept.
+//   - A push, pop or ack whose connection is found closed before the round
+//     trip carrying its COMMIT was sent (the pooled connection was dead when
+//     handed out, or the session was ended mid-way: its transaction rolled
+//     back) runs once more on a checked connection (Store.inSession); so do
+//     the reads and idempotent writes of the push and pop paths
+//     (Store.retryBroken). A COMMIT round trip the server answered with an
+//     error (57P01 before the COMMIT ran included) rolled back and counts as
+//     not sent. Any other failure once the COMMIT was sent keeps today's
+//     answer (a push's or an ack's queen.ErrCommitUnknown, a pop's
+//     queen.ErrUnavailable): only the client's retry may decide it.
+
+// pingTimeout bounds a pool's liveness ping: a connection whose peer
+// vanished without closing it (a failed-over host) is dropped after this
+// instead of hanging the acquisition until the caller's deadline.
+const pingTimeout = 5 * time.Second
+
+// idlePing is how long a pooled connection may idle before it is pinged on
+// acquisition (pgxpool's default rule, kept).
+const idlePing = time.Second
+
+// connCheck decides which pooled connections are pinged before use. It
+// keeps the time each connection was made or last checked, and the moment a
+// dead connection was last found (suspect): connections not checked since
+// are pinged.
+type connCheck struct {
+	idle    time.Duration // ping a connection idle for longer (idlePing)
+	mu      sync.Mutex
+	checked map[*pgx.Conn]time.Time
+	suspect time.Time
+	// broken counts the dead connections found (markBroken), retried the
+	// attempts run again on a fresh connection; for tests and metrics.
+	broken, retried atomic.Int64
+}
+
+// newConnCheck returns a connCheck pinging connections idle for over idle
+// (0: idlePing).
+func newConnCheck(idle time.Duration) *connCheck {
+	if idle <= 0 {
+		idle = idlePing
+	}
+	return &connCheck{idle: idle, checked: map[*pgx.Conn]time.Time{}}
+}
+
+// install sets pc's hooks: AfterConnect and BeforeClose keep the ages,
+// ShouldPing pings a connection idle for over idlePing or not checked since
+// the last dead connection was found; PingTimeout bounds the ping.
+func (cc *connCheck) install(pc *pgxpool.Config) {
+	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		cc.mu.Lock()
+		cc.checked[c] = time.Now()
+		cc.mu.Unlock()
+		return nil
+	}
+	pc.BeforeClose = func(c *pgx.Conn) {
+		cc.mu.Lock()
+		delete(cc.checked, c)
+		cc.mu.Unlock()
+	}
+	pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+		if p.IdleDuration > cc.idle {
+			return true
+		}
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		at, ok := cc.checked[p.Conn]
+		if ok && !at.Before(cc.suspect) {
+			return false
+		}
+		// A failed ping destroys the connection (BeforeClose forgets it).
+		cc.checked[p.Conn] = time.Now()
+		return true
+	}
+	pc.PingTimeout = pingTimeout
+}
+
+// markBroken records that a pooled connection was found dead: every
+// connection made or checked before now is pinged before its next use.
+func (cc *connCheck) markBroken() {
+	cc.broken.Add(1)
+	cc.mu.Lock()
+	cc.suspect = time.Now()
+	cc.mu.Unlock()
+}
+
+// session is one attempt's pooled connection. It records whether a round
+// trip ended with the connection closed (broken: the server or the network
+// ended the session) and whether a COMMIT was sent (commitSent, set by
+// willCommit before that round trip): a broken attempt that sent no COMMIT
+// committed nothing.
+type session struct {
+	pooled     *pgxpool.Conn
+	broken     bool
+	commitSent bool
+}
+
+// Conn is the underlying connection.
+func (c *session) Conn() *pgx.Conn { return c.pooled.Conn() }
+
+// note records whether the round trip that returned err broke the
+// connection, and returns err.
+func (c *session) note(err error) error {
+	if err != nil && c.pooled.Conn().IsClosed() {
+		c.broken = true
+	}
+	return err
+}
+
+// Exec runs one statement on the connection.
+func (c *session) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := c.pooled.Exec(ctx, sql, args...)
+	return tag, c.note(err)
+}
+
+// QueryRow runs one query on the connection; its Scan records the outcome.
+func (c *session) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return sessionRow{c.pooled.QueryRow(ctx, sql, args...), c}
+}
+
+// SendBatch sends b on the connection; its Close records the outcome.
+func (c *session) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return &sessionTrip{BatchResults: c.pooled.SendBatch(ctx, b), c: c}
+}
+
+type sessionRow struct {
+	pgx.Row
+	c *session
+}
+
+func (r sessionRow) Scan(dest ...any) error { return r.c.note(r.Row.Scan(dest...)) }
+
+type sessionTrip struct {
+	pgx.BatchResults
+	c *session
+}
+
+func (t *sessionTrip) Close() error { return t.c.note(t.BatchResults.Close()) }
+
+// willCommit marks that tx's next round trip carries the COMMIT: from then
+// on a broken connection's attempt is not run again (its outcome may be
+// unknown). tx that is not a session is left alone.
+func willCommit(tx querier) {
+	if c, ok := tx.(*session); ok {
+		c.commitSent = true
+	}
+}
+
+// notCommitted undoes willCommit when the server answered that the
+// transaction failed before its COMMIT ran (a PostgreSQL error, not a lost
+// connection): the attempt committed nothing.
+func notCommitted(tx querier) {
+	if c, ok := tx.(*session); ok {
+		c.commitSent = false
+	}
+}
+
+// inSession runs attempt, one transaction, on a pooled connection and
+// releases it. attempt rolls back on its errors and calls willCommit before
+// the round trip that carries its COMMIT. When attempt failed with its
+// connection closed before that (the connection was dead when handed out,
+// or a restart, a failover or pg_terminate_backend ended it mid-way) and
+// ctx is still live, nothing was committed: attempt runs once more, on a
+// connection the pool has checked (connCheck). An error acquiring a
+// connection is queen.ErrUnavailable.
+func (s *Store) inSession(ctx context.Context, attempt func(*session) error) error {
+	for try := 0; ; try++ {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return unavailable(err)
+		}
+		c := &session{pooled: conn}
+		err = attempt(c)
+		conn.Release()
+		if err == nil || !c.broken || c.commitSent || ctx.Err() != nil || try > 0 {
+			return err
+		}
+		s.conns.markBroken()
+		s.conns.retried.Add(1)
+	}
+}
+
+// retryBroken runs op, a read or an idempotent write on the pool, and once
+// more when it failed because its connection was dead (brokenConn) and ctx
+// is still live. op's error is returned as it is.
+func (s *Store) retryBroken(ctx context.Context, op func() error) error {
+	err := op()
+	if err == nil || ctx.Err() != nil || !brokenConn(err) {
+		return err
+	}
+	s.conns.markBroken()
+	s.conns.retried.Add(1)
+	return op()
+}
+
+// brokenConn reports whether err says the connection it ran on is gone:
+// the server ended the session (SQLSTATE 57P01 admin_shutdown, 57P02
+// crash_shutdown, class 08 connection exception), the socket failed (EOF,
+// reset, broken pipe, closed), or nothing was sent (pgconn.SafeToRetry).
+// A context's end and a timeout are not: the statement may still run.
+func brokenConn(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "57P01" || pgErr.Code == "57P02" || len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
+	}
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
+}
