@@ -87,13 +87,14 @@ func (s *Service) routes() []route {
 	}
 	return []route{
 		{"POST", "/api/v1/push", false, "a push (SPEC.md §3)", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !s.admitDeclared(r) {
-				writeReply(w, s.overloaded())
+			s.cfg.Metrics.PushRequests.WithLabelValues("http").Inc()
+			b, release, rep, ok := s.readAdmitted(r)
+			if !ok {
+				writeReply(w, rep)
 				return
 			}
-			if b, ok := readBody(w, r); ok {
-				writeReply(w, s.push(r.Context(), b, "http"))
-			}
+			defer release()
+			writeReply(w, s.pushAdmitted(r.Context(), b))
 		})},
 		{"POST", "/api/v1/configure", false, "configure a queue (SPEC.md §6)", body(func(r *http.Request, b []byte) reply { return s.configure(r.Context(), b) })},
 		{"GET", "/api/v1/resources/queues/{queue}", true, "a queue with its effective options", get(func(r *http.Request) reply { return s.queue(r.Context(), r.PathValue("queue")) })},
