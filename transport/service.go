@@ -70,13 +70,20 @@ type Config struct {
 	// until it is answered; a request that would exceed the budget is
 	// answered 503 overloaded with Retry-After at once, its body unread
 	// (readAdmitted). A request is admitted whatever its size while no other
-	// holds any budget. Default 256 MiB.
+	// holds any budget. Default DefaultMaxInFlightBodyBytes.
 	MaxInFlightBodyBytes int64
 	// RequestTimeout bounds one push request end to end; default 60s.
 	RequestTimeout time.Duration
 	Metrics        *metrics.Set
 	Logger         *slog.Logger
 }
+
+// DefaultMaxInFlightBodyBytes is Config.MaxInFlightBodyBytes's default,
+// 128 MiB: a broker handling that many bytes of bodies holds about 2.5 times
+// as much (decoded items, frames, the statement to PostgreSQL), which stays
+// inside serve's soft memory limit (the dedup cache budget + 160 MiB) while
+// the cache is small (80 concurrent 15 MiB uploads: README, Settings).
+const DefaultMaxInFlightBodyBytes = 128 << 20
 
 // Service holds the request logic both transports share: same JSON bodies,
 // same verdicts, same errors.
@@ -98,7 +105,7 @@ func NewService(cfg Config) *Service {
 		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
 	}
 	if cfg.MaxInFlightBodyBytes <= 0 {
-		cfg.MaxInFlightBodyBytes = 256 << 20
+		cfg.MaxInFlightBodyBytes = DefaultMaxInFlightBodyBytes
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 60 * time.Second

@@ -116,7 +116,7 @@ type Config struct {
 	MaxActivePartitions int
 	// MaxInFlightBodyBytes bounds the push and transaction bodies read or
 	// being read at once, bytes (transport.Config.MaxInFlightBodyBytes,
-	// default 256 MiB): past it a push is answered 503 overloaded before its
+	// default transport.DefaultMaxInFlightBodyBytes, 128 MiB): past it a push is answered 503 overloaded before its
 	// body is read. Tests use tiny budgets.
 	MaxInFlightBodyBytes int64
 	// Version is reported by the NATS micro service.
