@@ -146,6 +146,7 @@ quarter of the window, retries only within half of it.`,
 				if err != nil {
 					return err
 				}
+				defer flushLog(log)
 				return withEmbeddedBroker(ctx, stderr, log, pgBin, func(b *broker.Broker) error {
 					if strings.HasPrefix(cfg.Target, "http") {
 						cfg.Target = b.HTTPURL()

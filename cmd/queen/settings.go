@@ -15,6 +15,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
+	"github.com/queen-mq/queen-go/logs"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/shards"
 )
@@ -88,12 +89,24 @@ func (f *dbFlags) runningURL() string {
 	return strings.TrimSpace(string(b))
 }
 
+// newLogger is the broker's logger at level: text on stderr, warnings and
+// errors of one kind (level and message) written at most once a second with
+// the count of those left out ("suppressed=N", logs.RateLimit), so an
+// outage does not flood the log.
 func newLogger(level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("bad log level %q: %w", level, err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(logs.RateLimit(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}), logs.RateLimitConfig{})), nil
+}
+
+// flushLog writes the counts of repeated records log's handler left out
+// (logs.RateLimit), at exit.
+func flushLog(log *slog.Logger) {
+	if h, ok := log.Handler().(*logs.Handler); ok {
+		h.Flush(context.Background())
+	}
 }
 
 func serveCmd() *cobra.Command {
@@ -143,6 +156,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 				return err
 			}
 			cfg.Logger = log
+			defer flushLog(log)
 			cfg.DatabaseURL, cfg.DataDir, cfg.PGBin = db.databaseURL, db.dataDir, db.pgBin
 			cfg.Version = version
 			cfg.AdminToken = os.Getenv("QUEEN_ADMIN_TOKEN")
