@@ -21,6 +21,7 @@ import (
 
 var (
 	sqlConsumeEnsure     = q("consume_ensure")
+	sqlConsumeForget     = q("consume_forget")
 	sqlConsumeLock       = q("consume_lock")
 	sqlConsumeLockSkip   = q("consume_lock_skip")
 	sqlConsumeSegments   = q("consume_segments")
@@ -530,6 +531,10 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 	b.Queue("BEGIN")
 	for _, a := range rows {
 		ensureConsumer(b, a.key.pid, a.key.group, false, nil, false)
+		b.QueuedQueries[len(b.QueuedQueries)-1].Exec(func(ct pgconn.CommandTag) error {
+			a.created = ct.RowsAffected() == 1
+			return nil
+		})
 	}
 	for n, a := range rows {
 		if err := a.lock(ctx, conn, b, items, obs); err != nil {
@@ -597,6 +602,9 @@ type consumerAcks struct {
 	st    consumerState
 	found bool
 	txns  map[queen.Hash]resolvedTxn
+	// created: this ack call created the row (its group never popped or
+	// acked there); settle removes it again when the acks changed nothing.
+	created bool
 }
 
 // resolvedTxn is where consume_resolve found a transactionId in the
@@ -695,6 +703,16 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	counts, err := encodeCounts(d.FailCounts)
 	if err != nil {
 		return err
+	}
+	if a.created && d.Cursor == st.cursor && len(d.DeadLetters) == 0 && len(d.FailCounts) == 0 {
+		// Nothing applied (every ack unresolvable, stale or refused): no
+		// cursor row for a group that never popped.
+		b.Queue(sqlConsumeForget, a.key.pid, a.key.group)
+		for _, i := range a.idx {
+			c := st.cursor
+			out[i].Cursor = &c
+		}
+		return nil
 	}
 	var lease any
 	if d.KeepLease {

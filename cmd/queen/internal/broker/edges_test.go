@@ -1,0 +1,82 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/queen-mq/queen-go/transport"
+)
+
+// TestInt64Edges (issue 29, item 6): the int64 edges (MaxInt64, MinInt64,
+// one past them, MaxInt64-1) in every numeric field of the peek, pop, ack,
+// lease extension, transaction and DLQ routes, over HTTP and NATS, are client
+// input: each is answered 4xx or a success, never a 5xx (a retryable
+// "database" error for a bad request), and none writes anything: the acks
+// answered unresolvable leave no cursor row for the group, which never
+// popped (a pop timeout of MaxInt64 ms used to overflow and pop).
+func TestInt64Edges(t *testing.T) {
+	e := startEnv(t, nil)
+	q := "edges"
+	e.pushOK(t, "http", items(it(q, "p", "e-1"), it(q, "p", "e-2")), 2)
+	m := e.popHTTP(t, q, "p", vals("batch", "1")).Messages[0]
+	before := e.totalRows(t)
+	lease := *m.LeaseID
+	edges := []string{"9223372036854775807", "9223372036854775806", "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "2147483648", "-1", "1e3"}
+	type probe struct{ via, method, path, subject, body string }
+	var probes []probe
+	for _, v := range edges {
+		qv := url.QueryEscape(v)
+		probes = append(probes,
+			probe{"http", "GET", "/api/v1/queues/" + q + "/messages?partition=p&after=" + qv, "", ""},
+			probe{"http", "GET", "/api/v1/queues/" + q + "/messages?partition=p&limit=" + qv, "", ""},
+			probe{"nats", "", "", transport.SubjectPeek, fmt.Sprintf(`{"queue":%q,"partition":"p","after":%s}`, q, v)},
+			probe{"nats", "", "", transport.SubjectPeek, fmt.Sprintf(`{"queue":%q,"partition":"p","limit":%s}`, q, v)},
+			probe{"http", "GET", "/api/v1/pop/queue/" + q + "/partition/p?consumerGroup=edge&batch=" + qv, "", ""},
+			probe{"http", "GET", "/api/v1/pop/queue/" + q + "/partition/p?consumerGroup=edge&wait=true&timeout=" + qv, "", ""},
+			probe{"nats", "", "", transport.SubjectPop, fmt.Sprintf(`{"queue":%q,"partition":"p","consumerGroup":"edge","batch":%s}`, q, v)},
+			probe{"nats", "", "", transport.SubjectPop, fmt.Sprintf(`{"queue":%q,"partition":"p","consumerGroup":"edge","wait":true,"timeout":%s}`, q, v)},
+			probe{"http", "POST", "/api/v1/ack", transport.SubjectAck, fmt.Sprintf(`{"partitionId":%q,"offset":%s,"consumerGroup":"edge"}`, m.PartitionID, v)},
+			probe{"http", "POST", "/api/v1/ack/batch", transport.SubjectAckBatch, fmt.Sprintf(`{"acknowledgments":[{"partitionId":%q,"offset":%s}],"consumerGroup":"edge"}`, m.PartitionID, v)},
+			probe{"http", "POST", "/api/v1/lease/" + lease + "/extend", transport.SubjectLeaseExtend, fmt.Sprintf(`{"leaseId":%q,"seconds":%s}`, lease, v)},
+			probe{"http", "GET", "/api/v1/dlq?queue=" + q + "&limit=" + qv, "", ""},
+			probe{"http", "GET", "/api/v1/dlq?queue=" + q + "&offset=" + qv, "", ""},
+			probe{"http", "POST", "/api/v1/dlq/replay", transport.SubjectDLQReplay, fmt.Sprintf(`{"queue":%q,"consumerGroup":"edge","ids":[%s]}`, q, v)},
+			probe{"http", "POST", "/api/v1/dlq/replay", transport.SubjectDLQReplay, fmt.Sprintf(`{"queue":%q,"consumerGroup":"edge","partition":"p","limit":%s}`, q, v)},
+			probe{"http", "POST", "/api/v1/transaction", transport.SubjectTransaction, fmt.Sprintf(`{"operations":[{"type":"ack","partitionId":%q,"offset":%s,"consumerGroup":"edge"}]}`, m.PartitionID, v)},
+		)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, p := range probes {
+		vias := []string{p.via}
+		if p.method != "" && p.subject != "" {
+			vias = []string{"http", "nats"}
+		}
+		for _, via := range vias {
+			var body []byte
+			if p.body != "" {
+				body = []byte(p.body)
+			}
+			r, err := e.do(ctx, via, p.method, p.path, p.subject, body, http.StatusOK)
+			what := fmt.Sprintf("%s %s %s%s %s", via, p.method, p.path, p.subject, p.body)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if r.Status >= 500 {
+				t.Errorf("%s: status %d %s; want 4xx or a success", what, r.Status, clip(r.Raw))
+			}
+		}
+	}
+	eq(t, before, e.totalRows(t), "rows after the probes")
+	// No probe made a cursor row for group edge, which never popped.
+	var n int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM queen.consumers WHERE consumer_group = 'edge'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, 0, n, "consumer rows of group edge")
+	t.Logf("%d probes", len(probes))
+}
