@@ -441,11 +441,12 @@ func (s *Store) Candidates(ctx context.Context, queueName, group string, limit i
 }
 
 // ExtendLease extends live lease id to at least seconds from now (<= 0: the
-// queue's leaseTime) and returns its expiry; it never shortens a lease. A
+// queue's leaseTime; capped at the greater of the queue's leaseTime and
+// queen.MaxLeaseExtendSeconds) and returns its expiry; it never shortens a lease. A
 // lease that is not live (expired, released, unknown) is queen.ErrLeaseInvalid.
 func (s *Store) ExtendLease(ctx context.Context, id uuid.UUID, seconds int64) (time.Time, error) {
 	var t time.Time
-	err := s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds).Scan(&t)
+	err := s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds, int64(queen.MaxLeaseExtendSeconds)).Scan(&t)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, queen.ErrLeaseInvalid.With("lease %s is not live (expired, released or unknown)", id)
 	}

@@ -2,12 +2,14 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport"
 )
 
@@ -79,4 +81,38 @@ func TestInt64Edges(t *testing.T) {
 	}
 	eq(t, 0, n, "consumer rows of group edge")
 	t.Logf("%d probes", len(probes))
+}
+
+// TestLeaseExtensionCapped (issue 29, item 6): an extension asks for at most
+// the greater of the queue's leaseTime and queen.MaxLeaseExtendSeconds (12
+// h): {"seconds":2147483647} (68 years, the largest accepted) ends the lease
+// about 12 hours from now, not in 2094; a queue whose leaseTime is longer
+// may extend to its leaseTime.
+func TestLeaseExtensionCapped(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, c := range []struct {
+		queue     string
+		leaseTime int64
+		want      time.Duration
+	}{{"cap-default", 300, queen.MaxLeaseExtendSeconds * time.Second}, {"cap-long", 2 * queen.MaxLeaseExtendSeconds, 2 * queen.MaxLeaseExtendSeconds * time.Second}} {
+		e.configureOK(t, "http", marshal(map[string]any{"queue": c.queue, "options": map[string]any{"leaseTime": c.leaseTime}}))
+		e.pushOK(t, "http", items(it(c.queue, "p", "x")), 1)
+		m := e.popHTTP(t, c.queue, "p", vals("batch", "1")).Messages[0]
+		before := time.Now()
+		st, b := e.httpDo(t, http.MethodPost, "/api/v1/lease/"+*m.LeaseID+"/extend", map[string]any{"seconds": 1<<31 - 1})
+		if st != http.StatusOK {
+			t.Fatalf("%s: extend: %d %s", c.queue, st, b)
+		}
+		var ext struct {
+			NewExpiresAt time.Time `json:"newExpiresAt"`
+		}
+		if err := json.Unmarshal(b, &ext); err != nil {
+			t.Fatal(err)
+		}
+		// PostgreSQL's clock is this machine's: a minute either side is slack
+		// for the clocks, not a timing assertion.
+		if got := ext.NewExpiresAt.Sub(before); got < c.want-time.Minute || got > c.want+time.Minute {
+			t.Fatalf("%s: the lease ends %v from now; want about %v", c.queue, got, c.want)
+		}
+	}
 }
