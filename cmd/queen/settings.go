@@ -178,7 +178,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.StringVar(&cfg.HTTPAddr, "http-addr", envOr("QUEEN_HTTP_ADDR", "127.0.0.1:6632"), "HTTP listen address (env QUEEN_HTTP_ADDR)")
 	f.StringVar(&cfg.NATSListen, "nats-listen", envOr("QUEEN_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (env QUEEN_NATS_LISTEN)")
 	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one (env NATS_URL)")
-	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", queen.DefaultMaxPayloadBytes, "largest item payload in bytes, default 4 MiB (env QUEEN_MAX_PAYLOAD_BYTES; SPEC.md §10)")
+	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", queen.DefaultMaxPayloadBytes, "largest item payload in bytes, default 4 MiB (env QUEEN_MAX_PAYLOAD_BYTES; docs/contract.md §10)")
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env QUEEN_LOG_LEVEL)")
 	f.StringVar(&dedupCache, "dedup-cache", envOr("QUEEN_DEDUP_CACHE", "on"), "broker-side dedup cache: on or off (env QUEEN_DEDUP_CACHE; switch live with POST /api/v1/admin/dedup-cache)")
 	f.IntVar(&cfg.DedupCacheMB, "dedup-cache-mb", 512, "memory budget of the dedup cache for all partitions, MiB (env QUEEN_DEDUP_CACHE_MB)")
