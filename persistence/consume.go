@@ -22,6 +22,7 @@ import (
 var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeForget     = q("consume_forget")
+	sqlConsumeHashAt     = q("consume_hash_at")
 	sqlConsumeLock       = q("consume_lock")
 	sqlConsumeLockSkip   = q("consume_lock_skip")
 	sqlConsumeSegments   = q("consume_segments")
@@ -606,6 +607,10 @@ type consumerAcks struct {
 	// created: this ack call created the row (its group never popped or
 	// acked there); settle removes it again when the acks changed nothing.
 	created bool
+	// hashAt holds the transactionId hash stored at the offsets of the
+	// items that name both an offset and a transactionId (consume_hash_at);
+	// an offset whose log_txns row is gone is absent.
+	hashAt map[int64]queen.Hash
 }
 
 // resolvedTxn is where consume_resolve found a transactionId in the
@@ -639,6 +644,28 @@ func (a *consumerAcks) lock(ctx context.Context, tx querier, b *pgx.Batch, items
 	a.txns = map[queen.Hash]resolvedTxn{}
 	if len(hashes) > 0 {
 		b.Queue(sqlConsumeResolve, a.key.pid, hashes, a.key.group).Query(a.readResolved)
+	}
+	var both []int64
+	for _, i := range a.idx {
+		if items[i].Offset >= 0 && items[i].TransactionID != "" {
+			both = append(both, items[i].Offset)
+		}
+	}
+	a.hashAt = map[int64]queen.Hash{}
+	if len(both) > 0 {
+		b.Queue(sqlConsumeHashAt, a.key.pid, both).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var off int64
+				var h []byte
+				if err := rows.Scan(&off, &h); err != nil {
+					return err
+				}
+				if len(h) == len(queen.Hash{}) {
+					a.hashAt[off] = queen.Hash(h)
+				}
+			}
+			return rows.Err()
+		})
 	}
 	start := time.Now()
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -682,6 +709,9 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 		}
 		return nil
 	}
+	if err := a.checkNamed(items, out); err != nil {
+		return err
+	}
 	st := &a.st
 	if _, err := expireLease(ctx, tx, a.key, st); err != nil {
 		return err
@@ -723,6 +753,30 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	for _, i := range a.idx {
 		c := d.Cursor
 		out[i].Cursor = &c
+	}
+	return nil
+}
+
+// checkNamed refuses, with 400 invalid_field naming the item, an ack whose
+// offset and transactionId name different messages (the transactionId's
+// hash is not the one stored at the offset): nothing of the call is
+// applied. When the offset's hash is no longer known (its log_txns row was
+// purged) the offset decides alone and the reply does not echo the
+// transactionId, which could not be checked.
+func (a *consumerAcks) checkNamed(items []queen.AckItem, out []queen.AckResult) error {
+	for _, i := range a.idx {
+		it := &items[i]
+		if it.Offset < 0 || it.TransactionID == "" {
+			continue
+		}
+		h, ok := a.hashAt[it.Offset]
+		if !ok {
+			out[i].TransactionID = ""
+			continue
+		}
+		if h != queen.HashTxn(it.TransactionID) {
+			return queen.ErrInvalidField.With("transactionId %q is not the message at offset %d of partition %s: give one of them, or both of the same message", it.TransactionID, it.Offset, a.key.pid).At(i, "transactionId")
+		}
 	}
 	return nil
 }

@@ -116,3 +116,41 @@ func TestLeaseExtensionCapped(t *testing.T) {
 		}
 	}
 }
+
+// TestAckOffsetAndTransactionIDDisagree (issue 29, item 6): an ack naming
+// an offset and a transactionId of different messages is 400 invalid_field
+// (index and field named) over HTTP and NATS, single or in a batch beside a
+// good ack, and applies nothing; when they agree the ack completes and the
+// reply echoes that transactionId.
+func TestAckOffsetAndTransactionIDDisagree(t *testing.T) {
+	e := startEnv(t, nil)
+	q := "disagree"
+	e.pushOK(t, "http", items(it(q, "p", "d-0"), it(q, "p", "d-1"), it(q, "p", "d-2")), 3)
+	ms := e.popHTTP(t, q, "p", vals("batch", "3")).Messages
+	pid := ms[0].PartitionID
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, via := range transports {
+		for _, c := range []struct{ path, subject, body, field string }{
+			{"/api/v1/ack", transport.SubjectAck, fmt.Sprintf(`{"partitionId":%q,"offset":1,"transactionId":"d-2"}`, pid), "transactionId"},
+			{"/api/v1/ack/batch", transport.SubjectAckBatch, fmt.Sprintf(`{"acknowledgments":[{"partitionId":%q,"offset":0,"transactionId":"d-0"},{"partitionId":%q,"offset":2,"transactionId":"d-1"}]}`, pid, pid), "transactionId"},
+		} {
+			r, err := e.do(ctx, via, "POST", c.path, c.subject, []byte(c.body), http.StatusOK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != http.StatusBadRequest || r.Err == nil || r.Err.Code != "invalid_field" || r.Err.Field != c.field {
+				t.Fatalf("%s %s: status %d %s; want 400 invalid_field on %s", via, c.path, r.Status, clip(r.Raw), c.field)
+			}
+		}
+	}
+	var cursor int64
+	if err := e.db.QueryRow(ctx, `SELECT "cursor" FROM queen.consumers WHERE consumer_group = '__QUEUE_MODE__'`).Scan(&cursor); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, int64(-1), cursor, "cursor after the refused acks")
+	rs := ackBatch(t, e, "", map[string]any{"partitionId": pid, "offset": 1, "transactionId": "d-1"})
+	if len(rs) != 1 || rs[0].Result != queen.Acked || rs[0].TransactionID != "d-1" {
+		t.Fatalf("agreeing ack: %+v", rs)
+	}
+}
