@@ -6,6 +6,14 @@ import (
 	"maps"
 )
 
+// MaxLeaseExtendSeconds caps one lease extension (POST
+// /api/v1/lease/{leaseId}/extend, queen.v1.lease.extend): it asks for at
+// most the greater of the queue's leaseTime and this many seconds (12 hours,
+// SQS's longest visibility timeout) from now; more is capped, and the reply's
+// newExpiresAt says what was granted. A consumer with longer work extends
+// again before the lease ends.
+const MaxLeaseExtendSeconds = 12 * 60 * 60
+
 // Options are a queue's options (SPEC.md §6). Every value is a whole number
 // (units are in the names' docs) except DedupCheckPayload, a bool.
 type Options struct {

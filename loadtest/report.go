@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,7 +120,8 @@ type Report struct {
 	// SustainedRatio is the median stored/s of the timeline's last quarter
 	// over its first quarter's, after one minute of warm-up
 	// (SustainedRatio()); SustainedRatioMeaningful is false for runs
-	// shorter than two minutes.
+	// shorter than SustainedMinRun (5 minutes), whose text report leaves the
+	// ratio out.
 	SustainedRatio           float64 `json:"sustained_ratio"`
 	SustainedRatioMeaningful bool    `json:"sustained_ratio_meaningful"`
 	// TimelineError is the last error of a sample (a pass or a read that
@@ -446,16 +448,19 @@ func (r *Report) writeTimeline(b *strings.Builder) {
 	fmt.Fprintf(b, "  %7s %10s %10s %8s %8s %8s %8s %8s %8s %9s %9s %13s %8s %7s %7s %7s\n",
 		"t s", "stored/s", "items/s", "p50 ms", "p99 ms", "rss", "db", "sidecar", "wal", "wal B/msg", "db B/msg", "sidecar B/msg", "cache", "evict", "hydr", "ledger")
 	for _, p := range r.Timeline {
-		fmt.Fprintf(b, "  %7.0f %10s %10s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %9s %9s %13s %8.1f %7d %7d %7.1f\n",
-			p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, mb(p.BrokerRSS), mb(p.DBBytes),
+		cache, evict, hydr := "n/a", "n/a", "n/a"
+		if p.BrokerMetrics {
+			cache, evict, hydr = fmt.Sprintf("%.1f", mb(p.CacheBytes)), strconv.FormatInt(p.CacheEvictions, 10), strconv.FormatInt(p.CacheHydrations, 10)
+		}
+		fmt.Fprintf(b, "  %7.0f %10s %10s %8.1f %8.1f %8s %8.1f %8.1f %8.1f %9s %9s %13s %8s %7s %7s %7.1f\n",
+			p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.rssText(func(n int64) string { return fmt.Sprintf("%.1f", mb(n)) }), mb(p.DBBytes),
 			mb(p.SidecarBytes), mb(p.WALBytes), perMessageText(p.WALBytesPerMessage, ""), perMessageText(p.DBBytesPerMessage, ""),
-			perMessageText(p.SidecarBytesPerMessage, ""), mb(p.CacheBytes), p.CacheEvictions, p.CacheHydrations, mb(p.LedgerBytes))
+			perMessageText(p.SidecarBytesPerMessage, ""), cache, evict, hydr, mb(p.LedgerBytes))
 	}
-	note := ""
-	if !r.SustainedRatioMeaningful {
-		note = " (run shorter than 2 min: not meaningful, computed over the points there are)"
+	// Only a run of SustainedMinRun or more has quarters worth comparing.
+	if r.SustainedRatioMeaningful {
+		fmt.Fprintf(b, "  sustained ratio %.3f: median stored/s of the last quarter over the first quarter, after 1 min warm-up\n", r.SustainedRatio)
 	}
-	fmt.Fprintf(b, "  sustained ratio %.3f: median stored/s of the last quarter over the first quarter, after 1 min warm-up%s\n", r.SustainedRatio, note)
 	if r.TimelineError != "" {
 		fmt.Fprintf(b, "            last sample error: %s\n", r.TimelineError)
 	}

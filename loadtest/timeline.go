@@ -113,6 +113,11 @@ type TimelinePoint struct {
 	// /metrics (summed over the brokers that answered; with --embedded the
 	// broker is this process, harness included); 0 when none answered.
 	BrokerRSS int64 `json:"broker_rss_bytes"`
+	// BrokerMetrics: at least one broker's /metrics answered at this
+	// sample. When false (a NATS target has no /metrics URL, or none
+	// answered) the cache figures and, unless the broker runs in this
+	// process, BrokerRSS are unavailable: 0 here, "n/a" in the text.
+	BrokerMetrics bool `json:"broker_metrics"`
 	// DBBytes is pg_database_size; SidecarBytes the hash sidecar's
 	// relations (log_txns, log_txn_hashes, hash_blocks, every partition, indexes and
 	// TOAST); WALBytes the WAL written since the run started (the
@@ -325,6 +330,7 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		if err != nil {
 			continue // a killed broker, or metrics not reachable
 		}
+		p.BrokerMetrics = true
 		p.BrokerRSS += m.rss
 		p.CacheBytes += m.cacheBytes
 		p.CacheEvictions += m.evictions
@@ -348,10 +354,14 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 // writeLine prints the point as one progress line (on a terminal, above the
 // live line).
 func (s *sampler) writeLine(now time.Time, p TimelinePoint) {
-	line := fmt.Sprintf("loadtest: sample t=%.0fs stored/s %s · items/s %s · p50 %.1f ms · p99 %.1f ms · broker rss %s · db %s · sidecar %s · wal %s · per stored message wal %s, db %s, sidecar %s · cache %s (evictions %d, hydrations %d) · ledger %s",
-		p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, mib(p.BrokerRSS), mib(p.DBBytes),
+	cache := "n/a"
+	if p.BrokerMetrics {
+		cache = fmt.Sprintf("%s (evictions %d, hydrations %d)", mib(p.CacheBytes), p.CacheEvictions, p.CacheHydrations)
+	}
+	line := fmt.Sprintf("loadtest: sample t=%.0fs stored/s %s · items/s %s · p50 %.1f ms · p99 %.1f ms · broker rss %s · db %s · sidecar %s · wal %s · per stored message wal %s, db %s, sidecar %s · cache %s · ledger %s",
+		p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.rssText(mib), mib(p.DBBytes),
 		mib(p.SidecarBytes), mib(p.WALBytes), perMessageText(p.WALBytesPerMessage, " B"), perMessageText(p.DBBytesPerMessage, " B"),
-		perMessageText(p.SidecarBytesPerMessage, " B"), mib(p.CacheBytes), p.CacheEvictions, p.CacheHydrations, mib(p.LedgerBytes))
+		perMessageText(p.SidecarBytesPerMessage, " B"), cache, mib(p.LedgerBytes))
 	switch {
 	case s.prog != nil && s.prog.live:
 		fmt.Fprint(s.out, "\r\x1b[K"+line+"\n")
@@ -369,6 +379,15 @@ func (s *sampler) writeLine(now time.Time, p TimelinePoint) {
 	default:
 		fmt.Fprintln(s.out, line)
 	}
+}
+
+// rssText is the broker's RSS through format, or "n/a" when no broker's
+// /metrics answered and the broker is not this process.
+func (p TimelinePoint) rssText(format func(int64) string) string {
+	if !p.BrokerMetrics && p.BrokerRSS == 0 {
+		return "n/a"
+	}
+	return format(p.BrokerRSS)
 }
 
 // liveHeap is the heap the last GC found live (bytes).
@@ -404,20 +423,27 @@ func selfRSS() int64 {
 // warmup is how much of a run the sustained ratio skips.
 const warmup = time.Minute
 
+// SustainedMinRun is the shortest run whose sustained ratio means
+// something: the warm-up plus four minutes, so each quarter compared spans a
+// minute (six points at the default --sample-every of 10 s). Shorter runs
+// report the ratio in the JSON with sustained_ratio_meaningful false, and
+// the text report leaves its line out.
+const SustainedMinRun = warmup + 4*time.Minute
+
 // SustainedRatio is the median stored/s of the last quarter of the run over
 // the median of its first quarter, both after the first minute of warm-up
 // (a point covers the interval since the previous one: points whose
 // interval started before t_s 60 are skipped when later points exist;
 // quarters are by time, t_s ascending). meaningful
-// is false for runs shorter than two minutes: the ratio is then computed
-// over the points there are. 0 with fewer than two points, or when the
+// is false for runs shorter than SustainedMinRun: the ratio is then
+// computed over the points there are. 0 with fewer than two points, or when the
 // first quarter's median is 0.
 func SustainedRatio(points []TimelinePoint) (ratio float64, meaningful bool) {
 	if len(points) == 0 {
 		return 0, false
 	}
 	last := points[len(points)-1].T
-	meaningful = last >= 2*warmup.Seconds()
+	meaningful = last >= SustainedMinRun.Seconds()
 	// A point covers the interval since the one before: skip those whose
 	// interval started inside the warm-up.
 	use := points

@@ -153,9 +153,12 @@ func TestSustainedRatio(t *testing.T) {
 		// A point every 30 s: the one at t=60 covers [30, 60], inside
 		// the warm-up; [90, 180]: first quarter t <= 112.5 (50), last
 		// quarter t >= 157.5 (100).
-		{"interval straddles warm-up", pts(30, 1, 1, 50, 1, 1, 100), 2, true},
-		// Exactly 2 min: meaningful; after the warm-up only t=120.
-		{"two minutes", pts(60, 100, 80), 0, true},
+		{"interval straddles warm-up", pts(30, 1, 1, 50, 1, 1, 100), 2, false},
+		// 2 min: after the warm-up only t=120; below SustainedMinRun.
+		{"two minutes", pts(60, 100, 80), 0, false},
+		// Exactly 5 min (SustainedMinRun): meaningful; [120, 300]: first
+		// quarter t <= 165 (100), last t >= 255 (80).
+		{"five minutes", pts(60, 1, 100, 90, 90, 80), 0.8, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, m := SustainedRatio(tc.points)
@@ -187,10 +190,24 @@ func TestTimelineJSON(t *testing.T) {
 		require.Contains(t, got.Timeline[0], k)
 		require.Equal(t, v, got.Timeline[0][k], k)
 	}
-	// The text report prints it.
+	// The text report prints it for a run long enough to mean it, and only
+	// then; without a broker's /metrics, rss and the cache are n/a.
 	var sb strings.Builder
 	rep.WriteText(&sb)
+	require.NotContains(t, sb.String(), "sustained ratio")
+	require.Regexp(t, `\n\s+10 .* n/a +n/a +n/a +0\.0\n`, sb.String(), "no cache figures without /metrics")
+	require.Regexp(t, `\n\s+10 +1 +2 +3\.0 +4\.0 +0\.0 `, sb.String(), "the harness's own RSS (--embedded) is known")
+	rep.Timeline[0].BrokerRSS = 0
+	sb.Reset()
+	rep.WriteText(&sb)
+	require.Regexp(t, `\n\s+10 +1 +2 +3\.0 +4\.0 +n/a `, sb.String(), "no RSS at all")
+	rep.Timeline[0].BrokerRSS = 5
+	rep.SustainedRatioMeaningful = true
+	rep.Timeline[0].BrokerMetrics = true
+	sb.Reset()
+	rep.WriteText(&sb)
 	require.Contains(t, sb.String(), "sustained ratio 0.900")
+	require.Regexp(t, `\n\s+10 +1 +2 +3\.0 +4\.0 +0\.0 .* 0\.0 +10 +11 +0\.0\n`, sb.String(), "every figure known")
 }
 
 func TestHistogram(t *testing.T) {

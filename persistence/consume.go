@@ -21,6 +21,8 @@ import (
 
 var (
 	sqlConsumeEnsure     = q("consume_ensure")
+	sqlConsumeForget     = q("consume_forget")
+	sqlConsumeHashAt     = q("consume_hash_at")
 	sqlConsumeLock       = q("consume_lock")
 	sqlConsumeLockSkip   = q("consume_lock_skip")
 	sqlConsumeSegments   = q("consume_segments")
@@ -545,12 +547,13 @@ func (s *Store) Candidates(ctx context.Context, queueName, group string, limit i
 }
 
 // ExtendLease extends live lease id to at least seconds from now (<= 0: the
-// queue's leaseTime) and returns its expiry; it never shortens a lease. A
+// queue's leaseTime; capped at the greater of the queue's leaseTime and
+// queen.MaxLeaseExtendSeconds) and returns its expiry; it never shortens a lease. A
 // lease that is not live (expired, released, unknown) is queen.ErrLeaseInvalid.
 func (s *Store) ExtendLease(ctx context.Context, id uuid.UUID, seconds int64) (time.Time, error) {
 	var t time.Time
 	err := s.retryBroken(ctx, func() error {
-		return s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds).Scan(&t)
+		return s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds, int64(queen.MaxLeaseExtendSeconds)).Scan(&t)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, queen.ErrLeaseInvalid.With("lease %s is not live (expired, released or unknown)", id)
@@ -644,6 +647,10 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 	b.Queue("BEGIN")
 	for _, a := range rows {
 		ensureConsumer(b, a.key.pid, a.key.group, false, nil, false)
+		b.QueuedQueries[len(b.QueuedQueries)-1].Exec(func(ct pgconn.CommandTag) error {
+			a.created = ct.RowsAffected() == 1
+			return nil
+		})
 	}
 	for n, a := range rows {
 		if err := a.lock(ctx, conn, b, items, obs); err != nil {
@@ -723,6 +730,13 @@ type consumerAcks struct {
 	st    consumerState
 	found bool
 	txns  map[queen.Hash]resolvedTxn
+	// created: this ack call created the row (its group never popped or
+	// acked there); settle removes it again when the acks changed nothing.
+	created bool
+	// hashAt holds the transactionId hash stored at the offsets of the
+	// items that name both an offset and a transactionId (consume_hash_at);
+	// an offset whose log_txns row is gone is absent.
+	hashAt map[int64]queen.Hash
 }
 
 // resolvedTxn is where consume_resolve found a transactionId in the
@@ -756,6 +770,28 @@ func (a *consumerAcks) lock(ctx context.Context, tx querier, b *pgx.Batch, items
 	a.txns = map[queen.Hash]resolvedTxn{}
 	if len(hashes) > 0 {
 		b.Queue(sqlConsumeResolve, a.key.pid, hashes, a.key.group).Query(a.readResolved)
+	}
+	var both []int64
+	for _, i := range a.idx {
+		if items[i].Offset >= 0 && items[i].TransactionID != "" {
+			both = append(both, items[i].Offset)
+		}
+	}
+	a.hashAt = map[int64]queen.Hash{}
+	if len(both) > 0 {
+		b.Queue(sqlConsumeHashAt, a.key.pid, both).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var off int64
+				var h []byte
+				if err := rows.Scan(&off, &h); err != nil {
+					return err
+				}
+				if len(h) == len(queen.Hash{}) {
+					a.hashAt[off] = queen.Hash(h)
+				}
+			}
+			return rows.Err()
+		})
 	}
 	start := time.Now()
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -799,6 +835,9 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 		}
 		return nil
 	}
+	if err := a.checkNamed(items, out); err != nil {
+		return err
+	}
 	st := &a.st
 	if _, err := expireLease(ctx, tx, a.key, st); err != nil {
 		return err
@@ -822,6 +861,16 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	if err != nil {
 		return err
 	}
+	if a.created && d.Cursor == st.cursor && len(d.DeadLetters) == 0 && len(d.FailCounts) == 0 {
+		// Nothing applied (every ack unresolvable, stale or refused): no
+		// cursor row for a group that never popped.
+		b.Queue(sqlConsumeForget, a.key.pid, a.key.group)
+		for _, i := range a.idx {
+			c := st.cursor
+			out[i].Cursor = &c
+		}
+		return nil
+	}
 	bisect, err := encodeBisection(st.bisect)
 	if err != nil {
 		return err
@@ -834,6 +883,30 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	for _, i := range a.idx {
 		c := d.Cursor
 		out[i].Cursor = &c
+	}
+	return nil
+}
+
+// checkNamed refuses, with 400 invalid_field naming the item, an ack whose
+// offset and transactionId name different messages (the transactionId's
+// hash is not the one stored at the offset): nothing of the call is
+// applied. When the offset's hash is no longer known (its log_txns row was
+// purged) the offset decides alone and the reply does not echo the
+// transactionId, which could not be checked.
+func (a *consumerAcks) checkNamed(items []queen.AckItem, out []queen.AckResult) error {
+	for _, i := range a.idx {
+		it := &items[i]
+		if it.Offset < 0 || it.TransactionID == "" {
+			continue
+		}
+		h, ok := a.hashAt[it.Offset]
+		if !ok {
+			out[i].TransactionID = ""
+			continue
+		}
+		if h != queen.HashTxn(it.TransactionID) {
+			return queen.ErrInvalidField.With("transactionId %q is not the message at offset %d of partition %s: give one of them, or both of the same message", it.TransactionID, it.Offset, a.key.pid).At(i, "transactionId")
+		}
 	}
 	return nil
 }

@@ -89,13 +89,14 @@ func (s *Service) routes() []route {
 	}
 	return []route{
 		{"POST", "/api/v1/push", false, "a push (SPEC.md §3)", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !s.admitDeclared(r) {
-				writeReply(w, s.overloaded())
+			s.cfg.Metrics.PushRequests.WithLabelValues("http").Inc()
+			b, release, rep, ok := s.readAdmitted(r)
+			if !ok {
+				writeReply(w, rep)
 				return
 			}
-			if b, ok := readBody(w, r); ok {
-				writeReply(w, s.push(r.Context(), b, "http"))
-			}
+			defer release()
+			writeReply(w, s.pushAdmitted(r.Context(), b))
 		})},
 		{"POST", "/api/v1/configure", false, "configure a queue (SPEC.md §6); a change of an existing queue that deletes data needs the admin token", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if b, ok := readBody(w, r); ok {

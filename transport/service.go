@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -63,16 +64,27 @@ type Config struct {
 	Partitions func() any
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
-	// MaxInFlightBodyBytes bounds the push bodies being handled at once
-	// (each is copied a few times on its way to PostgreSQL); a push that
-	// would exceed it is answered 503 overloaded before it is decoded.
-	// Default 256 MiB.
+	// MaxInFlightBodyBytes bounds the push and transaction bodies being read
+	// or handled at once, bytes (each is copied a few times on its way to
+	// PostgreSQL). An HTTP body counts from its first byte (its declared
+	// Content-Length before any is read, or, chunked, as its buffer grows)
+	// until it is answered; a request that would exceed the budget is
+	// answered 503 overloaded with Retry-After at once, its body unread
+	// (readAdmitted). A request is admitted whatever its size while no other
+	// holds any budget. Default DefaultMaxInFlightBodyBytes.
 	MaxInFlightBodyBytes int64
 	// RequestTimeout bounds one push request end to end; default 60s.
 	RequestTimeout time.Duration
 	Metrics        *metrics.Set
 	Logger         *slog.Logger
 }
+
+// DefaultMaxInFlightBodyBytes is Config.MaxInFlightBodyBytes's default,
+// 128 MiB: a broker handling that many bytes of bodies holds about 2.5 times
+// as much (decoded items, frames, the statement to PostgreSQL), which stays
+// inside serve's soft memory limit (the dedup cache budget + 160 MiB) while
+// the cache is small (80 concurrent 15 MiB uploads: README, Settings).
+const DefaultMaxInFlightBodyBytes = 128 << 20
 
 // Service holds the request logic both transports share: same JSON bodies,
 // same verdicts, same errors.
@@ -94,7 +106,7 @@ func NewService(cfg Config) *Service {
 		cfg.MaxPayloadBytes = queen.DefaultMaxPayloadBytes
 	}
 	if cfg.MaxInFlightBodyBytes <= 0 {
-		cfg.MaxInFlightBodyBytes = 256 << 20
+		cfg.MaxInFlightBodyBytes = DefaultMaxInFlightBodyBytes
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 60 * time.Second
@@ -107,12 +119,23 @@ func NewService(cfg Config) *Service {
 	}
 	polls, stop := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, polls: polls, stopPolls: stop}
+	// Registered once per registry: a second Service on the same metrics
+	// keeps the first one's gauge.
+	_ = cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "queen_push_inflight_body_bytes",
+		Help: "Bytes of push and transaction bodies held in the in-flight budget now (read or being read, until answered).",
+	}, func() float64 { return float64(s.inFlight.Load()) }))
 	if cfg.AdminToken != "" {
 		sum := sha256.Sum256([]byte(cfg.AdminToken))
 		s.adminToken = &sum
 	}
 	return s
 }
+
+// InFlightBodyBytes is how many bytes of push and transaction bodies hold
+// the in-flight budget now (Config.MaxInFlightBodyBytes): read, or being
+// read, and not yet answered. Exported as queen_push_inflight_body_bytes.
+func (s *Service) InFlightBodyBytes() int64 { return s.inFlight.Load() }
 
 // StopPolls answers every parked long poll now (empty) and every later one
 // at once, so a shutdown does not wait for poll timeouts.
@@ -131,11 +154,13 @@ func errReply(err error) reply {
 	return reply{status: e.Status, body: e, retryAfter: e.Retryable && e.Status == http.StatusServiceUnavailable}
 }
 
-// admit takes n bytes of the in-flight body budget, or reports overload.
-// The first request is always admitted, whatever its size.
-func (s *Service) admit(n int64) bool {
+// admit takes n more bytes of the in-flight body budget for a request that
+// already holds held bytes of it, or reports overload (false, nothing
+// taken). A request is always admitted when no other request holds any of
+// the budget, whatever its size, so one large body is never refused forever.
+func (s *Service) admit(n, held int64) bool {
 	total := s.inFlight.Add(n)
-	if total > s.cfg.MaxInFlightBodyBytes && total != n {
+	if total > s.cfg.MaxInFlightBodyBytes && total != held+n {
 		s.inFlight.Add(-n)
 		s.cfg.Metrics.Overloads.Inc()
 		return false
@@ -143,18 +168,78 @@ func (s *Service) admit(n int64) bool {
 	return true
 }
 
-// admitDeclared refuses, before its body is read, a push or transaction
-// whose declared Content-Length (up to queen.MaxBodyBytes) would not be
-// admitted now: false means overloaded (answer s.overloaded()). The budget
-// is taken again, for the bytes actually read, by admit.
-func (s *Service) admitDeclared(r *http.Request) bool {
-	if n := r.ContentLength; n > 0 && n <= queen.MaxBodyBytes {
-		if !s.admit(n) {
-			return false
+// readChunk is how much more of a body without a Content-Length (chunked)
+// readAdmitted reserves before reading on: the budget grows with the buffer,
+// from the first byte.
+const readChunk = 64 << 10
+
+// readAdmitted reads an HTTP push or transaction body inside the in-flight
+// body budget (Config.MaxInFlightBodyBytes), which counts it from its first
+// byte until release is called (after the reply is written):
+//
+//   - a declared Content-Length is taken from the budget before a byte of
+//     the body is read: over budget, the request is answered at once, 503
+//     overloaded with Retry-After, and its body is never read (a client
+//     sending "Expect: 100-continue" never sends it; net/http closes the
+//     connection instead of draining a large unread body). A declared length
+//     over queen.MaxBodyBytes is refused at once with 413.
+//   - a body without a declared length (chunked) is counted as it is read,
+//     by the capacity of the buffer holding it: the budget is taken before
+//     each step of the buffer's growth, and a step over budget ends the read
+//     with 503 overloaded; past queen.MaxBodyBytes, 413.
+//
+// ok false: rep is the reply to write (nothing is held).
+func (s *Service) readAdmitted(r *http.Request) (body []byte, release func(), rep reply, ok bool) {
+	if n := r.ContentLength; n >= 0 {
+		if n > queen.MaxBodyBytes {
+			return nil, nil, errReply(queen.ErrBodyTooLarge), false
 		}
-		s.inFlight.Add(-n)
+		if !s.admit(n, 0) {
+			return nil, nil, s.overloaded(), false
+		}
+		release = func() { s.inFlight.Add(-n) }
+		body = make([]byte, n)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			release()
+			return nil, nil, errReply(queen.ErrInvalidJSON.With("reading the request body failed after %d of %d declared bytes: %v", len(body), n, err)), false
+		}
+		return body, release, reply{}, true
 	}
-	return true
+	var held int64
+	release = func() { s.inFlight.Add(-held) }
+	for {
+		if len(body) == cap(body) {
+			grow := max(int64(cap(body)), readChunk)
+			if held+grow > queen.MaxBodyBytes+1 {
+				grow = queen.MaxBodyBytes + 1 - held
+			}
+			if grow <= 0 {
+				release()
+				return nil, nil, errReply(queen.ErrBodyTooLarge), false
+			}
+			if !s.admit(grow, held) {
+				release()
+				return nil, nil, s.overloaded(), false
+			}
+			held += grow
+			nb := make([]byte, len(body), held)
+			copy(nb, body)
+			body = nb
+		}
+		k, err := r.Body.Read(body[len(body):cap(body)])
+		body = body[:len(body)+k]
+		if int64(len(body)) > queen.MaxBodyBytes {
+			release()
+			return nil, nil, errReply(queen.ErrBodyTooLarge), false
+		}
+		if err == io.EOF {
+			return body, release, reply{}, true
+		}
+		if err != nil {
+			release()
+			return nil, nil, errReply(queen.ErrInvalidJSON.With("reading the request body failed after %d bytes: %v", len(body), err)), false
+		}
+	}
 }
 
 func (s *Service) overloaded() reply {
@@ -162,15 +247,23 @@ func (s *Service) overloaded() reply {
 		s.inFlight.Load(), s.cfg.MaxInFlightBodyBytes))
 }
 
-// push handles a push body (SPEC.md §3): 201 with one element per item, or
-// 503 with the same array when every item failed; 4xx for bad input (nothing
+// push handles a push body (SPEC.md §3) that arrived whole (NATS), holding
+// its bytes of the in-flight budget while it is handled: 201 with one
+// element per item, or 503 with the same array when every item failed
+// (503 overloaded when the budget is spent); 4xx for bad input (nothing
 // written).
 func (s *Service) push(ctx context.Context, body []byte, transport string) reply {
 	s.cfg.Metrics.PushRequests.WithLabelValues(transport).Inc()
-	if !s.admit(int64(len(body))) {
+	if !s.admit(int64(len(body)), 0) {
 		return s.overloaded()
 	}
 	defer s.inFlight.Add(-int64(len(body)))
+	return s.pushAdmitted(ctx, body)
+}
+
+// pushAdmitted is push for a body that already holds its share of the
+// in-flight budget (readAdmitted for HTTP).
+func (s *Service) pushAdmitted(ctx context.Context, body []byte) reply {
 	items, err := wire.DecodePush(body, s.cfg.MaxPayloadBytes)
 	if err != nil {
 		return errReply(err)

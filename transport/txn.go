@@ -12,13 +12,13 @@ import (
 
 // handleTransaction is POST /api/v1/transaction.
 func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
-	if !s.admitDeclared(r) {
-		writeReply(w, txnErrReply(s.overloaded()))
+	body, release, rep, ok := s.readAdmitted(r)
+	if !ok {
+		writeReply(w, txnErrReply(rep))
 		return
 	}
-	if body, ok := readBody(w, r); ok {
-		writeReply(w, s.transaction(r.Context(), body))
-	}
+	defer release()
+	writeReply(w, s.transactionAdmitted(r.Context(), body))
 }
 
 // transaction handles a transaction body (SPEC.md §5): 200
@@ -28,14 +28,23 @@ func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
 // when an operation rolled it back (duplicate, unresolvable,
 // lease_invalid), 4xx for bad input, 503/504 when the database failed (retry
 // the same transaction: a push that did commit answers 409 duplicate).
+//
+// The body holds its bytes of the in-flight budget while it is handled
+// (503 overloaded when the budget is spent).
 func (s *Service) transaction(ctx context.Context, body []byte) reply {
-	if s.cfg.Consumer == nil {
-		return txnErrReply(errReply(queen.ErrNotFound.With("this broker does not run transactions")))
-	}
-	if !s.admit(int64(len(body))) {
+	if !s.admit(int64(len(body)), 0) {
 		return txnErrReply(s.overloaded())
 	}
 	defer s.inFlight.Add(-int64(len(body)))
+	return s.transactionAdmitted(ctx, body)
+}
+
+// transactionAdmitted is transaction for a body that already holds its
+// share of the in-flight budget (readAdmitted for HTTP).
+func (s *Service) transactionAdmitted(ctx context.Context, body []byte) reply {
+	if s.cfg.Consumer == nil {
+		return txnErrReply(errReply(queen.ErrNotFound.With("this broker does not run transactions")))
+	}
 	req, err := wire.DecodeTransaction(body, s.cfg.MaxPayloadBytes)
 	if err != nil {
 		return txnErrReply(errReply(err))

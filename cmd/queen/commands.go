@@ -95,7 +95,7 @@ func pushCmd() *cobra.Command {
 		Use:   "push",
 		Short: "Push one message (or a {\"items\":[...]} body with --file) and print the verdicts",
 		Long: `Push one message, or a whole {"items":[...]} body with --file, and print the reply
-(SPEC.md §3). The broker is reached over NATS at --nats-url (by default where
+(docs/contract.md §3). The broker is reached over NATS at --nats-url (by default where
 ` + "`queen serve`" + ` puts it with the same environment: NATS_URL, else the embedded server's
 QUEEN_NATS_LISTEN, else 127.0.0.1:4222), or over the HTTP gateway with --server URL
 (or --via http: http://<QUEEN_HTTP_ADDR>, else http://127.0.0.1:6632). A refused push

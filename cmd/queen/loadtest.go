@@ -21,7 +21,11 @@ import (
 
 func loadtestCmd() *cobra.Command {
 	cfg := loadtest.DefaultConfig()
-	cfg.Target = envOr("NATS_URL", cfg.Target)
+	// The target is found as `queen push` finds its broker (defaultNATSURL:
+	// NATS_URL, else nats://<QUEEN_NATS_LISTEN>, else 127.0.0.1:4222), so a
+	// run beside `queen serve` loads the broker whose database it audits.
+	var targetFrom string
+	cfg.Target, targetFrom = defaultNATSURL()
 	var mode, pgBin, logLevel, cpuProfile string
 	var embedded, compare, jsonOut, pgStandby bool
 	var brokers int
@@ -29,10 +33,15 @@ func loadtestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "loadtest",
 		Short: "Drive a broker with producers over NATS or HTTP, report throughput and latency, and audit the database",
-		Long: `Drive a broker with producers over NATS (default) or HTTP, then audit its database
-(SPEC.md §12): each transactionId answered queued or duplicate is stored exactly once,
-every repeat was answered duplicate with the original's id, an id only ever answered
-failed is stored at most once, nothing else is stored. A failed audit exits non-zero.
+		Long: `Drive a broker with producers over NATS (default) or HTTP, then audit its database:
+each transactionId answered queued or duplicate is stored exactly once, every repeat
+was answered duplicate with the original's id, an id only ever answered failed is
+stored at most once, nothing else is stored. A failed audit exits non-zero.
+
+Without --target the broker is found as queen push finds it: NATS_URL, else
+nats://<QUEEN_NATS_LISTEN>, else nats://127.0.0.1:4222; the audit reads
+$QUEEN_DATA_DIR/postgres.url (or --database-url), so beside queen serve both name the
+same broker.
 
 Each producer has one request in flight; each request holds --batch items spread over
 --partitions partitions of a fresh queue (loadtest-<unix nanos>). --dup-ratio of the
@@ -102,8 +111,10 @@ Soak runs: every --sample-every (default 10s) the run records a timeline point
 (stored/s and items/s of the interval, its p50/p99 latency, the broker's RSS and dedup
 cache bytes, evictions and hydrations from its /metrics, the database's size, the hash
 sidecar's size and the WAL written since the start) and prints it as a line; the report
-adds the timeline and the sustained ratio (median stored/s of the last quarter over the
-first quarter, after one minute of warm-up). The audit reads each partition's new
+adds the timeline and, for runs of 5 minutes or more, the sustained ratio (median
+stored/s of the last quarter over the first quarter, after one minute of warm-up).
+Figures a run cannot know (the broker's RSS and cache over NATS, without /metrics)
+print n/a. The audit reads each partition's new
 segments at every sample, so its memory stays at a few bits per transactionId and a run
 with --retention (segments deleted while it goes on) is audited before they go; without
 retention a final pass recounts every stored frame. --dedup-window and --retention
@@ -156,6 +167,7 @@ quarter of the window, retries only within half of it.`,
 				if err != nil {
 					return err
 				}
+				defer flushLog(log)
 				return withEmbeddedBroker(ctx, stderr, log, pgBin, func(b *broker.Broker) error {
 					if strings.HasPrefix(cfg.Target, "http") {
 						cfg.Target = b.HTTPURL()
@@ -175,11 +187,15 @@ quarter of the window, retries only within half of it.`,
 			if cfg.DatabaseURL == "" {
 				cfg.DatabaseURL = defaultAuditURL()
 			}
+			if cmd.Flags().Changed("target") {
+				targetFrom = "--target"
+			}
+			fmt.Fprintf(stderr, "loadtest: target %s (from %s)\n", cfg.Target, targetFrom)
 			return runLoadtest(ctx, cmd.OutOrStdout(), cfg, compare, jsonOut, cpuProfile)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Target, "target", cfg.Target, "broker to drive: nats://host:port (or a comma-separated list of a NATS cluster's servers) or http://host:port (env NATS_URL); with --embedded only its scheme counts")
+	f.StringVar(&cfg.Target, "target", cfg.Target, "broker to drive: nats://host:port (or a comma-separated list of a NATS cluster's servers) or http://host:port (default as queen push: env NATS_URL, else nats://<QUEEN_NATS_LISTEN>, else nats://127.0.0.1:4222); with --embedded only its scheme counts")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "the broker's PostgreSQL, for the audit and --mode raw (default: $QUEEN_DATA_DIR/postgres.url, then DATABASE_URL)")
 	f.StringVar(&mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
 	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "concurrent producers, one request in flight each")

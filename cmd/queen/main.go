@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/queen-mq/queen-go/logs"
 )
 
 // stopSignals restores the default handling of SIGINT and SIGTERM: after the
@@ -37,7 +39,7 @@ func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(2 << 30)
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	slog.SetDefault(slog.New(logs.RateLimit(slog.NewTextHandler(os.Stderr, nil), logs.RateLimitConfig{})))
 	startProfiling()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -278,7 +278,7 @@ func dedupCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dedup QUEUE PARTITION TRANSACTION_ID",
 		Short: "The dedup inspector: is this transactionId inside its window, and until when",
-		Long: `Ask the dedup inspector (GET /api/v1/dedup, SPEC.md §13) what the next push of
+		Long: `Ask the dedup inspector (GET /api/v1/dedup, docs/contract.md §13) what the next push of
 TRANSACTION_ID to QUEUE/PARTITION would get: in_window (a duplicate, naming the
 original message, until windowClosesAt), expired (the sidecar still holds it but
 its window has closed) or unknown. Times are PostgreSQL's.
@@ -407,7 +407,7 @@ func dlqReplayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay QUEUE --group G (--id ID... | --partition P [--limit N])",
 		Short: "Push dead letters back onto their partitions (POST /api/v1/dlq/replay)",
-		Long: `Replay dead letters of QUEUE and group G (SPEC.md §13): each is pushed back onto
+		Long: `Replay dead letters of QUEUE and group G (docs/contract.md §13): each is pushed back onto
 its partition with its original payload under the transactionId dlq:<id>, so a
 second replay is a duplicate. Per dead letter: moved (pushed, removed from the
 DLQ), duplicate (already replayed: kept), gone (no such dead letter) or failed

@@ -184,3 +184,33 @@ func TestPushRefusesBadTextBeforeSending(t *testing.T) {
 		require.Contains(t, err.Error(), "nothing was sent", "%q", args)
 	}
 }
+
+// TestLoadtestFindsTheBroker (issue 29, item 5): `queen loadtest` without
+// --target finds its broker as `queen push` does (defaultNATSURL): with
+// QUEEN_NATS_LISTEN naming the broker's embedded NATS server it loads that
+// broker (and says where the target came from), not 127.0.0.1:4222. The
+// timeline of a NATS target has no broker /metrics: rss and cache are n/a,
+// and a run this short prints no sustained ratio.
+func TestLoadtestFindsTheBroker(t *testing.T) {
+	b := startTestBroker(t)
+	nu, err := url.Parse(b.NATSURL())
+	require.NoError(t, err)
+	_, natsPort, err := net.SplitHostPort(nu.Host)
+	require.NoError(t, err)
+	t.Setenv("NATS_URL", "")
+	t.Setenv("QUEEN_NATS_LISTEN", "0.0.0.0:"+natsPort)
+	cmd := loadtestCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetArgs([]string{"--database-url", b.DatabaseURL(), "--duration", "2s", "--sample-every", "1s", "--producers", "2", "--partitions", "4", "--batch", "20"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, cmd.ExecuteContext(ctx), "stderr: %s", errOut.String())
+	require.Contains(t, errOut.String(), "loadtest: target nats://127.0.0.1:"+natsPort+" (from QUEEN_NATS_LISTEN=0.0.0.0:"+natsPort+")")
+	require.Contains(t, out.String(), "audit     passed")
+	require.Contains(t, errOut.String(), "broker rss n/a")
+	require.Contains(t, errOut.String(), "cache n/a")
+	require.NotContains(t, out.String(), "sustained ratio")
+}

@@ -16,6 +16,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
+	"github.com/queen-mq/queen-go/logs"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/shards"
 )
@@ -89,12 +90,24 @@ func (f *dbFlags) runningURL() string {
 	return strings.TrimSpace(string(b))
 }
 
+// newLogger is the broker's logger at level: text on stderr, warnings and
+// errors of one kind (level and message) written at most once a second with
+// the count of those left out ("suppressed=N", logs.RateLimit), so an
+// outage does not flood the log.
 func newLogger(level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("bad log level %q: %w", level, err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(logs.RateLimit(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}), logs.RateLimitConfig{})), nil
+}
+
+// flushLog writes the counts of repeated records log's handler left out
+// (logs.RateLimit), at exit.
+func flushLog(log *slog.Logger) {
+	if h, ok := log.Handler().(*logs.Handler); ok {
+		h.Flush(context.Background())
+	}
 }
 
 func serveCmd() *cobra.Command {
@@ -144,6 +157,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 				return err
 			}
 			cfg.Logger = log
+			defer flushLog(log)
 			cfg.DatabaseURL, cfg.DataDir, cfg.PGBin = db.databaseURL, db.dataDir, db.pgBin
 			cfg.Version = version
 			cfg.AdminToken = os.Getenv("QUEEN_ADMIN_TOKEN")
@@ -174,7 +188,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.StringVar(&cfg.HTTPAddr, "http-addr", envOr("QUEEN_HTTP_ADDR", "127.0.0.1:6632"), "HTTP listen address (env QUEEN_HTTP_ADDR)")
 	f.StringVar(&cfg.NATSListen, "nats-listen", envOr("QUEEN_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (env QUEEN_NATS_LISTEN)")
 	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one, or a comma-separated list of a NATS cluster's servers (env NATS_URL)")
-	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", queen.DefaultMaxPayloadBytes, "largest item payload in bytes, default 4 MiB (env QUEEN_MAX_PAYLOAD_BYTES; SPEC.md §10)")
+	f.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", queen.DefaultMaxPayloadBytes, "largest item payload in bytes, default 4 MiB (env QUEEN_MAX_PAYLOAD_BYTES; docs/contract.md §10)")
 	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env QUEEN_LOG_LEVEL)")
 	f.StringVar(&dedupCache, "dedup-cache", envOr("QUEEN_DEDUP_CACHE", "on"), "broker-side dedup cache: on or off (env QUEEN_DEDUP_CACHE; switch live with POST /api/v1/admin/dedup-cache)")
 	f.IntVar(&cfg.DedupCacheMB, "dedup-cache-mb", 512, "memory budget of the dedup cache for all partitions, MiB (env QUEEN_DEDUP_CACHE_MB)")

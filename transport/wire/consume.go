@@ -156,7 +156,8 @@ func (in popInput) validate() (queen.PopRequest, error) {
 	}
 	if in.Timeout != nil {
 		ms := *in.Timeout
-		if ms < 0 || time.Duration(ms)*time.Millisecond > MaxPopTimeout {
+		// Compared in milliseconds: a huge ms overflows a time.Duration.
+		if ms < 0 || int64(ms) > MaxPopTimeout.Milliseconds() {
 			return r, fieldErr(queen.ErrInvalidField.With("timeout must be 0 to %d ms, got %d", MaxPopTimeout.Milliseconds(), ms), "timeout")
 		}
 		r.Timeout = time.Duration(ms) * time.Millisecond

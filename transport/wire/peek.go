@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"math"
 	"net/url"
 	"strconv"
 
@@ -9,7 +10,8 @@ import (
 
 // DecodePeekQuery validates a peek's HTTP query (?partition=&after=&limit=)
 // for queue (the path's {queue}): 400 missing_field for an empty queue,
-// invalid_field for an after below -1 or a limit outside 1..MaxPeekLimit (or
+// invalid_field for an after below -1 or at math.MaxInt64 (no offset follows
+// it), or a limit outside 1..MaxPeekLimit (or
 // not a whole number), and the name rules of SPEC.md §10 for queue and
 // partition.
 func DecodePeekQuery(queue string, q url.Values) (queen.PeekQuery, error) {
@@ -25,8 +27,8 @@ func DecodePeekQuery(queue string, q url.Values) (queen.PeekQuery, error) {
 	}
 	if v := get("after"); v != nil && *v != "" {
 		n, err := strconv.ParseInt(*v, 10, 64)
-		if err != nil || n < -1 {
-			return p, fieldErr(queen.ErrInvalidField.With("after must be an offset, a whole number from -1, got %q", *v), "after")
+		if err != nil || n < -1 || n == math.MaxInt64 {
+			return p, fieldErr(queen.ErrInvalidField.With("after must be an offset, a whole number from -1 to %d, got %q", int64(math.MaxInt64-1), *v), "after")
 		}
 		p.After = n
 	}
@@ -61,8 +63,8 @@ func DecodePeek(body []byte) (queen.PeekQuery, error) {
 		p.Partition = *in.Partition
 	}
 	if in.After != nil {
-		if *in.After < -1 {
-			return p, fieldErr(queen.ErrInvalidField.With("after must be an offset, a whole number from -1, got %d", *in.After), "after")
+		if *in.After < -1 || *in.After == math.MaxInt64 {
+			return p, fieldErr(queen.ErrInvalidField.With("after must be an offset, a whole number from -1 to %d, got %d", int64(math.MaxInt64-1), *in.After), "after")
 		}
 		p.After = *in.After
 	}

@@ -115,6 +115,11 @@ type Config struct {
 	// MaxActivePartitions, when > 0, is the bound on active partitions
 	// itself, instead of PartitionMemoryMB's (tests use tiny bounds).
 	MaxActivePartitions int
+	// MaxInFlightBodyBytes bounds the push and transaction bodies read or
+	// being read at once, bytes (transport.Config.MaxInFlightBodyBytes,
+	// default transport.DefaultMaxInFlightBodyBytes, 128 MiB): past it a push is answered 503 overloaded before its
+	// body is read. Tests use tiny budgets.
+	MaxInFlightBodyBytes int64
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
@@ -356,7 +361,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{pops: b.cons, store: b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
-		AdminToken: cfg.AdminToken,
+		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes,
 		Partitions: func() any { return b.host.PartitionStats() },
 	})
 	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
