@@ -14,26 +14,174 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
 )
 
+// loadtestFlags are the settings of one `queen loadtest`: the harness's
+// Config and the command's own switches.
+type loadtestFlags struct {
+	cfg                               loadtest.Config
+	targetFrom                        string // which setting named the target
+	mode, pgBin, logLevel, cpuProfile string
+	embedded, compare, jsonOut        bool
+	pgStandby                         bool
+	brokers                           int
+	shardLease                        time.Duration
+}
+
 func loadtestCmd() *cobra.Command {
-	cfg := loadtest.DefaultConfig()
+	lf := &loadtestFlags{cfg: loadtest.DefaultConfig()}
 	// The target is found as `queen push` finds its broker (defaultNATSURL:
 	// NATS_URL, else nats://<QUEEN_NATS_LISTEN>, else 127.0.0.1:4222), so a
 	// run beside `queen serve` loads the broker whose database it audits.
-	var targetFrom string
-	cfg.Target, targetFrom = defaultNATSURL()
-	var mode, pgBin, logLevel, cpuProfile string
-	var embedded, compare, jsonOut, pgStandby bool
-	var brokers int
-	var shardLease time.Duration
+	lf.cfg.Target, lf.targetFrom = defaultNATSURL()
 	cmd := &cobra.Command{
-		Use:   "loadtest",
-		Short: "Drive a broker with producers over NATS or HTTP, report throughput and latency, and audit the database",
-		Long: `Drive a broker with producers over NATS (default) or HTTP, then audit its database:
+		Use:     "loadtest",
+		Short:   "Drive a broker with producers over NATS or HTTP, report throughput and latency, and audit the database",
+		Long:    loadtestLong,
+		Example: loadtestExample,
+		RunE:    lf.run,
+	}
+	f := cmd.Flags()
+	lf.runFlags(f)
+	lf.producerFlags(f)
+	lf.consumerFlags(f)
+	lf.clusterFlags(f)
+	lf.soakFlags(f)
+	return cmd
+}
+
+// run is the command: a cluster of broker processes (--brokers), an
+// in-process broker (--embedded), or the broker at the target.
+func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
+	ctx := cmd.Context()
+	lf.cfg.Mode = loadtest.Mode(lf.mode)
+	if (lf.cfg.FailMode == loadtest.FailCrash || lf.cfg.FailMode == loadtest.FailCrashBatch) && !cmd.Flags().Changed("consume-lease") {
+		lf.cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
+	}
+	stderr := cmd.ErrOrStderr()
+	lf.cfg.Progress = stderr
+	lf.cfg.ProgressLive = isTerminal(stderr)
+	if lf.brokers > 0 {
+		if lf.embedded || lf.compare {
+			return errors.New("--brokers starts its own brokers: drop --embedded and --compare")
+		}
+		if !cmd.Flags().Changed("log-level") {
+			lf.logLevel = "info" // the brokers' log files
+		}
+		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.brokers, lf.shardLease, lf.pgBin, lf.logLevel, lf.jsonOut, lf.cpuProfile, lf.pgStandby)
+	}
+	if lf.pgStandby {
+		return errors.New("--pg-standby gives the managed PostgreSQL of --brokers N a standby: pass --brokers N")
+	}
+	switch {
+	case lf.cfg.Chaos == "" || lf.cfg.Chaos == loadtest.ChaosNone:
+	case lf.cfg.Chaos == loadtest.ChaosPGRestart && lf.embedded && !lf.compare:
+		chaosClients(cmd, &lf.cfg, 0)
+	case lf.cfg.Chaos == loadtest.ChaosPGRestart:
+		return errors.New("--chaos pg-restart needs a PostgreSQL of its own: pass --brokers N or --embedded (without --compare)")
+	default:
+		return fmt.Errorf("--chaos %s needs brokers of its own: pass --brokers N", lf.cfg.Chaos)
+	}
+	if lf.embedded {
+		log, err := newLogger(lf.logLevel)
+		if err != nil {
+			return err
+		}
+		defer flushLog(log)
+		return withEmbeddedBroker(ctx, stderr, log, lf.pgBin, func(b *broker.Broker) error {
+			if strings.HasPrefix(lf.cfg.Target, "http") {
+				lf.cfg.Target = b.HTTPURL()
+			} else {
+				lf.cfg.Target = b.NATSURL()
+			}
+			lf.cfg.DatabaseURL = b.DatabaseURL()
+			// The broker's /metrics is this process's: its RSS
+			// includes the harness.
+			lf.cfg.MetricsURLs, lf.cfg.SelfRSS = []string{b.HTTPURL()}, true
+			if lf.cfg.Chaos == loadtest.ChaosPGRestart {
+				lf.cfg.RestartPostgres = b.RestartPostgres
+			}
+			return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.jsonOut, lf.cpuProfile)
+		})
+	}
+	if lf.cfg.DatabaseURL == "" {
+		lf.cfg.DatabaseURL = defaultAuditURL()
+	}
+	if cmd.Flags().Changed("target") {
+		lf.targetFrom = "--target"
+	}
+	fmt.Fprintf(stderr, "loadtest: target %s (from %s)\n", lf.cfg.Target, lf.targetFrom)
+	return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.jsonOut, lf.cpuProfile)
+}
+
+// runFlags: what to drive, how long, and what to print.
+func (lf *loadtestFlags) runFlags(f *pflag.FlagSet) {
+	f.StringVar(&lf.cfg.Target, "target", lf.cfg.Target, "broker to drive: nats://host:port (or a comma-separated list of a NATS cluster's servers) or http://host:port (default as queen push: env NATS_URL, else nats://<QUEEN_NATS_LISTEN>, else nats://127.0.0.1:4222); with --embedded only its scheme counts")
+	f.StringVar(&lf.cfg.DatabaseURL, "database-url", "", "the broker's PostgreSQL, for the audit and --mode raw (default: $QUEEN_DATA_DIR/postgres.url, then DATABASE_URL)")
+	f.StringVar(&lf.mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
+	f.DurationVar(&lf.cfg.Duration, "duration", lf.cfg.Duration, "how long to send new items (per round with --compare)")
+	f.BoolVar(&lf.jsonOut, "json", false, "print the report as one JSON object on stdout")
+	f.BoolVar(&lf.embedded, "embedded", false, "start a broker in-process (embedded NATS, managed PostgreSQL) in a temporary folder and drive it")
+	f.BoolVar(&lf.compare, "compare", false, "run broker and raw alternately, three rounds each, and print the median ratio of stored messages/s")
+	f.StringVar(&lf.pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "PostgreSQL binaries for --embedded (env QUEEN_PG_BIN)")
+	f.StringVar(&lf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
+	f.DurationVar(&lf.cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos)")
+	f.StringVar(&lf.logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "warn"), "log level of the --embedded broker: debug, info, warn, error")
+}
+
+// producerFlags: the producers and the items they send.
+func (lf *loadtestFlags) producerFlags(f *pflag.FlagSet) {
+	f.IntVar(&lf.cfg.Producers, "producers", lf.cfg.Producers, "concurrent producers, one request in flight each")
+	f.IntVar(&lf.cfg.Connections, "connections", 0, "NATS connections the sync producers share, round robin (0: one per producer, like independent clients)")
+	f.IntVar(&lf.cfg.Partitions, "partitions", lf.cfg.Partitions, "partitions of the run's queue")
+	f.StringVar(&lf.cfg.Spread, "spread", lf.cfg.Spread, "how new items pick their partition: random, or sequential (each producer walks the partitions in order, so n new items touch min(n, --partitions) distinct partitions)")
+	f.IntVar(&lf.cfg.Batch, "batch", lf.cfg.Batch, "items per request")
+	f.StringVar(&lf.cfg.ProducerMode, "producer-mode", lf.cfg.ProducerMode, "sync: requests of --batch items, one in flight per producer; async: single items through the client's async producer")
+	f.IntVar(&lf.cfg.InFlight, "in-flight", lf.cfg.InFlight, "with --producer-mode async: most outstanding (published, unresolved) items per producer")
+	f.IntVar(&lf.cfg.MaxBatch, "max-batch", 0, "with --producer-mode async: most items per request (0: --batch, or 100 when --batch is 1)")
+	f.DurationVar(&lf.cfg.Linger, "linger", lf.cfg.Linger, "with --producer-mode async: how long an item waits for others to share its request")
+	f.IntVar(&lf.cfg.PayloadBytes, "payload-bytes", lf.cfg.PayloadBytes, "JSON payload size per item in bytes")
+	f.Float64Var(&lf.cfg.DupRatio, "dup-ratio", lf.cfg.DupRatio, "fraction of items that re-send a transactionId already sent to the same partition")
+}
+
+// consumerFlags: the consume phase and its poison messages.
+func (lf *loadtestFlags) consumerFlags(f *pflag.FlagSet) {
+	f.IntVar(&lf.cfg.Consumers, "consumers", lf.cfg.Consumers, "consumers per consumer group (0: no consume phase)")
+	f.IntVar(&lf.cfg.Groups, "groups", lf.cfg.Groups, "consumer groups, named <queue>-g0, -g1, ... (default 1 with --consumers)")
+	f.Float64Var(&lf.cfg.FailRatio, "fail-ratio", lf.cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
+	f.StringVar(&lf.cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed), crash (ack the messages before it, never ack it, abandon the lease) or crash-batch (handle the whole batch, ack nothing, abandon the lease); the crash modes take leaseTime 2 s unless --consume-lease")
+	f.IntVar(&lf.cfg.ConsumeBatch, "consume-batch", lf.cfg.ConsumeBatch, "most messages per pop")
+	f.IntVar(&lf.cfg.RetryLimit, "retry-limit", lf.cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
+	f.DurationVar(&lf.cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
+	f.IntVar(&lf.cfg.WakeProbes, "wake-probes", lf.cfg.WakeProbes, "rounds of the wake-latency probe after the consume phase (0: none)")
+	f.IntVar(&lf.cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back (default 2 with --fail-mode crash)")
+}
+
+// clusterFlags: broker processes of this binary, their PostgreSQL standby,
+// and the faults injected into them.
+func (lf *loadtestFlags) clusterFlags(f *pflag.FlagSet) {
+	f.IntVar(&lf.brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
+	f.StringVar(&lf.cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby")
+	f.BoolVar(&lf.pgStandby, "pg-standby", false, "with --brokers: give the managed PostgreSQL a synchronous streaming standby on loopback; the brokers' DATABASE_URL lists both servers (target_session_attrs=read-write)")
+	f.DurationVar(&lf.cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
+	f.DurationVar(&lf.cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s) and a stopped one frozen before SIGCONT (default 5s)")
+	f.Uint64Var(&lf.cfg.ChaosSeed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
+	f.DurationVar(&lf.shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos, else the brokers' default)")
+}
+
+// soakFlags: the timeline, retention and the dedup window of long runs.
+func (lf *loadtestFlags) soakFlags(f *pflag.FlagSet) {
+	f.DurationVar(&lf.cfg.DedupWindow, "dedup-window", 0, "configure the run's queue with this dedupWindowSeconds (whole seconds; 0: the queue's default, 1h)")
+	f.DurationVar(&lf.cfg.Retention, "retention", 0, "configure the run's queue with this retentionSeconds (whole seconds, at least 30s and 4 × --sample-every; 0: keep); the audit then runs during the run")
+	f.DurationVar(&lf.cfg.SampleEvery, "sample-every", lf.cfg.SampleEvery, "interval of the timeline (and of the incremental audit passes)")
+	f.StringSliceVar(&lf.cfg.MetricsURLs, "metrics-url", nil, "brokers' HTTP base URLs whose /metrics the timeline reads (default: the HTTP target, the --embedded broker, the --brokers N brokers)")
+}
+
+const loadtestLong = `Drive a broker with producers over NATS (default) or HTTP, then audit its database:
 each transactionId answered queued or duplicate is stored exactly once, every repeat
 was answered duplicate with the original's id, an id only ever answered failed is
 stored at most once, nothing else is stored. A failed audit exits non-zero.
@@ -99,8 +247,11 @@ at least twice --shard-lease, 5s with chaos), none after --duration: kill (--bro
 kills a random broker with SIGKILL and restarts it on the same port after --chaos-pause
 (1s); stop (--brokers) freezes a random broker with SIGSTOP for --chaos-pause (5s), then
 resumes it with SIGCONT; pg-restart (--brokers or --embedded) restarts the managed
-PostgreSQL (pg_ctl stop -m fast, then a start on the same folder and port); mixed
-(--brokers) injects one of each per round, in an order drawn from --chaos-seed. Requests
+PostgreSQL (pg_ctl stop -m fast, then a start on the same folder and port); pg-failover
+(--brokers with --pg-standby, which gives the managed PostgreSQL a synchronous streaming
+standby and the brokers a multi-host DATABASE_URL) SIGKILLs the primary and promotes the
+standby, once per run; mixed (--brokers) injects one of each per round, in an order drawn
+from --chaos-seed. Requests
 time out after 5s and items are retried with the same transactionIds until they get a
 verdict. The audits then prove nothing answered queued was lost, no id is stored twice,
 every acked message stayed acked; the report adds a chaos section (the faults by kind,
@@ -119,8 +270,9 @@ segments at every sample, so its memory stays at a few bits per transactionId an
 with --retention (segments deleted while it goes on) is audited before they go; without
 retention a final pass recounts every stored frame. --dedup-window and --retention
 configure the run's queue; repeats are only sent while their original is younger than a
-quarter of the window, retries only within half of it.`,
-		Example: `  queen loadtest --embedded --duration 20s
+quarter of the window, retries only within half of it.`
+
+const loadtestExample = `  queen loadtest --embedded --duration 20s
   queen loadtest --target nats://127.0.0.1:4222 --duration 60s --json
   queen loadtest --target http://127.0.0.1:6632 --database-url postgres://...
   queen loadtest --embedded --compare --duration 20s
@@ -131,114 +283,7 @@ quarter of the window, retries only within half of it.`,
   queen loadtest --embedded --duration 60s --consumers 3 --fail-ratio 0.001 --fail-mode crash-batch --json
   queen loadtest --embedded --chaos pg-restart --duration 60s --json
   queen loadtest --brokers 2 --pg-standby --chaos pg-failover --duration 120s --json
-  queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			cfg.Mode = loadtest.Mode(mode)
-			if (cfg.FailMode == loadtest.FailCrash || cfg.FailMode == loadtest.FailCrashBatch) && !cmd.Flags().Changed("consume-lease") {
-				cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
-			}
-			stderr := cmd.ErrOrStderr()
-			cfg.Progress = stderr
-			cfg.ProgressLive = isTerminal(stderr)
-			if brokers > 0 {
-				if embedded || compare {
-					return errors.New("--brokers starts its own brokers: drop --embedded and --compare")
-				}
-				if !cmd.Flags().Changed("log-level") {
-					logLevel = "info" // the brokers' log files
-				}
-				return runClusterLoadtest(ctx, cmd, cfg, brokers, shardLease, pgBin, logLevel, jsonOut, cpuProfile, pgStandby)
-			}
-			if pgStandby {
-				return errors.New("--pg-standby gives the managed PostgreSQL of --brokers N a standby: pass --brokers N")
-			}
-			switch {
-			case cfg.Chaos == "" || cfg.Chaos == loadtest.ChaosNone:
-			case cfg.Chaos == loadtest.ChaosPGRestart && embedded && !compare:
-				chaosClients(cmd, &cfg, 0)
-			case cfg.Chaos == loadtest.ChaosPGRestart:
-				return errors.New("--chaos pg-restart needs a PostgreSQL of its own: pass --brokers N or --embedded (without --compare)")
-			default:
-				return fmt.Errorf("--chaos %s needs brokers of its own: pass --brokers N", cfg.Chaos)
-			}
-			if embedded {
-				log, err := newLogger(logLevel)
-				if err != nil {
-					return err
-				}
-				defer flushLog(log)
-				return withEmbeddedBroker(ctx, stderr, log, pgBin, func(b *broker.Broker) error {
-					if strings.HasPrefix(cfg.Target, "http") {
-						cfg.Target = b.HTTPURL()
-					} else {
-						cfg.Target = b.NATSURL()
-					}
-					cfg.DatabaseURL = b.DatabaseURL()
-					// The broker's /metrics is this process's: its RSS
-					// includes the harness.
-					cfg.MetricsURLs, cfg.SelfRSS = []string{b.HTTPURL()}, true
-					if cfg.Chaos == loadtest.ChaosPGRestart {
-						cfg.RestartPostgres = b.RestartPostgres
-					}
-					return runLoadtest(ctx, cmd.OutOrStdout(), cfg, compare, jsonOut, cpuProfile)
-				})
-			}
-			if cfg.DatabaseURL == "" {
-				cfg.DatabaseURL = defaultAuditURL()
-			}
-			if cmd.Flags().Changed("target") {
-				targetFrom = "--target"
-			}
-			fmt.Fprintf(stderr, "loadtest: target %s (from %s)\n", cfg.Target, targetFrom)
-			return runLoadtest(ctx, cmd.OutOrStdout(), cfg, compare, jsonOut, cpuProfile)
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.Target, "target", cfg.Target, "broker to drive: nats://host:port (or a comma-separated list of a NATS cluster's servers) or http://host:port (default as queen push: env NATS_URL, else nats://<QUEEN_NATS_LISTEN>, else nats://127.0.0.1:4222); with --embedded only its scheme counts")
-	f.StringVar(&cfg.DatabaseURL, "database-url", "", "the broker's PostgreSQL, for the audit and --mode raw (default: $QUEEN_DATA_DIR/postgres.url, then DATABASE_URL)")
-	f.StringVar(&mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
-	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "concurrent producers, one request in flight each")
-	f.IntVar(&cfg.Connections, "connections", 0, "NATS connections the sync producers share, round robin (0: one per producer, like independent clients)")
-	f.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the run's queue")
-	f.StringVar(&cfg.Spread, "spread", cfg.Spread, "how new items pick their partition: random, or sequential (each producer walks the partitions in order, so n new items touch min(n, --partitions) distinct partitions)")
-	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "items per request")
-	f.StringVar(&cfg.ProducerMode, "producer-mode", cfg.ProducerMode, "sync: requests of --batch items, one in flight per producer; async: single items through the client's async producer")
-	f.IntVar(&cfg.InFlight, "in-flight", cfg.InFlight, "with --producer-mode async: most outstanding (published, unresolved) items per producer")
-	f.IntVar(&cfg.MaxBatch, "max-batch", 0, "with --producer-mode async: most items per request (0: --batch, or 100 when --batch is 1)")
-	f.DurationVar(&cfg.Linger, "linger", cfg.Linger, "with --producer-mode async: how long an item waits for others to share its request")
-	f.IntVar(&cfg.PayloadBytes, "payload-bytes", cfg.PayloadBytes, "JSON payload size per item in bytes")
-	f.Float64Var(&cfg.DupRatio, "dup-ratio", cfg.DupRatio, "fraction of items that re-send a transactionId already sent to the same partition")
-	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to send new items (per round with --compare)")
-	f.IntVar(&cfg.Consumers, "consumers", cfg.Consumers, "consumers per consumer group (0: no consume phase)")
-	f.IntVar(&cfg.Groups, "groups", cfg.Groups, "consumer groups, named <queue>-g0, -g1, ... (default 1 with --consumers)")
-	f.Float64Var(&cfg.FailRatio, "fail-ratio", cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
-	f.StringVar(&cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed), crash (ack the messages before it, never ack it, abandon the lease) or crash-batch (handle the whole batch, ack nothing, abandon the lease); the crash modes take leaseTime 2 s unless --consume-lease")
-	f.IntVar(&cfg.ConsumeBatch, "consume-batch", cfg.ConsumeBatch, "most messages per pop")
-	f.IntVar(&cfg.RetryLimit, "retry-limit", cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
-	f.DurationVar(&cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
-	f.IntVar(&cfg.WakeProbes, "wake-probes", cfg.WakeProbes, "rounds of the wake-latency probe after the consume phase (0: none)")
-	f.BoolVar(&jsonOut, "json", false, "print the report as one JSON object on stdout")
-	f.BoolVar(&embedded, "embedded", false, "start a broker in-process (embedded NATS, managed PostgreSQL) in a temporary folder and drive it")
-	f.BoolVar(&compare, "compare", false, "run broker and raw alternately, three rounds each, and print the median ratio of stored messages/s")
-	f.StringVar(&pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "PostgreSQL binaries for --embedded (env QUEEN_PG_BIN)")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
-	f.IntVar(&brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
-	f.StringVar(&cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby")
-	f.BoolVar(&pgStandby, "pg-standby", false, "with --brokers: give the managed PostgreSQL a synchronous streaming standby on loopback; the brokers' DATABASE_URL lists both servers (target_session_attrs=read-write)")
-	f.DurationVar(&cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
-	f.DurationVar(&cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s) and a stopped one frozen before SIGCONT (default 5s)")
-	f.Uint64Var(&cfg.ChaosSeed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
-	f.DurationVar(&shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos, else the brokers' default)")
-	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos)")
-	f.IntVar(&cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back (default 2 with --fail-mode crash)")
-	f.DurationVar(&cfg.DedupWindow, "dedup-window", 0, "configure the run's queue with this dedupWindowSeconds (whole seconds; 0: the queue's default, 1h)")
-	f.DurationVar(&cfg.Retention, "retention", 0, "configure the run's queue with this retentionSeconds (whole seconds, at least 30s and 4 × --sample-every; 0: keep); the audit then runs during the run")
-	f.DurationVar(&cfg.SampleEvery, "sample-every", cfg.SampleEvery, "interval of the timeline (and of the incremental audit passes)")
-	f.StringSliceVar(&cfg.MetricsURLs, "metrics-url", nil, "brokers' HTTP base URLs whose /metrics the timeline reads (default: the HTTP target, the --embedded broker, the --brokers N brokers)")
-	f.StringVar(&logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "warn"), "log level of the --embedded broker: debug, info, warn, error")
-	return cmd
-}
+  queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`
 
 // runClusterLoadtest starts brokers processes of this binary with their
 // PostgreSQL and NATS (loadtest.StartCluster), drives them, and stops
