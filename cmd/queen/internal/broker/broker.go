@@ -218,7 +218,18 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 // the front doors drain, then the notifier, the shard server, the partition
 // actors (their commits finish), the NATS connections, the pool, the
 // managed PostgreSQL and the embedded NATS server.
-func (b *Broker) start(ctx context.Context) (err error) {
+func (b *Broker) start(ctx context.Context) error {
+	for _, phase := range []func(context.Context) error{b.startEngines, b.startActors, b.startShards, b.startFrontDoors} {
+		if err := phase(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startEngines takes the HTTP port, starts (or reaches) NATS and
+// PostgreSQL, migrates the database and opens the store and retention.
+func (b *Broker) startEngines(ctx context.Context) (err error) {
 	cfg := b.cfg
 	// Ports first: a clash fails at once, before any database work.
 	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
@@ -273,7 +284,13 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if b.retain, err = b.store.NewRetention(rc); err != nil {
 		return err
 	}
+	return nil
+}
 
+// startActors joins the cluster (its shard count), connects to NATS and
+// starts the dedup cache and the partition actors.
+func (b *Broker) startActors(ctx context.Context) (err error) {
+	cfg := b.cfg
 	if cfg.ShardCount, err = b.joinCluster(ctx); err != nil {
 		return err
 	}
@@ -304,6 +321,13 @@ func (b *Broker) start(ctx context.Context) (err error) {
 		return err
 	}
 	registerPartitionMetrics(b.metrics, b.host)
+	return nil
+}
+
+// startShards serves this broker's shards, joins the shard membership and
+// builds the router that sends items to their shard's owner.
+func (b *Broker) startShards(ctx context.Context) (err error) {
+	cfg := b.cfg
 	if b.shardSrv, err = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log,
 		// Shard-aware clients push on the shard subjects (SPEC.md §9). The
@@ -340,8 +364,14 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	if b.router, err = shards.NewRouter(shards.RouterConfig{Conn: b.ncShards, Count: cfg.ShardCount, Owners: b.members, Local: shards.ActorPusher(b.host), HopTimeout: hop}); err != nil {
 		return err
 	}
-	router := b.router
-	registerClusterMetrics(b.metrics, b.members, router, b.shardSrv)
+	registerClusterMetrics(b.metrics, b.members, b.router, b.shardSrv)
+	return nil
+}
+
+// startFrontDoors starts the consume coordinator and its notifier, the
+// NATS and HTTP front doors, retention and the shard membership's leases.
+func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
+	cfg := b.cfg
 	// The notifier wakes this broker's polls through the coordinator; the
 	// coordinator tells the notifier of retry acks so other brokers' polls
 	// wake too (b.notifier is set below, before any ack can arrive).
@@ -358,7 +388,7 @@ func (b *Broker) start(ctx context.Context) (err error) {
 	}, func() float64 { return float64(b.cons.Parked()) }))
 	registerLeaseMetrics(b.metrics, b.store)
 	b.svc = transport.NewService(transport.Config{
-		Pusher: router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
+		Pusher: b.router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{pops: b.cons, store: b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes,
