@@ -710,11 +710,24 @@ func (p *Producer) send(batch []*Pending) {
 	cancel()
 	p.stats.requests.Add(1)
 
-	// retry[i]: batch[i] goes back to its partition, after a failure
-	// (retryFailed: the partition backs off) or unsent (retryUnsent).
-	const retryFailed, retryUnsent = 1, 2
-	retry := make([]uint8, len(batch))
-	var done []*Pending
+	retry, done := p.classify(batch, replies, err)
+	p.mu.Lock()
+	p.inflight--
+	done = p.requeueLocked(batch, retry, done)
+	p.mu.Unlock()
+	p.signal()
+	p.finish(done)
+}
+
+// retry[i] of a sent batch: batch[i] goes back to its partition, after a
+// failure (retryFailed: the partition backs off) or unsent (retryUnsent).
+const retryFailed, retryUnsent = 1, 2
+
+// classify reads a request's outcome: per item, done (a verdict, or an
+// error that is final) or to retry (retryFailed, retryUnsent), and counts
+// the verdicts.
+func (p *Producer) classify(batch []*Pending, replies []wire.PushReply, err error) (retry []uint8, done []*Pending) {
+	retry = make([]uint8, len(batch))
 	switch {
 	case len(replies) == len(batch):
 		var queued, dup, failed int64
@@ -772,12 +785,15 @@ func (p *Producer) send(batch []*Pending) {
 			}
 		}
 	}
+	return retry, done
+}
 
-	p.mu.Lock()
-	p.inflight--
+// requeueLocked puts the items to retry back at their partitions' heads,
+// in order, and releases each partition of the batch once; an item past
+// its deadline (or of an abandoned producer) is done with its error
+// instead. It returns done with those added. p.mu is held.
+func (p *Producer) requeueLocked(batch []*Pending, retry []uint8, done []*Pending) []*Pending {
 	now := time.Now()
-	// Put the retried items back at their partitions' heads, in order, and
-	// release each partition once.
 	var cur *partQueue
 	var back []*Pending
 	failedPart := false
@@ -823,9 +839,7 @@ func (p *Producer) send(batch []*Pending) {
 		back = append(back, pd)
 	}
 	flush()
-	p.mu.Unlock()
-	p.signal()
-	p.finish(done)
+	return done
 }
 
 // finish hands each item its result (callback or future) and frees its
