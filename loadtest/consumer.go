@@ -96,6 +96,8 @@ type consumeCounters struct {
 	deadLettered                 atomic.Int64
 	ackCalls, ackErrors          atomic.Int64
 	redelivered, firstDeliveries atomic.Int64
+	// spans counts the partitions' spans of the pops that returned messages.
+	spans atomic.Int64
 	// obs, when set (a cluster run), sees every request's outcome.
 	obs *clientStats
 }
@@ -148,9 +150,9 @@ func (k *consumer) run(ctx context.Context) {
 		if backoff > 0 && !sleep(ctx, backoff) {
 			return
 		}
-		req := popReq{queue: k.cfg.Queue, group: k.g.name, batch: k.cfg.ConsumeBatch, wait: k.cfg.PollTimeout}
+		req := popReq{queue: k.cfg.Queue, group: k.g.name, batch: k.cfg.ConsumeBatch, wait: k.cfg.PollTimeout, partitions: k.cfg.ConsumePartitions}
 		if focus != "" {
-			req.partition, req.batch, req.wait = focus, 1, 0
+			req.partition, req.batch, req.wait, req.partitions = focus, 1, 0, 1
 			focus = ""
 		}
 		popStart := time.Now()
@@ -180,8 +182,32 @@ func (k *consumer) run(ctx context.Context) {
 			continue
 		}
 		k.popLat = append(k.popLat, popTook)
-		focus = k.handle(ctx, &res, popStart)
+		focus = k.handleSpans(ctx, &res, popStart)
 	}
+}
+
+// handleSpans runs handle over each partition's span of a pop reply, in
+// order, as if each came from its own pop: a multi-partition pop
+// (Config.ConsumePartitions) returns several, partition by partition, under
+// one lease. It returns the first span's retry partition ("" when none).
+func (k *consumer) handleSpans(ctx context.Context, res *queen.PopResult, popStart time.Time) (retry string) {
+	msgs := res.Messages
+	spans := 0
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && msgs[j].PartitionID == msgs[i].PartitionID {
+			j++
+		}
+		sub := *res
+		sub.Messages = msgs[i:j]
+		if r := k.handle(ctx, &sub, popStart); retry == "" {
+			retry = r
+		}
+		spans++
+		i = j
+	}
+	k.c.spans.Add(int64(spans))
+	return retry
 }
 
 // handle runs the handler over a popped batch and acks it. It returns the

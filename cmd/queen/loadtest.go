@@ -199,6 +199,7 @@ quarter of the window, retries only within half of it.`,
 	f.Float64Var(&cfg.FailRatio, "fail-ratio", cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
 	f.StringVar(&cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed), crash (ack the messages before it, never ack it, abandon the lease) or crash-batch (handle the whole batch, ack nothing, abandon the lease); the crash modes take leaseTime 2 s unless --consume-lease")
 	f.IntVar(&cfg.ConsumeBatch, "consume-batch", cfg.ConsumeBatch, "most messages per pop")
+	f.IntVar(&cfg.ConsumePartitions, "consume-partitions", cfg.ConsumePartitions, "most partitions one pop may claim (the pop's partitions=N, 1..100): a pop fills its batch at several partitions in one request")
 	f.IntVar(&cfg.RetryLimit, "retry-limit", cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
 	f.DurationVar(&cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
 	f.IntVar(&cfg.WakeProbes, "wake-probes", cfg.WakeProbes, "rounds of the wake-latency probe after the consume phase (0: none)")
