@@ -186,13 +186,29 @@ func (k *consumer) run(ctx context.Context) {
 	}
 }
 
-// handleSpans runs handle over each partition's span of a pop reply, in
-// order, as if each came from its own pop: a multi-partition pop
-// (Config.ConsumePartitions) returns several, partition by partition, under
-// one lease. It returns the first span's retry partition ("" when none).
+// handleSpans handles a pop reply: a multi-partition pop
+// (Config.ConsumePartitions) returns several partitions' spans, partition by
+// partition, under one lease. A reply without a poison message is handled
+// and acked in one call; one with a poison message span by span, as if each
+// came from its own pop, so each partition fails (or crashes) as a
+// single-partition batch would. It returns the first span's retry partition
+// ("" when none).
 func (k *consumer) handleSpans(ctx context.Context, res *queen.PopResult, popStart time.Time) (retry string) {
 	msgs := res.Messages
-	spans := 0
+	spans := 1
+	for i := 1; i < len(msgs); i++ {
+		if msgs[i].PartitionID != msgs[i-1].PartitionID {
+			spans++
+		}
+	}
+	k.c.spans.Add(int64(spans))
+	poison := false
+	for i := range msgs {
+		poison = poison || isPoison(msgs[i].TransactionID, k.cfg.FailRatio)
+	}
+	if spans == 1 || !poison {
+		return k.handle(ctx, res, popStart)
+	}
 	for i := 0; i < len(msgs); {
 		j := i + 1
 		for j < len(msgs) && msgs[j].PartitionID == msgs[i].PartitionID {
@@ -203,10 +219,8 @@ func (k *consumer) handleSpans(ctx context.Context, res *queen.PopResult, popSta
 		if r := k.handle(ctx, &sub, popStart); retry == "" {
 			retry = r
 		}
-		spans++
 		i = j
 	}
-	k.c.spans.Add(int64(spans))
 	return retry
 }
 
@@ -353,9 +367,12 @@ func (g *group) poisoned(pi int, off int64, now time.Time) {
 func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now time.Time, k *consumer, charge bool) []uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(msgs) > 0 {
-		if pi, ok := k.partIdx[msgs[0].Partition]; ok {
-			if s := g.stalls[pi]; s != nil && msgs[0].Offset > s.poison {
+	for i := range msgs {
+		if i > 0 && msgs[i].Partition == msgs[i-1].Partition {
+			continue // not the start of a partition's span
+		}
+		if pi, ok := k.partIdx[msgs[i].Partition]; ok {
+			if s := g.stalls[pi]; s != nil && msgs[i].Offset > s.poison {
 				g.stallDur = append(g.stallDur, now.Sub(s.since))
 				delete(g.stalls, pi)
 			}
