@@ -15,6 +15,7 @@ import (
 // Store is what the coordinator needs from persistence (persistence.Store).
 type Store interface {
 	PopPartition(ctx context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error)
+	PopPartitions(ctx context.Context, spec persistence.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []persistence.PopState, error)
 	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
 	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
@@ -191,9 +192,9 @@ func (g *groupHint) drop(pid uuid.UUID) {
 	}
 }
 
-// pick returns up to n hinted partitions, rotating where it starts so
-// consumers of a group spread over the partitions.
-func (c *Coordinator) pick(queue, group string, n int) []uuid.UUID {
+// pick returns up to n hinted partitions, rotating where it starts (by
+// step each call) so consumers of a group spread over the partitions.
+func (c *Coordinator) pick(queue, group string, n, step int) []uuid.UUID {
 	var out []uuid.UUID
 	c.update(queue, group, func(g *groupHint) {
 		if len(g.cands) == 0 {
@@ -204,7 +205,7 @@ func (c *Coordinator) pick(queue, group string, n int) []uuid.UUID {
 		for i := range out {
 			out[i] = g.cands[(start+i)%len(g.cands)]
 		}
-		g.next = start + 1
+		g.next = start + step
 	})
 	return out
 }
@@ -290,57 +291,98 @@ func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.
 		return res, false, err
 	}
 	spec.SkipLocked = true
-	// A multi-partition pop (req.Partitions > 1) goes on claiming partitions
-	// until it holds req.Partitions of them, req.Batch messages or
-	// MaxPopReplyBytes, all leased under one id (upstream Queen's v4 pop).
-	multi := req.Partitions > 1
-	if multi && !req.AutoAck {
+	if req.Partitions > 1 {
+		return c.tryMany(ctx, req, spec)
+	}
+	soon := false
+	tried := map[uuid.UUID]bool{}
+	try := func(pids []uuid.UUID) (queen.PopResult, error) {
+		for _, pid := range pids {
+			if tried[pid] || len(tried) >= 2*maxTries {
+				continue
+			}
+			tried[pid] = true
+			spec.PartitionID = pid
+			res, st, err := c.store.PopPartition(ctx, spec)
+			if err != nil {
+				return queen.PopResult{}, err
+			}
+			switch st {
+			case persistence.PopDelivered:
+				c.learn(req.Queue, pid)
+				return res, nil
+			case persistence.PopEmpty:
+				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
+			case persistence.PopBusy:
+				soon = true
+			}
+		}
+		return queen.PopResult{}, nil
+	}
+	if res, err := try(c.pick(req.Queue, req.ConsumerGroup, maxTries, 1)); err != nil || len(res.Messages) > 0 {
+		return res, false, err
+	}
+	// Nothing through the hint: PostgreSQL corrects it.
+	cands, err := c.candidates(ctx, req)
+	if err != nil {
+		return queen.PopResult{}, false, err
+	}
+	res, err := try(cands)
+	return res, soon && len(res.Messages) == 0, err
+}
+
+// candidates asks PostgreSQL for partitions of req's queue that may hold
+// work for its group and adds them to the group's hint.
+func (c *Coordinator) candidates(ctx context.Context, req queen.PopRequest) ([]uuid.UUID, error) {
+	cands, err := c.store.Candidates(ctx, req.Queue, req.ConsumerGroup, candidateLimit)
+	if err != nil {
+		return nil, err
+	}
+	c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) {
+		for _, pid := range cands {
+			g.add(pid)
+		}
+	})
+	return cands, nil
+}
+
+// tryMany makes one multi-partition pop attempt (req.Partitions > 1): it
+// claims up to req.Partitions partitions, req.Batch messages or
+// MaxPopReplyBytes, all leased under one id (upstream Queen's v4 pop), in
+// one Store.PopPartitions call (one transaction, two round trips) over
+// req.Partitions hinted partitions; when they deliver nothing, once more
+// over up to max(req.Partitions, 2*maxTries) of PostgreSQL's candidates.
+func (c *Coordinator) tryMany(ctx context.Context, req queen.PopRequest, spec persistence.PopSpec) (queen.PopResult, bool, error) {
+	if !req.AutoAck {
 		lease, err := uuid.NewV7()
 		if err != nil {
 			return queen.PopResult{}, false, err
 		}
 		spec.LeaseID = lease
 	}
-	var out queen.PopResult
-	claimed, size := 0, 0
-	done := func() bool {
-		return claimed > 0 && (!multi || claimed >= req.Partitions || len(out.Messages) >= req.Batch ||
-			size+persistence.PopMessageOverhead > queen.MaxPopReplyBytes)
-	}
-	tried := map[uuid.UUID]bool{}
-	maxTried := max(2*maxTries, 2*req.Partitions)
 	soon := false
-	try := func(pids []uuid.UUID) error {
+	tried := map[uuid.UUID]bool{}
+	try := func(pids []uuid.UUID, n int) (queen.PopResult, error) {
+		var fresh []uuid.UUID
 		for _, pid := range pids {
-			if done() {
-				return nil
+			if len(fresh) < n && !tried[pid] {
+				tried[pid] = true
+				fresh = append(fresh, pid)
 			}
-			if tried[pid] || len(tried) >= maxTried {
-				continue
-			}
-			tried[pid] = true
-			spec.PartitionID = pid
-			spec.Batch = req.Batch - len(out.Messages)
-			spec.MaxBytes = queen.MaxPopReplyBytes - size
-			spec.BytesStrict = claimed > 0
-			res, st, err := c.store.PopPartition(ctx, spec)
-			if err != nil {
-				if claimed > 0 {
-					return nil // answer what is already leased
-				}
-				return err
-			}
+		}
+		if len(fresh) == 0 {
+			return queen.PopResult{}, nil
+		}
+		res, states, err := c.store.PopPartitions(ctx, spec, fresh, req.Partitions)
+		if err != nil {
+			return queen.PopResult{}, err
+		}
+		claimed := 0
+		for i, st := range states {
+			pid := fresh[i]
 			switch st {
 			case persistence.PopDelivered:
 				c.learn(req.Queue, pid)
-				if claimed == 0 {
-					out = res // the first claim names the reply's partition and lease
-				} else {
-					out.Messages = append(out.Messages, res.Messages...)
-				}
-				for _, m := range res.Messages {
-					size += len(m.Data) + persistence.PopMessageOverhead
-				}
 				claimed++
 			case persistence.PopEmpty:
 				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
@@ -348,32 +390,21 @@ func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.
 				soon = true
 			}
 		}
-		return nil
-	}
-	finish := func(err error) (queen.PopResult, bool, error) {
-		if multi && claimed > 0 {
-			out.PartitionsClaimed = claimed
-		}
-		return out, soon && claimed == 0, err
-	}
-	if err := try(c.pick(req.Queue, req.ConsumerGroup, max(maxTries, req.Partitions))); err != nil || done() {
-		return finish(err)
-	}
-	// Nothing (or, for a multi-partition pop, not enough) through the hint:
-	// PostgreSQL corrects it.
-	cands, err := c.store.Candidates(ctx, req.Queue, req.ConsumerGroup, candidateLimit)
-	if err != nil {
 		if claimed > 0 {
-			return finish(nil)
+			res.PartitionsClaimed = claimed
 		}
+		return res, nil
+	}
+	res, err := try(c.pick(req.Queue, req.ConsumerGroup, req.Partitions, req.Partitions), req.Partitions)
+	if err != nil || len(res.Messages) > 0 {
+		return res, false, err
+	}
+	cands, err := c.candidates(ctx, req)
+	if err != nil {
 		return queen.PopResult{}, false, err
 	}
-	c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) {
-		for _, pid := range cands {
-			g.add(pid)
-		}
-	})
-	return finish(try(cands))
+	res, err = try(cands, max(req.Partitions, 2*maxTries))
+	return res, soon && len(res.Messages) == 0, err
 }
 
 // tryLabels makes one attempt on every queue labelled req.Namespace /

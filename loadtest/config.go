@@ -135,6 +135,11 @@ type Config struct {
 	FailMode string
 	// ConsumeBatch is the most messages per pop (default 100, 1..10000).
 	ConsumeBatch int
+	// ConsumePartitions is the most partitions one pop may claim (the
+	// pop's partitions=N, default 1, 1..100): above 1 a consumer's pop
+	// fills its batch at several partitions in one request, and the
+	// consumer handles and acks each partition's span as its own batch.
+	ConsumePartitions int
 	// RetryLimit is the queue's retryLimit, configured before the load
 	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
 	RetryLimit int
@@ -230,26 +235,27 @@ type Config struct {
 // DefaultConfig returns the defaults of `queen loadtest`.
 func DefaultConfig() Config {
 	return Config{
-		Mode:           ModeBroker,
-		Target:         "nats://127.0.0.1:4222",
-		Producers:      8,
-		Partitions:     64,
-		Batch:          100,
-		PayloadBytes:   200,
-		DupRatio:       0.1,
-		Duration:       30 * time.Second,
-		MaxAttempts:    8,
-		RequestTimeout: 30 * time.Second,
-		DrainTimeout:   15 * time.Second,
-		ProgressEvery:  2 * time.Second,
-		ConsumeBatch:   100,
-		RetryLimit:     3,
-		WakeProbes:     50,
-		SampleEvery:    10 * time.Second,
-		ProducerMode:   ProducerSync,
-		Spread:         SpreadRandom,
-		InFlight:       1000,
-		Linger:         transport.DefaultLinger,
+		Mode:              ModeBroker,
+		Target:            "nats://127.0.0.1:4222",
+		Producers:         8,
+		Partitions:        64,
+		Batch:             100,
+		PayloadBytes:      200,
+		DupRatio:          0.1,
+		Duration:          30 * time.Second,
+		MaxAttempts:       8,
+		RequestTimeout:    30 * time.Second,
+		DrainTimeout:      15 * time.Second,
+		ProgressEvery:     2 * time.Second,
+		ConsumeBatch:      100,
+		ConsumePartitions: 1,
+		RetryLimit:        3,
+		WakeProbes:        50,
+		SampleEvery:       10 * time.Second,
+		ProducerMode:      ProducerSync,
+		Spread:            SpreadRandom,
+		InFlight:          1000,
+		Linger:            transport.DefaultLinger,
 	}
 }
 
@@ -301,6 +307,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("fail ratio %g without consumers: pass --consumers", c.FailRatio)
 	case c.Consumers > 0 && (c.ConsumeBatch < 1 || c.ConsumeBatch > 10000):
 		return fmt.Errorf("consume batch %d: want 1..10000", c.ConsumeBatch)
+	case c.Consumers > 0 && (c.ConsumePartitions < 0 || c.ConsumePartitions > 100):
+		return fmt.Errorf("consume partitions %d: want 1..100", c.ConsumePartitions)
 	case c.FailMode != "" && c.FailMode != FailNack && !crashes(c.FailMode):
 		return fmt.Errorf("fail mode %q: want nack, crash or crash-batch", c.FailMode)
 	case c.RetryLimit < 0 || c.RetryLimit > 100:
@@ -438,6 +446,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConsumeBatch == 0 {
 		c.ConsumeBatch = d.ConsumeBatch
+	}
+	if c.ConsumePartitions == 0 {
+		c.ConsumePartitions = d.ConsumePartitions
 	}
 	if c.FailMode == "" {
 		c.FailMode = FailNack

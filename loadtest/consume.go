@@ -366,6 +366,11 @@ type ConsumeReport struct {
 	RetryLimit        int      `json:"retry_limit"`
 	LeaseSeconds      int      `json:"lease_seconds"`
 	Batch             int      `json:"batch"`
+	// ConsumePartitions is the most partitions a pop could claim
+	// (Config.ConsumePartitions); PartitionsPerPop how many the pops that
+	// returned messages claimed on average.
+	ConsumePartitions int     `json:"consume_partitions"`
+	PartitionsPerPop  float64 `json:"partitions_per_pop"`
 	// Seconds is the consume phase, from the start of the run to the
 	// drain's end; DrainSeconds its part after the producers stopped.
 	Seconds      float64 `json:"seconds"`
@@ -503,7 +508,7 @@ type GroupReport struct {
 func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *ConsumeReport {
 	secs := cp.end.Sub(cp.start).Seconds()
 	r := &ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, FailMode: cp.cfg.FailMode,
-		RetryLimit: cp.cfg.RetryLimit, LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch,
+		RetryLimit: cp.cfg.RetryLimit, LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch, ConsumePartitions: cp.cfg.ConsumePartitions,
 		Seconds: math.Round(secs*1000) / 1000, DrainSeconds: math.Round(cp.end.Sub(cp.producersDone).Seconds()*1000) / 1000,
 		Drained: cp.drained, DrainProblem: cp.drainProblem,
 		Pops: cp.c.pops.Load(), EmptyPops: cp.c.emptyPops.Load(), PopErrors: cp.c.popErrors.Load(),
@@ -512,6 +517,9 @@ func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *Consume
 		AckCalls: cp.c.ackCalls.Load(), AckErrors: cp.c.ackErrors.Load(), AckResults: map[string]int64{},
 		E2ESamples: cp.c.firstDeliveries.Load(), Wake: cp.wake, Audit: audit, Poison: cp.poisonReport()}
 	r.AckedPerSecond = perSecond(r.Acked, secs)
+	if full := r.Pops - r.EmptyPops; full > 0 {
+		r.PartitionsPerPop = math.Round(float64(cp.c.spans.Load())/float64(full)*100) / 100
+	}
 	for i, g := range cp.groups {
 		r.Groups = append(r.Groups, g.name)
 		gr := GroupReport{Group: g.name, Acked: g.acked.Load(), Deliveries: g.delivered.Load(), Handled: g.handled.Load(),

@@ -41,6 +41,8 @@ type popReq struct {
 	partition string
 	group     string
 	batch     int
+	// partitions > 1 lets a pop of any partition claim that many.
+	partitions int
 	// wait > 0 makes the pop a long poll of up to wait; 0 answers at once.
 	wait time.Duration
 }
@@ -77,7 +79,7 @@ func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, erro
 	ctx, cancel := context.WithTimeout(ctx, r.wait+slack)
 	defer cancel()
 	res, err := n.c.Pop(ctx, transport.PopOptions{Queue: r.queue, Partition: r.partition, Batch: r.batch, Wait: r.wait > 0,
-		TimeoutMs: int(r.wait.Milliseconds()), ConsumerGroup: r.group})
+		TimeoutMs: int(r.wait.Milliseconds()), ConsumerGroup: r.group, Partitions: r.partitions})
 	if err != nil {
 		return res, asQueenError(err, "pop")
 	}
@@ -127,6 +129,9 @@ func (h *httpConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, erro
 	var res queen.PopResult
 	q := url.Values{}
 	q.Set("batch", strconv.Itoa(r.batch))
+	if r.partitions > 1 {
+		q.Set("partitions", strconv.Itoa(r.partitions))
+	}
 	if r.wait > 0 {
 		q.Set("wait", "true")
 		q.Set("timeout", strconv.FormatInt(r.wait.Milliseconds(), 10))

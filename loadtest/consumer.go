@@ -96,6 +96,8 @@ type consumeCounters struct {
 	deadLettered                 atomic.Int64
 	ackCalls, ackErrors          atomic.Int64
 	redelivered, firstDeliveries atomic.Int64
+	// spans counts the partitions' spans of the pops that returned messages.
+	spans atomic.Int64
 	// obs, when set (a cluster run), sees every request's outcome.
 	obs *clientStats
 }
@@ -148,9 +150,9 @@ func (k *consumer) run(ctx context.Context) {
 		if backoff > 0 && !sleep(ctx, backoff) {
 			return
 		}
-		req := popReq{queue: k.cfg.Queue, group: k.g.name, batch: k.cfg.ConsumeBatch, wait: k.cfg.PollTimeout}
+		req := popReq{queue: k.cfg.Queue, group: k.g.name, batch: k.cfg.ConsumeBatch, wait: k.cfg.PollTimeout, partitions: k.cfg.ConsumePartitions}
 		if focus != "" {
-			req.partition, req.batch, req.wait = focus, 1, 0
+			req.partition, req.batch, req.wait, req.partitions = focus, 1, 0, 1
 			focus = ""
 		}
 		popStart := time.Now()
@@ -180,8 +182,46 @@ func (k *consumer) run(ctx context.Context) {
 			continue
 		}
 		k.popLat = append(k.popLat, popTook)
-		focus = k.handle(ctx, &res, popStart)
+		focus = k.handleSpans(ctx, &res, popStart)
 	}
+}
+
+// handleSpans handles a pop reply: a multi-partition pop
+// (Config.ConsumePartitions) returns several partitions' spans, partition by
+// partition, under one lease. A reply without a poison message is handled
+// and acked in one call; one with a poison message span by span, as if each
+// came from its own pop, so each partition fails (or crashes) as a
+// single-partition batch would. It returns the first span's retry partition
+// ("" when none).
+func (k *consumer) handleSpans(ctx context.Context, res *queen.PopResult, popStart time.Time) (retry string) {
+	msgs := res.Messages
+	spans := 1
+	for i := 1; i < len(msgs); i++ {
+		if msgs[i].PartitionID != msgs[i-1].PartitionID {
+			spans++
+		}
+	}
+	k.c.spans.Add(int64(spans))
+	poison := false
+	for i := range msgs {
+		poison = poison || isPoison(msgs[i].TransactionID, k.cfg.FailRatio)
+	}
+	if spans == 1 || !poison {
+		return k.handle(ctx, res, popStart)
+	}
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && msgs[j].PartitionID == msgs[i].PartitionID {
+			j++
+		}
+		sub := *res
+		sub.Messages = msgs[i:j]
+		if r := k.handle(ctx, &sub, popStart); retry == "" {
+			retry = r
+		}
+		i = j
+	}
+	return retry
 }
 
 // handle runs the handler over a popped batch and acks it. It returns the
@@ -327,9 +367,12 @@ func (g *group) poisoned(pi int, off int64, now time.Time) {
 func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now time.Time, k *consumer, charge bool) []uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(msgs) > 0 {
-		if pi, ok := k.partIdx[msgs[0].Partition]; ok {
-			if s := g.stalls[pi]; s != nil && msgs[0].Offset > s.poison {
+	for i := range msgs {
+		if i > 0 && msgs[i].Partition == msgs[i-1].Partition {
+			continue // not the start of a partition's span
+		}
+		if pi, ok := k.partIdx[msgs[i].Partition]; ok {
+			if s := g.stalls[pi]; s != nil && msgs[i].Offset > s.poison {
 				g.stallDur = append(g.stallDur, now.Sub(s.since))
 				delete(g.stalls, pi)
 			}

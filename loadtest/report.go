@@ -281,8 +281,8 @@ func (r *Report) WriteText(w io.Writer) {
 }
 
 func (c *ConsumeReport) writeText(b *strings.Builder) {
-	fmt.Fprintf(b, "  consume   %d groups × %d consumers · batch %d · fail ratio %g · retryLimit %d · leaseTime %d s · %.1f s (drain %.1f s)\n",
-		len(c.Groups), c.ConsumersPerGroup, c.Batch, c.FailRatio, c.RetryLimit, c.LeaseSeconds, c.Seconds, c.DrainSeconds)
+	fmt.Fprintf(b, "  consume   %d groups × %d consumers · batch %d · up to %d partitions a pop (%.2f on average) · fail ratio %g · retryLimit %d · leaseTime %d s · %.1f s (drain %.1f s)\n",
+		len(c.Groups), c.ConsumersPerGroup, c.Batch, max(c.ConsumePartitions, 1), c.PartitionsPerPop, c.FailRatio, c.RetryLimit, c.LeaseSeconds, c.Seconds, c.DrainSeconds)
 	fmt.Fprintf(b, "  consumed  %s acked (%s acked/s) · %s dead-lettered · %s handled · %s delivered, %s of them redeliveries\n",
 		commas(c.Acked), commas(int64(c.AckedPerSecond)), commas(c.DeadLettered), commas(c.Handled), commas(c.Deliveries), commas(c.Redeliveries))
 	for _, g := range c.PerGroup {

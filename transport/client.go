@@ -209,6 +209,10 @@ type PopOptions struct {
 	AutoAck          bool   `json:"autoAck,omitempty"`
 	SubscriptionMode string `json:"subscriptionMode,omitempty"`
 	SubscriptionFrom string `json:"subscriptionFrom,omitempty"`
+	// Partitions > 1 lets a pop of any partition claim up to that many
+	// partitions under one lease (default 1, at most 100; SPEC.md §4,
+	// README "partitions=N"); each message names its partition.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // Pop pops messages; a result with no messages means nothing was available

@@ -196,6 +196,27 @@ func TestLoadtestConsume(t *testing.T) {
 		require.Contains(t, text.String(), "e2e audit passed")
 	}
 
+	// Multi-partition pops (--consume-partitions): the consumers' pops fill
+	// their batch at up to 8 partitions, each span handled and acked as its
+	// own batch; the counts are as exact as with one partition a pop.
+	t.Run("multi-partition pops", func(t *testing.T) {
+		for _, target := range []string{b.NATSURL(), b.HTTPURL()} {
+			cfg := consumeRun(b, target)
+			cfg.Queue, cfg.Partitions, cfg.ConsumePartitions, cfg.WakeProbes = "loadtest-consume-multi-"+target[:4], 64, 8, 0
+			rep, err := loadtest.Run(ctx, cfg)
+			require.NoError(t, err, "%s", target)
+			c := rep.Consume
+			a := c.Audit
+			require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
+			require.True(t, c.Drained, c.DrainProblem)
+			require.Equal(t, 8, c.ConsumePartitions)
+			require.Greater(t, c.PartitionsPerPop, 1.0, "pops claim several partitions")
+			require.Equal(t, 2*(a.Messages-a.Poison), c.Acked)
+			require.Equal(t, 2*a.Poison, c.DeadLettered)
+			require.Equal(t, 2*(a.Messages+int64(c.RetryLimit)*a.Poison), c.Handled)
+		}
+	})
+
 	t.Run("tampered", func(t *testing.T) {
 		cfg := consumeRun(b, b.NATSURL())
 		cfg.Queue, cfg.WakeProbes = "loadtest-consume-tampered", 0
@@ -234,18 +255,24 @@ func TestLoadtestConsume(t *testing.T) {
 // counts a failed delivery, so every poison message is dead-lettered once
 // per group with "lease expired" after retryLimit+1 single-message
 // expiries, and the audit proves it; the report's poison section matches
-// the broker's /metrics.
+// the broker's /metrics. crash-batch-multi crashes batches of
+// multi-partition pops (--consume-partitions 8), each partition's span
+// handled as its own batch.
 func TestLoadtestConsumeCrash(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{loadtest.FailCrash, loadtest.FailCrashBatch} {
-		t.Run(mode, func(t *testing.T) {
+	for _, name := range []string{loadtest.FailCrash, loadtest.FailCrashBatch, loadtest.FailCrashBatch + "-multi"} {
+		mode, multi := strings.CutSuffix(name, "-multi")
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := startTestBroker(t)
 			cfg := consumeRun(b, b.NATSURL())
 			// Every poison message holds its partition for a lease per
 			// delivery: spread them (the transactionIds lt0-0 and lt0-2 are
 			// poison at 5%, so every run has some).
-			cfg.Queue, cfg.FailMode, cfg.RetryLimit, cfg.Partitions, cfg.WakeProbes = "loadtest-consume-"+mode, mode, 1, 64, 0
+			cfg.Queue, cfg.FailMode, cfg.RetryLimit, cfg.Partitions, cfg.WakeProbes = "loadtest-consume-"+name, mode, 1, 64, 0
+			if multi {
+				cfg.ConsumePartitions = 8
+			}
 			cfg.MetricsURLs = []string{b.HTTPURL()}
 			rep, err := loadtest.Run(context.Background(), cfg)
 			require.NoError(t, err)

@@ -1,0 +1,241 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// countingQuerier counts the round trips a consume path makes: every batch,
+// query and exec sent.
+type countingQuerier struct {
+	q     querier
+	trips int
+}
+
+func (c *countingQuerier) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.trips++
+	return c.q.SendBatch(ctx, b)
+}
+
+func (c *countingQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.trips++
+	return c.q.QueryRow(ctx, sql, args...)
+}
+
+func (c *countingQuerier) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.trips++
+	return c.q.Exec(ctx, sql, args...)
+}
+
+// spanPartitions makes queue partitions p0..p(n-1) holding per messages
+// each (transactionIds "p<i>-<j>") and returns their ids.
+func spanPartitions(t *testing.T, s *Store, queueName string, n, per int) []uuid.UUID {
+	t.Helper()
+	pids := make([]uuid.UUID, n)
+	for i := range n {
+		name := fmt.Sprintf("p%d", i)
+		pid, err := s.EnsurePartition(context.Background(), queueName, name)
+		require.NoError(t, err)
+		var ids []string
+		for j := range per {
+			ids = append(ids, fmt.Sprintf("%s-%d", name, j))
+		}
+		commit(t, s, pid, items(queueName, name, ids...))
+		pids[i] = pid
+	}
+	return pids
+}
+
+// countedPop runs one multi-partition pop on its own connection and
+// returns it with the round trips it made.
+func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []PopState, int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	cq := &countingQuerier{q: conn}
+	states := make([]PopState, len(pids))
+	var settled LeaseStats
+	res, err := popManyTx(ctx, cq, spec, pids, most, states, &settled)
+	require.NoError(t, err)
+	return res, states, cq.trips
+}
+
+// TestPopPartitionsOneRoundTrip: a multi-partition pop claims every
+// partition it tries in one round trip and commits in a second, whatever
+// the number of partitions tried (1 to 50), and a pop that finds them all
+// leased makes the same two.
+func TestPopPartitionsOneRoundTrip(t *testing.T) {
+	s := setup(t)
+	for _, n := range []int{1, 5, 50} {
+		q := fmt.Sprintf("rt%d", n)
+		pids := spanPartitions(t, s, q, n, 3)
+		res, states, trips := countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.Equal(t, 2, trips, "%d partitions: claim and commit", n)
+		require.Len(t, res.Messages, 3*n)
+		require.NotNil(t, res.LeaseID)
+		for i, st := range states {
+			require.Equal(t, PopDelivered, st, "partition %d", i)
+		}
+		_, states, trips = countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.Equal(t, 2, trips, "%d leased partitions", n)
+		for _, st := range states {
+			require.Equal(t, PopBusy, st)
+		}
+	}
+}
+
+// TestPopPartitionsSpansExact: the spans a multi-partition pop claims are
+// each partition's next messages in offset order, stop at the batch (the
+// rest of a partition is the next pop's) and at most partitions, carry one
+// lease and name their partitions; an ack of them moves each partition's
+// cursor, and the next pop starts exactly where each span ended.
+func TestPopPartitionsSpansExact(t *testing.T) {
+	s := setup(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "q", 4, 3)
+	res, states, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 5, SkipLocked: true}, pids, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p0-0", "p0-1", "p0-2", "p1-0", "p1-1"}, txns(res))
+	require.Equal(t, []PopState{PopDelivered, PopDelivered, PopNotYet, PopNotYet}, states)
+	require.Equal(t, "p0", res.Partition)
+	var acks []queen.AckItem
+	lease := uuid.MustParse(*res.LeaseID)
+	for _, m := range res.Messages {
+		require.Equal(t, *res.LeaseID, *m.LeaseID)
+		require.Equal(t, m.TransactionID[:2], m.Partition)
+		require.Equal(t, "q", m.Queue)
+		acks = append(acks, queen.AckItem{PartitionID: uuid.MustParse(m.PartitionID), Offset: m.Offset,
+			Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease, TransactionID: m.TransactionID})
+	}
+	require.Equal(t, []queen.AckOutcome{queen.Acked, queen.Acked, queen.Acked, queen.Acked, queen.Acked}, ack(t, s, acks...))
+
+	// At most 2 partitions: p0 is drained, p1's rest and p2.
+	res, states, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p1-2", "p2-0", "p2-1", "p2-2"}, txns(res))
+	require.Equal(t, []PopState{PopEmpty, PopDelivered, PopDelivered, PopNotYet}, states)
+	// The other group starts at the beginning, autoAck moves its cursors.
+	res, _, err = s.PopPartitions(ctx, PopSpec{Group: "h", Batch: 4, AutoAck: true}, pids[2:], 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p2-0", "p2-1", "p2-2", "p3-0"}, txns(res))
+	require.Nil(t, res.LeaseID)
+	res, _, err = s.PopPartitions(ctx, PopSpec{Group: "h", Batch: 4, AutoAck: true}, pids[2:], 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p3-1", "p3-2"}, txns(res))
+}
+
+// TestPopPartitionsConcurrentConsumers: four consumers of a group pop many
+// partitions at once (each its own order, skipping rows another holds) and
+// ack what they get: every message is delivered exactly once.
+func TestPopPartitionsConcurrentConsumers(t *testing.T) {
+	s := setup(t)
+	const parts, per = 40, 5
+	pids := spanPartitions(t, s, "q", parts, per)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	total := 0
+	deadline := time.Now().Add(time.Minute)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			order := append([]uuid.UUID(nil), pids...)
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := total == parts*per
+				mu.Unlock()
+				if done {
+					return
+				}
+				rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+				res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 7, SkipLocked: true}, order[:8], 3)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					continue
+				}
+				lease := uuid.MustParse(*res.LeaseID)
+				var acks []queen.AckItem
+				mu.Lock()
+				for _, m := range res.Messages {
+					seen[m.TransactionID]++
+					total++
+					acks = append(acks, queen.AckItem{PartitionID: uuid.MustParse(m.PartitionID), Offset: m.Offset,
+						Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease, TransactionID: m.TransactionID})
+				}
+				mu.Unlock()
+				out, err := s.Ack(ctx, acks)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, r := range out {
+					if r.Result != queen.Acked {
+						errs <- fmt.Errorf("ack %s: %s %s", r.TransactionID, r.Result, r.Error)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, seen, parts*per, "every message delivered")
+	for txn, n := range seen {
+		require.Equal(t, 1, n, "%s delivered %d times", txn, n)
+	}
+}
+
+// TestPopPartitionsBisects: a multi-partition pop respects each (partition,
+// group)'s bisection (SPEC.md §4): after p0's span of four expires unacked,
+// the next pop holds two of p0's messages (none charged) and the whole of
+// p1; p0's single message that then expires is charged once.
+func TestPopPartitionsBisects(t *testing.T) {
+	s := setup(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "q", 2, 4)
+	spec := PopSpec{Group: "g", Batch: 100, SkipLocked: true}
+	res, _, err := s.PopPartitions(ctx, spec, pids[:1], 0)
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 4)
+	runOutLease(t, s, pids[0], "g")
+	res, states, err := s.PopPartitions(ctx, spec, pids, 0)
+	require.NoError(t, err)
+	require.Equal(t, []PopState{PopDelivered, PopDelivered}, states)
+	require.Equal(t, []string{"p0-0", "p0-1", "p1-0", "p1-1", "p1-2", "p1-3"}, txns(res))
+	for _, m := range res.Messages {
+		require.Zero(t, m.RetryCount)
+	}
+	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats())
+	runOutLease(t, s, pids[0], "g")
+	res, _, err = s.PopPartitions(ctx, spec, pids[:1], 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p0-0"}, txns(res))
+	runOutLease(t, s, pids[0], "g")
+	res, _, err = s.PopPartitions(ctx, spec, pids[:1], 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p0-0"}, txns(res))
+	require.Equal(t, 1, res.Messages[0].RetryCount, "a single-message span that expires is charged")
+}
