@@ -69,56 +69,14 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 	for i := range states {
 		states[i] = PopBusy
 	}
-	sts := make([]consumerState, n)
-	found := make([]bool, n)
-	segs := make([][]popSegment, n)
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return bytes.Compare(pids[order[a]][:], pids[order[b]][:]) < 0 })
-
-	// Round trip 1: create, lock and read every partition's span.
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	for _, i := range order {
-		ensureConsumer(b, pids[i], spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
-	}
-	for _, i := range order {
-		lockOnly(b, pids[i], spec.Group, spec.SkipLocked, &sts[i], &found[i])
-		b.Queue(sqlConsumeSegments, pids[i], spec.Group, spec.Batch).Query(readSegments(&segs[i]))
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return queen.PopResult{}, unavailable(err)
-	}
-
-	// Expired leases nobody released are settled first (rare): their rows
-	// are written and their segments read again, in one more round trip.
-	b = &pgx.Batch{}
-	for _, i := range order {
-		st := &sts[i]
-		if !found[i] || st.live {
-			continue
-		}
-		expired, err := expireLease(ctx, tx, ackKey{pids[i], spec.Group}, st)
-		if err != nil {
-			return queen.PopResult{}, err
-		}
-		if !expired {
-			continue
-		}
-		counts, bisect, err := rowState(st)
-		if err != nil {
-			return queen.PopResult{}, err
-		}
-		segs[i] = segs[i][:0]
-		b.Queue(sqlConsumeUpdate, pids[i], spec.Group, st.cursor, nil, nil, nil, counts, bisect)
-		b.Queue(sqlConsumeSegments, pids[i], spec.Group, spec.Batch).Query(readSegments(&segs[i]))
-	}
-	if err := sendAcks(ctx, tx, b); err != nil {
+	pm := &popMany{spec: spec, pids: pids, states: states,
+		sts: make([]consumerState, n), found: make([]bool, n), segs: make([][]popSegment, n)}
+	if err := pm.read(ctx, tx); err != nil {
 		return queen.PopResult{}, err
 	}
-
+	if err := pm.settleExpired(ctx, tx); err != nil {
+		return queen.PopResult{}, err
+	}
 	lease := spec.LeaseID
 	if lease == uuid.Nil && !spec.AutoAck {
 		var err error
@@ -126,24 +84,113 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 			return queen.PopResult{}, err
 		}
 	}
+	// Round trip 2: write the claimed rows (and the bisections a pop that
+	// delivers nothing changed) and commit.
+	b := &pgx.Batch{}
+	out, claimed, err := pm.claim(b, lease, most)
+	if err != nil {
+		return queen.PopResult{}, err
+	}
+	b.Queue("COMMIT")
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return queen.PopResult{}, unavailable(err)
+	}
+	for i := range pm.sts {
+		settled.add(pm.sts[i].leases)
+	}
+	if claimed > 0 && !spec.AutoAck {
+		ls := lease.String()
+		out.LeaseID, out.LeaseExpiresAt = &ls, pm.expires
+		for i := range out.Messages {
+			out.Messages[i].LeaseID = &ls
+		}
+	}
+	return out, nil
+}
+
+// popMany is one PopPartitions transaction's state: per partition (by
+// index into pids) its consumer row, whether it was locked, and its span's
+// segments.
+type popMany struct {
+	spec    PopSpec
+	pids    []uuid.UUID
+	states  []PopState
+	sts     []consumerState
+	found   []bool
+	segs    [][]popSegment
+	expires *time.Time // the lease's expiry, read back with the first leased row
+}
+
+// read is round trip 1: BEGIN, then create, lock (ascending partition id)
+// and read every partition's span.
+func (pm *popMany) read(ctx context.Context, tx querier) error {
+	order := make([]int, len(pm.pids))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(pm.pids[order[a]][:], pm.pids[order[b]][:]) < 0 })
+	spec := pm.spec
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	for _, i := range order {
+		ensureConsumer(b, pm.pids[i], spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
+	}
+	for _, i := range order {
+		lockOnly(b, pm.pids[i], spec.Group, spec.SkipLocked, &pm.sts[i], &pm.found[i])
+		b.Queue(sqlConsumeSegments, pm.pids[i], spec.Group, spec.Batch).Query(readSegments(&pm.segs[i]))
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// settleExpired settles the expired leases nobody released (rare): their
+// rows are written and their segments read again, in one more round trip.
+func (pm *popMany) settleExpired(ctx context.Context, tx querier) error {
+	b := &pgx.Batch{}
+	for i, pid := range pm.pids {
+		st := &pm.sts[i]
+		if !pm.found[i] || st.live {
+			continue
+		}
+		expired, err := expireLease(ctx, tx, ackKey{pid, pm.spec.Group}, st)
+		if err != nil {
+			return err
+		}
+		if !expired {
+			continue
+		}
+		counts, bisect, err := rowState(st)
+		if err != nil {
+			return err
+		}
+		pm.segs[i] = pm.segs[i][:0]
+		b.Queue(sqlConsumeUpdate, pid, pm.spec.Group, st.cursor, nil, nil, nil, counts, bisect)
+		b.Queue(sqlConsumeSegments, pid, pm.spec.Group, pm.spec.Batch).Query(readSegments(&pm.segs[i]))
+	}
+	return sendAcks(ctx, tx, b)
+}
+
+// claim takes, partition by partition in pids' order, the messages that
+// fit (the batch, most partitions, the reply's bytes, each row's
+// bisection), queues each claimed row's write on b, and sets states.
+func (pm *popMany) claim(b *pgx.Batch, lease uuid.UUID, most int) (queen.PopResult, int, error) {
+	spec := pm.spec
 	maxBytes := spec.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = queen.MaxPopReplyBytes
 	}
 	var out queen.PopResult
-	var expires *time.Time
 	size, claimed, leased := 0, 0, false
-	// Round trip 2: write the claimed rows (and the bisections a pop that
-	// delivers nothing changed) and commit.
-	b = &pgx.Batch{}
-	for i, pid := range pids {
-		st := &sts[i]
-		if !found[i] || st.live {
+	for i, pid := range pm.pids {
+		st := &pm.sts[i]
+		if !pm.found[i] || st.live {
 			continue // PopBusy
 		}
 		left := spec.Batch - len(out.Messages)
 		if left <= 0 || (most > 0 && claimed >= most) || size+PopMessageOverhead > maxBytes {
-			states[i] = PopNotYet
+			pm.states[i] = PopNotYet
 			continue
 		}
 		limit, stall, changed := st.bisect.Deliver(st.cursor, left, st.now)
@@ -153,10 +200,10 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 		}
 		counts, bisect, err := rowState(st)
 		if err != nil {
-			return queen.PopResult{}, err
+			return out, 0, err
 		}
 		idle := func(state PopState) {
-			states[i] = state
+			pm.states[i] = state
 			if changed {
 				b.Queue(sqlConsumeUpdate, pid, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
 			}
@@ -167,15 +214,15 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 		}
 		ps := spec
 		ps.PartitionID, ps.Batch, ps.MaxBytes, ps.BytesStrict = pid, limit, maxBytes-size, len(out.Messages) > 0
-		res, last, err := spanMessages(ps, st, segs[i])
+		res, last, err := spanMessages(ps, st, pm.segs[i])
 		if err != nil {
-			return queen.PopResult{}, err
+			return out, 0, err
 		}
 		if len(res.Messages) == 0 {
 			idle(PopNotYet)
 			continue
 		}
-		states[i] = PopDelivered
+		pm.states[i] = PopDelivered
 		if spec.AutoAck {
 			for off := range st.failCounts {
 				if off <= last {
@@ -183,14 +230,14 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 				}
 			}
 			if counts, err = encodeCounts(st.failCounts); err != nil {
-				return queen.PopResult{}, err
+				return out, 0, err
 			}
 			b.Queue(sqlConsumeUpdate, pid, spec.Group, last, nil, nil, nil, counts, bisect)
 		} else {
 			q := b.Queue(sqlConsumeUpdate, pid, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts, bisect)
 			if !leased { // every row's expiry is within the round trip: the first answers
 				leased = true
-				q.QueryRow(func(row pgx.Row) error { return row.Scan(&expires) })
+				q.QueryRow(func(row pgx.Row) error { return row.Scan(&pm.expires) })
 			}
 		}
 		if claimed == 0 {
@@ -203,19 +250,5 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 		}
 		claimed++
 	}
-	b.Queue("COMMIT")
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return queen.PopResult{}, unavailable(err)
-	}
-	for i := range sts {
-		settled.add(sts[i].leases)
-	}
-	if claimed > 0 && !spec.AutoAck {
-		ls := lease.String()
-		out.LeaseID, out.LeaseExpiresAt = &ls, expires
-		for i := range out.Messages {
-			out.Messages[i].LeaseID = &ls
-		}
-	}
-	return out, nil
+	return out, claimed, nil
 }
