@@ -600,9 +600,9 @@ type idSlot struct {
 	id  uuid.UUID
 }
 
-// keyHash is the XXH3-128 of k, the ids table's key.
+// keyHash is the XXH3-128 of k's partition key, the ids table's key.
 func keyHash(k partitionKey) xxh3.Uint128 {
-	return xxh3.HashString128(k.queue + "\x1f" + k.partition)
+	return queen.PartitionHash128(k.queue, k.partition)
 }
 
 // rememberID keeps partition k's id for its next activation.
@@ -656,7 +656,7 @@ type partitionStopped struct {
 }
 
 func recentBit(k partitionKey) uint64 {
-	return xxh3.HashString(k.queue+"\x1f"+k.partition) % recentBits
+	return queen.PartitionHash(k.queue, k.partition) % recentBits
 }
 
 func (p *parentActor) Receive(ctx actor.Context) {

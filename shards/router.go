@@ -15,6 +15,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/lifecycle"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Router splits push requests by shard and sends each group to its shard's
@@ -112,7 +113,7 @@ func (r *Router) Push(ctx context.Context, items []*queen.Item) []queen.Result {
 	groups := map[int][]int{}
 	var shardsInOrder []int
 	for i, it := range items {
-		n := Of(it.Queue, it.Partition, r.count)
+		n := queen.ShardOf(it.Queue, it.Partition, r.count)
 		if _, ok := groups[n]; !ok {
 			shardsInOrder = append(shardsInOrder, n)
 		}
@@ -235,7 +236,7 @@ func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]que
 		ctx, cancel = context.WithTimeout(ctx, r.hopTimeout)
 		defer cancel()
 	}
-	msg, err := r.nc.RequestWithContext(ctx, PushSubject(n), body)
+	msg, err := r.nc.RequestWithContext(ctx, wire.ShardPushSubject(n), body)
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):

@@ -89,11 +89,6 @@ type Server struct {
 	drains sync.WaitGroup
 }
 
-// ContentTypeJSON is the Content-Type header value that marks a client's
-// push on a shard subject: its body is the public push body (SPEC.md §3,
-// §11), not the internal encoding brokers send each other.
-const ContentTypeJSON = "application/json"
-
 // NewServer returns a Server that serves no shard yet. It refuses (a
 // *lifecycle.SettingError) a missing Conn or Pusher and a negative Count,
 // Timeout, MaxPayloadBytes, PendingMsgs or PendingBytes.
@@ -156,7 +151,7 @@ func (s *Server) Serve(n int) error {
 	if _, ok := s.subs[n]; ok {
 		return nil
 	}
-	sub, err := s.cfg.Conn.QueueSubscribe(PushSubject(n), queueGroup, s.handlePush)
+	sub, err := s.cfg.Conn.QueueSubscribe(wire.ShardPushSubject(n), queueGroup, s.handlePush)
 	if err != nil {
 		return err
 	}
@@ -271,7 +266,7 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // partition) and waits for the verdicts on another goroutine. A client's
 // push (Content-Type: application/json) goes to the direct handler instead.
 func (s *Server) handlePush(m *nats.Msg) {
-	if m.Header != nil && m.Header.Get("Content-Type") == ContentTypeJSON {
+	if m.Header != nil && m.Header.Get(wire.HeaderContentType) == wire.ContentTypeJSON {
 		s.mu.Lock()
 		h, closed := s.cfg.Direct, s.closed
 		s.mu.Unlock()
@@ -287,7 +282,7 @@ func (s *Server) handlePush(m *nats.Msg) {
 	}
 	items, err := decodeItems(m.Data)
 	if err != nil {
-		respondError(m, queen.ErrInvalidJSON.With("%s carries the brokers' internal encoding or, with the header Content-Type: %s, the push body of queen.v1.push: %v", m.Subject, ContentTypeJSON, err))
+		respondError(m, queen.ErrInvalidJSON.With("%s carries the brokers' internal encoding or, with the header Content-Type: %s, the push body of queen.v1.push: %v", m.Subject, wire.ContentTypeJSON, err))
 		return
 	}
 	if e := checkItems(items, s.cfg.MaxPayloadBytes); e != nil {

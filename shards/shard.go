@@ -1,26 +1,12 @@
 package shards
 
-import (
-	"fmt"
-
-	"github.com/zeebo/xxh3"
-)
+import "github.com/queen-mq/queen-go/transport/wire"
 
 // DefaultCount is the default number of shards (SPEC.md §9).
 const DefaultCount = 64
 
-// Of returns the shard of partition (queue, partition): XXH3-64 of
-// queue + "\x1f" + partition modulo count (SPEC.md §9).
-func Of(queue, partition string, count int) int {
-	h := xxh3.New()
-	h.WriteString(queue)     //nolint:errcheck // never fails
-	h.WriteString("\x1f")    //nolint:errcheck
-	h.WriteString(partition) //nolint:errcheck
-	return int(h.Sum64() % uint64(count))
-}
-
-// SubjectPrefix is the prefix of the internal shard subjects.
-const SubjectPrefix = "queen.v1.shard"
-
-// PushSubject is the NATS subject that serves pushes for shard n.
-func PushSubject(n int) string { return fmt.Sprintf("%s.%d.push", SubjectPrefix, n) }
+// SubjectPrefix is the prefix of the internal shard subjects
+// (wire.ShardSubjectPrefix). A partition's shard is queen.ShardOf, the
+// subject of shard n's pushes wire.ShardPushSubject(n): the Go client
+// computes both in the same place.
+const SubjectPrefix = wire.ShardSubjectPrefix

@@ -15,19 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
-
-func TestShardOfIsStableAndSpread(t *testing.T) {
-	require.Equal(t, Of("orders", "o-1", 64), Of("orders", "o-1", 64))
-	// The separator keeps ("ab","c") and ("a","bc") apart.
-	seen := map[int]bool{}
-	for i := 0; i < 1000; i++ {
-		n := Of("q", fmt.Sprintf("p%d", i), 64)
-		require.True(t, n >= 0 && n < 64)
-		seen[n] = true
-	}
-	require.Len(t, seen, 64, "1000 partitions reach every one of 64 shards")
-}
 
 func TestCodecRoundTrip(t *testing.T) {
 	trace := "t"
@@ -171,7 +160,7 @@ func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`["\udc00\ud800"]`)}, "invalid_utf8", "items[1].payload"},
 		{&queen.Item{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`"` + strings.Repeat("x", 64) + `"`)}, "payload_too_large", "items[1].payload"},
 	} {
-		msg, err := nc.Request(PushSubject(0), encodeItems(nil, []*queen.Item{ok(), c.it}), 5*time.Second)
+		msg, err := nc.Request(wire.ShardPushSubject(0), encodeItems(nil, []*queen.Item{ok(), c.it}), 5*time.Second)
 		require.NoError(t, err)
 		require.Equal(t, "400", msg.Header.Get(ErrorCodeHeader), "%s: %s", c.field, msg.Data)
 		var e queen.Error
@@ -188,15 +177,15 @@ func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 	require.Nil(t, checkItems([]*queen.Item{good}, 1<<20))
 
 	// The public push body without its header is not the internal encoding.
-	msg, err := nc.Request(PushSubject(0), []byte(`{"items":[{"queue":"q"}]}`), 5*time.Second)
+	msg, err := nc.Request(wire.ShardPushSubject(0), []byte(`{"items":[{"queue":"q"}]}`), 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, "400", msg.Header.Get(ErrorCodeHeader), "%s", msg.Data)
 	require.Empty(t, rec.got, "nothing reached a partition")
 
 	// With the header, before a direct handler is set: 503 unavailable
 	// (shard-aware clients then use queen.v1.push); after, the handler answers.
-	req := nats.NewMsg(PushSubject(0))
-	req.Header.Set("Content-Type", ContentTypeJSON)
+	req := nats.NewMsg(wire.ShardPushSubject(0))
+	req.Header.Set("Content-Type", wire.ContentTypeJSON)
 	req.Data = []byte(`{"items":[{"queue":"q"}]}`)
 	msg, err = nc.RequestMsg(req, 5*time.Second)
 	require.NoError(t, err)
@@ -384,11 +373,11 @@ func TestShardSubscriptionPendingIsBounded(t *testing.T) {
 	defer s.Stop(context.Background()) //nolint:errcheck
 	defer close(b.release)
 	body := encodeItems(nil, []*queen.Item{{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}})
-	require.NoError(t, nc.Publish(PushSubject(0), body))
+	require.NoError(t, nc.Publish(wire.ShardPushSubject(0), body))
 	<-b.entered // the handler is busy from now on
 	require.Zero(t, s.Dropped())
 	for range 10 {
-		require.NoError(t, nc.Publish(PushSubject(0), body))
+		require.NoError(t, nc.Publish(wire.ShardPushSubject(0), body))
 	}
 	require.NoError(t, nc.Flush())
 	// At most 2 of the 10 wait (the NATS client may keep fewer): 8 or more dropped.

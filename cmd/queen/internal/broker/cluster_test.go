@@ -18,7 +18,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/shards"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // startCluster starts n brokers on one fresh database; the first runs the
@@ -103,7 +103,7 @@ func partitionOwnedBy(t testing.TB, e *env, queue, prefix string) (string, int) 
 	held := e.b.members.Held()
 	for i := 0; i < 10000; i++ {
 		name := fmt.Sprintf("%s%d", prefix, i)
-		n := shards.Of(queue, name, e.b.cfg.ShardCount)
+		n := queen.ShardOf(queue, name, e.b.cfg.ShardCount)
 		if slices.Contains(held, n) {
 			return name, n
 		}
@@ -335,7 +335,7 @@ func partitionOwnedByID(t testing.TB, v queen.ClusterView, queue, owner string) 
 	t.Helper()
 	for i := 0; i < 10000; i++ {
 		name := fmt.Sprintf("p%d", i)
-		n := shards.Of(queue, name, v.ShardCount)
+		n := queen.ShardOf(queue, name, v.ShardCount)
 		if v.Shards[n].Owner == owner {
 			return name, n
 		}
@@ -515,7 +515,7 @@ func TestClusterGracefulStopUnderLoad(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c := transport.NewClient(bs[0].nc)
+	c := client.NewNATS(bs[0].nc)
 	var (
 		mu       sync.Mutex
 		problems []string
@@ -531,9 +531,9 @@ func TestClusterGracefulStopUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for n := 0; ctx.Err() == nil; n++ {
-				var its []transport.PushItem
+				var its []client.PushItem
 				for i := 0; i < 20; i++ {
-					its = append(its, transport.PushItem{Queue: "gs", Partition: fmt.Sprintf("p%d", i%16), TransactionID: fmt.Sprintf("w%d-%d-%d", w, n, i)})
+					its = append(its, client.PushItem{Queue: "gs", Partition: fmt.Sprintf("p%d", i%16), TransactionID: fmt.Sprintf("w%d-%d-%d", w, n, i)})
 				}
 				rs, err := c.Push(ctx, its)
 				mu.Lock()
@@ -614,7 +614,7 @@ func TestClusterLostShardsReleaseTheirPartitions(t *testing.T) {
 		}
 		kept := 0
 		for _, p := range parts {
-			if held[shards.Of("released", p, shards.DefaultCount)] {
+			if held[queen.ShardOf("released", p, shards.DefaultCount)] {
 				kept++
 			}
 		}
