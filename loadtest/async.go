@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -22,7 +22,7 @@ const (
 	// time, and retries failed items itself.
 	ProducerSync = "sync"
 	// ProducerAsync: each producer publishes single items through the Go
-	// client's async producer (transport.Producer), which batches them
+	// client's async producer (client.Producer), which batches them
 	// (MaxBatch items, Linger) and retries them with the same
 	// transactionIds; InFlight bounds its outstanding items.
 	ProducerAsync = "async"
@@ -32,7 +32,7 @@ const (
 // and transactionIds from (an item keeps its bytes until it resolves).
 const slabBytes = 64 << 10
 
-// asyncProducer publishes single items through a transport.Producer until
+// asyncProducer publishes single items through a client.Producer until
 // the run's deadline, books each item's result in the ledger and the
 // counters from the producer's callbacks, then flushes until the drain
 // deadline. The ledger and the audit are the sync mode's.
@@ -43,7 +43,7 @@ type asyncProducer struct {
 	led   *ledger
 	c     *counters
 	rng   *rand.Rand
-	prod  *transport.Producer
+	prod  *client.Producer
 	close func()
 	// interrupted is set when the run's context ended before the drain
 	// finished: unresolved items then count as outcome unknown.
@@ -62,7 +62,7 @@ type asyncProducer struct {
 	slab []byte
 }
 
-func newAsyncProducer(idx int, cfg *Config, parts []string, push transport.PushFunc, closeFn func(), led *ledger, c *counters) *asyncProducer {
+func newAsyncProducer(idx int, cfg *Config, parts []string, push client.PushFunc, closeFn func(), led *ledger, c *counters) *asyncProducer {
 	a := &asyncProducer{
 		idx: idx, cfg: cfg, parts: parts, led: led, c: c, close: closeFn,
 		rng:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
@@ -70,7 +70,7 @@ func newAsyncProducer(idx int, cfg *Config, parts []string, push transport.PushF
 		guard:  int64(cfg.window() / 2),
 		codes:  map[string]int64{},
 	}
-	a.prod = transport.NewProducerFunc(push, transport.ProducerOptions{
+	a.prod = client.NewProducerFunc(push, client.ProducerOptions{
 		Linger:         cfg.Linger,
 		MaxBatchItems:  cfg.maxBatch(),
 		BufferItems:    cfg.InFlight,
@@ -111,7 +111,7 @@ func (a *asyncProducer) run(ctx context.Context, deadline, drainBy time.Time) {
 		b := a.alloc(len(txn) + len(payload))
 		copy(b, txn)
 		copy(b[len(txn):], payload)
-		item := transport.PushItem{
+		item := client.PushItem{
 			Queue:         a.cfg.Queue,
 			Partition:     a.parts[partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts))],
 			TransactionID: string(b[:len(txn)]),
@@ -169,7 +169,7 @@ func (a *asyncProducer) nextSlot(now int64) slot {
 
 // book records one item's result (called from the async producer's
 // goroutines).
-func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time, r wire.PushReply, err error) {
+func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r wire.PushReply, err error) {
 	a.c.dirty.mark(partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
 	if err != nil {
 		a.bookError(s, err)
@@ -213,7 +213,7 @@ func (a *asyncProducer) book(s slot, it transport.PushItem, published time.Time,
 }
 
 func (a *asyncProducer) bookError(s slot, err error) {
-	var ue *transport.UndeliveredError
+	var ue *client.UndeliveredError
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.lastError = err.Error()
@@ -222,7 +222,7 @@ func (a *asyncProducer) bookError(s slot, err error) {
 		// Sent, no verdict: at most once stored.
 		a.led.failed(s.seq)
 		switch {
-		case errors.Is(ue.Cause, transport.ErrDeliveryTimeout):
+		case errors.Is(ue.Cause, client.ErrDeliveryTimeout):
 			a.c.gaveUp.Add(1)
 			a.c.windowGuard.Add(1)
 		case a.interrupted || errors.Is(ue.Cause, context.Canceled):
@@ -231,7 +231,7 @@ func (a *asyncProducer) bookError(s slot, err error) {
 			a.c.gaveUp.Add(1)
 			a.codes["gave_up:"+queen.AsError(ue.Last).Code]++
 		}
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, transport.ErrProducerClosed):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrProducerClosed):
 		// Never sent.
 		a.c.gaveUp.Add(1)
 	default:

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // Mode is what a run writes through.
@@ -65,7 +65,7 @@ type Config struct {
 	Batch int
 	// ProducerMode is how producers send (default ProducerSync): sync
 	// requests of Batch items, one in flight per producer; or async, single
-	// items through the Go client's async producer (transport.Producer),
+	// items through the Go client's async producer (client.Producer),
 	// which batches them and retries them with the same transactionIds.
 	// Async needs a broker and no Chaos.
 	ProducerMode string
@@ -255,7 +255,7 @@ func DefaultConfig() Config {
 		ProducerMode:      ProducerSync,
 		Spread:            SpreadRandom,
 		InFlight:          1000,
-		Linger:            transport.DefaultLinger,
+		Linger:            client.DefaultLinger,
 	}
 }
 
@@ -267,7 +267,7 @@ func (c *Config) maxBatch() int {
 	case c.Batch > 1:
 		return c.Batch
 	}
-	return transport.DefaultMaxBatchItems
+	return client.DefaultMaxBatchItems
 }
 
 // Validate checks cfg and returns an error naming the first bad field.
@@ -351,7 +351,7 @@ func (c *Config) Validate() error {
 		if strings.HasPrefix(c.Target, "nats://") {
 			// One NATS server or several of a cluster, comma-separated
 			// (SPEC.md §9).
-			if _, err := transport.ParseNATSURLs(c.Target); err != nil {
+			if _, err := client.ParseNATSURLs(c.Target); err != nil {
 				return fmt.Errorf("target: %w", err)
 			}
 			return nil

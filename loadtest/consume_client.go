@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // consumeClient is what a consumer (and the wake probe) needs of the
@@ -28,7 +28,7 @@ type consumeClient interface {
 	// messages means nothing was available (204).
 	pop(ctx context.Context, r popReq) (queen.PopResult, error)
 	// ack sends acks in one call; the results are in request order.
-	ack(ctx context.Context, group string, acks []transport.Ack) ([]queen.AckResult, error)
+	ack(ctx context.Context, group string, acks []client.Ack) ([]queen.AckResult, error)
 	// configure sends a configure body and returns the reply.
 	configure(ctx context.Context, body []byte) ([]byte, error)
 	close()
@@ -51,11 +51,11 @@ type popReq struct {
 // names the NATS connection.
 func newConsumeClient(target, name string, hc *http.Client) (consumeClient, error) {
 	if strings.HasPrefix(target, "nats://") {
-		nc, err := transport.ConnectNATS(target, name)
+		nc, err := client.ConnectNATS(target, name)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}
-		return &natsConsumer{nc: nc, c: transport.NewClient(nc)}, nil
+		return &natsConsumer{nc: nc, c: client.NewNATS(nc)}, nil
 	}
 	return &httpConsumer{hc: hc, base: strings.TrimRight(target, "/")}, nil
 }
@@ -64,7 +64,7 @@ func newConsumeClient(target, name string, hc *http.Client) (consumeClient, erro
 // over its own NATS connection.
 type natsConsumer struct {
 	nc *nats.Conn
-	c  *transport.Client
+	c  *client.Client
 	// slack is how long a pop may take beyond its long poll (default 10s).
 	slack time.Duration
 }
@@ -78,7 +78,7 @@ func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.wait+slack)
 	defer cancel()
-	res, err := n.c.Pop(ctx, transport.PopOptions{Queue: r.queue, Partition: r.partition, Batch: r.batch, Wait: r.wait > 0,
+	res, err := n.c.Pop(ctx, client.PopOptions{Queue: r.queue, Partition: r.partition, Batch: r.batch, Wait: r.wait > 0,
 		TimeoutMs: int(r.wait.Milliseconds()), ConsumerGroup: r.group, Partitions: r.partitions})
 	if err != nil {
 		return res, asQueenError(err, "pop")
@@ -86,7 +86,7 @@ func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, erro
 	return res, nil
 }
 
-func (n *natsConsumer) ack(ctx context.Context, group string, acks []transport.Ack) ([]queen.AckResult, error) {
+func (n *natsConsumer) ack(ctx context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
 	out, err := n.c.Ack(ctx, group, acks)
 	if err != nil {
 		return nil, asQueenError(err, "ack")
@@ -161,10 +161,10 @@ func (h *httpConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, erro
 	return res, httpError(http.MethodGet, u, status, data)
 }
 
-func (h *httpConsumer) ack(ctx context.Context, group string, acks []transport.Ack) ([]queen.AckResult, error) {
+func (h *httpConsumer) ack(ctx context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
 	body, err := json.Marshal(struct {
-		Acks          []transport.Ack `json:"acknowledgments"`
-		ConsumerGroup string          `json:"consumerGroup,omitempty"`
+		Acks          []client.Ack `json:"acknowledgments"`
+		ConsumerGroup string       `json:"consumerGroup,omitempty"`
 	}{acks, group})
 	if err != nil {
 		return nil, queen.ErrInternal.With("ack body: %v", err)

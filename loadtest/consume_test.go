@@ -15,7 +15,7 @@ import (
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 func TestPoisonRule(t *testing.T) {
@@ -199,7 +199,7 @@ func (f *fakeConsumeBroker) tryPop(queue, partition, group string, batch int) (q
 	return res, false
 }
 
-func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []transport.Ack) ([]queen.AckResult, error) {
+func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.notify()
@@ -812,7 +812,7 @@ func TestProgressShowsConsumers(t *testing.T) {
 func TestAckAfterLease(t *testing.T) {
 	t.Parallel()
 	msgs := []queen.Message{{Partition: "p-00", Offset: 0, TransactionID: "lt0-1"}}
-	acks := []transport.Ack{{TransactionID: "lt0-1", Status: string(queen.AckCompleted), LeaseID: "l1"}}
+	acks := []client.Ack{{TransactionID: "lt0-1", Status: string(queen.AckCompleted), LeaseID: "l1"}}
 	invalid := []queen.AckResult{{Index: 0, Result: queen.LeaseInvalid, Error: "lease l1 is not the live lease"}}
 	key := makeKey(0, 0)
 

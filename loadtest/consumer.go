@@ -8,7 +8,7 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // consEntry is what one consumer group saw of one message (keyed by
@@ -123,7 +123,7 @@ type consumer struct {
 	lastError string
 
 	keys []uint64
-	acks []transport.Ack
+	acks []client.Ack
 }
 
 // poisonError is the error text of the harness's failed acks.
@@ -244,7 +244,7 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 	// the batch stops at the first failure.
 	k.acks = k.acks[:0]
 	for i := range msgs {
-		a := transport.AckFor(msgs[i])
+		a := client.AckFor(msgs[i])
 		if a.LeaseID == "" && res.LeaseID != nil {
 			a.LeaseID = *res.LeaseID
 		}
@@ -470,7 +470,7 @@ func poisonWord(p bool) string {
 // late says the answer came at least the lease time after the pop was sent:
 // a lease_invalid answer is then a lease that ran out (counted in
 // ackAfterLease, not a finding). It reports whether any ack was answered so.
-func (g *group) record(keys []uint64, msgs []queen.Message, acks []transport.Ack, results []queen.AckResult, err error, c *consumeCounters, late bool) (expired bool) {
+func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, results []queen.AckResult, err error, c *consumeCounters, late bool) (expired bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err == nil && len(results) != len(acks) {

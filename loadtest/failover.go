@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // failoverSender pushes over HTTP to one of several brokers: it starts at
@@ -24,7 +24,7 @@ func newFailoverSender(hc *http.Client, urls []string, start int) *failoverSende
 	return &failoverSender{urls: urls, cur: start % len(urls), s: httpSender{hc: hc}}
 }
 
-func (f *failoverSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+func (f *failoverSender) send(ctx context.Context, items []client.PushItem, out []result) error {
 	f.s.url = strings.TrimRight(f.urls[f.cur], "/") + "/api/v1/push"
 	err := f.s.send(ctx, items, out)
 	if err != nil && f.s.transportFailed {
@@ -64,7 +64,7 @@ func (f *failoverConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, 
 	return res, err
 }
 
-func (f *failoverConsumer) ack(ctx context.Context, group string, acks []transport.Ack) ([]queen.AckResult, error) {
+func (f *failoverConsumer) ack(ctx context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
 	c := f.cs[f.cur]
 	res, err := c.ack(ctx, group, acks)
 	f.after(c)

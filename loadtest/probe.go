@@ -7,7 +7,7 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // WakeReport is the wake-latency probe: how long a parked long poll takes
@@ -95,7 +95,7 @@ type prober struct {
 
 // push pushes one message with transactionId txn.
 func (pb *prober) push(ctx context.Context, txn string) error {
-	items := []transport.PushItem{{Queue: pb.queue, Partition: "Default", TransactionID: txn, Payload: json.RawMessage(`{"probe":true}`)}}
+	items := []client.PushItem{{Queue: pb.queue, Partition: "Default", TransactionID: txn, Payload: json.RawMessage(`{"probe":true}`)}}
 	out := make([]result, 1)
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -113,9 +113,9 @@ func (pb *prober) ack(ctx context.Context, msgs []queen.Message) {
 	if len(msgs) == 0 {
 		return
 	}
-	acks := make([]transport.Ack, len(msgs))
+	acks := make([]client.Ack, len(msgs))
 	for j, m := range msgs {
-		acks[j] = transport.AckFor(m)
+		acks[j] = client.AckFor(m)
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/google/uuid"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // counters are the run's live totals, shared by the producers and read by
@@ -99,7 +100,7 @@ type producer struct {
 	lastError string
 
 	slots   []slot
-	items   []transport.PushItem
+	items   []client.PushItem
 	results []result
 	buf     []byte
 }
@@ -112,7 +113,7 @@ func newProducer(idx int, cfg *Config, parts []string, snd sender, led *ledger, 
 		guard:   int64(cfg.window() / 2),
 		codes:   map[string]int64{},
 		slots:   make([]slot, 0, cfg.Batch),
-		items:   make([]transport.PushItem, 0, cfg.Batch),
+		items:   make([]client.PushItem, 0, cfg.Batch),
 		results: make([]result, cfg.Batch),
 	}
 }
@@ -207,7 +208,7 @@ func (p *producer) fill(fresh bool) {
 		txn = appendTxn(txn[:0], p.idx, s.seq)
 		start := len(p.buf)
 		p.buf = appendPayload(p.buf, p.idx, s.seq, p.cfg.PayloadBytes)
-		p.items = append(p.items, transport.PushItem{
+		p.items = append(p.items, client.PushItem{
 			Queue:         p.cfg.Queue,
 			Partition:     p.parts[p.part(s.seq)],
 			TransactionID: string(txn),

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // fakeBroker answers like a broker with an exact dedup per partition, and
@@ -24,7 +24,7 @@ type fakeBroker struct {
 	sends    map[string]int
 }
 
-func (f *fakeBroker) send(_ context.Context, items []transport.PushItem, out []result) error {
+func (f *fakeBroker) send(_ context.Context, items []client.PushItem, out []result) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests++
@@ -105,7 +105,7 @@ func TestProducerGivesUp(t *testing.T) {
 	c := &counters{}
 	p := newProducer(0, &cfg, parts, failing{}, newLedger(0, "q", parts), c)
 	p.fill(true)
-	sent := append([]transport.PushItem(nil), p.items...)
+	sent := append([]client.PushItem(nil), p.items...)
 	p.handle(p.snd.send(context.Background(), p.items, p.results[:len(p.slots)]))
 	// Retries carry the same transaction ids and partitions.
 	p.fill(false)
@@ -120,7 +120,7 @@ func TestProducerGivesUp(t *testing.T) {
 
 type failing struct{}
 
-func (failing) send(_ context.Context, _ []transport.PushItem, out []result) error {
+func (failing) send(_ context.Context, _ []client.PushItem, out []result) error {
 	for i := range out {
 		out[i] = result{status: queen.Failed, code: "unavailable"}
 	}

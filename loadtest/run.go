@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/queen-mq/queen-go/persistence"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // ErrAuditFailed is returned (wrapped, with the report) when the post-run
@@ -143,7 +143,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		r.asyncs = make([]*asyncProducer, cfg.Producers)
 		r.producers = nil
 		// Each async producer has up to MaxInFlight requests open.
-		ahc := newHTTPClient(cfg.Producers * transport.DefaultMaxInFlight)
+		ahc := newHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
 		for i := range r.asyncs {
 			push, closeFn, err := asyncPush(cfg, ahc, i)
 			if err != nil {

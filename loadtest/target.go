@@ -15,7 +15,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -33,7 +33,7 @@ type result struct {
 // a *queen.Error whose Retryable tells whether the same items may be sent
 // again (a lost or timed-out request: outcome unknown).
 type sender interface {
-	send(ctx context.Context, items []transport.PushItem, out []result) error
+	send(ctx context.Context, items []client.PushItem, out []result) error
 	close()
 }
 
@@ -41,18 +41,18 @@ type sender interface {
 // (one per producer, like independent clients).
 type natsSender struct {
 	nc *nats.Conn
-	c  *transport.Client
+	c  *client.Client
 }
 
 func newNATSSender(url string, producer int) (*natsSender, error) {
-	nc, err := transport.ConnectNATS(url, fmt.Sprintf("queen-loadtest-%d", producer))
+	nc, err := client.ConnectNATS(url, fmt.Sprintf("queen-loadtest-%d", producer))
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
-	return &natsSender{nc: nc, c: transport.NewClient(nc)}, nil
+	return &natsSender{nc: nc, c: client.NewNATS(nc)}, nil
 }
 
-func (s *natsSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+func (s *natsSender) send(ctx context.Context, items []client.PushItem, out []result) error {
 	replies, err := s.c.Push(ctx, items)
 	if len(replies) == len(items) && len(items) > 0 {
 		// 201, or 503 with every item failed: the per-item verdicts count.
@@ -83,7 +83,7 @@ func newHTTPClient(producers int) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+func (s *httpSender) send(ctx context.Context, items []client.PushItem, out []result) error {
 	replies, err := s.push(ctx, items)
 	if err != nil {
 		return err
@@ -92,11 +92,11 @@ func (s *httpSender) send(ctx context.Context, items []transport.PushItem, out [
 	return nil
 }
 
-// push is one POST of items with the contract of transport.PushFunc: the
+// push is one POST of items with the contract of client.PushFunc: the
 // replies when the broker answered with verdicts (201, or 503 with every
 // item failed), else an error (a *queen.Error).
-func (s *httpSender) push(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
-	body := transport.AppendPushRequest(nil, items)
+func (s *httpSender) push(ctx context.Context, items []client.PushItem) ([]wire.PushReply, error) {
+	body := client.AppendPushRequest(nil, items)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, queen.ErrInternal.With("push request: %v", err)
@@ -133,7 +133,7 @@ func (s *httpSender) push(ctx context.Context, items []transport.PushItem) ([]wi
 // asyncPush is the push function of async producer i: its own NATS
 // connection (nats://), or POST to its HTTP target (several targets: round
 // robin by producer, without failover; the async producer retries).
-func asyncPush(cfg *Config, hc *http.Client, i int) (transport.PushFunc, func(), error) {
+func asyncPush(cfg *Config, hc *http.Client, i int) (client.PushFunc, func(), error) {
 	if strings.HasPrefix(cfg.Target, "nats://") {
 		s, err := newNATSSender(cfg.Target, i)
 		if err != nil {
@@ -148,7 +148,7 @@ func asyncPush(cfg *Config, hc *http.Client, i int) (transport.PushFunc, func(),
 	// One sender per request in flight: push is called concurrently, and
 	// transportFailed is per request.
 	url := strings.TrimRight(target, "/") + "/api/v1/push"
-	return func(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
+	return func(ctx context.Context, items []client.PushItem) ([]wire.PushReply, error) {
 		s := httpSender{hc: hc, url: url}
 		return s.push(ctx, items)
 	}, func() {}, nil
@@ -158,7 +158,7 @@ func (s *httpSender) close() {}
 
 // fillResults turns a broker's reply elements into results, checking each
 // element belongs to its item.
-func fillResults(items []transport.PushItem, replies []wire.PushReply, out []result) {
+func fillResults(items []client.PushItem, replies []wire.PushReply, out []result) {
 	for i := range items {
 		r := &replies[i]
 		it := &items[i]
@@ -198,7 +198,7 @@ type rawSender struct {
 	rows  []persistence.RawMessage
 }
 
-func (s *rawSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
+func (s *rawSender) send(ctx context.Context, items []client.PushItem, out []result) error {
 	s.rows = s.rows[:0]
 	for i := range items {
 		id, err := uuid.NewV7()

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // seqBroker answers like an exact broker without remembering ids: a
@@ -41,7 +41,7 @@ func seqID(prod int, seq uint64) uuid.UUID {
 	return id
 }
 
-func (f *seqBroker) send(_ context.Context, items []transport.PushItem, out []result) error {
+func (f *seqBroker) send(_ context.Context, items []client.PushItem, out []result) error {
 	for i, it := range items {
 		prod, seq, _ := parseTxn(it.TransactionID)
 		id := seqID(prod, seq)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // instantPusher answers every item queued at once, with a fresh UUIDv7 and
@@ -37,7 +38,7 @@ func (p *instantPusher) Push(_ context.Context, items []*queen.Item) []queen.Res
 // BenchmarkSyncPushCeiling measures the transport's ceiling for synchronous
 // single-item producers (issue 11's "256 producers, batch 1" shape): each
 // producer has its own TCP connection to an embedded NATS server and one
-// push of one item in flight (transport.Client.Push, as the load test's
+// push of one item in flight (client.Client.Push, as the load test's
 // producers), and the broker's front door answers on an in-process
 // connection (decode, validation, reply encoding, micro stats; the same
 // Service and NATSService the broker runs) with an instantPusher behind
@@ -78,14 +79,14 @@ func benchCeiling(b *testing.B, producers int) {
 		b.Fatal(err)
 	}
 	defer ns.Stop(ctx) //nolint:errcheck
-	clients := make([]*Client, producers)
+	clients := make([]*client.Client, producers)
 	for i := range clients {
 		nc, err := nats.Connect(srv.ClientURL())
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer nc.Close()
-		clients[i] = NewClient(nc)
+		clients[i] = client.NewNATS(nc)
 	}
 	payload := json.RawMessage(`{"n":1,"s":"a small message of the load test"}`)
 	var next atomic.Int64
@@ -98,7 +99,7 @@ func benchCeiling(b *testing.B, producers int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			item := []PushItem{{Queue: "ceiling", Partition: fmt.Sprintf("p%d", p%64), Payload: payload}}
+			item := []client.PushItem{{Queue: "ceiling", Partition: fmt.Sprintf("p%d", p%64), Payload: payload}}
 			for next.Add(1) <= int64(b.N) {
 				item[0].TransactionID = uuid.NewString()
 				out, err := c.Push(ctx, item)

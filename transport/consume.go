@@ -40,32 +40,15 @@ func (s *Service) setSubscription(ctx context.Context, group string, body []byte
 	if err := queen.ValidateName(group, "consumerGroup"); err != nil {
 		return errReply(err)
 	}
-	var in struct {
-		TS *string `json:"subscriptionTimestamp"`
-	}
-	if err := wire.DecodeObject(body, &in); err != nil {
-		return errReply(err)
-	}
-	if in.TS == nil {
-		e := queen.ErrMissingField.With("subscriptionTimestamp is required (an RFC 3339 time)")
-		e.Field = "subscriptionTimestamp"
-		return errReply(e)
-	}
-	ts, err := time.Parse(time.RFC3339Nano, *in.TS)
+	ts, err := wire.DecodeSubscription(body)
 	if err != nil {
-		e := queen.ErrInvalidField.With("subscriptionTimestamp must be an RFC 3339 time, got %q", *in.TS)
-		e.Field = "subscriptionTimestamp"
-		return errReply(e)
+		return errReply(err)
 	}
 	n, err := s.cfg.Consumer.SetSubscription(ctx, group, ts)
 	if err != nil {
 		return errReply(err)
 	}
-	return reply{status: http.StatusOK, body: struct {
-		Success       bool   `json:"success"`
-		ConsumerGroup string `json:"consumerGroup"`
-		Queues        int    `json:"queues"`
-	}{true, group, n}}
+	return reply{status: http.StatusOK, body: wire.SubscriptionReply{Success: true, ConsumerGroup: group, Queues: n}}
 }
 
 // noContent is a 204 with no body (a pop that found nothing).
@@ -131,13 +114,6 @@ func (s *Service) countAcks(res []queen.AckResult) {
 	}
 }
 
-// leaseReply is the lease extension reply.
-type leaseReply struct {
-	LeaseID      string    `json:"leaseId"`
-	NewExpiresAt time.Time `json:"newExpiresAt"`
-	Success      bool      `json:"success"`
-}
-
 func (s *Service) extendLease(ctx context.Context, leaseID string, body []byte) reply {
 	id, err := uuid.Parse(leaseID)
 	if err != nil {
@@ -153,26 +129,16 @@ func (s *Service) extendLease(ctx context.Context, leaseID string, body []byte) 
 	if err != nil {
 		return errReply(err)
 	}
-	return reply{status: http.StatusOK, body: leaseReply{LeaseID: id.String(), NewExpiresAt: t, Success: true}}
+	return reply{status: http.StatusOK, body: wire.LeaseReply{LeaseID: id.String(), NewExpiresAt: t, Success: true}}
 }
 
 // extendLeaseNATS reads {"leaseId":...,"seconds":N}.
 func (s *Service) extendLeaseNATS(ctx context.Context, body []byte) reply {
-	var in struct {
-		LeaseID string `json:"leaseId"`
-	}
-	if err := wire.DecodeObject(body, &in); err != nil {
+	leaseID, err := wire.DecodeLeaseID(body)
+	if err != nil {
 		return errReply(err)
 	}
-	return s.extendLease(ctx, in.LeaseID, body)
-}
-
-// dlqReply is GET /api/v1/dlq.
-type dlqReply struct {
-	Messages []queen.DeadLetter `json:"messages"`
-	Total    int64              `json:"total"`
-	Limit    int                `json:"limit"`
-	Offset   int                `json:"offset"`
+	return s.extendLease(ctx, leaseID, body)
 }
 
 func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
@@ -218,15 +184,7 @@ func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
 	if err != nil {
 		return errReply(err)
 	}
-	return reply{status: http.StatusOK, body: dlqReply{Messages: msgs, Total: total, Limit: limit, Offset: offset}}
-}
-
-// deleteQueueReply says whether the queue existed.
-type deleteQueueReply struct {
-	Deleted    bool   `json:"deleted"`
-	Existed    bool   `json:"existed"`
-	Queue      string `json:"queue"`
-	Partitions int64  `json:"partitions"`
+	return reply{status: http.StatusOK, body: wire.DeadLettersReply{Messages: msgs, Total: total, Limit: limit, Offset: offset}}
 }
 
 func (s *Service) deleteQueue(ctx context.Context, name string) reply {
@@ -243,7 +201,7 @@ func (s *Service) deleteQueue(ctx context.Context, name string) reply {
 	if s.cfg.OnQueueDeleted != nil {
 		s.cfg.OnQueueDeleted(name)
 	}
-	return reply{status: http.StatusOK, body: deleteQueueReply{Deleted: existed, Existed: existed, Queue: name, Partitions: parts}}
+	return reply{status: http.StatusOK, body: wire.DeleteQueueReply{Deleted: existed, Existed: existed, Queue: name, Partitions: parts}}
 }
 
 func (s *Service) listQueues(ctx context.Context) reply {
@@ -260,9 +218,7 @@ func (s *Service) listQueues(ctx context.Context) reply {
 			qs[i].DuplicateRate = &r
 		}
 	}
-	return reply{status: http.StatusOK, body: struct {
-		Queues []queen.QueueSummary `json:"queues"`
-	}{qs}}
+	return reply{status: http.StatusOK, body: wire.QueuesReply{Queues: qs}}
 }
 
 func (s *Service) deleteGroup(ctx context.Context, group string) reply {
@@ -275,11 +231,7 @@ func (s *Service) deleteGroup(ctx context.Context, group string) reply {
 	if err != nil {
 		return errReply(err)
 	}
-	return reply{status: http.StatusOK, body: struct {
-		Deleted       bool   `json:"deleted"`
-		ConsumerGroup string `json:"consumerGroup"`
-		Cursors       int64  `json:"cursors"`
-	}{n > 0, group, n}}
+	return reply{status: http.StatusOK, body: wire.DeleteGroupReply{Deleted: n > 0, ConsumerGroup: group, Cursors: n}}
 }
 
 func (s *Service) seek(ctx context.Context, group, queue string, body []byte) reply {
@@ -297,10 +249,5 @@ func (s *Service) seek(ctx context.Context, group, queue string, body []byte) re
 	if err != nil {
 		return errReply(err)
 	}
-	return reply{status: http.StatusOK, body: struct {
-		Success       bool   `json:"success"`
-		ConsumerGroup string `json:"consumerGroup"`
-		Queue         string `json:"queue"`
-		Partitions    int    `json:"partitions"`
-	}{true, group, queue, n}}
+	return reply{status: http.StatusOK, body: wire.SeekReply{Success: true, ConsumerGroup: group, Queue: queue, Partitions: n}}
 }

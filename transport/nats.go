@@ -23,30 +23,8 @@ import (
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
-// The client subjects of SPEC.md §11.
+// The NATS micro service's names (the subjects are wire.Subject*).
 const (
-	SubjectPush        = "queen.v1.push"
-	SubjectConfigure   = "queen.v1.configure"
-	SubjectQueue       = "queen.v1.queue"
-	SubjectPop         = "queen.v1.pop"
-	SubjectAck         = "queen.v1.ack"
-	SubjectAckBatch    = "queen.v1.ack.batch"
-	SubjectLeaseExtend = "queen.v1.lease.extend"
-	SubjectTransaction = "queen.v1.transaction"
-	// SubjectCluster answers the cluster view of GET /api/v1/cluster (any body).
-	SubjectCluster = "queen.v1.cluster"
-	// SubjectDedup is the dedup inspector of GET /api/v1/dedup (SPEC.md
-	// §13), with {"queue","partition","transactionId"} as the body.
-	SubjectDedup = "queen.v1.dedup"
-	// SubjectDLQReplay is DLQ replay, POST /api/v1/dlq/replay (SPEC.md §13).
-	SubjectDLQReplay = "queen.v1.dlq.replay"
-	// SubjectPeek is the read-only peek of GET
-	// /api/v1/queues/{queue}/messages, with
-	// {"queue","partition","after","limit"} as the body.
-	SubjectPeek = "queen.v1.peek"
-	// SubjectQueueDetail is GET /api/v1/queues/{queue}, with {"queue"} as
-	// the body.
-	SubjectQueueDetail = "queen.v1.queue.detail"
 	// ServiceName is the NATS micro service name (nats micro ls/info/stats).
 	ServiceName = "queen"
 	// QueueGroup is the queue group every broker serves the client subjects in.
@@ -202,36 +180,36 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 		h             func(ctx context.Context, data []byte) reply
 		admin         bool // guarded by Config.AdminToken
 	}{
-		{"push", SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }, false},
-		{"configure", SubjectConfigure, func(ctx context.Context, b []byte) reply {
+		{"push", wire.SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }, false},
+		{"configure", wire.SubjectConfigure, func(ctx context.Context, b []byte) reply {
 			auth, _ := ctx.Value(authorizationKey{}).(string)
 			return s.configure(ctx, b, s.authorized(auth))
 		}, false},
-		{"queue", SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true},
-		{"pop", SubjectPop, func(ctx context.Context, b []byte) reply {
+		{"queue", wire.SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true},
+		{"pop", wire.SubjectPop, func(ctx context.Context, b []byte) reply {
 			req, err := wire.DecodePop(b)
 			return s.pop(ctx, req, err)
 		}, false},
-		{"ack", SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }, false},
-		{"ack_batch", SubjectAckBatch, func(ctx context.Context, b []byte) reply { return s.ackBatch(ctx, b) }, false},
-		{"lease_extend", SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }, false},
-		{"transaction", SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }, false},
-		{"cluster", SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }, true},
-		{"dedup", SubjectDedup, func(ctx context.Context, b []byte) reply {
+		{"ack", wire.SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }, false},
+		{"ack_batch", wire.SubjectAckBatch, func(ctx context.Context, b []byte) reply { return s.ackBatch(ctx, b) }, false},
+		{"lease_extend", wire.SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }, false},
+		{"transaction", wire.SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }, false},
+		{"cluster", wire.SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }, true},
+		{"dedup", wire.SubjectDedup, func(ctx context.Context, b []byte) reply {
 			q, err := wire.DecodeDedup(b)
 			return s.dedup(ctx, q, err)
 		}, true},
-		{"dlq_replay", SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true},
-		{"peek", SubjectPeek, func(ctx context.Context, b []byte) reply {
+		{"dlq_replay", wire.SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true},
+		{"peek", wire.SubjectPeek, func(ctx context.Context, b []byte) reply {
 			q, err := wire.DecodePeek(b)
 			return s.peek(ctx, q, err)
 		}, true},
-		{"queue_detail", SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true},
+		{"queue_detail", wire.SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true},
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}
 		ep.h = async(ep, e.h, e.admin)
-		if e.subject == SubjectPush {
+		if e.subject == wire.SubjectPush {
 			ns.push = ep.h
 		}
 		ns.eps = append(ns.eps, ep)

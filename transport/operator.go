@@ -70,18 +70,11 @@ func (s *Service) queueDetail(ctx context.Context, name string) reply {
 
 // queueDetailNATS decodes queen.v1.queue.detail's body {"queue":"q"}.
 func (s *Service) queueDetailNATS(ctx context.Context, body []byte) reply {
-	var in struct {
-		Queue *string `json:"queue"`
-	}
-	if err := wire.DecodeObject(body, &in); err != nil {
+	queue, err := wire.DecodeQueueDetail(body)
+	if err != nil {
 		return errReply(err)
 	}
-	if in.Queue == nil {
-		e := queen.ErrMissingField.With("queue is required")
-		e.Field = "queue"
-		return errReply(e)
-	}
-	return s.queueDetail(ctx, *in.Queue)
+	return s.queueDetail(ctx, queue)
 }
 
 // dedup answers GET /api/v1/dedup and queen.v1.dedup (SPEC.md §13): 200 with
@@ -101,21 +94,11 @@ func (s *Service) dedup(ctx context.Context, q wire.DedupQuery, err error) reply
 	return reply{status: http.StatusOK, body: res}
 }
 
-// replayReply is the answer of a DLQ replay: one result per dead letter and
-// the count of each outcome.
-type replayReply struct {
-	Results   []wire.ReplayResult `json:"results"`
-	Moved     int                 `json:"moved"`
-	Duplicate int                 `json:"duplicate"`
-	Gone      int                 `json:"gone"`
-	Failed    int                 `json:"failed"`
-}
-
 // replay answers POST /api/v1/dlq/replay and queen.v1.dlq.replay (SPEC.md
 // §13): each dead letter selected is pushed back onto its partition with its
 // original payload and traceId under the transactionId dlq:<id>, through the
 // normal push path (Config.Pusher: routing, the partition actor, the window
-// check), then removed when the push was queued. 200 with a replayReply;
+// check), then removed when the push was queued. 200 with a wire.ReplayReply;
 // 400 for bad input, 404 for a queue that does not exist (nothing written).
 func (s *Service) replay(ctx context.Context, body []byte) reply {
 	req, err := wire.DecodeReplay(body)
@@ -148,7 +131,7 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 			order = append(order, d.ID)
 		}
 	}
-	out := replayReply{Results: make([]wire.ReplayResult, len(order))}
+	out := wire.ReplayReply{Results: make([]wire.ReplayResult, len(order))}
 	var items []*queen.Item
 	var at []int // items[k] replays out.Results[at[k]]
 	pushed := map[int64]bool{}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // clientFlags say how a client command (queen push, ...) reaches a broker:
@@ -120,7 +120,7 @@ func (c *clientFlags) request(ctx context.Context, cmd *cobra.Command, subject, 
 	if via == "http" {
 		return c.requestHTTP(ctx, cmd, path, body)
 	}
-	nc, err := transport.ConnectNATS(c.natsURL, "queen-cli")
+	nc, err := client.ConnectNATS(c.natsURL, "queen-cli")
 	if err != nil {
 		return clientReply{}, fmt.Errorf("connect to NATS at %s (from %s): %w; is `queen serve` running there? Its embedded NATS listens on QUEEN_NATS_LISTEN (default 127.0.0.1:4222); give --nats-url, or --server http://<QUEEN_HTTP_ADDR> for the HTTP gateway",
 			c.natsURL, c.natsSource(cmd), err)

@@ -15,7 +15,8 @@ import (
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/localpg"
-	"github.com/queen-mq/queen-go/transport"
+	qclient "github.com/queen-mq/queen-go/transport/client"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 func migrateCmd() *cobra.Command {
@@ -130,17 +131,17 @@ is sent.`,
 				if !json.Valid([]byte(payload)) {
 					return fmt.Errorf("--payload is not valid JSON: %s", payload)
 				}
-				items := []transport.PushItem{{Queue: queueName, Partition: partition, TransactionID: txn, TraceID: trace, Payload: json.RawMessage(payload)}}
+				items := []qclient.PushItem{{Queue: queueName, Partition: partition, TransactionID: txn, TraceID: trace, Payload: json.RawMessage(payload)}}
 				// Checked as the broker checks it, before encoding: JSON
 				// would turn invalid UTF-8 into U+FFFD (issue 29).
-				if err := transport.ValidatePushItems(items); err != nil {
+				if err := qclient.ValidatePushItems(items); err != nil {
 					return refusedBeforeSending(cmd, err)
 				}
-				body = transport.AppendPushRequest(nil, items)
+				body = qclient.AppendPushRequest(nil, items)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			r, err := client.request(ctx, cmd, transport.SubjectPush, "/api/v1/push", body)
+			r, err := client.request(ctx, cmd, wire.SubjectPush, "/api/v1/push", body)
 			if err != nil {
 				return fmt.Errorf("push: %w", err)
 			}

@@ -201,7 +201,7 @@ Over NATS each producer has its own connection, like independent clients;
 of one program.
 
 --producer-mode async makes each producer publish single items through the Go client's
-async producer (transport.Producer), which batches them per request (up to --max-batch
+async producer (client.Producer), which batches them per request (up to --max-batch
 items, default --batch or 100 when --batch is 1, after a --linger of 5ms), keeps up to 8
 requests in flight, and retries failed items and timed-out requests with the same
 transactionIds; --in-flight bounds each producer's outstanding items (default 1000). The

@@ -1,10 +1,10 @@
-package transport
+package client
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
+	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -14,22 +14,63 @@ import (
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
-// Client is a Go client of the broker's NATS API (SPEC.md §11). It is safe for
-// concurrent use.
+// Client is the Go client of a broker (SPEC.md §3–§6, §9, §11, §13) over
+// one Transport: NATS (NewNATS) or the HTTP gateway (NewHTTP), the same
+// calls and the same errors either way. It is safe for concurrent use.
+//
+// Errors: a request the broker refused is a *queen.Error (its Status, Code
+// and Retryable; 4xx: nothing written), decoded in one place
+// (Reply.Err); a request no broker answered is a *NoAnswerError wrapping
+// queen.ErrUnavailable or queen.ErrTimeout (retryable, outcome unknown).
 type Client struct {
+	t Transport
+	// nc is the NATS connection of a client over NATS (shard subjects).
 	nc *nats.Conn
+	// token is sent on admin routes (AdminToken).
+	token string
 	// shard is set by ShardAware.
 	shard *shardState
 }
 
-// NewClient returns a client over nc with opts (none: every push goes to
-// queen.v1.push; ShardAware: pushes go to the shards' subjects).
-func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
-	c := &Client{nc: nc}
+// Option configures a Client (New, NewNATS, NewHTTP).
+type Option func(*Client)
+
+// AdminToken makes the client send "Authorization: Bearer <token>" on the
+// admin routes and subjects (SPEC.md §13: the operator calls, the cluster
+// view, a configure that deletes data), for brokers with QUEEN_ADMIN_TOKEN
+// set. Empty (the default): no header.
+func AdminToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// New returns a client over t with opts.
+func New(t Transport, opts ...Option) *Client {
+	c := &Client{t: t}
+	if nt, ok := t.(natsTransport); ok {
+		c.nc = nt.nc
+	}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
+}
+
+// NewNATS returns a client over nc (NATS(nc)) with opts (none: every push
+// goes to queen.v1.push; ShardAware: pushes go to the shards' subjects).
+func NewNATS(nc *nats.Conn, opts ...Option) *Client { return New(NATS(nc), opts...) }
+
+// NewHTTP returns a client over the HTTP gateway(s) of cfg (HTTP(cfg)).
+// ShardAware has no effect over HTTP: every push goes to POST /api/v1/push.
+func NewHTTP(cfg HTTPConfig, opts ...Option) *Client { return New(HTTP(cfg), opts...) }
+
+// Do sends r and returns the broker's answer with its error: nil for a 2xx,
+// the broker's *queen.Error for a refusal (the Reply is returned too), a
+// *NoAnswerError when no broker answered. The typed calls below are built
+// on it; use it for a body the caller already holds (queen push --file).
+func (c *Client) Do(ctx context.Context, r *Request) (Reply, error) {
+	rep, err := c.t.RoundTrip(ctx, r)
+	if err != nil {
+		return rep, err
+	}
+	return rep, rep.Err()
 }
 
 // PushItem is one item to push (SPEC.md §3). An empty TransactionID makes the
@@ -92,25 +133,56 @@ func (c *Client) Push(ctx context.Context, items []PushItem) ([]wire.PushReply, 
 	if err := ValidatePushItems(items); err != nil {
 		return nil, err
 	}
-	if c.shard != nil && len(items) > 0 {
+	if c.shard != nil && c.nc != nil && len(items) > 0 {
 		if out, ok, err := c.pushSharded(ctx, items); ok {
 			return out, err
 		}
 		c.shard.stats.unsplit.Add(1)
 	}
-	data, status, err := c.request(ctx, SubjectPush, AppendPushRequest(nil, items))
+	out, err := c.pushPublic(ctx, items)
 	if err != nil {
 		return nil, err
 	}
-	if status == 0 || status == 503 {
-		if out, jerr := wire.DecodePushReplies(data); jerr == nil {
-			if status == 503 && len(out) > 0 {
-				return out, queen.ErrUnavailable.With("every item failed: %s", out[0].Error)
+	for _, r := range out {
+		if r.Status != queen.Failed {
+			return out, nil
+		}
+	}
+	if len(out) > 0 { // 503: every item failed
+		return out, queen.ErrUnavailable.With("every item failed: %s", out[0].Error)
+	}
+	return out, nil
+}
+
+// PushRequest is the request of a push body {"items":[...]} as is
+// (queen.v1.push, POST /api/v1/push), for Do: the broker validates it
+// (SPEC.md §10). queen push --file sends a file's body with it.
+func PushRequest(body []byte) *Request {
+	return &Request{Subject: wire.SubjectPush, Method: http.MethodPost, Path: "/api/v1/push", Body: body}
+}
+
+// pushPublic sends items whole to queen.v1.push (POST /api/v1/push); the
+// replies answer items in order, or the error is the request's.
+func (c *Client) pushPublic(ctx context.Context, items []PushItem) ([]wire.PushReply, error) {
+	rep, err := c.t.RoundTrip(ctx, PushRequest(AppendPushRequest(make([]byte, 0, 64+len(items)*(itemOverhead+64)), items)))
+	if err != nil {
+		return nil, err
+	}
+	return pushReplies(rep, len(items))
+}
+
+// pushReplies decodes a push answer: n replies (2xx, or 503 with every
+// item failed), or the error of a refused request.
+func pushReplies(rep Reply, n int) ([]wire.PushReply, error) {
+	if rep.OK() || rep.Status == http.StatusServiceUnavailable {
+		if out, jerr := wire.DecodePushReplies(rep.Body); jerr == nil {
+			if len(out) != n {
+				return nil, queen.ErrInternal.With("the broker answered %d verdicts for %d items", len(out), n)
 			}
 			return out, nil
 		}
 	}
-	return nil, decodeError(data, status)
+	return nil, rep.Err()
 }
 
 // AppendPushRequest appends the push body {"items":[...]} for items to dst,
@@ -149,50 +221,31 @@ func AppendPushRequest(dst []byte, items []PushItem) []byte {
 	return append(dst, "]}"...)
 }
 
-// Configure configures a queue (SPEC.md §6); the reply is returned raw.
+// Configure configures a queue (SPEC.md §6: queen.v1.configure, POST
+// /api/v1/configure) with body as is; the reply is returned raw. The
+// client's AdminToken is sent (a change of an existing queue that deletes
+// data needs it).
 func (c *Client) Configure(ctx context.Context, body []byte) (json.RawMessage, error) {
-	data, status, err := c.request(ctx, SubjectConfigure, body)
+	rep, err := c.Do(ctx, &Request{Subject: wire.SubjectConfigure, Method: http.MethodPost, Path: "/api/v1/configure", Body: body, Token: c.token})
 	if err != nil {
 		return nil, err
 	}
-	if status != 0 {
-		return nil, decodeError(data, status)
-	}
-	return data, nil
+	return rep.Body, nil
 }
 
-// request sends body and returns the reply data and its micro error status
-// (0 when the reply is not an error).
-func (c *Client) request(ctx context.Context, subject string, body []byte) ([]byte, int, error) {
-	return c.requestMsg(ctx, &nats.Msg{Subject: subject, Data: body})
-}
-
-// requestMsg is request with a message (headers).
-func (c *Client) requestMsg(ctx context.Context, m *nats.Msg) ([]byte, int, error) {
-	msg, err := c.nc.RequestMsgWithContext(ctx, m)
+// call sends r and decodes a 2xx answer's JSON body into out (nil: not
+// decoded); it returns the body as sent.
+func (c *Client) call(ctx context.Context, r *Request, out any) ([]byte, error) {
+	rep, err := c.Do(ctx, r)
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, 0, queen.ErrUnavailable.With("no broker answers on %s", m.Subject)
+		return rep.Body, err
+	}
+	if out != nil {
+		if err := json.Unmarshal(rep.Body, out); err != nil {
+			return rep.Body, queen.ErrInternal.With("%s %s: the reply does not decode: %v", r.Method, r.Path, err)
 		}
-		return nil, 0, queen.ErrTimeout.With("request on %s: %v", m.Subject, err)
 	}
-	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-		st, _ := strconv.Atoi(code)
-		if st == 0 {
-			st = 500
-		}
-		return msg.Data, st, nil
-	}
-	return msg.Data, 0, nil
-}
-
-func decodeError(data []byte, status int) error {
-	e := &queen.Error{}
-	if err := json.Unmarshal(data, e); err != nil || e.Code == "" {
-		return queen.ErrInternal.With("broker answered status %d: %s", status, data)
-	}
-	e.Status = status
-	return fmt.Errorf("%w", e)
+	return rep.Body, nil
 }
 
 // PopOptions is a pop (SPEC.md §4); zero values take the broker's defaults
@@ -215,7 +268,7 @@ type PopOptions struct {
 	Partitions int `json:"partitions,omitempty"`
 }
 
-// Pop pops messages; a result with no messages means nothing was available
+// Pop pops messages (queen.v1.pop, GET /api/v1/pop/queue/...); a result with no messages means nothing was available
 // (HTTP 204). A long poll's request timeout is its TimeoutMs plus 10 s
 // unless ctx ends sooner.
 //
@@ -245,18 +298,52 @@ func (c *Client) Pop(ctx context.Context, opts PopOptions) (queen.PopResult, err
 		ctx, cancel = context.WithTimeout(ctx, wait+10*time.Second)
 		defer cancel()
 	}
-	data, status, err := c.request(ctx, SubjectPop, body)
+	rep, err := c.Do(ctx, &Request{Subject: wire.SubjectPop, Method: http.MethodGet, Path: popPath(opts), NATSBody: body})
 	if err != nil {
 		return res, err
 	}
-	if status != 0 {
-		return res, decodeError(data, status)
-	}
-	if len(data) == 0 {
+	if len(rep.Body) == 0 { // 204, or an empty NATS reply: nothing available
 		return res, nil
 	}
-	err = json.Unmarshal(data, &res)
-	return res, err
+	if err := json.Unmarshal(rep.Body, &res); err != nil {
+		return res, queen.ErrInternal.With("the pop reply does not decode: %v", err)
+	}
+	return res, nil
+}
+
+// popPath is the HTTP route of a pop: GET /api/v1/pop/queue/{queue}
+// [/partition/{partition}] with the other fields in the query (SPEC.md §4).
+func popPath(o PopOptions) string {
+	p := "/api/v1/pop/queue/" + url.PathEscape(o.Queue)
+	if o.Partition != "" {
+		p += "/partition/" + url.PathEscape(o.Partition)
+	}
+	q := url.Values{}
+	for _, kv := range [...]struct {
+		k string
+		v int
+	}{{"batch", o.Batch}, {"timeout", o.TimeoutMs}, {"partitions", o.Partitions}} {
+		if kv.v > 0 {
+			q.Set(kv.k, strconv.Itoa(kv.v))
+		}
+	}
+	for _, kv := range [...]struct {
+		k string
+		v bool
+	}{{"wait", o.Wait}, {"autoAck", o.AutoAck}} {
+		if kv.v {
+			q.Set(kv.k, "true")
+		}
+	}
+	for _, kv := range [...]struct{ k, v string }{{"consumerGroup", o.ConsumerGroup}, {"subscriptionMode", o.SubscriptionMode}, {"subscriptionFrom", o.SubscriptionFrom}} {
+		if kv.v != "" {
+			q.Set(kv.k, kv.v)
+		}
+	}
+	if len(q) == 0 {
+		return p
+	}
+	return p + "?" + q.Encode()
 }
 
 // Ack is one acknowledgement: the message by TransactionID or Offset, in
@@ -302,7 +389,7 @@ func AckFor(m queen.Message) Ack {
 	return a
 }
 
-// Ack sends acks in one call (queen.v1.ack.batch); group applies to acks
+// Ack sends acks in one call (queen.v1.ack.batch, POST /api/v1/ack/batch); group applies to acks
 // that name none. The results are in request order. Transaction ids and
 // group names the broker would refuse for their text (invalid UTF-8, a
 // control character, ...) are refused here with the broker's error, naming
@@ -325,33 +412,22 @@ func (c *Client) Ack(ctx context.Context, group string, acks []Ack) ([]queen.Ack
 	if err != nil {
 		return nil, err
 	}
-	data, status, err := c.request(ctx, SubjectAckBatch, body)
-	if err != nil {
-		return nil, err
-	}
-	if status != 0 {
-		return nil, decodeError(data, status)
-	}
 	var out []queen.AckResult
-	err = json.Unmarshal(data, &out)
+	_, err = c.call(ctx, &Request{Subject: wire.SubjectAckBatch, Method: http.MethodPost, Path: "/api/v1/ack/batch", Body: body}, &out)
 	return out, err
 }
 
-// ExtendLease extends a live lease by seconds (0: the queue's leaseTime) and
-// returns its new expiry; a lease that is not live is queen.ErrLeaseInvalid.
+// ExtendLease extends a live lease by seconds (0: the queue's leaseTime;
+// queen.v1.lease.extend, POST /api/v1/lease/{lease}/extend) and returns its
+// new expiry; a lease that is not live is queen.ErrLeaseInvalid (409).
 func (c *Client) ExtendLease(ctx context.Context, leaseID string, seconds int) (time.Time, error) {
-	body, _ := json.Marshal(map[string]any{"leaseId": leaseID, "seconds": seconds})
-	data, status, err := c.request(ctx, SubjectLeaseExtend, body)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if status != 0 {
-		return time.Time{}, decodeError(data, status)
-	}
-	var out struct {
-		NewExpiresAt time.Time `json:"newExpiresAt"`
-	}
-	err = json.Unmarshal(data, &out)
+	nb, _ := json.Marshal(wire.LeaseExtendRequest{LeaseID: leaseID, Seconds: seconds})
+	hb, _ := json.Marshal(struct {
+		Seconds int `json:"seconds"`
+	}{seconds})
+	var out wire.LeaseReply
+	_, err := c.call(ctx, &Request{Subject: wire.SubjectLeaseExtend, Method: http.MethodPost,
+		Path: "/api/v1/lease/" + url.PathEscape(leaseID) + "/extend", Body: hb, NATSBody: nb}, &out)
 	return out.NewExpiresAt, err
 }
 

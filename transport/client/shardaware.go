@@ -1,26 +1,19 @@
-package transport
+package client
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
-	"github.com/zeebo/xxh3"
-
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
-
-// ClientOption configures a Client (NewClient).
-type ClientOption func(*Client)
 
 // The shard-aware client's defaults (ShardOptions).
 const (
@@ -62,8 +55,9 @@ type ShardOptions struct {
 // again with the same transactionIds through queen.v1.push, where any broker
 // serves them: the partition's row lock decides the verdicts, so a retry of
 // a stored item is duplicate with the original's id (SPEC.md §3). Without
-// the option (the default) every push goes whole to queen.v1.push.
-func ShardAware(o ShardOptions) ClientOption {
+// the option (the default), and over HTTP, every push goes whole to
+// queen.v1.push (POST /api/v1/push).
+func ShardAware(o ShardOptions) Option {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultShardTimeout
 	}
@@ -108,29 +102,6 @@ func (c *Client) ShardStats() ShardStats {
 	}
 	s := &c.shard.stats
 	return ShardStats{Split: s.split.Load(), Unsplit: s.unsplit.Load(), Groups: s.groups.Load(), Fallback: s.fallback.Load()}
-}
-
-// ClusterView reads the cluster view (queen.v1.cluster, the body of GET
-// /api/v1/cluster; SPEC.md §9). token, when not empty, is sent as
-// "Authorization: Bearer <token>" (an admin subject under
-// QUEEN_ADMIN_TOKEN, SPEC.md §13). Errors are *queen.Error.
-func (c *Client) ClusterView(ctx context.Context, token string) (queen.ClusterView, error) {
-	var v queen.ClusterView
-	msg := nats.NewMsg(SubjectCluster)
-	if token != "" {
-		msg.Header.Set("Authorization", "Bearer "+token)
-	}
-	data, status, err := c.requestMsg(ctx, msg)
-	if err != nil {
-		return v, err
-	}
-	if status != 0 {
-		return v, decodeError(data, status)
-	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return v, queen.ErrInternal.With("decode the cluster view: %v", err)
-	}
-	return v, nil
 }
 
 // shardCount returns the shard count, reading the cluster view when it is
@@ -180,25 +151,6 @@ func (st *shardState) markStale() {
 	st.stale = true
 	st.mu.Unlock()
 }
-
-// ShardOf returns the shard of (queue, partition) among count shards:
-// XXH3-64 of queue + "\x1f" + partition modulo count, with the empty
-// partition read as Default (SPEC.md §1, §9). count must be positive.
-func ShardOf(queue, partition string, count int) int {
-	if partition == "" {
-		partition = queen.DefaultPartition
-	}
-	var a [128]byte
-	b := append(append(append(a[:0], queue...), 0x1f), partition...)
-	return int(xxh3.Hash(b) % uint64(count))
-}
-
-// ShardPushSubject is the subject of shard n's pushes,
-// queen.v1.shard.<n>.push (SPEC.md §9). A message on it with the header
-// Content-Type: application/json carries the body of queen.v1.push and is
-// answered as queen.v1.push answers it (SPEC.md §11), by the broker that owns
-// shard n; no responder means no broker serves the shard at the moment.
-func ShardPushSubject(n int) string { return "queen.v1.shard." + strconv.Itoa(n) + ".push" }
 
 // vouch reports whether the broker's validation (SPEC.md §10) accepts it,
 // by cheap checks that may say no to an item the broker would take: such a
@@ -262,7 +214,7 @@ func (c *Client) pushSharded(ctx context.Context, items []PushItem) (out []wire.
 		it := &items[i]
 		g := lastG
 		if g == nil || it.Queue != lastQ || it.Partition != lastP {
-			n := ShardOf(it.Queue, it.Partition, count)
+			n := queen.ShardOf(it.Queue, it.Partition, count)
 			g = byShard[n]
 			if g == nil {
 				g = &shardGroup{shard: n}
@@ -362,11 +314,9 @@ func refusal(qe *queen.Error, idx []int) error {
 // (see ShardAware) go through queen.v1.push.
 func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]wire.PushReply, error) {
 	st := c.shard
-	msg := nats.NewMsg(ShardPushSubject(n))
-	msg.Header.Set("Content-Type", "application/json")
-	msg.Data = AppendPushRequest(make([]byte, 0, 64+len(items)*(itemOverhead+64)), items)
+	body := AppendPushRequest(make([]byte, 0, 64+len(items)*(itemOverhead+64)), items)
 	sctx, cancel := context.WithTimeout(ctx, st.opts.Timeout)
-	data, status, err := c.requestMsg(sctx, msg)
+	rep, err := c.t.RoundTrip(sctx, &Request{Subject: wire.ShardPushSubject(n), Body: body, ContentType: wire.ContentTypeJSON})
 	cancel()
 	if err != nil {
 		if errors.Is(err, queen.ErrUnavailable) {
@@ -381,7 +331,7 @@ func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]wire
 		st.stats.fallback.Add(1)
 		return c.pushPublic(ctx, items)
 	}
-	replies, err := pushReplies(data, status, len(items))
+	replies, err := pushReplies(rep, len(items))
 	if err != nil {
 		if qe := queen.AsError(err); qe.Code == queen.ErrShuttingDown.Code || qe.Code == queen.ErrUnavailable.Code {
 			st.stats.fallback.Add(1)
@@ -409,28 +359,4 @@ func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]wire
 		}
 	}
 	return replies, nil
-}
-
-// pushPublic sends items whole to queen.v1.push; the replies answer items
-// in order, or the error is the group's.
-func (c *Client) pushPublic(ctx context.Context, items []PushItem) ([]wire.PushReply, error) {
-	data, status, err := c.request(ctx, SubjectPush, AppendPushRequest(nil, items))
-	if err != nil {
-		return nil, err
-	}
-	return pushReplies(data, status, len(items))
-}
-
-// pushReplies decodes a push answer: n replies (201, or 503 with every item
-// failed), or the error of a refused request.
-func pushReplies(data []byte, status, n int) ([]wire.PushReply, error) {
-	if status == 0 || status == 503 {
-		if out, jerr := wire.DecodePushReplies(data); jerr == nil {
-			if len(out) != n {
-				return nil, queen.ErrInternal.With("the broker answered %d verdicts for %d items", len(out), n)
-			}
-			return out, nil
-		}
-	}
-	return nil, decodeError(data, status)
 }

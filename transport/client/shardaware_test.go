@@ -1,40 +1,26 @@
-package transport
+package client
 
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/shards"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
-// The client's shard mapping and subjects are the brokers' (SPEC.md §9).
-func TestShardOfMatchesTheBrokers(t *testing.T) {
-	long := strings.Repeat("é", 120)
-	for _, count := range []int{1, 7, 64, 1000} {
-		for i := 0; i < 500; i++ {
-			q, p := fmt.Sprintf("q%d", i%7), fmt.Sprintf("p-%d", i)
-			if i%50 == 0 {
-				q, p = long, long+p
-			}
-			if got, want := ShardOf(q, p, count), shards.Of(q, p, count); got != want {
-				t.Fatalf("ShardOf(%q, %q, %d) = %d, the brokers' is %d", q, p, count, got, want)
-			}
-		}
-		if got, want := ShardOf("q", "", count), shards.Of("q", queen.DefaultPartition, count); got != want {
-			t.Fatalf("the empty partition maps to %d, Default to %d", got, want)
+// The shard subjects take a client's push as the public push body when it
+// carries the header Content-Type: application/json (SPEC.md §9, §11); the
+// shard itself is queen.ShardOf, the brokers' and the client's one function.
+func TestShardPushSubject(t *testing.T) {
+	for n, want := range map[int]string{0: "queen.v1.shard.0.push", 63: "queen.v1.shard.63.push"} {
+		if got := wire.ShardPushSubject(n); got != want {
+			t.Fatalf("subject %s, want %s", got, want)
 		}
 	}
-	for _, n := range []int{0, 5, 63} {
-		if ShardPushSubject(n) != shards.PushSubject(n) {
-			t.Fatalf("subject %s, the brokers' is %s", ShardPushSubject(n), shards.PushSubject(n))
-		}
-	}
-	if shards.ContentTypeJSON != "application/json" {
-		t.Fatalf("the shard subjects take client pushes as %q; the client sends application/json", shards.ContentTypeJSON)
+	if wire.ContentTypeJSON != "application/json" {
+		t.Fatalf("the client sends %q", wire.ContentTypeJSON)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // storedOptions reads a queue's stored options from the database.
@@ -41,7 +41,7 @@ func (e *env) configureAuth(t *testing.T, via, auth string, body string) (int, [
 		st, h, b := e.httpAuth(t, http.MethodPost, "/api/v1/configure", auth, json.RawMessage(body))
 		return st, b, h
 	}
-	st, b := e.natsAuth(t, transport.SubjectConfigure, auth, []byte(body))
+	st, b := e.natsAuth(t, wire.SubjectConfigure, auth, []byte(body))
 	return st, b, nil
 }
 

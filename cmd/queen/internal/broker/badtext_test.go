@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -41,8 +41,8 @@ func spyRequests(t *testing.T, e *env) *requestSpy {
 	}
 	t.Cleanup(nc.Close)
 	s := &requestSpy{}
-	for _, subj := range []string{transport.SubjectPush, "queen.v1.shard.*.push", transport.SubjectTransaction,
-		transport.SubjectPop, transport.SubjectAckBatch} {
+	for _, subj := range []string{wire.SubjectPush, "queen.v1.shard.*.push", wire.SubjectTransaction,
+		wire.SubjectPop, wire.SubjectAckBatch} {
 		if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
 			s.mu.Lock()
 			s.msgs = append(s.msgs, m)
@@ -107,50 +107,50 @@ func TestClientsRefuseBadTextBeforeSending(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const q = "badtext"
-	plain := transport.NewClient(e.nc)
-	sharded := transport.NewClient(e.nc, transport.ShardAware(transport.ShardOptions{}))
+	plain := client.NewNATS(e.nc)
+	sharded := client.NewNATS(e.nc, client.ShardAware(client.ShardOptions{}))
 	before := e.totalRows(t)
 
 	bad := []struct {
 		name        string
-		it          transport.PushItem
+		it          client.PushItem
 		code, field string // field without the "items[i]." prefix
 	}{
-		{"txn ff fe", transport.PushItem{Queue: q, Partition: "p", TransactionID: "\xff\xfe"}, "invalid_utf8", "transactionId"},
-		{"txn fe ff", transport.PushItem{Queue: q, Partition: "p", TransactionID: "\xfe\xff"}, "invalid_utf8", "transactionId"},
-		{"partition ff fe", transport.PushItem{Queue: q, Partition: "\xff\xfe", TransactionID: "t"}, "invalid_utf8", "partition"},
-		{"partition fe ff", transport.PushItem{Queue: q, Partition: "\xfe\xff", TransactionID: "t"}, "invalid_utf8", "partition"},
-		{"queue invalid", transport.PushItem{Queue: q + "\xff", TransactionID: "t"}, "invalid_utf8", "queue"},
-		{"trace invalid", transport.PushItem{Queue: q, TransactionID: "t", TraceID: "\xfe\xff"}, "invalid_utf8", "traceId"},
-		{"queue BOM", transport.PushItem{Queue: "\ufeff" + q, TransactionID: "t"}, "control_character", "queue"},
-		{"partition line separator", transport.PushItem{Queue: q, Partition: "p\u2028", TransactionID: "t"}, "control_character", "partition"},
-		{"partition C1", transport.PushItem{Queue: q, Partition: "p\u0085", TransactionID: "t"}, "control_character", "partition"},
-		{"txn C1", transport.PushItem{Queue: q, Partition: "p", TransactionID: "t\u009b"}, "control_character", "transactionId"},
-		{"txn newline", transport.PushItem{Queue: q, Partition: "p", TransactionID: "t\n"}, "control_character", "transactionId"},
-		{"no queue", transport.PushItem{Partition: "p", TransactionID: "t"}, "missing_field", "queue"},
-		{"partition too long", transport.PushItem{Queue: q, Partition: strings.Repeat("p", 256), TransactionID: "t"}, "too_long", "partition"},
+		{"txn ff fe", client.PushItem{Queue: q, Partition: "p", TransactionID: "\xff\xfe"}, "invalid_utf8", "transactionId"},
+		{"txn fe ff", client.PushItem{Queue: q, Partition: "p", TransactionID: "\xfe\xff"}, "invalid_utf8", "transactionId"},
+		{"partition ff fe", client.PushItem{Queue: q, Partition: "\xff\xfe", TransactionID: "t"}, "invalid_utf8", "partition"},
+		{"partition fe ff", client.PushItem{Queue: q, Partition: "\xfe\xff", TransactionID: "t"}, "invalid_utf8", "partition"},
+		{"queue invalid", client.PushItem{Queue: q + "\xff", TransactionID: "t"}, "invalid_utf8", "queue"},
+		{"trace invalid", client.PushItem{Queue: q, TransactionID: "t", TraceID: "\xfe\xff"}, "invalid_utf8", "traceId"},
+		{"queue BOM", client.PushItem{Queue: "\ufeff" + q, TransactionID: "t"}, "control_character", "queue"},
+		{"partition line separator", client.PushItem{Queue: q, Partition: "p\u2028", TransactionID: "t"}, "control_character", "partition"},
+		{"partition C1", client.PushItem{Queue: q, Partition: "p\u0085", TransactionID: "t"}, "control_character", "partition"},
+		{"txn C1", client.PushItem{Queue: q, Partition: "p", TransactionID: "t\u009b"}, "control_character", "transactionId"},
+		{"txn newline", client.PushItem{Queue: q, Partition: "p", TransactionID: "t\n"}, "control_character", "transactionId"},
+		{"no queue", client.PushItem{Partition: "p", TransactionID: "t"}, "missing_field", "queue"},
+		{"partition too long", client.PushItem{Queue: q, Partition: strings.Repeat("p", 256), TransactionID: "t"}, "too_long", "partition"},
 	}
-	good := transport.PushItem{Queue: q, Partition: "p", TransactionID: "good-0", Payload: []byte(`{}`)}
+	good := client.PushItem{Queue: q, Partition: "p", TransactionID: "good-0", Payload: []byte(`{}`)}
 	for _, c := range bad {
 		for _, cl := range []struct {
 			name string
-			c    *transport.Client
+			c    *client.Client
 		}{{"client", plain}, {"shard-aware client", sharded}} {
-			rs, err := cl.c.Push(ctx, []transport.PushItem{c.it})
+			rs, err := cl.c.Push(ctx, []client.PushItem{c.it})
 			wantRefused(t, cl.name+" "+c.name, err, c.code, "items[0]."+c.field, 0)
 			if rs != nil {
 				t.Fatalf("%s %s: replies %+v", cl.name, c.name, rs)
 			}
 			// A good item before it: the push is refused whole, naming
 			// the bad item's index.
-			_, err = cl.c.Push(ctx, []transport.PushItem{good, c.it})
+			_, err = cl.c.Push(ctx, []client.PushItem{good, c.it})
 			wantRefused(t, cl.name+" "+c.name+" (second item)", err, c.code, "items[1]."+c.field, 1)
 		}
 		for _, pcl := range []struct {
 			name string
-			c    *transport.Client
+			c    *client.Client
 		}{{"producer", plain}, {"shard-aware producer", sharded}} {
-			p := transport.NewProducer(pcl.c, transport.ProducerOptions{Linger: time.Millisecond})
+			p := client.NewProducer(pcl.c, client.ProducerOptions{Linger: time.Millisecond})
 			_, err := p.Publish(ctx, c.it)
 			wantRefused(t, pcl.name+" Publish "+c.name, err, c.code, c.field, -1)
 			err = p.PublishFunc(ctx, c.it, func(r wire.PushReply, err error) {
@@ -168,17 +168,17 @@ func TestClientsRefuseBadTextBeforeSending(t *testing.T) {
 		wantRefused(t, "transaction "+c.name, err, c.code, "items[1]."+c.field, 1)
 	}
 	// Pop and ack names and ids.
-	_, err := plain.Pop(ctx, transport.PopOptions{Queue: q, Partition: "\xff\xfe"})
+	_, err := plain.Pop(ctx, client.PopOptions{Queue: q, Partition: "\xff\xfe"})
 	wantRefused(t, "pop partition", err, "invalid_utf8", "partition", -1)
-	_, err = plain.Pop(ctx, transport.PopOptions{Queue: q, ConsumerGroup: "g\ufeff"})
+	_, err = plain.Pop(ctx, client.PopOptions{Queue: q, ConsumerGroup: "g\ufeff"})
 	wantRefused(t, "pop group", err, "control_character", "consumerGroup", -1)
 	off := int64(0)
-	_, err = plain.Ack(ctx, "", []transport.Ack{{PartitionID: zeroUUID, Offset: &off}, {PartitionID: zeroUUID, TransactionID: "\xfe\xff"}})
+	_, err = plain.Ack(ctx, "", []client.Ack{{PartitionID: zeroUUID, Offset: &off}, {PartitionID: zeroUUID, TransactionID: "\xfe\xff"}})
 	wantRefused(t, "ack transactionId", err, "invalid_utf8", "acknowledgments[1].transactionId", 1)
 
 	// Nothing reached the broker: the spy sees only the marker push, and
 	// the database holds only its message.
-	rs, err := plain.Push(ctx, []transport.PushItem{good})
+	rs, err := plain.Push(ctx, []client.PushItem{good})
 	if err != nil || len(rs) != 1 || rs[0].Status != queen.Queued {
 		t.Fatalf("the marker push: %+v, %v", rs, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/actors"
 	"github.com/queen-mq/queen-go/consume"
 	"github.com/queen-mq/queen-go/metrics"
@@ -27,6 +28,7 @@ import (
 	"github.com/queen-mq/queen-go/persistence/localpg"
 	"github.com/queen-mq/queen-go/shards"
 	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // Config is a broker's settings; cmd/queen fills it from flags and the
@@ -350,7 +352,7 @@ func (b *Broker) startShards(ctx context.Context) (err error) {
 			for _, n := range lost {
 				gone[n] = true
 			}
-			b.host.PassivateWhere(func(queue, partition string) bool { return gone[shards.Of(queue, partition, count)] })
+			b.host.PassivateWhere(func(queue, partition string) bool { return gone[queen.ShardOf(queue, partition, count)] })
 		},
 	}); err != nil {
 		return err
@@ -438,7 +440,7 @@ func (b *Broker) joinCluster(ctx context.Context) (int, error) {
 
 // connectNATS connects to the broker's NATS server, or to any server of
 // its NATS cluster (NATS_URL may list several, SPEC.md §9), with the
-// project's connection settings (transport.NATSOptions: pings that notice
+// project's connection settings (client.NATSOptions: pings that notice
 // a dead server within 15 s, reconnection forever with the subscriptions
 // kept, lame-duck mode left at once), logging every disconnect. A
 // connection that closes for good while the broker runs (not by Stop) is
@@ -478,7 +480,7 @@ func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
 	if b.natsInProcess != nil {
 		opts = append(opts, nats.InProcessServer(b.natsInProcess))
 	}
-	nc, err := transport.ConnectNATS(b.natsURL, name, opts...)
+	nc, err := client.ConnectNATS(b.natsURL, name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}

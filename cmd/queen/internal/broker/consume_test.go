@@ -19,7 +19,7 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 type popReply struct {
@@ -359,20 +359,20 @@ func TestConsumeLongPollWakes(t *testing.T) {
 func TestConsumeNATSClient(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
-	c := transport.NewClient(e.nc)
+	c := client.NewNATS(e.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e.configureOK(t, "nats", []byte(`{"queue":"nc","options":{"retryLimit":1}}`))
-	var push []transport.PushItem
+	var push []client.PushItem
 	for _, id := range []string{"a", "b", "bad", "c"} {
-		push = append(push, transport.PushItem{Queue: "nc", Partition: "p", TransactionID: id})
+		push = append(push, client.PushItem{Queue: "nc", Partition: "p", TransactionID: id})
 	}
 	if _, err := c.Push(ctx, push); err != nil {
 		t.Fatal(err)
 	}
 	handled := map[string]int{}
 	cctx, stop := context.WithCancel(ctx)
-	err := c.Consume(cctx, transport.ConsumeOptions{PopOptions: transport.PopOptions{Queue: "nc", Batch: 10, TimeoutMs: 500}}, func(_ context.Context, m queen.Message) error {
+	err := c.Consume(cctx, client.ConsumeOptions{PopOptions: client.PopOptions{Queue: "nc", Batch: 10, TimeoutMs: 500}}, func(_ context.Context, m queen.Message) error {
 		handled[m.TransactionID]++
 		if m.TransactionID == "bad" {
 			return errors.New("bad message")
@@ -389,7 +389,7 @@ func TestConsumeNATSClient(t *testing.T) {
 		t.Fatalf("handled %v", handled)
 	}
 	// The last ack went out before Consume returned.
-	res, err := c.Pop(ctx, transport.PopOptions{Queue: "nc"})
+	res, err := c.Pop(ctx, client.PopOptions{Queue: "nc"})
 	if err != nil || len(res.Messages) != 0 {
 		t.Fatalf("after consume: %v %+v", err, res.Messages)
 	}
@@ -514,7 +514,7 @@ func TestConsumeConcurrentConsumersExactlyOnce(t *testing.T) {
 		}
 	}
 	e.pushOK(t, "http", items(push...), parts*per)
-	c := transport.NewClient(e.nc)
+	c := client.NewNATS(e.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var mu sync.Mutex
@@ -526,7 +526,7 @@ func TestConsumeConcurrentConsumersExactlyOnce(t *testing.T) {
 			defer wg.Done()
 			idle := 0
 			for idle < 3 && ctx.Err() == nil {
-				res, err := c.Pop(ctx, transport.PopOptions{Queue: "cc", Batch: 7, Wait: true, TimeoutMs: 300})
+				res, err := c.Pop(ctx, client.PopOptions{Queue: "cc", Batch: 7, Wait: true, TimeoutMs: 300})
 				if err != nil {
 					t.Error(err)
 					return
@@ -536,11 +536,11 @@ func TestConsumeConcurrentConsumersExactlyOnce(t *testing.T) {
 					continue
 				}
 				idle = 0
-				acks := make([]transport.Ack, len(res.Messages))
+				acks := make([]client.Ack, len(res.Messages))
 				mu.Lock()
 				for i, m := range res.Messages {
 					seen[m.TransactionID]++
-					acks[i] = transport.AckFor(m)
+					acks[i] = client.AckFor(m)
 				}
 				mu.Unlock()
 				out, err := c.Ack(ctx, "", acks)
@@ -615,13 +615,13 @@ func TestConsumeLeaseExpiryDeadLetters(t *testing.T) {
 	a.pushOK(t, "http", items(it("crash", "p", "poison"), it("crash", "p", "next")), 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	clients := []*transport.Client{transport.NewClient(a.nc), transport.NewClient(b.nc)}
+	clients := []*client.Client{client.NewNATS(a.nc), client.NewNATS(b.nc)}
 	pop := func(n int) []queen.Message {
 		if n%2 == 0 {
 			e := []*env{a, b}[n/2%2]
 			return e.popHTTP(t, "crash", "p", vals("wait", "true", "timeout", "2000")).Messages
 		}
-		res, err := clients[n/2%2].Pop(ctx, transport.PopOptions{Queue: "crash", Partition: "p", Wait: true, TimeoutMs: 2000})
+		res, err := clients[n/2%2].Pop(ctx, client.PopOptions{Queue: "crash", Partition: "p", Wait: true, TimeoutMs: 2000})
 		if err != nil {
 			t.Fatalf("NATS pop: %v", err)
 		}
@@ -668,24 +668,24 @@ func TestConsumeLeaseExpiryDeadLetters(t *testing.T) {
 func TestConsumeLeaseExpirySpanBisected(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
-	c := transport.NewClient(e.nc)
+	c := client.NewNATS(e.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// 3 s: the ack of "a" must land inside the first lease, even on a busy
 	// machine; the expiry after it is waited for.
 	e.configureOK(t, "nats", []byte(`{"queue":"part","options":{"leaseTime":3}}`))
-	var push []transport.PushItem
+	var push []client.PushItem
 	for _, id := range []string{"a", "b", "c", "d"} {
-		push = append(push, transport.PushItem{Queue: "part", Partition: "p", TransactionID: id})
+		push = append(push, client.PushItem{Queue: "part", Partition: "p", TransactionID: id})
 	}
 	if _, err := c.Push(ctx, push); err != nil {
 		t.Fatal(err)
 	}
-	first, err := c.Pop(ctx, transport.PopOptions{Queue: "part", Batch: 3})
+	first, err := c.Pop(ctx, client.PopOptions{Queue: "part", Batch: 3})
 	if err != nil || txnsOf(first.Messages) != "a,b,c" {
 		t.Fatalf("pop: %v %s", err, txnsOf(first.Messages))
 	}
-	res, err := c.Ack(ctx, "", []transport.Ack{transport.AckFor(first.Messages[0])})
+	res, err := c.Ack(ctx, "", []client.Ack{client.AckFor(first.Messages[0])})
 	if err != nil || res[0].Result != queen.Acked {
 		t.Fatalf("ack a: %v %+v", err, res)
 	}
@@ -694,7 +694,7 @@ func TestConsumeLeaseExpirySpanBisected(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("the lease never expired (got %v)", got)
 		}
-		again, err := c.Pop(ctx, transport.PopOptions{Queue: "part", Batch: 3, Wait: true, TimeoutMs: 2000})
+		again, err := c.Pop(ctx, client.PopOptions{Queue: "part", Batch: 3, Wait: true, TimeoutMs: 2000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -708,7 +708,7 @@ func TestConsumeLeaseExpirySpanBisected(t *testing.T) {
 		}
 		got = append(got, txnsOf(again.Messages))
 		last := again.Messages[len(again.Messages)-1]
-		if res, err := c.Ack(ctx, "", []transport.Ack{transport.AckFor(last)}); err != nil || res[0].Result != queen.Acked {
+		if res, err := c.Ack(ctx, "", []client.Ack{client.AckFor(last)}); err != nil || res[0].Result != queen.Acked {
 			t.Fatalf("ack %s: %v %+v", last.TransactionID, err, res)
 		}
 	}
@@ -731,7 +731,7 @@ func TestConsumeLeaseExpirySpanBisected(t *testing.T) {
 func TestConsumeBisectionIsolatesPoison(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
-	c := transport.NewClient(e.nc)
+	c := client.NewNATS(e.nc)
 	const retryLimit = 2
 	for _, via := range []string{"http", "nats"} {
 		t.Run(via, func(t *testing.T) {
@@ -749,7 +749,7 @@ func TestConsumeBisectionIsolatesPoison(t *testing.T) {
 				if via == "http" {
 					return e.popHTTP(t, queue, "", vals("batch", "100", "wait", "true", "timeout", "2000")).Messages
 				}
-				res, err := c.Pop(ctx, transport.PopOptions{Queue: queue, Batch: 100, Wait: true, TimeoutMs: 2000})
+				res, err := c.Pop(ctx, client.PopOptions{Queue: queue, Batch: 100, Wait: true, TimeoutMs: 2000})
 				if err != nil {
 					t.Fatalf("NATS pop: %v", err)
 				}
@@ -759,7 +759,7 @@ func TestConsumeBisectionIsolatesPoison(t *testing.T) {
 				if via == "http" {
 					return ackBatch(t, e, "", ackOf(m, "completed"))[0]
 				}
-				res, err := c.Ack(ctx, "", []transport.Ack{transport.AckFor(m)})
+				res, err := c.Ack(ctx, "", []client.Ack{client.AckFor(m)})
 				if err != nil {
 					t.Fatalf("NATS ack: %v", err)
 				}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // TestInt64Edges (issue 29, item 6): the int64 edges (MaxInt64, MinInt64,
@@ -35,20 +35,20 @@ func TestInt64Edges(t *testing.T) {
 		probes = append(probes,
 			probe{"http", "GET", "/api/v1/queues/" + q + "/messages?partition=p&after=" + qv, "", ""},
 			probe{"http", "GET", "/api/v1/queues/" + q + "/messages?partition=p&limit=" + qv, "", ""},
-			probe{"nats", "", "", transport.SubjectPeek, fmt.Sprintf(`{"queue":%q,"partition":"p","after":%s}`, q, v)},
-			probe{"nats", "", "", transport.SubjectPeek, fmt.Sprintf(`{"queue":%q,"partition":"p","limit":%s}`, q, v)},
+			probe{"nats", "", "", wire.SubjectPeek, fmt.Sprintf(`{"queue":%q,"partition":"p","after":%s}`, q, v)},
+			probe{"nats", "", "", wire.SubjectPeek, fmt.Sprintf(`{"queue":%q,"partition":"p","limit":%s}`, q, v)},
 			probe{"http", "GET", "/api/v1/pop/queue/" + q + "/partition/p?consumerGroup=edge&batch=" + qv, "", ""},
 			probe{"http", "GET", "/api/v1/pop/queue/" + q + "/partition/p?consumerGroup=edge&wait=true&timeout=" + qv, "", ""},
-			probe{"nats", "", "", transport.SubjectPop, fmt.Sprintf(`{"queue":%q,"partition":"p","consumerGroup":"edge","batch":%s}`, q, v)},
-			probe{"nats", "", "", transport.SubjectPop, fmt.Sprintf(`{"queue":%q,"partition":"p","consumerGroup":"edge","wait":true,"timeout":%s}`, q, v)},
-			probe{"http", "POST", "/api/v1/ack", transport.SubjectAck, fmt.Sprintf(`{"partitionId":%q,"offset":%s,"consumerGroup":"edge"}`, m.PartitionID, v)},
-			probe{"http", "POST", "/api/v1/ack/batch", transport.SubjectAckBatch, fmt.Sprintf(`{"acknowledgments":[{"partitionId":%q,"offset":%s}],"consumerGroup":"edge"}`, m.PartitionID, v)},
-			probe{"http", "POST", "/api/v1/lease/" + lease + "/extend", transport.SubjectLeaseExtend, fmt.Sprintf(`{"leaseId":%q,"seconds":%s}`, lease, v)},
+			probe{"nats", "", "", wire.SubjectPop, fmt.Sprintf(`{"queue":%q,"partition":"p","consumerGroup":"edge","batch":%s}`, q, v)},
+			probe{"nats", "", "", wire.SubjectPop, fmt.Sprintf(`{"queue":%q,"partition":"p","consumerGroup":"edge","wait":true,"timeout":%s}`, q, v)},
+			probe{"http", "POST", "/api/v1/ack", wire.SubjectAck, fmt.Sprintf(`{"partitionId":%q,"offset":%s,"consumerGroup":"edge"}`, m.PartitionID, v)},
+			probe{"http", "POST", "/api/v1/ack/batch", wire.SubjectAckBatch, fmt.Sprintf(`{"acknowledgments":[{"partitionId":%q,"offset":%s}],"consumerGroup":"edge"}`, m.PartitionID, v)},
+			probe{"http", "POST", "/api/v1/lease/" + lease + "/extend", wire.SubjectLeaseExtend, fmt.Sprintf(`{"leaseId":%q,"seconds":%s}`, lease, v)},
 			probe{"http", "GET", "/api/v1/dlq?queue=" + q + "&limit=" + qv, "", ""},
 			probe{"http", "GET", "/api/v1/dlq?queue=" + q + "&offset=" + qv, "", ""},
-			probe{"http", "POST", "/api/v1/dlq/replay", transport.SubjectDLQReplay, fmt.Sprintf(`{"queue":%q,"consumerGroup":"edge","ids":[%s]}`, q, v)},
-			probe{"http", "POST", "/api/v1/dlq/replay", transport.SubjectDLQReplay, fmt.Sprintf(`{"queue":%q,"consumerGroup":"edge","partition":"p","limit":%s}`, q, v)},
-			probe{"http", "POST", "/api/v1/transaction", transport.SubjectTransaction, fmt.Sprintf(`{"operations":[{"type":"ack","partitionId":%q,"offset":%s,"consumerGroup":"edge"}]}`, m.PartitionID, v)},
+			probe{"http", "POST", "/api/v1/dlq/replay", wire.SubjectDLQReplay, fmt.Sprintf(`{"queue":%q,"consumerGroup":"edge","ids":[%s]}`, q, v)},
+			probe{"http", "POST", "/api/v1/dlq/replay", wire.SubjectDLQReplay, fmt.Sprintf(`{"queue":%q,"consumerGroup":"edge","partition":"p","limit":%s}`, q, v)},
+			probe{"http", "POST", "/api/v1/transaction", wire.SubjectTransaction, fmt.Sprintf(`{"operations":[{"type":"ack","partitionId":%q,"offset":%s,"consumerGroup":"edge"}]}`, m.PartitionID, v)},
 		)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -132,8 +132,8 @@ func TestAckOffsetAndTransactionIDDisagree(t *testing.T) {
 	defer cancel()
 	for _, via := range transports {
 		for _, c := range []struct{ path, subject, body, field string }{
-			{"/api/v1/ack", transport.SubjectAck, fmt.Sprintf(`{"partitionId":%q,"offset":1,"transactionId":"d-2"}`, pid), "transactionId"},
-			{"/api/v1/ack/batch", transport.SubjectAckBatch, fmt.Sprintf(`{"acknowledgments":[{"partitionId":%q,"offset":0,"transactionId":"d-0"},{"partitionId":%q,"offset":2,"transactionId":"d-1"}]}`, pid, pid), "transactionId"},
+			{"/api/v1/ack", wire.SubjectAck, fmt.Sprintf(`{"partitionId":%q,"offset":1,"transactionId":"d-2"}`, pid), "transactionId"},
+			{"/api/v1/ack/batch", wire.SubjectAckBatch, fmt.Sprintf(`{"acknowledgments":[{"partitionId":%q,"offset":0,"transactionId":"d-0"},{"partitionId":%q,"offset":2,"transactionId":"d-1"}]}`, pid, pid), "transactionId"},
 		} {
 			r, err := e.do(ctx, via, "POST", c.path, c.subject, []byte(c.body), http.StatusOK)
 			if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/natstest"
 )
 
@@ -28,7 +28,7 @@ func nodeOf(nodes []*server.Server, nc *nats.Conn) int {
 // pushUntilAnswered pushes items through c until every item has a verdict
 // (queued, or duplicate when an earlier attempt that timed out stored it),
 // and records each item's message id in ids.
-func pushUntilAnswered(t *testing.T, c *transport.Client, items []transport.PushItem, ids map[string]string) {
+func pushUntilAnswered(t *testing.T, c *client.Client, items []client.PushItem, ids map[string]string) {
 	t.Helper()
 	eventually(t, 60*time.Second, 50*time.Millisecond, "every item answered", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -71,13 +71,13 @@ func TestBrokerOnNATSClusterSurvivesNodeLoss(t *testing.T) {
 	for lost[survivor] {
 		survivor++
 	}
-	nc, err := transport.ConnectNATS(nodes[survivor].ClientURL(), "queen-test-client")
+	nc, err := client.ConnectNATS(nodes[survivor].ClientURL(), "queen-test-client")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	plain := transport.NewClient(nc)
-	sharded := transport.NewClient(nc, transport.ShardAware(transport.ShardOptions{Timeout: 2 * time.Second}))
+	plain := client.NewNATS(nc)
+	sharded := client.NewNATS(nc, client.ShardAware(client.ShardOptions{Timeout: 2 * time.Second}))
 	ids := map[string]string{}
 	pushUntilAnswered(t, plain, spread("natscluster", "before", 8, 16), ids)
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // withPayload is it() with an explicit payload.
@@ -131,10 +131,10 @@ func TestDedupCheckPayload(t *testing.T) {
 			eq(t, -1.0, e.metricValue(t, fmt.Sprintf(`queen_dedup_payload_mismatch_total{queue=%q}`, off)), "no series for a queue without the option")
 
 			// The Go client's verdict type carries it.
-			c := transport.NewClient(e.nc)
+			c := client.NewNATS(e.nc)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			got, err := c.Push(ctx, []transport.PushItem{
+			got, err := c.Push(ctx, []client.PushItem{
 				{Queue: on, Partition: "p", TransactionID: "order-1", Payload: json.RawMessage(`{"amount":11}`)},
 				{Queue: on, Partition: "p", TransactionID: "order-1", Payload: json.RawMessage(`{"amount":10}`)},
 			})

@@ -1,6 +1,6 @@
 package broker
 
-// The async producer of the Go client (transport.Producer) against a real
+// The async producer of the Go client (client.Producer) against a real
 // broker: verdicts, per-partition order, retries with the same
 // transactionId after a lost reply, a failed verdict and a held row lock,
 // refusals, a full buffer, Close and context cancellation.
@@ -15,23 +15,23 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // gatedPush is a PushFunc over c that waits for its gate before each
 // request (or for the request's context to end) and says when it entered.
 type gatedPush struct {
-	c       *transport.Client
+	c       *client.Client
 	gate    chan struct{}
 	entered chan struct{}
 }
 
-func newGatedPush(c *transport.Client) *gatedPush {
+func newGatedPush(c *client.Client) *gatedPush {
 	return &gatedPush{c: c, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
 }
 
-func (g *gatedPush) push(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
+func (g *gatedPush) push(ctx context.Context, items []client.PushItem) ([]wire.PushReply, error) {
 	select {
 	case g.entered <- struct{}{}:
 	default:
@@ -45,7 +45,7 @@ func (g *gatedPush) push(ctx context.Context, items []transport.PushItem) ([]wir
 }
 
 // waitAll waits for every future and returns the results in order.
-func waitAll(t *testing.T, pds []*transport.Pending) ([]wire.PushReply, []error) {
+func waitAll(t *testing.T, pds []*client.Pending) ([]wire.PushReply, []error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -60,7 +60,7 @@ func waitAll(t *testing.T, pds []*transport.Pending) ([]wire.PushReply, []error)
 	return rs, errs
 }
 
-func flushOrFail(t *testing.T, p *transport.Producer) {
+func flushOrFail(t *testing.T, p *client.Producer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -69,7 +69,7 @@ func flushOrFail(t *testing.T, p *transport.Producer) {
 	}
 }
 
-func closeProducer(t *testing.T, p *transport.Producer) {
+func closeProducer(t *testing.T, p *client.Producer) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -79,14 +79,14 @@ func closeProducer(t *testing.T, p *transport.Producer) {
 
 func TestAsyncProducer(t *testing.T) {
 	e := startEnv(t, func(c *Config) { c.LockTimeout = 300 * time.Millisecond })
-	c := transport.NewClient(e.nc)
+	c := client.NewNATS(e.nc)
 	ctx := context.Background()
 
 	// Every item gets its verdict; per partition the stored order is the
 	// publish order; futures and callbacks alike; a repeat is duplicate
 	// with the original's id; an item without a transactionId gets one.
 	t.Run("verdicts and order", func(t *testing.T) {
-		p := transport.NewProducer(c, transport.ProducerOptions{Linger: 2 * time.Millisecond, MaxBatchItems: 16, MaxInFlight: 4, BufferItems: 64})
+		p := client.NewProducer(c, client.ProducerOptions{Linger: 2 * time.Millisecond, MaxBatchItems: 16, MaxInFlight: 4, BufferItems: 64})
 		closeProducer(t, p)
 		const n, parts = 400, 8
 		type res struct {
@@ -95,10 +95,10 @@ func TestAsyncProducer(t *testing.T) {
 		}
 		var mu sync.Mutex
 		byCallback := map[int]res{}
-		pds := map[int]*transport.Pending{}
-		sent := make([]transport.PushItem, n)
+		pds := map[int]*client.Pending{}
+		sent := make([]client.PushItem, n)
 		for i := range n {
-			item := transport.PushItem{Queue: "ap-order", Partition: fmt.Sprintf("p%d", i%parts), TransactionID: fmt.Sprintf("o-%d", i), Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+			item := client.PushItem{Queue: "ap-order", Partition: fmt.Sprintf("p%d", i%parts), TransactionID: fmt.Sprintf("o-%d", i), Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
 			if i%50 == 7 {
 				item.TransactionID = ""
 			}
@@ -178,7 +178,7 @@ func TestAsyncProducer(t *testing.T) {
 		}
 
 		// Repeats are duplicates carrying the original's message id.
-		var again []*transport.Pending
+		var again []*client.Pending
 		for i := 0; i < n; i += 20 {
 			item := sent[i]
 			item.TransactionID = replies[i].TransactionID
@@ -207,7 +207,7 @@ func TestAsyncProducer(t *testing.T) {
 			var calls atomic.Int32
 			var mu sync.Mutex
 			orig := map[string]string{} // transactionId → message id of the lost reply
-			push := func(ctx context.Context, items []transport.PushItem) ([]wire.PushReply, error) {
+			push := func(ctx context.Context, items []client.PushItem) ([]wire.PushReply, error) {
 				rs, err := c.Push(ctx, items)
 				if calls.Add(1) > 1 || err != nil {
 					return rs, err
@@ -225,12 +225,12 @@ func TestAsyncProducer(t *testing.T) {
 				}
 				return rs, queen.ErrUnavailable.With("every item failed")
 			}
-			p := transport.NewProducerFunc(push, transport.ProducerOptions{Linger: time.Hour, RetryBackoff: time.Millisecond})
+			p := client.NewProducerFunc(push, client.ProducerOptions{Linger: time.Hour, RetryBackoff: time.Millisecond})
 			closeProducer(t, p)
 			queue := "ap-lost-" + mode
-			var pds []*transport.Pending
+			var pds []*client.Pending
 			for i := range 10 {
-				pd, err := p.Publish(ctx, transport.PushItem{Queue: queue, Partition: fmt.Sprintf("p%d", i%2), TransactionID: fmt.Sprintf("l-%d", i)})
+				pd, err := p.Publish(ctx, client.PushItem{Queue: queue, Partition: fmt.Sprintf("p%d", i%2), TransactionID: fmt.Sprintf("l-%d", i)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -276,16 +276,16 @@ func TestAsyncProducer(t *testing.T) {
 		if err != nil || tag.RowsAffected() != 1 {
 			t.Fatalf("hold the partition's row lock: %v", err)
 		}
-		p := transport.NewProducer(c, transport.ProducerOptions{Linger: time.Millisecond, RetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
+		p := client.NewProducer(c, client.ProducerOptions{Linger: time.Millisecond, RetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
 		closeProducer(t, p)
-		var stuck, free []*transport.Pending
+		var stuck, free []*client.Pending
 		for i := range 6 {
-			pd, err := p.Publish(ctx, transport.PushItem{Queue: "ap-lock", Partition: "stuck", TransactionID: fmt.Sprintf("s-%d", i)})
+			pd, err := p.Publish(ctx, client.PushItem{Queue: "ap-lock", Partition: "stuck", TransactionID: fmt.Sprintf("s-%d", i)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			stuck = append(stuck, pd)
-			if pd, err = p.Publish(ctx, transport.PushItem{Queue: "ap-lock", Partition: "free", TransactionID: fmt.Sprintf("f-%d", i)}); err != nil {
+			if pd, err = p.Publish(ctx, client.PushItem{Queue: "ap-lock", Partition: "free", TransactionID: fmt.Sprintf("f-%d", i)}); err != nil {
 				t.Fatal(err)
 			}
 			free = append(free, pd)
@@ -331,16 +331,16 @@ func TestAsyncProducer(t *testing.T) {
 	// An item the broker refuses (4xx) resolves with the refusal; the
 	// other items of its request are sent again and queued.
 	t.Run("a refused item does not sink its request", func(t *testing.T) {
-		p := transport.NewProducer(c, transport.ProducerOptions{Linger: time.Hour})
+		p := client.NewProducer(c, client.ProducerOptions{Linger: time.Hour})
 		closeProducer(t, p)
 		// Text the broker would refuse never gets this far: Publish
 		// refuses it at once (issue 29).
-		if _, err := p.Publish(ctx, transport.PushItem{Queue: "ap-\x01-bad"}); err == nil {
+		if _, err := p.Publish(ctx, client.PushItem{Queue: "ap-\x01-bad"}); err == nil {
 			t.Fatal("Publish took a queue name with a control character")
 		}
-		var pds []*transport.Pending
+		var pds []*client.Pending
 		for i := range 5 {
-			item := transport.PushItem{Queue: "ap-refuse", TransactionID: fmt.Sprintf("r-%d", i)}
+			item := client.PushItem{Queue: "ap-refuse", TransactionID: fmt.Sprintf("r-%d", i)}
 			if i == 2 {
 				item.Payload = []byte(`{"not":`) // only the broker checks payloads
 			}
@@ -372,12 +372,12 @@ func TestAsyncProducer(t *testing.T) {
 	// never sent; the blocked one goes once there is room.
 	t.Run("a full buffer blocks or errors, never drops", func(t *testing.T) {
 		g := newGatedPush(c)
-		p := transport.NewProducerFunc(g.push, transport.ProducerOptions{Linger: -1, BufferItems: 2})
+		p := client.NewProducerFunc(g.push, client.ProducerOptions{Linger: -1, BufferItems: 2})
 		closeProducer(t, p)
-		pe := transport.NewProducerFunc(g.push, transport.ProducerOptions{Linger: -1, BufferItems: 1, ErrorOnFull: true})
+		pe := client.NewProducerFunc(g.push, client.ProducerOptions{Linger: -1, BufferItems: 1, ErrorOnFull: true})
 		closeProducer(t, pe)
-		item := func(txn string) transport.PushItem {
-			return transport.PushItem{Queue: "ap-full", TransactionID: txn}
+		item := func(txn string) client.PushItem {
+			return client.PushItem{Queue: "ap-full", TransactionID: txn}
 		}
 		a, err := p.Publish(ctx, item("a"))
 		if err != nil {
@@ -391,11 +391,11 @@ func TestAsyncProducer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pe.Publish(ctx, item("y")); !errors.Is(err, transport.ErrBufferFull) {
+		if _, err := pe.Publish(ctx, item("y")); !errors.Is(err, client.ErrBufferFull) {
 			t.Fatalf("Publish on a full buffer with ErrorOnFull: %v, want ErrBufferFull", err)
 		}
 		type out struct {
-			pd  *transport.Pending
+			pd  *client.Pending
 			err error
 		}
 		cDone := make(chan out, 1)
@@ -423,7 +423,7 @@ func TestAsyncProducer(t *testing.T) {
 		if o.err != nil {
 			t.Fatalf("the blocked Publish after room was made: %v", o.err)
 		}
-		rs, errs := waitAll(t, []*transport.Pending{a, b, o.pd, x})
+		rs, errs := waitAll(t, []*client.Pending{a, b, o.pd, x})
 		for i := range rs {
 			if errs[i] != nil || rs[i].Status != queen.Queued {
 				t.Fatalf("item %d: %+v, %v", i, rs[i], errs[i])
@@ -436,10 +436,10 @@ func TestAsyncProducer(t *testing.T) {
 	// Close sends what lingers, waits for every verdict and then refuses new
 	// items.
 	t.Run("close drains", func(t *testing.T) {
-		p := transport.NewProducer(c, transport.ProducerOptions{Linger: time.Hour, MaxBatchItems: 1000})
+		p := client.NewProducer(c, client.ProducerOptions{Linger: time.Hour, MaxBatchItems: 1000})
 		var got atomic.Int64
 		for i := range 50 {
-			err := p.PublishFunc(ctx, transport.PushItem{Queue: "ap-close", Partition: fmt.Sprintf("p%d", i%5), TransactionID: fmt.Sprintf("c-%d", i)},
+			err := p.PublishFunc(ctx, client.PushItem{Queue: "ap-close", Partition: fmt.Sprintf("p%d", i%5), TransactionID: fmt.Sprintf("c-%d", i)},
 				func(r wire.PushReply, err error) {
 					if err == nil && r.Status == queen.Queued {
 						got.Add(1)
@@ -455,7 +455,7 @@ func TestAsyncProducer(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 		eq(t, int64(50), got.Load(), "items answered queued when Close returned")
-		if _, err := p.Publish(ctx, transport.PushItem{Queue: "ap-close"}); !errors.Is(err, transport.ErrProducerClosed) {
+		if _, err := p.Publish(ctx, client.PushItem{Queue: "ap-close"}); !errors.Is(err, client.ErrProducerClosed) {
 			t.Fatalf("Publish after Close: %v, want ErrProducerClosed", err)
 		}
 		eq(t, int64(50), e.stats(t, "ap-close").Messages, "stored messages")
@@ -466,25 +466,25 @@ func TestAsyncProducer(t *testing.T) {
 	// context ends abandons the request in flight: its item resolves with
 	// an UndeliveredError (outcome unknown).
 	t.Run("context cancellation", func(t *testing.T) {
-		p := transport.NewProducer(c, transport.ProducerOptions{Linger: time.Hour})
+		p := client.NewProducer(c, client.ProducerOptions{Linger: time.Hour})
 		closeProducer(t, p)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := p.Publish(cctx, transport.PushItem{Queue: "ap-cancel", TransactionID: "early"}); !errors.Is(err, context.Canceled) {
+		if _, err := p.Publish(cctx, client.PushItem{Queue: "ap-cancel", TransactionID: "early"}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Publish with an ended context: %v", err)
 		}
 		cctx, cancel = context.WithCancel(ctx)
-		gone, err := p.Publish(cctx, transport.PushItem{Queue: "ap-cancel", TransactionID: "gone"})
+		gone, err := p.Publish(cctx, client.PushItem{Queue: "ap-cancel", TransactionID: "gone"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		kept, err := p.Publish(ctx, transport.PushItem{Queue: "ap-cancel", TransactionID: "kept"})
+		kept, err := p.Publish(ctx, client.PushItem{Queue: "ap-cancel", TransactionID: "kept"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cancel()
 		flushOrFail(t, p)
-		rs, errs := waitAll(t, []*transport.Pending{gone, kept})
+		rs, errs := waitAll(t, []*client.Pending{gone, kept})
 		if !errors.Is(errs[0], context.Canceled) {
 			t.Fatalf("an item whose context ended before it was sent: %+v, %v; want context.Canceled", rs[0], errs[0])
 		}
@@ -494,8 +494,8 @@ func TestAsyncProducer(t *testing.T) {
 		eq(t, map[string]int{"kept": 1}, txnCounts(e.frames(t, "ap-cancel", "")), "stored transactionIds")
 
 		g := newGatedPush(c)
-		pg := transport.NewProducerFunc(g.push, transport.ProducerOptions{Linger: -1})
-		stuck, err := pg.Publish(ctx, transport.PushItem{Queue: "ap-cancel", TransactionID: "stuck"})
+		pg := client.NewProducerFunc(g.push, client.ProducerOptions{Linger: -1})
+		stuck, err := pg.Publish(ctx, client.PushItem{Queue: "ap-cancel", TransactionID: "stuck"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,8 +506,8 @@ func TestAsyncProducer(t *testing.T) {
 			t.Fatalf("Close with an ended context and a request in flight: %v", err)
 		}
 		_, err = stuck.Result()
-		var ue *transport.UndeliveredError
-		if !errors.As(err, &ue) || ue.Attempts != 1 || !errors.Is(err, transport.ErrProducerClosed) || ue.TransactionID != "stuck" {
+		var ue *client.UndeliveredError
+		if !errors.As(err, &ue) || ue.Attempts != 1 || !errors.Is(err, client.ErrProducerClosed) || ue.TransactionID != "stuck" {
 			t.Fatalf("the abandoned item: %v; want an UndeliveredError after 1 send, cause ErrProducerClosed", err)
 		}
 	})

@@ -15,7 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // routeMetrics reads each broker's queen_shard_routes_{local,remote}_total.
@@ -30,10 +31,10 @@ func routeMetrics(t *testing.T, envs []*env) (local, remote []float64) {
 
 // spread is n items over parts partitions of queue, round robin, with
 // transaction ids prefix-0, prefix-1, ...
-func spread(queue, prefix string, parts, n int) []transport.PushItem {
-	out := make([]transport.PushItem, n)
+func spread(queue, prefix string, parts, n int) []client.PushItem {
+	out := make([]client.PushItem, n)
 	for i := range out {
-		out[i] = transport.PushItem{Queue: queue, Partition: fmt.Sprintf("p%d", i%parts),
+		out[i] = client.PushItem{Queue: queue, Partition: fmt.Sprintf("p%d", i%parts),
 			TransactionID: fmt.Sprintf("%s-%d", prefix, i), Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
 	}
 	return out
@@ -46,7 +47,7 @@ func spread(queue, prefix string, parts, n int) []transport.PushItem {
 // with the same transaction ids, as a client does, until they get a
 // verdict; a retried item that was stored after all is duplicate with the
 // original's id.
-func pushExact(t *testing.T, c *transport.Client, items []transport.PushItem, want queen.Verdict, ids map[string]string) {
+func pushExact(t *testing.T, c *client.Client, items []client.PushItem, want queen.Verdict, ids map[string]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -55,7 +56,7 @@ func pushExact(t *testing.T, c *transport.Client, items []transport.PushItem, wa
 		idx[i] = i
 	}
 	for attempt := 0; len(idx) > 0; attempt++ {
-		send := make([]transport.PushItem, len(idx))
+		send := make([]client.PushItem, len(idx))
 		for j, i := range idx {
 			send[j] = items[i]
 		}
@@ -104,7 +105,7 @@ func TestClusterShardAwarePublishCrossesNoHop(t *testing.T) {
 
 	// A long shard timeout: a slow answer on a busy machine is waited for,
 	// not sent again through queen.v1.push (which would hop).
-	c := transport.NewClient(envs[0].nc, transport.ShardAware(transport.ShardOptions{Timeout: 45 * time.Second}))
+	c := client.NewNATS(envs[0].nc, client.ShardAware(client.ShardOptions{Timeout: 45 * time.Second}))
 	const q = "shardaware"
 	ids := map[string]string{}
 	bundle := spread(q, "sync", 48, 96) // every broker owns some of 48 partitions
@@ -114,12 +115,12 @@ func TestClusterShardAwarePublishCrossesNoHop(t *testing.T) {
 
 	// The async producer over the same client: single items, and repeats
 	// of the bundle's, resolved exactly.
-	p := transport.NewProducer(c, transport.ProducerOptions{Linger: time.Millisecond, MaxBatchItems: 50})
+	p := client.NewProducer(c, client.ProducerOptions{Linger: time.Millisecond, MaxBatchItems: 50})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	single := spread(q, "async", 32, 300)
-	var pend []*transport.Pending
-	for _, it := range append(append([]transport.PushItem{}, single...), bundle[:40]...) {
+	var pend []*client.Pending
+	for _, it := range append(append([]client.PushItem{}, single...), bundle[:40]...) {
 		pd, err := p.Publish(ctx, it)
 		if err != nil {
 			t.Fatal(err)
@@ -170,7 +171,7 @@ func TestClusterShardAwarePublishCrossesNoHop(t *testing.T) {
 	// The same bundle through a plain client enters at one broker, which
 	// sends the shards it does not own to their owners: the metric sees
 	// those hops.
-	plain := transport.NewClient(envs[0].nc)
+	plain := client.NewNATS(envs[0].nc)
 	pushExact(t, plain, bundle, queen.Duplicate, ids)
 	local2, remote2 := routeMetrics(t, envs)
 	hops := 0.0
@@ -193,7 +194,7 @@ func TestClusterShardAwareFallback(t *testing.T) {
 	eventually(t, 30*time.Second, 20*time.Millisecond, "three brokers share the shards", func() (bool, string) { return settled(t, envs, 3) })
 
 	// Twice the real count: shards 64..127 have no responder.
-	wrong := transport.NewClient(envs[1].nc, transport.ShardAware(transport.ShardOptions{Count: 2 * envs[0].b.cfg.ShardCount}))
+	wrong := client.NewNATS(envs[1].nc, client.ShardAware(client.ShardOptions{Count: 2 * envs[0].b.cfg.ShardCount}))
 	const q = "fallback"
 	ids := map[string]string{}
 	bundle := spread(q, "w", 40, 80)
@@ -212,7 +213,7 @@ func TestClusterShardAwareFallback(t *testing.T) {
 	if err := dead.b.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := transport.NewClient(envs[0].nc, transport.ShardAware(transport.ShardOptions{}))
+	c := client.NewNATS(envs[0].nc, client.ShardAware(client.ShardOptions{}))
 	after := spread(q, "after", 40, 80)
 	pushExact(t, c, after, queen.Queued, ids)
 	pushExact(t, c, append(after, bundle...), queen.Duplicate, ids)
@@ -245,7 +246,7 @@ func TestShardSubjectAnswersClientsAsThePublicPush(t *testing.T) {
 		}
 		return r.Header.Get("Nats-Service-Error-Code"), string(r.Data)
 	}
-	shard := transport.ShardPushSubject(transport.ShardOf("direct", "p", e.b.cfg.ShardCount))
+	shard := wire.ShardPushSubject(queen.ShardOf("direct", "p", e.b.cfg.ShardCount))
 	for _, body := range []string{
 		`{"items":[{"queue":"direct","partition":"p","transactionId":"a"},{"queue":"direct","partition":"p","transactionId":"b\u0001"}]}`,
 		`{"items":[{"queue":"direct","partition":"p","payload":{"x":"\ud800"}}]}`,
@@ -254,7 +255,7 @@ func TestShardSubjectAnswersClientsAsThePublicPush(t *testing.T) {
 		`{"items":{}}`,
 		"{\"items\":[{\"queue\":\"direct\xff\"}]}",
 	} {
-		pubStatus, pubBody := ask(transport.SubjectPush, []byte(body), false)
+		pubStatus, pubBody := ask(wire.SubjectPush, []byte(body), false)
 		status, got := ask(shard, []byte(body), true)
 		if pubStatus == "" || !strings.HasPrefix(pubStatus, "4") || status != pubStatus || got != pubBody {
 			t.Fatalf("body %s:\n queen.v1.push answered %s %s\n %s answered %s %s", body, pubStatus, pubBody, shard, status, got)

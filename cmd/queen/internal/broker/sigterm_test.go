@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/queen-mq/queen-go/persistence/pgtest"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // TestSIGTERMDuringLoadLosesNothing runs the real binary (`queen serve`),
@@ -76,7 +76,7 @@ func TestSIGTERMDuringLoadLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	client := transport.NewClient(nc)
+	c := client.NewNATS(nc)
 
 	var mu sync.Mutex
 	queued := map[string]bool{}
@@ -89,12 +89,12 @@ func TestSIGTERMDuringLoadLosesNothing(t *testing.T) {
 		go func(p int) {
 			defer wg.Done()
 			for i := 0; i < 100000; i++ {
-				var batch []transport.PushItem
+				var batch []client.PushItem
 				for k := 0; k < 5; k++ {
-					batch = append(batch, transport.PushItem{Queue: "sigterm", Partition: fmt.Sprintf("p%d", k), TransactionID: fmt.Sprintf("%d-%d-%d", p, i, k), Payload: json.RawMessage(`{}`)})
+					batch = append(batch, client.PushItem{Queue: "sigterm", Partition: fmt.Sprintf("p%d", k), TransactionID: fmt.Sprintf("%d-%d-%d", p, i, k), Payload: json.RawMessage(`{}`)})
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				rs, err := client.Push(ctx, batch)
+				rs, err := c.Push(ctx, batch)
 				cancel()
 				if err != nil {
 					return // the broker has stopped taking requests

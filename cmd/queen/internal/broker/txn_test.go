@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -88,7 +88,7 @@ func (e *env) txn(t testing.TB, via string, body any) (int, *txnReply, *txnErr) 
 }
 
 func (e *env) tryTxn(ctx context.Context, via string, body []byte) (result, error) {
-	return e.do(ctx, via, http.MethodPost, "/api/v1/transaction", transport.SubjectTransaction, body, http.StatusOK)
+	return e.do(ctx, via, http.MethodPost, "/api/v1/transaction", wire.SubjectTransaction, body, http.StatusOK)
 }
 
 func (e *env) txnOK(t testing.TB, via string, body any) *txnReply {
@@ -360,20 +360,20 @@ func TestTxnOppositeOrdersNeverDeadlock(t *testing.T) {
 func TestTxnGoClient(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
-	c := transport.NewClient(e.nc)
+	c := client.NewNATS(e.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.Push(ctx, []transport.PushItem{{Queue: "gin", Partition: "p", TransactionID: "m1"}}); err != nil {
+	if _, err := c.Push(ctx, []client.PushItem{{Queue: "gin", Partition: "p", TransactionID: "m1"}}); err != nil {
 		t.Fatal(err)
 	}
-	pop, err := c.Pop(ctx, transport.PopOptions{Queue: "gin"})
+	pop, err := c.Pop(ctx, client.PopOptions{Queue: "gin"})
 	if err != nil || len(pop.Messages) != 1 {
 		t.Fatalf("pop: %v %+v", err, pop)
 	}
 	m := pop.Messages[0]
 	res, err := c.Transaction().
-		Ack(transport.AckFor(m)).
-		Push(transport.PushItem{Queue: "gout", Partition: "o", TransactionID: "x", Payload: json.RawMessage(`{"from":"m1"}`)}).
+		Ack(client.AckFor(m)).
+		Push(client.PushItem{Queue: "gout", Partition: "o", TransactionID: "x", Payload: json.RawMessage(`{"from":"m1"}`)}).
 		Commit(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -387,7 +387,7 @@ func TestTxnGoClient(t *testing.T) {
 	}
 
 	// A duplicate: *wire.TxnAbort, errors.Is ErrDuplicate, nothing written.
-	_, err = c.Transaction().Push(transport.PushItem{Queue: "gout", Partition: "o", TransactionID: "y"}, transport.PushItem{Queue: "gout", Partition: "o", TransactionID: "x"}).Commit(ctx)
+	_, err = c.Transaction().Push(client.PushItem{Queue: "gout", Partition: "o", TransactionID: "y"}, client.PushItem{Queue: "gout", Partition: "o", TransactionID: "x"}).Commit(ctx)
 	var ab *wire.TxnAbort
 	if !errors.As(err, &ab) || !errors.Is(err, queen.ErrDuplicate) || ab.Queue != "gout" || ab.TransactionID != "x" || ab.MessageID != res[1].Items[0].MessageID || queen.AsError(err).Status != http.StatusConflict {
 		t.Fatalf("duplicate: %T %v %+v", err, err, ab)
@@ -396,7 +396,7 @@ func TestTxnGoClient(t *testing.T) {
 		t.Fatalf("y stored: %v", got)
 	}
 	// A required lease that is not live, and bad input.
-	_, err = c.Transaction().Push(transport.PushItem{Queue: "gout", TransactionID: "z"}).RequireLeases(uuid.NewString()).Commit(ctx)
+	_, err = c.Transaction().Push(client.PushItem{Queue: "gout", TransactionID: "z"}).RequireLeases(uuid.NewString()).Commit(ctx)
 	if !errors.Is(err, queen.ErrLeaseInvalid) {
 		t.Fatalf("required lease: %v", err)
 	}
