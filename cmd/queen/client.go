@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -109,58 +106,41 @@ type clientReply struct {
 	text   string
 }
 
-// request sends body to the broker: over NATS on subject, or over HTTP as
-// POST path. Connection failures name what was dialled and from which
-// setting.
-func (c *clientFlags) request(ctx context.Context, cmd *cobra.Command, subject, path string, body []byte) (clientReply, error) {
+// request sends r to the broker with the Go client (package
+// transport/client): over NATS on its subject, or over HTTP on its route.
+// Failures to reach the broker name what was dialled and from which
+// setting; a refusal is a reply with its status.
+func (c *clientFlags) request(ctx context.Context, cmd *cobra.Command, r *client.Request) (clientReply, error) {
 	via, err := c.transport(cmd)
 	if err != nil {
 		return clientReply{}, err
 	}
+	var cl *client.Client
 	if via == "http" {
-		return c.requestHTTP(ctx, cmd, path, body)
-	}
-	nc, err := client.ConnectNATS(c.natsURL, "queen-cli")
-	if err != nil {
-		return clientReply{}, fmt.Errorf("connect to NATS at %s (from %s): %w; is `queen serve` running there? Its embedded NATS listens on QUEEN_NATS_LISTEN (default 127.0.0.1:4222); give --nats-url, or --server http://<QUEEN_HTTP_ADDR> for the HTTP gateway",
-			c.natsURL, c.natsSource(cmd), err)
-	}
-	defer nc.Close()
-	msg, err := nc.RequestWithContext(ctx, subject, body)
-	if err != nil {
-		return clientReply{}, fmt.Errorf("%s via NATS at %s (from %s): %w", subject, c.natsURL, c.natsSource(cmd), err)
-	}
-	r := clientReply{body: msg.Data}
-	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-		fmt.Sscan(code, &r.status) //nolint:errcheck // 0 stays an error below
-		if r.status == 0 {
-			r.status = 500
+		cl = client.NewHTTP(client.HTTPConfig{URLs: []string{c.server}})
+	} else {
+		nc, err := client.ConnectNATS(c.natsURL, "queen-cli")
+		if err != nil {
+			return clientReply{}, fmt.Errorf("connect to NATS at %s (from %s): %w; is `queen serve` running there? Its embedded NATS listens on QUEEN_NATS_LISTEN (default 127.0.0.1:4222); give --nats-url, or --server http://<QUEEN_HTTP_ADDR> for the HTTP gateway",
+				c.natsURL, c.natsSource(cmd), err)
 		}
-		r.text = msg.Header.Get("Nats-Service-Error")
+		defer nc.Close()
+		cl = client.NewNATS(nc)
 	}
-	return r, nil
-}
-
-func (c *clientFlags) requestHTTP(ctx context.Context, cmd *cobra.Command, path string, body []byte) (clientReply, error) {
-	url := strings.TrimRight(c.server, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
+	rep, err := cl.Do(ctx, r)
+	var na *client.NoAnswerError
+	switch {
+	case errors.As(err, &na) && via == "http":
+		return clientReply{}, fmt.Errorf("%w (server from %s); is `queen serve` running there? Its HTTP gateway listens on QUEEN_HTTP_ADDR (default 127.0.0.1:6632)",
+			err, c.serverSource(cmd))
+	case errors.As(err, &na):
+		return clientReply{}, fmt.Errorf("%s via NATS at %s (from %s): %w", r.Subject, c.natsURL, c.natsSource(cmd), err)
+	case err != nil && rep.Status == 0:
 		return clientReply{}, fmt.Errorf("--server %q: %w", c.server, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return clientReply{}, fmt.Errorf("POST %s (server from %s): %w; is `queen serve` running there? Its HTTP gateway listens on QUEEN_HTTP_ADDR (default 127.0.0.1:6632)",
-			url, c.serverSource(cmd), err)
+	out := clientReply{body: rep.Body}
+	if !rep.OK() {
+		out.status, out.text = rep.Status, rep.Text
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return clientReply{}, fmt.Errorf("POST %s: reading the reply: %w", url, err)
-	}
-	r := clientReply{body: b}
-	if resp.StatusCode >= 300 {
-		r.status, r.text = resp.StatusCode, http.StatusText(resp.StatusCode)
-	}
-	return r, nil
+	return out, nil
 }

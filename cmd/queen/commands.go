@@ -16,7 +16,6 @@ import (
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/localpg"
 	qclient "github.com/queen-mq/queen-go/transport/client"
-	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 func migrateCmd() *cobra.Command {
@@ -141,7 +140,7 @@ is sent.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			r, err := client.request(ctx, cmd, wire.SubjectPush, "/api/v1/push", body)
+			r, err := client.request(ctx, cmd, qclient.PushRequest(body))
 			if err != nil {
 				return fmt.Errorf("push: %w", err)
 			}

@@ -5,11 +5,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"sort"
@@ -21,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -133,58 +132,45 @@ func args(rule cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
-// call sends one request to the broker and returns the reply body of a 2xx;
-// a refusal is an error (exit 1) naming the status and the broker's error.
-func (o *opFlags) call(cmd *cobra.Command, method, path string, body any) ([]byte, error) {
-	return o.callCtx(cmd.Context(), method, path, body)
-}
-
-// callCtx is call under ctx (each request still bounded by --timeout).
-func (o *opFlags) callCtx(ctx context.Context, method, path string, body any) ([]byte, error) {
+// client returns the Go client (package transport/client) over --server
+// with --token, and ctx bounded by --timeout; the flags are checked first.
+func (o *opFlags) client(ctx context.Context) (*client.Client, context.Context, context.CancelFunc, error) {
 	if err := o.check(); err != nil {
-		return nil, err
+		return nil, nil, nil, err
+	}
+	if _, err := url.Parse(o.server); err != nil {
+		return nil, nil, nil, usageErr("--server %q: %v", o.server, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	return client.NewHTTP(client.HTTPConfig{URLs: []string{o.server}}, client.AdminToken(o.token)), ctx, cancel, nil
+}
+
+// call runs one operator call (what names it in errors) with the client of
+// the flags and returns the broker's reply body; a refusal is an error
+// (exit 1) naming the status and the broker's error, a broker that does not
+// answer an error saying so.
+func call[T any](cmd *cobra.Command, o *opFlags, what string, f func(context.Context, *client.Client) (T, []byte, error)) (T, []byte, error) {
+	return callCtx(cmd.Context(), o, what, f)
+}
+
+// callCtx is call under ctx (each call still bounded by --timeout).
+func callCtx[T any](ctx context.Context, o *opFlags, what string, f func(context.Context, *client.Client) (T, []byte, error)) (T, []byte, error) {
+	var zero T
+	c, ctx, cancel, err := o.client(ctx)
+	if err != nil {
+		return zero, nil, err
+	}
 	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = strings.NewReader(string(b))
+	v, raw, err := f(ctx, c)
+	var na *client.NoAnswerError
+	switch {
+	case errors.As(err, &na):
+		return zero, nil, fmt.Errorf("%s: %w; is `queen serve` running there? (--server)", what, err)
+	case err != nil:
+		e := queen.AsError(err)
+		return zero, raw, fmt.Errorf("%s: %d %s: %s", what, e.Status, e.Code, e.Message)
 	}
-	u := strings.TrimRight(o.server, "/") + path
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, usageErr("--server %q: %v", o.server, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if o.token != "" {
-		req.Header.Set("Authorization", "Bearer "+o.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w; is `queen serve` running there? (--server)", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: reading the reply: %w", method, u, err)
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Code != "" {
-			return b, fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, e.Code, e.Error)
-		}
-		return b, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	return b, nil
+	return v, raw, nil
 }
 
 // emit prints the broker's JSON reply (-o json), or the table.
@@ -197,13 +183,6 @@ func (o *opFlags) emit(cmd *cobra.Command, raw []byte, table func(w io.Writer)) 
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	table(tw)
 	tw.Flush()
-}
-
-func decode(raw []byte, v any) error {
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("the broker's reply is not what this CLI reads: %v", err)
-	}
-	return nil
 }
 
 func timeText(t *time.Time) string {
@@ -229,12 +208,10 @@ queue that does not exist.`,
 				if err := checkNames(a[0], "QUEUE"); err != nil {
 					return err
 				}
-				raw, err := o.call(cmd, http.MethodGet, "/api/v1/resources/queues/"+url.PathEscape(a[0]), nil)
+				q, raw, err := call(cmd, &o, "queue "+a[0], func(ctx context.Context, c *client.Client) (queen.QueueInfo, []byte, error) {
+					return c.Queue(ctx, a[0])
+				})
 				if err != nil {
-					return err
-				}
-				var q queen.QueueInfo
-				if err := decode(raw, &q); err != nil {
 					return err
 				}
 				o.emit(cmd, raw, func(w io.Writer) {
@@ -249,19 +226,15 @@ queue that does not exist.`,
 				})
 				return nil
 			}
-			raw, err := o.call(cmd, http.MethodGet, "/api/v1/resources/queues", nil)
+			queues, raw, err := call(cmd, &o, "queues", func(ctx context.Context, c *client.Client) ([]queen.QueueSummary, []byte, error) {
+				return c.Queues(ctx)
+			})
 			if err != nil {
-				return err
-			}
-			var l struct {
-				Queues []queen.QueueSummary `json:"queues"`
-			}
-			if err := decode(raw, &l); err != nil {
 				return err
 			}
 			o.emit(cmd, raw, func(w io.Writer) {
 				fmt.Fprintln(w, "QUEUE\tPARTITIONS\tMESSAGES\tDEPTH\tWINDOW(s)\tLEASE(s)\tRETRIES\tRETENTION(s)")
-				for _, q := range l.Queues {
+				for _, q := range queues {
 					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", q.Name, q.Partitions, q.Messages, q.Depth,
 						q.Options.DedupWindowSeconds, q.Options.LeaseTime, q.Options.RetryLimit, q.Options.RetentionSeconds)
 				}
@@ -292,13 +265,10 @@ Exit codes: 0 in_window, 3 expired, 4 unknown (the next push is queued for both)
 			if err := checkNames(a[0], "QUEUE", a[1], "PARTITION", a[2], "TRANSACTION_ID"); err != nil {
 				return err
 			}
-			q := url.Values{"queue": {a[0]}, "partition": {a[1]}, "transactionId": {a[2]}}
-			raw, err := o.call(cmd, http.MethodGet, "/api/v1/dedup?"+q.Encode(), nil)
+			d, raw, err := call(cmd, &o, "dedup", func(ctx context.Context, c *client.Client) (queen.DedupInspection, []byte, error) {
+				return c.Dedup(ctx, a[0], a[1], a[2])
+			})
 			if err != nil {
-				return err
-			}
-			var d queen.DedupInspection
-			if err := decode(raw, &d); err != nil {
 				return err
 			}
 			o.emit(cmd, raw, func(w io.Writer) {
@@ -360,22 +330,11 @@ func dlqListCmd() *cobra.Command {
 			if err := checkNames(a[0], "QUEUE", group, "--group", partition, "--partition"); err != nil {
 				return err
 			}
-			q := url.Values{"queue": {a[0]}, "limit": {strconv.Itoa(limit)}}
-			if group != "" {
-				q.Set("consumerGroup", group)
-			}
-			if partition != "" {
-				q.Set("partition", partition)
-			}
-			raw, err := o.call(cmd, http.MethodGet, "/api/v1/dlq?"+q.Encode(), nil)
+			f := queen.DLQFilter{Queue: a[0], ConsumerGroup: group, Partition: partition, Limit: limit}
+			l, raw, err := call(cmd, &o, "dlq list", func(ctx context.Context, c *client.Client) (wire.DeadLettersReply, []byte, error) {
+				return c.DeadLetters(ctx, f)
+			})
 			if err != nil {
-				return err
-			}
-			var l struct {
-				Messages []queen.DeadLetter `json:"messages"`
-				Total    int64              `json:"total"`
-			}
-			if err := decode(raw, &l); err != nil {
 				return err
 			}
 			o.emit(cmd, raw, func(w io.Writer) {
@@ -437,15 +396,10 @@ a dead letter failed or the broker refused the request, 2 usage.`,
 			default:
 				return usageErr("give --id ID (repeatable) or --partition P [--limit N]")
 			}
-			raw, err := o.call(cmd, http.MethodPost, "/api/v1/dlq/replay", body)
+			r, raw, err := call(cmd, &o, "dlq replay", func(ctx context.Context, c *client.Client) (wire.ReplayReply, []byte, error) {
+				return c.Replay(ctx, body)
+			})
 			if err != nil {
-				return err
-			}
-			var r struct {
-				Results []wire.ReplayResult `json:"results"`
-				Failed  int                 `json:"failed"`
-			}
-			if err := decode(raw, &r); err != nil {
 				return err
 			}
 			o.emit(cmd, raw, func(w io.Writer) {
@@ -476,12 +430,8 @@ func clusterCmd() *cobra.Command {
 		Short: "The cluster's brokers, heartbeats and shard owners (GET /api/v1/cluster)",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			raw, err := o.call(cmd, http.MethodGet, "/api/v1/cluster", nil)
+			v, raw, err := call(cmd, &o, "cluster", func(ctx context.Context, c *client.Client) (queen.ClusterView, []byte, error) { return c.Cluster(ctx) })
 			if err != nil {
-				return err
-			}
-			var v queen.ClusterView
-			if err := decode(raw, &v); err != nil {
 				return err
 			}
 			owned := map[string][]int{}

@@ -9,15 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // tailLine is one message of `queen tail -o json` (one JSON object per
@@ -197,12 +195,10 @@ func (t *tailer) run(ctx context.Context, n int, follow bool, interval time.Dura
 func (t *tailer) lastOffsets(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
 	if t.partition == "" || t.group != "" {
-		raw, err := t.get(ctx, "/api/v1/queues/"+url.PathEscape(t.queue))
+		d, _, err := callCtx(ctx, t.o, "queue detail "+t.queue, func(ctx context.Context, c *client.Client) (queen.QueueDetail, []byte, error) {
+			return c.QueueDetail(ctx, t.queue)
+		})
 		if err != nil {
-			return nil, err
-		}
-		var d queen.QueueDetail
-		if err := decode(raw, &d); err != nil {
 			return nil, err
 		}
 		for _, p := range d.Partitions {
@@ -259,17 +255,10 @@ func (t *tailer) fetch(ctx context.Context, p string, limit int) ([]queen.PeekMe
 }
 
 func (t *tailer) peek(ctx context.Context, p string, after int64, limit int) (queen.PeekResult, error) {
-	q := url.Values{"partition": {p}, "after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
-	var res queen.PeekResult
-	raw, err := t.get(ctx, "/api/v1/queues/"+url.PathEscape(t.queue)+"/messages?"+q.Encode())
-	if err != nil {
-		return res, err
-	}
-	return res, decode(raw, &res)
-}
-
-func (t *tailer) get(ctx context.Context, path string) ([]byte, error) {
-	return t.o.callCtx(ctx, http.MethodGet, path, nil)
+	res, _, err := callCtx(ctx, t.o, "peek "+t.queue+"/"+p, func(ctx context.Context, c *client.Client) (queen.PeekResult, []byte, error) {
+		return c.Peek(ctx, queen.PeekQuery{Queue: t.queue, Partition: p, After: after, Limit: limit})
+	})
+	return res, err
 }
 
 // print writes messages (and, with --group, the group lines that changed).
