@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence/localpg"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // ClusterConfig describes the brokers `queen loadtest --brokers N` starts:
@@ -242,12 +242,8 @@ func (c *Cluster) waitReady(ctx context.Context, b *brokerProc) error {
 			return fmt.Errorf("broker %d exited while starting; its log %s ends:\n%s", b.idx, b.logPath, tail(b.logPath, 20))
 		default:
 		}
-		if resp, err := c.hc.Get(b.url + "/health"); err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if c.client(b.url).Health(ctx) == nil {
+			break
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("broker %d did not answer %s/health within 2 minutes; its log: %s", b.idx, b.url, b.logPath)
@@ -298,32 +294,18 @@ func (c *Cluster) waitOwned(ctx context.Context, within time.Duration) error {
 	}
 }
 
-// view reads GET /api/v1/cluster from the broker at url.
-func (c *Cluster) view(url string) (queen.ClusterView, error) {
-	var v queen.ClusterView
-	req, err := http.NewRequest(http.MethodGet, url+"/api/v1/cluster", nil)
-	if err != nil {
-		return v, err
-	}
+// client is the Go client of the broker at url (HTTP).
+func (c *Cluster) client(url string) *client.Client {
 	// The brokers inherit this environment: with QUEEN_ADMIN_TOKEN set the
 	// cluster view (an admin route) wants it.
-	if tok := os.Getenv("QUEEN_ADMIN_TOKEN"); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := c.hc.Do(req)
+	return client.NewHTTP(client.HTTPConfig{URLs: []string{url}, Client: c.hc}, client.AdminToken(os.Getenv("QUEEN_ADMIN_TOKEN")))
+}
+
+// view reads the cluster view (GET /api/v1/cluster) from the broker at url.
+func (c *Cluster) view(url string) (queen.ClusterView, error) {
+	v, err := c.client(url).ClusterView(context.Background(), "")
 	if err != nil {
-		return v, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return v, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("GET %s/api/v1/cluster answered %d: %s", url, resp.StatusCode, clip(data))
-	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return v, fmt.Errorf("GET %s/api/v1/cluster: %v", url, err)
+		return v, fmt.Errorf("GET %s/api/v1/cluster: %w", url, err)
 	}
 	return v, nil
 }

@@ -351,7 +351,7 @@ func (cp *consumePhase) probe(ctx context.Context) {
 		defer s.close()
 		snd = s
 	} else {
-		snd = &httpSender{hc: newHTTPClient(2), url: strings.TrimRight(cp.cfg.Target, "/") + "/api/v1/push"}
+		snd = newHTTPSender(newHTTPClient(2), cp.cfg.Target)
 	}
 	cp.wake = wakeProbe(ctx, cp.admin, snd, cp.cfg.Queue+"-probe", cp.cfg.WakeProbes)
 }

@@ -1,19 +1,12 @@
 package loadtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -55,21 +48,31 @@ func newConsumeClient(target, name string, hc *http.Client) (consumeClient, erro
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}
-		return &natsConsumer{nc: nc, c: client.NewNATS(nc)}, nil
+		return &natsConsumer{clientConsumer{c: client.NewNATS(nc), closeFn: nc.Close}}, nil
 	}
-	return &httpConsumer{hc: hc, base: strings.TrimRight(target, "/")}, nil
+	return newHTTPConsumer(hc, target), nil
 }
 
-// natsConsumer uses the transport client (queen.v1.pop, queen.v1.ack.batch)
-// over its own NATS connection.
-type natsConsumer struct {
-	nc *nats.Conn
-	c  *client.Client
+// natsConsumer is a clientConsumer over its own NATS connection
+// (queen.v1.pop, queen.v1.ack.batch).
+type natsConsumer struct{ clientConsumer }
+
+// newHTTPConsumer is a clientConsumer over the HTTP gateway of urls (GET
+// /api/v1/pop/queue/{queue}, POST /api/v1/ack/batch; several: it moves to
+// the next after a transport failure, client.HTTPConfig).
+func newHTTPConsumer(hc *http.Client, urls ...string) *clientConsumer {
+	return &clientConsumer{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc}), closeFn: func() {}}
+}
+
+// clientConsumer uses the Go client (transport/client), over NATS or HTTP.
+type clientConsumer struct {
+	c       *client.Client
+	closeFn func()
 	// slack is how long a pop may take beyond its long poll (default 10s).
 	slack time.Duration
 }
 
-func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
+func (n *clientConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
 	// The broker answers by the end of the long poll (at once without
 	// one); allow it slack more.
 	slack := n.slack
@@ -86,7 +89,7 @@ func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, erro
 	return res, nil
 }
 
-func (n *natsConsumer) ack(ctx context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
+func (n *clientConsumer) ack(ctx context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
 	out, err := n.c.Ack(ctx, group, acks)
 	if err != nil {
 		return nil, asQueenError(err, "ack")
@@ -94,7 +97,7 @@ func (n *natsConsumer) ack(ctx context.Context, group string, acks []client.Ack)
 	return out, nil
 }
 
-func (n *natsConsumer) configure(ctx context.Context, body []byte) ([]byte, error) {
+func (n *clientConsumer) configure(ctx context.Context, body []byte) ([]byte, error) {
 	out, err := n.c.Configure(ctx, body)
 	if err != nil {
 		return nil, asQueenError(err, "configure")
@@ -102,7 +105,7 @@ func (n *natsConsumer) configure(ctx context.Context, body []byte) ([]byte, erro
 	return out, nil
 }
 
-func (n *natsConsumer) close() { n.nc.Close() }
+func (n *clientConsumer) close() { n.closeFn() }
 
 // asQueenError keeps a *queen.Error (a broker's answer or a transport
 // failure) and calls anything else (a reply that does not decode) a
@@ -113,131 +116,4 @@ func asQueenError(err error, what string) error {
 		return qe
 	}
 	return queen.ErrInternal.With("%s: %v", what, err)
-}
-
-// httpConsumer uses GET /api/v1/pop/queue/{queue} and POST
-// /api/v1/ack/batch (SPEC.md §4).
-type httpConsumer struct {
-	hc   *http.Client
-	base string
-	// transportFailed tells whether the last request failed in transport
-	// (no answer from the broker).
-	transportFailed bool
-}
-
-func (h *httpConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
-	var res queen.PopResult
-	q := url.Values{}
-	q.Set("batch", strconv.Itoa(r.batch))
-	if r.partitions > 1 {
-		q.Set("partitions", strconv.Itoa(r.partitions))
-	}
-	if r.wait > 0 {
-		q.Set("wait", "true")
-		q.Set("timeout", strconv.FormatInt(r.wait.Milliseconds(), 10))
-	}
-	q.Set("consumerGroup", r.group)
-	u := h.base + "/api/v1/pop/queue/" + url.PathEscape(r.queue)
-	if r.partition != "" {
-		u += "/partition/" + url.PathEscape(r.partition)
-	}
-	u += "?" + q.Encode()
-	// The broker answers by the end of the long poll; allow it 10 s more.
-	ctx, cancel := context.WithTimeout(ctx, r.wait+10*time.Second)
-	defer cancel()
-	status, data, err := h.do(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return res, err
-	}
-	switch status {
-	case http.StatusNoContent:
-		return res, nil
-	case http.StatusOK:
-		if err := json.Unmarshal(data, &res); err != nil {
-			return res, queen.ErrInternal.With("GET %s: the 200 reply does not decode: %v: %s", u, err, clip(data))
-		}
-		return res, nil
-	}
-	return res, httpError(http.MethodGet, u, status, data)
-}
-
-func (h *httpConsumer) ack(ctx context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
-	body, err := json.Marshal(struct {
-		Acks          []client.Ack `json:"acknowledgments"`
-		ConsumerGroup string       `json:"consumerGroup,omitempty"`
-	}{acks, group})
-	if err != nil {
-		return nil, queen.ErrInternal.With("ack body: %v", err)
-	}
-	u := h.base + "/api/v1/ack/batch"
-	status, data, err := h.do(ctx, http.MethodPost, u, body)
-	if err != nil {
-		return nil, err
-	}
-	if status != http.StatusOK {
-		return nil, httpError(http.MethodPost, u, status, data)
-	}
-	var out []queen.AckResult
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, queen.ErrInternal.With("POST %s: the 200 reply does not decode: %v: %s", u, err, clip(data))
-	}
-	return out, nil
-}
-
-func (h *httpConsumer) configure(ctx context.Context, body []byte) ([]byte, error) {
-	u := h.base + "/api/v1/configure"
-	status, data, err := h.do(ctx, http.MethodPost, u, body)
-	if err != nil {
-		return nil, err
-	}
-	if status != http.StatusOK && status != http.StatusCreated {
-		return nil, httpError(http.MethodPost, u, status, data)
-	}
-	return data, nil
-}
-
-func (h *httpConsumer) close() {}
-
-// do sends one request and reads the whole reply; a transport failure is a
-// retryable *queen.Error.
-func (h *httpConsumer) do(ctx context.Context, method, u string, body []byte) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return 0, nil, queen.ErrInternal.With("%s %s: %v", method, u, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	h.transportFailed = false
-	resp, err := h.hc.Do(req)
-	if err != nil {
-		h.transportFailed = true
-		if ctx.Err() != nil {
-			return 0, nil, queen.ErrTimeout.With("%s %s: %v", method, u, err)
-		}
-		return 0, nil, queen.ErrUnavailable.With("%s %s: %v", method, u, err)
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		h.transportFailed = true
-		return 0, nil, queen.ErrTimeout.With("%s %s: reading the reply: %v", method, u, err)
-	}
-	return resp.StatusCode, data, nil
-}
-
-// httpError decodes an error reply (SPEC.md §10).
-func httpError(method, u string, status int, data []byte) error {
-	e := &queen.Error{}
-	if json.Unmarshal(data, e) != nil || e.Code == "" {
-		// Not an API error body: a 5xx may pass, anything else will not.
-		return &queen.Error{Status: status, Code: "http_" + strconv.Itoa(status), Retryable: status >= 500,
-			Message: fmt.Sprintf("%s %s answered %d: %s", method, u, status, clip(data))}
-	}
-	e.Status = status
-	return e
 }

@@ -171,7 +171,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		} else if len(cfg.Targets) > 1 {
 			s = newFailoverSender(hc, cfg.Targets, i)
 		} else {
-			s = &httpSender{hc: hc, url: strings.TrimRight(cfg.Target, "/") + "/api/v1/push"}
+			s = newHTTPSender(hc, cfg.Target)
 		}
 		if owner {
 			r.senders = append(r.senders, s)

@@ -1,12 +1,9 @@
 package loadtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -37,8 +34,8 @@ type sender interface {
 	close()
 }
 
-// natsSender pushes with the transport client over its own NATS connection
-// (one per producer, like independent clients).
+// natsSender pushes with the Go client (transport/client) over its own
+// NATS connection (one per producer, like independent clients).
 type natsSender struct {
 	nc *nats.Conn
 	c  *client.Client
@@ -53,7 +50,15 @@ func newNATSSender(url string, producer int) (*natsSender, error) {
 }
 
 func (s *natsSender) send(ctx context.Context, items []client.PushItem, out []result) error {
-	replies, err := s.c.Push(ctx, items)
+	return pushWith(ctx, s.c, items, out)
+}
+
+func (s *natsSender) close() { s.nc.Close() }
+
+// pushWith pushes items with c and fills out, or returns the request's
+// error when no item got a verdict.
+func pushWith(ctx context.Context, c *client.Client, items []client.PushItem, out []result) error {
+	replies, err := c.Push(ctx, items)
 	if len(replies) == len(items) && len(items) > 0 {
 		// 201, or 503 with every item failed: the per-item verdicts count.
 		fillResults(items, replies, out)
@@ -65,15 +70,15 @@ func (s *natsSender) send(ctx context.Context, items []client.PushItem, out []re
 	return err
 }
 
-func (s *natsSender) close() { s.nc.Close() }
+// httpSender pushes with the Go client over the HTTP gateway (POST
+// /api/v1/push) of one broker, or of several: it starts at the first and
+// moves to the next after a request no broker answered (client.HTTPConfig);
+// the producer retries the failed request's items with the same
+// transactionIds, wherever they go next.
+type httpSender struct{ c *client.Client }
 
-// httpSender pushes with POST {base}/api/v1/push.
-type httpSender struct {
-	hc  *http.Client
-	url string
-	// transportFailed tells whether the last send failed in transport (no
-	// answer from the broker).
-	transportFailed bool
+func newHTTPSender(hc *http.Client, urls ...string) *httpSender {
+	return &httpSender{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc})}
 }
 
 func newHTTPClient(producers int) *http.Client {
@@ -84,55 +89,14 @@ func newHTTPClient(producers int) *http.Client {
 }
 
 func (s *httpSender) send(ctx context.Context, items []client.PushItem, out []result) error {
-	replies, err := s.push(ctx, items)
-	if err != nil {
-		return err
-	}
-	fillResults(items, replies, out)
-	return nil
+	return pushWith(ctx, s.c, items, out)
 }
 
-// push is one POST of items with the contract of client.PushFunc: the
-// replies when the broker answered with verdicts (201, or 503 with every
-// item failed), else an error (a *queen.Error).
-func (s *httpSender) push(ctx context.Context, items []client.PushItem) ([]wire.PushReply, error) {
-	body := client.AppendPushRequest(nil, items)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
-	if err != nil {
-		return nil, queen.ErrInternal.With("push request: %v", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	s.transportFailed = false
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		s.transportFailed = true
-		if ctx.Err() != nil {
-			return nil, queen.ErrTimeout.With("POST %s: %v", s.url, err)
-		}
-		return nil, queen.ErrUnavailable.With("POST %s: %v", s.url, err)
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		s.transportFailed = true
-		return nil, queen.ErrTimeout.With("POST %s: reading the reply: %v", s.url, err)
-	}
-	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusServiceUnavailable {
-		if replies, err := wire.DecodePushReplies(data); err == nil && len(replies) == len(items) && len(items) > 0 {
-			return replies, nil
-		}
-	}
-	e := &queen.Error{}
-	if json.Unmarshal(data, e) != nil || e.Code == "" {
-		return nil, queen.ErrInternal.With("POST %s answered %d: %s", s.url, resp.StatusCode, clip(data))
-	}
-	e.Status = resp.StatusCode
-	return nil, e
-}
+func (s *httpSender) close() {}
 
 // asyncPush is the push function of async producer i: its own NATS
-// connection (nats://), or POST to its HTTP target (several targets: round
-// robin by producer, without failover; the async producer retries).
+// connection (nats://), or its HTTP target (several targets: round robin by
+// producer, without failover; the async producer retries).
 func asyncPush(cfg *Config, hc *http.Client, i int) (client.PushFunc, func(), error) {
 	if strings.HasPrefix(cfg.Target, "nats://") {
 		s, err := newNATSSender(cfg.Target, i)
@@ -145,16 +109,8 @@ func asyncPush(cfg *Config, hc *http.Client, i int) (client.PushFunc, func(), er
 	if len(cfg.Targets) > 1 {
 		target = cfg.Targets[i%len(cfg.Targets)]
 	}
-	// One sender per request in flight: push is called concurrently, and
-	// transportFailed is per request.
-	url := strings.TrimRight(target, "/") + "/api/v1/push"
-	return func(ctx context.Context, items []client.PushItem) ([]wire.PushReply, error) {
-		s := httpSender{hc: hc, url: url}
-		return s.push(ctx, items)
-	}, func() {}, nil
+	return newHTTPSender(hc, target).c.Push, func() {}, nil
 }
-
-func (s *httpSender) close() {}
 
 // fillResults turns a broker's reply elements into results, checking each
 // element belongs to its item.

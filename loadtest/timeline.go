@@ -1,7 +1,6 @@
 package loadtest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/queen-mq/queen-go/persistence"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // histogram counts durations in logarithmic buckets (microseconds, about
@@ -161,62 +161,33 @@ type brokerMetrics struct {
 	stallSeconds                          float64
 }
 
-// scrapeMetrics reads the Prometheus text of url's /metrics.
+// scrapeMetrics reads the figures of base's /metrics with the Go client.
 func scrapeMetrics(ctx context.Context, hc *http.Client, base string) (brokerMetrics, error) {
 	var m brokerMetrics
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
+	ints := map[string]*int64{
+		"queen_lease_expiries_total":            &m.leaseExpiries,
+		"queen_lease_bisections_total":          &m.bisections,
+		"queen_lease_expiry_dead_letters_total": &m.expiryDead,
+		"process_resident_memory_bytes":         &m.rss,
+		"queen_dedup_cache_bytes":               &m.cacheBytes,
+		"queen_dedup_cache_evictions_total":     &m.evictions,
+		"queen_dedup_cache_hydrations_total":    &m.hydrations,
+	}
+	names := []string{"queen_poison_stall_seconds_total"}
+	for n := range ints {
+		names = append(names, n)
+	}
+	got, err := client.NewHTTP(client.HTTPConfig{URLs: []string{base}, Client: hc}).Metrics(ctx, names...)
 	if err != nil {
-		return m, err
+		return m, fmt.Errorf("%s/metrics: %w", strings.TrimRight(base, "/"), err)
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return m, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body) //nolint:errcheck
-		return m, fmt.Errorf("%s/metrics: %s", base, resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		var dst *int64
-		switch name {
-		case "queen_lease_expiries_total":
-			dst = &m.leaseExpiries
-		case "queen_lease_bisections_total":
-			dst = &m.bisections
-		case "queen_lease_expiry_dead_letters_total":
-			dst = &m.expiryDead
-		case "queen_poison_stall_seconds_total":
-			if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-				m.stallSeconds = f
-			}
-			continue
-		case "process_resident_memory_bytes":
-			dst = &m.rss
-		case "queen_dedup_cache_bytes":
-			dst = &m.cacheBytes
-		case "queen_dedup_cache_evictions_total":
-			dst = &m.evictions
-		case "queen_dedup_cache_hydrations_total":
-			dst = &m.hydrations
-		default:
-			continue
-		}
-		if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			*dst = int64(f)
+	for n, dst := range ints {
+		if v, ok := got[n]; ok {
+			*dst = int64(v)
 		}
 	}
-	return m, sc.Err()
+	m.stallSeconds = got["queen_poison_stall_seconds_total"]
+	return m, nil
 }
 
 // sampler records the timeline: every SampleEvery it runs an incremental
