@@ -23,7 +23,7 @@ const (
 
 // The text rules, shared by the broker (its push decoder, the shards' re-check
 // of items on shard subjects, every route that takes a name) and the clients
-// (client.Client, the async Producer, the shard-aware client, the queen
+// (transport/client: the Client, the async Producer, the shard-aware client; the queen
 // CLI), so that a client refuses exactly what a broker would refuse, with the
 // same code and field, before it encodes anything (issue 29: encoding/json
 // turns invalid UTF-8 into U+FFFD, so "\xff\xfe" and "\xfe\xff" would reach

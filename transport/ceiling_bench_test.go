@@ -38,7 +38,7 @@ func (p *instantPusher) Push(_ context.Context, items []*queen.Item) []queen.Res
 // BenchmarkSyncPushCeiling measures the transport's ceiling for synchronous
 // single-item producers (issue 11's "256 producers, batch 1" shape): each
 // producer has its own TCP connection to an embedded NATS server and one
-// push of one item in flight (client.Client.Push, as the load test's
+// push of one item in flight (transport/client's Client.Push, as the load test's
 // producers), and the broker's front door answers on an in-process
 // connection (decode, validation, reply encoding, micro stats; the same
 // Service and NATSService the broker runs) with an instantPusher behind
