@@ -125,16 +125,16 @@ func (o ProducerOptions) withDefaults() ProducerOptions {
 var (
 	// ErrBufferFull: Publish with ErrorOnFull found BufferItems items
 	// outstanding; the item was not accepted (nothing sent).
-	ErrBufferFull = errors.New("transport: the producer's buffer is full")
+	ErrBufferFull = errors.New("client: the producer's buffer is full")
 	// ErrProducerClosed: Publish after Close (the item was not accepted),
 	// or the Cause of an item Close gave up on.
-	ErrProducerClosed = errors.New("transport: the producer is closed")
+	ErrProducerClosed = errors.New("client: the producer is closed")
 	// ErrDeliveryTimeout is the Cause of an item not sent again because its
 	// DeliveryTimeout passed.
-	ErrDeliveryTimeout = errors.New("transport: the item's delivery timeout passed")
+	ErrDeliveryTimeout = errors.New("client: the item's delivery timeout passed")
 	// ErrMaxAttempts is the Cause of an item sent MaxAttempts times without
 	// a verdict.
-	ErrMaxAttempts = errors.New("transport: the item was sent MaxAttempts times without a verdict")
+	ErrMaxAttempts = errors.New("client: the item was sent MaxAttempts times without a verdict")
 )
 
 // UndeliveredError is the result of an item that was sent at least once,
@@ -156,7 +156,7 @@ type UndeliveredError struct {
 }
 
 func (e *UndeliveredError) Error() string {
-	return fmt.Sprintf("transport: no verdict for transactionId %q after %d sends (%v; last failure: %v): outcome unknown", e.TransactionID, e.Attempts, e.Cause, e.Last)
+	return fmt.Sprintf("client: no verdict for transactionId %q after %d sends (%v; last failure: %v): outcome unknown", e.TransactionID, e.Attempts, e.Cause, e.Last)
 }
 
 // Unwrap gives Cause and Last, so errors.Is(err, context.Canceled) and
@@ -292,8 +292,9 @@ type Producer struct {
 // broker) or not (a 4xx refusal, nothing written).
 type PushFunc func(ctx context.Context, items []PushItem) ([]wire.PushReply, error)
 
-// NewProducer returns a producer over c's NATS connection (queen.v1.push,
-// SPEC.md §11) with opts (zero values: the defaults). Over a shard-aware c
+// NewProducer returns a producer that pushes with c.Push (queen.v1.push over
+// NATS, POST /api/v1/push over HTTP; SPEC.md §3, §11) with opts (zero
+// values: the defaults). Over a shard-aware c
 // (ShardAware) each request is split by shard and its groups go at once to
 // the shards' subjects (SPEC.md §9); MaxInFlight still counts the
 // producer's requests, and a partition stays in one request at a time.
@@ -301,8 +302,8 @@ func NewProducer(c *Client, opts ProducerOptions) *Producer {
 	return NewProducerFunc(c.Push, opts)
 }
 
-// NewProducerFunc returns a producer that sends its requests with push: an
-// HTTP client (POST /api/v1/push), or a wrapper of Client.Push. push is
+// NewProducerFunc returns a producer that sends its requests with push:
+// Client.Push, or a wrapper of it (the load harness counts requests). push is
 // called from several goroutines at once (up to MaxInFlight) and must
 // return when its context ends (Close relies on it).
 func NewProducerFunc(push PushFunc, opts ProducerOptions) *Producer {
