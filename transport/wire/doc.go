@@ -1,9 +1,12 @@
-// Package wire is the broker's JSON wire format (SPEC.md §3–§6, §10, §13):
-// the decoding and validation of every request body and query (push,
-// configure, pop, ack, seek, lease extension, transaction, peek, the dedup
-// inspector, DLQ replay) into the domain values of package queen, and the
-// encoding of the replies the transports send (push replies, transaction
-// replies). Both transports (HTTP and NATS) and the Go client use it; it does
+// Package wire is the broker's JSON wire format (SPEC.md §3–§6, §9–§11,
+// §13), what both sides speak: the NATS subjects and headers (SubjectPush,
+// ..., ShardPushSubject), the decoding and validation of every request body
+// and query (push, configure, pop, ack, seek, lease extension, transaction,
+// peek, the dedup inspector, DLQ replay) into the domain values of package
+// queen, the reply shapes (push and transaction replies, lease, DLQ,
+// replay, queues, seek) and the one decoder of an error reply
+// (DecodeError). The front door (package transport) and the Go client
+// (package transport/client) both import it and never each other; it does
 // no I/O.
 //
 // The push decoder and the push-reply encoder are the hot path: they scan
