@@ -136,9 +136,9 @@ type Config struct {
 	// ConsumeBatch is the most messages per pop (default 100, 1..10000).
 	ConsumeBatch int
 	// ConsumePartitions is the most partitions one pop may claim (the
-	// pop's partitions=N, default 1, 1..100): above 1 a consumer's pop
-	// fills its batch at several partitions in one request, and the
-	// consumer handles and acks each partition's span as its own batch.
+	// pop's partitions=N, 1..100; 0 takes AutoConsumePartitions of the
+	// run's partitions): above 1 a consumer's pop fills its batch at
+	// several partitions in one request.
 	ConsumePartitions int
 	// RetryLimit is the queue's retryLimit, configured before the load
 	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
@@ -235,27 +235,26 @@ type Config struct {
 // DefaultConfig returns the defaults of `queen loadtest`.
 func DefaultConfig() Config {
 	return Config{
-		Mode:              ModeBroker,
-		Target:            "nats://127.0.0.1:4222",
-		Producers:         8,
-		Partitions:        64,
-		Batch:             100,
-		PayloadBytes:      200,
-		DupRatio:          0.1,
-		Duration:          30 * time.Second,
-		MaxAttempts:       8,
-		RequestTimeout:    30 * time.Second,
-		DrainTimeout:      15 * time.Second,
-		ProgressEvery:     2 * time.Second,
-		ConsumeBatch:      100,
-		ConsumePartitions: 1,
-		RetryLimit:        3,
-		WakeProbes:        50,
-		SampleEvery:       10 * time.Second,
-		ProducerMode:      ProducerSync,
-		Spread:            SpreadRandom,
-		InFlight:          1000,
-		Linger:            transport.DefaultLinger,
+		Mode:           ModeBroker,
+		Target:         "nats://127.0.0.1:4222",
+		Producers:      8,
+		Partitions:     64,
+		Batch:          100,
+		PayloadBytes:   200,
+		DupRatio:       0.1,
+		Duration:       30 * time.Second,
+		MaxAttempts:    8,
+		RequestTimeout: 30 * time.Second,
+		DrainTimeout:   15 * time.Second,
+		ProgressEvery:  2 * time.Second,
+		ConsumeBatch:   100,
+		RetryLimit:     3,
+		WakeProbes:     50,
+		SampleEvery:    10 * time.Second,
+		ProducerMode:   ProducerSync,
+		Spread:         SpreadRandom,
+		InFlight:       1000,
+		Linger:         transport.DefaultLinger,
 	}
 }
 
@@ -448,7 +447,7 @@ func (c Config) withDefaults() Config {
 		c.ConsumeBatch = d.ConsumeBatch
 	}
 	if c.ConsumePartitions == 0 {
-		c.ConsumePartitions = d.ConsumePartitions
+		c.ConsumePartitions = AutoConsumePartitions(c.Partitions)
 	}
 	if c.FailMode == "" {
 		c.FailMode = FailNack
@@ -487,4 +486,14 @@ func (c *Config) window() time.Duration {
 		return c.DedupWindow
 	}
 	return 3600 * time.Second
+}
+
+// AutoConsumePartitions is the harness's default partitions=N for a queue
+// of partitions partitions: 1 up to 127 partitions, then one more per 64
+// partitions, at most 16. A pop over many partitions pays off when each
+// holds few messages (the spread of a batch of pushes over thousands of
+// partitions); over few busy partitions one partition's span fills a
+// batch and N > 1 only reads more.
+func AutoConsumePartitions(partitions int) int {
+	return min(max(partitions/64, 1), 16)
 }
