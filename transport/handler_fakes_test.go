@@ -37,8 +37,8 @@ type fakeBroker struct {
 	acks   [][]queen.AckItem
 	ackErr error
 
-	extended []extendCall
-	extendAt time.Time
+	extended  []extendCall
+	extendAt  time.Time
 	extendErr error
 }
 
