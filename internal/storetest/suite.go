@@ -562,6 +562,30 @@ var cases = []suiteCase{
 		require.NoError(t, err)
 		require.Equal(t, []int64{1}, offsets(res.Messages))
 	}},
+	{"subscription/new-recorded-by-the-first-pop", func(t *testing.T, f *fixture) {
+		f.push("q", "p", "a", "b")
+		pid := f.pid("q", "p")
+		_, st, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
+		require.NoError(t, err)
+		require.Equal(t, persistence.PopEmpty, st, "the pop subscribes the group at its own moment")
+		f.push("q", "p", "c")
+		res, _ := f.pop(pid, "g", 5)
+		require.Equal(t, []int64{2}, offsets(res.Messages))
+	}},
+	{"ack/a-group-that-never-popped", func(t *testing.T, f *fixture) {
+		f.push("q", "p", "a", "b")
+		pid := f.pid("q", "p")
+		r := f.ackOne(pid, "g", 0, queen.AckCompleted, nil)
+		require.Equal(t, queen.Acked, r.Result)
+		require.Equal(t, int64(0), *r.Cursor)
+		res, _ := f.pop(pid, "g", 5)
+		require.Equal(t, []int64{1}, offsets(res.Messages))
+		r = f.ackOne(pid, "h", 9, queen.AckCompleted, nil)
+		require.Equal(t, queen.Unresolvable, r.Result)
+		require.Equal(t, int64(-1), *r.Cursor)
+		res, _ = f.pop(pid, "h", 5)
+		require.Equal(t, []int64{0, 1}, offsets(res.Messages), "an ack that applied nothing leaves no cursor behind")
+	}},
 	{"queues-by-label", func(t *testing.T, f *fixture) {
 		for _, q := range []struct{ name, ns, task string }{{"b", "n", "t1"}, {"a", "n", "t2"}, {"c", "m", "t1"}} {
 			_, err := f.s.Configure(f.ctx, queen.ConfigureRequest{Queue: q.name, Namespace: q.ns, Task: q.task, NamespaceSet: true, TaskSet: true})
