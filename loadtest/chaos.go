@@ -38,7 +38,8 @@ const (
 	// run goes on with one server). Needs Cluster with PGStandby.
 	ChaosPGFailover = "pg-failover"
 	// ChaosNATSKill kills a node of the cluster's NATS cluster with SIGKILL
-	// (the nodes in turn: 0, 1, 2, ...) and restarts it on the same ports
+	// (the nodes in turn, 0, 1, 2, ..., skipping those that hold no broker
+	// connection) and restarts it on the same ports
 	// after ChaosPause (default 5 s), where it rejoins the cluster. The
 	// brokers' and clients' connections on it move to the other nodes
 	// (SPEC.md §9); its requests in flight are answered or time out and are

@@ -323,20 +323,27 @@ func (c *Cluster) NATSNodes() int { return len(c.nodes) }
 
 // natsKill runs one nats-kill (ChaosNATSKill) to its end: it counts the
 // brokers' NATS connections and subscriptions on the nodes, SIGKILLs the
-// next node in turn, waits until the other nodes hold every broker
+// next node in turn that holds a broker connection (the next in turn when
+// none does; the brokers' connections pick their nodes at random), waits until the other nodes hold every broker
 // connection again with at least those subscriptions (ev.serving; at most
 // natsPingBudget, else the fault's error), keeps the node down until
 // ev.pause after the kill, restarts it on the same ports and waits until
 // it is routed to every other node again.
 func (r *chaosRun) natsKill(ctx context.Context, ev *faultEvent) error {
 	c := r.c
-	n := c.nodes[r.natsNext%len(c.nodes)]
-	r.natsNext++
 	want, subs := 2*len(c.brokers), 0
 	before, err := c.brokerConns()
 	if err == nil {
 		want, subs = before.conns, before.subs
 	}
+	n := c.nodes[r.natsNext%len(c.nodes)]
+	for k := range c.nodes {
+		if o := c.nodes[(r.natsNext+k)%len(c.nodes)]; before.perNode[o.idx][1] > 0 {
+			n = o
+			break
+		}
+	}
+	r.natsNext = n.idx + 1
 	r.mu.Lock()
 	ev.node = n.name
 	ev.nodeConns, ev.brokerConns = before.perNode[n.idx][0], before.perNode[n.idx][1]

@@ -264,8 +264,8 @@ PostgreSQL (pg_ctl stop -m fast, then a start on the same folder and port); pg-f
 (--brokers with --pg-standby, which gives the managed PostgreSQL a synchronous streaming
 standby and the brokers a multi-host DATABASE_URL) SIGKILLs the primary and promotes the
 standby, once per run; nats-kill (--brokers with --nats-nodes 2 or more) SIGKILLs the
-NATS nodes in turn and restarts each on its ports after --chaos-pause (5s), where it
-rejoins the cluster: its recovery time is from the kill until the other nodes hold
+NATS nodes in turn (skipping those without a broker connection) and restarts each on
+its ports after --chaos-pause (5s), where it rejoins the cluster: its recovery time is from the kill until the other nodes hold
 every broker's NATS connections again with their subscriptions (at most the 15 s ping
 budget); mixed (--brokers) injects one of each per round (nats-kill with 2 or more
 NATS nodes), in an order drawn from --chaos-seed. Requests
