@@ -184,7 +184,9 @@ type Config struct {
 	// ChaosNone ("" too); ChaosKill (SIGKILL a random broker, restart it
 	// after ChaosPause), ChaosStop (SIGSTOP a random broker for ChaosPause,
 	// then SIGCONT) and ChaosMixed (one of each kind per round, in an order
-	// drawn from ChaosSeed), which need Cluster; ChaosPGRestart (a fast
+	// drawn from ChaosSeed), which need Cluster; ChaosNATSKill (SIGKILL a
+	// NATS node, restart it after ChaosPause), which needs Cluster with
+	// NATSNodes at least 2; ChaosPGRestart (a fast
 	// restart of the managed PostgreSQL on the same port), which needs
 	// Cluster or RestartPostgres. The first fault comes half an interval
 	// into the load, then one every ChaosInterval (default
@@ -192,8 +194,9 @@ type Config struct {
 	// at least twice the brokers' shard lease), none after Duration.
 	Chaos         string
 	ChaosInterval time.Duration
-	// ChaosPause is how long a killed broker stays down and a stopped one
-	// frozen (default 1 s for a kill, 5 s for a stop; below the interval).
+	// ChaosPause is how long a killed broker stays down, a stopped one
+	// frozen and a killed NATS node down (default 1 s for a kill, 5 s for a
+	// stop and a nats-kill; below the interval).
 	ChaosPause time.Duration
 	// ChaosSeed draws the brokers hit and (mixed) the order of the faults
 	// (0: from the clock; the report gives the seed used).
@@ -373,11 +376,13 @@ func (c *Config) validateChaos() error {
 	case !chaosOn(c.Chaos):
 		return nil
 	case kinds == nil:
-		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover or mixed", c.Chaos)
+		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover, nats-kill or mixed", c.Chaos)
 	case c.Mode != ModeBroker:
 		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
 	case c.Chaos == ChaosPGFailover && (c.Cluster == nil || !c.Cluster.cfg.PGStandby):
 		return errors.New("chaos pg-failover needs brokers of our own with a standby: pass --brokers N --pg-standby")
+	case c.Chaos == ChaosNATSKill && (c.Cluster == nil || c.Cluster.cfg.NATSNodes < 2):
+		return errors.New("chaos nats-kill kills a node of a NATS cluster and needs at least 2: pass --brokers N --nats-nodes M with M at least 2")
 	case c.Cluster == nil && c.Chaos != ChaosPGRestart:
 		return fmt.Errorf("chaos %s needs brokers of our own: pass --brokers N", c.Chaos)
 	case c.Cluster == nil && c.RestartPostgres == nil:

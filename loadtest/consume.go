@@ -97,8 +97,10 @@ func targetDialer(cfg *Config) dialer {
 			return newFailoverConsumer(hc, cfg.Targets, n-1), nil
 		}
 	}
+	n := 0
 	return func(name string) (consumeClient, error) {
-		cl, err := newConsumeClient(cfg.Target, name, hc)
+		n++
+		cl, err := newConsumeClient(cfg.Target, n-1, name, hc)
 		if nc, ok := cl.(*natsConsumer); ok && chaosOn(cfg.Chaos) {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.

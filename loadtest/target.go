@@ -45,11 +45,27 @@ type natsSender struct {
 }
 
 func newNATSSender(url string, producer int) (*natsSender, error) {
-	nc, err := transport.ConnectNATS(url, fmt.Sprintf("queen-loadtest-%d", producer))
+	nc, err := connectSpread(url, producer, fmt.Sprintf("queen-loadtest-%d", producer))
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return &natsSender{nc: nc, c: transport.NewClient(nc)}, nil
+}
+
+// connectSpread connects client i to urls, one NATS URL or a
+// comma-separated list of a cluster's servers (transport.ConnectNATS).
+// With a list, client i starts at server i mod len and moves on in list
+// order (the list rotated by i, not shuffled: nats.DontRandomize), so the
+// load's clients are spread evenly over the nodes and a node's loss hits
+// a known share of them.
+func connectSpread(urls string, i int, name string) (*nats.Conn, error) {
+	list, err := transport.ParseNATSURLs(urls)
+	if err != nil || len(list) < 2 {
+		return transport.ConnectNATS(urls, name)
+	}
+	k := i % len(list)
+	rotated := append(append([]string{}, list[k:]...), list[:k]...)
+	return transport.ConnectNATS(strings.Join(rotated, ","), name, nats.DontRandomize())
 }
 
 func (s *natsSender) send(ctx context.Context, items []transport.PushItem, out []result) error {
