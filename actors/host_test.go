@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/internal/storetest"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -227,7 +228,7 @@ func startHost(tb testing.TB, cfg Config) *Host {
 // TestNewHostRefusesInvalidSettings: a bad setting is refused, named; a
 // host not started refuses pushes and stops; Start and Stop are idempotent.
 func TestNewHostRefusesInvalidSettings(t *testing.T) {
-	st := newMemStore()
+	st := storetest.NewMem()
 	for _, c := range []struct {
 		cfg     Config
 		setting string

@@ -6,90 +6,17 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/internal/storetest"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
-// memStore answers pushes like the push transaction of SPEC.md §3 with an
-// endless window: per partition, a leader whose hash was stored before is a
-// duplicate echoing the original's message id, else it is queued at the
-// next offset. Partition ids are derived from the names. With stateless set
-// it keeps nothing per partition (every commit starts at offset 0), for
-// memory measurements of the host alone.
-type memStore struct {
-	mu        sync.Mutex
-	stateless bool
-	parts     map[uuid.UUID]*memPartition
-	now       time.Time
-	commits   int
-	ensures   atomic.Int64 // partitions resolved by EnsurePartitions
-}
-
-type memPartition struct {
-	next   int64
-	stored map[queen.Hash]queen.Result
-}
-
-func newMemStore() *memStore {
-	return &memStore{parts: map[uuid.UUID]*memPartition{}, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (s *memStore) EnsurePartitions(_ context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error) {
-	s.ensures.Add(int64(len(keys)))
-	ids := make([]uuid.UUID, len(keys))
-	for i, k := range keys {
-		ids[i] = uuid.NewSHA1(uuid.NameSpaceOID, []byte(k.Queue+"\x1f"+k.Partition))
-	}
-	return ids, nil
-}
-
-func (s *memStore) CommitBundle(_ context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.commits++
-	outs := make([]persistence.PushOutcome, len(bs))
-	for k, b := range bs {
-		s.now = s.now.Add(time.Millisecond)
-		p := s.parts[b.PartitionID]
-		if p == nil {
-			p = &memPartition{stored: map[queen.Hash]queen.Result{}}
-			if !s.stateless {
-				s.parts[b.PartitionID] = p
-			}
-		}
-		out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: 3600, FirstOffset: p.next, CreatedAt: s.now}
-		for i, it := range b.Items {
-			if b.LeaderOf != nil && int(b.LeaderOf[i]) != i {
-				l := out.Results[b.LeaderOf[i]]
-				out.Results[i] = queen.Result{Verdict: queen.Duplicate, MessageID: l.MessageID, PartitionID: b.PartitionID, Offset: l.Offset}
-				continue
-			}
-			if orig, ok := p.stored[it.Hash]; ok {
-				orig.Verdict = queen.Duplicate
-				out.Results[i] = orig
-				continue
-			}
-			r := queen.Result{Verdict: queen.Queued, MessageID: uuid.New(), PartitionID: b.PartitionID, Offset: p.next}
-			p.next++
-			if !s.stateless {
-				p.stored[it.Hash] = r
-			}
-			out.Results[i] = r
-		}
-		out.LastOffset = p.next - 1
-		outs[k] = out
-	}
-	return outs, nil
-}
-
-// emptySidecar hydrates nothing (memStore keeps no sidecar).
+// emptySidecar hydrates nothing (storetest.MemStore keeps no sidecar).
 type emptySidecar struct{}
 
 func (emptySidecar) SidecarRange(context.Context, uuid.UUID, int64, int64, int64) ([]persistence.SidecarSegment, error) {
@@ -116,8 +43,8 @@ func liveHeap() int64 {
 func BenchmarkPartitionMemory(b *testing.B) {
 	const n = 20000
 	for range b.N {
-		st := newMemStore()
-		st.stateless = true
+		st := storetest.NewMem()
+		st.Stateless = true
 		cache := NewCache(CacheConfig{Source: emptySidecar{}, Logger: quiet()})
 		h := startHost(b, Config{Store: st, NewCache: cache.New, Logger: quiet()})
 		// One partition first, so the actor system's one-time costs are

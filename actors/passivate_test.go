@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/internal/storetest"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -44,7 +45,7 @@ func pushTxn(t *testing.T, h *Host, partition, txn string) queen.Result {
 func cachedHost(t *testing.T, cfg Config) (*Host, *Cache) {
 	t.Helper()
 	if cfg.Store == nil {
-		cfg.Store = newMemStore()
+		cfg.Store = storetest.NewMem()
 	}
 	cache := NewCache(CacheConfig{Source: emptySidecar{}, Logger: quiet()})
 	cfg.NewCache, cfg.Logger = cache.New, quiet()
@@ -180,7 +181,7 @@ func (c panicCache) Prepare(b *persistence.PushBatch) {
 func TestAFailingPartitionActorIsStoppedAndAnswers(t *testing.T) {
 	armed := &atomic.Bool{}
 	armed.Store(true)
-	h := startHost(t, Config{Store: newMemStore(), Logger: quiet(), NewCache: func() HashCache { return panicCache{armed: armed} }})
+	h := startHost(t, Config{Store: storetest.NewMem(), Logger: quiet(), NewCache: func() HashCache { return panicCache{armed: armed} }})
 	defer h.Stop(context.Background()) //nolint:errcheck
 	_, err := h.Push(context.Background(), "q", "p", []*queen.Item{item("t1")})
 	require.ErrorIs(t, err, queen.ErrShuttingDown)
@@ -312,14 +313,14 @@ func TestPassivateWhereStopsTheMatchingPartitions(t *testing.T) {
 // TestAReactivatedPartitionKeepsItsID: a passivated partition's id is
 // remembered, so its reactivation commits without looking the id up again.
 func TestAReactivatedPartitionKeepsItsID(t *testing.T) {
-	st := newMemStore()
+	st := storetest.NewMem()
 	h, _ := cachedHost(t, Config{Store: st})
 	orig := pushTxn(t, h, "p", "t1")
-	require.Equal(t, int64(1), st.ensures.Load())
+	require.Equal(t, int64(1), st.Ensures())
 	passivateUntil(t, h, 0, func() bool { return h.PartitionStats().Active == 0 })
 	again := pushTxn(t, h, "p", "t1")
 	require.Equal(t, queen.Duplicate, again.Verdict)
 	require.Equal(t, orig.MessageID, again.MessageID)
 	require.Equal(t, orig.PartitionID, again.PartitionID)
-	require.Equal(t, int64(1), st.ensures.Load(), "the id was not looked up again")
+	require.Equal(t, int64(1), st.Ensures(), "the id was not looked up again")
 }

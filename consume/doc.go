@@ -5,4 +5,9 @@
 // retry ack wakes their queue, and wakes other brokers' polls through
 // Options.OnAvailable. It holds no state that matters for correctness:
 // every pop and ack is decided by persistence under the consumer row lock.
+//
+// What it decides on its own (which partitions a pop tries and in what
+// order, when it asks for candidates, how polls park and wake) is tested
+// against storetest.MemStore, which the shared store suite holds to
+// PostgreSQL's answers.
 package consume

@@ -37,9 +37,18 @@ const (
 	// new primary through their multi-host DATABASE_URL. Once per run (the
 	// run goes on with one server). Needs Cluster with PGStandby.
 	ChaosPGFailover = "pg-failover"
-	// ChaosMixed injects kill, stop and pg-restart (and pg-failover once,
-	// with a standby) in rounds of one of each, in an order drawn from
-	// ChaosSeed. Needs Cluster.
+	// ChaosNATSKill kills a node of the cluster's NATS cluster with SIGKILL
+	// (the nodes in turn, 0, 1, 2, ..., skipping those that hold no broker
+	// connection) and restarts it on the same ports
+	// after ChaosPause (default 5 s), where it rejoins the cluster. The
+	// brokers' and clients' connections on it move to the other nodes
+	// (SPEC.md §9); its requests in flight are answered or time out and are
+	// retried with the same transactionIds. Needs Cluster with NATSNodes at
+	// least 2.
+	ChaosNATSKill = "nats-kill"
+	// ChaosMixed injects kill, stop and pg-restart (and nats-kill with
+	// NATSNodes 2 or more, and pg-failover once, with a standby) in rounds
+	// of one of each, in an order drawn from ChaosSeed. Needs Cluster.
 	ChaosMixed = "mixed"
 )
 
@@ -49,6 +58,7 @@ const (
 	FaultStop       = "stop"
 	FaultPGRestart  = "pg-restart"
 	FaultPGFailover = "pg-failover"
+	FaultNATSKill   = "nats-kill"
 )
 
 // DefaultChaosInterval is the time between faults when Config.ChaosInterval
@@ -66,8 +76,9 @@ func chaosOn(mode string) bool { return mode != "" && mode != ChaosNone }
 
 // pauseFor is how long a fault of kind lasts before its recovery starts:
 // ChaosPause when set, else 1 s for a kill (down before the restart), 5 s
-// for a stop (frozen before SIGCONT), 0 for a PostgreSQL restart (the start
-// follows the stop at once).
+// for a stop (frozen before SIGCONT) and a nats-kill (the node down before
+// its restart), 0 for a PostgreSQL restart (the start follows the stop at
+// once).
 func (c *Config) pauseFor(kind string) time.Duration {
 	if kind == FaultPGRestart || kind == FaultPGFailover {
 		return 0
@@ -75,7 +86,7 @@ func (c *Config) pauseFor(kind string) time.Duration {
 	if c.ChaosPause > 0 {
 		return c.ChaosPause
 	}
-	if kind == FaultStop {
+	if kind == FaultStop || kind == FaultNATSKill {
 		return 5 * time.Second
 	}
 	return time.Second
@@ -92,6 +103,8 @@ func chaosKinds(mode string) []string {
 		return []string{FaultPGRestart}
 	case ChaosPGFailover:
 		return []string{FaultPGFailover}
+	case ChaosNATSKill:
+		return []string{FaultNATSKill}
 	case ChaosMixed:
 		return []string{FaultKill, FaultStop, FaultPGRestart}
 	}
@@ -215,10 +228,14 @@ type ClientErrors struct {
 // how long shards had no live owner, and the errors clients saw (the
 // faults themselves are in Report.Chaos).
 type ClusterReport struct {
-	Brokers           int      `json:"brokers"`
-	BrokerURLs        []string `json:"broker_urls"`
-	ShardLeaseSeconds float64  `json:"shard_lease_seconds"`
-	Shards            int      `json:"shards"`
+	Brokers    int      `json:"brokers"`
+	BrokerURLs []string `json:"broker_urls"`
+	// NATSNodes is the node processes of the NATS cluster (--nats-nodes;
+	// 0: one NATS server in the load-test process), NATSURL their list.
+	NATSNodes         int     `json:"nats_nodes,omitempty"`
+	NATSURL           string  `json:"nats_url,omitempty"`
+	ShardLeaseSeconds float64 `json:"shard_lease_seconds"`
+	Shards            int     `json:"shards"`
 	// Ownership, from GET /api/v1/cluster polled about every 200 ms: a
 	// shard is ownerless while it has no live lease or its lease is held
 	// by a killed or stopped broker. OwnerlessShardSeconds is the integral
@@ -243,12 +260,17 @@ type ChaosReport struct {
 	// the modes that inject them).
 	KillPauseSeconds float64 `json:"kill_pause_seconds,omitempty"`
 	StopPauseSeconds float64 `json:"stop_pause_seconds,omitempty"`
+	// NATSKillPauseSeconds is how long a killed NATS node stays down
+	// before its restart (nats-kill, or mixed with NATS nodes).
+	NATSKillPauseSeconds float64 `json:"nats_kill_pause_seconds,omitempty"`
 	// Seed drew the brokers and (mixed) the order of the faults: pass it
 	// as --chaos-seed to draw the same again.
 	Seed uint64 `json:"seed"`
-	// Faults counts every fault; Kills, Stops, PGRestarts and PGFailovers
-	// by kind (a failover recovers once every broker answers healthy on the
-	// promoted standby);
+	// Faults counts every fault; Kills, Stops, PGRestarts, PGFailovers and
+	// NATSKills by kind (a failover recovers once every broker answers
+	// healthy on the promoted standby; a NATS node kill once every broker's
+	// NATS connections are back and the node is restarted and routed to
+	// every other node again);
 	// Recovered those whose target came back (a killed broker restarted
 	// and healthy, a stopped one resumed and healthy, PostgreSQL accepting
 	// connections again).
@@ -257,6 +279,7 @@ type ChaosReport struct {
 	Stops       int `json:"stops"`
 	PGRestarts  int `json:"pg_restarts"`
 	PGFailovers int `json:"pg_failovers"`
+	NATSKills   int `json:"nats_kills"`
 	Recovered   int `json:"recovered"`
 	// During is the faults' [start, recovery) stretches together; After the
 	// stretches after each recovery until things settled (the latest of
@@ -273,11 +296,26 @@ type ChaosReport struct {
 // load started), how long until its target recovered, and what it cost.
 type FaultReport struct {
 	Kind string `json:"kind"`
-	// Broker is the broker index (kill, stop; -1 for pg-restart and
-	// pg-failover), BrokerID
+	// Broker is the broker index (kill, stop; -1 for pg-restart,
+	// pg-failover and nats-kill), BrokerID
 	// the id it had.
 	Broker   int    `json:"broker"`
 	BrokerID string `json:"broker_id,omitempty"`
+	// A nats-kill: NATSNode is the node killed (queen-nats-<i>);
+	// NodeConnections the client connections it held when killed, of them
+	// BrokerConnections the brokers' (each broker has two). ServingAfterSeconds
+	// is this fault's recovery time: from the SIGKILL until the nodes up
+	// hold every broker's NATS connections again with at least the
+	// subscriptions they had before (every broker serving its NATS API and
+	// shard subjects; polled every 50 ms on the nodes' /connz, and bounded
+	// by the 15 s ping budget: later is a recovery error). RejoinedAfterSeconds
+	// is when the restarted node had its routes to every other node back
+	// (= RecoveredAfterSeconds).
+	NATSNode             string  `json:"nats_node,omitempty"`
+	NodeConnections      int     `json:"node_connections,omitempty"`
+	BrokerConnections    int     `json:"broker_connections,omitempty"`
+	ServingAfterSeconds  float64 `json:"serving_after_seconds,omitempty"`
+	RejoinedAfterSeconds float64 `json:"rejoined_after_seconds,omitempty"`
 	// AtSeconds is when the fault started; PauseSeconds how long the broker
 	// stayed down or frozen on purpose; RecoveredAfterSeconds the time from
 	// the fault to its target's recovery (0 with Error).
@@ -316,6 +354,7 @@ type chaosRun struct {
 	seed       uint64
 	rng        *rand.Rand
 	round      []string // mixed: the kinds still to come in this round
+	natsNext   int      // the NATS node the next nats-kill kills (mod the nodes)
 
 	mu      sync.Mutex
 	dead    map[string]bool // broker ids killed or frozen
@@ -339,6 +378,11 @@ type faultEvent struct {
 	// with err).
 	recovered time.Duration
 	err       string
+	// A nats-kill's node and what it held; serving is when every broker's
+	// NATS connections were back (-1: not measured).
+	node                   string
+	nodeConns, brokerConns int
+	serving                time.Duration
 }
 
 type ownSample struct {
@@ -455,6 +499,9 @@ func (r *chaosRun) chaos(ctx context.Context) {
 // of a round of one of each in a seeded random order.
 func (r *chaosRun) nextKind() string {
 	kinds := chaosKinds(r.mode)
+	if r.mode == ChaosMixed && r.c != nil && len(r.c.nodes) > 1 {
+		kinds = append(kinds, FaultNATSKill)
+	}
 	failover := r.c != nil && r.c.canFailover()
 	if r.mode == ChaosMixed && failover {
 		kinds = append(kinds, FaultPGFailover)
@@ -484,7 +531,7 @@ func (r *chaosRun) nextKind() string {
 // the drain and the audits want every broker and the database back.
 func (r *chaosRun) inject(ctx context.Context, kind string) {
 	bg := context.WithoutCancel(ctx)
-	ev := &faultEvent{kind: kind, broker: -1, recovered: -1, pause: r.cfg.pauseFor(kind)}
+	ev := &faultEvent{kind: kind, broker: -1, recovered: -1, pause: r.cfg.pauseFor(kind), serving: -1}
 	var b *brokerProc
 	if kind == FaultKill || kind == FaultStop {
 		var live []*brokerProc
@@ -549,6 +596,8 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 			}
 		}
 		cancel()
+	case FaultNATSKill:
+		err = r.natsKill(bg, ev)
 	}
 	r.mu.Lock()
 	if err != nil {
@@ -575,6 +624,8 @@ func (r *chaosRun) what(ev *faultEvent) string {
 		return "PostgreSQL restart"
 	case FaultPGFailover:
 		return "PostgreSQL failover"
+	case FaultNATSKill:
+		return "kill of NATS node " + ev.node
 	}
 	return fmt.Sprintf("%s of broker %d", ev.kind, ev.broker)
 }
@@ -624,7 +675,10 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 	if r.c != nil {
 		cl = &ClusterReport{Brokers: len(r.c.brokers), BrokerURLs: r.c.HTTPURLs(), Shards: r.shards,
 			ShardLeaseSeconds: r.c.cfg.Lease.Seconds(), ClusterPolls: r.polls, ClusterPollErrors: r.pollErr,
-			Client: r.stats.window(0, end+time.Second)}
+			Client: r.stats.window(0, end+time.Second), NATSNodes: len(r.c.nodes)}
+		if cl.NATSNodes > 0 {
+			cl.NATSURL = r.c.NATSURL()
+		}
 		total, most := shardSeconds(0, end)
 		cl.OwnerlessShardSeconds, cl.MaxOwnerlessShards = round3(total), most
 	}
@@ -640,6 +694,9 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 		case FaultStop:
 			ch.StopPauseSeconds = r.cfg.pauseFor(k).Seconds()
 		}
+	}
+	if r.mode == ChaosNATSKill || (r.mode == ChaosMixed && r.c != nil && len(r.c.nodes) > 1) {
+		ch.NATSKillPauseSeconds = r.cfg.pauseFor(FaultNATSKill).Seconds()
 	}
 	for k, ev := range r.faults {
 		next := end + time.Second
@@ -658,11 +715,20 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 			ch.PGRestarts++
 		case FaultPGFailover:
 			ch.PGFailovers++
+		case FaultNATSKill:
+			ch.NATSKills++
+			fr.NATSNode, fr.NodeConnections, fr.BrokerConnections = ev.node, ev.nodeConns, ev.brokerConns
+			if ev.serving >= 0 {
+				fr.ServingAfterSeconds = round3((ev.serving - ev.at).Seconds())
+			}
 		}
 		recovered := next
 		if ev.recovered >= 0 {
 			ch.Recovered++
 			fr.RecoveredAfterSeconds = round3((ev.recovered - ev.at).Seconds())
+			if ev.kind == FaultNATSKill {
+				fr.RejoinedAfterSeconds = fr.RecoveredAfterSeconds
+			}
 			recovered = min(ev.recovered, next)
 		}
 		// The last poll in [at, next) that found an ownerless shard: the
@@ -729,14 +795,17 @@ func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 func (c *ClusterReport) writeText(b *strings.Builder) {
 	fmt.Fprintf(b, "  cluster   %d brokers · shard lease %.1f s · %d shards · clients %d errors of %d requests (%.2f%%)\n",
 		c.Brokers, c.ShardLeaseSeconds, c.Shards, c.Client.Errors, c.Client.Requests, 100*c.Client.ErrorRate)
+	if c.NATSNodes > 0 {
+		fmt.Fprintf(b, "  nats      a cluster of %d node processes: %s\n", c.NATSNodes, c.NATSURL)
+	}
 	fmt.Fprintf(b, "  ownership %.1f ownerless shard-seconds in all · worst fault: %.1f shard-seconds, %.1f s until every shard was owned, %d shards at once (%d polls, %d failed)\n",
 		c.OwnerlessShardSeconds, c.MaxOwnerlessShardSeconds, c.MaxOwnerlessSeconds, c.MaxOwnerlessShards, c.ClusterPolls, c.ClusterPollErrors)
 }
 
 func (c *ChaosReport) writeText(b *strings.Builder) {
-	fmt.Fprintf(b, "  chaos     %s every %.0f s (seed %d): %s — %s, %s, %s, %s; %d recovered\n",
+	fmt.Fprintf(b, "  chaos     %s every %.0f s (seed %d): %s — %s, %s, %s, %s, %s; %d recovered\n",
 		c.Mode, c.IntervalSeconds, c.Seed, plural(c.Faults, "fault"), plural(c.Kills, "kill"), plural(c.Stops, "stop"), plural(c.PGRestarts, "pg restart"),
-		plural(c.PGFailovers, "pg failover"), c.Recovered)
+		plural(c.PGFailovers, "pg failover"), plural(c.NATSKills, "nats kill"), c.Recovered)
 	for _, e := range c.Events {
 		var what string
 		switch e.Kind {
@@ -746,6 +815,9 @@ func (c *ChaosReport) writeText(b *strings.Builder) {
 			what = fmt.Sprintf("stop broker %d, frozen %.1f s", e.Broker, e.PauseSeconds)
 		case FaultPGFailover:
 			what = "pg-failover (primary SIGKILLed, standby promoted)"
+		case FaultNATSKill:
+			what = fmt.Sprintf("nats-kill %s (%d connections, %d of the brokers'), down %.1f s; brokers serving again after %.1f s",
+				e.NATSNode, e.NodeConnections, e.BrokerConnections, e.PauseSeconds, e.ServingAfterSeconds)
 		default:
 			what = "pg-restart"
 		}

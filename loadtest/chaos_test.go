@@ -67,7 +67,17 @@ func TestChaosMixedRounds(t *testing.T) {
 		require.Equal(t, []string{FaultKill, FaultPGRestart, FaultStop}, round, "round %d: %v", i/3, got)
 	}
 	require.Equal(t, got, draw(42))
-	for _, mode := range []string{ChaosKill, ChaosStop, ChaosPGRestart} {
+	// With a NATS cluster of 2 or more nodes a round has a nats-kill too.
+	r := &chaosRun{mode: ChaosMixed, rng: rand.New(rand.NewPCG(42, 7)), c: &Cluster{nodes: make([]*natsNode, 3)}}
+	for round := range 3 {
+		var kinds []string
+		for range 4 {
+			kinds = append(kinds, r.nextKind())
+		}
+		slices.Sort(kinds)
+		require.Equal(t, []string{FaultKill, FaultNATSKill, FaultPGRestart, FaultStop}, kinds, "round %d", round)
+	}
+	for _, mode := range []string{ChaosKill, ChaosStop, ChaosPGRestart, ChaosNATSKill} {
 		r := &chaosRun{mode: mode, rng: rand.New(rand.NewPCG(1, 7))}
 		require.Equal(t, mode, r.nextKind())
 	}
@@ -86,7 +96,8 @@ func TestChaosConfig(t *testing.T) {
 		{ChaosStop, true, "chaos stop needs brokers of our own"},
 		{ChaosMixed, true, "chaos mixed needs brokers of our own"},
 		{ChaosPGRestart, false, "pass --brokers N or --embedded"},
-		{"flood", false, `chaos "flood": want none, kill, stop, pg-restart, pg-failover or mixed`},
+		{"flood", false, `chaos "flood": want none, kill, stop, pg-restart, pg-failover, nats-kill or mixed`},
+		{ChaosNATSKill, true, "chaos nats-kill kills a node of a NATS cluster and needs at least 2"},
 		{ChaosPGRestart, true, ""},
 		{ChaosPGFailover, true, "pass --brokers N --pg-standby"},
 	} {
@@ -107,6 +118,7 @@ func TestChaosConfig(t *testing.T) {
 	c := base
 	require.Equal(t, time.Second, c.pauseFor(FaultKill))
 	require.Equal(t, 5*time.Second, c.pauseFor(FaultStop))
+	require.Equal(t, 5*time.Second, c.pauseFor(FaultNATSKill))
 	require.Zero(t, c.pauseFor(FaultPGRestart))
 	c.ChaosPause = 2 * time.Second
 	require.Equal(t, 2*time.Second, c.pauseFor(FaultStop))

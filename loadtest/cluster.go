@@ -25,7 +25,8 @@ import (
 
 // ClusterConfig describes the brokers `queen loadtest --brokers N` starts:
 // N `queen serve` processes sharing one managed PostgreSQL and one NATS
-// server (both run by the load-test process).
+// server (both run by the load-test process), or a NATS cluster of
+// NATSNodes processes.
 type ClusterConfig struct {
 	// Brokers is the number of broker processes (at least 1).
 	Brokers int
@@ -49,6 +50,15 @@ type ClusterConfig struct {
 	// they follow a promotion by themselves, and ChaosPGFailover can kill
 	// the primary and promote the standby (SPEC.md §9).
 	PGStandby bool
+	// NATSNodes, when > 0, replaces the in-process NATS server by a NATS
+	// cluster of that many `Exe nats-node` processes routed to each other on
+	// loopback (SPEC.md §9), each a process of its own so that
+	// ChaosNATSKill's SIGKILL is real. The brokers' NATS_URL and the run's
+	// target list every node (NATSURL); the NATS client picks a random
+	// server of the list for each connection, so the brokers' connections
+	// are spread over the nodes, and the load's clients start at node i mod
+	// NATSNodes (client i, the list rotated).
+	NATSNodes int
 	// Status receives one line per step (nil: none).
 	Status io.Writer
 }
@@ -62,7 +72,8 @@ type Cluster struct {
 	standby *localpg.Cluster // its synchronous standby (PGStandby), nil once promoted
 	dbURL   string           // the brokers' DATABASE_URL
 	retired []*localpg.Cluster
-	ns      *server.Server
+	ns      *server.Server // the in-process NATS server (NATSNodes 0)
+	nodes   []*natsNode    // the NATS node processes (NATSNodes > 0)
 	natsURL string
 	brokers []*brokerProc
 	hc      *http.Client
@@ -83,9 +94,10 @@ type brokerProc struct {
 	up   bool          // started, healthy and not killed
 }
 
-// StartCluster starts the managed PostgreSQL, the NATS server and
-// cfg.Brokers brokers, and waits until each answers /health and every
-// shard has a live owner. On error everything started is stopped.
+// StartCluster starts the managed PostgreSQL, the NATS server (or the
+// cfg.NATSNodes node processes, every route up) and cfg.Brokers brokers,
+// and waits until each answers /health and every shard has a live owner.
+// On error everything started is stopped.
 func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error) {
 	if cfg.Brokers < 1 {
 		return nil, fmt.Errorf("brokers %d: want at least 1", cfg.Brokers)
@@ -132,18 +144,13 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 		c.status("loadtest: synchronous PostgreSQL standby in %s (port %d)", c.standby.Dir(), c.standby.Port())
 	}
 
-	ns, err := server.NewServer(&server.Options{ServerName: "queen-loadtest", Host: "127.0.0.1", Port: server.RANDOM_PORT,
-		MaxPayload: queen.MaxBodyBytes + 64<<10, MaxPending: 1 << 30, NoSigs: true, NoLog: true})
-	if err != nil {
-		return c, fmt.Errorf("NATS server: %w", err)
+	if cfg.NATSNodes > 0 {
+		if err := c.startNATSNodes(pctx, cfg.NATSNodes); err != nil {
+			return c, err
+		}
+	} else if err := c.startNATSServer(); err != nil {
+		return c, err
 	}
-	ns.Start()
-	c.ns = ns
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return c, errors.New("the NATS server did not start")
-	}
-	c.natsURL = ns.ClientURL()
-	c.status("loadtest: NATS server %s", c.natsURL)
 
 	for i := range cfg.Brokers {
 		port, err := freePort()
@@ -172,13 +179,31 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	return c, nil
 }
 
+// startNATSServer starts the in-process NATS server (NATSNodes 0).
+func (c *Cluster) startNATSServer() error {
+	ns, err := server.NewServer(&server.Options{ServerName: "queen-loadtest", Host: "127.0.0.1", Port: server.RANDOM_PORT,
+		MaxPayload: queen.MaxBodyBytes + 64<<10, MaxPending: 1 << 30, NoSigs: true, NoLog: true})
+	if err != nil {
+		return fmt.Errorf("NATS server: %w", err)
+	}
+	ns.Start()
+	c.ns = ns
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("the NATS server did not start")
+	}
+	c.natsURL = ns.ClientURL()
+	c.status("loadtest: NATS server %s", c.natsURL)
+	return nil
+}
+
 func (c *Cluster) status(format string, args ...any) {
 	if c.cfg.Status != nil {
 		fmt.Fprintf(c.cfg.Status, format+"\n", args...)
 	}
 }
 
-// NATSURL is the shared NATS server; DatabaseURL the shared PostgreSQL.
+// NATSURL is the shared NATS server, or every node of the NATS cluster
+// (comma-separated, node order); DatabaseURL the shared PostgreSQL.
 func (c *Cluster) NATSURL() string { return c.natsURL }
 
 // (with PGStandby both servers, primary first: localpg.FailoverURL).
@@ -420,7 +445,7 @@ func (c *Cluster) stop(b *brokerProc, grace time.Duration) {
 	}
 }
 
-// Close stops the brokers, the NATS server and PostgreSQL and removes the
+// Close stops the brokers, the NATS server (or nodes) and PostgreSQL and removes the
 // temporary folder. With keepLogs the brokers' logs are first copied to a
 // folder of their own, named on Status.
 func (c *Cluster) Close(keepLogs bool) error {
@@ -437,6 +462,14 @@ func (c *Cluster) Close(keepLogs bool) error {
 		c.ns.Shutdown()
 		c.ns.WaitForShutdown()
 	}
+	for _, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.stopNode(n, 10*time.Second)
+		}()
+	}
+	wg.Wait()
 	var err error
 	for _, pg := range append([]*localpg.Cluster{c.standby, c.pg}, c.retired...) {
 		if pg == nil {
@@ -450,14 +483,21 @@ func (c *Cluster) Close(keepLogs bool) error {
 			err = errors.Join(err, os.RemoveAll(area))
 		}
 	}
-	if keepLogs && len(c.brokers) > 0 {
+	if keepLogs && len(c.brokers)+len(c.nodes) > 0 {
 		if logs, lerr := os.MkdirTemp(c.cfg.TempParent, "queen-loadtest-logs-"); lerr == nil {
+			var paths []string
 			for _, b := range c.brokers {
-				if data, rerr := os.ReadFile(b.logPath); rerr == nil {
-					_ = os.WriteFile(filepath.Join(logs, filepath.Base(b.logPath)), data, 0o644)
+				paths = append(paths, b.logPath)
+			}
+			for _, n := range c.nodes {
+				paths = append(paths, n.logPath)
+			}
+			for _, p := range paths {
+				if data, rerr := os.ReadFile(p); rerr == nil {
+					_ = os.WriteFile(filepath.Join(logs, filepath.Base(p)), data, 0o644)
 				}
 			}
-			c.status("loadtest: the brokers' logs are kept in %s", logs)
+			c.status("loadtest: the brokers' (and NATS nodes') logs are kept in %s", logs)
 		}
 	}
 	err = errors.Join(err, os.RemoveAll(c.dir))

@@ -136,9 +136,9 @@ type Config struct {
 	// ConsumeBatch is the most messages per pop (default 100, 1..10000).
 	ConsumeBatch int
 	// ConsumePartitions is the most partitions one pop may claim (the
-	// pop's partitions=N, default 1, 1..100): above 1 a consumer's pop
-	// fills its batch at several partitions in one request, and the
-	// consumer handles and acks each partition's span as its own batch.
+	// pop's partitions=N, 1..100; 0 takes AutoConsumePartitions of the
+	// run's partitions): above 1 a consumer's pop fills its batch at
+	// several partitions in one request.
 	ConsumePartitions int
 	// RetryLimit is the queue's retryLimit, configured before the load
 	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
@@ -184,7 +184,9 @@ type Config struct {
 	// ChaosNone ("" too); ChaosKill (SIGKILL a random broker, restart it
 	// after ChaosPause), ChaosStop (SIGSTOP a random broker for ChaosPause,
 	// then SIGCONT) and ChaosMixed (one of each kind per round, in an order
-	// drawn from ChaosSeed), which need Cluster; ChaosPGRestart (a fast
+	// drawn from ChaosSeed), which need Cluster; ChaosNATSKill (SIGKILL a
+	// NATS node, restart it after ChaosPause), which needs Cluster with
+	// NATSNodes at least 2; ChaosPGRestart (a fast
 	// restart of the managed PostgreSQL on the same port), which needs
 	// Cluster or RestartPostgres. The first fault comes half an interval
 	// into the load, then one every ChaosInterval (default
@@ -192,8 +194,9 @@ type Config struct {
 	// at least twice the brokers' shard lease), none after Duration.
 	Chaos         string
 	ChaosInterval time.Duration
-	// ChaosPause is how long a killed broker stays down and a stopped one
-	// frozen (default 1 s for a kill, 5 s for a stop; below the interval).
+	// ChaosPause is how long a killed broker stays down, a stopped one
+	// frozen and a killed NATS node down (default 1 s for a kill, 5 s for a
+	// stop and a nats-kill; below the interval).
 	ChaosPause time.Duration
 	// ChaosSeed draws the brokers hit and (mixed) the order of the faults
 	// (0: from the clock; the report gives the seed used).
@@ -235,27 +238,26 @@ type Config struct {
 // DefaultConfig returns the defaults of `queen loadtest`.
 func DefaultConfig() Config {
 	return Config{
-		Mode:              ModeBroker,
-		Target:            "nats://127.0.0.1:4222",
-		Producers:         8,
-		Partitions:        64,
-		Batch:             100,
-		PayloadBytes:      200,
-		DupRatio:          0.1,
-		Duration:          30 * time.Second,
-		MaxAttempts:       8,
-		RequestTimeout:    30 * time.Second,
-		DrainTimeout:      15 * time.Second,
-		ProgressEvery:     2 * time.Second,
-		ConsumeBatch:      100,
-		ConsumePartitions: 1,
-		RetryLimit:        3,
-		WakeProbes:        50,
-		SampleEvery:       10 * time.Second,
-		ProducerMode:      ProducerSync,
-		Spread:            SpreadRandom,
-		InFlight:          1000,
-		Linger:            client.DefaultLinger,
+		Mode:           ModeBroker,
+		Target:         "nats://127.0.0.1:4222",
+		Producers:      8,
+		Partitions:     64,
+		Batch:          100,
+		PayloadBytes:   200,
+		DupRatio:       0.1,
+		Duration:       30 * time.Second,
+		MaxAttempts:    8,
+		RequestTimeout: 30 * time.Second,
+		DrainTimeout:   15 * time.Second,
+		ProgressEvery:  2 * time.Second,
+		ConsumeBatch:   100,
+		RetryLimit:     3,
+		WakeProbes:     50,
+		SampleEvery:    10 * time.Second,
+		ProducerMode:   ProducerSync,
+		Spread:         SpreadRandom,
+		InFlight:       1000,
+		Linger:         client.DefaultLinger,
 	}
 }
 
@@ -374,11 +376,13 @@ func (c *Config) validateChaos() error {
 	case !chaosOn(c.Chaos):
 		return nil
 	case kinds == nil:
-		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover or mixed", c.Chaos)
+		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover, nats-kill or mixed", c.Chaos)
 	case c.Mode != ModeBroker:
 		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
 	case c.Chaos == ChaosPGFailover && (c.Cluster == nil || !c.Cluster.cfg.PGStandby):
 		return errors.New("chaos pg-failover needs brokers of our own with a standby: pass --brokers N --pg-standby")
+	case c.Chaos == ChaosNATSKill && (c.Cluster == nil || c.Cluster.cfg.NATSNodes < 2):
+		return errors.New("chaos nats-kill kills a node of a NATS cluster and needs at least 2: pass --brokers N --nats-nodes M with M at least 2")
 	case c.Cluster == nil && c.Chaos != ChaosPGRestart:
 		return fmt.Errorf("chaos %s needs brokers of our own: pass --brokers N", c.Chaos)
 	case c.Cluster == nil && c.RestartPostgres == nil:
@@ -448,7 +452,7 @@ func (c Config) withDefaults() Config {
 		c.ConsumeBatch = d.ConsumeBatch
 	}
 	if c.ConsumePartitions == 0 {
-		c.ConsumePartitions = d.ConsumePartitions
+		c.ConsumePartitions = AutoConsumePartitions(c.Partitions)
 	}
 	if c.FailMode == "" {
 		c.FailMode = FailNack
@@ -487,4 +491,14 @@ func (c *Config) window() time.Duration {
 		return c.DedupWindow
 	}
 	return 3600 * time.Second
+}
+
+// AutoConsumePartitions is the harness's default partitions=N for a queue
+// of partitions partitions: 1 up to 127 partitions, then one more per 64
+// partitions, at most 16. A pop over many partitions pays off when each
+// holds few messages (the spread of a batch of pushes over thousands of
+// partitions); over few busy partitions one partition's span fills a
+// batch and N > 1 only reads more.
+func AutoConsumePartitions(partitions int) int {
+	return min(max(partitions/64, 1), 16)
 }

@@ -97,8 +97,10 @@ func targetDialer(cfg *Config) dialer {
 			return newFailoverConsumer(hc, cfg.Targets, n-1), nil
 		}
 	}
+	n := 0
 	return func(name string) (consumeClient, error) {
-		cl, err := newConsumeClient(cfg.Target, name, hc)
+		n++
+		cl, err := newConsumeClient(cfg.Target, n-1, name, hc)
 		if nc, ok := cl.(*natsConsumer); ok && chaosOn(cfg.Chaos) {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.
@@ -247,7 +249,34 @@ type drainState struct {
 	sum    int64
 }
 
+// drainer is the cheap drain check a real store offers
+// (persistence.Audit.Drain): one aggregate statement instead of every
+// consumer row, which at thousands of partitions costs PostgreSQL more than
+// the poll interval leaves.
+type drainer interface {
+	Drain(ctx context.Context, queue string, groups, parts []string) (persistence.DrainState, error)
+}
+
 func (cp *consumePhase) behind(ctx context.Context, a consumeStore) (drainState, error) {
+	if d, ok := a.(drainer); ok {
+		names := make([]string, len(cp.groups))
+		for i, g := range cp.groups {
+			names[i] = g.name
+		}
+		ds, err := d.Drain(ctx, cp.cfg.Queue, names, cp.parts)
+		if err != nil {
+			return drainState{}, err
+		}
+		st := drainState{sum: ds.Sum}
+		if ds.Behind > 0 {
+			example := fmt.Sprintf("group %s has not consumed partition %s yet", ds.Group, ds.Partition)
+			if ds.Cursor != nil {
+				example = fmt.Sprintf("group %s's cursor in partition %s is %d, the last offset %d", ds.Group, ds.Partition, *ds.Cursor, ds.LastOffset)
+			}
+			st.behind = fmt.Sprintf("%d (group, partition) pairs not consumed to the end, e.g. %s", ds.Behind, example)
+		}
+		return st, nil
+	}
 	rows, err := a.Cursors(ctx, []string{cp.cfg.Queue})
 	if err != nil {
 		return drainState{}, err

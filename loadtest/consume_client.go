@@ -40,11 +40,12 @@ type popReq struct {
 	wait time.Duration
 }
 
-// newConsumeClient connects a client to target (nats:// or http://); name
-// names the NATS connection.
-func newConsumeClient(target, name string, hc *http.Client) (consumeClient, error) {
+// newConsumeClient connects client i to target (nats:// or http://; a
+// list of NATS servers is spread by i, connectSpread); name names the NATS
+// connection.
+func newConsumeClient(target string, i int, name string, hc *http.Client) (consumeClient, error) {
 	if strings.HasPrefix(target, "nats://") {
-		nc, err := client.ConnectNATS(target, name)
+		nc, err := connectSpread(target, i, name)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}

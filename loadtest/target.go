@@ -42,11 +42,27 @@ type natsSender struct {
 }
 
 func newNATSSender(url string, producer int) (*natsSender, error) {
-	nc, err := client.ConnectNATS(url, fmt.Sprintf("queen-loadtest-%d", producer))
+	nc, err := connectSpread(url, producer, fmt.Sprintf("queen-loadtest-%d", producer))
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return &natsSender{nc: nc, c: client.NewNATS(nc)}, nil
+}
+
+// connectSpread connects client i to urls, one NATS URL or a
+// comma-separated list of a cluster's servers (client.ConnectNATS).
+// With a list, client i starts at server i mod len and moves on in list
+// order (the list rotated by i, not shuffled: nats.DontRandomize), so the
+// load's clients are spread evenly over the nodes and a node's loss hits
+// a known share of them.
+func connectSpread(urls string, i int, name string) (*nats.Conn, error) {
+	list, err := client.ParseNATSURLs(urls)
+	if err != nil || len(list) < 2 {
+		return client.ConnectNATS(urls, name)
+	}
+	k := i % len(list)
+	rotated := append(append([]string{}, list[k:]...), list[:k]...)
+	return client.ConnectNATS(strings.Join(rotated, ","), name, nats.DontRandomize())
 }
 
 func (s *natsSender) send(ctx context.Context, items []client.PushItem, out []result) error {

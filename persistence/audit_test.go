@@ -165,3 +165,51 @@ func sortedCopy(xs []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestAuditDrain: the drain check counts the (group, partition) pairs not
+// consumed to the end (no consumer row, or a cursor short of the last
+// offset) over the named partitions that hold a message, names one, and
+// sums the groups' cursors + 1; a partition without a message and a
+// partition not named are left out.
+func TestAuditDrain(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "dr", 2, 3) // p0, p1: offsets 0..2
+	_ = partition(t, s, "dr", "empty")
+	other := partition(t, s, "dr", "unnamed")
+	commit(t, s, other, items("dr", "unnamed", "u"))
+	a, err := OpenAudit(ctx, s.pool.Config().ConnString())
+	require.NoError(t, err)
+	defer a.Close()
+	parts := []string{"p0", "p1", "empty"}
+
+	d, err := a.Drain(ctx, "dr", []string{"g", "h"}, parts)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), d.Behind, "two groups, two partitions with messages, no consumer row")
+	require.Equal(t, int64(0), d.Sum)
+	require.Nil(t, d.Cursor)
+	require.Contains(t, []string{"p0", "p1"}, d.Partition)
+
+	// Group g consumes p0 to the end and one message of p1.
+	res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 4, AutoAck: true}, pids, 0)
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 4)
+	d, err = a.Drain(ctx, "dr", []string{"g"}, parts)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), d.Behind)
+	require.Equal(t, int64(3+1), d.Sum, "cursor 2 in p0, 0 in p1")
+	require.Equal(t, "g", d.Group)
+	require.Equal(t, "p1", d.Partition)
+	require.NotNil(t, d.Cursor)
+	require.Equal(t, int64(0), *d.Cursor)
+	require.Equal(t, int64(2), d.LastOffset)
+
+	_, _, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, AutoAck: true}, pids, 0)
+	require.NoError(t, err)
+	d, err = a.Drain(ctx, "dr", []string{"g"}, parts)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), d.Behind)
+	require.Equal(t, "", d.Partition)
+	require.Equal(t, int64(6), d.Sum)
+}

@@ -635,13 +635,15 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 }
 
 // ackTx runs Ack's transaction on conn, a connection outside a transaction,
-// over rows in lock order. BEGIN and every consumer row's creation ride with
-// the first row's lock, COMMIT with the last row's update: a one-row ack is
-// two round trips. The rows are created (partition key-share locks,
-// ascending) before any is locked, as transactions do, so the two cannot
-// deadlock. A failed COMMIT round trip is queen.ErrCommitUnknown, unless
-// the server answered an error (the transaction rolled back); on any error
-// the caller rolls back.
+// over rows in lock order, in two round trips whatever the number of rows:
+// the first carries BEGIN, every consumer row's creation (partition
+// key-share locks, ascending, before any consumer row is locked, as
+// transactions do, so the two cannot deadlock), every row's lock (ascending)
+// and the resolution of its items; the second every row's update and
+// COMMIT. Settling an expired lease or writing a DLQ copy (rare) adds its
+// own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
+// unless the server answered an error (the transaction rolled back); on any
+// error the caller rolls back.
 func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent)) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -652,35 +654,42 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 			return nil
 		})
 	}
-	for n, a := range rows {
-		if err := a.lock(ctx, conn, b, items, obs); err != nil {
-			return err
+	for _, a := range rows {
+		a.queueLock(b, items)
+	}
+	start := time.Now()
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		if obs != nil && lockTimedOut(err) {
+			obs(LockEvent{Op: "ack", Wait: time.Since(start), TimedOut: true})
 		}
-		b = &pgx.Batch{}
+		return unavailable(err)
+	}
+	if obs != nil {
+		for _, a := range rows {
+			if a.found {
+				obs(LockEvent{Op: "ack", Wait: seconds(a.st.lockWait)})
+			}
+		}
+	}
+	b = &pgx.Batch{}
+	for _, a := range rows {
 		if err := a.settle(ctx, conn, items, out, b); err != nil {
 			return err
 		}
-		if n == len(rows)-1 {
-			b.Queue("COMMIT")
-			willCommit(conn)
-			if err := conn.SendBatch(ctx, b).Close(); err != nil {
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) {
-					// The server answered an error (a statement before the
-					// COMMIT failed, or the session was ended before it
-					// ran, 57P01; or the COMMIT itself failed): the
-					// transaction rolled back.
-					notCommitted(conn)
-					return unavailable(err)
-				}
-				return queen.ErrCommitUnknown.With("ack commit: %v", err)
-			}
-			return nil
+	}
+	b.Queue("COMMIT")
+	willCommit(conn)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server answered an error (a statement before the
+			// COMMIT failed, or the session was ended before it ran,
+			// 57P01; or the COMMIT itself failed): the transaction
+			// rolled back.
+			notCommitted(conn)
+			return unavailable(err)
 		}
-		if err := sendAcks(ctx, conn, b); err != nil {
-			return err
-		}
-		b = &pgx.Batch{}
+		return queen.ErrCommitUnknown.With("ack commit: %v", err)
 	}
 	return nil
 }
@@ -698,10 +707,12 @@ type querier interface {
 // settled of an expired lease is added to *settled.
 func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, settled *LeaseStats) error {
 	a := &consumerAcks{key: k, idx: idx}
-	if err := a.lock(ctx, tx, &pgx.Batch{}, items, nil); err != nil {
+	b := &pgx.Batch{}
+	a.queueLock(b, items)
+	if err := sendAcks(ctx, tx, b); err != nil {
 		return err
 	}
-	b := &pgx.Batch{}
+	b = &pgx.Batch{}
 	if err := a.settle(ctx, tx, items, out, b); err != nil {
 		return err
 	}
@@ -747,12 +758,12 @@ type resolvedTxn struct {
 	any   bool
 }
 
-// lock queues on b, after what the caller queued there (BEGIN, consumer
-// rows to create), the row's lock (ack_lock) and the resolution of its
-// items acked by transactionId (consume_resolve), and sends b. obs, when
-// not nil, gets the lock wait (a transaction, which locked its rows
-// before, passes nil).
-func (a *consumerAcks) lock(ctx context.Context, tx querier, b *pgx.Batch, items []queen.AckItem, obs func(LockEvent)) error {
+// queueLock queues on b, after what the caller queued there (BEGIN,
+// consumer rows to create, other rows' locks), the row's lock (ack_lock),
+// the resolution of its items acked by transactionId (consume_resolve) and
+// the hashes at the offsets of items that name both (consume_hash_at). The
+// results land in a once the caller has sent b.
+func (a *consumerAcks) queueLock(b *pgx.Batch, items []queen.AckItem) {
 	b.Queue(sqlAckLock, a.key.pid, a.key.group).QueryRow(func(row pgx.Row) error {
 		err := a.st.scanRow(row, true)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -793,17 +804,6 @@ func (a *consumerAcks) lock(ctx context.Context, tx querier, b *pgx.Batch, items
 			return rows.Err()
 		})
 	}
-	start := time.Now()
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		if obs != nil && lockTimedOut(err) {
-			obs(LockEvent{Op: "ack", Wait: time.Since(start), TimedOut: true})
-		}
-		return unavailable(err)
-	}
-	if obs != nil && a.found {
-		obs(LockEvent{Op: "ack", Wait: seconds(a.st.lockWait)})
-	}
-	return nil
 }
 
 // readResolved reads consume_resolve's rows into a.txns.

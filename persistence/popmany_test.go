@@ -239,3 +239,38 @@ func TestPopPartitionsBisects(t *testing.T) {
 	require.Equal(t, []string{"p0-0"}, txns(res))
 	require.Equal(t, 1, res.Messages[0].RetryCount, "a single-message span that expires is charged")
 }
+
+// TestAckOneRoundTripPerSide: an ack of a multi-partition pop's messages
+// locks every consumer row it touches in one round trip and writes them and
+// commits in a second, whatever the number of partitions (1 to 50); every
+// ack is applied and the next pop starts after the acked spans.
+func TestAckOneRoundTripPerSide(t *testing.T) {
+	s := setup(t)
+	ctx := context.Background()
+	for _, n := range []int{1, 5, 50} {
+		q := fmt.Sprintf("ackrt%d", n)
+		pids := spanPartitions(t, s, q, n, 3)
+		res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.NoError(t, err)
+		require.Len(t, res.Messages, 3*n)
+		lease := uuid.MustParse(*res.LeaseID)
+		var acks []queen.AckItem
+		for _, m := range res.Messages {
+			acks = append(acks, queen.AckItem{PartitionID: uuid.MustParse(m.PartitionID), Offset: m.Offset,
+				Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease, TransactionID: m.TransactionID})
+		}
+		conn, err := s.pool.Acquire(ctx)
+		require.NoError(t, err)
+		cq := &countingQuerier{q: conn}
+		out, rows := groupByConsumerRow(acks)
+		require.NoError(t, ackTx(ctx, cq, acks, out, rows, nil))
+		conn.Release()
+		require.Equal(t, 2, cq.trips, "%d partitions: lock and commit", n)
+		for i, r := range out {
+			require.Equal(t, queen.Acked, r.Result, "ack %d", i)
+		}
+		res, _, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.NoError(t, err)
+		require.Empty(t, res.Messages, "%d partitions: every span acked", n)
+	}
+}

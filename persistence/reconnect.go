@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,9 @@ type session struct {
 	pooled     *pgxpool.Conn
 	broken     bool
 	commitSent bool
+	// rangeLost: a round trip failed with SQLSTATE QS001, a level-0
+	// sidecar range a database crash emptied (migration 0011).
+	rangeLost bool
 }
 
 // Conn is the underlying connection.
@@ -129,8 +133,17 @@ func (c *session) note(err error) error {
 	if err != nil && c.pooled.Conn().IsClosed() {
 		c.broken = true
 	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateRangeLost {
+		c.rangeLost = true
+	}
 	return err
 }
+
+// sqlstateRangeLost is the SQLSTATE a sidecar lookup raises when a level-0
+// range it needs was emptied by a database crash or a failover (QS001,
+// migration 0011): the request fails retryable until the range is rebuilt.
+const sqlstateRangeLost = "QS001"
 
 // Exec runs one statement on the connection.
 func (c *session) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -197,6 +210,9 @@ func (s *Store) inSession(ctx context.Context, attempt func(*session) error) err
 		c := &session{pooled: conn}
 		err = attempt(c)
 		conn.Release()
+		if c.rangeLost {
+			s.rebuildLostRanges()
+		}
 		if err == nil || !c.broken || c.commitSent || ctx.Err() != nil || try > 0 {
 			return err
 		}
@@ -236,4 +252,69 @@ func brokenConn(err error) bool {
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
+}
+
+// lostRanges runs the on-demand rebuild of the level-0 sidecar ranges a
+// database crash or a failover emptied (rebuildLostRanges): one pass at a
+// time per Store, stopped by Close.
+type lostRanges struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	busy   bool  // a pass is running
+	closed bool  // Close ran: no new pass
+	passes int64 // passes finished (tests)
+}
+
+// lostRangeRebuildTimeout bounds one on-demand rebuild pass.
+const lostRangeRebuildTimeout = time.Minute
+
+// rebuildLostRanges starts, unless one is running, a pass that re-fills the
+// open level-0 ranges a crash emptied and compacts the closed ones
+// (refillLostRanges), so the lookups that fail with QS001 until then (a
+// push answers failed, retryable) work again within about one pass instead
+// of waiting for the retention leader's next one. Store.Open runs the same
+// pass; this one serves a broker whose database failed over or restarted
+// under it.
+func (s *Store) rebuildLostRanges() {
+	l := &s.lost
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.busy || l.closed || l.ctx == nil {
+		return
+	}
+	l.busy = true
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(l.ctx, lostRangeRebuildTimeout)
+		_, err := refillLostRanges(ctx, s.pool)
+		cancel()
+		if err != nil && l.ctx.Err() == nil {
+			slog.Warn("persistence: rebuilding sidecar ranges a database restart emptied", "err", err)
+		}
+		l.mu.Lock()
+		l.busy = false
+		l.passes++
+		l.mu.Unlock()
+	}()
+}
+
+// lostPasses returns how many rebuild passes have finished.
+func (l *lostRanges) lostPasses() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.passes
+}
+
+// close stops a running pass and waits for it.
+func (l *lostRanges) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.wg.Wait()
 }

@@ -146,6 +146,7 @@ type Store struct {
 	lockTimeout time.Duration // Config.LockTimeout
 	observe     func(LockEvent)
 	stats       *analyzer // ANALYZE after bulk partition creation (stats.go)
+	lost        lostRanges
 }
 
 // Open connects a pool to cfg.URL and creates the sidecar's time ranges
@@ -186,6 +187,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{pool: pool, conns: conns, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe}
 	s.stats = newAnalyzer(s.analyzePartitions)
+	s.lost.ctx, s.lost.cancel = context.WithCancel(context.Background())
 	if _, err := s.EnsureSidecarRanges(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -245,6 +247,7 @@ func openPool(ctx context.Context, url string, maxConns int32, settings map[stri
 // Close stops the background ANALYZE (stats.go) and closes the pool,
 // waiting for connections in use to be returned.
 func (s *Store) Close() {
+	s.lost.close()
 	s.stats.close()
 	s.pool.Close()
 }

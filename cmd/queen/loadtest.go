@@ -28,7 +28,7 @@ type loadtestFlags struct {
 	mode, pgBin, logLevel, cpuProfile string
 	embedded, compare, jsonOut        bool
 	pgStandby                         bool
-	brokers                           int
+	brokers, natsNodes                int
 	shardLease                        time.Duration
 }
 
@@ -72,10 +72,14 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("log-level") {
 			lf.logLevel = "info" // the brokers' log files
 		}
-		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.brokers, lf.shardLease, lf.pgBin, lf.logLevel, lf.jsonOut, lf.cpuProfile, lf.pgStandby)
+		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.brokers, lf.shardLease, lf.pgBin, lf.logLevel, lf.jsonOut, lf.cpuProfile,
+			loadtest.ClusterConfig{PGStandby: lf.pgStandby, NATSNodes: lf.natsNodes})
 	}
 	if lf.pgStandby {
 		return errors.New("--pg-standby gives the managed PostgreSQL of --brokers N a standby: pass --brokers N")
+	}
+	if lf.natsNodes != 0 {
+		return errors.New("--nats-nodes gives the brokers of --brokers N a NATS cluster: pass --brokers N")
 	}
 	switch {
 	case lf.cfg.Chaos == "" || lf.cfg.Chaos == loadtest.ChaosNone:
@@ -83,6 +87,8 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		chaosClients(cmd, &lf.cfg, 0)
 	case lf.cfg.Chaos == loadtest.ChaosPGRestart:
 		return errors.New("--chaos pg-restart needs a PostgreSQL of its own: pass --brokers N or --embedded (without --compare)")
+	case lf.cfg.Chaos == loadtest.ChaosNATSKill:
+		return errors.New("--chaos nats-kill kills a node of a NATS cluster of its own: pass --brokers N --nats-nodes M (M at least 2)")
 	default:
 		return fmt.Errorf("--chaos %s needs brokers of its own: pass --brokers N", lf.cfg.Chaos)
 	}
@@ -155,7 +161,7 @@ func (lf *loadtestFlags) consumerFlags(f *pflag.FlagSet) {
 	f.Float64Var(&lf.cfg.FailRatio, "fail-ratio", lf.cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
 	f.StringVar(&lf.cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed), crash (ack the messages before it, never ack it, abandon the lease) or crash-batch (handle the whole batch, ack nothing, abandon the lease); the crash modes take leaseTime 2 s unless --consume-lease")
 	f.IntVar(&lf.cfg.ConsumeBatch, "consume-batch", lf.cfg.ConsumeBatch, "most messages per pop")
-	f.IntVar(&lf.cfg.ConsumePartitions, "consume-partitions", lf.cfg.ConsumePartitions, "most partitions one pop may claim (the pop's partitions=N, 1..100): a pop fills its batch at several partitions in one request")
+	f.IntVar(&lf.cfg.ConsumePartitions, "consume-partitions", lf.cfg.ConsumePartitions, "most partitions one pop may claim (the pop's partitions=N, 1..100): a pop fills its batch at several partitions in one request; 0 (the default): 1 up to 127 partitions, one per 64 partitions above, at most 16")
 	f.IntVar(&lf.cfg.RetryLimit, "retry-limit", lf.cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
 	f.DurationVar(&lf.cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
 	f.IntVar(&lf.cfg.WakeProbes, "wake-probes", lf.cfg.WakeProbes, "rounds of the wake-latency probe after the consume phase (0: none)")
@@ -166,10 +172,11 @@ func (lf *loadtestFlags) consumerFlags(f *pflag.FlagSet) {
 // and the faults injected into them.
 func (lf *loadtestFlags) clusterFlags(f *pflag.FlagSet) {
 	f.IntVar(&lf.brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
-	f.StringVar(&lf.cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby")
+	f.StringVar(&lf.cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, with nats-kill when --nats-nodes is 2 or more, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby; nats-kill (SIGKILL a NATS node in turn, restart it after --chaos-pause) with --brokers N --nats-nodes M (M at least 2)")
+	f.IntVar(&lf.natsNodes, "nats-nodes", 0, "with --brokers: run the NATS server as a cluster of this many node processes routed on loopback (0: one NATS server in this process); brokers and clients get every node's URL")
 	f.BoolVar(&lf.pgStandby, "pg-standby", false, "with --brokers: give the managed PostgreSQL a synchronous streaming standby on loopback; the brokers' DATABASE_URL lists both servers (target_session_attrs=read-write)")
 	f.DurationVar(&lf.cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
-	f.DurationVar(&lf.cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s) and a stopped one frozen before SIGCONT (default 5s)")
+	f.DurationVar(&lf.cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s), a stopped one frozen before SIGCONT (default 5s) and a killed NATS node down before its restart (default 5s)")
 	f.Uint64Var(&lf.cfg.ChaosSeed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
 	f.DurationVar(&lf.shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos, else the brokers' default)")
 }
@@ -240,7 +247,12 @@ managed PostgreSQL and one NATS server run by the load test, in a temporary fold
 removed afterwards (the brokers' logs are kept when the run fails). Over NATS the
 queue group spreads the requests over the brokers; over HTTP (--target http://...)
 each producer and consumer starts at one broker, round robin, and moves to the next
-one when its broker does not answer.
+one when its broker does not answer. --nats-nodes M (with --brokers) replaces the
+load test's NATS server by a NATS cluster of M node processes (hidden queen nats-node
+commands of this binary, each a nats-server node) routed to each other on loopback:
+the brokers' NATS_URL and the clients' target list every node; the NATS client picks
+a random node of the list for each of a broker's two connections, and producer or
+consumer i starts at node i mod M.
 
 --chaos injects faults while the producers run, the first half an interval into the
 load, then one every --chaos-interval (20s for kill, 10s for the others; with --brokers
@@ -251,8 +263,12 @@ resumes it with SIGCONT; pg-restart (--brokers or --embedded) restarts the manag
 PostgreSQL (pg_ctl stop -m fast, then a start on the same folder and port); pg-failover
 (--brokers with --pg-standby, which gives the managed PostgreSQL a synchronous streaming
 standby and the brokers a multi-host DATABASE_URL) SIGKILLs the primary and promotes the
-standby, once per run; mixed (--brokers) injects one of each per round, in an order drawn
-from --chaos-seed. Requests
+standby, once per run; nats-kill (--brokers with --nats-nodes 2 or more) SIGKILLs the
+NATS nodes in turn (skipping those without a broker connection) and restarts each on
+its ports after --chaos-pause (5s), where it rejoins the cluster: its recovery time is from the kill until the other nodes hold
+every broker's NATS connections again with their subscriptions (at most the 15 s ping
+budget); mixed (--brokers) injects one of each per round (nats-kill with 2 or more
+NATS nodes), in an order drawn from --chaos-seed. Requests
 time out after 5s and items are retried with the same transactionIds until they get a
 verdict. The audits then prove nothing answered queued was lost, no id is stored twice,
 every acked message stayed acked; the report adds a chaos section (the faults by kind,
@@ -283,6 +299,7 @@ const loadtestExample = `  queen loadtest --embedded --duration 20s
   queen loadtest --brokers 3 --chaos mixed --duration 120s --consumers 3 --fail-ratio 0.01 --fail-mode crash --json
   queen loadtest --embedded --duration 60s --consumers 3 --fail-ratio 0.001 --fail-mode crash-batch --json
   queen loadtest --embedded --chaos pg-restart --duration 60s --json
+  queen loadtest --brokers 3 --nats-nodes 3 --chaos nats-kill --duration 120s --json
   queen loadtest --brokers 2 --pg-standby --chaos pg-failover --duration 120s --json
   queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`
 
@@ -290,10 +307,16 @@ const loadtestExample = `  queen loadtest --embedded --duration 20s
 // PostgreSQL and NATS (loadtest.StartCluster), drives them, and stops
 // everything, also after Ctrl-C.
 func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, brokers int, lease time.Duration,
-	pgBin, logLevel string, jsonOut bool, cpuProfile string, pgStandby bool) (err error) {
+	pgBin, logLevel string, jsonOut bool, cpuProfile string, ccfg loadtest.ClusterConfig) (err error) {
 	stderr := cmd.ErrOrStderr()
-	if cfg.Chaos == loadtest.ChaosPGFailover && !pgStandby {
+	if cfg.Chaos == loadtest.ChaosPGFailover && !ccfg.PGStandby {
 		return errors.New("--chaos pg-failover promotes a standby: pass --pg-standby")
+	}
+	if ccfg.NATSNodes < 0 || ccfg.NATSNodes > 9 {
+		return fmt.Errorf("--nats-nodes %d: want 0 (one NATS server in this process) to 9", ccfg.NATSNodes)
+	}
+	if cfg.Chaos == loadtest.ChaosNATSKill && ccfg.NATSNodes < 2 {
+		return fmt.Errorf("--chaos nats-kill kills a node of a NATS cluster and needs at least 2 (--nats-nodes %d): pass --nats-nodes 3", ccfg.NATSNodes)
 	}
 	chaos := cfg.Chaos != "" && cfg.Chaos != loadtest.ChaosNone
 	if chaos {
@@ -316,8 +339,8 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	if chaos && cfg.ChaosPause >= cfg.ChaosInterval {
 		return fmt.Errorf("chaos pause %s: want less than the chaos interval %s", cfg.ChaosPause, cfg.ChaosInterval)
 	}
-	cl, err := loadtest.StartCluster(ctx, loadtest.ClusterConfig{Brokers: brokers, PGBin: pgBin, Lease: lease, LogLevel: logLevel,
-		TempParent: embeddedTempParent, Status: stderr, PGStandby: pgStandby})
+	ccfg.Brokers, ccfg.PGBin, ccfg.Lease, ccfg.LogLevel, ccfg.TempParent, ccfg.Status = brokers, pgBin, lease, logLevel, embeddedTempParent, stderr
+	cl, err := loadtest.StartCluster(ctx, ccfg)
 	if err != nil {
 		return fmt.Errorf("start %d brokers: %w", brokers, err)
 	}

@@ -64,7 +64,7 @@ func requireChaos(t *testing.T, rep *loadtest.Report, mode string) *loadtest.Cha
 	require.Equal(t, mode, ch.Mode)
 	require.NotZero(t, ch.Seed)
 	require.Positive(t, ch.Faults)
-	require.Equal(t, ch.Faults, ch.Kills+ch.Stops+ch.PGRestarts+ch.PGFailovers)
+	require.Equal(t, ch.Faults, ch.Kills+ch.Stops+ch.PGRestarts+ch.PGFailovers+ch.NATSKills)
 	require.Equal(t, ch.Faults, ch.Recovered, "every fault recovered: %+v", ch.Events)
 	require.Len(t, ch.Events, ch.Faults)
 	for _, e := range ch.Events {
@@ -196,6 +196,11 @@ func TestLoadtestClusterFlags(t *testing.T) {
 		{[]string{"--chaos", "pg-restart", "--embedded", "--compare"}, "pass --brokers N or --embedded"},
 		{[]string{"--brokers", "2", "--chaos", "stop", "--chaos-interval", "10s", "--chaos-pause", "10s"}, "want less than the chaos interval"},
 		{[]string{"--brokers", "2", "--embedded"}, "drop --embedded"},
+		{[]string{"--brokers", "2", "--chaos", "nats-kill"}, "--chaos nats-kill kills a node of a NATS cluster and needs at least 2 (--nats-nodes 0)"},
+		{[]string{"--brokers", "2", "--nats-nodes", "1", "--chaos", "nats-kill"}, "needs at least 2 (--nats-nodes 1)"},
+		{[]string{"--chaos", "nats-kill", "--embedded"}, "pass --brokers N --nats-nodes M"},
+		{[]string{"--nats-nodes", "3"}, "--nats-nodes gives the brokers of --brokers N a NATS cluster"},
+		{[]string{"--brokers", "2", "--nats-nodes", "10"}, "--nats-nodes 10: want 0"},
 	} {
 		cmd := loadtestCmd()
 		cmd.SetArgs(tc.args)
@@ -208,3 +213,106 @@ func TestLoadtestClusterFlags(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestLoadtestClusterNATSKill (SPEC.md §9): `--brokers 2 --nats-nodes 3
+// --chaos nats-kill` runs the NATS server as three `queen nats-node`
+// processes (this test binary, re-executed) and SIGKILLs nodes under
+// pushes, pops and acks, restarting each on its ports. Every request is
+// answered or times out (the clients' errors are only retryable codes, and
+// every item gets a verdict), the retries with the same transactionIds
+// stay exact (the audits), the brokers' NATS connections on a killed node
+// are back on the others with their subscriptions within the 15 s ping
+// budget (the harness polls the nodes' /connz with that deadline; a miss
+// is the fault's recovery error), the killed node rejoins, and no node
+// process is left behind.
+func TestLoadtestClusterNATSKill(t *testing.T) {
+	t.Parallel()
+	c := startChild(t, "--brokers", "2", "--nats-nodes", "3", "--chaos", "nats-kill", "--shard-lease", "1s",
+		"--chaos-interval", "4s", "--chaos-pause", "1500ms", "--duration", "8s", "--json", "--producers", "3",
+		"--partitions", "8", "--batch", "20", "--consumers", "2", "--consume-lease", "5", "--wake-probes", "2")
+	line := c.waitLine(t, "loadtest: cluster folder ")
+	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
+	var rep loadtest.Report
+	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
+	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	require.Positive(t, rep.StoredMessages)
+	require.Zero(t, rep.GaveUp, "every item got a verdict")
+	require.NotNil(t, rep.Consume)
+	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	require.NotNil(t, rep.Cluster)
+	require.Equal(t, 3, rep.Cluster.NATSNodes)
+	require.Len(t, strings.Split(rep.Cluster.NATSURL, ","), 3)
+
+	ch := requireChaos(t, &rep, loadtest.ChaosNATSKill)
+	require.Equal(t, ch.Faults, ch.NATSKills)
+	require.Equal(t, 1.5, ch.NATSKillPauseSeconds)
+	for _, e := range ch.Events {
+		require.Equal(t, loadtest.FaultNATSKill, e.Kind)
+		require.Equal(t, -1, e.Broker)
+		require.True(t, strings.HasPrefix(e.NATSNode, "queen-nats-"), "%+v", e)
+		require.Positive(t, e.BrokerConnections, "the killed node held a broker connection: %+v", e)
+		require.Positive(t, e.ServingAfterSeconds, "the brokers' connections came back: %+v", e)
+		require.GreaterOrEqual(t, e.RecoveredAfterSeconds, 1.5, "recovered once the node was restarted and routed: %+v", e)
+		require.Equal(t, e.RecoveredAfterSeconds, e.RejoinedAfterSeconds)
+		t.Logf("nats-kill of %s at %.1f s (%d connections, %d of the brokers'): brokers serving after %.2f s, rejoined after %.1f s; clients during: %d errors %v",
+			e.NATSNode, e.AtSeconds, e.NodeConnections, e.BrokerConnections, e.ServingAfterSeconds, e.RejoinedAfterSeconds, e.During.Errors, e.During.ByKind)
+	}
+	// Answered or timed out: what the clients saw were retryable codes.
+	for kind := range ch.During.ByKind {
+		requireRetryableKind(t, kind)
+	}
+	for kind := range ch.After.ByKind {
+		requireRetryableKind(t, kind)
+	}
+	for kind := range ch.Steady.ByKind {
+		requireRetryableKind(t, kind)
+	}
+	require.Contains(t, c.stderr.String(), "NATS cluster of 3 node processes, routed")
+
+	left, err := os.ReadDir(c.tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "the temporary folder is removed (%s)", line)
+	dir := strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, "loadtest: "):], "loadtest: cluster folder "))
+	require.Empty(t, processesWithEnv("QUEEN_DATA_DIR="+dir), "no broker process remains")
+	for _, u := range strings.Split(rep.Cluster.NATSURL, ",") {
+		require.Empty(t, processesWithArgs("nats-node", strings.TrimPrefix(u, "nats://")), "no NATS node process remains (%s)", u)
+	}
+}
+
+// requireRetryableKind checks a client error kind ("push:timeout",
+// "push:failed:unavailable", "pop:timeout", ...) names a code a client
+// retries: the request timed out or was answered with a retryable error.
+func requireRetryableKind(t *testing.T, kind string) {
+	t.Helper()
+	code := kind[strings.LastIndex(kind, ":")+1:]
+	switch code {
+	case "timeout", "unavailable", "commit_unknown", "overloaded", "lock_timeout":
+	default:
+		t.Fatalf("client error %q: want a timeout or a retryable answer", kind)
+	}
+}
+
+// processesWithArgs lists live processes whose command line has every one
+// of args among its arguments (or inside one of them).
+func processesWithArgs(args ...string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !alive(pid) {
+			continue
+		}
+		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		all := true
+		for _, a := range args {
+			if !bytes.Contains(cl, []byte(a)) {
+				all = false
+				break
+			}
+		}
+		if all {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

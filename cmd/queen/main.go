@@ -52,7 +52,7 @@ func main() {
 		Version:       version,
 	}
 	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd(),
-		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd())
+		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd(), natsNodeCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		// The operator verbs' exit codes (operator.go); 1 otherwise. A
 		// codeError without a message (queen dedup's 3 and 4) prints nothing.

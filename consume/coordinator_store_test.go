@@ -1,0 +1,445 @@
+package consume
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/internal/storetest"
+	"github.com/queen-mq/queen-go/persistence"
+)
+
+// The coordinator's own decisions, against storetest.MemStore (which the
+// shared store suite holds to PostgreSQL's answers): which partitions a
+// wildcard pop tries, in what order, when it asks the store for
+// candidates, how long polls park and wake, and who is told of retries.
+
+// countingStore counts the coordinator's store calls.
+type countingStore struct {
+	*storetest.MemStore
+	mu         sync.Mutex
+	pops       []uuid.UUID // partitions PopPartition was called for
+	candidates int
+	popMany    [][]uuid.UUID
+}
+
+func (s *countingStore) PopPartition(ctx context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error) {
+	s.mu.Lock()
+	s.pops = append(s.pops, spec.PartitionID)
+	s.mu.Unlock()
+	return s.MemStore.PopPartition(ctx, spec)
+}
+
+func (s *countingStore) PopPartitions(ctx context.Context, spec persistence.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []persistence.PopState, error) {
+	s.mu.Lock()
+	s.popMany = append(s.popMany, append([]uuid.UUID(nil), pids...))
+	s.mu.Unlock()
+	return s.MemStore.PopPartitions(ctx, spec, pids, most)
+}
+
+func (s *countingStore) Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error) {
+	s.mu.Lock()
+	s.candidates++
+	s.mu.Unlock()
+	return s.MemStore.Candidates(ctx, queue, group, limit)
+}
+
+func (s *countingStore) reset() {
+	s.mu.Lock()
+	s.pops, s.candidates, s.popMany = nil, 0, nil
+	s.mu.Unlock()
+}
+
+func newCounting() *countingStore { return &countingStore{MemStore: storetest.NewMem()} }
+
+func pop(t *testing.T, c *Coordinator, req queen.PopRequest) queen.PopResult {
+	t.Helper()
+	if req.Batch == 0 {
+		req.Batch = 1
+	}
+	if req.ConsumerGroup == "" {
+		req.ConsumerGroup = "g"
+	}
+	res, err := c.Pop(context.Background(), req)
+	require.NoError(t, err)
+	return res
+}
+
+func msgOffsets(ms []queen.Message) []int64 {
+	out := make([]int64, len(ms))
+	for i, m := range ms {
+		out[i] = m.Offset
+	}
+	return out
+}
+
+// waitParked polls (deadline 20 s) until n long polls are parked.
+func waitParked(t *testing.T, c *Coordinator, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.Parked() == n }, 20*time.Second, time.Millisecond)
+}
+
+func TestPopNamedPartition(t *testing.T) {
+	st := storetest.NewMem()
+	st.Push("q", "p1", "a")
+	st.Push("q", "p2", "b", "c")
+	c := New(st, Options{})
+	res := pop(t, c, queen.PopRequest{Queue: "q", Partition: "p2", Batch: 5})
+	require.Equal(t, []int64{0, 1}, msgOffsets(res.Messages))
+	require.Equal(t, "p2", res.Partition)
+	res = pop(t, c, queen.PopRequest{Queue: "q", Partition: "never", Batch: 5})
+	require.Empty(t, res.Messages, "a pop never creates a partition")
+	res = pop(t, c, queen.PopRequest{Queue: "nope", Partition: "p1"})
+	require.Empty(t, res.Messages)
+}
+
+// A message committed before a pop started is visible to it, whatever the
+// hint knows: pushes that never reached Notify are found through the
+// store's candidates.
+func TestPopWildcardWithoutHintAsksCandidates(t *testing.T) {
+	st := newCounting()
+	st.Push("q", "p1", "a")
+	c := New(st, Options{})
+	res := pop(t, c, queen.PopRequest{Queue: "q"})
+	require.Len(t, res.Messages, 1)
+	require.Equal(t, 1, st.candidates)
+}
+
+// Drained partitions leave the group's hint: the next empty pop asks the
+// store for candidates once and pops none of them.
+func TestPopDrainedPartitionsLeaveTheHint(t *testing.T) {
+	st := newCounting()
+	var pids []uuid.UUID
+	for _, p := range []string{"p1", "p2", "p3"} {
+		pid, _ := st.Push("q", p, "a")
+		pids = append(pids, pid)
+	}
+	c := New(st, Options{})
+	c.Notify("q", pids)
+	for range 3 {
+		require.Len(t, pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true}).Messages, 1)
+	}
+	require.Empty(t, pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true}).Messages) // drains the hint
+	st.reset()
+	require.Empty(t, pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true}).Messages)
+	require.Equal(t, 1, st.candidates)
+	require.Empty(t, st.pops, "nothing hinted, no candidate")
+}
+
+// A wildcard pop rotates where it starts in the group's hint, so
+// consecutive pops spread over the partitions instead of draining the
+// first one, and leased partitions are skipped for free ones.
+func TestPopFairnessAcrossPartitions(t *testing.T) {
+	st := storetest.NewMem()
+	parts := []string{"p1", "p2", "p3", "p4"}
+	for _, p := range parts {
+		st.Push("q", p, "a", "b", "c")
+	}
+	c := New(st, Options{})
+	served := map[string][]int64{}
+	var order []string
+	for range 12 {
+		res := pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true})
+		require.Len(t, res.Messages, 1)
+		m := res.Messages[0]
+		served[m.Partition] = append(served[m.Partition], m.Offset)
+		order = append(order, m.Partition)
+	}
+	require.ElementsMatch(t, parts, distinct(order[:5]), "every partition served within the first five pops: %v", order)
+	for _, p := range parts {
+		require.Equal(t, []int64{0, 1, 2}, served[p], "offset order within %s", p)
+	}
+	require.Empty(t, pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true}).Messages)
+
+	// Leased pops of one group: each lands on a partition nobody holds.
+	st2 := storetest.NewMem()
+	for _, p := range parts {
+		st2.Push("q", p, "a", "b")
+	}
+	c2 := New(st2, Options{})
+	var got []string
+	for range 4 {
+		res := pop(t, c2, queen.PopRequest{Queue: "q", Batch: 10})
+		require.Len(t, res.Messages, 2)
+		got = append(got, res.Partition)
+	}
+	require.ElementsMatch(t, parts, got)
+	require.Empty(t, pop(t, c2, queen.PopRequest{Queue: "q", Batch: 10}).Messages, "every partition is leased")
+}
+
+func distinct(xs []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func TestPopLeaseThenAck(t *testing.T) {
+	st := storetest.NewMem()
+	pid, _ := st.Push("q", "p", "a", "b", "c")
+	c := New(st, Options{})
+	res := pop(t, c, queen.PopRequest{Queue: "q", Batch: 2})
+	require.Equal(t, []int64{0, 1}, msgOffsets(res.Messages))
+	require.NotNil(t, res.LeaseID)
+	require.Empty(t, pop(t, c, queen.PopRequest{Queue: "q", Batch: 2}).Messages, "the lease holds the partition")
+	lease := uuid.MustParse(*res.LeaseID)
+	acks, err := c.Ack(context.Background(), []queen.AckItem{{PartitionID: pid, Offset: 1, Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease}})
+	require.NoError(t, err)
+	require.Equal(t, queen.Acked, acks[0].Result)
+	res = pop(t, c, queen.PopRequest{Queue: "q", Batch: 2})
+	require.Equal(t, []int64{2}, msgOffsets(res.Messages))
+}
+
+// Subscription modes (SPEC.md §4): "all" (and any other mode, upstream's
+// from_beginning included: the wire decoder maps them to
+// SubscriptionNew=false) reads from the oldest message; "new"/"new-only"
+// from the group's first pop of the queue, recorded before any partition
+// exists, on named and wildcard pops alike.
+func TestPopSubscriptionModes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		isNew   bool
+		named   bool
+		offsets []int64
+	}{
+		{"all/wildcard", false, false, []int64{0, 1, 2}},
+		{"all/named", false, true, []int64{0, 1, 2}},
+		{"new/wildcard", true, false, []int64{2}},
+		{"new/named", true, true, []int64{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := storetest.NewMem()
+			pid, _ := st.Push("q", "p", "a", "b")
+			c := New(st, Options{})
+			req := queen.PopRequest{Queue: "q", Batch: 10, SubscriptionNew: tc.isNew, AutoAck: true}
+			if tc.named {
+				req.Partition = "p"
+			}
+			first := pop(t, c, req)
+			st.Push("q", "p", "c")
+			c.Notify("q", []uuid.UUID{pid})
+			second := pop(t, c, req)
+			require.Equal(t, tc.offsets, append(msgOffsets(first.Messages), msgOffsets(second.Messages)...))
+		})
+	}
+	t.Run("new/before-any-partition", func(t *testing.T) {
+		st := storetest.NewMem()
+		_, err := st.Configure(context.Background(), queen.ConfigureRequest{Queue: "q"})
+		require.NoError(t, err)
+		c := New(st, Options{})
+		require.Empty(t, pop(t, c, queen.PopRequest{Queue: "q", SubscriptionNew: true}).Messages)
+		st.Push("q", "p", "a")
+		res := pop(t, c, queen.PopRequest{Queue: "q", SubscriptionNew: true})
+		require.Len(t, res.Messages, 1, "pushed after the group's first pop")
+	})
+	t.Run("first-pop-fixes-it", func(t *testing.T) {
+		st := storetest.NewMem()
+		st.Push("q", "p1", "a")
+		c := New(st, Options{})
+		require.Len(t, pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true}).Messages, 1)
+		st.Push("q", "p2", "b") // a partition the group has not met
+		res := pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true, SubscriptionNew: true})
+		require.Len(t, res.Messages, 1, "a later mode does not move the subscription")
+	})
+}
+
+// An expired span is bisected (rules.Bisection, decided by the store under
+// the row lock): the coordinator passes the smaller deliveries through
+// its wildcard path unchanged.
+func TestPopBisectsExpiredSpan(t *testing.T) {
+	st := storetest.NewMem()
+	st.Push("q", "p", "a", "b", "c", "d", "e", "f")
+	c := New(st, Options{})
+	require.Len(t, pop(t, c, queen.PopRequest{Queue: "q", Batch: 6}).Messages, 6)
+	require.NoError(t, st.ExpireLeases(context.Background()))
+	res := pop(t, c, queen.PopRequest{Queue: "q", Batch: 6})
+	require.Equal(t, []int64{0, 1, 2}, msgOffsets(res.Messages))
+	require.Equal(t, int64(1), st.LeaseStats().Bisections)
+	require.NoError(t, st.ExpireLeases(context.Background()))
+	res = pop(t, c, queen.PopRequest{Queue: "q", Batch: 6})
+	require.Equal(t, []int64{0}, msgOffsets(res.Messages))
+	require.NoError(t, st.ExpireLeases(context.Background()))
+	res = pop(t, c, queen.PopRequest{Queue: "q", Batch: 6})
+	require.Equal(t, []int64{0}, msgOffsets(res.Messages))
+	require.Equal(t, 1, res.Messages[0].RetryCount, "a single-message span is charged")
+}
+
+// A multi-partition pop (Partitions > 1) claims up to Partitions
+// partitions in one store call, under one lease, and counts them.
+func TestPopMultiPartition(t *testing.T) {
+	st := newCounting()
+	var pids []uuid.UUID
+	for _, p := range []string{"p1", "p2", "p3", "p4"} {
+		pid, _ := st.Push("q", p, "a", "b")
+		pids = append(pids, pid)
+	}
+	c := New(st, Options{})
+	c.Notify("q", pids)
+	res := pop(t, c, queen.PopRequest{Queue: "q", Batch: 100, Partitions: 3})
+	require.Equal(t, 3, res.PartitionsClaimed)
+	require.Len(t, res.Messages, 6)
+	parts := map[string]bool{}
+	for _, m := range res.Messages {
+		require.Equal(t, *res.LeaseID, *m.LeaseID, "one lease for every claimed partition")
+		parts[m.Partition] = true
+	}
+	require.Len(t, parts, 3)
+	res = pop(t, c, queen.PopRequest{Queue: "q", Batch: 100, Partitions: 3})
+	require.Equal(t, 1, res.PartitionsClaimed, "the fourth, the others are leased")
+	require.Len(t, res.Messages, 2)
+	require.False(t, parts[res.Messages[0].Partition])
+	require.Empty(t, pop(t, c, queen.PopRequest{Queue: "q", Batch: 100, Partitions: 3}).Messages)
+	for _, call := range st.popMany {
+		require.LessOrEqual(t, len(call), max(3, 2*maxTries))
+	}
+	require.Empty(t, st.pops, "a multi-partition pop never pops partition by partition")
+
+	// Batch bounds every partition's messages together.
+	st2 := storetest.NewMem()
+	for _, p := range []string{"p1", "p2"} {
+		st2.Push("q", p, "a", "b")
+	}
+	res = pop(t, New(st2, Options{}), queen.PopRequest{Queue: "q", Batch: 3, Partitions: 2})
+	require.Len(t, res.Messages, 3)
+	require.Equal(t, 2, res.PartitionsClaimed)
+}
+
+// A long poll parks until a push to its queue is notified, and answers
+// with the message (Recheck is longer than the test: only the wake-up can
+// end the wait).
+func TestLongPollWakesOnNotify(t *testing.T) {
+	st := storetest.NewMem()
+	_, err := st.Configure(context.Background(), queen.ConfigureRequest{Queue: "q"})
+	require.NoError(t, err)
+	c := New(st, Options{Recheck: time.Hour})
+	done := make(chan queen.PopResult, 1)
+	go func() {
+		res, err := c.Pop(context.Background(), queen.PopRequest{Queue: "q", Batch: 1, ConsumerGroup: "g", Wait: true, Timeout: time.Hour})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	waitParked(t, c, 1)
+	pid, _ := st.Push("q", "p", "a")
+	c.Notify("other", []uuid.UUID{uuid.New()}) // another queue's push wakes nobody here
+	select {
+	case <-done:
+		t.Fatal("woken by another queue's push")
+	default:
+	}
+	c.Notify("q", []uuid.UUID{pid})
+	res := <-done
+	require.Len(t, res.Messages, 1)
+	require.Equal(t, int64(0), c.Parked())
+}
+
+// A parked long poll ends, empty and without error, when its context ends.
+func TestLongPollEndsWithContext(t *testing.T) {
+	st := storetest.NewMem()
+	c := New(st, Options{Recheck: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.Pop(ctx, queen.PopRequest{Queue: "q", Batch: 1, ConsumerGroup: "g", Wait: true, Timeout: time.Hour})
+		if len(res.Messages) > 0 {
+			err = context.Canceled
+		}
+		done <- err
+	}()
+	waitParked(t, c, 1)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int64(0), c.Parked())
+}
+
+// A label pop (no queue, a namespace) waits on every push and serves any
+// queue carrying the label.
+func TestLongPollByLabelWakesOnAnyQueue(t *testing.T) {
+	st := storetest.NewMem()
+	for _, q := range []string{"a", "b"} {
+		_, err := st.Configure(context.Background(), queen.ConfigureRequest{Queue: q, Namespace: "n", NamespaceSet: true})
+		require.NoError(t, err)
+	}
+	c := New(st, Options{Recheck: time.Hour})
+	done := make(chan queen.PopResult, 1)
+	go func() {
+		res, _ := c.Pop(context.Background(), queen.PopRequest{Namespace: "n", Batch: 1, ConsumerGroup: "g", Wait: true, Timeout: time.Hour})
+		done <- res
+	}()
+	waitParked(t, c, 1)
+	pid, _ := st.Push("b", "p", "x")
+	c.Notify("b", []uuid.UUID{pid})
+	res := <-done
+	require.Len(t, res.Messages, 1)
+	require.Equal(t, "b", res.Queue)
+}
+
+func TestPopByLabelRotatesQueues(t *testing.T) {
+	st := storetest.NewMem()
+	for _, q := range []string{"a", "b", "c"} {
+		_, err := st.Configure(context.Background(), queen.ConfigureRequest{Queue: q, Task: "t", TaskSet: true})
+		require.NoError(t, err)
+		st.Push(q, "p", "1", "2")
+	}
+	st.Push("unlabelled", "p", "1")
+	c := New(st, Options{})
+	var queues []string
+	for range 6 {
+		res := pop(t, c, queen.PopRequest{Task: "t", AutoAck: true})
+		require.Len(t, res.Messages, 1)
+		queues = append(queues, res.Queue)
+	}
+	require.Equal(t, []string{"a", "b", "c", "a", "b", "c"}, queues)
+	require.Empty(t, pop(t, c, queen.PopRequest{Task: "t", AutoAck: true}).Messages)
+}
+
+// A failed (retry-scheduled) ack makes its partition deliverable again:
+// the queue's parked polls wake, and other brokers are told
+// (Options.OnAvailable); a completed ack tells nobody.
+func TestAckRetryWakesPollsAndOtherBrokers(t *testing.T) {
+	st := storetest.NewMem()
+	pid, _ := st.Push("q", "p", "a", "b")
+	type avail struct {
+		queue string
+		pids  []uuid.UUID
+	}
+	told := make(chan avail, 4)
+	c := New(st, Options{Recheck: time.Hour, OnAvailable: func(q string, pids []uuid.UUID) { told <- avail{q, pids} }})
+	res := pop(t, c, queen.PopRequest{Queue: "q", Batch: 1})
+	require.Len(t, res.Messages, 1)
+	lease := uuid.MustParse(*res.LeaseID)
+
+	acks, err := c.Ack(context.Background(), []queen.AckItem{{PartitionID: pid, Offset: 0, Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease}})
+	require.NoError(t, err)
+	require.Equal(t, queen.Acked, acks[0].Result)
+	require.Empty(t, told, "a completed ack makes nothing deliverable again")
+
+	res = pop(t, c, queen.PopRequest{Queue: "q", Batch: 1})
+	require.Equal(t, []int64{1}, msgOffsets(res.Messages))
+	lease = uuid.MustParse(*res.LeaseID)
+	done := make(chan queen.PopResult, 1)
+	go func() {
+		r, _ := c.Pop(context.Background(), queen.PopRequest{Queue: "q", Batch: 1, ConsumerGroup: "g", Wait: true, Timeout: time.Hour})
+		done <- r
+	}()
+	waitParked(t, c, 1)
+	acks, err = c.Ack(context.Background(), []queen.AckItem{{PartitionID: pid, Offset: 1, Status: queen.AckFailed, ConsumerGroup: "g", LeaseID: &lease}})
+	require.NoError(t, err)
+	require.Equal(t, queen.RetryScheduled, acks[0].Result)
+	got := <-told
+	require.Equal(t, avail{"q", []uuid.UUID{pid}}, got)
+	res = <-done
+	require.Equal(t, []int64{1}, msgOffsets(res.Messages))
+	require.Equal(t, 1, res.Messages[0].RetryCount)
+}
