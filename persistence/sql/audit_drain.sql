@@ -10,7 +10,10 @@ WITH p AS (
     SELECT p.id, p.name, p.last_offset
     FROM queen.partitions p
     JOIN queen.queues q ON q.id = p.queue_id
-    WHERE q.name = $1 AND p.name = ANY ($3::text[])
+    -- A join, not p.name = ANY ($3): ANY compares each row with every
+    -- name (10,000 partitions: 10^8 comparisons).
+    JOIN unnest($3::text[]) AS n (name) ON n.name = p.name
+    WHERE q.name = $1
 ), pairs AS (
     SELECT g.name AS grp, p.name AS part, p.last_offset, c."cursor"
     FROM p
