@@ -48,16 +48,16 @@ type popReq struct {
 }
 
 // newConsumeClient connects a client to target (nats:// or http://); name
-// names the NATS connection.
-func newConsumeClient(target, name string, hc *http.Client) (consumeClient, error) {
+// names the NATS connection; token (Config.AdminToken) goes with configure.
+func newConsumeClient(target, name, token string, hc *http.Client) (consumeClient, error) {
 	if strings.HasPrefix(target, "nats://") {
 		nc, err := transport.ConnectNATS(target, name)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}
-		return &natsConsumer{nc: nc, c: transport.NewClient(nc)}, nil
+		return &natsConsumer{nc: nc, c: transport.NewClient(nc), token: token}, nil
 	}
-	return &httpConsumer{hc: hc, base: strings.TrimRight(target, "/")}, nil
+	return &httpConsumer{hc: hc, base: strings.TrimRight(target, "/"), token: token}, nil
 }
 
 // natsConsumer uses the transport client (queen.v1.pop, queen.v1.ack.batch)
@@ -67,6 +67,8 @@ type natsConsumer struct {
 	c  *transport.Client
 	// slack is how long a pop may take beyond its long poll (default 10s).
 	slack time.Duration
+	// token, when not empty, is sent with configure (Config.AdminToken).
+	token string
 }
 
 func (n *natsConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
@@ -95,11 +97,30 @@ func (n *natsConsumer) ack(ctx context.Context, group string, acks []transport.A
 }
 
 func (n *natsConsumer) configure(ctx context.Context, body []byte) ([]byte, error) {
-	out, err := n.c.Configure(ctx, body)
-	if err != nil {
-		return nil, asQueenError(err, "configure")
+	if n.token == "" {
+		out, err := n.c.Configure(ctx, body)
+		if err != nil {
+			return nil, asQueenError(err, "configure")
+		}
+		return out, nil
 	}
-	return out, nil
+	// With the admin token in the request's headers (the transport
+	// client's Configure sends none).
+	m := nats.NewMsg(transport.SubjectConfigure)
+	m.Data = body
+	m.Header.Set("Authorization", "Bearer "+n.token)
+	msg, err := n.nc.RequestMsgWithContext(ctx, m)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, queen.ErrUnavailable.With("no broker answers on %s", m.Subject)
+	case err != nil:
+		return nil, queen.ErrTimeout.With("request on %s: %v", m.Subject, err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		st, _ := strconv.Atoi(code)
+		return nil, httpError("NATS", m.Subject, st, msg.Data)
+	}
+	return msg.Data, nil
 }
 
 func (n *natsConsumer) close() { n.nc.Close() }
@@ -123,6 +144,8 @@ type httpConsumer struct {
 	// transportFailed tells whether the last request failed in transport
 	// (no answer from the broker).
 	transportFailed bool
+	// token, when not empty, is sent with configure (Config.AdminToken).
+	token string
 }
 
 func (h *httpConsumer) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
@@ -186,7 +209,7 @@ func (h *httpConsumer) ack(ctx context.Context, group string, acks []transport.A
 
 func (h *httpConsumer) configure(ctx context.Context, body []byte) ([]byte, error) {
 	u := h.base + "/api/v1/configure"
-	status, data, err := h.do(ctx, http.MethodPost, u, body)
+	status, data, err := h.doAuth(ctx, http.MethodPost, u, h.token, body)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +224,11 @@ func (h *httpConsumer) close() {}
 // do sends one request and reads the whole reply; a transport failure is a
 // retryable *queen.Error.
 func (h *httpConsumer) do(ctx context.Context, method, u string, body []byte) (int, []byte, error) {
+	return h.doAuth(ctx, method, u, "", body)
+}
+
+// doAuth is do with the admin token token (none when "").
+func (h *httpConsumer) doAuth(ctx context.Context, method, u, token string, body []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -211,6 +239,9 @@ func (h *httpConsumer) do(ctx context.Context, method, u string, body []byte) (i
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	h.transportFailed = false
 	resp, err := h.hc.Do(req)

@@ -42,10 +42,10 @@ type failoverConsumer struct {
 	cur int
 }
 
-func newFailoverConsumer(hc *http.Client, urls []string, start int) *failoverConsumer {
+func newFailoverConsumer(hc *http.Client, urls []string, start int, token string) *failoverConsumer {
 	f := &failoverConsumer{cur: start % len(urls)}
 	for _, u := range urls {
-		f.cs = append(f.cs, &httpConsumer{hc: hc, base: strings.TrimRight(u, "/")})
+		f.cs = append(f.cs, &httpConsumer{hc: hc, base: strings.TrimRight(u, "/"), token: token})
 	}
 	return f
 }
