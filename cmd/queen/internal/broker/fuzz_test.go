@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,6 +55,11 @@ var fuzzPublicSubjects = map[string]bool{
 	"queen.v1.dlq.replay": true, "queen.v1.peek": true, "queen.v1.queue.detail": true,
 }
 
+// fuzzSubjects lists them in a fixed order (with one shard's push).
+var fuzzSubjects = []string{"queen.v1.push", "queen.v1.configure", "queen.v1.queue", "queen.v1.pop",
+	"queen.v1.ack", "queen.v1.ack.batch", "queen.v1.lease.extend", "queen.v1.transaction", "queen.v1.cluster",
+	"queen.v1.dedup", "queen.v1.dlq.replay", "queen.v1.peek", "queen.v1.queue.detail", "queen.v1.shard.0.push"}
+
 var (
 	fuzzShardPush  = regexp.MustCompile(`^queen\.v1\.shard\.[0-9]{1,4}\.push$`)
 	fuzzHeaderName = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
@@ -72,6 +78,23 @@ type fuzzRequest struct {
 type fuzzEnv struct {
 	*env
 	audit *persistence.Audit
+	// counts are the answers by status class (2xx, 4xx, ...), written to
+	// $QUEEN_FUZZ_COUNTS every 500 answers when that is set (a fuzzing
+	// worker's own tally of the requests that reached the broker).
+	counts    map[string]int
+	countFile string
+}
+
+// count tallies an answer of status st.
+func (fz *fuzzEnv) count(st int) {
+	if fz.countFile == "" {
+		return
+	}
+	fz.counts[strconv.Itoa(st/100)+"xx"]++
+	fz.counts["total"]++
+	if fz.counts["total"]%500 == 0 {
+		_ = os.WriteFile(fz.countFile, marshal(fz.counts), 0o644)
+	}
 }
 
 func FuzzFrontDoors(f *testing.F) {
@@ -89,7 +112,10 @@ func FuzzFrontDoors(f *testing.F) {
 		f.Fatalf("open the audit: %v", err)
 	}
 	f.Cleanup(a.Close)
-	fz := &fuzzEnv{env: e, audit: a}
+	fz := &fuzzEnv{env: e, audit: a, counts: map[string]int{}}
+	if fz.countFile = os.Getenv("QUEEN_FUZZ_COUNTS"); fz.countFile != "" {
+		fz.countFile += "." + strconv.Itoa(os.Getpid())
+	}
 	f.Fuzz(func(t *testing.T, viaNATS bool, method, route, header string, body []byte) {
 		r, ok := decodeFuzzRequest(viaNATS, method, route, header, body)
 		if !ok {
@@ -100,41 +126,46 @@ func FuzzFrontDoors(f *testing.F) {
 }
 
 // decodeFuzzRequest turns fuzz input into a request the client libraries
-// can send as given, or false (skipped): an invalid HTTP method, URL or
-// header, or a NATS subject that is not a public request subject.
+// can send as given, or false (skipped: a route that is not a valid URL
+// path). So that mutated inputs still reach the broker, a header line that
+// is not a valid "Name: value" (or sets the framing) is dropped, an invalid
+// or CONNECT method becomes POST (with a body) or GET, and a NATS subject
+// that is not a public request subject becomes one of them, picked by the
+// subject's length.
 func decodeFuzzRequest(viaNATS bool, method, route, header string, body []byte) (fuzzRequest, bool) {
 	r := fuzzRequest{nats: viaNATS, method: method, route: route, header: http.Header{}, body: body}
 	for _, line := range strings.Split(header, "\n") {
-		if line == "" {
-			continue
-		}
 		name, value, ok := strings.Cut(line, ":")
 		value = strings.TrimSpace(value)
-		if !ok || !fuzzHeaderName.MatchString(name) || strings.ContainsAny(value, "\r\n\x00") || !printableASCII(value) {
-			return r, false
+		if !ok || !fuzzHeaderName.MatchString(name) || !printableASCII(value) {
+			continue
 		}
 		switch http.CanonicalHeaderKey(name) {
 		case "Content-Length", "Transfer-Encoding", "Host", "Connection", "Expect", "Te", "Trailer", "Upgrade":
-			return r, false // framing, set by the client
+			continue // framing, set by the client
 		}
 		r.header.Add(name, value)
 	}
 	if viaNATS {
 		if !fuzzPublicSubjects[route] && !fuzzShardPush.MatchString(route) {
-			return r, false
+			r.route = fuzzSubjects[len(route)%len(fuzzSubjects)]
 		}
-		r.push = route == "queen.v1.push" || fuzzShardPush.MatchString(route)
+		r.push = r.route == "queen.v1.push" || fuzzShardPush.MatchString(r.route)
 		return r, true
 	}
 	if !strings.HasPrefix(route, "/") || strings.HasPrefix(route, "//") {
 		return r, false
 	}
-	if method == http.MethodConnect {
-		return r, false // a proxy tunnel, not a request
+	if _, err := http.NewRequest(method, "http://127.0.0.1"+route, nil); err != nil || method == http.MethodConnect {
+		r.method = http.MethodGet
+		if len(body) > 0 {
+			r.method = http.MethodPost
+		}
 	}
-	if _, err := http.NewRequest(method, "http://127.0.0.1"+route, nil); err != nil {
+	if _, err := http.NewRequest(r.method, "http://127.0.0.1"+route, nil); err != nil {
 		return r, false
 	}
+	method = r.method
 	path, _, _ := strings.Cut(route, "?")
 	r.push = method == http.MethodPost && path == "/api/v1/push"
 	return r, true
@@ -216,6 +247,7 @@ func (fz *fuzzEnv) check(t *testing.T, r fuzzRequest) {
 	if noReply {
 		return
 	}
+	fz.count(ans.status)
 	if err != nil {
 		t.Fatalf("%s: no answer: %v", r, err)
 	}
@@ -232,7 +264,7 @@ func (fz *fuzzEnv) check(t *testing.T, r fuzzRequest) {
 			// A transaction creates the queues and partitions it pushes to
 			// before it begins (their row locks are taken in one global
 			// order): one rolled back may leave them, empty (docs/contract.md
-			// §5). Nothing else.
+			// §5, README Transactions). Nothing else.
 			after[0], after[1], before[0], before[1] = "", "", "", ""
 		}
 		if after != before {
