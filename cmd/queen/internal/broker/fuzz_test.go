@@ -131,7 +131,8 @@ func FuzzFrontDoors(f *testing.F) {
 // is not a valid "Name: value" (or sets the framing) is dropped, an invalid
 // or CONNECT method becomes POST (with a body) or GET, and a NATS subject
 // that is not a public request subject becomes one of them, picked by the
-// subject's length.
+// subject's length. A shard's push always carries Content-Type:
+// application/json, its client form.
 func decodeFuzzRequest(viaNATS bool, method, route, header string, body []byte) (fuzzRequest, bool) {
 	r := fuzzRequest{nats: viaNATS, method: method, route: route, header: http.Header{}, body: body}
 	for _, line := range strings.Split(header, "\n") {
@@ -151,6 +152,12 @@ func decodeFuzzRequest(viaNATS bool, method, route, header string, body []byte) 
 			r.route = fuzzSubjects[len(route)%len(fuzzSubjects)]
 		}
 		r.push = r.route == "queen.v1.push" || fuzzShardPush.MatchString(r.route)
+		if fuzzShardPush.MatchString(r.route) {
+			// The client form of a shard's push (transport.ShardPushSubject);
+			// without this header the subject speaks the brokers' own hop
+			// codec (package shards), which is not a front door.
+			r.header.Set("Content-Type", "application/json")
+		}
 		return r, true
 	}
 	if !strings.HasPrefix(route, "/") || strings.HasPrefix(route, "//") || !requestTarget(route) {
