@@ -176,6 +176,14 @@ type Config struct {
 	// a client whose broker fails in transport moves to the next one.
 	// Target stays the first (the wake probe, the configure call).
 	Targets []string
+
+	// AdminToken, when not empty, is the brokers' QUEEN_ADMIN_TOKEN: the
+	// harness sends it (Authorization: Bearer) on its operator calls, the
+	// configure of the run's queue, which the token guards when it
+	// shortens the window or lowers retention of an existing queue
+	// (README, Settings); pushes, pops and acks never carry it. Default:
+	// none (queen loadtest passes --token, default QUEEN_ADMIN_TOKEN).
+	AdminToken string
 	// Cluster, when set, is the cluster of broker processes the run drives
 	// (StartCluster): the run watches its shard ownership, applies Chaos,
 	// and reports both (Report.Cluster, Report.Chaos).

@@ -94,13 +94,13 @@ func targetDialer(cfg *Config) dialer {
 		n := 0
 		return func(string) (consumeClient, error) {
 			n++
-			return newFailoverConsumer(hc, cfg.Targets, n-1), nil
+			return newFailoverConsumer(hc, cfg.Targets, n-1, cfg.AdminToken), nil
 		}
 	}
 	n := 0
 	return func(name string) (consumeClient, error) {
 		n++
-		cl, err := newConsumeClient(cfg.Target, n-1, name, hc)
+		cl, err := newConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc)
 		if nc, ok := cl.(*natsConsumer); ok && chaosOn(cfg.Chaos) {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.

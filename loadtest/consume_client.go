@@ -42,16 +42,17 @@ type popReq struct {
 
 // newConsumeClient connects client i to target (nats:// or http://; a
 // list of NATS servers is spread by i, connectSpread); name names the NATS
-// connection.
-func newConsumeClient(target string, i int, name string, hc *http.Client) (consumeClient, error) {
+// connection; token (Config.AdminToken), when not empty, goes with
+// configure (pushes, pops and acks never carry it).
+func newConsumeClient(target string, i int, name, token string, hc *http.Client) (consumeClient, error) {
 	if strings.HasPrefix(target, "nats://") {
 		nc, err := connectSpread(target, i, name)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}
-		return &natsConsumer{clientConsumer{c: client.NewNATS(nc), closeFn: nc.Close}}, nil
+		return &natsConsumer{clientConsumer{c: client.NewNATS(nc, client.AdminToken(token)), closeFn: nc.Close}}, nil
 	}
-	return newHTTPConsumer(hc, target), nil
+	return newHTTPConsumer(hc, token, target), nil
 }
 
 // natsConsumer is a clientConsumer over its own NATS connection
@@ -60,9 +61,10 @@ type natsConsumer struct{ clientConsumer }
 
 // newHTTPConsumer is a clientConsumer over the HTTP gateway of urls (GET
 // /api/v1/pop/queue/{queue}, POST /api/v1/ack/batch; several: it moves to
-// the next after a transport failure, client.HTTPConfig).
-func newHTTPConsumer(hc *http.Client, urls ...string) *clientConsumer {
-	return &clientConsumer{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc}), closeFn: func() {}}
+// the next after a transport failure, client.HTTPConfig); token as
+// newConsumeClient's.
+func newHTTPConsumer(hc *http.Client, token string, urls ...string) *clientConsumer {
+	return &clientConsumer{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc}, client.AdminToken(token)), closeFn: func() {}}
 }
 
 // clientConsumer uses the Go client (transport/client), over NATS or HTTP.

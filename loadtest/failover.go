@@ -13,8 +13,8 @@ func newFailoverSender(hc *http.Client, urls []string, start int) *httpSender {
 
 // newFailoverConsumer is a consumer's HTTP client over several brokers: it
 // starts at its own and moves to the next one after a transport failure.
-func newFailoverConsumer(hc *http.Client, urls []string, start int) consumeClient {
-	return newHTTPConsumer(hc, rotate(urls, start)...)
+func newFailoverConsumer(hc *http.Client, urls []string, start int, token string) consumeClient {
+	return newHTTPConsumer(hc, token, rotate(urls, start)...)
 }
 
 // rotate is urls starting at start (modulo their count).

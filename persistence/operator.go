@@ -75,8 +75,10 @@ func (s *Store) InspectDedup(ctx context.Context, queueName, partition string, h
 }
 
 var (
-	sqlDLQByID   = q("dlq_by_id")
-	sqlDLQDelete = q("dlq_delete")
+	sqlDLQByID       = q("dlq_by_id")
+	sqlDLQDelete     = q("dlq_delete")
+	sqlDLQReplayWait = q("dlq_replay_wait")
+	sqlDLQReplayLock = q("dlq_replay_lock")
 )
 
 // DeadLettersByID returns the dead letters among ids that belong to queue
@@ -95,13 +97,71 @@ func (s *Store) DeadLettersByID(ctx context.Context, queueName, group string, id
 	return out, nil
 }
 
-// DeleteDeadLetters removes the dead letters ids (replayed, SPEC.md §13) and
-// returns the ids it removed: one another session removed first is absent.
-func (s *Store) DeleteDeadLetters(ctx context.Context, ids []int64) ([]int64, error) {
-	rows, err := s.pool.Query(ctx, sqlDLQDelete, ids)
+// ReplayDeadLetters runs one DLQ replay of the dead letters ids of queue
+// queueName (and, unless group is "", of consumer group group), serialised
+// against every other replay of any of them, on any broker (SPEC.md §13):
+//
+//  1. in one transaction, it takes a transaction-scoped advisory lock per id
+//     (sql/dlq_replay_lock.sql; it waits while another replay holds one, as
+//     long as ctx allows, whatever the pool's lock_timeout), then reads those
+//     dead letters that still exist (a fresh snapshot, after the wait, so a
+//     letter the other replay removed is absent);
+//  2. it calls replay with them, by id (none: replay still runs, with nil),
+//     which pushes them back and returns the ids to remove;
+//  3. it deletes those ids and commits, releasing the locks.
+//
+// So two replays of one dead letter never both push it: the second waits
+// for the first and then finds it removed (or, when the first did not
+// push it, replays it itself). ctx bounds the whole transaction, replay's
+// push included; replay must not use this transaction (it pushes through
+// other sessions) and should bound its push to leave time for the delete.
+//
+// removed lists the ids deleted. err is queen.ErrUnavailable (or
+// ErrTimeout when ctx ended) when the database failed: before replay was
+// called nothing was pushed; after it, the pushes stand and the dead
+// letters stay (a later replay answers duplicate).
+func (s *Store) ReplayDeadLetters(ctx context.Context, queueName, group string, ids []int64,
+	replay func(letters []queen.DeadLetter) (remove []int64)) (removed []int64, err error) {
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	return out, unavailable(err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after the commit
+	b := &pgx.Batch{}
+	b.Queue(sqlDLQReplayWait)
+	b.Queue(sqlDLQReplayLock, ids)
+	b.Queue(sqlDLQByID, queueName, group, ids)
+	br := tx.SendBatch(ctx, b)
+	var letters []queen.DeadLetter
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			var total int64
+			letters, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (queen.DeadLetter, error) { return scanDeadLetter(r, &total) })
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	remove := replay(letters)
+	if len(remove) > 0 {
+		rows, err := tx.Query(ctx, sqlDLQDelete, remove)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		if removed, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return nil, unavailable(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, unavailable(err)
+	}
+	return removed, nil
 }

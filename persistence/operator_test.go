@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -73,4 +74,81 @@ func TestInspectDedup(t *testing.T) {
 	require.ErrorIs(t, err, queen.ErrNotFound)
 	_, err = s.InspectDedup(ctx, "iq", "nope", queen.HashTxn("a"))
 	require.ErrorIs(t, err, queen.ErrNotFound)
+}
+
+// ReplayDeadLetters serialises replays of one dead letter: while a first
+// replay holds it (inside its replay callback, where the broker pushes),
+// a second waits on its advisory lock (seen waiting in pg_locks, polled),
+// and once the first removed it and committed, the second reads nothing
+// (the letter is gone) and removes nothing. A replay that removes nothing
+// leaves the letter for the next one.
+func TestReplayDeadLettersSerialised(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "rq", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("rq", "p", "a", "b"))
+	res, _ := pop(t, s, pid, g, 2)
+	out := ack(t, s, ackTxn(pid, g, "a", queen.AckDLQ, res.LeaseID), ackTxn(pid, g, "b", queen.AckDLQ, res.LeaseID))
+	require.Equal(t, []queen.AckOutcome{queen.DeadLettered, queen.DeadLettered}, out)
+	dls, _, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "rq", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, dls, 2)
+	a, b := dls[0].ID, dls[1].ID
+
+	// A replay that pushes nothing keeps the letter.
+	removed, err := s.ReplayDeadLetters(ctx, "rq", "", []int64{a}, func(l []queen.DeadLetter) []int64 {
+		require.Len(t, l, 1)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, removed)
+
+	holding := make(chan struct{})
+	release := make(chan struct{})
+	second := make(chan []queen.DeadLetter, 1)
+	secondDone := make(chan error, 1)
+	var secondRemoved []int64
+	firstRemoved, err := s.ReplayDeadLetters(ctx, "rq", g, []int64{b, a}, func(l []queen.DeadLetter) []int64 {
+		require.Len(t, l, 2)
+		close(holding)
+		go func() {
+			var err error
+			secondRemoved, err = s.ReplayDeadLetters(ctx, "rq", g, []int64{a}, func(l []queen.DeadLetter) []int64 {
+				second <- l
+				return []int64{a}
+			})
+			secondDone <- err
+		}()
+		// The second replay waits on a's lock while this one holds it.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var n int64
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
+			if n == 1 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the second replay never waited on the lock")
+			runtime.Gosched()
+		}
+		select {
+		case l := <-second:
+			t.Fatalf("the second replay read %v while the first held the letter", l)
+		default:
+		}
+		close(release)
+		return []int64{a, b}
+	})
+	<-holding
+	<-release
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{a, b}, firstRemoved)
+	require.NoError(t, <-secondDone)
+	require.Empty(t, <-second, "the second replay found the letter the first removed")
+	require.Empty(t, secondRemoved)
+	left, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "rq", Limit: 10})
+	require.NoError(t, err)
+	require.Zero(t, total)
+	require.Empty(t, left)
 }

@@ -66,6 +66,12 @@ func (s *Service) pop(ctx context.Context, req queen.PopRequest, err error) repl
 		defer context.AfterFunc(s.polls, cancel)()
 	}
 	res, err := s.cfg.Consumer.Pop(ctx, req)
+	if err != nil && req.Wait && s.polls.Err() != nil {
+		// Ended by StopPolls during (or before) a database call: answered
+		// empty, as a parked long poll is, not 504 (whatever that call
+		// claimed is rolled back, or its lease expires).
+		return noContent
+	}
 	if err != nil {
 		return errReply(err)
 	}

@@ -18,11 +18,13 @@ type Operator interface {
 	// hash is h in partition (queue, partition); queen.ErrNotFound when the
 	// queue or partition does not exist.
 	InspectDedup(ctx context.Context, queue, partition string, h queen.Hash) (queen.DedupInspection, error)
-	// DeadLettersByID returns the dead letters among ids of queue (and of
-	// group, "" = any), by id.
-	DeadLettersByID(ctx context.Context, queue, group string, ids []int64) ([]queen.DeadLetter, error)
-	// DeleteDeadLetters removes dead letters and returns the ids it removed.
-	DeleteDeadLetters(ctx context.Context, ids []int64) ([]int64, error)
+	// ReplayDeadLetters locks the dead letters among ids of queue (and of
+	// group, "" = any) against every other replay of them, waiting while
+	// one holds them, reads those that still exist (by id), calls replay
+	// with them, deletes the ids replay returns and releases the locks;
+	// removed lists the ids deleted (persistence.Store.ReplayDeadLetters).
+	ReplayDeadLetters(ctx context.Context, queue, group string, ids []int64,
+		replay func(letters []queen.DeadLetter) (remove []int64)) (removed []int64, err error)
 	// Peek returns stored messages of one partition above an offset,
 	// reading only; queen.ErrNotFound for an unknown queue or partition.
 	Peek(ctx context.Context, q queen.PeekQuery) (queen.PeekResult, error)
@@ -94,12 +96,25 @@ func (s *Service) dedup(ctx context.Context, q wire.DedupQuery, err error) reply
 	return reply{status: http.StatusOK, body: res}
 }
 
+// maxReplays is how many DLQ replays one broker runs at once; more wait
+// (Service.replays). Each holds a pooled connection idle in its transaction
+// while its push needs others: a bound well below the pool's size means
+// replays waiting for one another can never take every connection the
+// push they wait for needs.
+const maxReplays = 4
+
 // replay answers POST /api/v1/dlq/replay and queen.v1.dlq.replay (SPEC.md
 // §13): each dead letter selected is pushed back onto its partition with its
 // original payload and traceId under the transactionId dlq:<id>, through the
 // normal push path (Config.Pusher: routing, the partition actor, the window
-// check), then removed when the push was queued. 200 with a wire.ReplayReply;
-// 400 for bad input, 404 for a queue that does not exist (nothing written).
+// check), then removed when the push was queued. The dead letters are
+// locked from before they are read until after they are removed
+// (Operator.ReplayDeadLetters), so concurrent replays of one dead letter,
+// on any broker, run one after the other: one answers moved, the others
+// gone (the letter no longer exists), and it is stored once. 200 with a
+// wire.ReplayReply; 400 for bad input, 404 for a queue that does not exist
+// (nothing written); 503/504 (retryable, nothing pushed) when the database
+// fails or the request times out before the push.
 func (s *Service) replay(ctx context.Context, body []byte) reply {
 	req, err := wire.DecodeReplay(body)
 	if err != nil {
@@ -111,82 +126,51 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 	if _, err := s.cfg.Queues.Queue(ctx, req.Queue); err != nil {
 		return errReply(err)
 	}
-	var dls []queen.DeadLetter
-	if len(req.IDs) > 0 {
-		dls, err = s.cfg.Operator.DeadLettersByID(ctx, req.Queue, req.ConsumerGroup, req.IDs)
-	} else {
-		dls, _, err = s.cfg.Consumer.DeadLetters(ctx, queen.DLQFilter{Queue: req.Queue, ConsumerGroup: req.ConsumerGroup,
-			Partition: req.Partition, From: req.From, To: req.To, Limit: req.Limit})
-	}
-	if err != nil {
-		return errReply(err)
-	}
-	byID := make(map[int64]*queen.DeadLetter, len(dls))
-	for i := range dls {
-		byID[dls[i].ID] = &dls[i]
-	}
 	order := req.IDs
 	if len(order) == 0 {
+		dls, _, err := s.cfg.Consumer.DeadLetters(ctx, queen.DLQFilter{Queue: req.Queue, ConsumerGroup: req.ConsumerGroup,
+			Partition: req.Partition, From: req.From, To: req.To, Limit: req.Limit})
+		if err != nil {
+			return errReply(err)
+		}
 		for _, d := range dls {
 			order = append(order, d.ID)
 		}
 	}
 	out := wire.ReplayReply{Results: make([]wire.ReplayResult, len(order))}
-	var items []*queen.Item
-	var at []int // items[k] replays out.Results[at[k]]
-	pushed := map[int64]bool{}
 	for i, id := range order {
-		r := &out.Results[i]
-		r.ID, r.Result = id, wire.Gone
-		d := byID[id]
-		if d == nil || d.Partition == "" || pushed[id] { // a repeated id is answered once
-			continue
-		}
-		pushed[id] = true
-		txn := wire.ReplayTransactionID(id)
-		r.Queue, r.Partition, r.TransactionID = d.Queue, d.Partition, txn
-		items = append(items, &queen.Item{Queue: d.Queue, Partition: d.Partition, TransactionID: txn,
-			TraceID: d.TraceID, Payload: d.Data, Hash: queen.HashTxn(txn)})
-		at = append(at, i)
+		out.Results[i] = wire.ReplayResult{ID: id, Result: wire.Gone}
 	}
-	if len(items) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-		results := s.cfg.Pusher.Push(pctx, items)
-		cancel()
-		if s.cfg.OnPushed != nil {
-			s.cfg.OnPushed(items, results) // wakes long polls
+	if len(order) > 0 {
+		// The whole replay (waiting for another replay of the same dead
+		// letters, the push, the removal) within twice the push timeout.
+		rctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RequestTimeout)
+		defer cancel()
+		select {
+		case s.replays <- struct{}{}:
+			defer func() { <-s.replays }()
+		case <-rctx.Done():
+			return errReply(queen.ErrTimeout.With("too many DLQ replays running on this broker; retry"))
 		}
-		s.countQueues(items, results)
-		var queued []int64
-		for k, res := range results {
-			r := &out.Results[at[k]]
-			s.cfg.Metrics.PushItems.WithLabelValues(string(res.Verdict)).Inc()
-			switch res.Verdict {
-			case queen.Queued:
-				off := res.Offset
-				r.Result, r.MessageID, r.Offset = wire.Moved, res.MessageID.String(), &off
-				queued = append(queued, r.ID)
-			case queen.Duplicate:
-				r.Result, r.MessageID = wire.ReplayDuplicate, res.MessageID.String()
-			default:
-				r.Result = wire.ReplayFailed
-				if res.Err != nil {
-					r.Error, r.Code = res.Err.Message, res.Err.Code
-				}
-			}
+		pushed := false
+		removed, err := s.cfg.Operator.ReplayDeadLetters(rctx, req.Queue, req.ConsumerGroup, order, func(dls []queen.DeadLetter) []int64 {
+			pushed = true
+			return s.replayLetters(rctx, dls, &out)
+		})
+		if err != nil && !pushed {
+			return errReply(err)
 		}
-		if len(queued) > 0 {
-			// Pushed: the dead letters go. Should this fail, the pushes stand
-			// and the dead letters stay (a later replay answers duplicate).
-			removed, err := s.cfg.Operator.DeleteDeadLetters(ctx, queued)
+		if err != nil {
+			// Pushed, but the dead letters could not be removed: the pushes
+			// stand and the dead letters stay (a later replay answers
+			// duplicate).
 			gone := map[int64]bool{}
 			for _, id := range removed {
 				gone[id] = true
 			}
+			e := queen.AsError(err)
 			for i := range out.Results {
-				r := &out.Results[i]
-				if r.Result == wire.Moved && !gone[r.ID] && err != nil {
-					e := queen.AsError(err)
+				if r := &out.Results[i]; r.Result == wire.Moved && !gone[r.ID] {
 					r.Result, r.Error, r.Code = wire.ReplayFailed, "pushed back, but the dead letter could not be removed: "+e.Message, e.Code
 				}
 			}
@@ -205,6 +189,63 @@ func (s *Service) replay(ctx context.Context, body []byte) reply {
 		}
 	}
 	return reply{status: http.StatusOK, body: out}
+}
+
+// replayLetters pushes the locked dead letters dls back onto their
+// partitions (one push, each under ReplayTransactionID), records each
+// outcome in out (whose results start gone, in the request's order), and
+// returns the ids to remove: those queued. A dead letter whose partition no
+// longer exists stays gone; an id repeated in the request is answered once.
+func (s *Service) replayLetters(ctx context.Context, dls []queen.DeadLetter, out *wire.ReplayReply) []int64 {
+	byID := make(map[int64]*queen.DeadLetter, len(dls))
+	for i := range dls {
+		byID[dls[i].ID] = &dls[i]
+	}
+	var items []*queen.Item
+	var at []int // items[k] replays out.Results[at[k]]
+	pushed := map[int64]bool{}
+	for i := range out.Results {
+		r := &out.Results[i]
+		d := byID[r.ID]
+		if d == nil || d.Partition == "" || pushed[r.ID] {
+			continue
+		}
+		pushed[r.ID] = true
+		txn := wire.ReplayTransactionID(r.ID)
+		r.Queue, r.Partition, r.TransactionID = d.Queue, d.Partition, txn
+		items = append(items, &queen.Item{Queue: d.Queue, Partition: d.Partition, TransactionID: txn,
+			TraceID: d.TraceID, Payload: d.Data, Hash: queen.HashTxn(txn)})
+		at = append(at, i)
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	results := s.cfg.Pusher.Push(pctx, items)
+	cancel()
+	if s.cfg.OnPushed != nil {
+		s.cfg.OnPushed(items, results) // wakes long polls
+	}
+	s.countQueues(items, results)
+	var queued []int64
+	for k, res := range results {
+		r := &out.Results[at[k]]
+		s.cfg.Metrics.PushItems.WithLabelValues(string(res.Verdict)).Inc()
+		switch res.Verdict {
+		case queen.Queued:
+			off := res.Offset
+			r.Result, r.MessageID, r.Offset = wire.Moved, res.MessageID.String(), &off
+			queued = append(queued, r.ID)
+		case queen.Duplicate:
+			r.Result, r.MessageID = wire.ReplayDuplicate, res.MessageID.String()
+		default:
+			r.Result = wire.ReplayFailed
+			if res.Err != nil {
+				r.Error, r.Code = res.Err.Message, res.Err.Code
+			}
+		}
+	}
+	return queued
 }
 
 // authorized reports whether an admin request may run: no token configured,

@@ -98,6 +98,8 @@ type Service struct {
 	adminToken *[32]byte
 	// statsRing keeps GET /api/v1/stats's samples (stats.go).
 	statsRing statsRing
+	// replays holds a token per DLQ replay running (maxReplays).
+	replays chan struct{}
 }
 
 // NewService returns a Service; zero Config fields take their defaults.
@@ -118,7 +120,7 @@ func NewService(cfg Config) *Service {
 		cfg.Logger = slog.Default()
 	}
 	polls, stop := context.WithCancel(context.Background())
-	s := &Service{cfg: cfg, polls: polls, stopPolls: stop}
+	s := &Service{cfg: cfg, polls: polls, stopPolls: stop, replays: make(chan struct{}, maxReplays)}
 	// Registered once per registry: a second Service on the same metrics
 	// keeps the first one's gauge.
 	_ = cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

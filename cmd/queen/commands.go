@@ -16,6 +16,7 @@ import (
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/localpg"
 	qclient "github.com/queen-mq/queen-go/transport/client"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 func migrateCmd() *cobra.Command {
@@ -101,9 +102,11 @@ QUEEN_NATS_LISTEN, else 127.0.0.1:4222), or over the HTTP gateway with --server 
 (or --via http: http://<QUEEN_HTTP_ADDR>, else http://127.0.0.1:6632). A refused push
 exits non-zero after printing the broker's reply. The names, --transaction-id and
 --trace-id are checked first as the broker checks them (valid UTF-8; no control
-characters; names without invisible format or separator characters): a value the
-broker would refuse prints the broker's error body and exits non-zero, and nothing
-is sent.`,
+characters; names without invisible format or separator characters), and so is a
+--file body, whole, by the broker's own decoder (JSON shape, limits, every item's
+names and ids; the payload size is left to the broker): a value the broker would
+refuse prints the broker's error body (code, field, index) and exits non-zero, and
+nothing is sent.`,
 		Example: `  queen push --queue orders --partition o-1 --transaction-id order:1:v1 --payload '{"n":1}'
   queen push --file body.json     # a full push body; - reads standard input
   queen push --nats-url nats://127.0.0.1:5222 --queue orders
@@ -122,6 +125,14 @@ is sent.`,
 				}
 				if err != nil {
 					return err
+				}
+				// The broker's own decoder and rules (wire.DecodePush:
+				// JSON shape, queen.ValidateItem on every item), so a body
+				// the broker would refuse is refused here with its code and
+				// field, and nothing is sent. The payload size is left to
+				// the broker (its QUEEN_MAX_PAYLOAD_BYTES is its own).
+				if _, err := wire.DecodePush(body, queen.MaxBodyBytes); err != nil {
+					return refusedBeforeSending(cmd, err)
 				}
 			} else {
 				if queueName == "" {

@@ -369,7 +369,9 @@ func dlqReplayCmd() *cobra.Command {
 		Long: `Replay dead letters of QUEUE and group G (docs/contract.md §13): each is pushed back onto
 its partition with its original payload under the transactionId dlq:<id>, so a
 second replay is a duplicate. Per dead letter: moved (pushed, removed from the
-DLQ), duplicate (already replayed: kept), gone (no such dead letter) or failed
+DLQ), duplicate (already replayed inside the window, its removal lost: kept),
+gone (no such dead letter: never existed, or removed by a replay that ran
+first; concurrent replays of one letter run one after the other) or failed
 (outcome unknown; replaying again is safe).
 
 Exit codes: 0 when nothing failed (moved, duplicate and gone included), 1 when

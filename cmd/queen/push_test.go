@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -80,10 +81,12 @@ func TestPushFindsTheBroker(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "duplicate", pushVerdict(t, out))
 
-	// A refused push prints the broker's error body and fails.
-	out, err = runPush(t, "--nats-url", b.NATSURL(), "--file", writeTemp(t, `{"items":[{"partition":"p"}]}`))
-	require.ErrorContains(t, err, "push refused (400)")
-	require.Contains(t, out, `"code":"missing_field"`)
+	// A push the broker refuses (a payload over its QUEEN_MAX_PAYLOAD_BYTES,
+	// which the CLI leaves to it) prints the broker's error body and fails.
+	big := `{"items":[{"queue":"cli","payload":"` + strings.Repeat("x", 4<<20) + `"}]}`
+	out, err = runPush(t, "--server", b.HTTPURL(), "--file", writeTemp(t, big))
+	require.ErrorContains(t, err, "push refused (4")
+	require.Contains(t, out, `"field":"items[0].payload"`)
 
 	// Nothing listens: the error names what was dialled and why.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -213,4 +216,82 @@ func TestLoadtestFindsTheBroker(t *testing.T) {
 	require.Contains(t, errOut.String(), "broker rss n/a")
 	require.Contains(t, errOut.String(), "cache n/a")
 	require.NotContains(t, out.String(), "sustained ratio")
+}
+
+// TestPushFileRefusedBeforeSending: `queen push --file` checks the whole body
+// with the broker's own decoder and rules before sending it: a body the
+// broker would refuse (bad UTF-8 or a lone surrogate, a control or separator
+// character in a name or id, a missing queue, an id too long or not a
+// string, too deep, items not an array, trailing bytes, no items) is refused
+// with the broker's code, field and index, and nothing is sent (nothing
+// listens at the address). The broker, sent the same body, answers the same
+// code and field; a valid body is sent unchanged.
+func TestPushFileRefusedBeforeSending(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := l.Addr().String()
+	require.NoError(t, l.Close())
+	b := startTestBroker(t)
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	for _, c := range []struct{ body, code, field string }{
+		{"{\"items\":[{\"queue\":\"f\",\"transactionId\":\"\xff\xfe\"}]}", "invalid_utf8", "items[0].transactionId"},
+		{"{\"items\":[{\"queue\":\"f\",\"transactionId\":\"ok\"},{\"queue\":\"f\",\"partition\":\"\xfe\xff\"}]}", "invalid_utf8", "items[1].partition"},
+		{`{"items":[{"queue":"f","transactionId":"\ud800"}]}`, "invalid_utf8", ""},
+		{`{"items":[{"queue":"f\u2028"}]}`, "control_character", "items[0].queue"},
+		{"{\"items\":[{\"queue\":\"f\",\"traceId\":\"t\xff\"}]}", "invalid_utf8", "items[0].traceId"},
+		{`{"items":[{"queue":"f","transactionId":"t\u0000"}]}`, "control_character", "items[0].transactionId"},
+		{`{"items":[{"partition":"p"}]}`, "missing_field", "items[0].queue"},
+		{`{"items":[{"queue":"f","transactionId":"` + strings.Repeat("t", 1025) + `"}]}`, "", "items[0].transactionId"},
+		{`{"items":[{"queue":"f","transactionId":7}]}`, "", "items[0].transactionId"},
+		{`{"items":[{"queue":"f","payload":` + deep + `}]}`, "", ""},
+		{`{"items":{"queue":"f"}}`, "", "items"},
+		{`{"items":[]} trailing`, "invalid_json", ""},
+		{`{"queue":"f"}`, "missing_field", "items"},
+	} {
+		file := writeTemp(t, c.body)
+		// The broker's answer to the same body.
+		status, broker := postRaw(t, b.HTTPURL()+"/api/v1/push", c.body)
+		require.True(t, status >= 400 && status < 500, "broker status %d for %.80q", status, c.body)
+		for _, via := range [][]string{{"--nats-url", "nats://" + dead}, {"--server", "http://" + dead}} {
+			out, err := runPush(t, append(via, "--file", file)...)
+			require.Error(t, err, "%.80q", c.body)
+			require.Contains(t, err.Error(), "push refused before sending (4", "%.80q", c.body)
+			require.Contains(t, err.Error(), "nothing was sent")
+			var cli errReply
+			require.NoError(t, json.Unmarshal([]byte(out), &cli), "stdout %q", out)
+			if c.code != "" {
+				require.Equal(t, c.code, cli.Code, "%.80q", c.body)
+			}
+			if c.field != "" {
+				require.Equal(t, c.field, cli.Field, "%.80q", c.body)
+			}
+			require.Equal(t, broker, cli, "the broker's answer to %.80q", c.body)
+		}
+	}
+	// A valid body is sent as it is.
+	out, err := runPush(t, "--server", b.HTTPURL(), "--file", writeTemp(t, `{"items":[{"queue":"cli-file","transactionId":"f1","payload":{"a":1}}]}`))
+	require.NoError(t, err)
+	require.Equal(t, "queued", pushVerdict(t, out))
+}
+
+// errReply is the part of an error body the CLI and the broker must agree on.
+type errReply struct {
+	Code  string `json:"code"`
+	Field string `json:"field"`
+	Index *int   `json:"index"`
+}
+
+// postRaw posts body as it is and decodes the error body of the answer.
+func postRaw(t *testing.T, u, body string) (int, errReply) {
+	t.Helper()
+	resp, err := http.Post(u, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var e errReply
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if resp.StatusCode >= 400 {
+		require.NoError(t, json.Unmarshal(b, &e), "%s", b)
+	}
+	return resp.StatusCode, e
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -825,4 +826,27 @@ func TestConsumeBisectionIsolatesPoison(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A long poll that starts after StopPolls (the broker is shutting down)
+// answers at once, empty (204), over HTTP and NATS, even while its database
+// call is cut short: never a 504 (found by FuzzFrontDoors).
+func TestLongPollAfterStopPolls(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("sp", "p", "a")), 1)
+	e.b.svc.StopPolls()
+	for i := range 3 {
+		q := vals("consumerGroup", "g"+strconv.Itoa(i), "wait", "true", "timeout", "600000")
+		if got := e.popHTTP(t, "sp", "p", q); len(got.Messages) != 0 {
+			t.Fatalf("a long poll after StopPolls delivered %+v", got.Messages)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := e.do(ctx, "nats", "", "", "queen.v1.pop", marshal(map[string]any{"queue": "sp", "partition": "p", "consumerGroup": "n" + strconv.Itoa(i), "wait": true, "timeout": 600000}), http.StatusOK)
+		cancel()
+		var got struct{ Messages []json.RawMessage }
+		if err != nil || r.Status != http.StatusOK || len(r.Raw) > 0 && (json.Unmarshal(r.Raw, &got) != nil || len(got.Messages) != 0) {
+			t.Fatalf("NATS long poll after StopPolls: %v %d %s", err, r.Status, r.Raw)
+		}
+	}
 }

@@ -94,13 +94,13 @@ func quietLogger() *slog.Logger {
 }
 
 // startEnv starts a broker on a fresh database; mod adjusts its Config.
-func startEnv(t *testing.T, mod func(*Config)) *env {
+func startEnv(t testing.TB, mod func(*Config)) *env {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	return startEnvOn(t, url, mod)
 }
 
-func startEnvOn(t *testing.T, url string, mod func(*Config)) *env {
+func startEnvOn(t testing.TB, url string, mod func(*Config)) *env {
 	t.Helper()
 	cfg := Config{
 		DatabaseURL: url,
