@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -180,8 +181,8 @@ func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
 // check books one stored frame in its producer's ledger.
 func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 	part, okPart := au.partIdx[m.Partition]
-	prod, seq, okTxn := parseTxn(m.TransactionID)
-	if !okPart || !okTxn || prod >= len(au.ledgers) || partIn(au.sequential, prod, seq, len(au.parts)) != part ||
+	prod, seq, okTxn := txnid.ParseTxn(m.TransactionID)
+	if !okPart || !okTxn || prod >= len(au.ledgers) || txnid.PartIn(au.sequential, prod, seq, len(au.parts)) != part ||
 		!au.ledgers[prod].store(seq, m.MessageID, m.Offset, recount, au.found) {
 		au.found.add(IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
 			m.Partition, m.Offset, m.TransactionID, m.MessageID)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
@@ -38,18 +39,18 @@ func newAuditEnv(t *testing.T) *auditEnv {
 	a, err := persistence.OpenAudit(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
-	parts := partitionNames(2)
+	parts := txnid.PartitionNames(2)
 	return &auditEnv{url: url, s: s, a: a, queue: "lt", parts: parts, led: newLedger(0, "lt", parts), ids: map[uint64]uuid.UUID{}}
 }
 
 // part is the partition index of producer 0's id seq.
-func (e *auditEnv) part(seq uint64) int { return partOf(0, seq, len(e.parts)) }
+func (e *auditEnv) part(seq uint64) int { return txnid.PartOf(0, seq, len(e.parts)) }
 
 // item is producer 0's id seq, for its partition.
 func (e *auditEnv) item(seq uint64) *queen.Item {
-	txn := string(appendTxn(nil, 0, seq))
+	txn := string(txnid.AppendTxn(nil, 0, seq))
 	return &queen.Item{Queue: e.queue, Partition: e.parts[e.part(seq)], TransactionID: txn,
-		Payload: json.RawMessage(appendPayload(nil, 0, seq, 60)), Hash: queen.HashTxn(txn)}
+		Payload: json.RawMessage(txnid.AppendPayload(nil, 0, seq, 60)), Hash: queen.HashTxn(txn)}
 }
 
 // commit runs one push transaction of items to partition part without
@@ -237,7 +238,7 @@ func deleteFrameOf(t *testing.T, e *auditEnv, seq uint64) int64 {
 	ctx := context.Background()
 	ms, err := e.a.Messages(ctx, []string{e.queue})
 	require.NoError(t, err)
-	txn := string(appendTxn(nil, 0, seq))
+	txn := string(txnid.AppendTxn(nil, 0, seq))
 	for _, m := range ms {
 		if m.TransactionID == txn {
 			conn, err := pgx.Connect(ctx, e.url)

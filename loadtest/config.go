@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -22,6 +23,17 @@ const (
 	// ModeRaw writes the same batches straight into a plain PostgreSQL table
 	// with COPY, one row per item: no broker, no dedup. The baseline.
 	ModeRaw Mode = "raw"
+)
+
+// The fail modes of Config.FailMode, named in txnid (where the poison rule
+// lives) and repeated here for the callers of Run.
+const (
+	// FailNack: see txnid.FailNack.
+	FailNack = txnid.FailNack
+	// FailCrash: see txnid.FailCrash.
+	FailCrash = txnid.FailCrash
+	// FailCrashBatch: see txnid.FailCrashBatch.
+	FailCrashBatch = txnid.FailCrashBatch
 )
 
 // Config is one load-test run. DefaultConfig gives the documented defaults;
@@ -281,8 +293,8 @@ func (c *Config) Validate() error {
 		return errors.New("no database URL: pass --database-url, or run a managed broker that writes $QUEEN_DATA_DIR/postgres.url")
 	case c.Producers < 1:
 		return fmt.Errorf("producers %d: want at least 1", c.Producers)
-	case c.Partitions < 1 || c.Partitions > maxPartitions:
-		return fmt.Errorf("partitions %d: want 1..%d", c.Partitions, maxPartitions)
+	case c.Partitions < 1 || c.Partitions > txnid.MaxPartitions:
+		return fmt.Errorf("partitions %d: want 1..%d", c.Partitions, txnid.MaxPartitions)
 	case c.Batch < 1 || c.Batch > 10000:
 		return fmt.Errorf("batch %d: want 1..10000 (the broker refuses larger requests)", c.Batch)
 	case c.PayloadBytes < 0:
@@ -293,8 +305,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("duration %s: want > 0", c.Duration)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 255:
 		return fmt.Errorf("max attempts %d: want 1..255", c.MaxAttempts)
-	case c.Producers > maxProducers:
-		return fmt.Errorf("producers %d: want at most %d", c.Producers, maxProducers)
+	case c.Producers > txnid.MaxProducers:
+		return fmt.Errorf("producers %d: want at most %d", c.Producers, txnid.MaxProducers)
 	case c.Consumers < 0 || c.Consumers > 1024:
 		return fmt.Errorf("consumers %d: want 0..1024 per group", c.Consumers)
 	case c.Consumers > 0 && c.Mode != ModeBroker:
@@ -311,7 +323,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("consume batch %d: want 1..10000", c.ConsumeBatch)
 	case c.Consumers > 0 && (c.ConsumePartitions < 0 || c.ConsumePartitions > 100):
 		return fmt.Errorf("consume partitions %d: want 1..100", c.ConsumePartitions)
-	case c.FailMode != "" && c.FailMode != FailNack && !crashes(c.FailMode):
+	case c.FailMode != "" && c.FailMode != FailNack && !txnid.Crashes(c.FailMode):
 		return fmt.Errorf("fail mode %q: want nack, crash or crash-batch", c.FailMode)
 	case c.RetryLimit < 0 || c.RetryLimit > 100:
 		return fmt.Errorf("retry limit %d: want 0..100", c.RetryLimit)
@@ -459,7 +471,7 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseSeconds <= 0 {
 		c.LeaseSeconds = 30
-		if crashes(c.FailMode) {
+		if txnid.Crashes(c.FailMode) {
 			c.LeaseSeconds = 2
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -146,13 +147,13 @@ func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimi
 		d := &dead[i]
 		g, okG := gi[d.ConsumerGroup]
 		p, okP := a.partIdx[d.Partition]
-		if !okG || !okP || d.Offset < 0 || d.Offset > seqMask {
+		if !okG || !okP || d.Offset < 0 || d.Offset > txnid.SeqMask {
 			a.found.add(IssueDLQUnexpected, "a dead letter of group %q, partition %q, offset %d (transactionId %q) is of no group or partition of this run",
 				d.ConsumerGroup, d.Partition, d.Offset, d.TransactionID)
 			continue
 		}
 		a.ar.DeadLetters++
-		key := makeKey(p, uint64(d.Offset))
+		key := txnid.MakeKey(p, uint64(d.Offset))
 		s := a.dlq[g][key]
 		if s == nil {
 			s = &dlqSeen{attempts: d.Attempts, txn: d.TransactionID, err: d.Error}
@@ -166,18 +167,18 @@ func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimi
 // stored checks one stored message against every group.
 func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 	p, ok := a.partIdx[m.Partition]
-	if !ok || m.Offset < 0 || m.Offset > seqMask {
+	if !ok || m.Offset < 0 || m.Offset > txnid.SeqMask {
 		return // the storage audit reports it (unknown_stored)
 	}
 	a.lastStored[p] = max(a.lastStored[p], m.Offset)
-	key := makeKey(p, uint64(m.Offset))
-	poison := isPoison(m.TransactionID, a.ratio)
+	key := txnid.MakeKey(p, uint64(m.Offset))
+	poison := txnid.IsPoison(m.TransactionID, a.ratio)
 	a.ar.Messages++
 	if poison {
 		a.ar.Poison++
 	}
 	want := a.retryLimit + 1
-	fp := txnPrint(m.TransactionID)
+	fp := txnid.Fingerprint(m.TransactionID)
 	for gi, g := range a.groups {
 		a.perGroup[gi].messages++
 		if poison {
@@ -258,9 +259,9 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 // expired" with FailCrash and FailCrashBatch.
 func (a *consumeAuditor) dlqErrorOK(text string) bool {
 	switch a.failMode {
-	case FailNack:
-		return text == poisonError || text == persistence.LeaseExpiredError
-	case FailCrash, FailCrashBatch:
+	case txnid.FailNack:
+		return text == txnid.PoisonError || text == persistence.LeaseExpiredError
+	case txnid.FailCrash, txnid.FailCrashBatch:
 		return text == persistence.LeaseExpiredError
 	}
 	return true
@@ -280,7 +281,7 @@ func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
 		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 		for _, key := range keys {
 			e := g.m[key]
-			a.found.add(IssueDeliveredUnknown, "group %s was delivered %s offset %d (%d times), which is not stored", g.name, a.parts[keyPart(key)], keySeq(key), e.popped)
+			a.found.add(IssueDeliveredUnknown, "group %s was delivered %s offset %d (%d times), which is not stored", g.name, a.parts[txnid.KeyPart(key)], txnid.KeySeq(key), e.popped)
 		}
 		keys = keys[:0]
 		for key, d := range a.dlq[gi] {
@@ -291,7 +292,7 @@ func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
 		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 		for _, key := range keys {
 			d := a.dlq[gi][key]
-			a.found.add(IssueDLQUnexpected, "group %s has a dead letter at %s offset %d (transactionId %q), which is not stored", g.name, a.parts[keyPart(key)], keySeq(key), d.txn)
+			a.found.add(IssueDLQUnexpected, "group %s has a dead letter at %s offset %d (transactionId %q), which is not stored", g.name, a.parts[txnid.KeyPart(key)], txnid.KeySeq(key), d.txn)
 		}
 		a.found.merge(g.issues)
 		g.mu.Lock()

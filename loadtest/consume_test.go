@@ -13,28 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
 	"github.com/queen-mq/queen-go/transport/client"
 )
-
-func TestPoisonRule(t *testing.T) {
-	t.Parallel()
-	const n = 200000
-	var hits int
-	for i := range n {
-		txn := string(appendTxn(nil, i%8, uint64(i)))
-		p := isPoison(txn, 0.05)
-		require.Equal(t, p, isPoison(txn, 0.05), "deterministic")
-		require.False(t, isPoison(txn, 0))
-		require.True(t, isPoison(txn, 1))
-		if p {
-			hits++
-			require.True(t, isPoison(txn, 0.5), "a larger ratio keeps every poison message poison")
-		}
-	}
-	require.InDelta(t, 0.05, float64(hits)/n, 0.003)
-}
 
 // fakeConsumeBroker is one queue held in memory with the consume semantics
 // of SPEC.md §4: per (group, partition) a cursor and a lease on a span; a
@@ -385,7 +368,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 	cfg.DatabaseURL = "postgres://fake"
 	cfg.Queue, cfg.Partitions, cfg.Consumers, cfg.Groups, cfg.FailRatio, cfg.ConsumeBatch = "q", 4, 3, 2, 0.05, 7
 	cfg.PollTimeout, cfg.ConsumeDrainTimeout, cfg.WakeProbes = 200*time.Millisecond, 20*time.Second, 0
-	parts := partitionNames(cfg.Partitions)
+	parts := txnid.PartitionNames(cfg.Partitions)
 	f := newFakeConsumeBroker(cfg.Queue, parts, 0)
 	if tune != nil {
 		tune(&cfg, f)
@@ -411,10 +394,10 @@ func (r *fakeConsumeRun) run(t *testing.T) *ConsumeReport {
 		p := b % len(r.parts)
 		var txns []string
 		for i := range 50 {
-			txn := string(appendTxn(nil, 0, uint64(b*50+i)))
+			txn := string(txnid.AppendTxn(nil, 0, uint64(b*50+i)))
 			txns = append(txns, txn)
 			r.messages++
-			if isPoison(txn, r.cfg.FailRatio) {
+			if txnid.IsPoison(txn, r.cfg.FailRatio) {
 				r.poison++
 			}
 		}
@@ -483,7 +466,7 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 		// (a consumer slowed down by a busy machine keeps its lease).
 		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrash, 0.01, 50*time.Millisecond
 		f.leaseTTL = time.Second
-		f.crashesOn = func(txn string) bool { return isPoison(txn, 0.01) }
+		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
 	})
 	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash mode shortens the lease")
 	rep := r.run(t)
@@ -505,7 +488,7 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 
 	// The same run's dead letters with the nack error text fail the audit.
 	for i := range r.f.dead {
-		r.f.dead[i].Error = poisonError
+		r.f.dead[i].Error = txnid.PoisonError
 	}
 	ca, err := r.cp.newAuditor(context.Background(), r.f, true)
 	require.NoError(t, err)
@@ -524,7 +507,7 @@ func TestConsumeCrashBatchModeAgainstFakeBroker(t *testing.T) {
 	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
 		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrashBatch, 0.01, 50*time.Millisecond
 		f.leaseTTL = time.Second
-		f.crashesOn = func(txn string) bool { return isPoison(txn, 0.01) }
+		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
 	})
 	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash-batch mode shortens the lease")
 	rep := r.run(t)
@@ -595,12 +578,12 @@ func TestConsumeAuditCatchesDrainTimeout(t *testing.T) {
 // the end-to-end audit on its own.
 func TestConsumeAuditRules(t *testing.T) {
 	t.Parallel()
-	parts := partitionNames(2)
+	parts := txnid.PartitionNames(2)
 	ratio := 0.3
 	var poison, plain []string
 	for i := 0; len(poison) < 3 || len(plain) < 6; i++ {
-		txn := string(appendTxn(nil, 0, uint64(i)))
-		if isPoison(txn, ratio) {
+		txn := string(txnid.AppendTxn(nil, 0, uint64(i)))
+		if txnid.IsPoison(txn, ratio) {
 			poison = append(poison, txn)
 		} else {
 			plain = append(plain, txn)
@@ -618,11 +601,11 @@ func TestConsumeAuditRules(t *testing.T) {
 	clean := func() (*group, []persistence.StoredDeadLetter, []persistence.Cursor) {
 		g := newGroup("g")
 		for _, m := range stored {
-			e := consEntry{txn: txnPrint(m.TransactionID), popped: 1, handled: 1, acked: 1}
-			if isPoison(m.TransactionID, ratio) {
-				e = consEntry{txn: txnPrint(m.TransactionID), popped: R + 1, handled: R + 1, charged: R + 1, failed: R, dead: 1}
+			e := consEntry{txn: txnid.Fingerprint(m.TransactionID), popped: 1, handled: 1, acked: 1}
+			if txnid.IsPoison(m.TransactionID, ratio) {
+				e = consEntry{txn: txnid.Fingerprint(m.TransactionID), popped: R + 1, handled: R + 1, charged: R + 1, failed: R, dead: 1}
 			}
-			g.m[makeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset))] = e
+			g.m[txnid.MakeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset))] = e
 		}
 		dead := []persistence.StoredDeadLetter{
 			{Partition: "p-00", ConsumerGroup: "g", Offset: 1, TransactionID: poison[0], Attempts: R + 1},
@@ -641,7 +624,7 @@ func TestConsumeAuditRules(t *testing.T) {
 		}
 		return ca.finish(cursors)
 	}
-	key := func(p int, off uint64) uint64 { return makeKey(p, off) }
+	key := func(p int, off uint64) uint64 { return txnid.MakeKey(p, off) }
 
 	g, dead, cursors := clean()
 	a := audit(g, dead, cursors, true)
@@ -763,7 +746,7 @@ func TestConsumeAuditRules(t *testing.T) {
 
 func TestCursorsBehind(t *testing.T) {
 	t.Parallel()
-	parts := partitionNames(3)
+	parts := txnid.PartitionNames(3)
 	groups := []*group{newGroup("a"), newGroup("b")}
 	touched := make([]atomic.Bool, 3)
 	rows := []persistence.Cursor{
@@ -814,7 +797,7 @@ func TestAckAfterLease(t *testing.T) {
 	msgs := []queen.Message{{Partition: "p-00", Offset: 0, TransactionID: "lt0-1"}}
 	acks := []client.Ack{{TransactionID: "lt0-1", Status: string(queen.AckCompleted), LeaseID: "l1"}}
 	invalid := []queen.AckResult{{Index: 0, Result: queen.LeaseInvalid, Error: "lease l1 is not the live lease"}}
-	key := makeKey(0, 0)
+	key := txnid.MakeKey(0, 0)
 
 	g := newGroup("g")
 	require.True(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, true))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -126,9 +127,6 @@ type consumer struct {
 	acks []client.Ack
 }
 
-// poisonError is the error text of the harness's failed acks.
-const poisonError = "loadtest: poison message"
-
 // noKey marks a delivered message the run cannot place (unknown partition,
 // offset out of range).
 const noKey = ^uint64(0)
@@ -204,7 +202,7 @@ func (k *consumer) handleSpans(ctx context.Context, res *queen.PopResult, popSta
 	k.c.spans.Add(int64(spans))
 	poison := false
 	for i := range msgs {
-		poison = poison || isPoison(msgs[i].TransactionID, k.cfg.FailRatio)
+		poison = poison || txnid.IsPoison(msgs[i].TransactionID, k.cfg.FailRatio)
 	}
 	if spans == 1 || !poison {
 		return k.handle(ctx, res, popStart)
@@ -251,8 +249,8 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 		if a.ConsumerGroup == "" {
 			a.ConsumerGroup = k.g.name
 		}
-		if isPoison(msgs[i].TransactionID, k.cfg.FailRatio) {
-			a.Status, a.Error = string(queen.AckFailed), poisonError
+		if txnid.IsPoison(msgs[i].TransactionID, k.cfg.FailRatio) {
+			a.Status, a.Error = string(queen.AckFailed), txnid.PoisonError
 			k.acks = append(k.acks, a)
 			break
 		}
@@ -260,21 +258,21 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 	}
 	handled := len(k.acks)
 	poisoned := k.acks[handled-1].Status == string(queen.AckFailed)
-	crashed := poisoned && crashes(k.cfg.FailMode)
+	crashed := poisoned && txnid.Crashes(k.cfg.FailMode)
 	// Whether the broker counts this delivery as a failed delivery of the
 	// poison message (SPEC.md §4): a failed ack always; an abandoned lease
 	// only when the poison message is the one unacked message it leaves.
 	charge := poisoned
 	switch k.cfg.FailMode {
-	case FailCrash:
+	case txnid.FailCrash:
 		charge = poisoned && handled == len(msgs)
-	case FailCrashBatch:
+	case txnid.FailCrashBatch:
 		charge = poisoned && len(msgs) == 1
 	}
 	k.keys = k.g.deliver(k.keys[:0], msgs, handled, now, k, charge)
 	if crashed {
 		k.g.crash(k, msgs, handled, now)
-		if k.cfg.FailMode == FailCrashBatch {
+		if k.cfg.FailMode == txnid.FailCrashBatch {
 			return ""
 		}
 		k.acks = k.acks[:handled-1]
@@ -328,11 +326,11 @@ func (g *group) crash(k *consumer, msgs []queen.Message, handled int, now time.T
 	defer g.mu.Unlock()
 	g.crashes++
 	unacked := len(msgs) - handled + 1
-	if k.cfg.FailMode == FailCrashBatch {
+	if k.cfg.FailMode == txnid.FailCrashBatch {
 		unacked = len(msgs)
 		for i := range handled - 1 {
-			if pi, ok := k.partIdx[msgs[i].Partition]; ok && msgs[i].Offset >= 0 && msgs[i].Offset <= seqMask {
-				key := makeKey(pi, uint64(msgs[i].Offset))
+			if pi, ok := k.partIdx[msgs[i].Partition]; ok && msgs[i].Offset >= 0 && msgs[i].Offset <= txnid.SeqMask {
+				key := txnid.MakeKey(pi, uint64(msgs[i].Offset))
 				e := g.m[key]
 				e.abandoned = inc(e.abandoned)
 				g.m[key] = e
@@ -388,10 +386,10 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 			g.issues.add(IssueWrongDelivery, "group %s popped from queue %s got a message of queue %q (partition %q offset %d)", g.name, k.cfg.Queue, m.Queue, m.Partition, m.Offset)
 		case !ok:
 			g.issues.add(IssueWrongDelivery, "group %s got a message of partition %q (offset %d, transactionId %q), which this run never pushed to", g.name, m.Partition, m.Offset, m.TransactionID)
-		case m.Offset < 0 || m.Offset > seqMask:
+		case m.Offset < 0 || m.Offset > txnid.SeqMask:
 			g.issues.add(IssueWrongDelivery, "group %s got partition %s offset %d (transactionId %q)", g.name, m.Partition, m.Offset, m.TransactionID)
 		default:
-			key = makeKey(pi, uint64(m.Offset))
+			key = txnid.MakeKey(pi, uint64(m.Offset))
 		}
 		if m.ConsumerGroup != "" && m.ConsumerGroup != g.name {
 			g.issues.add(IssueWrongDelivery, "group %s got %s/%d labelled consumerGroup %q", g.name, m.Partition, m.Offset, m.ConsumerGroup)
@@ -404,7 +402,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 			continue
 		}
 		e := g.m[key]
-		fp := txnPrint(m.TransactionID)
+		fp := txnid.Fingerprint(m.TransactionID)
 		if e.popped == 0 {
 			e.txn = fp
 		} else {
@@ -415,7 +413,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 		}
 		e.popped = inc(e.popped)
 		if i < handled {
-			poison := isPoison(m.TransactionID, k.cfg.FailRatio)
+			poison := txnid.IsPoison(m.TransactionID, k.cfg.FailRatio)
 			// The retry count is the failures of this message before this
 			// delivery: every earlier handling of a poison message failed,
 			// and nothing else ever fails. The audit judges a mismatch once
@@ -440,7 +438,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 				if charge {
 					e.charged = inc(e.charged)
 				}
-				if pi, ok := k.partIdx[m.Partition]; ok && !crashes(k.cfg.FailMode) {
+				if pi, ok := k.partIdx[m.Partition]; ok && !txnid.Crashes(k.cfg.FailMode) {
 					g.poisoned(pi, m.Offset, now)
 				}
 			}

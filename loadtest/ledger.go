@@ -2,11 +2,11 @@ package loadtest
 
 import (
 	"fmt"
-	"math/bits"
 	"sort"
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 )
 
 // The audit's findings (SPEC.md §12), by kind.
@@ -158,31 +158,9 @@ func newRunLedger(cfg *Config, producer int, parts []string) *ledger {
 	return l
 }
 
-// partOf is the partition index of (producer, seq): a fixed mix, so a
-// transactionId goes to one partition for its whole life and the audit
-// needs no table of them.
-func partOf(producer int, seq uint64, parts int) int {
-	s := uint64(producer)<<seqBits ^ seq
-	return int(splitmix64(&s) % uint64(parts))
-}
-
-// partIn is the partition index of (producer, seq) under Config.Spread:
-// partOf when random; when sequential, each producer walks the partitions
-// in order from its own start (the producers' starts spread evenly over the
-// partitions by bit reversal of their index), so a run of n new items
-// touches min(n, parts) distinct partitions.
-func partIn(sequential bool, producer int, seq uint64, parts int) int {
-	if !sequential {
-		return partOf(producer, seq, parts)
-	}
-	start := bits.Reverse32(uint32(producer)) // a fraction of 2^32
-	off := int(uint64(start) * uint64(parts) >> 32)
-	return int((uint64(off) + seq%uint64(parts)) % uint64(parts))
-}
-
 // name is "partition/transactionId" of seq, for examples.
 func (l *ledger) name(seq uint64) string {
-	return l.parts[partIn(l.sequential, l.producer, seq, len(l.parts))] + "/" + string(appendTxn(nil, l.producer, seq))
+	return l.parts[txnid.PartIn(l.sequential, l.producer, seq, len(l.parts))] + "/" + string(txnid.AppendTxn(nil, l.producer, seq))
 }
 
 func (l *ledger) get(seq uint64) uint8 {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -205,9 +206,9 @@ func (p *producer) fill(fresh bool) {
 	p.buf = p.buf[:0]
 	var txn []byte
 	for _, s := range p.slots {
-		txn = appendTxn(txn[:0], p.idx, s.seq)
+		txn = txnid.AppendTxn(txn[:0], p.idx, s.seq)
 		start := len(p.buf)
-		p.buf = appendPayload(p.buf, p.idx, s.seq, p.cfg.PayloadBytes)
+		p.buf = txnid.AppendPayload(p.buf, p.idx, s.seq, p.cfg.PayloadBytes)
 		p.items = append(p.items, client.PushItem{
 			Queue:         p.cfg.Queue,
 			Partition:     p.parts[p.part(s.seq)],
@@ -223,7 +224,7 @@ func (p *producer) fill(fresh bool) {
 
 // part is the partition index of this producer's id seq.
 func (p *producer) part(seq uint64) int {
-	return partIn(p.cfg.Spread == SpreadSequential, p.idx, seq, len(p.parts))
+	return txnid.PartIn(p.cfg.Spread == SpreadSequential, p.idx, seq, len(p.parts))
 }
 
 // learn records the message id an answer gave for s's original in the ring

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -55,7 +56,7 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Queue, cfg.Partitions, cfg.Batch, cfg.DupRatio, cfg.Producers = "q", 4, 20, 0.3, 1
-	parts := partitionNames(cfg.Partitions)
+	parts := txnid.PartitionNames(cfg.Partitions)
 	fb := &fakeBroker{stored: map[string]uuid.UUID{}, sends: map[string]int{}}
 	c := &counters{}
 	led := newLedger(0, cfg.Queue, parts)
@@ -83,10 +84,10 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 	for name, id := range fb.stored {
 		part, txn, ok := strings.Cut(name, "/")
 		require.True(t, ok)
-		prod, seq, ok := parseTxn(txn)
+		prod, seq, ok := txnid.ParseTxn(txn)
 		require.True(t, ok, txn)
 		require.Equal(t, 0, prod)
-		require.Equal(t, parts[partOf(0, seq, len(parts))], part, "transaction id %d went to its partition only", seq)
+		require.Equal(t, parts[txnid.PartOf(0, seq, len(parts))], part, "transaction id %d went to its partition only", seq)
 		require.True(t, led.store(seq, id, 0, false, found))
 	}
 	tot := led.check(found)
@@ -101,7 +102,7 @@ func TestProducerGivesUp(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Queue, cfg.Partitions, cfg.Batch, cfg.MaxAttempts = "q", 2, 5, 3
-	parts := partitionNames(cfg.Partitions)
+	parts := txnid.PartitionNames(cfg.Partitions)
 	c := &counters{}
 	p := newProducer(0, &cfg, parts, failing{}, newLedger(0, "q", parts), c)
 	p.fill(true)

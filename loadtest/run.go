@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -67,7 +68,7 @@ type loadRun struct {
 }
 
 func run(ctx context.Context, cfg *Config) (*Report, error) {
-	r := &loadRun{cfg: cfg, parts: partitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
+	r := &loadRun{cfg: cfg, parts: txnid.PartitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
 		rep: &Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
 			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: ProducerSync}}
 	if cfg.Mode == ModeBroker {

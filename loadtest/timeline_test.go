@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -33,8 +34,8 @@ type storedFrame struct {
 
 func seqID(prod int, seq uint64) uuid.UUID {
 	var id uuid.UUID
-	s := uint64(prod)<<seqBits ^ seq
-	a, b := splitmix64(&s), splitmix64(&s)
+	s := uint64(prod)<<txnid.SeqBits ^ seq
+	a, b := txnid.SplitMix64(&s), txnid.SplitMix64(&s)
 	for i := range 8 {
 		id[i], id[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
 	}
@@ -43,7 +44,7 @@ func seqID(prod int, seq uint64) uuid.UUID {
 
 func (f *seqBroker) send(_ context.Context, items []client.PushItem, out []result) error {
 	for i, it := range items {
-		prod, seq, _ := parseTxn(it.TransactionID)
+		prod, seq, _ := txnid.ParseTxn(it.TransactionID)
 		id := seqID(prod, seq)
 		if hi, ok := f.hi[prod]; !ok || seq >= hi {
 			f.hi[prod] = seq + 1
@@ -78,7 +79,7 @@ func TestLedgerMemoryFlat(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Queue, cfg.Partitions, cfg.Batch, cfg.PayloadBytes, cfg.DupRatio = "q", 64, 2000, 0, 0.1
-	parts := partitionNames(cfg.Partitions)
+	parts := txnid.PartitionNames(cfg.Partitions)
 	fb := &seqBroker{hi: map[int]uint64{}}
 	c := &counters{}
 	led := newLedger(0, cfg.Queue, parts)

@@ -1,56 +1,11 @@
 package loadtest
 
 import (
-	"encoding/json"
 	"testing"
 
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/stretchr/testify/require"
 )
-
-func TestTxnRoundTrip(t *testing.T) {
-	for _, c := range []struct {
-		producer int
-		seq      uint64
-	}{{0, 0}, {7, 123456}, {maxProducers - 1, seqMask}} {
-		s := string(appendTxn(nil, c.producer, c.seq))
-		p, q, ok := parseTxn(s)
-		require.True(t, ok, s)
-		require.Equal(t, c.producer, p)
-		require.Equal(t, c.seq, q)
-	}
-	for _, bad := range []string{"", "lt", "lt1", "lt-1", "lt1-", "lt01-2", "lt1-02", "lt1-x", "xx1-2", "lt4096-1", "lt1-1099511627776"} {
-		_, _, ok := parseTxn(bad)
-		require.False(t, ok, bad)
-	}
-	k := makeKey(63, 99)
-	require.Equal(t, 63, keyPart(k))
-	require.Equal(t, uint64(99), keySeq(k))
-	// A sequence number's partition is fixed and spread over all of them.
-	hits := make([]int, 5)
-	for seq := range uint64(5000) {
-		p := partOf(7, seq, 5)
-		require.Equal(t, p, partOf(7, seq, 5))
-		hits[p]++
-	}
-	for _, h := range hits {
-		require.InDelta(t, 1000, h, 150)
-	}
-}
-
-func TestPayload(t *testing.T) {
-	for _, size := range []int{0, 10, 41, 200, 1000} {
-		p := appendPayload(nil, 3, 12345, size)
-		require.True(t, json.Valid(p), string(p))
-		if size >= 45 {
-			require.Len(t, p, size)
-		}
-		require.Equal(t, p, appendPayload(nil, 3, 12345, size), "a transactionId always carries the same payload")
-	}
-	require.NotEqual(t, appendPayload(nil, 3, 1, 200), appendPayload(nil, 3, 2, 200))
-	require.Equal(t, []string{"p-00", "p-01", "p-02"}, partitionNames(3))
-	require.Equal(t, "p-99", partitionNames(100)[99])
-	require.Equal(t, "p-005", partitionNames(101)[5])
-}
 
 func TestLatencyAndCommas(t *testing.T) {
 	require.Equal(t, "0", commas(0))
@@ -68,19 +23,19 @@ func TestPartitionsUpToTheKeyBits(t *testing.T) {
 	base := DefaultConfig()
 	base.DatabaseURL = "postgres://x@127.0.0.1/queen"
 	base = base.withDefaults()
-	for _, n := range []int{1, 200000, 1000000, maxPartitions} {
+	for _, n := range []int{1, 200000, 1000000, txnid.MaxPartitions} {
 		c := base
 		c.Partitions = n
 		require.NoError(t, c.Validate(), n)
 	}
-	for _, n := range []int{0, maxPartitions + 1} {
+	for _, n := range []int{0, txnid.MaxPartitions + 1} {
 		c := base
 		c.Partitions = n
 		require.ErrorContains(t, c.Validate(), "partitions", n)
 	}
-	k := makeKey(maxPartitions-1, seqMask)
-	require.Equal(t, maxPartitions-1, keyPart(k))
-	require.Equal(t, uint64(seqMask), keySeq(k))
+	k := txnid.MakeKey(txnid.MaxPartitions-1, txnid.SeqMask)
+	require.Equal(t, txnid.MaxPartitions-1, txnid.KeyPart(k))
+	require.Equal(t, uint64(txnid.SeqMask), txnid.KeySeq(k))
 }
 
 // TestConnectionsValidation: --connections is 0..producers, for sync
