@@ -17,18 +17,6 @@ import (
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
-// Producer modes (Config.ProducerMode).
-const (
-	// ProducerSync: each producer sends requests of Batch items, one at a
-	// time, and retries failed items itself.
-	ProducerSync = "sync"
-	// ProducerAsync: each producer publishes single items through the Go
-	// client's async producer (client.Producer), which batches them
-	// (MaxBatch items, Linger) and retries them with the same
-	// transactionIds; InFlight bounds its outstanding items.
-	ProducerAsync = "async"
-)
-
 // slabBytes is the size of the buffers the async producers carve payloads
 // and transactionIds from (an item keeps its bytes until it resolves).
 const slabBytes = 64 << 10

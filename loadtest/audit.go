@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 )
@@ -194,7 +195,7 @@ func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 // frame of the queue from scratch, so a frame deleted, doubled or planted
 // after an earlier pass read its partition is still found, and also (when
 // set) sees every stored message; then it checks the ledgers.
-func (au *auditor) finish(ctx context.Context, recount bool, also func(*persistence.StoredMessage)) (*AuditReport, error) {
+func (au *auditor) finish(ctx context.Context, recount bool, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
 	if au.stop != nil {
 		close(au.stop)
 		<-au.done
@@ -204,7 +205,7 @@ func (au *auditor) finish(ctx context.Context, recount bool, also func(*persiste
 	if _, err := au.pass(ctx, true); err != nil {
 		return nil, err
 	}
-	ar := &AuditReport{IncrementalPasses: au.passes, StoredMessages: au.stored.Load(), UnauditedOffsets: au.unaudited}
+	ar := &report.AuditReport{IncrementalPasses: au.passes, StoredMessages: au.stored.Load(), UnauditedOffsets: au.unaudited}
 	if recount {
 		for _, l := range au.ledgers {
 			l.resetStored()
@@ -249,6 +250,6 @@ func (au *auditor) finish(ctx context.Context, recount bool, also func(*persiste
 // auditQueue audits queue in one go (no pass during the run): the whole
 // check of SPEC.md §12 over the ledgers, also (when set) seeing every stored
 // message.
-func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*AuditReport, error) {
+func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
 	return newAuditor(a, queue, parts, ledgers, nil).finish(ctx, true, also)
 }

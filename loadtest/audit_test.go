@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
@@ -99,7 +100,7 @@ func (e *auditEnv) push(t *testing.T, seqs ...uint64) {
 	}
 }
 
-func (e *auditEnv) audit(t *testing.T) *AuditReport {
+func (e *auditEnv) audit(t *testing.T) *report.AuditReport {
 	t.Helper()
 	ar, err := auditQueue(context.Background(), e.a, e.queue, e.parts, []*ledger{e.led}, nil)
 	require.NoError(t, err)
@@ -114,7 +115,7 @@ func (e *auditEnv) clean(t *testing.T) {
 	e.push(t, 4, 5, 7) // two repeats and a new id
 }
 
-func requireIssue(t *testing.T, ar *AuditReport, kind string, n int64) {
+func requireIssue(t *testing.T, ar *report.AuditReport, kind string, n int64) {
 	t.Helper()
 	require.False(t, ar.Passed, "the audit must fail")
 	require.Equal(t, n, ar.Issues[kind], "issues %v, examples %v", ar.Issues, ar.Examples)

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // Chaos modes (Config.Chaos). A fault is injected half an interval into the
@@ -52,15 +54,6 @@ const (
 	ChaosMixed = "mixed"
 )
 
-// The kinds of fault (FaultReport.Kind).
-const (
-	FaultKill       = "kill"
-	FaultStop       = "stop"
-	FaultPGRestart  = "pg-restart"
-	FaultPGFailover = "pg-failover"
-	FaultNATSKill   = "nats-kill"
-)
-
 // DefaultChaosInterval is the time between faults when Config.ChaosInterval
 // is 0: 20 s for kill, 10 s for stop, pg-restart and mixed (at least twice
 // the brokers' shard lease with --brokers; 5 s with chaos).
@@ -80,13 +73,13 @@ func chaosOn(mode string) bool { return mode != "" && mode != ChaosNone }
 // its restart), 0 for a PostgreSQL restart (the start follows the stop at
 // once).
 func (c *Config) pauseFor(kind string) time.Duration {
-	if kind == FaultPGRestart || kind == FaultPGFailover {
+	if kind == report.FaultPGRestart || kind == report.FaultPGFailover {
 		return 0
 	}
 	if c.ChaosPause > 0 {
 		return c.ChaosPause
 	}
-	if kind == FaultStop || kind == FaultNATSKill {
+	if kind == report.FaultStop || kind == report.FaultNATSKill {
 		return 5 * time.Second
 	}
 	return time.Second
@@ -96,246 +89,19 @@ func (c *Config) pauseFor(kind string) time.Duration {
 func chaosKinds(mode string) []string {
 	switch mode {
 	case ChaosKill:
-		return []string{FaultKill}
+		return []string{report.FaultKill}
 	case ChaosStop:
-		return []string{FaultStop}
+		return []string{report.FaultStop}
 	case ChaosPGRestart:
-		return []string{FaultPGRestart}
+		return []string{report.FaultPGRestart}
 	case ChaosPGFailover:
-		return []string{FaultPGFailover}
+		return []string{report.FaultPGFailover}
 	case ChaosNATSKill:
-		return []string{FaultNATSKill}
+		return []string{report.FaultNATSKill}
 	case ChaosMixed:
-		return []string{FaultKill, FaultStop, FaultPGRestart}
+		return []string{report.FaultKill, report.FaultStop, report.FaultPGRestart}
 	}
 	return nil
-}
-
-// statBucket is the resolution of the client statistics.
-const statBucket = 100 * time.Millisecond
-
-// clientStats counts the clients' requests, errors and failed items over
-// time, so what the clients saw around each fault can be told from the
-// rest. A nil *clientStats records nothing.
-type clientStats struct {
-	start  time.Time
-	mu     sync.Mutex
-	reqs   []int64 // requests per bucket
-	failed []int64 // items answered failed per bucket
-	errs   []errEvent
-}
-
-type errEvent struct {
-	bucket int
-	kind   string
-}
-
-func newClientStats(start time.Time) *clientStats { return &clientStats{start: start} }
-
-// record books one request of op ("push", "pop", "ack") ending now; kind
-// is "" when it got its answers, else what went wrong ("push:timeout",
-// "push:failed:unavailable", ...).
-func (s *clientStats) record(kind string) { s.recordFailed(kind, 0) }
-
-// recordFailed is record for a push whose reply answered items failed.
-func (s *clientStats) recordFailed(kind string, items int64) {
-	if s == nil {
-		return
-	}
-	s.add(max(0, int(time.Since(s.start)/statBucket)), kind, items)
-}
-
-// add books one request in bucket b.
-func (s *clientStats) add(b int, kind string, items int64) {
-	s.mu.Lock()
-	for len(s.reqs) <= b {
-		s.reqs = append(s.reqs, 0)
-		s.failed = append(s.failed, 0)
-	}
-	s.reqs[b]++
-	s.failed[b] += items
-	if kind != "" {
-		s.errs = append(s.errs, errEvent{b, kind})
-	}
-	s.mu.Unlock()
-}
-
-// window sums the requests, errors (by kind) and failed items of [from, to)
-// since start (to <= from: an empty window).
-func (s *clientStats) window(from, to time.Duration) ClientErrors {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ce := ClientErrors{ByKind: map[string]int64{}}
-	if to <= from {
-		return ce
-	}
-	ce.Seconds = round3((to - from).Seconds())
-	lo, hi := bucketSpan(from, to)
-	for b := lo; b < hi && b < len(s.reqs); b++ {
-		ce.Requests += s.reqs[b]
-		ce.FailedItems += s.failed[b]
-	}
-	for _, e := range s.errs {
-		if e.bucket >= lo && e.bucket < hi {
-			ce.Errors++
-			ce.ByKind[e.kind]++
-		}
-	}
-	ce.ErrorRate = rate(ce)
-	return ce
-}
-
-// bucketSpan is the buckets [lo, hi) of the stretch [from, to): each end
-// rounded to the nearest bucket boundary, so that stretches which meet
-// share no bucket and a bucket is counted once.
-func bucketSpan(from, to time.Duration) (lo, hi int) {
-	return max(0, int((from+statBucket/2)/statBucket)), int((to + statBucket/2) / statBucket)
-}
-
-// lastError is the end of the last bucket of [from, to) with a client
-// error, as time since start (-1: none).
-func (s *clientStats) lastError(from, to time.Duration) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lo, hi := bucketSpan(from, to)
-	last := -1
-	for _, e := range s.errs {
-		if e.bucket >= lo && e.bucket < hi {
-			last = max(last, e.bucket)
-		}
-	}
-	if last < 0 {
-		return -1
-	}
-	return time.Duration(last+1) * statBucket
-}
-
-// ClientErrors is what the clients (producers and consumers) saw in a
-// stretch of the run: requests, those that failed (a transport error, a
-// timeout, an error reply, or a push with any item answered failed), the
-// failures by kind, and the pushed items answered failed (each retried with
-// its transactionId).
-type ClientErrors struct {
-	Seconds     float64          `json:"seconds"`
-	Requests    int64            `json:"requests"`
-	Errors      int64            `json:"errors"`
-	ErrorRate   float64          `json:"error_rate"`
-	FailedItems int64            `json:"failed_items"`
-	ByKind      map[string]int64 `json:"by_kind"`
-}
-
-// ClusterReport is the cluster part of a `--brokers N` run: the brokers,
-// how long shards had no live owner, and the errors clients saw (the
-// faults themselves are in Report.Chaos).
-type ClusterReport struct {
-	Brokers    int      `json:"brokers"`
-	BrokerURLs []string `json:"broker_urls"`
-	// NATSNodes is the node processes of the NATS cluster (--nats-nodes;
-	// 0: one NATS server in the load-test process), NATSURL their list.
-	NATSNodes         int     `json:"nats_nodes,omitempty"`
-	NATSURL           string  `json:"nats_url,omitempty"`
-	ShardLeaseSeconds float64 `json:"shard_lease_seconds"`
-	Shards            int     `json:"shards"`
-	// Ownership, from GET /api/v1/cluster polled about every 200 ms: a
-	// shard is ownerless while it has no live lease or its lease is held
-	// by a killed or stopped broker. OwnerlessShardSeconds is the integral
-	// over the run; the Max* figures are the worst fault's.
-	OwnerlessShardSeconds    float64 `json:"ownerless_shard_seconds"`
-	MaxOwnerlessShardSeconds float64 `json:"max_ownerless_shard_seconds_per_fault"`
-	MaxOwnerlessSeconds      float64 `json:"max_ownerless_seconds_per_fault"`
-	MaxOwnerlessShards       int     `json:"max_ownerless_shards"`
-	ClusterPolls             int     `json:"cluster_polls"`
-	ClusterPollErrors        int     `json:"cluster_poll_errors"`
-	// Client is the whole run.
-	Client ClientErrors `json:"client"`
-}
-
-// ChaosReport is the chaos of a run (--chaos): the faults injected, by
-// kind, and what the clients saw during each, after it and outside them.
-type ChaosReport struct {
-	Mode            string  `json:"mode"`
-	IntervalSeconds float64 `json:"interval_seconds"`
-	// KillPauseSeconds is how long a killed broker stays down before its
-	// restart; StopPauseSeconds how long a stopped one stays frozen (for
-	// the modes that inject them).
-	KillPauseSeconds float64 `json:"kill_pause_seconds,omitempty"`
-	StopPauseSeconds float64 `json:"stop_pause_seconds,omitempty"`
-	// NATSKillPauseSeconds is how long a killed NATS node stays down
-	// before its restart (nats-kill, or mixed with NATS nodes).
-	NATSKillPauseSeconds float64 `json:"nats_kill_pause_seconds,omitempty"`
-	// Seed drew the brokers and (mixed) the order of the faults: pass it
-	// as --chaos-seed to draw the same again.
-	Seed uint64 `json:"seed"`
-	// Faults counts every fault; Kills, Stops, PGRestarts, PGFailovers and
-	// NATSKills by kind (a failover recovers once every broker answers
-	// healthy on the promoted standby; a NATS node kill once every broker's
-	// NATS connections are back and the node is restarted and routed to
-	// every other node again);
-	// Recovered those whose target came back (a killed broker restarted
-	// and healthy, a stopped one resumed and healthy, PostgreSQL accepting
-	// connections again).
-	Faults      int `json:"faults"`
-	Kills       int `json:"kills"`
-	Stops       int `json:"stops"`
-	PGRestarts  int `json:"pg_restarts"`
-	PGFailovers int `json:"pg_failovers"`
-	NATSKills   int `json:"nats_kills"`
-	Recovered   int `json:"recovered"`
-	// During is the faults' [start, recovery) stretches together; After the
-	// stretches after each recovery until things settled (the latest of
-	// the recovery, every shard owned again and the clients' request
-	// timeout after the fault, plus a second, so the requests the fault left
-	// unanswered count); Steady the rest of the run.
-	During ClientErrors  `json:"during"`
-	After  ClientErrors  `json:"after"`
-	Steady ClientErrors  `json:"steady"`
-	Events []FaultReport `json:"events"`
-}
-
-// FaultReport is one fault: its kind, its target, when (seconds since the
-// load started), how long until its target recovered, and what it cost.
-type FaultReport struct {
-	Kind string `json:"kind"`
-	// Broker is the broker index (kill, stop; -1 for pg-restart,
-	// pg-failover and nats-kill), BrokerID
-	// the id it had.
-	Broker   int    `json:"broker"`
-	BrokerID string `json:"broker_id,omitempty"`
-	// A nats-kill: NATSNode is the node killed (queen-nats-<i>);
-	// NodeConnections the client connections it held when killed, of them
-	// BrokerConnections the brokers' (each broker has two). ServingAfterSeconds
-	// is this fault's recovery time: from the SIGKILL until the nodes up
-	// hold every broker's NATS connections again with at least the
-	// subscriptions they had before (every broker serving its NATS API and
-	// shard subjects; polled every 50 ms on the nodes' /connz, and bounded
-	// by the 15 s ping budget: later is a recovery error). RejoinedAfterSeconds
-	// is when the restarted node had its routes to every other node back
-	// (= RecoveredAfterSeconds).
-	NATSNode             string  `json:"nats_node,omitempty"`
-	NodeConnections      int     `json:"node_connections,omitempty"`
-	BrokerConnections    int     `json:"broker_connections,omitempty"`
-	ServingAfterSeconds  float64 `json:"serving_after_seconds,omitempty"`
-	RejoinedAfterSeconds float64 `json:"rejoined_after_seconds,omitempty"`
-	// AtSeconds is when the fault started; PauseSeconds how long the broker
-	// stayed down or frozen on purpose; RecoveredAfterSeconds the time from
-	// the fault to its target's recovery (0 with Error).
-	AtSeconds             float64 `json:"at_seconds"`
-	PauseSeconds          float64 `json:"pause_seconds"`
-	RecoveredAfterSeconds float64 `json:"recovered_after_seconds"`
-	Error                 string  `json:"error,omitempty"`
-	// ErrorsUntilSeconds is when, after the fault's start, the clients saw
-	// their last error before the next fault (0: none at all).
-	ErrorsUntilSeconds float64 `json:"errors_until_seconds"`
-	// Ownership around the fault (--brokers N): OwnerlessSeconds runs from
-	// the fault to the first poll at which every shard had a live owner
-	// again (after the last poll that found one without).
-	OwnerlessSeconds      float64 `json:"ownerless_seconds,omitempty"`
-	MaxOwnerlessShards    int     `json:"max_ownerless_shards,omitempty"`
-	OwnerlessShardSeconds float64 `json:"ownerless_shard_seconds,omitempty"`
-	// During is [start, recovery); After is from the recovery until things
-	// settled (see ChaosReport.After).
-	During ClientErrors `json:"during"`
-	After  ClientErrors `json:"after"`
 }
 
 // chaosRun watches the cluster during a run (with Cluster) and injects the
@@ -349,7 +115,7 @@ type chaosRun struct {
 	// reqTimeout is the clients' request timeout: a request the fault left
 	// unanswered fails that long after it.
 	reqTimeout time.Duration
-	stats      *clientStats
+	stats      *clientstats.Stats
 	start      time.Time
 	seed       uint64
 	rng        *rand.Rand
@@ -392,13 +158,13 @@ type ownSample struct {
 
 // startChaos starts the watcher (with Cluster) and the fault injection
 // (with a chaos mode).
-func startChaos(ctx context.Context, cfg *Config, stats *clientStats) *chaosRun {
+func startChaos(ctx context.Context, cfg *Config, stats *clientstats.Stats) *chaosRun {
 	seed := cfg.ChaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	r := &chaosRun{c: cfg.Cluster, cfg: cfg, mode: cfg.Chaos, reqTimeout: cfg.RequestTimeout, stats: stats,
-		start: stats.start, seed: seed, rng: rand.New(rand.NewPCG(seed, 7)), dead: map[string]bool{}, restartPG: cfg.RestartPostgres,
+		start: stats.Start(), seed: seed, rng: rand.New(rand.NewPCG(seed, 7)), dead: map[string]bool{}, restartPG: cfg.RestartPostgres,
 		stopChaos: make(chan struct{}), stopWatch: make(chan struct{}), chaosDone: make(chan struct{}), watchDone: make(chan struct{})}
 	if r.restartPG == nil && r.c != nil {
 		r.restartPG = r.c.restartPostgres
@@ -500,15 +266,15 @@ func (r *chaosRun) chaos(ctx context.Context) {
 func (r *chaosRun) nextKind() string {
 	kinds := chaosKinds(r.mode)
 	if r.mode == ChaosMixed && r.c != nil && len(r.c.nodes) > 1 {
-		kinds = append(kinds, FaultNATSKill)
+		kinds = append(kinds, report.FaultNATSKill)
 	}
 	failover := r.c != nil && r.c.canFailover()
 	if r.mode == ChaosMixed && failover {
-		kinds = append(kinds, FaultPGFailover)
+		kinds = append(kinds, report.FaultPGFailover)
 	}
 	if !failover { // once per run: after it, one server is left
-		kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == FaultPGFailover })
-		r.round = slices.DeleteFunc(r.round, func(k string) bool { return k == FaultPGFailover })
+		kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == report.FaultPGFailover })
+		r.round = slices.DeleteFunc(r.round, func(k string) bool { return k == report.FaultPGFailover })
 	}
 	if len(kinds) == 0 {
 		return ""
@@ -533,7 +299,7 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 	bg := context.WithoutCancel(ctx)
 	ev := &faultEvent{kind: kind, broker: -1, recovered: -1, pause: r.cfg.pauseFor(kind), serving: -1}
 	var b *brokerProc
-	if kind == FaultKill || kind == FaultStop {
+	if kind == report.FaultKill || kind == report.FaultStop {
 		var live []*brokerProc
 		for _, p := range r.c.brokers {
 			p.mu.Lock()
@@ -560,7 +326,7 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 
 	var err error
 	switch kind {
-	case FaultKill:
+	case report.FaultKill:
 		r.c.kill(b)
 		r.status("loadtest: chaos: killed broker %d (%s) at %.1fs", b.idx, ev.id, ev.at.Seconds())
 		sleep(bg, ev.pause)
@@ -569,7 +335,7 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 			err = r.c.waitReady(rctx, b)
 			cancel()
 		}
-	case FaultStop:
+	case report.FaultStop:
 		r.c.freeze(b)
 		r.status("loadtest: chaos: stopped broker %d (%s) with SIGSTOP at %.1fs for %s", b.idx, ev.id, ev.at.Seconds(), ev.pause)
 		sleep(bg, ev.pause)
@@ -577,12 +343,12 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 		rctx, cancel := context.WithTimeout(bg, 2*time.Minute)
 		err = r.c.waitReady(rctx, b)
 		cancel()
-	case FaultPGRestart:
+	case report.FaultPGRestart:
 		r.status("loadtest: chaos: restarting PostgreSQL (fast) at %.1fs", ev.at.Seconds())
 		rctx, cancel := context.WithTimeout(bg, 3*time.Minute)
 		err = r.restartPG(rctx)
 		cancel()
-	case FaultPGFailover:
+	case report.FaultPGFailover:
 		r.status("loadtest: chaos: killing the PostgreSQL primary (SIGKILL) and promoting its standby at %.1fs", ev.at.Seconds())
 		rctx, cancel := context.WithTimeout(bg, 3*time.Minute)
 		if _, err = r.c.failover(rctx); err == nil {
@@ -596,7 +362,7 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 			}
 		}
 		cancel()
-	case FaultNATSKill:
+	case report.FaultNATSKill:
 		err = r.natsKill(bg, ev)
 	}
 	r.mu.Lock()
@@ -605,7 +371,7 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 	} else {
 		ev.recovered = time.Since(r.start)
 	}
-	if kind == FaultStop {
+	if kind == report.FaultStop {
 		// The same broker (same id) serves again.
 		delete(r.dead, ev.id)
 	}
@@ -620,11 +386,11 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 
 func (r *chaosRun) what(ev *faultEvent) string {
 	switch ev.kind {
-	case FaultPGRestart:
+	case report.FaultPGRestart:
 		return "PostgreSQL restart"
-	case FaultPGFailover:
+	case report.FaultPGFailover:
 		return "PostgreSQL failover"
-	case FaultNATSKill:
+	case report.FaultNATSKill:
 		return "kill of NATS node " + ev.node
 	}
 	return fmt.Sprintf("%s of broker %d", ev.kind, ev.broker)
@@ -642,7 +408,7 @@ func (r *chaosRun) endChaos() {
 
 // finish stops the watcher and builds the reports: the cluster's (nil
 // without Cluster) and the chaos's (nil without a chaos mode).
-func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
+func (r *chaosRun) finish() (*report.ClusterReport, *report.ChaosReport) {
 	r.endChaos()
 	select {
 	case <-r.stopWatch:
@@ -671,11 +437,11 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 		}
 		return sum, most
 	}
-	var cl *ClusterReport
+	var cl *report.ClusterReport
 	if r.c != nil {
-		cl = &ClusterReport{Brokers: len(r.c.brokers), BrokerURLs: r.c.HTTPURLs(), Shards: r.shards,
+		cl = &report.ClusterReport{Brokers: len(r.c.brokers), BrokerURLs: r.c.HTTPURLs(), Shards: r.shards,
 			ShardLeaseSeconds: r.c.cfg.Lease.Seconds(), ClusterPolls: r.polls, ClusterPollErrors: r.pollErr,
-			Client: r.stats.window(0, end+time.Second), NATSNodes: len(r.c.nodes)}
+			Client: r.stats.Window(0, end+time.Second), NATSNodes: len(r.c.nodes)}
 		if cl.NATSNodes > 0 {
 			cl.NATSURL = r.c.NATSURL()
 		}
@@ -685,37 +451,37 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 	if !chaosOn(r.mode) {
 		return cl, nil
 	}
-	ch := &ChaosReport{Mode: r.mode, IntervalSeconds: r.cfg.ChaosInterval.Seconds(), Seed: r.seed,
-		During: ClientErrors{ByKind: map[string]int64{}}, After: ClientErrors{ByKind: map[string]int64{}}}
+	ch := &report.ChaosReport{Mode: r.mode, IntervalSeconds: r.cfg.ChaosInterval.Seconds(), Seed: r.seed,
+		During: report.ClientErrors{ByKind: map[string]int64{}}, After: report.ClientErrors{ByKind: map[string]int64{}}}
 	for _, k := range chaosKinds(r.mode) {
 		switch k {
-		case FaultKill:
+		case report.FaultKill:
 			ch.KillPauseSeconds = r.cfg.pauseFor(k).Seconds()
-		case FaultStop:
+		case report.FaultStop:
 			ch.StopPauseSeconds = r.cfg.pauseFor(k).Seconds()
 		}
 	}
 	if r.mode == ChaosNATSKill || (r.mode == ChaosMixed && r.c != nil && len(r.c.nodes) > 1) {
-		ch.NATSKillPauseSeconds = r.cfg.pauseFor(FaultNATSKill).Seconds()
+		ch.NATSKillPauseSeconds = r.cfg.pauseFor(report.FaultNATSKill).Seconds()
 	}
 	for k, ev := range r.faults {
 		next := end + time.Second
 		if k+1 < len(r.faults) {
 			next = r.faults[k+1].at
 		}
-		fr := FaultReport{Kind: ev.kind, Broker: ev.broker, BrokerID: ev.id, AtSeconds: round3(ev.at.Seconds()),
+		fr := report.FaultReport{Kind: ev.kind, Broker: ev.broker, BrokerID: ev.id, AtSeconds: round3(ev.at.Seconds()),
 			PauseSeconds: round3(ev.pause.Seconds()), Error: ev.err}
 		ch.Faults++
 		switch ev.kind {
-		case FaultKill:
+		case report.FaultKill:
 			ch.Kills++
-		case FaultStop:
+		case report.FaultStop:
 			ch.Stops++
-		case FaultPGRestart:
+		case report.FaultPGRestart:
 			ch.PGRestarts++
-		case FaultPGFailover:
+		case report.FaultPGFailover:
 			ch.PGFailovers++
-		case FaultNATSKill:
+		case report.FaultNATSKill:
 			ch.NATSKills++
 			fr.NATSNode, fr.NodeConnections, fr.BrokerConnections = ev.node, ev.nodeConns, ev.brokerConns
 			if ev.serving >= 0 {
@@ -726,7 +492,7 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 		if ev.recovered >= 0 {
 			ch.Recovered++
 			fr.RecoveredAfterSeconds = round3((ev.recovered - ev.at).Seconds())
-			if ev.kind == FaultNATSKill {
+			if ev.kind == report.FaultNATSKill {
 				fr.RejoinedAfterSeconds = fr.RecoveredAfterSeconds
 			}
 			recovered = min(ev.recovered, next)
@@ -750,17 +516,17 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 			cl.MaxOwnerlessSeconds = max(cl.MaxOwnerlessSeconds, fr.OwnerlessSeconds)
 		}
 		settled := min(max(recovered, owned, ev.at+r.reqTimeout)+time.Second, next)
-		fr.During = r.stats.window(ev.at, recovered)
-		fr.After = r.stats.window(recovered, settled)
-		if last := r.stats.lastError(ev.at, next); last >= 0 {
+		fr.During = r.stats.Window(ev.at, recovered)
+		fr.After = r.stats.Window(recovered, settled)
+		if last := r.stats.LastError(ev.at, next); last >= 0 {
 			fr.ErrorsUntilSeconds = round3(max(0, last-ev.at).Seconds())
 		}
 		addErrors(&ch.During, fr.During)
 		addErrors(&ch.After, fr.After)
 		ch.Events = append(ch.Events, fr)
 	}
-	all := r.stats.window(0, end+time.Second)
-	ch.Steady = ClientErrors{Seconds: round3(all.Seconds - ch.During.Seconds - ch.After.Seconds),
+	all := r.stats.Window(0, end+time.Second)
+	ch.Steady = report.ClientErrors{Seconds: round3(all.Seconds - ch.During.Seconds - ch.After.Seconds),
 		Requests: all.Requests - ch.During.Requests - ch.After.Requests, Errors: all.Errors - ch.During.Errors - ch.After.Errors,
 		FailedItems: all.FailedItems - ch.During.FailedItems - ch.After.FailedItems, ByKind: map[string]int64{}}
 	for k, n := range all.ByKind {
@@ -768,12 +534,12 @@ func (r *chaosRun) finish() (*ClusterReport, *ChaosReport) {
 			ch.Steady.ByKind[k] = d
 		}
 	}
-	ch.During.ErrorRate, ch.After.ErrorRate, ch.Steady.ErrorRate = rate(ch.During), rate(ch.After), rate(ch.Steady)
+	ch.During.ErrorRate, ch.After.ErrorRate, ch.Steady.ErrorRate = clientstats.ErrorRate(ch.During), clientstats.ErrorRate(ch.After), clientstats.ErrorRate(ch.Steady)
 	sort.Slice(ch.Events, func(i, j int) bool { return ch.Events[i].AtSeconds < ch.Events[j].AtSeconds })
 	return cl, ch
 }
 
-func addErrors(into *ClientErrors, w ClientErrors) {
+func addErrors(into *report.ClientErrors, w report.ClientErrors) {
 	into.Seconds = round3(into.Seconds + w.Seconds)
 	into.Requests += w.Requests
 	into.Errors += w.Errors
@@ -783,83 +549,4 @@ func addErrors(into *ClientErrors, w ClientErrors) {
 	}
 }
 
-func rate(c ClientErrors) float64 {
-	if c.Requests == 0 {
-		return 0
-	}
-	return math.Round(float64(c.Errors)/float64(c.Requests)*1e5) / 1e5
-}
-
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
-
-func (c *ClusterReport) writeText(b *strings.Builder) {
-	fmt.Fprintf(b, "  cluster   %d brokers · shard lease %.1f s · %d shards · clients %d errors of %d requests (%.2f%%)\n",
-		c.Brokers, c.ShardLeaseSeconds, c.Shards, c.Client.Errors, c.Client.Requests, 100*c.Client.ErrorRate)
-	if c.NATSNodes > 0 {
-		fmt.Fprintf(b, "  nats      a cluster of %d node processes: %s\n", c.NATSNodes, c.NATSURL)
-	}
-	fmt.Fprintf(b, "  ownership %.1f ownerless shard-seconds in all · worst fault: %.1f shard-seconds, %.1f s until every shard was owned, %d shards at once (%d polls, %d failed)\n",
-		c.OwnerlessShardSeconds, c.MaxOwnerlessShardSeconds, c.MaxOwnerlessSeconds, c.MaxOwnerlessShards, c.ClusterPolls, c.ClusterPollErrors)
-}
-
-func (c *ChaosReport) writeText(b *strings.Builder) {
-	fmt.Fprintf(b, "  chaos     %s every %.0f s (seed %d): %s — %s, %s, %s, %s, %s; %d recovered\n",
-		c.Mode, c.IntervalSeconds, c.Seed, plural(c.Faults, "fault"), plural(c.Kills, "kill"), plural(c.Stops, "stop"), plural(c.PGRestarts, "pg restart"),
-		plural(c.PGFailovers, "pg failover"), plural(c.NATSKills, "nats kill"), c.Recovered)
-	for _, e := range c.Events {
-		var what string
-		switch e.Kind {
-		case FaultKill:
-			what = fmt.Sprintf("kill broker %d, down %.1f s", e.Broker, e.PauseSeconds)
-		case FaultStop:
-			what = fmt.Sprintf("stop broker %d, frozen %.1f s", e.Broker, e.PauseSeconds)
-		case FaultPGFailover:
-			what = "pg-failover (primary SIGKILLed, standby promoted)"
-		case FaultNATSKill:
-			what = fmt.Sprintf("nats-kill %s (%d connections, %d of the brokers'), down %.1f s; brokers serving again after %.1f s",
-				e.NATSNode, e.NodeConnections, e.BrokerConnections, e.PauseSeconds, e.ServingAfterSeconds)
-		default:
-			what = "pg-restart"
-		}
-		rec := fmt.Sprintf("recovered after %.1f s", e.RecoveredAfterSeconds)
-		if e.Error != "" {
-			rec = "recovery FAILED: " + e.Error
-		}
-		fmt.Fprintf(b, "            %s at %.1f s: %s", what, e.AtSeconds, rec)
-		if e.MaxOwnerlessShards > 0 || e.OwnerlessSeconds > 0 {
-			fmt.Fprintf(b, " · ownerless %.1f s, %d shards max, %.1f shard-seconds", e.OwnerlessSeconds, e.MaxOwnerlessShards, e.OwnerlessShardSeconds)
-		}
-		fmt.Fprintf(b, " · during: %s · after %.1f s: %s", clientLine(e.During), e.After.Seconds, clientLine(e.After))
-		if e.ErrorsUntilSeconds > 0 {
-			fmt.Fprintf(b, " · last error +%.1f s", e.ErrorsUntilSeconds)
-		}
-		b.WriteByte('\n')
-	}
-	fmt.Fprintf(b, "  clients   during faults %.1f s: %s · after them %.1f s: %s · steady %.1f s: %s\n",
-		c.During.Seconds, clientLine(c.During), c.After.Seconds, clientLine(c.After), c.Steady.Seconds, clientLine(c.Steady))
-}
-
-// plural is "1 kill", "2 kills".
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
-}
-
-// clientLine is "E errors of R requests (x%), F failed items [kinds]".
-func clientLine(c ClientErrors) string {
-	return fmt.Sprintf("%d errors of %d requests (%.2f%%), %d failed items%s", c.Errors, c.Requests, 100*c.ErrorRate, c.FailedItems, kinds(c.ByKind))
-}
-
-func kinds(m map[string]int64) string {
-	if len(m) == 0 {
-		return ""
-	}
-	out := make([]string, 0, len(m))
-	for k, n := range m {
-		out = append(out, fmt.Sprintf("%s %d", k, n))
-	}
-	sort.Strings(out)
-	return " [" + strings.Join(out, ", ") + "]"
-}

@@ -9,20 +9,29 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
-// Mode is what a run writes through.
-type Mode string
+// Mode is what a run writes through (Config.Mode): report.Mode, named
+// here for the callers of Run.
+type Mode = report.Mode
 
+// The modes (Config.Mode), named in report.
 const (
-	// ModeBroker pushes to a broker over NATS or HTTP (Config.Target) and
-	// audits its database afterwards.
-	ModeBroker Mode = "broker"
-	// ModeRaw writes the same batches straight into a plain PostgreSQL table
-	// with COPY, one row per item: no broker, no dedup. The baseline.
-	ModeRaw Mode = "raw"
+	// ModeBroker: see report.ModeBroker.
+	ModeBroker = report.ModeBroker
+	// ModeRaw: see report.ModeRaw.
+	ModeRaw = report.ModeRaw
+)
+
+// The producer modes (Config.ProducerMode), named in report.
+const (
+	// ProducerSync: see report.ProducerSync.
+	ProducerSync = report.ProducerSync
+	// ProducerAsync: see report.ProducerAsync.
+	ProducerAsync = report.ProducerAsync
 )
 
 // The fail modes of Config.FailMode, named in txnid (where the poison rule
@@ -40,7 +49,7 @@ const (
 // Validate names the first bad field.
 type Config struct {
 	// Mode is ModeBroker (default) or ModeRaw.
-	Mode Mode
+	Mode report.Mode
 	// Target is the broker to drive in ModeBroker: nats://host:port, or a
 	// comma-separated list of a NATS cluster's servers (the
 	// transport client, subject queen.v1.push) or http://host:port (POST
@@ -250,7 +259,7 @@ type Config struct {
 // DefaultConfig returns the defaults of `queen loadtest`.
 func DefaultConfig() Config {
 	return Config{
-		Mode:           ModeBroker,
+		Mode:           report.ModeBroker,
 		Target:         "nats://127.0.0.1:4222",
 		Producers:      8,
 		Partitions:     64,
@@ -266,7 +275,7 @@ func DefaultConfig() Config {
 		RetryLimit:     3,
 		WakeProbes:     50,
 		SampleEvery:    10 * time.Second,
-		ProducerMode:   ProducerSync,
+		ProducerMode:   report.ProducerSync,
 		Spread:         SpreadRandom,
 		InFlight:       1000,
 		Linger:         client.DefaultLinger,
@@ -287,7 +296,7 @@ func (c *Config) maxBatch() int {
 // Validate checks cfg and returns an error naming the first bad field.
 func (c *Config) Validate() error {
 	switch {
-	case c.Mode != ModeBroker && c.Mode != ModeRaw:
+	case c.Mode != report.ModeBroker && c.Mode != report.ModeRaw:
 		return fmt.Errorf("mode %q: want broker or raw", c.Mode)
 	case c.DatabaseURL == "":
 		return errors.New("no database URL: pass --database-url, or run a managed broker that writes $QUEEN_DATA_DIR/postgres.url")
@@ -309,7 +318,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("producers %d: want at most %d", c.Producers, txnid.MaxProducers)
 	case c.Consumers < 0 || c.Consumers > 1024:
 		return fmt.Errorf("consumers %d: want 0..1024 per group", c.Consumers)
-	case c.Consumers > 0 && c.Mode != ModeBroker:
+	case c.Consumers > 0 && c.Mode != report.ModeBroker:
 		return errors.New("consumers need a broker (mode broker)")
 	case c.Groups < 0 || c.Groups > 64:
 		return fmt.Errorf("groups %d: want 1..64", c.Groups)
@@ -339,21 +348,21 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("retention %s: want at least 30s and 4 × --sample-every (%s), so the audit reads new segments before retention deletes them", c.Retention, c.SampleEvery)
 	case c.Retention > 0 && c.Consumers > 0:
 		return errors.New("retention with consumers: the consume audit needs every message; drop --retention or --consumers")
-	case c.Retention > 0 && c.Mode != ModeBroker:
+	case c.Retention > 0 && c.Mode != report.ModeBroker:
 		return errors.New("retention needs a broker (mode broker)")
 	case c.Spread != SpreadRandom && c.Spread != SpreadSequential:
 		return fmt.Errorf("spread %q: want %s or %s", c.Spread, SpreadRandom, SpreadSequential)
-	case c.ProducerMode != ProducerSync && c.ProducerMode != ProducerAsync:
+	case c.ProducerMode != report.ProducerSync && c.ProducerMode != report.ProducerAsync:
 		return fmt.Errorf("producer mode %q: want sync or async", c.ProducerMode)
-	case c.ProducerMode == ProducerAsync && c.Mode != ModeBroker:
+	case c.ProducerMode == report.ProducerAsync && c.Mode != report.ModeBroker:
 		return errors.New("producer mode async needs a broker (mode broker)")
-	case c.ProducerMode == ProducerAsync && chaosOn(c.Chaos):
+	case c.ProducerMode == report.ProducerAsync && chaosOn(c.Chaos):
 		return errors.New("producer mode async with chaos: not supported yet (the chaos report counts sync requests); drop --chaos or use --producer-mode sync")
 	case c.InFlight < 1 || c.InFlight > 1_000_000:
 		return fmt.Errorf("in flight %d: want 1..1000000", c.InFlight)
 	case c.Connections < 0 || c.Connections > c.Producers:
 		return fmt.Errorf("connections %d: want 0..%d (--producers; 0: one per producer)", c.Connections, c.Producers)
-	case c.Connections > 0 && c.ProducerMode != ProducerSync:
+	case c.Connections > 0 && c.ProducerMode != report.ProducerSync:
 		return errors.New("connections with producer mode async: each async producer has its own connection; drop --connections")
 	case c.MaxBatch < 0 || c.MaxBatch > 10000:
 		return fmt.Errorf("max batch %d: want 1..10000 (0: --batch, or 100 when --batch is 1)", c.MaxBatch)
@@ -361,7 +370,7 @@ func (c *Config) Validate() error {
 	if err := c.validateChaos(); err != nil {
 		return err
 	}
-	if c.Mode == ModeBroker {
+	if c.Mode == report.ModeBroker {
 		if strings.HasPrefix(c.Target, "nats://") {
 			// One NATS server or several of a cluster, comma-separated
 			// (SPEC.md §9).
@@ -389,7 +398,7 @@ func (c *Config) validateChaos() error {
 		return nil
 	case kinds == nil:
 		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover, nats-kill or mixed", c.Chaos)
-	case c.Mode != ModeBroker:
+	case c.Mode != report.ModeBroker:
 		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
 	case c.Chaos == ChaosPGFailover && (c.Cluster == nil || !c.Cluster.cfg.PGStandby):
 		return errors.New("chaos pg-failover needs brokers of our own with a standby: pass --brokers N --pg-standby")

@@ -3,18 +3,10 @@ package loadtest
 import (
 	"testing"
 
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/stretchr/testify/require"
 )
-
-func TestLatencyAndCommas(t *testing.T) {
-	require.Equal(t, "0", commas(0))
-	require.Equal(t, "999", commas(999))
-	require.Equal(t, "1,000", commas(1000))
-	require.Equal(t, "-1,234,567", commas(-1234567))
-	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
-	require.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
-}
 
 // TestPartitionsUpToTheKeyBits: a run may spread over up to maxPartitions
 // partitions (a million-partition run fits); an item's key keeps the
@@ -59,7 +51,7 @@ func TestConnectionsValidation(t *testing.T) {
 	c.Connections, c.Target = 2, "http://127.0.0.1:6632"
 	require.ErrorContains(t, c.Validate(), "nats:// target")
 	c = base
-	c.Connections, c.ProducerMode = 2, ProducerAsync
+	c.Connections, c.ProducerMode = 2, report.ProducerAsync
 	require.ErrorContains(t, c.Validate(), "async")
 }
 

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 )
@@ -66,37 +67,6 @@ const (
 	IssueDeliveredUnknown = "delivered_unknown"
 )
 
-// ConsumeAudit is the end-to-end audit of the consume phase.
-type ConsumeAudit struct {
-	Passed bool `json:"passed"`
-	// Complete is false when the run was interrupted: only the checks
-	// that do not need a finished consumption were made.
-	Complete bool `json:"complete"`
-	// Messages and Poison count the stored messages (and the poison ones
-	// among them) each group had to consume; DeadLetters the DLQ rows of
-	// the run's groups.
-	Messages    int64 `json:"messages"`
-	Poison      int64 `json:"poison"`
-	DeadLetters int64 `json:"dead_letters"`
-	// AckOutcomeUnknown counts (group, message) pairs whose only acks went
-	// unanswered (a lost reply; the cursor moved past them anyway), and
-	// RedeliveredAfterLostAck those handled again after such an ack: both
-	// legitimate, reported rather than hidden.
-	AckOutcomeUnknown       int64 `json:"ack_outcome_unknown"`
-	RedeliveredAfterLostAck int64 `json:"redelivered_after_lost_ack"`
-	// AckAfterLease counts acks answered lease_invalid at least the queue's
-	// leaseTime after their pop was sent: the lease had run out (a frozen
-	// broker, a database restart or a busy machine held the pop or the
-	// ack), the ack was not applied and the span delivered again — the
-	// broker's right answer, reported rather than hidden. A lease_invalid
-	// answered sooner is a finding (ack_refused).
-	AckAfterLease int64 `json:"ack_after_lease"`
-	// Issues counts findings by kind (the Issue* constants of the consume
-	// audit); Examples shows a few of each as "kind: description".
-	Issues   map[string]int64 `json:"issues"`
-	Examples []string         `json:"examples,omitempty"`
-}
-
 // dlqSeen is what the DLQ holds for one (group, message).
 type dlqSeen struct {
 	n, attempts int
@@ -120,7 +90,7 @@ type consumeAuditor struct {
 	// lastStored is each partition's highest stored offset (-1: none).
 	lastStored []int64
 	dlq        []map[uint64]*dlqSeen
-	ar         ConsumeAudit
+	ar         report.ConsumeAudit
 	perGroup   []groupAudit
 }
 
@@ -270,7 +240,7 @@ func (a *consumeAuditor) dlqErrorOK(text string) bool {
 // finish checks what the stored messages did not reach (deliveries and
 // dead letters of offsets that are not stored) and the final cursors, and
 // returns the audit.
-func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
+func (a *consumeAuditor) finish(cursors []persistence.Cursor) *report.ConsumeAudit {
 	for gi, g := range a.groups {
 		var keys []uint64
 		for key, e := range g.m {

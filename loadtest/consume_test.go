@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
@@ -386,7 +387,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 
 // run pushes 1,000 messages in batches while the consumers run, drains,
 // and audits.
-func (r *fakeConsumeRun) run(t *testing.T) *ConsumeReport {
+func (r *fakeConsumeRun) run(t *testing.T) *report.ConsumeReport {
 	t.Helper()
 	ctx := context.Background()
 	r.cp.run(ctx, time.Now())
@@ -412,7 +413,7 @@ func (r *fakeConsumeRun) run(t *testing.T) *ConsumeReport {
 	require.NoError(t, err)
 	rep := r.cp.report(ca, ca.finish(cursors))
 	var text strings.Builder
-	rep.writeText(&text)
+	(&report.Report{Mode: report.ModeBroker, Consume: rep}).WriteText(&text) // the consume section, after an empty push section
 	t.Log(text.String())
 	return rep
 }
@@ -536,7 +537,7 @@ func TestConsumeLostAckRepliesAreReportedNotFailed(t *testing.T) {
 	require.Positive(t, rep.Audit.RedeliveredAfterLostAck, "a lost ack that was not applied: redelivered")
 }
 
-func requireConsumeIssue(t *testing.T, a *ConsumeAudit, kind string) {
+func requireConsumeIssue(t *testing.T, a *report.ConsumeAudit, kind string) {
 	t.Helper()
 	require.False(t, a.Passed, "the audit must fail")
 	require.Positive(t, a.Issues[kind], "issues %v, examples %v", a.Issues, a.Examples)
@@ -617,7 +618,7 @@ func TestConsumeAuditRules(t *testing.T) {
 		}
 		return g, dead, cursors
 	}
-	audit := func(g *group, dead []persistence.StoredDeadLetter, cursors []persistence.Cursor, complete bool) *ConsumeAudit {
+	audit := func(g *group, dead []persistence.StoredDeadLetter, cursors []persistence.Cursor, complete bool) *report.ConsumeAudit {
 		ca := newConsumeAuditor([]*group{g}, parts, ratio, R, complete, dead)
 		for i := range stored {
 			ca.stored(&stored[i])

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -100,7 +101,7 @@ type consumeCounters struct {
 	// spans counts the partitions' spans of the pops that returned messages.
 	spans atomic.Int64
 	// obs, when set (a cluster run), sees every request's outcome.
-	obs *clientStats
+	obs *clientstats.Stats
 }
 
 // consumer long-polls the run's queue for its group, handles each popped
@@ -163,7 +164,7 @@ func (k *consumer) run(ctx context.Context) {
 			k.c.popErrors.Add(1)
 			k.g.lostPops.Add(1)
 			qe := queen.AsError(err)
-			k.c.obs.record("pop:" + qe.Code)
+			k.c.obs.Record("pop:" + qe.Code)
 			k.lastError = "pop: " + qe.Error()
 			if !qe.Retryable {
 				k.fatal = fmt.Errorf("group %s consumer %d: pop refused (%s): %s", k.g.name, k.idx, qe.Code, qe.Error())
@@ -173,7 +174,7 @@ func (k *consumer) run(ctx context.Context) {
 			continue
 		}
 		backoff = 0
-		k.c.obs.record("")
+		k.c.obs.Record("")
 		k.c.pops.Add(1)
 		if len(res.Messages) == 0 {
 			k.c.emptyPops.Add(1)
@@ -291,9 +292,9 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 		k.c.ackErrors.Add(1)
 		qe := queen.AsError(err)
 		k.lastError = "ack: " + qe.Error()
-		k.c.obs.record("ack:" + qe.Code)
+		k.c.obs.Record("ack:" + qe.Code)
 	} else {
-		k.c.obs.record("")
+		k.c.obs.Record("")
 	}
 	late := time.Since(popStart) >= time.Duration(k.cfg.LeaseSeconds)*time.Second
 	expired := k.g.record(k.keys[:len(k.acks)], msgs[:len(k.acks)], k.acks, results, err, k.c, late)

@@ -1,6 +1,11 @@
 // Package loadtest is the load harness behind `queen loadtest`: producers over NATS, HTTP or raw COPY, the run report, and the post-run database audit (SPEC.md §12).
 //
-// Its kernel is loadtest/txnid: the transactionId scheme the producers
-// send and the audits read back, and the poison rule the consumers fail
-// and the consume audit counts.
+// Its leaves, which it imports and which import nothing of it:
+//   - loadtest/txnid, the kernel: the transactionId scheme the producers
+//     send and the audits read back, and the poison rule the consumers
+//     fail and the consume audit counts;
+//   - loadtest/report, what a run found (Report and its sections), as JSON
+//     and as text;
+//   - loadtest/clientstats, what the clients saw over time, recorded by
+//     producers and consumers and read by the chaos report.
 package loadtest

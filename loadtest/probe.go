@@ -7,22 +7,9 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/transport/client"
 )
-
-// WakeReport is the wake-latency probe: how long a parked long poll takes
-// to answer once a message arrives, from the message's commit
-// (createdAt, PostgreSQL's clock on this host) to the pop's reply.
-type WakeReport struct {
-	Queue   string `json:"queue"`
-	Rounds  int    `json:"rounds"`
-	Samples int    `json:"samples"`
-	// Misses counts rounds whose long poll came back without the message
-	// (timed out, failed, or returned something else).
-	Misses int `json:"misses"`
-	Latency
-	LastError string `json:"last_error,omitempty"`
-}
 
 const (
 	// probePark is how long a probe round lets its long poll park before
@@ -37,8 +24,8 @@ const (
 // received − the message's createdAt); then ack it. A warm-up message,
 // pushed and consumed first, creates the queue and its partition. It stops
 // early when ctx ends.
-func wakeProbe(ctx context.Context, cl consumeClient, snd sender, queue string, rounds int) *WakeReport {
-	w := &WakeReport{Queue: queue, Rounds: rounds}
+func wakeProbe(ctx context.Context, cl consumeClient, snd sender, queue string, rounds int) *report.WakeReport {
+	w := &report.WakeReport{Queue: queue, Rounds: rounds}
 	pb := &prober{cl: cl, snd: snd, queue: queue, w: w}
 	if err := pb.push(ctx, "probe-warm-up"); err != nil {
 		w.LastError = "push: " + err.Error()
@@ -82,7 +69,7 @@ func wakeProbe(ctx context.Context, cl consumeClient, snd sender, queue string, 
 		}
 	}
 	w.Samples = len(lat)
-	w.Latency = latencyOf(lat)
+	w.Latency = report.LatencyOf(lat)
 	return w
 }
 
@@ -90,7 +77,7 @@ type prober struct {
 	cl    consumeClient
 	snd   sender
 	queue string
-	w     *WakeReport
+	w     *report.WakeReport
 }
 
 // push pushes one message with transactionId txn.

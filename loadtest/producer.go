@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -29,7 +30,7 @@ type counters struct {
 	// an answer came back for (auditor).
 	dirty *dirtySet
 	// obs, when set (a cluster run), sees every request's outcome.
-	obs *clientStats
+	obs *clientstats.Stats
 	// lat is the push requests' latency; windowGuard counts items not sent
 	// again because their original is too old (see producer.guard).
 	lat         histogram
@@ -245,7 +246,7 @@ func (p *producer) handle(err error) (trouble bool) {
 		p.c.requestErrors.Add(1)
 		p.codes["request:"+qe.Code]++
 		p.lastError = qe.Error()
-		p.c.obs.record("push:" + qe.Code)
+		p.c.obs.Record("push:" + qe.Code)
 		if qe.Retryable {
 			for _, s := range p.slots {
 				p.retry(s)
@@ -303,9 +304,9 @@ func (p *producer) handle(err error) (trouble bool) {
 	p.c.duplicate.Add(dup)
 	p.c.failed.Add(failed)
 	if failed > 0 {
-		p.c.obs.recordFailed("push:failed:"+firstCode, failed)
+		p.c.obs.RecordFailed("push:failed:"+firstCode, failed)
 	} else {
-		p.c.obs.record("")
+		p.c.obs.Record("")
 	}
 	return failed > 0
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // loadtestFlags are the settings of one `queen loadtest`: the harness's
@@ -405,31 +406,31 @@ func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compar
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var report interface{ WriteText(io.Writer) }
+	var result interface{ WriteText(io.Writer) }
 	var interrupted bool
 	var err error
 	if compare {
-		var c *loadtest.Comparison
+		var c *report.Comparison
 		c, err = loadtest.Compare(ctx, cfg, 3)
 		if c != nil {
-			report, interrupted = c, c.Interrupted
+			result, interrupted = c, c.Interrupted
 		}
 	} else {
-		var r *loadtest.Report
+		var r *report.Report
 		r, err = loadtest.Run(ctx, cfg)
 		if r != nil {
-			report, interrupted = r, r.Interrupted
+			result, interrupted = r, r.Interrupted
 		}
 	}
-	if report != nil {
+	if result != nil {
 		if jsonOut {
-			b, jerr := json.Marshal(report)
+			b, jerr := json.Marshal(result)
 			if jerr != nil {
 				return jerr
 			}
 			fmt.Fprintln(out, string(b))
 		} else {
-			report.WriteText(out)
+			result.WriteText(out)
 		}
 	}
 	if err == nil && interrupted {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // TestLoadtestClusterChaos: `queen loadtest --brokers 2 --chaos kill` starts
@@ -25,7 +26,7 @@ func TestLoadtestClusterChaos(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2", "--target", "http://brokers")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.False(t, rep.Interrupted)
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
@@ -57,7 +58,7 @@ func TestLoadtestClusterChaos(t *testing.T) {
 // requireChaos checks the report's chaos section of a run in mode: at
 // least one fault, each recovered, counted by kind, with the clients' view
 // around it.
-func requireChaos(t *testing.T, rep *loadtest.Report, mode string) *loadtest.ChaosReport {
+func requireChaos(t *testing.T, rep *report.Report, mode string) *report.ChaosReport {
 	t.Helper()
 	ch := rep.Chaos
 	require.NotNil(t, ch, "the report has a chaos section")
@@ -85,7 +86,7 @@ func TestLoadtestClusterChaosStop(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Zero(t, rep.GaveUp, "every item got a verdict")
@@ -96,7 +97,7 @@ func TestLoadtestClusterChaosStop(t *testing.T) {
 	require.Equal(t, ch.Faults, ch.Stops)
 	require.Equal(t, 1.5, ch.StopPauseSeconds)
 	for _, e := range ch.Events {
-		require.Equal(t, loadtest.FaultStop, e.Kind)
+		require.Equal(t, report.FaultStop, e.Kind)
 		require.GreaterOrEqual(t, e.RecoveredAfterSeconds, 1.5, "recovered only after SIGCONT: %+v", e)
 	}
 	dir := strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, "loadtest: "):], "loadtest: cluster folder "))
@@ -117,7 +118,7 @@ func TestLoadtestClusterPGFailover(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.StoredMessages)
@@ -145,7 +146,7 @@ func TestLoadtestEmbeddedChaosPGRestart(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	cl := c.cluster(t)
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Zero(t, rep.GaveUp, "every item got a verdict")
@@ -155,7 +156,7 @@ func TestLoadtestEmbeddedChaosPGRestart(t *testing.T) {
 	ch := requireChaos(t, &rep, loadtest.ChaosPGRestart)
 	require.Equal(t, ch.Faults, ch.PGRestarts)
 	for _, e := range ch.Events {
-		require.Equal(t, loadtest.FaultPGRestart, e.Kind)
+		require.Equal(t, report.FaultPGRestart, e.Kind)
 		require.Equal(t, -1, e.Broker)
 	}
 	c.requireCleanedUp(t, cl)
@@ -232,7 +233,7 @@ func TestLoadtestClusterNATSKill(t *testing.T) {
 		"--partitions", "8", "--batch", "20", "--consumers", "2", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.StoredMessages)
@@ -247,7 +248,7 @@ func TestLoadtestClusterNATSKill(t *testing.T) {
 	require.Equal(t, ch.Faults, ch.NATSKills)
 	require.Equal(t, 1.5, ch.NATSKillPauseSeconds)
 	for _, e := range ch.Events {
-		require.Equal(t, loadtest.FaultNATSKill, e.Kind)
+		require.Equal(t, report.FaultNATSKill, e.Kind)
 		require.Equal(t, -1, e.Broker)
 		require.True(t, strings.HasPrefix(e.NATSNode, "queen-nats-"), "%+v", e)
 		require.Positive(t, e.BrokerConnections, "the killed node held a broker connection: %+v", e)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 
@@ -349,7 +350,7 @@ func TestLoadtestCompare(t *testing.T) {
 
 // requireBytesPerMessage checks the report's storage per stored message: a
 // run that stored messages has them, positive (the sidecar's may be 0).
-func requireBytesPerMessage(t *testing.T, rep *loadtest.Report) {
+func requireBytesPerMessage(t *testing.T, rep *report.Report) {
 	t.Helper()
 	require.Positive(t, rep.StoredMessages)
 	require.Empty(t, rep.StorageError)
@@ -509,7 +510,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 		"--consumers", "1", "--groups", "2", "--fail-ratio", "0.05", "--consume-batch", "30", "--wake-probes", "5")
 	cl := c.cluster(t)
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, strings.HasPrefix(rep.Target, "http://127.0.0.1:"), rep.Target)
 	require.False(t, rep.Interrupted)
@@ -538,7 +539,7 @@ func TestLoadtestEmbeddedInterrupted(t *testing.T) {
 	code := c.wait(t)
 	require.Equal(t, 1, code, "an interrupted run exits non-zero; stderr:\n%s", c.stderr.String())
 	require.Contains(t, c.stderr.String(), "loadtest interrupted")
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "the report is still printed: %s", c.stdout.String())
 	require.True(t, rep.Interrupted)
 	require.Less(t, rep.Seconds, 300.0)

@@ -58,7 +58,7 @@ const (
 	// span's only unacked message, else bisects (SPEC.md §4).
 	FailCrash = "crash"
 	// FailCrashBatch: the consumer handles the whole batch and acks it at
-	// the end; a poison message Crashes it first, so nothing of the batch
+	// the end; a poison message crashes it first, so nothing of the batch
 	// is acked and the lease is abandoned. The broker isolates the poison
 	// message by bisecting the next deliveries; only its expiries alone
 	// count failures (SPEC.md §4).
