@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -198,20 +199,20 @@ type Config struct {
 	// Target stays the first (the wake probe, the configure call).
 	Targets []string
 	// Cluster, when set, is the cluster of broker processes the run drives
-	// (StartCluster): the run watches its shard ownership, applies Chaos,
+	// (chaos.StartCluster): the run watches its shard ownership, applies Chaos,
 	// and reports both (Report.Cluster, Report.Chaos).
-	Cluster *Cluster
+	Cluster *chaos.Cluster
 	// Chaos is the faults injected while the producers run (Report.Chaos):
-	// ChaosNone ("" too); ChaosKill (SIGKILL a random broker, restart it
-	// after ChaosPause), ChaosStop (SIGSTOP a random broker for ChaosPause,
-	// then SIGCONT) and ChaosMixed (one of each kind per round, in an order
-	// drawn from ChaosSeed), which need Cluster; ChaosNATSKill (SIGKILL a
+	// chaos.None ("" too); chaos.Kill (SIGKILL a random broker, restart it
+	// after ChaosPause), chaos.Stop (SIGSTOP a random broker for ChaosPause,
+	// then SIGCONT) and chaos.Mixed (one of each kind per round, in an order
+	// drawn from ChaosSeed), which need Cluster; chaos.NATSKill (SIGKILL a
 	// NATS node, restart it after ChaosPause), which needs Cluster with
-	// NATSNodes at least 2; ChaosPGRestart (a fast
+	// NATSNodes at least 2; chaos.PGRestart (a fast
 	// restart of the managed PostgreSQL on the same port), which needs
 	// Cluster or RestartPostgres. The first fault comes half an interval
 	// into the load, then one every ChaosInterval (default
-	// DefaultChaosInterval: 20 s for kill, 10 s for the others; with Cluster
+	// chaos.DefaultInterval: 20 s for kill, 10 s for the others; with Cluster
 	// at least twice the brokers' shard lease), none after Duration.
 	Chaos         string
 	ChaosInterval time.Duration
@@ -223,7 +224,7 @@ type Config struct {
 	// (0: from the clock; the report gives the seed used).
 	ChaosSeed uint64
 	// RestartPostgres restarts the broker's PostgreSQL in place and returns
-	// once it accepts connections again (ChaosPGRestart without Cluster:
+	// once it accepts connections again (chaos.PGRestart without Cluster:
 	// --embedded passes the embedded broker's).
 	RestartPostgres func(ctx context.Context) error
 
@@ -356,7 +357,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("producer mode %q: want sync or async", c.ProducerMode)
 	case c.ProducerMode == report.ProducerAsync && c.Mode != report.ModeBroker:
 		return errors.New("producer mode async needs a broker (mode broker)")
-	case c.ProducerMode == report.ProducerAsync && chaosOn(c.Chaos):
+	case c.ProducerMode == report.ProducerAsync && chaos.On(c.Chaos):
 		return errors.New("producer mode async with chaos: not supported yet (the chaos report counts sync requests); drop --chaos or use --producer-mode sync")
 	case c.InFlight < 1 || c.InFlight > 1_000_000:
 		return fmt.Errorf("in flight %d: want 1..1000000", c.InFlight)
@@ -390,44 +391,27 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// validateChaos checks the chaos settings (after withDefaults).
+// validateChaos checks the chaos settings (after withDefaults): a known
+// mode, a broker to hit, then chaos.Config.Validate.
 func (c *Config) validateChaos() error {
-	kinds := chaosKinds(c.Chaos)
-	switch {
-	case !chaosOn(c.Chaos):
+	if !chaos.On(c.Chaos) {
 		return nil
-	case kinds == nil:
-		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover, nats-kill or mixed", c.Chaos)
-	case c.Mode != report.ModeBroker:
+	}
+	if err := chaos.CheckMode(c.Chaos); err != nil {
+		return err
+	}
+	if c.Mode != report.ModeBroker {
 		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
-	case c.Chaos == ChaosPGFailover && (c.Cluster == nil || !c.Cluster.cfg.PGStandby):
-		return errors.New("chaos pg-failover needs brokers of our own with a standby: pass --brokers N --pg-standby")
-	case c.Chaos == ChaosNATSKill && (c.Cluster == nil || c.Cluster.cfg.NATSNodes < 2):
-		return errors.New("chaos nats-kill kills a node of a NATS cluster and needs at least 2: pass --brokers N --nats-nodes M with M at least 2")
-	case c.Cluster == nil && c.Chaos != ChaosPGRestart:
-		return fmt.Errorf("chaos %s needs brokers of our own: pass --brokers N", c.Chaos)
-	case c.Cluster == nil && c.RestartPostgres == nil:
-		return errors.New("chaos pg-restart needs a managed PostgreSQL of our own: pass --brokers N or --embedded")
-	case c.ChaosPause < 0:
-		return fmt.Errorf("chaos pause %s: want at least 0", c.ChaosPause)
 	}
-	if c.Cluster != nil {
-		lease := 10 * time.Second // the brokers' default
-		if c.Cluster.cfg.Lease > 0 {
-			lease = c.Cluster.cfg.Lease
-		}
-		if c.ChaosInterval < 2*lease {
-			return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", c.ChaosInterval, 2*lease)
-		}
-	} else if c.ChaosInterval < time.Second {
-		return fmt.Errorf("chaos interval %s: want at least 1s", c.ChaosInterval)
-	}
-	for _, k := range kinds {
-		if p := c.pauseFor(k); p >= c.ChaosInterval {
-			return fmt.Errorf("chaos pause %s (%s): want less than the chaos interval %s", p, k, c.ChaosInterval)
-		}
-	}
-	return nil
+	cc := c.chaosConfig()
+	return cc.Validate()
+}
+
+// chaosConfig is the chaos room's share of c.
+func (c *Config) chaosConfig() chaos.Config {
+	return chaos.Config{Mode: c.Chaos, Interval: c.ChaosInterval, Pause: c.ChaosPause, Seed: c.ChaosSeed,
+		Cluster: c.Cluster, RestartPostgres: c.RestartPostgres, Duration: c.Duration,
+		RequestTimeout: c.RequestTimeout, Progress: c.Progress}
 }
 
 // The values of Config.Spread.
@@ -487,8 +471,8 @@ func (c Config) withDefaults() Config {
 	if c.PollTimeout <= 0 {
 		c.PollTimeout = 2 * time.Second
 	}
-	if chaosOn(c.Chaos) && c.ChaosInterval <= 0 {
-		c.ChaosInterval = DefaultChaosInterval(c.Chaos)
+	if chaos.On(c.Chaos) && c.ChaosInterval <= 0 {
+		c.ChaosInterval = chaos.DefaultInterval(c.Chaos)
 	}
 	if c.SampleEvery == 0 {
 		c.SampleEvery = d.SampleEvery

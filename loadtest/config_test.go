@@ -1,8 +1,11 @@
 package loadtest
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/stretchr/testify/require"
@@ -68,4 +71,38 @@ func TestTargetTakesANATSCluster(t *testing.T) {
 	require.NoError(t, c.Validate())
 	c.Target = "nats://127.0.0.1:4222,127.0.0.1:4223"
 	require.ErrorContains(t, c.Validate(), "want nats://host:port")
+}
+
+func TestChaosConfig(t *testing.T) {
+	t.Parallel()
+	base := DefaultConfig()
+	base.DatabaseURL = "postgres://x@127.0.0.1/queen"
+	for _, tc := range []struct {
+		chaos   string
+		restart bool
+		want    string
+	}{
+		{chaos.Kill, false, "chaos kill needs brokers of our own"},
+		{chaos.Stop, true, "chaos stop needs brokers of our own"},
+		{chaos.Mixed, true, "chaos mixed needs brokers of our own"},
+		{chaos.PGRestart, false, "pass --brokers N or --embedded"},
+		{"flood", false, `chaos "flood": want none, kill, stop, pg-restart, pg-failover, nats-kill or mixed`},
+		{chaos.NATSKill, true, "chaos nats-kill kills a node of a NATS cluster and needs at least 2"},
+		{chaos.PGRestart, true, ""},
+		{chaos.PGFailover, true, "pass --brokers N --pg-standby"},
+	} {
+		c := base
+		c.Chaos = tc.chaos
+		if tc.restart {
+			c.RestartPostgres = func(context.Context) error { return nil }
+		}
+		c = c.withDefaults()
+		err := c.Validate()
+		if tc.want == "" {
+			require.NoError(t, err, tc.chaos)
+			require.Equal(t, 10*time.Second, c.ChaosInterval)
+			continue
+		}
+		require.ErrorContains(t, err, tc.want, tc.chaos)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/persistence"
 )
@@ -102,7 +103,7 @@ func targetDialer(cfg *Config) dialer {
 	return func(name string) (consumeClient, error) {
 		n++
 		cl, err := newConsumeClient(cfg.Target, n-1, name, hc)
-		if nc, ok := cl.(*natsConsumer); ok && chaosOn(cfg.Chaos) {
+		if nc, ok := cl.(*natsConsumer); ok && chaos.On(cfg.Chaos) {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.
 			nc.slack = min(10*time.Second, cfg.RequestTimeout)

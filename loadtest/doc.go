@@ -8,4 +8,11 @@
 //     and as text;
 //   - loadtest/clientstats, what the clients saw over time, recorded by
 //     producers and consumers and read by the chaos report.
+//
+// Its rooms, which import only those leaves:
+//   - loadtest/chaos, the faults and the cluster of broker processes they
+//     hit (StartCluster), with its own chaos.Config.
+//
+// The producers, the consumers and the audits are still in this package;
+// Run wires them and the rooms.
 package loadtest

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
@@ -232,15 +233,15 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	cfg, c, cp, rep, producers, asyncs, audit, parts := r.cfg, r.c, r.cp, r.rep, r.producers, r.asyncs, r.audit, r.parts
 	r.readStart(ctx)
 	start := time.Now()
-	var chaos *chaosRun
-	if cfg.Mode == report.ModeBroker && (cfg.Cluster != nil || chaosOn(cfg.Chaos)) {
+	var faults *chaos.Run
+	if cfg.Mode == report.ModeBroker && (cfg.Cluster != nil || chaos.On(cfg.Chaos)) {
 		stats := clientstats.New(start)
 		c.obs = stats
 		if cp != nil {
 			cp.c.obs = stats
 		}
-		chaos = startChaos(ctx, cfg, stats)
-		defer chaos.endChaos()
+		faults = chaos.Start(ctx, cfg.chaosConfig(), stats)
+		defer faults.End()
 	}
 	deadline := start.Add(cfg.Duration)
 	drainBy := deadline.Add(cfg.DrainTimeout)
@@ -289,9 +290,9 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		rep.SustainedRatio, rep.SustainedRatioMeaningful = report.SustainedRatio(rep.Timeline)
 		rep.TimelineError = smp.lastErr
 	}
-	if chaos != nil {
+	if faults != nil {
 		// No fault after the load; a recovery under way finishes.
-		chaos.endChaos()
+		faults.End()
 	}
 	// Before the consumers drain: their acks are not the load's.
 	r.readEnd(ctx)
@@ -301,8 +302,8 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		cp.drain(ctx, audit)
 	}
 	prog.finish()
-	if chaos != nil {
-		rep.Cluster, rep.Chaos = chaos.finish()
+	if faults != nil {
+		rep.Cluster, rep.Chaos = faults.Finish()
 	}
 
 	r.au = au

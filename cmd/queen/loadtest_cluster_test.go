@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
@@ -42,7 +42,7 @@ func TestLoadtestClusterChaos(t *testing.T) {
 	require.Equal(t, 1.0, cl.ShardLeaseSeconds)
 	require.Positive(t, cl.ClusterPolls)
 	require.Positive(t, cl.Client.Requests)
-	ch := requireChaos(t, &rep, loadtest.ChaosKill)
+	ch := requireChaos(t, &rep, chaos.Kill)
 	require.GreaterOrEqual(t, ch.Kills, 1)
 	require.Equal(t, ch.Kills, ch.Faults)
 
@@ -93,7 +93,7 @@ func TestLoadtestClusterChaosStop(t *testing.T) {
 	require.NotNil(t, rep.Consume)
 	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
 	require.NotNil(t, rep.Cluster)
-	ch := requireChaos(t, &rep, loadtest.ChaosStop)
+	ch := requireChaos(t, &rep, chaos.Stop)
 	require.Equal(t, ch.Faults, ch.Stops)
 	require.Equal(t, 1.5, ch.StopPauseSeconds)
 	for _, e := range ch.Events {
@@ -125,7 +125,7 @@ func TestLoadtestClusterPGFailover(t *testing.T) {
 	require.Zero(t, rep.GaveUp, "every item got a verdict")
 	require.NotNil(t, rep.Consume)
 	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
-	ch := requireChaos(t, &rep, loadtest.ChaosPGFailover)
+	ch := requireChaos(t, &rep, chaos.PGFailover)
 	require.Equal(t, 1, ch.PGFailovers, "once per run: one server is left after it")
 	require.Equal(t, 1, ch.Faults)
 	require.Equal(t, 1, ch.Recovered, "every broker healthy on the promoted standby: %+v", ch.Events)
@@ -153,7 +153,7 @@ func TestLoadtestEmbeddedChaosPGRestart(t *testing.T) {
 	require.NotNil(t, rep.Consume)
 	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
 	require.Nil(t, rep.Cluster, "no cluster of brokers")
-	ch := requireChaos(t, &rep, loadtest.ChaosPGRestart)
+	ch := requireChaos(t, &rep, chaos.PGRestart)
 	require.Equal(t, ch.Faults, ch.PGRestarts)
 	for _, e := range ch.Events {
 		require.Equal(t, report.FaultPGRestart, e.Kind)
@@ -244,7 +244,7 @@ func TestLoadtestClusterNATSKill(t *testing.T) {
 	require.Equal(t, 3, rep.Cluster.NATSNodes)
 	require.Len(t, strings.Split(rep.Cluster.NATSURL, ","), 3)
 
-	ch := requireChaos(t, &rep, loadtest.ChaosNATSKill)
+	ch := requireChaos(t, &rep, chaos.NATSKill)
 	require.Equal(t, ch.Faults, ch.NATSKills)
 	require.Equal(t, 1.5, ch.NATSKillPauseSeconds)
 	for _, e := range ch.Events {

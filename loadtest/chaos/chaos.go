@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"context"
@@ -14,61 +14,62 @@ import (
 	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
-// Chaos modes (Config.Chaos). A fault is injected half an interval into the
-// load and then every ChaosInterval, never after the load's Duration; a
+// Chaos modes (Config.Mode). A fault is injected half an interval into the
+// load and then every Config.Interval, never after the load's Config.Duration; a
 // fault runs to its end (the broker back, the database accepting
 // connections) before the next one can start, at least half an interval
 // after that.
 const (
-	ChaosNone = "none"
-	// ChaosKill kills a random live broker with SIGKILL and restarts it
-	// (same port) after ChaosPause (default 1s). Needs Cluster.
-	ChaosKill = "kill"
-	// ChaosStop freezes a random live broker with SIGSTOP for ChaosPause
+	// None injects no fault (as does "").
+	None = "none"
+	// Kill kills a random live broker with SIGKILL and restarts it
+	// (same port) after Config.Pause (default 1s). Needs Config.Cluster.
+	Kill = "kill"
+	// Stop freezes a random live broker with SIGSTOP for Config.Pause
 	// (default 5s), then resumes it with SIGCONT: its requests in flight and
-	// its shard leases hang meanwhile. Needs Cluster.
-	ChaosStop = "stop"
-	// ChaosPGRestart restarts the managed PostgreSQL with a fast shutdown
+	// its shard leases hang meanwhile. Needs Config.Cluster.
+	Stop = "stop"
+	// PGRestart restarts the managed PostgreSQL with a fast shutdown
 	// (pg_ctl stop -m fast) and starts it again on the same folder and port
 	// (localpg.Cluster.Restart): every session ends, the transactions in
-	// flight roll back and their items are answered failed. Needs Cluster or
+	// flight roll back and their items are answered failed. Needs Config.Cluster or
 	// Config.RestartPostgres (--embedded).
-	ChaosPGRestart = "pg-restart"
-	// ChaosPGFailover kills the managed PostgreSQL primary with SIGKILL and
+	PGRestart = "pg-restart"
+	// PGFailover kills the managed PostgreSQL primary with SIGKILL and
 	// promotes its synchronous standby (SPEC.md §9): the brokers find the
 	// new primary through their multi-host DATABASE_URL. Once per run (the
-	// run goes on with one server). Needs Cluster with PGStandby.
-	ChaosPGFailover = "pg-failover"
-	// ChaosNATSKill kills a node of the cluster's NATS cluster with SIGKILL
+	// run goes on with one server). Needs Config.Cluster with PGStandby.
+	PGFailover = "pg-failover"
+	// NATSKill kills a node of the cluster's NATS cluster with SIGKILL
 	// (the nodes in turn, 0, 1, 2, ..., skipping those that hold no broker
 	// connection) and restarts it on the same ports
-	// after ChaosPause (default 5 s), where it rejoins the cluster. The
+	// after Config.Pause (default 5 s), where it rejoins the cluster. The
 	// brokers' and clients' connections on it move to the other nodes
 	// (SPEC.md §9); its requests in flight are answered or time out and are
-	// retried with the same transactionIds. Needs Cluster with NATSNodes at
+	// retried with the same transactionIds. Needs Config.Cluster with NATSNodes at
 	// least 2.
-	ChaosNATSKill = "nats-kill"
-	// ChaosMixed injects kill, stop and pg-restart (and nats-kill with
+	NATSKill = "nats-kill"
+	// Mixed injects kill, stop and pg-restart (and nats-kill with
 	// NATSNodes 2 or more, and pg-failover once, with a standby) in rounds
-	// of one of each, in an order drawn from ChaosSeed. Needs Cluster.
-	ChaosMixed = "mixed"
+	// of one of each, in an order drawn from Config.Seed. Needs Config.Cluster.
+	Mixed = "mixed"
 )
 
-// DefaultChaosInterval is the time between faults when Config.ChaosInterval
+// DefaultInterval is the time between faults when Config.Interval
 // is 0: 20 s for kill, 10 s for stop, pg-restart and mixed (at least twice
 // the brokers' shard lease with --brokers; 5 s with chaos).
-func DefaultChaosInterval(mode string) time.Duration {
-	if mode == ChaosKill {
+func DefaultInterval(mode string) time.Duration {
+	if mode == Kill {
 		return 20 * time.Second
 	}
 	return 10 * time.Second
 }
 
-// chaosOn reports whether mode injects faults.
-func chaosOn(mode string) bool { return mode != "" && mode != ChaosNone }
+// On reports whether mode injects faults.
+func On(mode string) bool { return mode != "" && mode != None }
 
 // pauseFor is how long a fault of kind lasts before its recovery starts:
-// ChaosPause when set, else 1 s for a kill (down before the restart), 5 s
+// Config.Pause when set, else 1 s for a kill (down before the restart), 5 s
 // for a stop (frozen before SIGCONT) and a nats-kill (the node down before
 // its restart), 0 for a PostgreSQL restart (the start follows the stop at
 // once).
@@ -76,8 +77,8 @@ func (c *Config) pauseFor(kind string) time.Duration {
 	if kind == report.FaultPGRestart || kind == report.FaultPGFailover {
 		return 0
 	}
-	if c.ChaosPause > 0 {
-		return c.ChaosPause
+	if c.Pause > 0 {
+		return c.Pause
 	}
 	if kind == report.FaultStop || kind == report.FaultNATSKill {
 		return 5 * time.Second
@@ -85,28 +86,28 @@ func (c *Config) pauseFor(kind string) time.Duration {
 	return time.Second
 }
 
-// chaosKinds are the kinds of fault mode injects.
-func chaosKinds(mode string) []string {
+// faultKinds are the kinds of fault mode injects.
+func faultKinds(mode string) []string {
 	switch mode {
-	case ChaosKill:
+	case Kill:
 		return []string{report.FaultKill}
-	case ChaosStop:
+	case Stop:
 		return []string{report.FaultStop}
-	case ChaosPGRestart:
+	case PGRestart:
 		return []string{report.FaultPGRestart}
-	case ChaosPGFailover:
+	case PGFailover:
 		return []string{report.FaultPGFailover}
-	case ChaosNATSKill:
+	case NATSKill:
 		return []string{report.FaultNATSKill}
-	case ChaosMixed:
+	case Mixed:
 		return []string{report.FaultKill, report.FaultStop, report.FaultPGRestart}
 	}
 	return nil
 }
 
-// chaosRun watches the cluster during a run (with Cluster) and injects the
-// faults of Config.Chaos.
-type chaosRun struct {
+// Run watches the cluster during a run (with Config.Cluster) and injects the
+// faults of Config.Mode.
+type Run struct {
 	c    *Cluster // nil: a broker of the caller's (--embedded)
 	cfg  *Config
 	mode string
@@ -156,14 +157,16 @@ type ownSample struct {
 	ownerless int
 }
 
-// startChaos starts the watcher (with Cluster) and the fault injection
-// (with a chaos mode).
-func startChaos(ctx context.Context, cfg *Config, stats *clientstats.Stats) *chaosRun {
-	seed := cfg.ChaosSeed
+// Start starts the watcher (with Config.Cluster) and the fault injection
+// (with a chaos mode) of a run whose clients record into stats (whose
+// start is the run's). cfg is validated (Config.Validate) with Interval
+// filled in. End stops the faults, Finish the watcher.
+func Start(ctx context.Context, cfg Config, stats *clientstats.Stats) *Run {
+	seed := cfg.Seed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	r := &chaosRun{c: cfg.Cluster, cfg: cfg, mode: cfg.Chaos, reqTimeout: cfg.RequestTimeout, stats: stats,
+	r := &Run{c: cfg.Cluster, cfg: &cfg, mode: cfg.Mode, reqTimeout: cfg.RequestTimeout, stats: stats,
 		start: stats.Start(), seed: seed, rng: rand.New(rand.NewPCG(seed, 7)), dead: map[string]bool{}, restartPG: cfg.RestartPostgres,
 		stopChaos: make(chan struct{}), stopWatch: make(chan struct{}), chaosDone: make(chan struct{}), watchDone: make(chan struct{})}
 	if r.restartPG == nil && r.c != nil {
@@ -174,7 +177,7 @@ func startChaos(ctx context.Context, cfg *Config, stats *clientstats.Stats) *cha
 	} else {
 		close(r.watchDone)
 	}
-	if chaosOn(r.mode) {
+	if On(r.mode) {
 		go r.chaos(ctx)
 	} else {
 		close(r.chaosDone)
@@ -184,7 +187,7 @@ func startChaos(ctx context.Context, cfg *Config, stats *clientstats.Stats) *cha
 
 // status writes one line to the cluster's status writer, else the
 // progress writer.
-func (r *chaosRun) status(format string, args ...any) {
+func (r *Run) status(format string, args ...any) {
 	if r.c != nil {
 		r.c.status(format, args...)
 	} else if r.cfg.Progress != nil {
@@ -193,7 +196,7 @@ func (r *chaosRun) status(format string, args ...any) {
 }
 
 // watch polls the cluster view of a live broker about every 200 ms.
-func (r *chaosRun) watch() {
+func (r *Run) watch() {
 	defer close(r.watchDone)
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
@@ -235,9 +238,9 @@ func (r *chaosRun) watch() {
 // chaos injects a fault half an interval into the load and then every
 // interval (at least half an interval after the last recovery), until
 // stopped or the load's Duration is over.
-func (r *chaosRun) chaos(ctx context.Context) {
+func (r *Run) chaos(ctx context.Context) {
 	defer close(r.chaosDone)
-	interval := r.cfg.ChaosInterval
+	interval := r.cfg.Interval
 	next := interval / 2
 	for {
 		if next >= r.cfg.Duration {
@@ -263,13 +266,13 @@ func (r *chaosRun) chaos(ctx context.Context) {
 
 // nextKind is the kind of the next fault: the mode's, or (mixed) the next
 // of a round of one of each in a seeded random order.
-func (r *chaosRun) nextKind() string {
-	kinds := chaosKinds(r.mode)
-	if r.mode == ChaosMixed && r.c != nil && len(r.c.nodes) > 1 {
+func (r *Run) nextKind() string {
+	kinds := faultKinds(r.mode)
+	if r.mode == Mixed && r.c != nil && len(r.c.nodes) > 1 {
 		kinds = append(kinds, report.FaultNATSKill)
 	}
 	failover := r.c != nil && r.c.canFailover()
-	if r.mode == ChaosMixed && failover {
+	if r.mode == Mixed && failover {
 		kinds = append(kinds, report.FaultPGFailover)
 	}
 	if !failover { // once per run: after it, one server is left
@@ -295,7 +298,7 @@ func (r *chaosRun) nextKind() string {
 // inject runs one fault of kind to its end: the target is back (or failed
 // to come back). The recovery happens even when the run is being stopped:
 // the drain and the audits want every broker and the database back.
-func (r *chaosRun) inject(ctx context.Context, kind string) {
+func (r *Run) inject(ctx context.Context, kind string) {
 	bg := context.WithoutCancel(ctx)
 	ev := &faultEvent{kind: kind, broker: -1, recovered: -1, pause: r.cfg.pauseFor(kind), serving: -1}
 	var b *brokerProc
@@ -384,7 +387,7 @@ func (r *chaosRun) inject(ctx context.Context, kind string) {
 	}
 }
 
-func (r *chaosRun) what(ev *faultEvent) string {
+func (r *Run) what(ev *faultEvent) string {
 	switch ev.kind {
 	case report.FaultPGRestart:
 		return "PostgreSQL restart"
@@ -396,8 +399,8 @@ func (r *chaosRun) what(ev *faultEvent) string {
 	return fmt.Sprintf("%s of broker %d", ev.kind, ev.broker)
 }
 
-// endChaos stops injecting faults (one under way recovers first).
-func (r *chaosRun) endChaos() {
+// End stops injecting faults (one under way recovers first).
+func (r *Run) End() {
 	select {
 	case <-r.stopChaos:
 	default:
@@ -406,10 +409,10 @@ func (r *chaosRun) endChaos() {
 	<-r.chaosDone
 }
 
-// finish stops the watcher and builds the reports: the cluster's (nil
-// without Cluster) and the chaos's (nil without a chaos mode).
-func (r *chaosRun) finish() (*report.ClusterReport, *report.ChaosReport) {
-	r.endChaos()
+// Finish stops the watcher and builds the reports: the cluster's (nil
+// without Config.Cluster) and the chaos's (nil without a chaos mode).
+func (r *Run) Finish() (*report.ClusterReport, *report.ChaosReport) {
+	r.End()
 	select {
 	case <-r.stopWatch:
 	default:
@@ -448,12 +451,12 @@ func (r *chaosRun) finish() (*report.ClusterReport, *report.ChaosReport) {
 		total, most := shardSeconds(0, end)
 		cl.OwnerlessShardSeconds, cl.MaxOwnerlessShards = round3(total), most
 	}
-	if !chaosOn(r.mode) {
+	if !On(r.mode) {
 		return cl, nil
 	}
-	ch := &report.ChaosReport{Mode: r.mode, IntervalSeconds: r.cfg.ChaosInterval.Seconds(), Seed: r.seed,
+	ch := &report.ChaosReport{Mode: r.mode, IntervalSeconds: r.cfg.Interval.Seconds(), Seed: r.seed,
 		During: report.ClientErrors{ByKind: map[string]int64{}}, After: report.ClientErrors{ByKind: map[string]int64{}}}
-	for _, k := range chaosKinds(r.mode) {
+	for _, k := range faultKinds(r.mode) {
 		switch k {
 		case report.FaultKill:
 			ch.KillPauseSeconds = r.cfg.pauseFor(k).Seconds()
@@ -461,7 +464,7 @@ func (r *chaosRun) finish() (*report.ClusterReport, *report.ChaosReport) {
 			ch.StopPauseSeconds = r.cfg.pauseFor(k).Seconds()
 		}
 	}
-	if r.mode == ChaosNATSKill || (r.mode == ChaosMixed && r.c != nil && len(r.c.nodes) > 1) {
+	if r.mode == NATSKill || (r.mode == Mixed && r.c != nil && len(r.c.nodes) > 1) {
 		ch.NATSKillPauseSeconds = r.cfg.pauseFor(report.FaultNATSKill).Seconds()
 	}
 	for k, ev := range r.faults {
