@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
@@ -176,7 +177,7 @@ func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r 
 	}
 	if bad != "" {
 		a.led.mu.Lock()
-		a.led.issues.add(IssueWrongReply, "%s", bad)
+		a.led.issues.Add(report.IssueWrongReply, "%s", bad)
 		a.led.mu.Unlock()
 		a.led.failed(s.seq)
 		a.c.gaveUp.Add(1)

@@ -210,7 +210,7 @@ func TestAuditIncremental(t *testing.T) {
 		n := deleteFrameOf(t, e, 3)
 		ar, err := au.finish(ctx, true, nil)
 		require.NoError(t, err)
-		requireIssue(t, ar, IssueMissing, n)
+		requireIssue(t, ar, report.IssueMissing, n)
 	})
 	t.Run("deleted before a pass read it", func(t *testing.T) {
 		e := newAuditEnv(t)
@@ -225,7 +225,7 @@ func TestAuditIncremental(t *testing.T) {
 		deleteFrameOf(t, e, 1)
 		ar, err := au.finish(ctx, false, nil)
 		require.NoError(t, err)
-		requireIssue(t, ar, IssueUnaudited, 1)
+		requireIssue(t, ar, report.IssueUnaudited, 1)
 		require.Equal(t, int64(1), ar.UnauditedOffsets)
 		require.False(t, ar.Recounted)
 	})
@@ -264,7 +264,7 @@ func TestAuditFailsOnDoubleRow(t *testing.T) {
 	it := e.item(2)
 	it.Hash = queen.HashTxn("not-" + it.TransactionID)
 	require.Equal(t, queen.Queued, e.commit(t, e.part(2), it).Results[0].Verdict)
-	requireIssue(t, e.audit(t), IssueStoredTwice, 1)
+	requireIssue(t, e.audit(t), report.IssueStoredTwice, 1)
 }
 
 func TestAuditFailsOnQueuedWithoutRow(t *testing.T) {
@@ -274,7 +274,7 @@ func TestAuditFailsOnQueuedWithoutRow(t *testing.T) {
 	// An answer the database does not back.
 	e.led.sent(40)
 	e.led.queued(40, uuid.Must(uuid.NewV7()))
-	requireIssue(t, e.audit(t), IssueMissing, 1)
+	requireIssue(t, e.audit(t), report.IssueMissing, 1)
 }
 
 func TestAuditFailsOnRepeatAnsweredQueued(t *testing.T) {
@@ -285,7 +285,7 @@ func TestAuditFailsOnRepeatAnsweredQueued(t *testing.T) {
 	// again (with another message id) instead of duplicate.
 	e.led.sent(3)
 	e.led.queued(3, uuid.Must(uuid.NewV7()))
-	requireIssue(t, e.audit(t), IssueRepeatQueued, 1)
+	requireIssue(t, e.audit(t), report.IssueRepeatQueued, 1)
 }
 
 func TestAuditFailsOnWrongIDs(t *testing.T) {
@@ -306,8 +306,8 @@ func TestAuditFailsOnWrongIDs(t *testing.T) {
 	e.commit(t, e.part(42), e.item(42))
 	e.led.duplicate(42, uuid.Must(uuid.NewV7()), nil)
 	ar := e.audit(t)
-	requireIssue(t, ar, IssueWrongDuplicateID, 2)
-	requireIssue(t, ar, IssueWrongMessageID, 1)
+	requireIssue(t, ar, report.IssueWrongDuplicateID, 2)
+	requireIssue(t, ar, report.IssueWrongMessageID, 1)
 }
 
 func TestAuditFailsOnUnknownStored(t *testing.T) {
@@ -320,5 +320,5 @@ func TestAuditFailsOnUnknownStored(t *testing.T) {
 	foreign.TransactionID, foreign.Hash = "someone-else", queen.HashTxn("someone-else")
 	e.commit(t, 0, foreign)
 	e.commit(t, 1-e.part(1), e.item(1))
-	requireIssue(t, e.audit(t), IssueUnknownStored, 2)
+	requireIssue(t, e.audit(t), report.IssueUnknownStored, 2)
 }

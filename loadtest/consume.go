@@ -472,7 +472,7 @@ func (cp *consumePhase) newAuditor(ctx context.Context, a consumeStore, complete
 	ca := newConsumeAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit, complete, dead)
 	ca.failMode = cp.cfg.FailMode
 	if cp.drainProblem != "" && complete {
-		ca.found.add(IssueNotDrained, "%s", cp.drainProblem)
+		ca.found.Add(report.IssueNotDrained, "%s", cp.drainProblem)
 	}
 	return ca, nil
 }

@@ -496,7 +496,7 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	r.f.stored(ca.stored)
 	cursors, err := r.f.Cursors(context.Background(), nil)
 	require.NoError(t, err)
-	requireConsumeIssue(t, ca.finish(cursors), IssueDLQError)
+	requireConsumeIssue(t, ca.finish(cursors), report.IssueDLQError)
 }
 
 // A consumer that handles a whole batch and acks it at the end acks nothing
@@ -548,15 +548,15 @@ func TestConsumeAuditCatchesEarlyDeadLetters(t *testing.T) {
 	t.Parallel()
 	r := newFakeConsumeRun(t, func(_ *Config, f *fakeConsumeBroker) { f.dlqEarly = true })
 	a := r.run(t).Audit
-	requireConsumeIssue(t, a, IssuePoisonDeliveries)
-	requireConsumeIssue(t, a, IssueDLQAttempts)
+	requireConsumeIssue(t, a, report.IssuePoisonDeliveries)
+	requireConsumeIssue(t, a, report.IssueDLQAttempts)
 }
 
 func TestConsumeAuditCatchesSkippedMessages(t *testing.T) {
 	t.Parallel()
 	r := newFakeConsumeRun(t, func(_ *Config, f *fakeConsumeBroker) { f.skipAfterAck = true })
 	a := r.run(t).Audit
-	requireConsumeIssue(t, a, IssueNeverDelivered)
+	requireConsumeIssue(t, a, report.IssueNeverDelivered)
 }
 
 func TestConsumeAuditCatchesDrainTimeout(t *testing.T) {
@@ -570,9 +570,9 @@ func TestConsumeAuditCatchesDrainTimeout(t *testing.T) {
 	require.Contains(t, rep.DrainProblem, "p-03")
 	require.Contains(t, rep.DrainProblem, "no cursor moved for 300ms")
 	a := rep.Audit
-	requireConsumeIssue(t, a, IssueNotDrained)
-	requireConsumeIssue(t, a, IssueNeverDelivered)
-	requireConsumeIssue(t, a, IssueCursorWrong)
+	requireConsumeIssue(t, a, report.IssueNotDrained)
+	requireConsumeIssue(t, a, report.IssueNeverDelivered)
+	requireConsumeIssue(t, a, report.IssueCursorWrong)
 }
 
 // TestConsumeAuditRules feeds the auditor records by hand: each rule of
@@ -642,70 +642,70 @@ func TestConsumeAuditRules(t *testing.T) {
 			e := g.m[key(0, 0)]
 			e.acked, e.handled, e.popped = 2, 2, 2
 			g.m[key(0, 0)] = e
-		}, IssueAckedTwice},
+		}, report.IssueAckedTwice},
 		{"redelivered after ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 2)]
 			e.handled, e.popped, e.stale = 2, 2, 1
 			g.m[key(0, 2)] = e
-		}, IssueRedelivered},
+		}, report.IssueRedelivered},
 		{"never acked", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(1, 0)]
 			e.acked = 0
 			g.m[key(1, 0)] = e
-		}, IssueNotAcked},
+		}, report.IssueNotAcked},
 		{"never delivered", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			delete(g.m, key(1, 0))
-		}, IssueNeverDelivered},
+		}, report.IssueNeverDelivered},
 		{"poison charged too often", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 1)]
 			e.handled, e.charged = R+2, R+2
 			g.m[key(0, 1)] = e
-		}, IssuePoisonDeliveries},
+		}, report.IssuePoisonDeliveries},
 		{"poison charged too rarely", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 1)]
 			e.charged = R
 			g.m[key(0, 1)] = e
-		}, IssuePoisonDeliveries},
+		}, report.IssuePoisonDeliveries},
 		{"handled again after a crash-batch abandon, without the abandon", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 0)]
 			e.handled, e.popped = 2, 2
 			g.m[key(0, 0)] = e
-		}, IssueRedelivered},
+		}, report.IssueRedelivered},
 		{"poison not dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = (*dead)[1:]
-		}, IssueDLQMissing},
+		}, report.IssueDLQMissing},
 		{"dead-lettered twice", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = append(*dead, (*dead)[0])
-		}, IssueDLQTwice},
+		}, report.IssueDLQTwice},
 		{"wrong attempts", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			(*dead)[0].Attempts = R
-		}, IssueDLQAttempts},
+		}, report.IssueDLQAttempts},
 		{"plain message dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = append(*dead, persistence.StoredDeadLetter{Partition: "p-00", ConsumerGroup: "g", Offset: 2, TransactionID: plain[1], Attempts: R + 1})
-		}, IssueDLQUnexpected},
+		}, report.IssueDLQUnexpected},
 		{"dead letter of another group", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = append(*dead, persistence.StoredDeadLetter{Partition: "p-00", ConsumerGroup: "other", Offset: 1, TransactionID: poison[0], Attempts: R + 1})
-		}, IssueDLQUnexpected},
+		}, report.IssueDLQUnexpected},
 		{"cursor behind", func(_ *group, _ *[]persistence.StoredDeadLetter, cursors *[]persistence.Cursor) {
 			(*cursors)[1].Cursor = 0
-		}, IssueCursorWrong},
+		}, report.IssueCursorWrong},
 		{"no cursor", func(_ *group, _ *[]persistence.StoredDeadLetter, cursors *[]persistence.Cursor) {
 			*cursors = (*cursors)[:1]
-		}, IssueCursorWrong},
+		}, report.IssueCursorWrong},
 		{"delivered an offset that is not stored", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			g.m[key(1, 7)] = consEntry{popped: 1, handled: 1, acked: 1}
-		}, IssueDeliveredUnknown},
+		}, report.IssueDeliveredUnknown},
 		{"delivered another transactionId", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 0)]
 			e.txn++
 			g.m[key(0, 0)] = e
-		}, IssueWrongDelivery},
+		}, report.IssueWrongDelivery},
 		{"wrong retry count", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			g.retryMismatch[key(0, 1)] = retryMismatch{desc: "retryCount 0, want 1"}
-		}, IssueWrongRetryCount},
+		}, report.IssueWrongRetryCount},
 		{"refused ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			g.issues.add(IssueAckRefused, "answered lease_invalid")
-		}, IssueAckRefused},
+			g.issues.Add(report.IssueAckRefused, "answered lease_invalid")
+		}, report.IssueAckRefused},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -741,7 +741,7 @@ func TestConsumeAuditRules(t *testing.T) {
 		e := g.m[key(0, 0)]
 		e.acked = 2
 		g.m[key(0, 0)] = e
-		requireConsumeIssue(t, audit(g, dead, cursors, false), IssueAckedTwice)
+		requireConsumeIssue(t, audit(g, dead, cursors, false), report.IssueAckedTwice)
 	})
 }
 
@@ -802,12 +802,12 @@ func TestAckAfterLease(t *testing.T) {
 
 	g := newGroup("g")
 	require.True(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, true))
-	require.Zero(t, g.issues.total())
+	require.Zero(t, g.issues.Total())
 	require.Equal(t, int64(1), g.ackAfterLease)
 	require.Equal(t, uint8(1), g.m[key].refused)
 
 	g = newGroup("g")
 	require.False(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, false))
-	require.Equal(t, int64(1), g.issues.counts[IssueAckRefused])
+	require.Equal(t, int64(1), g.issues.Counts[report.IssueAckRefused])
 	require.Zero(t, g.ackAfterLease)
 }

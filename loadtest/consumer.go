@@ -9,6 +9,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -45,7 +46,7 @@ type group struct {
 	mu   sync.Mutex
 	m    map[uint64]consEntry
 	// issues found while consuming (wrong replies, refused acks).
-	issues  *issues
+	issues  *report.Findings
 	results map[queen.AckOutcome]int64
 	// retryMismatch describes the first delivery of a message whose
 	// retryCount was not its earlier failures (judged by the audit).
@@ -78,7 +79,7 @@ type stall struct {
 }
 
 func newGroup(name string) *group {
-	return &group{name: name, m: map[uint64]consEntry{}, issues: newIssues(), results: map[queen.AckOutcome]int64{},
+	return &group{name: name, m: map[uint64]consEntry{}, issues: report.NewFindings(), results: map[queen.AckOutcome]int64{},
 		retryMismatch: map[uint64]retryMismatch{}, stalls: map[int]*stall{}}
 }
 
@@ -384,19 +385,19 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 		pi, ok := k.partIdx[m.Partition]
 		switch {
 		case m.Queue != "" && m.Queue != k.cfg.Queue:
-			g.issues.add(IssueWrongDelivery, "group %s popped from queue %s got a message of queue %q (partition %q offset %d)", g.name, k.cfg.Queue, m.Queue, m.Partition, m.Offset)
+			g.issues.Add(report.IssueWrongDelivery, "group %s popped from queue %s got a message of queue %q (partition %q offset %d)", g.name, k.cfg.Queue, m.Queue, m.Partition, m.Offset)
 		case !ok:
-			g.issues.add(IssueWrongDelivery, "group %s got a message of partition %q (offset %d, transactionId %q), which this run never pushed to", g.name, m.Partition, m.Offset, m.TransactionID)
+			g.issues.Add(report.IssueWrongDelivery, "group %s got a message of partition %q (offset %d, transactionId %q), which this run never pushed to", g.name, m.Partition, m.Offset, m.TransactionID)
 		case m.Offset < 0 || m.Offset > txnid.SeqMask:
-			g.issues.add(IssueWrongDelivery, "group %s got partition %s offset %d (transactionId %q)", g.name, m.Partition, m.Offset, m.TransactionID)
+			g.issues.Add(report.IssueWrongDelivery, "group %s got partition %s offset %d (transactionId %q)", g.name, m.Partition, m.Offset, m.TransactionID)
 		default:
 			key = txnid.MakeKey(pi, uint64(m.Offset))
 		}
 		if m.ConsumerGroup != "" && m.ConsumerGroup != g.name {
-			g.issues.add(IssueWrongDelivery, "group %s got %s/%d labelled consumerGroup %q", g.name, m.Partition, m.Offset, m.ConsumerGroup)
+			g.issues.Add(report.IssueWrongDelivery, "group %s got %s/%d labelled consumerGroup %q", g.name, m.Partition, m.Offset, m.ConsumerGroup)
 		}
 		if i > 0 && m.Partition == msgs[i-1].Partition && m.Offset != msgs[i-1].Offset+1 {
-			g.issues.add(IssueOutOfOrder, "group %s: one pop reply has %s offset %d right after offset %d", g.name, m.Partition, m.Offset, msgs[i-1].Offset)
+			g.issues.Add(report.IssueOutOfOrder, "group %s: one pop reply has %s offset %d right after offset %d", g.name, m.Partition, m.Offset, msgs[i-1].Offset)
 		}
 		keys = append(keys, key)
 		if key == noKey {
@@ -409,7 +410,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 		} else {
 			redelivered++
 			if e.txn != fp {
-				g.issues.add(IssueWrongDelivery, "group %s got %s offset %d with transactionId %q, another transactionId than at an earlier delivery", g.name, m.Partition, m.Offset, m.TransactionID)
+				g.issues.Add(report.IssueWrongDelivery, "group %s got %s offset %d with transactionId %q, another transactionId than at an earlier delivery", g.name, m.Partition, m.Offset, m.TransactionID)
 			}
 		}
 		e.popped = inc(e.popped)
@@ -473,7 +474,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err == nil && len(results) != len(acks) {
-		g.issues.add(IssueAckUnexpected, "group %s: an ack call of %d acks was answered with %d results", g.name, len(acks), len(results))
+		g.issues.Add(report.IssueAckUnexpected, "group %s: an ack call of %d acks was answered with %d results", g.name, len(acks), len(results))
 		err = fmt.Errorf("%d results for %d acks", len(results), len(acks))
 	}
 	var acked, dead int64
@@ -493,7 +494,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 		r := &results[i]
 		g.results[r.Result]++
 		if r.Index != i {
-			g.issues.add(IssueAckUnexpected, "group %s: ack result %d of a call carries index %d", g.name, i, r.Index)
+			g.issues.Add(report.IssueAckUnexpected, "group %s: ack result %d of a call carries index %d", g.name, i, r.Index)
 		}
 		failed := acks[i].Status == string(queen.AckFailed)
 		switch {
@@ -504,7 +505,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 			expired = true
 		case r.Result == queen.Unresolvable || r.Result == queen.LeaseInvalid:
 			e.refused = inc(e.refused)
-			g.issues.add(IssueAckRefused, "group %s: the %s ack of %s offset %d (transactionId %q, lease %s) was answered %s: %s",
+			g.issues.Add(report.IssueAckRefused, "group %s: the %s ack of %s offset %d (transactionId %q, lease %s) was answered %s: %s",
 				g.name, acks[i].Status, m.Partition, m.Offset, m.TransactionID, acks[i].LeaseID, r.Result, r.Error)
 		case !failed && r.Result == queen.Acked && r.Success:
 			e.acked = inc(e.acked)
@@ -518,7 +519,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 			dead++
 		default:
 			e.refused = inc(e.refused)
-			g.issues.add(IssueAckUnexpected, "group %s: the %s ack of %s offset %d (transactionId %q) was answered {success %t, result %q, error %q}",
+			g.issues.Add(report.IssueAckUnexpected, "group %s: the %s ack of %s offset %d (transactionId %q) was answered {success %t, result %q, error %q}",
 				g.name, acks[i].Status, m.Partition, m.Offset, m.TransactionID, r.Success, r.Result, r.Error)
 		}
 		if key != noKey {

@@ -12,6 +12,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -264,7 +265,7 @@ func (p *producer) handle(err error) (trouble bool) {
 		r := &p.results[i]
 		if r.bad != "" && p.led != nil {
 			p.led.mu.Lock()
-			p.led.issues.add(IssueWrongReply, "%s", r.bad)
+			p.led.issues.Add(report.IssueWrongReply, "%s", r.bad)
 			p.led.mu.Unlock()
 		}
 		switch r.status {

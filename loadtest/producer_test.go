@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -80,7 +81,7 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 
 	// Every id went to one partition only, and each one sent was answered
 	// queued once at most; the ledger agrees with the fake's store.
-	found := newIssues()
+	found := report.NewFindings()
 	for name, id := range fb.stored {
 		part, txn, ok := strings.Cut(name, "/")
 		require.True(t, ok)
@@ -93,8 +94,8 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 	tot := led.check(found)
 	require.Equal(t, int64(len(fb.stored)), tot.ids)
 	require.Equal(t, tot.ids, tot.answered)
-	require.Zero(t, found.total(), "%v", found.examples)
-	require.Zero(t, led.issues.total(), "%v", led.issues.examples)
+	require.Zero(t, found.Total(), "%v", found.Examples())
+	require.Zero(t, led.issues.Total(), "%v", led.issues.Examples())
 	require.Zero(t, led.pending(), "every answered id met its stored frame")
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -82,7 +83,7 @@ func TestLedgerMemoryFlat(t *testing.T) {
 	c := &counters{}
 	led := newLedger(0, cfg.Queue, parts)
 	p := newProducer(0, &cfg, parts, fb, led, c)
-	found := newIssues()
+	found := report.NewFindings()
 	pass := func() {
 		// An audit pass reads what was stored since the last one.
 		for _, s := range fb.stored {
@@ -114,13 +115,13 @@ func TestLedgerMemoryFlat(t *testing.T) {
 	// says little about it: its own accounting is 4 bits per id.
 	require.Less(t, float64(led.bytes())/float64(p.seq), 1.0, "4 bits per id in the bitmap")
 	require.Positive(t, c.duplicate.Load(), "repeats were answered duplicate")
-	require.Zero(t, found.total(), "%v", found.exampleList())
-	require.Zero(t, led.issues.total(), "%v", led.issues.exampleList())
+	require.Zero(t, found.Total(), "%v", found.Examples())
+	require.Zero(t, led.issues.Total(), "%v", led.issues.Examples())
 	require.Less(t, led.pending(), 60_000, "only the ids since the last pass are awaited")
 	pass()
 	require.Zero(t, led.pending())
 	tot := led.check(found)
-	require.Zero(t, found.total(), "%v", found.exampleList())
+	require.Zero(t, found.Total(), "%v", found.Examples())
 	require.Equal(t, int64(p.seq), tot.ids)
 }
 

@@ -119,7 +119,7 @@ func TestLoadtestAudit(t *testing.T) {
 		rep, err := loadtest.Run(ctx, cfg)
 		require.ErrorIs(t, err, loadtest.ErrAuditFailed)
 		require.False(t, rep.Audit.Passed)
-		require.Positive(t, rep.Audit.Issues[loadtest.IssueStoredTwice])
+		require.Positive(t, rep.Audit.Issues[report.IssueStoredTwice])
 		require.Len(t, rep.Audit.Issues, 1, "%v", rep.Audit.Examples)
 		require.Contains(t, strings.Join(rep.Audit.Examples, "\n"), "is stored 2 times")
 	})
@@ -143,7 +143,7 @@ func TestLoadtestAudit(t *testing.T) {
 		}
 		rep, err := loadtest.Run(ctx, cfg)
 		require.ErrorIs(t, err, loadtest.ErrAuditFailed)
-		require.Positive(t, rep.Audit.Issues[loadtest.IssueMissing])
+		require.Positive(t, rep.Audit.Issues[report.IssueMissing])
 		require.Len(t, rep.Audit.Issues, 1, "%v", rep.Audit.Examples)
 		require.Contains(t, strings.Join(rep.Audit.Examples, "\n"), "is not stored")
 	})
@@ -243,8 +243,8 @@ func TestLoadtestConsume(t *testing.T) {
 		require.True(t, rep.Audit.Passed, "the storage audit still passes")
 		a := rep.Consume.Audit
 		require.False(t, a.Passed)
-		require.Equal(t, int64(1), a.Issues[loadtest.IssueDLQTwice], "%v", a.Examples)
-		require.Equal(t, int64(1), a.Issues[loadtest.IssueCursorWrong], "%v", a.Examples)
+		require.Equal(t, int64(1), a.Issues[report.IssueDLQTwice], "%v", a.Examples)
+		require.Equal(t, int64(1), a.Issues[report.IssueCursorWrong], "%v", a.Examples)
 		require.Len(t, a.Issues, 2, "%v", a.Examples)
 	})
 }

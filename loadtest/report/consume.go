@@ -149,7 +149,7 @@ type ConsumeAudit struct {
 	// broker's right answer, reported rather than hidden. A lease_invalid
 	// answered sooner is a finding (ack_refused).
 	AckAfterLease int64 `json:"ack_after_lease"`
-	// Issues counts findings by kind (loadtest's Issue* constants of the consume
+	// Issues counts findings by kind (the Issue* constants of the consume
 	// audit); Examples shows a few of each as "kind: description".
 	Issues   map[string]int64 `json:"issues"`
 	Examples []string         `json:"examples,omitempty"`

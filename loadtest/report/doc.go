@@ -6,6 +6,8 @@
 // sections (ClusterReport, ChaosReport, FaultReport) and its timeline
 // (TimelinePoint, SustainedRatio); Comparison is `--compare`'s rounds.
 // It also names the values of the report's enumerated fields (Mode, the
-// producer modes, the fault kinds). A leaf of the harness: it imports no
-// other harness package and does no I/O beyond the writer it is given.
+// producer modes, the fault kinds, the audits' Issue* finding kinds) and
+// holds Findings, the counter of findings both audits fill. A leaf of the
+// harness: it imports no other harness package and does no I/O beyond the
+// writer it is given.
 package report

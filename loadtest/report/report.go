@@ -189,7 +189,7 @@ type AuditReport struct {
 	IncrementalPasses int   `json:"incremental_passes"`
 	Recounted         bool  `json:"recounted"`
 	UnauditedOffsets  int64 `json:"unaudited_offsets"`
-	// Issues counts findings by kind (see loadtest's Issue* constants); Examples
+	// Issues counts findings by kind (the Issue* constants of the audit); Examples
 	// shows a few of each as "kind: description".
 	Issues   map[string]int64 `json:"issues"`
 	Examples []string         `json:"examples,omitempty"`
