@@ -100,14 +100,10 @@ func (c *Config) Validate() error {
 
 // sleep waits d or until ctx ends; false when ctx ended first.
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	wait, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	<-wait.Done()
+	return ctx.Err() == nil
 }
 
 // clip is b trimmed and cut at 300 bytes, for an error message.
