@@ -12,6 +12,7 @@ import (
 
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -23,9 +24,9 @@ type consumePhase struct {
 	parts     []string
 	groups    []*group
 	consumers []*consumer
-	clients   []consumeClient
+	clients   []target.ConsumeClient
 	// admin configures the queue and runs the wake probe.
-	admin consumeClient
+	admin target.ConsumeClient
 	c     consumeCounters
 	// touched marks the partitions in which a producer got a queued or
 	// duplicate answer: each holds at least one message.
@@ -55,7 +56,7 @@ func (cp *consumePhase) scrapeLeases(ctx context.Context) *brokerMetrics {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	hc := newHTTPClient(1)
+	hc := target.NewHTTPClient(1)
 	var sum *brokerMetrics
 	for _, u := range cp.cfg.MetricsURLs {
 		m, err := scrapeMetrics(qctx, hc, u)
@@ -85,28 +86,28 @@ type consumeStore interface {
 }
 
 // dialer connects one client, named name.
-type dialer func(name string) (consumeClient, error)
+type dialer func(name string) (target.ConsumeClient, error)
 
 // targetDialer connects clients to cfg.Target: one NATS connection each,
 // like independent clients, or one shared HTTP client.
 func targetDialer(cfg *Config) dialer {
-	hc := newHTTPClient(cfg.Groups*cfg.Consumers + 2)
+	hc := target.NewHTTPClient(cfg.Groups*cfg.Consumers + 2)
 	if len(cfg.Targets) > 1 && !strings.HasPrefix(cfg.Target, "nats://") {
 		// Spread over the brokers round robin (the admin client first).
 		n := 0
-		return func(string) (consumeClient, error) {
+		return func(string) (target.ConsumeClient, error) {
 			n++
-			return newFailoverConsumer(hc, cfg.Targets, n-1), nil
+			return target.NewFailoverConsumer(hc, cfg.Targets, n-1), nil
 		}
 	}
 	n := 0
-	return func(name string) (consumeClient, error) {
+	return func(name string) (target.ConsumeClient, error) {
 		n++
-		cl, err := newConsumeClient(cfg.Target, n-1, name, hc)
-		if nc, ok := cl.(*natsConsumer); ok && chaos.On(cfg.Chaos) {
+		cl, err := target.NewConsumeClient(cfg.Target, n-1, name, hc)
+		if nc, ok := cl.(*target.NATSConsumer); ok && chaos.On(cfg.Chaos) {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.
-			nc.slack = min(10*time.Second, cfg.RequestTimeout)
+			nc.Slack = min(10*time.Second, cfg.RequestTimeout)
 		}
 		return cl, err
 	}
@@ -142,7 +143,7 @@ func newConsumePhase(cfg *Config, parts []string, dial dialer) (*consumePhase, e
 
 func (cp *consumePhase) close() {
 	for _, cl := range cp.clients {
-		cl.close()
+		cl.Close()
 	}
 }
 
@@ -152,7 +153,7 @@ func (cp *consumePhase) close() {
 // every other option goes back to its default, which is what the run's
 // queue had before (the harness never configured it otherwise). The reply
 // must echo what the audit counts with.
-func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
+func configureQueue(ctx context.Context, cfg *Config, cl target.ConsumeClient) error {
 	want := map[string]int{}
 	if cfg.Consumers > 0 {
 		want["leaseTime"], want["retryLimit"] = cfg.LeaseSeconds, cfg.RetryLimit
@@ -166,7 +167,7 @@ func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
 	body, _ := json.Marshal(map[string]any{"queue": cfg.Queue, "options": want})
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
-	data, err := cl.configure(ctx, body)
+	data, err := cl.Configure(ctx, body)
 	if err != nil {
 		return fmt.Errorf("configure queue %s: %w", cfg.Queue, err)
 	}
@@ -174,11 +175,11 @@ func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
 		Options map[string]any `json:"options"`
 	}
 	if err := json.Unmarshal(data, &reply); err != nil {
-		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cfg.Queue, err, clip(data))
+		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cfg.Queue, err, target.Clip(data))
 	}
 	for k, v := range want {
 		if got, ok := reply.Options[k].(float64); !ok || got != float64(v) {
-			return fmt.Errorf("configure queue %s with %s %d: the reply says %s", cfg.Queue, k, v, clip(data))
+			return fmt.Errorf("configure queue %s with %s %d: the reply says %s", cfg.Queue, k, v, target.Clip(data))
 		}
 	}
 	return nil
@@ -372,17 +373,17 @@ func (cp *consumePhase) probe(ctx context.Context) {
 	if cp.cfg.WakeProbes <= 0 || ctx.Err() != nil {
 		return
 	}
-	var snd sender
+	var snd target.Sender
 	if strings.HasPrefix(cp.cfg.Target, "nats://") {
-		s, err := newNATSSender(cp.cfg.Target, 0)
+		s, err := target.NewNATSSender(cp.cfg.Target, 0)
 		if err != nil {
 			cp.wake = &report.WakeReport{Queue: cp.cfg.Queue + "-probe", Rounds: cp.cfg.WakeProbes, LastError: err.Error()}
 			return
 		}
-		defer s.close()
+		defer s.Close()
 		snd = s
 	} else {
-		snd = newHTTPSender(newHTTPClient(2), cp.cfg.Target)
+		snd = target.NewHTTPSender(target.NewHTTPClient(2), cp.cfg.Target)
 	}
 	cp.wake = wakeProbe(ctx, cp.admin, snd, cp.cfg.Queue+"-probe", cp.cfg.WakeProbes)
 }

@@ -14,6 +14,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
@@ -119,21 +120,21 @@ func (f *fakeConsumeBroker) cursors(group string) []*fakeCursor {
 	return cs
 }
 
-func (f *fakeConsumeBroker) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
+func (f *fakeConsumeBroker) Pop(ctx context.Context, r target.PopReq) (queen.PopResult, error) {
 	f.mu.Lock()
 	f.pops++
-	if r.partition != "" {
+	if r.Partition != "" {
 		f.partitionPops++
 	}
 	f.mu.Unlock()
-	timer := time.NewTimer(r.wait)
+	timer := time.NewTimer(r.Wait)
 	defer timer.Stop()
 	for {
 		f.mu.Lock()
-		res, ok := f.tryPop(r.queue, r.partition, r.group, r.batch)
+		res, ok := f.tryPop(r.Queue, r.Partition, r.Group, r.Batch)
 		changed := f.changed
 		f.mu.Unlock()
-		if ok || r.wait == 0 {
+		if ok || r.Wait == 0 {
 			return res, nil
 		}
 		select {
@@ -183,7 +184,7 @@ func (f *fakeConsumeBroker) tryPop(queue, partition, group string, batch int) (q
 	return res, false
 }
 
-func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
+func (f *fakeConsumeBroker) Ack(_ context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.notify()
@@ -309,7 +310,7 @@ func (f *fakeConsumeBroker) expire(group string, p int, c *fakeCursor) {
 	}
 }
 
-func (f *fakeConsumeBroker) configure(_ context.Context, body []byte) ([]byte, error) {
+func (f *fakeConsumeBroker) Configure(_ context.Context, body []byte) ([]byte, error) {
 	var in struct {
 		Options map[string]int `json:"options"`
 	}
@@ -322,7 +323,7 @@ func (f *fakeConsumeBroker) configure(_ context.Context, body []byte) ([]byte, e
 	return json.Marshal(map[string]any{"configured": true, "options": in.Options})
 }
 
-func (f *fakeConsumeBroker) close() {}
+func (f *fakeConsumeBroker) Close() {}
 
 func (f *fakeConsumeBroker) Cursors(_ context.Context, _ []string) ([]persistence.Cursor, error) {
 	f.mu.Lock()
@@ -377,7 +378,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 	cfg = cfg.withDefaults()
 	require.NoError(t, cfg.Validate())
 	r := &fakeConsumeRun{f: f, cfg: cfg, parts: parts}
-	cp, err := newConsumePhase(&r.cfg, parts, func(string) (consumeClient, error) { return f, nil })
+	cp, err := newConsumePhase(&r.cfg, parts, func(string) (target.ConsumeClient, error) { return f, nil })
 	require.NoError(t, err)
 	r.cp = cp
 	require.NoError(t, configureQueue(context.Background(), &r.cfg, cp.admin))

@@ -10,6 +10,7 @@ import (
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -113,7 +114,7 @@ type consumer struct {
 	idx     int
 	g       *group
 	cfg     *Config
-	cl      consumeClient
+	cl      target.ConsumeClient
 	partIdx map[string]int
 	c       *consumeCounters
 
@@ -150,13 +151,13 @@ func (k *consumer) run(ctx context.Context) {
 		if backoff > 0 && !sleep(ctx, backoff) {
 			return
 		}
-		req := popReq{queue: k.cfg.Queue, group: k.g.name, batch: k.cfg.ConsumeBatch, wait: k.cfg.PollTimeout, partitions: k.cfg.ConsumePartitions}
+		req := target.PopReq{Queue: k.cfg.Queue, Group: k.g.name, Batch: k.cfg.ConsumeBatch, Wait: k.cfg.PollTimeout, Partitions: k.cfg.ConsumePartitions}
 		if focus != "" {
-			req.partition, req.batch, req.wait, req.partitions = focus, 1, 0, 1
+			req.Partition, req.Batch, req.Wait, req.Partitions = focus, 1, 0, 1
 			focus = ""
 		}
 		popStart := time.Now()
-		res, err := k.cl.pop(ctx, req)
+		res, err := k.cl.Pop(ctx, req)
 		popTook := time.Since(popStart)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -285,7 +286,7 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RequestTimeout)
 	ackStart := time.Now()
-	results, err := k.cl.ack(actx, k.g.name, k.acks)
+	results, err := k.cl.Ack(actx, k.g.name, k.acks)
 	k.ackLat = append(k.ackLat, time.Since(ackStart))
 	cancel()
 	k.c.ackCalls.Add(1)

@@ -7,7 +7,9 @@
 //   - loadtest/report, what a run found (Report and its sections), as JSON
 //     and as text;
 //   - loadtest/clientstats, what the clients saw over time, recorded by
-//     producers and consumers and read by the chaos report.
+//     producers and consumers and read by the chaos report;
+//   - loadtest/target, how the clients reach a broker (the producers'
+//     senders, the consumers' client).
 //
 // Its rooms, which import only those leaves:
 //   - loadtest/chaos, the faults and the cluster of broker processes they

@@ -13,6 +13,7 @@ import (
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -83,7 +84,7 @@ type producer struct {
 	idx   int
 	cfg   *Config
 	parts []string
-	snd   sender
+	snd   target.Sender
 	led   *ledger // nil in raw mode: nothing to audit
 	c     *counters
 	rng   *rand.Rand
@@ -104,11 +105,11 @@ type producer struct {
 
 	slots   []slot
 	items   []client.PushItem
-	results []result
+	results []target.Result
 	buf     []byte
 }
 
-func newProducer(idx int, cfg *Config, parts []string, snd sender, led *ledger, c *counters) *producer {
+func newProducer(idx int, cfg *Config, parts []string, snd target.Sender, led *ledger, c *counters) *producer {
 	return &producer{
 		idx: idx, cfg: cfg, parts: parts, snd: snd, led: led, c: c,
 		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
@@ -117,7 +118,7 @@ func newProducer(idx int, cfg *Config, parts []string, snd sender, led *ledger, 
 		codes:   map[string]int64{},
 		slots:   make([]slot, 0, cfg.Batch),
 		items:   make([]client.PushItem, 0, cfg.Batch),
-		results: make([]result, cfg.Batch),
+		results: make([]target.Result, cfg.Batch),
 	}
 }
 
@@ -140,7 +141,7 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		start := time.Now()
-		err := p.snd.send(rctx, p.items, p.results[:len(p.slots)])
+		err := p.snd.Send(rctx, p.items, p.results[:len(p.slots)])
 		lat := time.Since(start)
 		cancel()
 		// Whatever the answer, anything the request wrote is committed
@@ -263,19 +264,19 @@ func (p *producer) handle(err error) (trouble bool) {
 	for i := range p.slots {
 		s := &p.slots[i]
 		r := &p.results[i]
-		if r.bad != "" && p.led != nil {
+		if r.Bad != "" && p.led != nil {
 			p.led.mu.Lock()
-			p.led.issues.Add(report.IssueWrongReply, "%s", r.bad)
+			p.led.issues.Add(report.IssueWrongReply, "%s", r.Bad)
 			p.led.mu.Unlock()
 		}
-		switch r.status {
+		switch r.Status {
 		case queen.Queued:
 			queued++
 			p.c.touch(p.part(s.seq))
 			if p.led != nil {
-				p.led.queued(s.seq, r.id)
+				p.led.queued(s.seq, r.ID)
 			}
-			p.learn(s, r.id)
+			p.learn(s, r.ID)
 		case queen.Duplicate:
 			dup++
 			p.c.touch(p.part(s.seq))
@@ -284,17 +285,17 @@ func (p *producer) handle(err error) (trouble bool) {
 				if s.hasWant {
 					want = &s.want
 				}
-				p.led.duplicate(s.seq, r.id, want)
+				p.led.duplicate(s.seq, r.ID, want)
 			}
-			if r.id != uuid.Nil {
-				p.learn(s, r.id)
+			if r.ID != uuid.Nil {
+				p.learn(s, r.ID)
 			}
 		default:
 			failed++
 			if firstCode == "" {
-				firstCode = r.code
+				firstCode = r.Code
 			}
-			p.codes[r.code]++
+			p.codes[r.Code]++
 			if p.led != nil {
 				p.led.failed(s.seq)
 			}

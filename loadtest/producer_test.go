@@ -12,6 +12,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -26,7 +27,7 @@ type fakeBroker struct {
 	sends    map[string]int
 }
 
-func (f *fakeBroker) send(_ context.Context, items []client.PushItem, out []result) error {
+func (f *fakeBroker) Send(_ context.Context, items []client.PushItem, out []target.Result) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests++
@@ -37,21 +38,21 @@ func (f *fakeBroker) send(_ context.Context, items []client.PushItem, out []resu
 		k := it.Partition + "/" + it.TransactionID
 		f.sends[k]++
 		if f.requests%3 == 0 {
-			out[i] = result{status: queen.Failed, code: "overloaded"}
+			out[i] = target.Result{Status: queen.Failed, Code: "overloaded"}
 			continue
 		}
 		if id, ok := f.stored[k]; ok {
-			out[i] = result{status: queen.Duplicate, id: id}
+			out[i] = target.Result{Status: queen.Duplicate, ID: id}
 			continue
 		}
 		id := uuid.Must(uuid.NewV7())
 		f.stored[k] = id
-		out[i] = result{status: queen.Queued, id: id}
+		out[i] = target.Result{Status: queen.Queued, ID: id}
 	}
 	return nil
 }
 
-func (f *fakeBroker) close() {}
+func (f *fakeBroker) Close() {}
 
 func TestProducerRepeatsAndRetries(t *testing.T) {
 	t.Parallel()
@@ -66,7 +67,7 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 	// requests went out; the drain then resolves what failed.
 	for fb.requests < 60 {
 		p.fill(true)
-		err := fb.send(context.Background(), p.items, p.results[:len(p.slots)])
+		err := fb.Send(context.Background(), p.items, p.results[:len(p.slots)])
 		p.handle(err)
 	}
 	p.run(context.Background(), time.Now(), time.Now().Add(time.Minute))
@@ -108,13 +109,13 @@ func TestProducerGivesUp(t *testing.T) {
 	p := newProducer(0, &cfg, parts, failing{}, newLedger(0, "q", parts), c)
 	p.fill(true)
 	sent := append([]client.PushItem(nil), p.items...)
-	p.handle(p.snd.send(context.Background(), p.items, p.results[:len(p.slots)]))
+	p.handle(p.snd.Send(context.Background(), p.items, p.results[:len(p.slots)]))
 	// Retries carry the same transaction ids and partitions.
 	p.fill(false)
 	require.Equal(t, sent, p.items)
-	p.handle(p.snd.send(context.Background(), p.items, p.results[:len(p.slots)]))
+	p.handle(p.snd.Send(context.Background(), p.items, p.results[:len(p.slots)]))
 	p.fill(false)
-	p.handle(p.snd.send(context.Background(), p.items, p.results[:len(p.slots)]))
+	p.handle(p.snd.Send(context.Background(), p.items, p.results[:len(p.slots)]))
 	require.Empty(t, p.retries)
 	require.Equal(t, int64(5), c.gaveUp.Load(), "three sends, then the producer gives up")
 	require.Equal(t, int64(15), c.failed.Load())
@@ -122,10 +123,10 @@ func TestProducerGivesUp(t *testing.T) {
 
 type failing struct{}
 
-func (failing) send(_ context.Context, _ []client.PushItem, out []result) error {
+func (failing) Send(_ context.Context, _ []client.PushItem, out []target.Result) error {
 	for i := range out {
-		out[i] = result{status: queen.Failed, code: "unavailable"}
+		out[i] = target.Result{Status: queen.Failed, Code: "unavailable"}
 	}
 	return nil
 }
-func (failing) close() {}
+func (failing) Close() {}

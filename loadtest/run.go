@@ -13,6 +13,7 @@ import (
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -56,7 +57,7 @@ type loadRun struct {
 	asyncs  []*asyncProducer
 	audit   *persistence.Audit
 	raw     *persistence.RawWriter
-	senders []sender
+	senders []target.Sender
 	cp      *consumePhase
 	// au is the in-run auditor (broker mode), from load.
 	au  *auditor
@@ -112,7 +113,7 @@ func (r *loadRun) close() {
 		r.cp.close()
 	}
 	for _, s := range r.senders {
-		s.close()
+		s.Close()
 	}
 	for _, a := range r.asyncs {
 		if a != nil {
@@ -142,40 +143,40 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		rep.ProducerMode, rep.InFlight, rep.MaxBatch = report.ProducerAsync, cfg.InFlight, cfg.maxBatch()
 		rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
 	}
-	hc := newHTTPClient(cfg.Producers)
+	hc := target.NewHTTPClient(cfg.Producers)
 	if cfg.ProducerMode == report.ProducerAsync {
 		r.asyncs = make([]*asyncProducer, cfg.Producers)
 		r.producers = nil
 		// Each async producer has up to MaxInFlight requests open.
-		ahc := newHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
+		ahc := target.NewHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
 		for i := range r.asyncs {
-			push, closeFn, err := asyncPush(cfg, ahc, i)
+			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i)
 			if err != nil {
 				return err
 			}
 			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
 		}
 	}
-	shared := make([]*natsSender, cfg.Connections)
+	shared := make([]*target.NATSSender, cfg.Connections)
 	for i := range r.producers {
-		var s sender
+		var s target.Sender
 		owner := true // r.senders (closed at the end) holds each sender once
 		if n := cfg.Connections; n > 0 && strings.HasPrefix(cfg.Target, "nats://") {
 			// Shared round robin.
 			if owner = shared[i%n] == nil; owner {
-				if shared[i%n], err = newNATSSender(cfg.Target, i%n); err != nil {
+				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n); err != nil {
 					return err
 				}
 			}
 			s = shared[i%n]
 		} else if strings.HasPrefix(cfg.Target, "nats://") {
-			if s, err = newNATSSender(cfg.Target, i); err != nil {
+			if s, err = target.NewNATSSender(cfg.Target, i); err != nil {
 				return err
 			}
 		} else if len(cfg.Targets) > 1 {
-			s = newFailoverSender(hc, cfg.Targets, i)
+			s = target.NewFailoverSender(hc, cfg.Targets, i)
 		} else {
-			s = newHTTPSender(hc, cfg.Target)
+			s = target.NewHTTPSender(hc, cfg.Target)
 		}
 		if owner {
 			r.senders = append(r.senders, s)
@@ -196,7 +197,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 			return err
 		}
 		err = configureQueue(ctx, cfg, cl)
-		cl.close()
+		cl.Close()
 		if err != nil {
 			return err
 		}
@@ -219,7 +220,7 @@ func (r *loadRun) setupRaw(ctx context.Context) error {
 		return err
 	}
 	for i := range r.producers {
-		s := &rawSender{w: r.raw, table: cfg.Table}
+		s := &target.RawSender{W: r.raw, Table: cfg.Table}
 		r.senders = append(r.senders, s)
 		r.producers[i] = newProducer(i, cfg, r.parts, s, nil, r.c)
 	}

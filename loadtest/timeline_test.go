@@ -11,6 +11,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -41,23 +42,23 @@ func seqID(prod int, seq uint64) uuid.UUID {
 	return id
 }
 
-func (f *seqBroker) send(_ context.Context, items []client.PushItem, out []result) error {
+func (f *seqBroker) Send(_ context.Context, items []client.PushItem, out []target.Result) error {
 	for i, it := range items {
 		prod, seq, _ := txnid.ParseTxn(it.TransactionID)
 		id := seqID(prod, seq)
 		if hi, ok := f.hi[prod]; !ok || seq >= hi {
 			f.hi[prod] = seq + 1
 			f.stored = append(f.stored, storedFrame{seq, id})
-			out[i] = result{status: queen.Queued, id: id}
+			out[i] = target.Result{Status: queen.Queued, ID: id}
 		} else {
-			out[i] = result{status: queen.Duplicate, id: id}
+			out[i] = target.Result{Status: queen.Duplicate, ID: id}
 		}
 		f.answers++
 	}
 	return nil
 }
 
-func (f *seqBroker) close() {}
+func (f *seqBroker) Close() {}
 
 func heapAfterGC() uint64 {
 	runtime.GC()
@@ -93,7 +94,7 @@ func TestLedgerMemoryFlat(t *testing.T) {
 	}
 	step := func() {
 		p.fill(true)
-		p.handle(fb.send(context.Background(), p.items, p.results[:len(p.slots)]))
+		p.handle(fb.Send(context.Background(), p.items, p.results[:len(p.slots)]))
 		if len(fb.stored) >= 50_000 {
 			pass()
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 )
 
@@ -104,13 +103,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	defer cancel()
 	<-wait.Done()
 	return ctx.Err() == nil
-}
-
-// clip is b trimmed and cut at 300 bytes, for an error message.
-func clip(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -157,7 +158,7 @@ func (c *Cluster) monitor(n *natsNode, path string, v any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s on NATS node %d answered %d: %s", path, n.idx, resp.StatusCode, clip(data))
+		return fmt.Errorf("GET %s on NATS node %d answered %d: %s", path, n.idx, resp.StatusCode, target.Clip(data))
 	}
 	return json.Unmarshal(data, v)
 }
