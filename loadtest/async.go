@@ -12,20 +12,10 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
-)
-
-// Producer modes (Config.ProducerMode).
-const (
-	// ProducerSync: each producer sends requests of Batch items, one at a
-	// time, and retries failed items itself.
-	ProducerSync = "sync"
-	// ProducerAsync: each producer publishes single items through the Go
-	// client's async producer (client.Producer), which batches them
-	// (MaxBatch items, Linger) and retries them with the same
-	// transactionIds; InFlight bounds its outstanding items.
-	ProducerAsync = "async"
 )
 
 // slabBytes is the size of the buffers the async producers carve payloads
@@ -106,14 +96,14 @@ func (a *asyncProducer) run(ctx context.Context, deadline, drainBy time.Time) {
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		now := time.Now()
 		s := a.nextSlot(now.UnixNano())
-		txn = appendTxn(txn[:0], a.idx, s.seq)
-		payload = appendPayload(payload[:0], a.idx, s.seq, a.cfg.PayloadBytes)
+		txn = txnid.AppendTxn(txn[:0], a.idx, s.seq)
+		payload = txnid.AppendPayload(payload[:0], a.idx, s.seq, a.cfg.PayloadBytes)
 		b := a.alloc(len(txn) + len(payload))
 		copy(b, txn)
 		copy(b[len(txn):], payload)
 		item := client.PushItem{
 			Queue:         a.cfg.Queue,
-			Partition:     a.parts[partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts))],
+			Partition:     a.parts[txnid.PartIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts))],
 			TransactionID: string(b[:len(txn)]),
 			Payload:       json.RawMessage(b[len(txn):]),
 		}
@@ -170,7 +160,7 @@ func (a *asyncProducer) nextSlot(now int64) slot {
 // book records one item's result (called from the async producer's
 // goroutines).
 func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r wire.PushReply, err error) {
-	a.c.dirty.mark(partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
+	a.c.dirty.mark(txnid.PartIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
 	if err != nil {
 		a.bookError(s, err)
 		return
@@ -187,13 +177,13 @@ func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r 
 	}
 	if bad != "" {
 		a.led.mu.Lock()
-		a.led.issues.add(IssueWrongReply, "%s", bad)
+		a.led.issues.Add(report.IssueWrongReply, "%s", bad)
 		a.led.mu.Unlock()
 		a.led.failed(s.seq)
 		a.c.gaveUp.Add(1)
 		return
 	}
-	a.c.touch(partIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
+	a.c.touch(txnid.PartIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
 	switch r.Status {
 	case queen.Queued:
 		a.c.queued.Add(1)

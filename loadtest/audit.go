@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -37,7 +39,7 @@ type auditor struct {
 	// sweep is the next partition of the rotating slice; sweepN is the
 	// slice's length (sweepSlice; set by start).
 	sweep, sweepN int
-	found         *issues
+	found         *report.Findings
 
 	stored    atomic.Int64
 	passes    int
@@ -55,7 +57,7 @@ type auditor struct {
 
 func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*ledger, dirty *dirtySet) *auditor {
 	au := &auditor{a: a, queue: queue, parts: parts, ledgers: ledgers, partIdx: make(map[string]int, len(parts)),
-		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts), 64), found: newIssues()}
+		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts), 64), found: report.NewFindings()}
 	for i, p := range parts {
 		au.partIdx[p] = i
 		au.after[i] = -1
@@ -137,7 +139,7 @@ func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
 		if m.Offset > prev+1 {
 			gap := m.Offset - prev - 1
 			au.unaudited += gap
-			au.found.add(IssueUnaudited, "partition %s offsets %d to %d were deleted before the audit read them (retention shorter than the audit's lag?)",
+			au.found.Add(report.IssueUnaudited, "partition %s offsets %d to %d were deleted before the audit read them (retention shorter than the audit's lag?)",
 				m.Partition, prev+1, m.Offset-1)
 		}
 		au.after[i] = m.Offset
@@ -180,10 +182,10 @@ func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
 // check books one stored frame in its producer's ledger.
 func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 	part, okPart := au.partIdx[m.Partition]
-	prod, seq, okTxn := parseTxn(m.TransactionID)
-	if !okPart || !okTxn || prod >= len(au.ledgers) || partIn(au.sequential, prod, seq, len(au.parts)) != part ||
+	prod, seq, okTxn := txnid.ParseTxn(m.TransactionID)
+	if !okPart || !okTxn || prod >= len(au.ledgers) || txnid.PartIn(au.sequential, prod, seq, len(au.parts)) != part ||
 		!au.ledgers[prod].store(seq, m.MessageID, m.Offset, recount, au.found) {
-		au.found.add(IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
+		au.found.Add(report.IssueUnknownStored, "partition %s offset %d holds transactionId %q (message %s), which this run never sent there",
 			m.Partition, m.Offset, m.TransactionID, m.MessageID)
 	}
 }
@@ -193,7 +195,7 @@ func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 // frame of the queue from scratch, so a frame deleted, doubled or planted
 // after an earlier pass read its partition is still found, and also (when
 // set) sees every stored message; then it checks the ledgers.
-func (au *auditor) finish(ctx context.Context, recount bool, also func(*persistence.StoredMessage)) (*AuditReport, error) {
+func (au *auditor) finish(ctx context.Context, recount bool, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
 	if au.stop != nil {
 		close(au.stop)
 		<-au.done
@@ -203,15 +205,15 @@ func (au *auditor) finish(ctx context.Context, recount bool, also func(*persiste
 	if _, err := au.pass(ctx, true); err != nil {
 		return nil, err
 	}
-	ar := &AuditReport{IncrementalPasses: au.passes, StoredMessages: au.stored.Load(), UnauditedOffsets: au.unaudited}
+	ar := &report.AuditReport{IncrementalPasses: au.passes, StoredMessages: au.stored.Load(), UnauditedOffsets: au.unaudited}
 	if recount {
 		for _, l := range au.ledgers {
 			l.resetStored()
 		}
-		au.found.drop(IssueUnknownStored)
+		au.found.Drop(report.IssueUnknownStored)
 		// Offsets gone before a pass read them are judged by the recount:
 		// an answered id among them is missing there.
-		au.found.drop(IssueUnaudited)
+		au.found.Drop(report.IssueUnaudited)
 		var n int64
 		err := au.a.EachMessage(ctx, []string{au.queue}, func(m *persistence.StoredMessage) error {
 			n++
@@ -229,7 +231,7 @@ func (au *auditor) finish(ctx context.Context, recount bool, also func(*persiste
 	for _, l := range au.ledgers {
 		t := l.check(au.found)
 		l.mu.Lock()
-		au.found.merge(l.issues)
+		au.found.Merge(l.issues)
 		l.mu.Unlock()
 		ar.TransactionIDs += t.ids
 		ar.Answered += t.answered
@@ -237,17 +239,17 @@ func (au *auditor) finish(ctx context.Context, recount bool, also func(*persiste
 		ar.FailedOnlyStored += t.failedOnlyStored
 	}
 	if ar.StoredMessages == 0 && ar.Answered > 0 && au.unaudited == 0 {
-		au.found.add(IssueMissing, "queue %s has no stored message at all: is the database URL the broker's database?", au.queue)
+		au.found.Add(report.IssueMissing, "queue %s has no stored message at all: is the database URL the broker's database?", au.queue)
 	}
-	ar.Issues = au.found.counts
-	ar.Examples = au.found.exampleList()
-	ar.Passed = au.found.total() == 0
+	ar.Issues = au.found.Counts
+	ar.Examples = au.found.Examples()
+	ar.Passed = au.found.Total() == 0
 	return ar, nil
 }
 
 // auditQueue audits queue in one go (no pass during the run): the whole
 // check of SPEC.md §12 over the ledgers, also (when set) seeing every stored
 // message.
-func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*AuditReport, error) {
+func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
 	return newAuditor(a, queue, parts, ledgers, nil).finish(ctx, true, also)
 }

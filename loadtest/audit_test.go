@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
@@ -38,18 +40,18 @@ func newAuditEnv(t *testing.T) *auditEnv {
 	a, err := persistence.OpenAudit(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
-	parts := partitionNames(2)
+	parts := txnid.PartitionNames(2)
 	return &auditEnv{url: url, s: s, a: a, queue: "lt", parts: parts, led: newLedger(0, "lt", parts), ids: map[uint64]uuid.UUID{}}
 }
 
 // part is the partition index of producer 0's id seq.
-func (e *auditEnv) part(seq uint64) int { return partOf(0, seq, len(e.parts)) }
+func (e *auditEnv) part(seq uint64) int { return txnid.PartOf(0, seq, len(e.parts)) }
 
 // item is producer 0's id seq, for its partition.
 func (e *auditEnv) item(seq uint64) *queen.Item {
-	txn := string(appendTxn(nil, 0, seq))
+	txn := string(txnid.AppendTxn(nil, 0, seq))
 	return &queen.Item{Queue: e.queue, Partition: e.parts[e.part(seq)], TransactionID: txn,
-		Payload: json.RawMessage(appendPayload(nil, 0, seq, 60)), Hash: queen.HashTxn(txn)}
+		Payload: json.RawMessage(txnid.AppendPayload(nil, 0, seq, 60)), Hash: queen.HashTxn(txn)}
 }
 
 // commit runs one push transaction of items to partition part without
@@ -98,7 +100,7 @@ func (e *auditEnv) push(t *testing.T, seqs ...uint64) {
 	}
 }
 
-func (e *auditEnv) audit(t *testing.T) *AuditReport {
+func (e *auditEnv) audit(t *testing.T) *report.AuditReport {
 	t.Helper()
 	ar, err := auditQueue(context.Background(), e.a, e.queue, e.parts, []*ledger{e.led}, nil)
 	require.NoError(t, err)
@@ -113,7 +115,7 @@ func (e *auditEnv) clean(t *testing.T) {
 	e.push(t, 4, 5, 7) // two repeats and a new id
 }
 
-func requireIssue(t *testing.T, ar *AuditReport, kind string, n int64) {
+func requireIssue(t *testing.T, ar *report.AuditReport, kind string, n int64) {
 	t.Helper()
 	require.False(t, ar.Passed, "the audit must fail")
 	require.Equal(t, n, ar.Issues[kind], "issues %v, examples %v", ar.Issues, ar.Examples)
@@ -208,7 +210,7 @@ func TestAuditIncremental(t *testing.T) {
 		n := deleteFrameOf(t, e, 3)
 		ar, err := au.finish(ctx, true, nil)
 		require.NoError(t, err)
-		requireIssue(t, ar, IssueMissing, n)
+		requireIssue(t, ar, report.IssueMissing, n)
 	})
 	t.Run("deleted before a pass read it", func(t *testing.T) {
 		e := newAuditEnv(t)
@@ -223,7 +225,7 @@ func TestAuditIncremental(t *testing.T) {
 		deleteFrameOf(t, e, 1)
 		ar, err := au.finish(ctx, false, nil)
 		require.NoError(t, err)
-		requireIssue(t, ar, IssueUnaudited, 1)
+		requireIssue(t, ar, report.IssueUnaudited, 1)
 		require.Equal(t, int64(1), ar.UnauditedOffsets)
 		require.False(t, ar.Recounted)
 	})
@@ -237,7 +239,7 @@ func deleteFrameOf(t *testing.T, e *auditEnv, seq uint64) int64 {
 	ctx := context.Background()
 	ms, err := e.a.Messages(ctx, []string{e.queue})
 	require.NoError(t, err)
-	txn := string(appendTxn(nil, 0, seq))
+	txn := string(txnid.AppendTxn(nil, 0, seq))
 	for _, m := range ms {
 		if m.TransactionID == txn {
 			conn, err := pgx.Connect(ctx, e.url)
@@ -262,7 +264,7 @@ func TestAuditFailsOnDoubleRow(t *testing.T) {
 	it := e.item(2)
 	it.Hash = queen.HashTxn("not-" + it.TransactionID)
 	require.Equal(t, queen.Queued, e.commit(t, e.part(2), it).Results[0].Verdict)
-	requireIssue(t, e.audit(t), IssueStoredTwice, 1)
+	requireIssue(t, e.audit(t), report.IssueStoredTwice, 1)
 }
 
 func TestAuditFailsOnQueuedWithoutRow(t *testing.T) {
@@ -272,7 +274,7 @@ func TestAuditFailsOnQueuedWithoutRow(t *testing.T) {
 	// An answer the database does not back.
 	e.led.sent(40)
 	e.led.queued(40, uuid.Must(uuid.NewV7()))
-	requireIssue(t, e.audit(t), IssueMissing, 1)
+	requireIssue(t, e.audit(t), report.IssueMissing, 1)
 }
 
 func TestAuditFailsOnRepeatAnsweredQueued(t *testing.T) {
@@ -283,7 +285,7 @@ func TestAuditFailsOnRepeatAnsweredQueued(t *testing.T) {
 	// again (with another message id) instead of duplicate.
 	e.led.sent(3)
 	e.led.queued(3, uuid.Must(uuid.NewV7()))
-	requireIssue(t, e.audit(t), IssueRepeatQueued, 1)
+	requireIssue(t, e.audit(t), report.IssueRepeatQueued, 1)
 }
 
 func TestAuditFailsOnWrongIDs(t *testing.T) {
@@ -304,8 +306,8 @@ func TestAuditFailsOnWrongIDs(t *testing.T) {
 	e.commit(t, e.part(42), e.item(42))
 	e.led.duplicate(42, uuid.Must(uuid.NewV7()), nil)
 	ar := e.audit(t)
-	requireIssue(t, ar, IssueWrongDuplicateID, 2)
-	requireIssue(t, ar, IssueWrongMessageID, 1)
+	requireIssue(t, ar, report.IssueWrongDuplicateID, 2)
+	requireIssue(t, ar, report.IssueWrongMessageID, 1)
 }
 
 func TestAuditFailsOnUnknownStored(t *testing.T) {
@@ -318,5 +320,5 @@ func TestAuditFailsOnUnknownStored(t *testing.T) {
 	foreign.TransactionID, foreign.Hash = "someone-else", queen.HashTxn("someone-else")
 	e.commit(t, 0, foreign)
 	e.commit(t, 1-e.part(1), e.item(1))
-	requireIssue(t, e.audit(t), IssueUnknownStored, 2)
+	requireIssue(t, e.audit(t), report.IssueUnknownStored, 2)
 }

@@ -9,26 +9,48 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
-// Mode is what a run writes through.
-type Mode string
+// Mode is what a run writes through (Config.Mode): report.Mode, named
+// here for the callers of Run.
+type Mode = report.Mode
 
+// The modes (Config.Mode), named in report.
 const (
-	// ModeBroker pushes to a broker over NATS or HTTP (Config.Target) and
-	// audits its database afterwards.
-	ModeBroker Mode = "broker"
-	// ModeRaw writes the same batches straight into a plain PostgreSQL table
-	// with COPY, one row per item: no broker, no dedup. The baseline.
-	ModeRaw Mode = "raw"
+	// ModeBroker: see report.ModeBroker.
+	ModeBroker = report.ModeBroker
+	// ModeRaw: see report.ModeRaw.
+	ModeRaw = report.ModeRaw
+)
+
+// The producer modes (Config.ProducerMode), named in report.
+const (
+	// ProducerSync: see report.ProducerSync.
+	ProducerSync = report.ProducerSync
+	// ProducerAsync: see report.ProducerAsync.
+	ProducerAsync = report.ProducerAsync
+)
+
+// The fail modes of Config.FailMode, named in txnid (where the poison rule
+// lives) and repeated here for the callers of Run.
+const (
+	// FailNack: see txnid.FailNack.
+	FailNack = txnid.FailNack
+	// FailCrash: see txnid.FailCrash.
+	FailCrash = txnid.FailCrash
+	// FailCrashBatch: see txnid.FailCrashBatch.
+	FailCrashBatch = txnid.FailCrashBatch
 )
 
 // Config is one load-test run. DefaultConfig gives the documented defaults;
 // Validate names the first bad field.
 type Config struct {
 	// Mode is ModeBroker (default) or ModeRaw.
-	Mode Mode
+	Mode report.Mode
 	// Target is the broker to drive in ModeBroker: nats://host:port, or a
 	// comma-separated list of a NATS cluster's servers (the
 	// transport client, subject queen.v1.push) or http://host:port (POST
@@ -185,20 +207,20 @@ type Config struct {
 	// none (queen loadtest passes --token, default QUEEN_ADMIN_TOKEN).
 	AdminToken string
 	// Cluster, when set, is the cluster of broker processes the run drives
-	// (StartCluster): the run watches its shard ownership, applies Chaos,
+	// (chaos.StartCluster): the run watches its shard ownership, applies Chaos,
 	// and reports both (Report.Cluster, Report.Chaos).
-	Cluster *Cluster
+	Cluster *chaos.Cluster
 	// Chaos is the faults injected while the producers run (Report.Chaos):
-	// ChaosNone ("" too); ChaosKill (SIGKILL a random broker, restart it
-	// after ChaosPause), ChaosStop (SIGSTOP a random broker for ChaosPause,
-	// then SIGCONT) and ChaosMixed (one of each kind per round, in an order
-	// drawn from ChaosSeed), which need Cluster; ChaosNATSKill (SIGKILL a
+	// chaos.None ("" too); chaos.Kill (SIGKILL a random broker, restart it
+	// after ChaosPause), chaos.Stop (SIGSTOP a random broker for ChaosPause,
+	// then SIGCONT) and chaos.Mixed (one of each kind per round, in an order
+	// drawn from ChaosSeed), which need Cluster; chaos.NATSKill (SIGKILL a
 	// NATS node, restart it after ChaosPause), which needs Cluster with
-	// NATSNodes at least 2; ChaosPGRestart (a fast
+	// NATSNodes at least 2; chaos.PGRestart (a fast
 	// restart of the managed PostgreSQL on the same port), which needs
 	// Cluster or RestartPostgres. The first fault comes half an interval
 	// into the load, then one every ChaosInterval (default
-	// DefaultChaosInterval: 20 s for kill, 10 s for the others; with Cluster
+	// chaos.DefaultInterval: 20 s for kill, 10 s for the others; with Cluster
 	// at least twice the brokers' shard lease), none after Duration.
 	Chaos         string
 	ChaosInterval time.Duration
@@ -210,7 +232,7 @@ type Config struct {
 	// (0: from the clock; the report gives the seed used).
 	ChaosSeed uint64
 	// RestartPostgres restarts the broker's PostgreSQL in place and returns
-	// once it accepts connections again (ChaosPGRestart without Cluster:
+	// once it accepts connections again (chaos.PGRestart without Cluster:
 	// --embedded passes the embedded broker's).
 	RestartPostgres func(ctx context.Context) error
 
@@ -246,7 +268,7 @@ type Config struct {
 // DefaultConfig returns the defaults of `queen loadtest`.
 func DefaultConfig() Config {
 	return Config{
-		Mode:           ModeBroker,
+		Mode:           report.ModeBroker,
 		Target:         "nats://127.0.0.1:4222",
 		Producers:      8,
 		Partitions:     64,
@@ -262,7 +284,7 @@ func DefaultConfig() Config {
 		RetryLimit:     3,
 		WakeProbes:     50,
 		SampleEvery:    10 * time.Second,
-		ProducerMode:   ProducerSync,
+		ProducerMode:   report.ProducerSync,
 		Spread:         SpreadRandom,
 		InFlight:       1000,
 		Linger:         client.DefaultLinger,
@@ -283,14 +305,14 @@ func (c *Config) maxBatch() int {
 // Validate checks cfg and returns an error naming the first bad field.
 func (c *Config) Validate() error {
 	switch {
-	case c.Mode != ModeBroker && c.Mode != ModeRaw:
+	case c.Mode != report.ModeBroker && c.Mode != report.ModeRaw:
 		return fmt.Errorf("mode %q: want broker or raw", c.Mode)
 	case c.DatabaseURL == "":
 		return errors.New("no database URL: pass --database-url, or run a managed broker that writes $QUEEN_DATA_DIR/postgres.url")
 	case c.Producers < 1:
 		return fmt.Errorf("producers %d: want at least 1", c.Producers)
-	case c.Partitions < 1 || c.Partitions > maxPartitions:
-		return fmt.Errorf("partitions %d: want 1..%d", c.Partitions, maxPartitions)
+	case c.Partitions < 1 || c.Partitions > txnid.MaxPartitions:
+		return fmt.Errorf("partitions %d: want 1..%d", c.Partitions, txnid.MaxPartitions)
 	case c.Batch < 1 || c.Batch > 10000:
 		return fmt.Errorf("batch %d: want 1..10000 (the broker refuses larger requests)", c.Batch)
 	case c.PayloadBytes < 0:
@@ -301,11 +323,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("duration %s: want > 0", c.Duration)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 255:
 		return fmt.Errorf("max attempts %d: want 1..255", c.MaxAttempts)
-	case c.Producers > maxProducers:
-		return fmt.Errorf("producers %d: want at most %d", c.Producers, maxProducers)
+	case c.Producers > txnid.MaxProducers:
+		return fmt.Errorf("producers %d: want at most %d", c.Producers, txnid.MaxProducers)
 	case c.Consumers < 0 || c.Consumers > 1024:
 		return fmt.Errorf("consumers %d: want 0..1024 per group", c.Consumers)
-	case c.Consumers > 0 && c.Mode != ModeBroker:
+	case c.Consumers > 0 && c.Mode != report.ModeBroker:
 		return errors.New("consumers need a broker (mode broker)")
 	case c.Groups < 0 || c.Groups > 64:
 		return fmt.Errorf("groups %d: want 1..64", c.Groups)
@@ -319,7 +341,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("consume batch %d: want 1..10000", c.ConsumeBatch)
 	case c.Consumers > 0 && (c.ConsumePartitions < 0 || c.ConsumePartitions > 100):
 		return fmt.Errorf("consume partitions %d: want 1..100", c.ConsumePartitions)
-	case c.FailMode != "" && c.FailMode != FailNack && !crashes(c.FailMode):
+	case c.FailMode != "" && c.FailMode != FailNack && !txnid.Crashes(c.FailMode):
 		return fmt.Errorf("fail mode %q: want nack, crash or crash-batch", c.FailMode)
 	case c.RetryLimit < 0 || c.RetryLimit > 100:
 		return fmt.Errorf("retry limit %d: want 0..100", c.RetryLimit)
@@ -335,21 +357,21 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("retention %s: want at least 30s and 4 × --sample-every (%s), so the audit reads new segments before retention deletes them", c.Retention, c.SampleEvery)
 	case c.Retention > 0 && c.Consumers > 0:
 		return errors.New("retention with consumers: the consume audit needs every message; drop --retention or --consumers")
-	case c.Retention > 0 && c.Mode != ModeBroker:
+	case c.Retention > 0 && c.Mode != report.ModeBroker:
 		return errors.New("retention needs a broker (mode broker)")
 	case c.Spread != SpreadRandom && c.Spread != SpreadSequential:
 		return fmt.Errorf("spread %q: want %s or %s", c.Spread, SpreadRandom, SpreadSequential)
-	case c.ProducerMode != ProducerSync && c.ProducerMode != ProducerAsync:
+	case c.ProducerMode != report.ProducerSync && c.ProducerMode != report.ProducerAsync:
 		return fmt.Errorf("producer mode %q: want sync or async", c.ProducerMode)
-	case c.ProducerMode == ProducerAsync && c.Mode != ModeBroker:
+	case c.ProducerMode == report.ProducerAsync && c.Mode != report.ModeBroker:
 		return errors.New("producer mode async needs a broker (mode broker)")
-	case c.ProducerMode == ProducerAsync && chaosOn(c.Chaos):
+	case c.ProducerMode == report.ProducerAsync && chaos.On(c.Chaos):
 		return errors.New("producer mode async with chaos: not supported yet (the chaos report counts sync requests); drop --chaos or use --producer-mode sync")
 	case c.InFlight < 1 || c.InFlight > 1_000_000:
 		return fmt.Errorf("in flight %d: want 1..1000000", c.InFlight)
 	case c.Connections < 0 || c.Connections > c.Producers:
 		return fmt.Errorf("connections %d: want 0..%d (--producers; 0: one per producer)", c.Connections, c.Producers)
-	case c.Connections > 0 && c.ProducerMode != ProducerSync:
+	case c.Connections > 0 && c.ProducerMode != report.ProducerSync:
 		return errors.New("connections with producer mode async: each async producer has its own connection; drop --connections")
 	case c.MaxBatch < 0 || c.MaxBatch > 10000:
 		return fmt.Errorf("max batch %d: want 1..10000 (0: --batch, or 100 when --batch is 1)", c.MaxBatch)
@@ -357,7 +379,7 @@ func (c *Config) Validate() error {
 	if err := c.validateChaos(); err != nil {
 		return err
 	}
-	if c.Mode == ModeBroker {
+	if c.Mode == report.ModeBroker {
 		if strings.HasPrefix(c.Target, "nats://") {
 			// One NATS server or several of a cluster, comma-separated
 			// (SPEC.md §9).
@@ -377,44 +399,27 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// validateChaos checks the chaos settings (after withDefaults).
+// validateChaos checks the chaos settings (after withDefaults): a known
+// mode, a broker to hit, then chaos.Config.Validate.
 func (c *Config) validateChaos() error {
-	kinds := chaosKinds(c.Chaos)
-	switch {
-	case !chaosOn(c.Chaos):
+	if !chaos.On(c.Chaos) {
 		return nil
-	case kinds == nil:
-		return fmt.Errorf("chaos %q: want none, kill, stop, pg-restart, pg-failover, nats-kill or mixed", c.Chaos)
-	case c.Mode != ModeBroker:
+	}
+	if err := chaos.CheckMode(c.Chaos); err != nil {
+		return err
+	}
+	if c.Mode != report.ModeBroker {
 		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
-	case c.Chaos == ChaosPGFailover && (c.Cluster == nil || !c.Cluster.cfg.PGStandby):
-		return errors.New("chaos pg-failover needs brokers of our own with a standby: pass --brokers N --pg-standby")
-	case c.Chaos == ChaosNATSKill && (c.Cluster == nil || c.Cluster.cfg.NATSNodes < 2):
-		return errors.New("chaos nats-kill kills a node of a NATS cluster and needs at least 2: pass --brokers N --nats-nodes M with M at least 2")
-	case c.Cluster == nil && c.Chaos != ChaosPGRestart:
-		return fmt.Errorf("chaos %s needs brokers of our own: pass --brokers N", c.Chaos)
-	case c.Cluster == nil && c.RestartPostgres == nil:
-		return errors.New("chaos pg-restart needs a managed PostgreSQL of our own: pass --brokers N or --embedded")
-	case c.ChaosPause < 0:
-		return fmt.Errorf("chaos pause %s: want at least 0", c.ChaosPause)
 	}
-	if c.Cluster != nil {
-		lease := 10 * time.Second // the brokers' default
-		if c.Cluster.cfg.Lease > 0 {
-			lease = c.Cluster.cfg.Lease
-		}
-		if c.ChaosInterval < 2*lease {
-			return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", c.ChaosInterval, 2*lease)
-		}
-	} else if c.ChaosInterval < time.Second {
-		return fmt.Errorf("chaos interval %s: want at least 1s", c.ChaosInterval)
-	}
-	for _, k := range kinds {
-		if p := c.pauseFor(k); p >= c.ChaosInterval {
-			return fmt.Errorf("chaos pause %s (%s): want less than the chaos interval %s", p, k, c.ChaosInterval)
-		}
-	}
-	return nil
+	cc := c.chaosConfig()
+	return cc.Validate()
+}
+
+// chaosConfig is the chaos room's share of c.
+func (c *Config) chaosConfig() chaos.Config {
+	return chaos.Config{Mode: c.Chaos, Interval: c.ChaosInterval, Pause: c.ChaosPause, Seed: c.ChaosSeed,
+		Cluster: c.Cluster, RestartPostgres: c.RestartPostgres, Duration: c.Duration,
+		RequestTimeout: c.RequestTimeout, Progress: c.Progress}
 }
 
 // The values of Config.Spread.
@@ -467,15 +472,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseSeconds <= 0 {
 		c.LeaseSeconds = 30
-		if crashes(c.FailMode) {
+		if txnid.Crashes(c.FailMode) {
 			c.LeaseSeconds = 2
 		}
 	}
 	if c.PollTimeout <= 0 {
 		c.PollTimeout = 2 * time.Second
 	}
-	if chaosOn(c.Chaos) && c.ChaosInterval <= 0 {
-		c.ChaosInterval = DefaultChaosInterval(c.Chaos)
+	if chaos.On(c.Chaos) && c.ChaosInterval <= 0 {
+		c.ChaosInterval = chaos.DefaultInterval(c.Chaos)
 	}
 	if c.SampleEvery == 0 {
 		c.SampleEvery = d.SampleEvery

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
@@ -21,9 +24,9 @@ type consumePhase struct {
 	parts     []string
 	groups    []*group
 	consumers []*consumer
-	clients   []consumeClient
+	clients   []target.ConsumeClient
 	// admin configures the queue and runs the wake probe.
-	admin consumeClient
+	admin target.ConsumeClient
 	c     consumeCounters
 	// touched marks the partitions in which a producer got a queued or
 	// duplicate answer: each holds at least one message.
@@ -38,7 +41,7 @@ type consumePhase struct {
 	// drainProblem says why the drain ended without every cursor at the
 	// end ("" when drained or interrupted).
 	drainProblem string
-	wake         *WakeReport
+	wake         *report.WakeReport
 	// brokersAtStart and brokersAtEnd are the brokers' lease figures from
 	// /metrics (Config.MetricsURLs, summed over those that answered; nil
 	// when none did).
@@ -53,7 +56,7 @@ func (cp *consumePhase) scrapeLeases(ctx context.Context) *brokerMetrics {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	hc := newHTTPClient(1)
+	hc := target.NewHTTPClient(1)
 	var sum *brokerMetrics
 	for _, u := range cp.cfg.MetricsURLs {
 		m, err := scrapeMetrics(qctx, hc, u)
@@ -83,28 +86,28 @@ type consumeStore interface {
 }
 
 // dialer connects one client, named name.
-type dialer func(name string) (consumeClient, error)
+type dialer func(name string) (target.ConsumeClient, error)
 
 // targetDialer connects clients to cfg.Target: one NATS connection each,
 // like independent clients, or one shared HTTP client.
 func targetDialer(cfg *Config) dialer {
-	hc := newHTTPClient(cfg.Groups*cfg.Consumers + 2)
+	hc := target.NewHTTPClient(cfg.Groups*cfg.Consumers + 2)
 	if len(cfg.Targets) > 1 && !strings.HasPrefix(cfg.Target, "nats://") {
 		// Spread over the brokers round robin (the admin client first).
 		n := 0
-		return func(string) (consumeClient, error) {
+		return func(string) (target.ConsumeClient, error) {
 			n++
-			return newFailoverConsumer(hc, cfg.Targets, n-1, cfg.AdminToken), nil
+			return target.NewFailoverConsumer(hc, cfg.Targets, n-1, cfg.AdminToken), nil
 		}
 	}
 	n := 0
-	return func(name string) (consumeClient, error) {
+	return func(name string) (target.ConsumeClient, error) {
 		n++
-		cl, err := newConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc)
-		if nc, ok := cl.(*natsConsumer); ok && chaosOn(cfg.Chaos) {
+		cl, err := target.NewConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc)
+		if nc, ok := cl.(*target.NATSConsumer); ok && chaos.On(cfg.Chaos) {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.
-			nc.slack = min(10*time.Second, cfg.RequestTimeout)
+			nc.Slack = min(10*time.Second, cfg.RequestTimeout)
 		}
 		return cl, err
 	}
@@ -140,7 +143,7 @@ func newConsumePhase(cfg *Config, parts []string, dial dialer) (*consumePhase, e
 
 func (cp *consumePhase) close() {
 	for _, cl := range cp.clients {
-		cl.close()
+		cl.Close()
 	}
 }
 
@@ -150,7 +153,7 @@ func (cp *consumePhase) close() {
 // every other option goes back to its default, which is what the run's
 // queue had before (the harness never configured it otherwise). The reply
 // must echo what the audit counts with.
-func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
+func configureQueue(ctx context.Context, cfg *Config, cl target.ConsumeClient) error {
 	want := map[string]int{}
 	if cfg.Consumers > 0 {
 		want["leaseTime"], want["retryLimit"] = cfg.LeaseSeconds, cfg.RetryLimit
@@ -164,7 +167,7 @@ func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
 	body, _ := json.Marshal(map[string]any{"queue": cfg.Queue, "options": want})
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
-	data, err := cl.configure(ctx, body)
+	data, err := cl.Configure(ctx, body)
 	if err != nil {
 		return fmt.Errorf("configure queue %s: %w", cfg.Queue, err)
 	}
@@ -172,11 +175,11 @@ func configureQueue(ctx context.Context, cfg *Config, cl consumeClient) error {
 		Options map[string]any `json:"options"`
 	}
 	if err := json.Unmarshal(data, &reply); err != nil {
-		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cfg.Queue, err, clip(data))
+		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cfg.Queue, err, target.Clip(data))
 	}
 	for k, v := range want {
 		if got, ok := reply.Options[k].(float64); !ok || got != float64(v) {
-			return fmt.Errorf("configure queue %s with %s %d: the reply says %s", cfg.Queue, k, v, clip(data))
+			return fmt.Errorf("configure queue %s with %s %d: the reply says %s", cfg.Queue, k, v, target.Clip(data))
 		}
 	}
 	return nil
@@ -370,131 +373,28 @@ func (cp *consumePhase) probe(ctx context.Context) {
 	if cp.cfg.WakeProbes <= 0 || ctx.Err() != nil {
 		return
 	}
-	var snd sender
+	var snd target.Sender
 	if strings.HasPrefix(cp.cfg.Target, "nats://") {
-		s, err := newNATSSender(cp.cfg.Target, 0)
+		s, err := target.NewNATSSender(cp.cfg.Target, 0)
 		if err != nil {
-			cp.wake = &WakeReport{Queue: cp.cfg.Queue + "-probe", Rounds: cp.cfg.WakeProbes, LastError: err.Error()}
+			cp.wake = &report.WakeReport{Queue: cp.cfg.Queue + "-probe", Rounds: cp.cfg.WakeProbes, LastError: err.Error()}
 			return
 		}
-		defer s.close()
+		defer s.Close()
 		snd = s
 	} else {
-		snd = newHTTPSender(newHTTPClient(2), cp.cfg.Target)
+		snd = target.NewHTTPSender(target.NewHTTPClient(2), cp.cfg.Target)
 	}
 	cp.wake = wakeProbe(ctx, cp.admin, snd, cp.cfg.Queue+"-probe", cp.cfg.WakeProbes)
 }
 
-// ConsumeReport is the consume phase: throughput, latency, delivery
-// counts, the wake probe and the end-to-end audit.
-type ConsumeReport struct {
-	ConsumersPerGroup int      `json:"consumers_per_group"`
-	Groups            []string `json:"groups"`
-	FailRatio         float64  `json:"fail_ratio"`
-	FailMode          string   `json:"fail_mode"`
-	RetryLimit        int      `json:"retry_limit"`
-	LeaseSeconds      int      `json:"lease_seconds"`
-	Batch             int      `json:"batch"`
-	// ConsumePartitions is the most partitions a pop could claim
-	// (Config.ConsumePartitions); PartitionsPerPop how many the pops that
-	// returned messages claimed on average.
-	ConsumePartitions int     `json:"consume_partitions"`
-	PartitionsPerPop  float64 `json:"partitions_per_pop"`
-	// Seconds is the consume phase, from the start of the run to the
-	// drain's end; DrainSeconds its part after the producers stopped.
-	Seconds      float64 `json:"seconds"`
-	DrainSeconds float64 `json:"drain_seconds"`
-	Drained      bool    `json:"drained"`
-	// DrainProblem says why the drain ended with cursors short of the end.
-	DrainProblem string `json:"drain_problem,omitempty"`
-
-	Pops      int64 `json:"pops"`
-	EmptyPops int64 `json:"empty_pops"`
-	PopErrors int64 `json:"pop_errors"`
-	// Deliveries counts messages in pop replies, Handled handler
-	// invocations (a batch stops at its first failure, so the rest of it is
-	// delivered but not handled), Redeliveries deliveries of a (group,
-	// message) after its first.
-	Deliveries   int64 `json:"deliveries"`
-	Handled      int64 `json:"handled"`
-	Redeliveries int64 `json:"redeliveries"`
-	// Acked counts acks answered acked; AckedPerSecond is over Seconds.
-	Acked          int64   `json:"acked"`
-	AckedPerSecond float64 `json:"acked_per_second"`
-	DeadLettered   int64   `json:"dead_lettered"`
-	// AckCalls counts ack calls, AckErrors those without an answer (their
-	// acks' outcome unknown); AckResults counts answers by result.
-	AckCalls   int64            `json:"ack_calls"`
-	AckErrors  int64            `json:"ack_errors"`
-	AckResults map[string]int64 `json:"ack_results"`
-	LastError  string           `json:"last_error,omitempty"`
-
-	PerGroup []GroupReport `json:"per_group"`
-
-	// Latency is push commit (the message's createdAt, PostgreSQL's clock
-	// on this host) → handler, over each (group, message)'s first handling.
-	Latency    Latency `json:"e2e_latency_ms"`
-	E2ESamples int64   `json:"e2e_samples"`
-	// PopLatency is the request latency of pops that returned messages
-	// (a long poll that waited counts its wait); AckLatency of ack calls.
-	PopLatency Latency     `json:"pop_latency_ms"`
-	AckLatency Latency     `json:"ack_latency_ms"`
-	Wake       *WakeReport `json:"wake_probe,omitempty"`
-	// Poison is how long poison messages held their partitions (omitted
-	// without poison messages).
-	Poison *PoisonReport `json:"poison,omitempty"`
-
-	Audit *ConsumeAudit `json:"audit"`
-}
-
-// PoisonReport is how poison messages held their partitions (SPEC.md §4:
-// a partition is ordered, so a poison message holds its group there until
-// it is dead-lettered), seen by the consumers and by the brokers.
-type PoisonReport struct {
-	// AbandonedLeases counts leases the consumers abandoned on a poison
-	// message (the crash fail modes): each one lease expiry at a broker.
-	// AbandonedSpans counts those that left several messages unacked: the
-	// broker charges none of them and bisects the redelivery.
-	AbandonedLeases int64 `json:"abandoned_leases"`
-	AbandonedSpans  int64 `json:"abandoned_multi_message_spans"`
-	// Stalls counts (group, partition) waits on poison messages that ended:
-	// from a poison message's first failed handling to the first delivery
-	// past it (and past any poison message that failed there meanwhile).
-	// StallSeconds is their sum; IsolateMS their distribution, the time to
-	// isolate a poison message (ms). OpenStalls were still waiting when the
-	// consumers stopped.
-	Stalls       int64   `json:"stalls"`
-	StallSeconds float64 `json:"stall_seconds"`
-	IsolateMS    Latency `json:"time_to_isolate_ms"`
-	OpenStalls   int64   `json:"open_stalls"`
-	// Brokers is what the brokers' /metrics counted over the consume phase
-	// (the difference of their counters at its end and its start, summed
-	// over the brokers that answered both times; omitted when none did; a
-	// broker restarted meanwhile counts from zero).
-	Brokers *BrokerPoison `json:"brokers,omitempty"`
-}
-
-// BrokerPoison is the brokers' side of PoisonReport (their /metrics).
-type BrokerPoison struct {
-	// LeaseExpiries: expired leases settled that held unacked messages
-	// (queen_lease_expiries_total); Bisections: those over several
-	// messages, none charged (queen_lease_bisections_total); DeadLettered:
-	// messages dead-lettered by single-message expiries
-	// (queen_lease_expiry_dead_letters_total); StallSeconds: the seconds
-	// bisections held their partitions (queen_poison_stall_seconds_total).
-	LeaseExpiries int64   `json:"lease_expiries"`
-	Bisections    int64   `json:"bisections"`
-	DeadLettered  int64   `json:"expiry_dead_letters"`
-	StallSeconds  float64 `json:"stall_seconds"`
-}
-
 // poisonReport builds the consume report's poison section (nil without
 // poison messages).
-func (cp *consumePhase) poisonReport() *PoisonReport {
+func (cp *consumePhase) poisonReport() *report.PoisonReport {
 	if cp.cfg.FailRatio <= 0 {
 		return nil
 	}
-	p := &PoisonReport{}
+	p := &report.PoisonReport{}
 	var durs []time.Duration
 	for _, g := range cp.groups {
 		g.mu.Lock()
@@ -510,33 +410,18 @@ func (cp *consumePhase) poisonReport() *PoisonReport {
 		sum += d
 	}
 	p.StallSeconds = math.Round(sum.Seconds()*1000) / 1000
-	p.IsolateMS = latencyOf(durs)
+	p.IsolateMS = report.LatencyOf(durs)
 	if a, b := cp.brokersAtStart, cp.brokersAtEnd; a != nil && b != nil {
-		p.Brokers = &BrokerPoison{LeaseExpiries: b.leaseExpiries - a.leaseExpiries, Bisections: b.bisections - a.bisections,
+		p.Brokers = &report.BrokerPoison{LeaseExpiries: b.leaseExpiries - a.leaseExpiries, Bisections: b.bisections - a.bisections,
 			DeadLettered: b.expiryDead - a.expiryDead, StallSeconds: math.Round((b.stallSeconds-a.stallSeconds)*1000) / 1000}
 	}
 	return p
 }
 
-// GroupReport is one consumer group's share.
-type GroupReport struct {
-	Group          string  `json:"group"`
-	Acked          int64   `json:"acked"`
-	AckedPerSecond float64 `json:"acked_per_second"`
-	Deliveries     int64   `json:"deliveries"`
-	Handled        int64   `json:"handled"`
-	Redeliveries   int64   `json:"redeliveries"`
-	DeadLettered   int64   `json:"dead_lettered"`
-	// Messages and Poison: the stored messages the group had to consume,
-	// and the poison ones among them (from the audit).
-	Messages int64 `json:"messages"`
-	Poison   int64 `json:"poison"`
-}
-
 // report builds the consume report; ca is the finished audit's auditor.
-func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *ConsumeReport {
+func (cp *consumePhase) report(ca *consumeAuditor, audit *report.ConsumeAudit) *report.ConsumeReport {
 	secs := cp.end.Sub(cp.start).Seconds()
-	r := &ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, FailMode: cp.cfg.FailMode,
+	r := &report.ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, FailMode: cp.cfg.FailMode,
 		RetryLimit: cp.cfg.RetryLimit, LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch, ConsumePartitions: cp.cfg.ConsumePartitions,
 		Seconds: math.Round(secs*1000) / 1000, DrainSeconds: math.Round(cp.end.Sub(cp.producersDone).Seconds()*1000) / 1000,
 		Drained: cp.drained, DrainProblem: cp.drainProblem,
@@ -545,15 +430,15 @@ func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *Consume
 		Acked: cp.c.acked.Load(), DeadLettered: cp.c.deadLettered.Load(),
 		AckCalls: cp.c.ackCalls.Load(), AckErrors: cp.c.ackErrors.Load(), AckResults: map[string]int64{},
 		E2ESamples: cp.c.firstDeliveries.Load(), Wake: cp.wake, Audit: audit, Poison: cp.poisonReport()}
-	r.AckedPerSecond = perSecond(r.Acked, secs)
+	r.AckedPerSecond = report.PerSecond(r.Acked, secs)
 	if full := r.Pops - r.EmptyPops; full > 0 {
 		r.PartitionsPerPop = math.Round(float64(cp.c.spans.Load())/float64(full)*100) / 100
 	}
 	for i, g := range cp.groups {
 		r.Groups = append(r.Groups, g.name)
-		gr := GroupReport{Group: g.name, Acked: g.acked.Load(), Deliveries: g.delivered.Load(), Handled: g.handled.Load(),
+		gr := report.GroupReport{Group: g.name, Acked: g.acked.Load(), Deliveries: g.delivered.Load(), Handled: g.handled.Load(),
 			Redeliveries: g.redelivered.Load(), DeadLettered: g.dead.Load()}
-		gr.AckedPerSecond = perSecond(gr.Acked, secs)
+		gr.AckedPerSecond = report.PerSecond(gr.Acked, secs)
 		if ca != nil {
 			gr.Messages, gr.Poison = ca.perGroup[i].messages, ca.perGroup[i].poison
 		}
@@ -573,8 +458,8 @@ func (cp *consumePhase) report(ca *consumeAuditor, audit *ConsumeAudit) *Consume
 			r.LastError = k.lastError
 		}
 	}
-	r.Latency = latencyOf(lat)
-	r.PopLatency, r.AckLatency = latencyOf(popLat), latencyOf(ackLat)
+	r.Latency = report.LatencyOf(lat)
+	r.PopLatency, r.AckLatency = report.LatencyOf(popLat), report.LatencyOf(ackLat)
 	return r
 }
 
@@ -588,13 +473,13 @@ func (cp *consumePhase) newAuditor(ctx context.Context, a consumeStore, complete
 	ca := newConsumeAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit, complete, dead)
 	ca.failMode = cp.cfg.FailMode
 	if cp.drainProblem != "" && complete {
-		ca.found.add(IssueNotDrained, "%s", cp.drainProblem)
+		ca.found.Add(report.IssueNotDrained, "%s", cp.drainProblem)
 	}
 	return ca, nil
 }
 
 // errConsumeAudit wraps ErrAuditFailed for a failed consume audit.
-func errConsumeAudit(a *ConsumeAudit, queue string) error {
+func errConsumeAudit(a *report.ConsumeAudit, queue string) error {
 	var n int64
 	for _, c := range a.Issues {
 		n += c

@@ -4,97 +4,10 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 )
-
-// The consume audit's findings, by kind.
-const (
-	// IssueNotDrained: the groups' cursors did not reach the partitions'
-	// last offsets within the drain timeout.
-	IssueNotDrained = "not_drained"
-	// IssueNotAcked: a message that is not poison was handled but never
-	// answered acked (and no ack of it went unanswered).
-	IssueNotAcked = "not_acked"
-	// IssueNeverDelivered: a stored message that is not poison was never
-	// handled by a group.
-	IssueNeverDelivered = "never_delivered"
-	// IssueAckedTwice: two completed acks of one message were both
-	// answered acked.
-	IssueAckedTwice = "acked_twice"
-	// IssueRedelivered: a message was handled again after an ack of it
-	// was answered acked (and no ack of it went unanswered).
-	IssueRedelivered = "redelivered_after_ack"
-	// IssuePoisonDeliveries: a poison message was not charged exactly
-	// retryLimit+1 failed deliveries (failed acks, or abandoned leases in
-	// which it was the only unacked message: SPEC.md §4).
-	IssuePoisonDeliveries = "poison_deliveries"
-	// IssueDLQMissing: a poison message is not in its group's DLQ.
-	IssueDLQMissing = "dlq_missing"
-	// IssueDLQTwice: a message is in a group's DLQ more than once.
-	IssueDLQTwice = "dlq_twice"
-	// IssueDLQAttempts: a dead letter's attempts is not retryLimit+1.
-	IssueDLQAttempts = "dlq_attempts"
-	// IssueDLQError: a dead letter's error text is not the fail mode's (the
-	// poison ack's error with FailNack, "lease expired" with the crash
-	// modes).
-	IssueDLQError = "dlq_error"
-	// IssueDLQUnexpected: a dead letter of a message that is not poison,
-	// not stored, or of a group or partition the run does not know.
-	IssueDLQUnexpected = "dlq_unexpected"
-	// IssueCursorWrong: a group's final cursor in a partition is not the
-	// partition's last offset.
-	IssueCursorWrong = "cursor_wrong"
-	// IssueAckRefused: an ack was answered unresolvable, or lease_invalid
-	// before its lease could have run out (less than leaseTime after its
-	// pop was sent).
-	IssueAckRefused = "ack_refused"
-	// IssueAckUnexpected: an ack answer that does not fit its ack (a
-	// completed ack answered retry_scheduled, a count mismatch, ...).
-	IssueAckUnexpected = "ack_unexpected"
-	// IssueWrongDelivery: a delivered message that does not match what is
-	// stored at its offset, or is not of the run's queue, partitions or
-	// group.
-	IssueWrongDelivery = "wrong_delivery"
-	// IssueWrongRetryCount: a delivery's retryCount is not the number of
-	// failed deliveries of that message before it.
-	IssueWrongRetryCount = "wrong_retry_count"
-	// IssueOutOfOrder: one pop reply skips or repeats offsets of a
-	// partition.
-	IssueOutOfOrder = "out_of_order"
-	// IssueDeliveredUnknown: a delivered offset that is not stored.
-	IssueDeliveredUnknown = "delivered_unknown"
-)
-
-// ConsumeAudit is the end-to-end audit of the consume phase.
-type ConsumeAudit struct {
-	Passed bool `json:"passed"`
-	// Complete is false when the run was interrupted: only the checks
-	// that do not need a finished consumption were made.
-	Complete bool `json:"complete"`
-	// Messages and Poison count the stored messages (and the poison ones
-	// among them) each group had to consume; DeadLetters the DLQ rows of
-	// the run's groups.
-	Messages    int64 `json:"messages"`
-	Poison      int64 `json:"poison"`
-	DeadLetters int64 `json:"dead_letters"`
-	// AckOutcomeUnknown counts (group, message) pairs whose only acks went
-	// unanswered (a lost reply; the cursor moved past them anyway), and
-	// RedeliveredAfterLostAck those handled again after such an ack: both
-	// legitimate, reported rather than hidden.
-	AckOutcomeUnknown       int64 `json:"ack_outcome_unknown"`
-	RedeliveredAfterLostAck int64 `json:"redelivered_after_lost_ack"`
-	// AckAfterLease counts acks answered lease_invalid at least the queue's
-	// leaseTime after their pop was sent: the lease had run out (a frozen
-	// broker, a database restart or a busy machine held the pop or the
-	// ack), the ack was not applied and the span delivered again — the
-	// broker's right answer, reported rather than hidden. A lease_invalid
-	// answered sooner is a finding (ack_refused).
-	AckAfterLease int64 `json:"ack_after_lease"`
-	// Issues counts findings by kind (the Issue* constants of the consume
-	// audit); Examples shows a few of each as "kind: description".
-	Issues   map[string]int64 `json:"issues"`
-	Examples []string         `json:"examples,omitempty"`
-}
 
 // dlqSeen is what the DLQ holds for one (group, message).
 type dlqSeen struct {
@@ -115,11 +28,11 @@ type consumeAuditor struct {
 	// dead letters is not checked).
 	failMode string
 	complete bool
-	found    *issues
+	found    *report.Findings
 	// lastStored is each partition's highest stored offset (-1: none).
 	lastStored []int64
 	dlq        []map[uint64]*dlqSeen
-	ar         ConsumeAudit
+	ar         report.ConsumeAudit
 	perGroup   []groupAudit
 }
 
@@ -130,7 +43,7 @@ type groupAudit struct {
 
 func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimit int, complete bool, dead []persistence.StoredDeadLetter) *consumeAuditor {
 	a := &consumeAuditor{groups: groups, parts: parts, partIdx: map[string]int{}, ratio: ratio, retryLimit: retryLimit,
-		complete: complete, found: newIssues(), lastStored: make([]int64, len(parts)), dlq: make([]map[uint64]*dlqSeen, len(groups)),
+		complete: complete, found: report.NewFindings(), lastStored: make([]int64, len(parts)), dlq: make([]map[uint64]*dlqSeen, len(groups)),
 		perGroup: make([]groupAudit, len(groups))}
 	a.ar.Complete = complete
 	for i, p := range parts {
@@ -146,13 +59,13 @@ func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimi
 		d := &dead[i]
 		g, okG := gi[d.ConsumerGroup]
 		p, okP := a.partIdx[d.Partition]
-		if !okG || !okP || d.Offset < 0 || d.Offset > seqMask {
-			a.found.add(IssueDLQUnexpected, "a dead letter of group %q, partition %q, offset %d (transactionId %q) is of no group or partition of this run",
+		if !okG || !okP || d.Offset < 0 || d.Offset > txnid.SeqMask {
+			a.found.Add(report.IssueDLQUnexpected, "a dead letter of group %q, partition %q, offset %d (transactionId %q) is of no group or partition of this run",
 				d.ConsumerGroup, d.Partition, d.Offset, d.TransactionID)
 			continue
 		}
 		a.ar.DeadLetters++
-		key := makeKey(p, uint64(d.Offset))
+		key := txnid.MakeKey(p, uint64(d.Offset))
 		s := a.dlq[g][key]
 		if s == nil {
 			s = &dlqSeen{attempts: d.Attempts, txn: d.TransactionID, err: d.Error}
@@ -166,18 +79,18 @@ func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimi
 // stored checks one stored message against every group.
 func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 	p, ok := a.partIdx[m.Partition]
-	if !ok || m.Offset < 0 || m.Offset > seqMask {
+	if !ok || m.Offset < 0 || m.Offset > txnid.SeqMask {
 		return // the storage audit reports it (unknown_stored)
 	}
 	a.lastStored[p] = max(a.lastStored[p], m.Offset)
-	key := makeKey(p, uint64(m.Offset))
-	poison := isPoison(m.TransactionID, a.ratio)
+	key := txnid.MakeKey(p, uint64(m.Offset))
+	poison := txnid.IsPoison(m.TransactionID, a.ratio)
 	a.ar.Messages++
 	if poison {
 		a.ar.Poison++
 	}
 	want := a.retryLimit + 1
-	fp := txnPrint(m.TransactionID)
+	fp := txnid.Fingerprint(m.TransactionID)
 	for gi, g := range a.groups {
 		a.perGroup[gi].messages++
 		if poison {
@@ -188,7 +101,7 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 			e.seen = true
 			g.m[key] = e
 			if e.txn != fp {
-				a.found.add(IssueWrongDelivery, "group %s: %s offset %d stores transactionId %q, but the message delivered there had another one",
+				a.found.Add(report.IssueWrongDelivery, "group %s: %s offset %d stores transactionId %q, but the message delivered there had another one",
 					g.name, m.Partition, m.Offset, m.TransactionID)
 			}
 		}
@@ -196,7 +109,7 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 		if d != nil {
 			d.seen = true
 			if d.txn != m.TransactionID {
-				a.found.add(IssueDLQUnexpected, "group %s: the dead letter at %s offset %d holds transactionId %q, but the stored message is %q",
+				a.found.Add(report.IssueDLQUnexpected, "group %s: the dead letter at %s offset %d holds transactionId %q, but the stored message is %q",
 					g.name, m.Partition, m.Offset, d.txn, m.TransactionID)
 			}
 		}
@@ -205,7 +118,7 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 		// its expiry counts a failed delivery of the span's first message.
 		lostPops := g.lostPops.Load() > 0
 		if d, ok := g.retryMismatch[key]; ok && explained == 0 && !(d.over && lostPops) {
-			a.found.add(IssueWrongRetryCount, "%s", d.desc)
+			a.found.Add(report.IssueWrongRetryCount, "%s", d.desc)
 		}
 		if e.unknown > 0 && e.handled > 1 {
 			a.ar.RedeliveredAfterLostAck++
@@ -214,40 +127,40 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 			switch {
 			case d == nil:
 				if a.complete {
-					a.found.add(IssueDLQMissing, "poison message %s is not in the DLQ (handled %d times, charged %d, answered dead_lettered %d times)", msgName(g, m), e.handled, e.charged, e.dead)
+					a.found.Add(report.IssueDLQMissing, "poison message %s is not in the DLQ (handled %d times, charged %d, answered dead_lettered %d times)", msgName(g, m), e.handled, e.charged, e.dead)
 				}
 			case d.n > 1:
-				a.found.add(IssueDLQTwice, "poison message %s is in the DLQ %d times", msgName(g, m), d.n)
+				a.found.Add(report.IssueDLQTwice, "poison message %s is in the DLQ %d times", msgName(g, m), d.n)
 			case d.attempts != want:
-				a.found.add(IssueDLQAttempts, "poison message %s is in the DLQ with attempts %d, want %d (retryLimit %d + 1)", msgName(g, m), d.attempts, want, a.retryLimit)
+				a.found.Add(report.IssueDLQAttempts, "poison message %s is in the DLQ with attempts %d, want %d (retryLimit %d + 1)", msgName(g, m), d.attempts, want, a.retryLimit)
 			case !a.dlqErrorOK(d.err):
-				a.found.add(IssueDLQError, "poison message %s is in the DLQ with error %q (fail mode %s)", msgName(g, m), d.err, a.failMode)
+				a.found.Add(report.IssueDLQError, "poison message %s is in the DLQ with error %q (fail mode %s)", msgName(g, m), d.err, a.failMode)
 			}
 			if int(e.charged) > want+explained || (a.complete && int(e.charged) < want && !(lostPops && d != nil)) {
-				a.found.add(IssuePoisonDeliveries, "poison message %s was charged %d failed deliveries (handled %d times), want %d (retryLimit %d + 1)", msgName(g, m), e.charged, e.handled, want, a.retryLimit)
+				a.found.Add(report.IssuePoisonDeliveries, "poison message %s was charged %d failed deliveries (handled %d times), want %d (retryLimit %d + 1)", msgName(g, m), e.charged, e.handled, want, a.retryLimit)
 			}
 			if e.acked > 0 {
-				a.found.add(IssueAckUnexpected, "poison message %s was answered acked to a completed ack it was never sent", msgName(g, m))
+				a.found.Add(report.IssueAckUnexpected, "poison message %s was answered acked to a completed ack it was never sent", msgName(g, m))
 			}
 			continue
 		}
 		if d != nil {
-			a.found.add(IssueDLQUnexpected, "%s is not poison but is in the DLQ %d times (attempts %d)", msgName(g, m), d.n, d.attempts)
+			a.found.Add(report.IssueDLQUnexpected, "%s is not poison but is in the DLQ %d times (attempts %d)", msgName(g, m), d.n, d.attempts)
 		}
 		switch {
 		case e.acked > 1:
-			a.found.add(IssueAckedTwice, "%s was answered acked %d times", msgName(g, m), e.acked)
+			a.found.Add(report.IssueAckedTwice, "%s was answered acked %d times", msgName(g, m), e.acked)
 		case e.acked == 0 && e.unknown > 0:
 			a.ar.AckOutcomeUnknown++
 		case e.acked == 0 && a.complete && e.handled == 0:
-			a.found.add(IssueNeverDelivered, "%s was never handled (delivered %d times)", msgName(g, m), e.popped)
+			a.found.Add(report.IssueNeverDelivered, "%s was never handled (delivered %d times)", msgName(g, m), e.popped)
 		case e.acked == 0 && a.complete && e.refused == 0:
-			a.found.add(IssueNotAcked, "%s was handled %d times but never answered acked (stale %d)", msgName(g, m), e.handled, e.stale)
+			a.found.Add(report.IssueNotAcked, "%s was handled %d times but never answered acked (stale %d)", msgName(g, m), e.handled, e.stale)
 		}
 		// A handling in a batch whose lease was abandoned (FailCrashBatch)
 		// is delivered again by design.
 		if int(e.handled) > 1+explained+int(e.abandoned) {
-			a.found.add(IssueRedelivered, "%s was handled %d times, though it was answered acked %d times and no ack of it was lost or refused", msgName(g, m), e.handled, e.acked)
+			a.found.Add(report.IssueRedelivered, "%s was handled %d times, though it was answered acked %d times and no ack of it was lost or refused", msgName(g, m), e.handled, e.acked)
 		}
 	}
 }
@@ -258,9 +171,9 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 // expired" with FailCrash and FailCrashBatch.
 func (a *consumeAuditor) dlqErrorOK(text string) bool {
 	switch a.failMode {
-	case FailNack:
-		return text == poisonError || text == persistence.LeaseExpiredError
-	case FailCrash, FailCrashBatch:
+	case txnid.FailNack:
+		return text == txnid.PoisonError || text == persistence.LeaseExpiredError
+	case txnid.FailCrash, txnid.FailCrashBatch:
 		return text == persistence.LeaseExpiredError
 	}
 	return true
@@ -269,7 +182,7 @@ func (a *consumeAuditor) dlqErrorOK(text string) bool {
 // finish checks what the stored messages did not reach (deliveries and
 // dead letters of offsets that are not stored) and the final cursors, and
 // returns the audit.
-func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
+func (a *consumeAuditor) finish(cursors []persistence.Cursor) *report.ConsumeAudit {
 	for gi, g := range a.groups {
 		var keys []uint64
 		for key, e := range g.m {
@@ -280,7 +193,7 @@ func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
 		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 		for _, key := range keys {
 			e := g.m[key]
-			a.found.add(IssueDeliveredUnknown, "group %s was delivered %s offset %d (%d times), which is not stored", g.name, a.parts[keyPart(key)], keySeq(key), e.popped)
+			a.found.Add(report.IssueDeliveredUnknown, "group %s was delivered %s offset %d (%d times), which is not stored", g.name, a.parts[txnid.KeyPart(key)], txnid.KeySeq(key), e.popped)
 		}
 		keys = keys[:0]
 		for key, d := range a.dlq[gi] {
@@ -291,9 +204,9 @@ func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
 		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 		for _, key := range keys {
 			d := a.dlq[gi][key]
-			a.found.add(IssueDLQUnexpected, "group %s has a dead letter at %s offset %d (transactionId %q), which is not stored", g.name, a.parts[keyPart(key)], keySeq(key), d.txn)
+			a.found.Add(report.IssueDLQUnexpected, "group %s has a dead letter at %s offset %d (transactionId %q), which is not stored", g.name, a.parts[txnid.KeyPart(key)], txnid.KeySeq(key), d.txn)
 		}
-		a.found.merge(g.issues)
+		a.found.Merge(g.issues)
 		g.mu.Lock()
 		a.ar.AckAfterLease += g.ackAfterLease
 		g.mu.Unlock()
@@ -317,18 +230,18 @@ func (a *consumeAuditor) finish(cursors []persistence.Cursor) *ConsumeAudit {
 			c, ok := cur[gp{g, p}]
 			switch {
 			case !ok && last >= 0 && a.complete:
-				a.found.add(IssueCursorWrong, "group %s has no cursor in partition %s (last offset %d)", a.groups[g].name, a.parts[p], last)
+				a.found.Add(report.IssueCursorWrong, "group %s has no cursor in partition %s (last offset %d)", a.groups[g].name, a.parts[p], last)
 			case !ok:
 			case c.Cursor > last || c.Cursor > c.LastOffset:
-				a.found.add(IssueCursorWrong, "group %s's cursor in partition %s is %d, past the last stored offset %d (allocator %d)", a.groups[g].name, a.parts[p], c.Cursor, last, c.LastOffset)
+				a.found.Add(report.IssueCursorWrong, "group %s's cursor in partition %s is %d, past the last stored offset %d (allocator %d)", a.groups[g].name, a.parts[p], c.Cursor, last, c.LastOffset)
 			case a.complete && c.Cursor != last:
-				a.found.add(IssueCursorWrong, "group %s's cursor in partition %s is %d, the last stored offset is %d", a.groups[g].name, a.parts[p], c.Cursor, last)
+				a.found.Add(report.IssueCursorWrong, "group %s's cursor in partition %s is %d, the last stored offset is %d", a.groups[g].name, a.parts[p], c.Cursor, last)
 			}
 		}
 	}
-	a.ar.Issues = a.found.counts
-	a.ar.Examples = a.found.exampleList()
-	a.ar.Passed = a.found.total() == 0
+	a.ar.Issues = a.found.Counts
+	a.ar.Examples = a.found.Examples()
+	a.ar.Passed = a.found.Total() == 0
 	return &a.ar
 }
 

@@ -13,28 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
 	"github.com/queen-mq/queen-go/transport/client"
 )
-
-func TestPoisonRule(t *testing.T) {
-	t.Parallel()
-	const n = 200000
-	var hits int
-	for i := range n {
-		txn := string(appendTxn(nil, i%8, uint64(i)))
-		p := isPoison(txn, 0.05)
-		require.Equal(t, p, isPoison(txn, 0.05), "deterministic")
-		require.False(t, isPoison(txn, 0))
-		require.True(t, isPoison(txn, 1))
-		if p {
-			hits++
-			require.True(t, isPoison(txn, 0.5), "a larger ratio keeps every poison message poison")
-		}
-	}
-	require.InDelta(t, 0.05, float64(hits)/n, 0.003)
-}
 
 // fakeConsumeBroker is one queue held in memory with the consume semantics
 // of SPEC.md §4: per (group, partition) a cursor and a lease on a span; a
@@ -135,21 +120,21 @@ func (f *fakeConsumeBroker) cursors(group string) []*fakeCursor {
 	return cs
 }
 
-func (f *fakeConsumeBroker) pop(ctx context.Context, r popReq) (queen.PopResult, error) {
+func (f *fakeConsumeBroker) Pop(ctx context.Context, r target.PopReq) (queen.PopResult, error) {
 	f.mu.Lock()
 	f.pops++
-	if r.partition != "" {
+	if r.Partition != "" {
 		f.partitionPops++
 	}
 	f.mu.Unlock()
-	timer := time.NewTimer(r.wait)
+	timer := time.NewTimer(r.Wait)
 	defer timer.Stop()
 	for {
 		f.mu.Lock()
-		res, ok := f.tryPop(r.queue, r.partition, r.group, r.batch)
+		res, ok := f.tryPop(r.Queue, r.Partition, r.Group, r.Batch)
 		changed := f.changed
 		f.mu.Unlock()
-		if ok || r.wait == 0 {
+		if ok || r.Wait == 0 {
 			return res, nil
 		}
 		select {
@@ -199,7 +184,7 @@ func (f *fakeConsumeBroker) tryPop(queue, partition, group string, batch int) (q
 	return res, false
 }
 
-func (f *fakeConsumeBroker) ack(_ context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
+func (f *fakeConsumeBroker) Ack(_ context.Context, group string, acks []client.Ack) ([]queen.AckResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.notify()
@@ -325,7 +310,7 @@ func (f *fakeConsumeBroker) expire(group string, p int, c *fakeCursor) {
 	}
 }
 
-func (f *fakeConsumeBroker) configure(_ context.Context, body []byte) ([]byte, error) {
+func (f *fakeConsumeBroker) Configure(_ context.Context, body []byte) ([]byte, error) {
 	var in struct {
 		Options map[string]int `json:"options"`
 	}
@@ -338,7 +323,7 @@ func (f *fakeConsumeBroker) configure(_ context.Context, body []byte) ([]byte, e
 	return json.Marshal(map[string]any{"configured": true, "options": in.Options})
 }
 
-func (f *fakeConsumeBroker) close() {}
+func (f *fakeConsumeBroker) Close() {}
 
 func (f *fakeConsumeBroker) Cursors(_ context.Context, _ []string) ([]persistence.Cursor, error) {
 	f.mu.Lock()
@@ -385,7 +370,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 	cfg.DatabaseURL = "postgres://fake"
 	cfg.Queue, cfg.Partitions, cfg.Consumers, cfg.Groups, cfg.FailRatio, cfg.ConsumeBatch = "q", 4, 3, 2, 0.05, 7
 	cfg.PollTimeout, cfg.ConsumeDrainTimeout, cfg.WakeProbes = 200*time.Millisecond, 20*time.Second, 0
-	parts := partitionNames(cfg.Partitions)
+	parts := txnid.PartitionNames(cfg.Partitions)
 	f := newFakeConsumeBroker(cfg.Queue, parts, 0)
 	if tune != nil {
 		tune(&cfg, f)
@@ -393,7 +378,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 	cfg = cfg.withDefaults()
 	require.NoError(t, cfg.Validate())
 	r := &fakeConsumeRun{f: f, cfg: cfg, parts: parts}
-	cp, err := newConsumePhase(&r.cfg, parts, func(string) (consumeClient, error) { return f, nil })
+	cp, err := newConsumePhase(&r.cfg, parts, func(string) (target.ConsumeClient, error) { return f, nil })
 	require.NoError(t, err)
 	r.cp = cp
 	require.NoError(t, configureQueue(context.Background(), &r.cfg, cp.admin))
@@ -403,7 +388,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 
 // run pushes 1,000 messages in batches while the consumers run, drains,
 // and audits.
-func (r *fakeConsumeRun) run(t *testing.T) *ConsumeReport {
+func (r *fakeConsumeRun) run(t *testing.T) *report.ConsumeReport {
 	t.Helper()
 	ctx := context.Background()
 	r.cp.run(ctx, time.Now())
@@ -411,10 +396,10 @@ func (r *fakeConsumeRun) run(t *testing.T) *ConsumeReport {
 		p := b % len(r.parts)
 		var txns []string
 		for i := range 50 {
-			txn := string(appendTxn(nil, 0, uint64(b*50+i)))
+			txn := string(txnid.AppendTxn(nil, 0, uint64(b*50+i)))
 			txns = append(txns, txn)
 			r.messages++
-			if isPoison(txn, r.cfg.FailRatio) {
+			if txnid.IsPoison(txn, r.cfg.FailRatio) {
 				r.poison++
 			}
 		}
@@ -429,7 +414,7 @@ func (r *fakeConsumeRun) run(t *testing.T) *ConsumeReport {
 	require.NoError(t, err)
 	rep := r.cp.report(ca, ca.finish(cursors))
 	var text strings.Builder
-	rep.writeText(&text)
+	(&report.Report{Mode: report.ModeBroker, Consume: rep}).WriteText(&text) // the consume section, after an empty push section
 	t.Log(text.String())
 	return rep
 }
@@ -483,7 +468,7 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 		// (a consumer slowed down by a busy machine keeps its lease).
 		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrash, 0.01, 50*time.Millisecond
 		f.leaseTTL = time.Second
-		f.crashesOn = func(txn string) bool { return isPoison(txn, 0.01) }
+		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
 	})
 	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash mode shortens the lease")
 	rep := r.run(t)
@@ -505,14 +490,14 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 
 	// The same run's dead letters with the nack error text fail the audit.
 	for i := range r.f.dead {
-		r.f.dead[i].Error = poisonError
+		r.f.dead[i].Error = txnid.PoisonError
 	}
 	ca, err := r.cp.newAuditor(context.Background(), r.f, true)
 	require.NoError(t, err)
 	r.f.stored(ca.stored)
 	cursors, err := r.f.Cursors(context.Background(), nil)
 	require.NoError(t, err)
-	requireConsumeIssue(t, ca.finish(cursors), IssueDLQError)
+	requireConsumeIssue(t, ca.finish(cursors), report.IssueDLQError)
 }
 
 // A consumer that handles a whole batch and acks it at the end acks nothing
@@ -524,7 +509,7 @@ func TestConsumeCrashBatchModeAgainstFakeBroker(t *testing.T) {
 	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
 		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrashBatch, 0.01, 50*time.Millisecond
 		f.leaseTTL = time.Second
-		f.crashesOn = func(txn string) bool { return isPoison(txn, 0.01) }
+		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
 	})
 	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash-batch mode shortens the lease")
 	rep := r.run(t)
@@ -553,7 +538,7 @@ func TestConsumeLostAckRepliesAreReportedNotFailed(t *testing.T) {
 	require.Positive(t, rep.Audit.RedeliveredAfterLostAck, "a lost ack that was not applied: redelivered")
 }
 
-func requireConsumeIssue(t *testing.T, a *ConsumeAudit, kind string) {
+func requireConsumeIssue(t *testing.T, a *report.ConsumeAudit, kind string) {
 	t.Helper()
 	require.False(t, a.Passed, "the audit must fail")
 	require.Positive(t, a.Issues[kind], "issues %v, examples %v", a.Issues, a.Examples)
@@ -564,15 +549,15 @@ func TestConsumeAuditCatchesEarlyDeadLetters(t *testing.T) {
 	t.Parallel()
 	r := newFakeConsumeRun(t, func(_ *Config, f *fakeConsumeBroker) { f.dlqEarly = true })
 	a := r.run(t).Audit
-	requireConsumeIssue(t, a, IssuePoisonDeliveries)
-	requireConsumeIssue(t, a, IssueDLQAttempts)
+	requireConsumeIssue(t, a, report.IssuePoisonDeliveries)
+	requireConsumeIssue(t, a, report.IssueDLQAttempts)
 }
 
 func TestConsumeAuditCatchesSkippedMessages(t *testing.T) {
 	t.Parallel()
 	r := newFakeConsumeRun(t, func(_ *Config, f *fakeConsumeBroker) { f.skipAfterAck = true })
 	a := r.run(t).Audit
-	requireConsumeIssue(t, a, IssueNeverDelivered)
+	requireConsumeIssue(t, a, report.IssueNeverDelivered)
 }
 
 func TestConsumeAuditCatchesDrainTimeout(t *testing.T) {
@@ -586,21 +571,21 @@ func TestConsumeAuditCatchesDrainTimeout(t *testing.T) {
 	require.Contains(t, rep.DrainProblem, "p-03")
 	require.Contains(t, rep.DrainProblem, "no cursor moved for 300ms")
 	a := rep.Audit
-	requireConsumeIssue(t, a, IssueNotDrained)
-	requireConsumeIssue(t, a, IssueNeverDelivered)
-	requireConsumeIssue(t, a, IssueCursorWrong)
+	requireConsumeIssue(t, a, report.IssueNotDrained)
+	requireConsumeIssue(t, a, report.IssueNeverDelivered)
+	requireConsumeIssue(t, a, report.IssueCursorWrong)
 }
 
 // TestConsumeAuditRules feeds the auditor records by hand: each rule of
 // the end-to-end audit on its own.
 func TestConsumeAuditRules(t *testing.T) {
 	t.Parallel()
-	parts := partitionNames(2)
+	parts := txnid.PartitionNames(2)
 	ratio := 0.3
 	var poison, plain []string
 	for i := 0; len(poison) < 3 || len(plain) < 6; i++ {
-		txn := string(appendTxn(nil, 0, uint64(i)))
-		if isPoison(txn, ratio) {
+		txn := string(txnid.AppendTxn(nil, 0, uint64(i)))
+		if txnid.IsPoison(txn, ratio) {
 			poison = append(poison, txn)
 		} else {
 			plain = append(plain, txn)
@@ -618,11 +603,11 @@ func TestConsumeAuditRules(t *testing.T) {
 	clean := func() (*group, []persistence.StoredDeadLetter, []persistence.Cursor) {
 		g := newGroup("g")
 		for _, m := range stored {
-			e := consEntry{txn: txnPrint(m.TransactionID), popped: 1, handled: 1, acked: 1}
-			if isPoison(m.TransactionID, ratio) {
-				e = consEntry{txn: txnPrint(m.TransactionID), popped: R + 1, handled: R + 1, charged: R + 1, failed: R, dead: 1}
+			e := consEntry{txn: txnid.Fingerprint(m.TransactionID), popped: 1, handled: 1, acked: 1}
+			if txnid.IsPoison(m.TransactionID, ratio) {
+				e = consEntry{txn: txnid.Fingerprint(m.TransactionID), popped: R + 1, handled: R + 1, charged: R + 1, failed: R, dead: 1}
 			}
-			g.m[makeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset))] = e
+			g.m[txnid.MakeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset))] = e
 		}
 		dead := []persistence.StoredDeadLetter{
 			{Partition: "p-00", ConsumerGroup: "g", Offset: 1, TransactionID: poison[0], Attempts: R + 1},
@@ -634,14 +619,14 @@ func TestConsumeAuditRules(t *testing.T) {
 		}
 		return g, dead, cursors
 	}
-	audit := func(g *group, dead []persistence.StoredDeadLetter, cursors []persistence.Cursor, complete bool) *ConsumeAudit {
+	audit := func(g *group, dead []persistence.StoredDeadLetter, cursors []persistence.Cursor, complete bool) *report.ConsumeAudit {
 		ca := newConsumeAuditor([]*group{g}, parts, ratio, R, complete, dead)
 		for i := range stored {
 			ca.stored(&stored[i])
 		}
 		return ca.finish(cursors)
 	}
-	key := func(p int, off uint64) uint64 { return makeKey(p, off) }
+	key := func(p int, off uint64) uint64 { return txnid.MakeKey(p, off) }
 
 	g, dead, cursors := clean()
 	a := audit(g, dead, cursors, true)
@@ -658,70 +643,70 @@ func TestConsumeAuditRules(t *testing.T) {
 			e := g.m[key(0, 0)]
 			e.acked, e.handled, e.popped = 2, 2, 2
 			g.m[key(0, 0)] = e
-		}, IssueAckedTwice},
+		}, report.IssueAckedTwice},
 		{"redelivered after ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 2)]
 			e.handled, e.popped, e.stale = 2, 2, 1
 			g.m[key(0, 2)] = e
-		}, IssueRedelivered},
+		}, report.IssueRedelivered},
 		{"never acked", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(1, 0)]
 			e.acked = 0
 			g.m[key(1, 0)] = e
-		}, IssueNotAcked},
+		}, report.IssueNotAcked},
 		{"never delivered", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			delete(g.m, key(1, 0))
-		}, IssueNeverDelivered},
+		}, report.IssueNeverDelivered},
 		{"poison charged too often", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 1)]
 			e.handled, e.charged = R+2, R+2
 			g.m[key(0, 1)] = e
-		}, IssuePoisonDeliveries},
+		}, report.IssuePoisonDeliveries},
 		{"poison charged too rarely", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 1)]
 			e.charged = R
 			g.m[key(0, 1)] = e
-		}, IssuePoisonDeliveries},
+		}, report.IssuePoisonDeliveries},
 		{"handled again after a crash-batch abandon, without the abandon", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 0)]
 			e.handled, e.popped = 2, 2
 			g.m[key(0, 0)] = e
-		}, IssueRedelivered},
+		}, report.IssueRedelivered},
 		{"poison not dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = (*dead)[1:]
-		}, IssueDLQMissing},
+		}, report.IssueDLQMissing},
 		{"dead-lettered twice", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = append(*dead, (*dead)[0])
-		}, IssueDLQTwice},
+		}, report.IssueDLQTwice},
 		{"wrong attempts", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			(*dead)[0].Attempts = R
-		}, IssueDLQAttempts},
+		}, report.IssueDLQAttempts},
 		{"plain message dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = append(*dead, persistence.StoredDeadLetter{Partition: "p-00", ConsumerGroup: "g", Offset: 2, TransactionID: plain[1], Attempts: R + 1})
-		}, IssueDLQUnexpected},
+		}, report.IssueDLQUnexpected},
 		{"dead letter of another group", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = append(*dead, persistence.StoredDeadLetter{Partition: "p-00", ConsumerGroup: "other", Offset: 1, TransactionID: poison[0], Attempts: R + 1})
-		}, IssueDLQUnexpected},
+		}, report.IssueDLQUnexpected},
 		{"cursor behind", func(_ *group, _ *[]persistence.StoredDeadLetter, cursors *[]persistence.Cursor) {
 			(*cursors)[1].Cursor = 0
-		}, IssueCursorWrong},
+		}, report.IssueCursorWrong},
 		{"no cursor", func(_ *group, _ *[]persistence.StoredDeadLetter, cursors *[]persistence.Cursor) {
 			*cursors = (*cursors)[:1]
-		}, IssueCursorWrong},
+		}, report.IssueCursorWrong},
 		{"delivered an offset that is not stored", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			g.m[key(1, 7)] = consEntry{popped: 1, handled: 1, acked: 1}
-		}, IssueDeliveredUnknown},
+		}, report.IssueDeliveredUnknown},
 		{"delivered another transactionId", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			e := g.m[key(0, 0)]
 			e.txn++
 			g.m[key(0, 0)] = e
-		}, IssueWrongDelivery},
+		}, report.IssueWrongDelivery},
 		{"wrong retry count", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			g.retryMismatch[key(0, 1)] = retryMismatch{desc: "retryCount 0, want 1"}
-		}, IssueWrongRetryCount},
+		}, report.IssueWrongRetryCount},
 		{"refused ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			g.issues.add(IssueAckRefused, "answered lease_invalid")
-		}, IssueAckRefused},
+			g.issues.Add(report.IssueAckRefused, "answered lease_invalid")
+		}, report.IssueAckRefused},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -757,13 +742,13 @@ func TestConsumeAuditRules(t *testing.T) {
 		e := g.m[key(0, 0)]
 		e.acked = 2
 		g.m[key(0, 0)] = e
-		requireConsumeIssue(t, audit(g, dead, cursors, false), IssueAckedTwice)
+		requireConsumeIssue(t, audit(g, dead, cursors, false), report.IssueAckedTwice)
 	})
 }
 
 func TestCursorsBehind(t *testing.T) {
 	t.Parallel()
-	parts := partitionNames(3)
+	parts := txnid.PartitionNames(3)
 	groups := []*group{newGroup("a"), newGroup("b")}
 	touched := make([]atomic.Bool, 3)
 	rows := []persistence.Cursor{
@@ -814,16 +799,16 @@ func TestAckAfterLease(t *testing.T) {
 	msgs := []queen.Message{{Partition: "p-00", Offset: 0, TransactionID: "lt0-1"}}
 	acks := []client.Ack{{TransactionID: "lt0-1", Status: string(queen.AckCompleted), LeaseID: "l1"}}
 	invalid := []queen.AckResult{{Index: 0, Result: queen.LeaseInvalid, Error: "lease l1 is not the live lease"}}
-	key := makeKey(0, 0)
+	key := txnid.MakeKey(0, 0)
 
 	g := newGroup("g")
 	require.True(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, true))
-	require.Zero(t, g.issues.total())
+	require.Zero(t, g.issues.Total())
 	require.Equal(t, int64(1), g.ackAfterLease)
 	require.Equal(t, uint8(1), g.m[key].refused)
 
 	g = newGroup("g")
 	require.False(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, false))
-	require.Equal(t, int64(1), g.issues.counts[IssueAckRefused])
+	require.Equal(t, int64(1), g.issues.Counts[report.IssueAckRefused])
 	require.Zero(t, g.ackAfterLease)
 }

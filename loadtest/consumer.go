@@ -8,6 +8,10 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -43,7 +47,7 @@ type group struct {
 	mu   sync.Mutex
 	m    map[uint64]consEntry
 	// issues found while consuming (wrong replies, refused acks).
-	issues  *issues
+	issues  *report.Findings
 	results map[queen.AckOutcome]int64
 	// retryMismatch describes the first delivery of a message whose
 	// retryCount was not its earlier failures (judged by the audit).
@@ -76,7 +80,7 @@ type stall struct {
 }
 
 func newGroup(name string) *group {
-	return &group{name: name, m: map[uint64]consEntry{}, issues: newIssues(), results: map[queen.AckOutcome]int64{},
+	return &group{name: name, m: map[uint64]consEntry{}, issues: report.NewFindings(), results: map[queen.AckOutcome]int64{},
 		retryMismatch: map[uint64]retryMismatch{}, stalls: map[int]*stall{}}
 }
 
@@ -99,7 +103,7 @@ type consumeCounters struct {
 	// spans counts the partitions' spans of the pops that returned messages.
 	spans atomic.Int64
 	// obs, when set (a cluster run), sees every request's outcome.
-	obs *clientStats
+	obs *clientstats.Stats
 }
 
 // consumer long-polls the run's queue for its group, handles each popped
@@ -110,7 +114,7 @@ type consumer struct {
 	idx     int
 	g       *group
 	cfg     *Config
-	cl      consumeClient
+	cl      target.ConsumeClient
 	partIdx map[string]int
 	c       *consumeCounters
 
@@ -125,9 +129,6 @@ type consumer struct {
 	keys []uint64
 	acks []client.Ack
 }
-
-// poisonError is the error text of the harness's failed acks.
-const poisonError = "loadtest: poison message"
 
 // noKey marks a delivered message the run cannot place (unknown partition,
 // offset out of range).
@@ -150,13 +151,13 @@ func (k *consumer) run(ctx context.Context) {
 		if backoff > 0 && !sleep(ctx, backoff) {
 			return
 		}
-		req := popReq{queue: k.cfg.Queue, group: k.g.name, batch: k.cfg.ConsumeBatch, wait: k.cfg.PollTimeout, partitions: k.cfg.ConsumePartitions}
+		req := target.PopReq{Queue: k.cfg.Queue, Group: k.g.name, Batch: k.cfg.ConsumeBatch, Wait: k.cfg.PollTimeout, Partitions: k.cfg.ConsumePartitions}
 		if focus != "" {
-			req.partition, req.batch, req.wait, req.partitions = focus, 1, 0, 1
+			req.Partition, req.Batch, req.Wait, req.Partitions = focus, 1, 0, 1
 			focus = ""
 		}
 		popStart := time.Now()
-		res, err := k.cl.pop(ctx, req)
+		res, err := k.cl.Pop(ctx, req)
 		popTook := time.Since(popStart)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -165,7 +166,7 @@ func (k *consumer) run(ctx context.Context) {
 			k.c.popErrors.Add(1)
 			k.g.lostPops.Add(1)
 			qe := queen.AsError(err)
-			k.c.obs.record("pop:" + qe.Code)
+			k.c.obs.Record("pop:" + qe.Code)
 			k.lastError = "pop: " + qe.Error()
 			if !qe.Retryable {
 				k.fatal = fmt.Errorf("group %s consumer %d: pop refused (%s): %s", k.g.name, k.idx, qe.Code, qe.Error())
@@ -175,7 +176,7 @@ func (k *consumer) run(ctx context.Context) {
 			continue
 		}
 		backoff = 0
-		k.c.obs.record("")
+		k.c.obs.Record("")
 		k.c.pops.Add(1)
 		if len(res.Messages) == 0 {
 			k.c.emptyPops.Add(1)
@@ -204,7 +205,7 @@ func (k *consumer) handleSpans(ctx context.Context, res *queen.PopResult, popSta
 	k.c.spans.Add(int64(spans))
 	poison := false
 	for i := range msgs {
-		poison = poison || isPoison(msgs[i].TransactionID, k.cfg.FailRatio)
+		poison = poison || txnid.IsPoison(msgs[i].TransactionID, k.cfg.FailRatio)
 	}
 	if spans == 1 || !poison {
 		return k.handle(ctx, res, popStart)
@@ -251,8 +252,8 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 		if a.ConsumerGroup == "" {
 			a.ConsumerGroup = k.g.name
 		}
-		if isPoison(msgs[i].TransactionID, k.cfg.FailRatio) {
-			a.Status, a.Error = string(queen.AckFailed), poisonError
+		if txnid.IsPoison(msgs[i].TransactionID, k.cfg.FailRatio) {
+			a.Status, a.Error = string(queen.AckFailed), txnid.PoisonError
 			k.acks = append(k.acks, a)
 			break
 		}
@@ -260,21 +261,21 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 	}
 	handled := len(k.acks)
 	poisoned := k.acks[handled-1].Status == string(queen.AckFailed)
-	crashed := poisoned && crashes(k.cfg.FailMode)
+	crashed := poisoned && txnid.Crashes(k.cfg.FailMode)
 	// Whether the broker counts this delivery as a failed delivery of the
 	// poison message (SPEC.md §4): a failed ack always; an abandoned lease
 	// only when the poison message is the one unacked message it leaves.
 	charge := poisoned
 	switch k.cfg.FailMode {
-	case FailCrash:
+	case txnid.FailCrash:
 		charge = poisoned && handled == len(msgs)
-	case FailCrashBatch:
+	case txnid.FailCrashBatch:
 		charge = poisoned && len(msgs) == 1
 	}
 	k.keys = k.g.deliver(k.keys[:0], msgs, handled, now, k, charge)
 	if crashed {
 		k.g.crash(k, msgs, handled, now)
-		if k.cfg.FailMode == FailCrashBatch {
+		if k.cfg.FailMode == txnid.FailCrashBatch {
 			return ""
 		}
 		k.acks = k.acks[:handled-1]
@@ -285,7 +286,7 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RequestTimeout)
 	ackStart := time.Now()
-	results, err := k.cl.ack(actx, k.g.name, k.acks)
+	results, err := k.cl.Ack(actx, k.g.name, k.acks)
 	k.ackLat = append(k.ackLat, time.Since(ackStart))
 	cancel()
 	k.c.ackCalls.Add(1)
@@ -293,9 +294,9 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 		k.c.ackErrors.Add(1)
 		qe := queen.AsError(err)
 		k.lastError = "ack: " + qe.Error()
-		k.c.obs.record("ack:" + qe.Code)
+		k.c.obs.Record("ack:" + qe.Code)
 	} else {
-		k.c.obs.record("")
+		k.c.obs.Record("")
 	}
 	late := time.Since(popStart) >= time.Duration(k.cfg.LeaseSeconds)*time.Second
 	expired := k.g.record(k.keys[:len(k.acks)], msgs[:len(k.acks)], k.acks, results, err, k.c, late)
@@ -328,11 +329,11 @@ func (g *group) crash(k *consumer, msgs []queen.Message, handled int, now time.T
 	defer g.mu.Unlock()
 	g.crashes++
 	unacked := len(msgs) - handled + 1
-	if k.cfg.FailMode == FailCrashBatch {
+	if k.cfg.FailMode == txnid.FailCrashBatch {
 		unacked = len(msgs)
 		for i := range handled - 1 {
-			if pi, ok := k.partIdx[msgs[i].Partition]; ok && msgs[i].Offset >= 0 && msgs[i].Offset <= seqMask {
-				key := makeKey(pi, uint64(msgs[i].Offset))
+			if pi, ok := k.partIdx[msgs[i].Partition]; ok && msgs[i].Offset >= 0 && msgs[i].Offset <= txnid.SeqMask {
+				key := txnid.MakeKey(pi, uint64(msgs[i].Offset))
 				e := g.m[key]
 				e.abandoned = inc(e.abandoned)
 				g.m[key] = e
@@ -385,37 +386,37 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 		pi, ok := k.partIdx[m.Partition]
 		switch {
 		case m.Queue != "" && m.Queue != k.cfg.Queue:
-			g.issues.add(IssueWrongDelivery, "group %s popped from queue %s got a message of queue %q (partition %q offset %d)", g.name, k.cfg.Queue, m.Queue, m.Partition, m.Offset)
+			g.issues.Add(report.IssueWrongDelivery, "group %s popped from queue %s got a message of queue %q (partition %q offset %d)", g.name, k.cfg.Queue, m.Queue, m.Partition, m.Offset)
 		case !ok:
-			g.issues.add(IssueWrongDelivery, "group %s got a message of partition %q (offset %d, transactionId %q), which this run never pushed to", g.name, m.Partition, m.Offset, m.TransactionID)
-		case m.Offset < 0 || m.Offset > seqMask:
-			g.issues.add(IssueWrongDelivery, "group %s got partition %s offset %d (transactionId %q)", g.name, m.Partition, m.Offset, m.TransactionID)
+			g.issues.Add(report.IssueWrongDelivery, "group %s got a message of partition %q (offset %d, transactionId %q), which this run never pushed to", g.name, m.Partition, m.Offset, m.TransactionID)
+		case m.Offset < 0 || m.Offset > txnid.SeqMask:
+			g.issues.Add(report.IssueWrongDelivery, "group %s got partition %s offset %d (transactionId %q)", g.name, m.Partition, m.Offset, m.TransactionID)
 		default:
-			key = makeKey(pi, uint64(m.Offset))
+			key = txnid.MakeKey(pi, uint64(m.Offset))
 		}
 		if m.ConsumerGroup != "" && m.ConsumerGroup != g.name {
-			g.issues.add(IssueWrongDelivery, "group %s got %s/%d labelled consumerGroup %q", g.name, m.Partition, m.Offset, m.ConsumerGroup)
+			g.issues.Add(report.IssueWrongDelivery, "group %s got %s/%d labelled consumerGroup %q", g.name, m.Partition, m.Offset, m.ConsumerGroup)
 		}
 		if i > 0 && m.Partition == msgs[i-1].Partition && m.Offset != msgs[i-1].Offset+1 {
-			g.issues.add(IssueOutOfOrder, "group %s: one pop reply has %s offset %d right after offset %d", g.name, m.Partition, m.Offset, msgs[i-1].Offset)
+			g.issues.Add(report.IssueOutOfOrder, "group %s: one pop reply has %s offset %d right after offset %d", g.name, m.Partition, m.Offset, msgs[i-1].Offset)
 		}
 		keys = append(keys, key)
 		if key == noKey {
 			continue
 		}
 		e := g.m[key]
-		fp := txnPrint(m.TransactionID)
+		fp := txnid.Fingerprint(m.TransactionID)
 		if e.popped == 0 {
 			e.txn = fp
 		} else {
 			redelivered++
 			if e.txn != fp {
-				g.issues.add(IssueWrongDelivery, "group %s got %s offset %d with transactionId %q, another transactionId than at an earlier delivery", g.name, m.Partition, m.Offset, m.TransactionID)
+				g.issues.Add(report.IssueWrongDelivery, "group %s got %s offset %d with transactionId %q, another transactionId than at an earlier delivery", g.name, m.Partition, m.Offset, m.TransactionID)
 			}
 		}
 		e.popped = inc(e.popped)
 		if i < handled {
-			poison := isPoison(m.TransactionID, k.cfg.FailRatio)
+			poison := txnid.IsPoison(m.TransactionID, k.cfg.FailRatio)
 			// The retry count is the failures of this message before this
 			// delivery: every earlier handling of a poison message failed,
 			// and nothing else ever fails. The audit judges a mismatch once
@@ -440,7 +441,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 				if charge {
 					e.charged = inc(e.charged)
 				}
-				if pi, ok := k.partIdx[m.Partition]; ok && !crashes(k.cfg.FailMode) {
+				if pi, ok := k.partIdx[m.Partition]; ok && !txnid.Crashes(k.cfg.FailMode) {
 					g.poisoned(pi, m.Offset, now)
 				}
 			}
@@ -474,7 +475,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err == nil && len(results) != len(acks) {
-		g.issues.add(IssueAckUnexpected, "group %s: an ack call of %d acks was answered with %d results", g.name, len(acks), len(results))
+		g.issues.Add(report.IssueAckUnexpected, "group %s: an ack call of %d acks was answered with %d results", g.name, len(acks), len(results))
 		err = fmt.Errorf("%d results for %d acks", len(results), len(acks))
 	}
 	var acked, dead int64
@@ -494,7 +495,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 		r := &results[i]
 		g.results[r.Result]++
 		if r.Index != i {
-			g.issues.add(IssueAckUnexpected, "group %s: ack result %d of a call carries index %d", g.name, i, r.Index)
+			g.issues.Add(report.IssueAckUnexpected, "group %s: ack result %d of a call carries index %d", g.name, i, r.Index)
 		}
 		failed := acks[i].Status == string(queen.AckFailed)
 		switch {
@@ -505,7 +506,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 			expired = true
 		case r.Result == queen.Unresolvable || r.Result == queen.LeaseInvalid:
 			e.refused = inc(e.refused)
-			g.issues.add(IssueAckRefused, "group %s: the %s ack of %s offset %d (transactionId %q, lease %s) was answered %s: %s",
+			g.issues.Add(report.IssueAckRefused, "group %s: the %s ack of %s offset %d (transactionId %q, lease %s) was answered %s: %s",
 				g.name, acks[i].Status, m.Partition, m.Offset, m.TransactionID, acks[i].LeaseID, r.Result, r.Error)
 		case !failed && r.Result == queen.Acked && r.Success:
 			e.acked = inc(e.acked)
@@ -519,7 +520,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 			dead++
 		default:
 			e.refused = inc(e.refused)
-			g.issues.add(IssueAckUnexpected, "group %s: the %s ack of %s offset %d (transactionId %q) was answered {success %t, result %q, error %q}",
+			g.issues.Add(report.IssueAckUnexpected, "group %s: the %s ack of %s offset %d (transactionId %q) was answered {success %t, result %q, error %q}",
 				g.name, acks[i].Status, m.Partition, m.Offset, m.TransactionID, r.Success, r.Result, r.Error)
 		}
 		if key != noKey {

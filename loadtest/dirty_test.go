@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -70,18 +71,18 @@ func TestPartInSequentialTouchesEveryPartition(t *testing.T) {
 	seen := map[int]bool{}
 	for p := 0; p < producers; p++ {
 		for seq := uint64(0); seq < parts/producers; seq++ {
-			i := partIn(true, p, seq, parts)
+			i := txnid.PartIn(true, p, seq, parts)
 			require.False(t, seen[i], "partition %d twice", i)
 			seen[i] = true
 		}
 	}
 	require.Len(t, seen, parts)
 	// Random spread is partOf's mix.
-	require.Equal(t, partOf(3, 77, parts), partIn(false, 3, 77, parts))
+	require.Equal(t, txnid.PartOf(3, 77, parts), txnid.PartIn(false, 3, 77, parts))
 	// One partition, or more producers than partitions: still in range.
 	for p := 0; p < 40; p++ {
-		require.Zero(t, partIn(true, p, 5, 1))
-		require.Less(t, partIn(true, p, uint64(p), 7), 7)
+		require.Zero(t, txnid.PartIn(true, p, 5, 1))
+		require.Less(t, txnid.PartIn(true, p, uint64(p), 7), 7)
 	}
 }
 

@@ -1,2 +1,20 @@
 // Package loadtest is the load harness behind `queen loadtest`: producers over NATS, HTTP or raw COPY, the run report, and the post-run database audit (SPEC.md §12).
+//
+// Its leaves, which it imports and which import nothing of it:
+//   - loadtest/txnid, the kernel: the transactionId scheme the producers
+//     send and the audits read back, and the poison rule the consumers
+//     fail and the consume audit counts;
+//   - loadtest/report, what a run found (Report and its sections), as JSON
+//     and as text;
+//   - loadtest/clientstats, what the clients saw over time, recorded by
+//     producers and consumers and read by the chaos report;
+//   - loadtest/target, how the clients reach a broker (the producers'
+//     senders, the consumers' client).
+//
+// Its rooms, which import only those leaves:
+//   - loadtest/chaos, the faults and the cluster of broker processes they
+//     hit (StartCluster), with its own chaos.Config.
+//
+// The producers, the consumers and the audits are still in this package;
+// Run wires them and the rooms.
 package loadtest

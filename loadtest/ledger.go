@@ -2,101 +2,12 @@ package loadtest
 
 import (
 	"fmt"
-	"math/bits"
-	"sort"
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 )
-
-// The audit's findings (SPEC.md §12), by kind.
-const (
-	// IssueMissing: a transactionId answered queued or duplicate has no
-	// stored frame in its partition.
-	IssueMissing = "missing"
-	// IssueStoredTwice: a (partition, transactionId) is stored more than once.
-	IssueStoredTwice = "stored_twice"
-	// IssueRepeatQueued: a repeat of a transactionId already answered queued
-	// or duplicate was answered queued.
-	IssueRepeatQueued = "repeat_queued"
-	// IssueWrongDuplicateID: a duplicate answer did not carry the original's
-	// message id.
-	IssueWrongDuplicateID = "wrong_duplicate_id"
-	// IssueWrongMessageID: a queued answer's message id is not the stored
-	// frame's.
-	IssueWrongMessageID = "wrong_message_id"
-	// IssueUnknownStored: a stored frame whose (partition, transactionId)
-	// the run never sent.
-	IssueUnknownStored = "unknown_stored"
-	// IssueWrongReply: a reply element that does not match its request item.
-	IssueWrongReply = "wrong_reply"
-	// IssueUnaudited: segments were deleted (by retention) before the
-	// incremental audit read them, so the ids they held could not be checked.
-	IssueUnaudited = "unaudited"
-)
-
-// maxExamples bounds the examples kept per kind of issue.
-const maxExamples = 3
-
-// issues counts findings by kind and keeps a few examples of each.
-type issues struct {
-	counts   map[string]int64
-	examples map[string][]string
-}
-
-func newIssues() *issues {
-	return &issues{counts: map[string]int64{}, examples: map[string][]string{}}
-}
-
-func (is *issues) add(kind, format string, args ...any) {
-	is.counts[kind]++
-	if len(is.examples[kind]) < maxExamples {
-		is.examples[kind] = append(is.examples[kind], fmt.Sprintf(format, args...))
-	}
-}
-
-func (is *issues) merge(o *issues) {
-	for k, n := range o.counts {
-		is.counts[k] += n
-	}
-	for k, ex := range o.examples {
-		for _, e := range ex {
-			if len(is.examples[k]) < maxExamples {
-				is.examples[k] = append(is.examples[k], e)
-			}
-		}
-	}
-}
-
-// drop forgets the findings of kind (a recount finds them again).
-func (is *issues) drop(kind string) {
-	delete(is.counts, kind)
-	delete(is.examples, kind)
-}
-
-func (is *issues) total() int64 {
-	var n int64
-	for _, c := range is.counts {
-		n += c
-	}
-	return n
-}
-
-// exampleList returns "kind: example" lines, kinds in name order.
-func (is *issues) exampleList() []string {
-	kinds := make([]string, 0, len(is.examples))
-	for k := range is.examples {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var out []string
-	for _, k := range kinds {
-		for _, e := range is.examples[k] {
-			out = append(out, k+": "+e)
-		}
-	}
-	return out
-}
 
 // The ledger keeps 4 bits per transactionId (a nibble), indexed by the
 // producer's sequence number: whether it was answered queued or duplicate,
@@ -142,13 +53,13 @@ type ledger struct {
 	// hi is one more than the highest sequence number sent.
 	hi     uint64
 	pend   pendingSet
-	issues *issues
+	issues *report.Findings
 	// sequential is Config.Spread == SpreadSequential (partIn).
 	sequential bool
 }
 
 func newLedger(producer int, queue string, parts []string) *ledger {
-	return &ledger{producer: producer, parts: parts, queue: queue, issues: newIssues()}
+	return &ledger{producer: producer, parts: parts, queue: queue, issues: report.NewFindings()}
 }
 
 // newRunLedger is producer's ledger for the run cfg.
@@ -158,31 +69,9 @@ func newRunLedger(cfg *Config, producer int, parts []string) *ledger {
 	return l
 }
 
-// partOf is the partition index of (producer, seq): a fixed mix, so a
-// transactionId goes to one partition for its whole life and the audit
-// needs no table of them.
-func partOf(producer int, seq uint64, parts int) int {
-	s := uint64(producer)<<seqBits ^ seq
-	return int(splitmix64(&s) % uint64(parts))
-}
-
-// partIn is the partition index of (producer, seq) under Config.Spread:
-// partOf when random; when sequential, each producer walks the partitions
-// in order from its own start (the producers' starts spread evenly over the
-// partitions by bit reversal of their index), so a run of n new items
-// touches min(n, parts) distinct partitions.
-func partIn(sequential bool, producer int, seq uint64, parts int) int {
-	if !sequential {
-		return partOf(producer, seq, parts)
-	}
-	start := bits.Reverse32(uint32(producer)) // a fraction of 2^32
-	off := int(uint64(start) * uint64(parts) >> 32)
-	return int((uint64(off) + seq%uint64(parts)) % uint64(parts))
-}
-
 // name is "partition/transactionId" of seq, for examples.
 func (l *ledger) name(seq uint64) string {
-	return l.parts[partIn(l.sequential, l.producer, seq, len(l.parts))] + "/" + string(appendTxn(nil, l.producer, seq))
+	return l.parts[txnid.PartIn(l.sequential, l.producer, seq, len(l.parts))] + "/" + string(txnid.AppendTxn(nil, l.producer, seq))
 }
 
 func (l *ledger) get(seq uint64) uint8 {
@@ -229,15 +118,15 @@ func (l *ledger) match(seq uint64, id uuid.UUID, queued bool, st uint8) {
 	case ok && p.fromStore:
 		if uuid.UUID(p.id) != id {
 			if queued {
-				l.issues.add(IssueWrongMessageID, "%s was answered queued with message %s, but the stored frame is message %s", l.name(seq), id, uuid.UUID(p.id))
+				l.issues.Add(report.IssueWrongMessageID, "%s was answered queued with message %s, but the stored frame is message %s", l.name(seq), id, uuid.UUID(p.id))
 			} else {
-				l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original is message %s", l.name(seq), id, uuid.UUID(p.id))
+				l.issues.Add(report.IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original is message %s", l.name(seq), id, uuid.UUID(p.id))
 			}
 		}
 		l.pend.del(seq)
 	case ok:
 		if uuid.UUID(p.id) != id {
-			l.issues.add(IssueWrongDuplicateID, "%s was answered with message %s and with message %s", l.name(seq), uuid.UUID(p.id), id)
+			l.issues.Add(report.IssueWrongDuplicateID, "%s was answered with message %s and with message %s", l.name(seq), uuid.UUID(p.id), id)
 		}
 	case st&stStoredMask == 0:
 		l.pend.put(seq, pendingID{id: id, fromQueued: queued})
@@ -251,7 +140,7 @@ func (l *ledger) queued(seq uint64, id uuid.UUID) {
 	l.sentLocked(seq)
 	st := l.get(seq)
 	if st&stAnswered != 0 {
-		l.issues.add(IssueRepeatQueued, "%s was answered queued (message %s) after it had been answered queued or duplicate", l.name(seq), id)
+		l.issues.Add(report.IssueRepeatQueued, "%s was answered queued (message %s) after it had been answered queued or duplicate", l.name(seq), id)
 	} else {
 		l.match(seq, id, true, st)
 	}
@@ -267,9 +156,9 @@ func (l *ledger) duplicate(seq uint64, id uuid.UUID, want *[16]byte) {
 	st := l.get(seq)
 	switch {
 	case id == uuid.Nil:
-		l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with the zero id (original gone) though its original is inside retention", l.name(seq))
+		l.issues.Add(report.IssueWrongDuplicateID, "%s was answered duplicate with the zero id (original gone) though its original is inside retention", l.name(seq))
 	case want != nil && uuid.UUID(*want) != id:
-		l.issues.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the original is %s", l.name(seq), id, uuid.UUID(*want))
+		l.issues.Add(report.IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the original is %s", l.name(seq), id, uuid.UUID(*want))
 	case want == nil:
 		l.match(seq, id, false, st)
 	}
@@ -300,7 +189,7 @@ func (l *ledger) resetStored() {
 // whether seq was sent at all. Frames of a partition arrive in offset order,
 // so the first one is the original: its id must be the one the answers
 // carried. recount (a second pass over frames already checked) only counts.
-func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, into *issues) bool {
+func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, into *report.Findings) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq >= l.hi {
@@ -314,9 +203,9 @@ func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, int
 		case ok && !p.fromStore:
 			if uuid.UUID(p.id) != id {
 				if p.fromQueued {
-					into.add(IssueWrongMessageID, "%s was answered queued with message %s, but the stored frame (offset %d) is message %s", l.name(seq), uuid.UUID(p.id), offset, id)
+					into.Add(report.IssueWrongMessageID, "%s was answered queued with message %s, but the stored frame (offset %d) is message %s", l.name(seq), uuid.UUID(p.id), offset, id)
 				} else {
-					into.add(IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original (offset %d) is message %s", l.name(seq), uuid.UUID(p.id), offset, id)
+					into.Add(report.IssueWrongDuplicateID, "%s was answered duplicate with message %s, but the stored original (offset %d) is message %s", l.name(seq), uuid.UUID(p.id), offset, id)
 				}
 			}
 			l.pend.del(seq)
@@ -347,7 +236,7 @@ type ledgerTotals struct {
 
 // check runs the final pass: every id answered queued or duplicate is
 // stored exactly once; every other id at most once.
-func (l *ledger) check(into *issues) ledgerTotals {
+func (l *ledger) check(into *report.Findings) ledgerTotals {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var t ledgerTotals
@@ -366,9 +255,9 @@ func (l *ledger) check(into *issues) ledgerTotals {
 		}
 		switch {
 		case answered && stored == 0:
-			into.add(IssueMissing, "%s was answered %s but is not stored", l.name(seq), answers(st))
+			into.Add(report.IssueMissing, "%s was answered %s but is not stored", l.name(seq), answers(st))
 		case stored > 1:
-			into.add(IssueStoredTwice, "%s is stored %s times (answers: %s)", l.name(seq), storedTimes(stored), answers(st))
+			into.Add(report.IssueStoredTwice, "%s is stored %s times (answers: %s)", l.name(seq), storedTimes(stored), answers(st))
 		}
 	}
 	return t

@@ -7,22 +7,10 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/transport/client"
 )
-
-// WakeReport is the wake-latency probe: how long a parked long poll takes
-// to answer once a message arrives, from the message's commit
-// (createdAt, PostgreSQL's clock on this host) to the pop's reply.
-type WakeReport struct {
-	Queue   string `json:"queue"`
-	Rounds  int    `json:"rounds"`
-	Samples int    `json:"samples"`
-	// Misses counts rounds whose long poll came back without the message
-	// (timed out, failed, or returned something else).
-	Misses int `json:"misses"`
-	Latency
-	LastError string `json:"last_error,omitempty"`
-}
 
 const (
 	// probePark is how long a probe round lets its long poll park before
@@ -37,8 +25,8 @@ const (
 // received − the message's createdAt); then ack it. A warm-up message,
 // pushed and consumed first, creates the queue and its partition. It stops
 // early when ctx ends.
-func wakeProbe(ctx context.Context, cl consumeClient, snd sender, queue string, rounds int) *WakeReport {
-	w := &WakeReport{Queue: queue, Rounds: rounds}
+func wakeProbe(ctx context.Context, cl target.ConsumeClient, snd target.Sender, queue string, rounds int) *report.WakeReport {
+	w := &report.WakeReport{Queue: queue, Rounds: rounds}
 	pb := &prober{cl: cl, snd: snd, queue: queue, w: w}
 	if err := pb.push(ctx, "probe-warm-up"); err != nil {
 		w.LastError = "push: " + err.Error()
@@ -53,7 +41,7 @@ func wakeProbe(ctx context.Context, cl consumeClient, snd sender, queue string, 
 		}
 		ch := make(chan popped, 1)
 		go func() {
-			res, err := cl.pop(ctx, popReq{queue: queue, group: queen.DefaultConsumerGroup, batch: 1, wait: probeWait})
+			res, err := cl.Pop(ctx, target.PopReq{Queue: queue, Group: queen.DefaultConsumerGroup, Batch: 1, Wait: probeWait})
 			ch <- popped{res, time.Now(), err}
 		}()
 		if !sleep(ctx, probePark) {
@@ -82,28 +70,28 @@ func wakeProbe(ctx context.Context, cl consumeClient, snd sender, queue string, 
 		}
 	}
 	w.Samples = len(lat)
-	w.Latency = latencyOf(lat)
+	w.Latency = report.LatencyOf(lat)
 	return w
 }
 
 type prober struct {
-	cl    consumeClient
-	snd   sender
+	cl    target.ConsumeClient
+	snd   target.Sender
 	queue string
-	w     *WakeReport
+	w     *report.WakeReport
 }
 
 // push pushes one message with transactionId txn.
 func (pb *prober) push(ctx context.Context, txn string) error {
 	items := []client.PushItem{{Queue: pb.queue, Partition: "Default", TransactionID: txn, Payload: json.RawMessage(`{"probe":true}`)}}
-	out := make([]result, 1)
+	out := make([]target.Result, 1)
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := pb.snd.send(pctx, items, out); err != nil {
+	if err := pb.snd.Send(pctx, items, out); err != nil {
 		return err
 	}
-	if out[0].status != queen.Queued {
-		return fmt.Errorf("push of %s answered %s (%s)", txn, out[0].status, out[0].code)
+	if out[0].Status != queen.Queued {
+		return fmt.Errorf("push of %s answered %s (%s)", txn, out[0].Status, out[0].Code)
 	}
 	return nil
 }
@@ -119,7 +107,7 @@ func (pb *prober) ack(ctx context.Context, msgs []queen.Message) {
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := pb.cl.ack(actx, queen.DefaultConsumerGroup, acks); err != nil {
+	if _, err := pb.cl.Ack(actx, queen.DefaultConsumerGroup, acks); err != nil {
 		pb.w.LastError = "ack: " + err.Error()
 	}
 }
@@ -129,7 +117,7 @@ func (pb *prober) ack(ctx context.Context, msgs []queen.Message) {
 // empty.
 func (pb *prober) drain(ctx context.Context) {
 	for range 20 {
-		res, err := pb.cl.pop(ctx, popReq{queue: pb.queue, group: queen.DefaultConsumerGroup, batch: 100, wait: 200 * time.Millisecond})
+		res, err := pb.cl.Pop(ctx, target.PopReq{Queue: pb.queue, Group: queen.DefaultConsumerGroup, Batch: 100, Wait: 200 * time.Millisecond})
 		if err != nil || len(res.Messages) == 0 {
 			return
 		}

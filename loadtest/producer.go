@@ -11,6 +11,10 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -28,7 +32,7 @@ type counters struct {
 	// an answer came back for (auditor).
 	dirty *dirtySet
 	// obs, when set (a cluster run), sees every request's outcome.
-	obs *clientStats
+	obs *clientstats.Stats
 	// lat is the push requests' latency; windowGuard counts items not sent
 	// again because their original is too old (see producer.guard).
 	lat         histogram
@@ -80,7 +84,7 @@ type producer struct {
 	idx   int
 	cfg   *Config
 	parts []string
-	snd   sender
+	snd   target.Sender
 	led   *ledger // nil in raw mode: nothing to audit
 	c     *counters
 	rng   *rand.Rand
@@ -101,11 +105,11 @@ type producer struct {
 
 	slots   []slot
 	items   []client.PushItem
-	results []result
+	results []target.Result
 	buf     []byte
 }
 
-func newProducer(idx int, cfg *Config, parts []string, snd sender, led *ledger, c *counters) *producer {
+func newProducer(idx int, cfg *Config, parts []string, snd target.Sender, led *ledger, c *counters) *producer {
 	return &producer{
 		idx: idx, cfg: cfg, parts: parts, snd: snd, led: led, c: c,
 		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
@@ -114,7 +118,7 @@ func newProducer(idx int, cfg *Config, parts []string, snd sender, led *ledger, 
 		codes:   map[string]int64{},
 		slots:   make([]slot, 0, cfg.Batch),
 		items:   make([]client.PushItem, 0, cfg.Batch),
-		results: make([]result, cfg.Batch),
+		results: make([]target.Result, cfg.Batch),
 	}
 }
 
@@ -137,7 +141,7 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		start := time.Now()
-		err := p.snd.send(rctx, p.items, p.results[:len(p.slots)])
+		err := p.snd.Send(rctx, p.items, p.results[:len(p.slots)])
 		lat := time.Since(start)
 		cancel()
 		// Whatever the answer, anything the request wrote is committed
@@ -205,9 +209,9 @@ func (p *producer) fill(fresh bool) {
 	p.buf = p.buf[:0]
 	var txn []byte
 	for _, s := range p.slots {
-		txn = appendTxn(txn[:0], p.idx, s.seq)
+		txn = txnid.AppendTxn(txn[:0], p.idx, s.seq)
 		start := len(p.buf)
-		p.buf = appendPayload(p.buf, p.idx, s.seq, p.cfg.PayloadBytes)
+		p.buf = txnid.AppendPayload(p.buf, p.idx, s.seq, p.cfg.PayloadBytes)
 		p.items = append(p.items, client.PushItem{
 			Queue:         p.cfg.Queue,
 			Partition:     p.parts[p.part(s.seq)],
@@ -223,7 +227,7 @@ func (p *producer) fill(fresh bool) {
 
 // part is the partition index of this producer's id seq.
 func (p *producer) part(seq uint64) int {
-	return partIn(p.cfg.Spread == SpreadSequential, p.idx, seq, len(p.parts))
+	return txnid.PartIn(p.cfg.Spread == SpreadSequential, p.idx, seq, len(p.parts))
 }
 
 // learn records the message id an answer gave for s's original in the ring
@@ -244,7 +248,7 @@ func (p *producer) handle(err error) (trouble bool) {
 		p.c.requestErrors.Add(1)
 		p.codes["request:"+qe.Code]++
 		p.lastError = qe.Error()
-		p.c.obs.record("push:" + qe.Code)
+		p.c.obs.Record("push:" + qe.Code)
 		if qe.Retryable {
 			for _, s := range p.slots {
 				p.retry(s)
@@ -260,19 +264,19 @@ func (p *producer) handle(err error) (trouble bool) {
 	for i := range p.slots {
 		s := &p.slots[i]
 		r := &p.results[i]
-		if r.bad != "" && p.led != nil {
+		if r.Bad != "" && p.led != nil {
 			p.led.mu.Lock()
-			p.led.issues.add(IssueWrongReply, "%s", r.bad)
+			p.led.issues.Add(report.IssueWrongReply, "%s", r.Bad)
 			p.led.mu.Unlock()
 		}
-		switch r.status {
+		switch r.Status {
 		case queen.Queued:
 			queued++
 			p.c.touch(p.part(s.seq))
 			if p.led != nil {
-				p.led.queued(s.seq, r.id)
+				p.led.queued(s.seq, r.ID)
 			}
-			p.learn(s, r.id)
+			p.learn(s, r.ID)
 		case queen.Duplicate:
 			dup++
 			p.c.touch(p.part(s.seq))
@@ -281,17 +285,17 @@ func (p *producer) handle(err error) (trouble bool) {
 				if s.hasWant {
 					want = &s.want
 				}
-				p.led.duplicate(s.seq, r.id, want)
+				p.led.duplicate(s.seq, r.ID, want)
 			}
-			if r.id != uuid.Nil {
-				p.learn(s, r.id)
+			if r.ID != uuid.Nil {
+				p.learn(s, r.ID)
 			}
 		default:
 			failed++
 			if firstCode == "" {
-				firstCode = r.code
+				firstCode = r.Code
 			}
-			p.codes[r.code]++
+			p.codes[r.Code]++
 			if p.led != nil {
 				p.led.failed(s.seq)
 			}
@@ -302,9 +306,9 @@ func (p *producer) handle(err error) (trouble bool) {
 	p.c.duplicate.Add(dup)
 	p.c.failed.Add(failed)
 	if failed > 0 {
-		p.c.obs.recordFailed("push:failed:"+firstCode, failed)
+		p.c.obs.RecordFailed("push:failed:"+firstCode, failed)
 	} else {
-		p.c.obs.record("")
+		p.c.obs.Record("")
 	}
 	return failed > 0
 }

@@ -3,9 +3,10 @@ package loadtest
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // progress writes the run's progress line while the producers run.
@@ -81,17 +82,17 @@ func (p *progress) line(now time.Time, rate, ackRate float64) string {
 	}
 	el := now.Sub(p.start).Truncate(100 * time.Millisecond)
 	s := fmt.Sprintf("loadtest: progress%s %s/%s: %s items/s, sent %s, queued %s, duplicate %s, failed %s",
-		label, el, p.dur, commas(int64(rate)), commas(p.c.sent.Load()), commas(p.c.queued.Load()),
-		commas(p.c.duplicate.Load()), commas(p.c.failed.Load()))
+		label, el, p.dur, report.Commas(int64(rate)), report.Commas(p.c.sent.Load()), report.Commas(p.c.queued.Load()),
+		report.Commas(p.c.duplicate.Load()), report.Commas(p.c.failed.Load()))
 	if n := p.c.requestErrors.Load(); n > 0 {
-		s += ", request errors " + commas(n)
+		s += ", request errors " + report.Commas(n)
 	}
 	if p.cc != nil {
 		s += fmt.Sprintf("; consumed: %s acked/s, acked %s, handled %s, redelivered %s, dead-lettered %s",
-			commas(int64(ackRate)), commas(p.cc.acked.Load()), commas(p.cc.handled.Load()),
-			commas(p.cc.redelivered.Load()), commas(p.cc.deadLettered.Load()))
+			report.Commas(int64(ackRate)), report.Commas(p.cc.acked.Load()), report.Commas(p.cc.handled.Load()),
+			report.Commas(p.cc.redelivered.Load()), report.Commas(p.cc.deadLettered.Load()))
 		if n := p.cc.popErrors.Load() + p.cc.ackErrors.Load(); n > 0 {
-			s += ", consumer errors " + commas(n)
+			s += ", consumer errors " + report.Commas(n)
 		}
 	}
 	switch {
@@ -112,13 +113,13 @@ func (p *progress) short(now time.Time, rate, ackRate float64) string {
 	}
 	el := now.Sub(p.start).Truncate(100 * time.Millisecond)
 	s := fmt.Sprintf("%s%s/%s  %s items/s  sent %s  queued %s  dup %s  failed %s",
-		label, el, p.dur, commas(int64(rate)), commas(p.c.sent.Load()), commas(p.c.queued.Load()),
-		commas(p.c.duplicate.Load()), commas(p.c.failed.Load()))
+		label, el, p.dur, report.Commas(int64(rate)), report.Commas(p.c.sent.Load()), report.Commas(p.c.queued.Load()),
+		report.Commas(p.c.duplicate.Load()), report.Commas(p.c.failed.Load()))
 	if n := p.c.requestErrors.Load(); n > 0 {
-		s += " err " + commas(n)
+		s += " err " + report.Commas(n)
 	}
 	if p.cc != nil {
-		s += fmt.Sprintf("  acked %s (%s/s) dlq %s", commas(p.cc.acked.Load()), commas(int64(ackRate)), commas(p.cc.deadLettered.Load()))
+		s += fmt.Sprintf("  acked %s (%s/s) dlq %s", report.Commas(p.cc.acked.Load()), report.Commas(int64(ackRate)), report.Commas(p.cc.deadLettered.Load()))
 		if p.drain.Load() {
 			s += " draining"
 		}
@@ -139,24 +140,4 @@ func (p *progress) finish() {
 	}
 	close(p.stop)
 	<-p.done
-}
-
-// commas formats n with thousands separators.
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := s[0] == '-'
-	if neg {
-		s = s[1:]
-	}
-	out := make([]byte, 0, len(s)+len(s)/3+1)
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	if neg {
-		return "-" + string(out)
-	}
-	return string(out)
 }

@@ -10,6 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
+	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -34,7 +39,7 @@ const auditEvery = 2 * time.Second
 //
 // The error is ErrAuditFailed (wrapped) with a non-nil report when the
 // audit found violations; other errors mean the run could not be made.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -52,25 +57,25 @@ type loadRun struct {
 	asyncs  []*asyncProducer
 	audit   *persistence.Audit
 	raw     *persistence.RawWriter
-	senders []sender
+	senders []target.Sender
 	cp      *consumePhase
 	// au is the in-run auditor (broker mode), from load.
 	au  *auditor
-	rep *Report
+	rep *report.Report
 	// dbStart and dbEnd are the database's figures before the first push and
 	// after the producers' last answer (load; DBBytes 0: not read), for
 	// the bytes per stored message; storageErr is a failed reading's
 	// error.
 	dbStart    runStart
-	dbEnd      TimelinePoint
+	dbEnd      report.TimelinePoint
 	storageErr string
 }
 
-func run(ctx context.Context, cfg *Config) (*Report, error) {
-	r := &loadRun{cfg: cfg, parts: partitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
-		rep: &Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
-			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: ProducerSync}}
-	if cfg.Mode == ModeBroker {
+func run(ctx context.Context, cfg *Config) (*report.Report, error) {
+	r := &loadRun{cfg: cfg, parts: txnid.PartitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
+		rep: &report.Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
+			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: report.ProducerSync}}
+	if cfg.Mode == report.ModeBroker {
 		r.c.dirty = newDirtySet(len(r.parts))
 	}
 	defer r.close()
@@ -81,9 +86,9 @@ func run(ctx context.Context, cfg *Config) (*Report, error) {
 		return nil, fmt.Errorf("database %s: %w", redact(cfg.DatabaseURL), err)
 	}
 	switch cfg.Mode {
-	case ModeBroker:
+	case report.ModeBroker:
 		err = r.setupBroker(ctx)
-	case ModeRaw:
+	case report.ModeRaw:
 		err = r.setupRaw(ctx)
 	}
 	if err != nil {
@@ -108,7 +113,7 @@ func (r *loadRun) close() {
 		r.cp.close()
 	}
 	for _, s := range r.senders {
-		s.close()
+		s.Close()
 	}
 	for _, a := range r.asyncs {
 		if a != nil {
@@ -134,44 +139,44 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 	cfg, rep, parts, c := r.cfg, r.rep, r.parts, r.c
 	var err error
 	rep.Target, rep.Queue = cfg.Target, cfg.Queue
-	if cfg.ProducerMode == ProducerAsync {
-		rep.ProducerMode, rep.InFlight, rep.MaxBatch = ProducerAsync, cfg.InFlight, cfg.maxBatch()
+	if cfg.ProducerMode == report.ProducerAsync {
+		rep.ProducerMode, rep.InFlight, rep.MaxBatch = report.ProducerAsync, cfg.InFlight, cfg.maxBatch()
 		rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
 	}
-	hc := newHTTPClient(cfg.Producers)
-	if cfg.ProducerMode == ProducerAsync {
+	hc := target.NewHTTPClient(cfg.Producers)
+	if cfg.ProducerMode == report.ProducerAsync {
 		r.asyncs = make([]*asyncProducer, cfg.Producers)
 		r.producers = nil
 		// Each async producer has up to MaxInFlight requests open.
-		ahc := newHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
+		ahc := target.NewHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
 		for i := range r.asyncs {
-			push, closeFn, err := asyncPush(cfg, ahc, i)
+			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i)
 			if err != nil {
 				return err
 			}
 			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
 		}
 	}
-	shared := make([]*natsSender, cfg.Connections)
+	shared := make([]*target.NATSSender, cfg.Connections)
 	for i := range r.producers {
-		var s sender
+		var s target.Sender
 		owner := true // r.senders (closed at the end) holds each sender once
 		if n := cfg.Connections; n > 0 && strings.HasPrefix(cfg.Target, "nats://") {
 			// Shared round robin.
 			if owner = shared[i%n] == nil; owner {
-				if shared[i%n], err = newNATSSender(cfg.Target, i%n); err != nil {
+				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n); err != nil {
 					return err
 				}
 			}
 			s = shared[i%n]
 		} else if strings.HasPrefix(cfg.Target, "nats://") {
-			if s, err = newNATSSender(cfg.Target, i); err != nil {
+			if s, err = target.NewNATSSender(cfg.Target, i); err != nil {
 				return err
 			}
 		} else if len(cfg.Targets) > 1 {
-			s = newFailoverSender(hc, cfg.Targets, i)
+			s = target.NewFailoverSender(hc, cfg.Targets, i)
 		} else {
-			s = newHTTPSender(hc, cfg.Target)
+			s = target.NewHTTPSender(hc, cfg.Target)
 		}
 		if owner {
 			r.senders = append(r.senders, s)
@@ -192,7 +197,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 			return err
 		}
 		err = configureQueue(ctx, cfg, cl)
-		cl.close()
+		cl.Close()
 		if err != nil {
 			return err
 		}
@@ -215,7 +220,7 @@ func (r *loadRun) setupRaw(ctx context.Context) error {
 		return err
 	}
 	for i := range r.producers {
-		s := &rawSender{w: r.raw, table: cfg.Table}
+		s := &target.RawSender{W: r.raw, Table: cfg.Table}
 		r.senders = append(r.senders, s)
 		r.producers[i] = newProducer(i, cfg, r.parts, s, nil, r.c)
 	}
@@ -229,15 +234,15 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	cfg, c, cp, rep, producers, asyncs, audit, parts := r.cfg, r.c, r.cp, r.rep, r.producers, r.asyncs, r.audit, r.parts
 	r.readStart(ctx)
 	start := time.Now()
-	var chaos *chaosRun
-	if cfg.Mode == ModeBroker && (cfg.Cluster != nil || chaosOn(cfg.Chaos)) {
-		stats := newClientStats(start)
+	var faults *chaos.Run
+	if cfg.Mode == report.ModeBroker && (cfg.Cluster != nil || chaos.On(cfg.Chaos)) {
+		stats := clientstats.New(start)
 		c.obs = stats
 		if cp != nil {
 			cp.c.obs = stats
 		}
-		chaos = startChaos(ctx, cfg, stats)
-		defer chaos.endChaos()
+		faults = chaos.Start(ctx, cfg.chaosConfig(), stats)
+		defer faults.End()
 	}
 	deadline := start.Add(cfg.Duration)
 	drainBy := deadline.Add(cfg.DrainTimeout)
@@ -249,7 +254,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	var ledgers []*ledger
 	var au *auditor
 	var smp *sampler
-	if cfg.Mode == ModeBroker {
+	if cfg.Mode == report.ModeBroker {
 		for _, p := range producers {
 			ledgers = append(ledgers, p.led)
 		}
@@ -260,7 +265,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		au.sequential = cfg.Spread == SpreadSequential
 		au.start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
 	}
-	prog := startProgress(cfg, c, cc, start, cfg.Mode == ModeBroker)
+	prog := startProgress(cfg, c, cc, start, cfg.Mode == report.ModeBroker)
 	if au != nil {
 		smp = startSampler(ctx, cfg, c, au, audit, ledgers, prog, start, r.dbStart)
 	}
@@ -283,12 +288,12 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	elapsed := time.Since(start)
 	rep.Timeline = smp.finish()
 	if smp != nil {
-		rep.SustainedRatio, rep.SustainedRatioMeaningful = SustainedRatio(rep.Timeline)
+		rep.SustainedRatio, rep.SustainedRatioMeaningful = report.SustainedRatio(rep.Timeline)
 		rep.TimelineError = smp.lastErr
 	}
-	if chaos != nil {
+	if faults != nil {
 		// No fault after the load; a recovery under way finishes.
-		chaos.endChaos()
+		faults.End()
 	}
 	// Before the consumers drain: their acks are not the load's.
 	r.readEnd(ctx)
@@ -298,8 +303,8 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		cp.drain(ctx, audit)
 	}
 	prog.finish()
-	if chaos != nil {
-		rep.Cluster, rep.Chaos = chaos.finish()
+	if faults != nil {
+		rep.Cluster, rep.Chaos = faults.Finish()
 	}
 
 	r.au = au
@@ -314,7 +319,7 @@ func (r *loadRun) readStart(ctx context.Context) {
 		r.storageErr = r.dbStart.err
 		return
 	}
-	r.dbStart.sizes = TimelinePoint{DBBytes: st.DatabaseBytes, SidecarBytes: st.SidecarBytes}
+	r.dbStart.sizes = report.TimelinePoint{DBBytes: st.DatabaseBytes, SidecarBytes: st.SidecarBytes}
 	r.dbStart.walAt = st.WALPosition
 }
 
@@ -331,7 +336,7 @@ func (r *loadRun) readEnd(ctx context.Context) {
 		r.storageErr = "database stats at the end: " + err.Error()
 		return
 	}
-	r.dbEnd = TimelinePoint{DBBytes: st.DatabaseBytes, SidecarBytes: st.SidecarBytes, WALBytes: st.WALBytes}
+	r.dbEnd = report.TimelinePoint{DBBytes: st.DatabaseBytes, SidecarBytes: st.SidecarBytes, WALBytes: st.WALBytes}
 }
 
 // collect fills the report's counts from the producers' counters.
@@ -341,9 +346,9 @@ func (r *loadRun) collect(ctx context.Context, elapsed time.Duration) {
 	rep.Seconds = math.Round(elapsed.Seconds()*1000) / 1000
 	rep.Requests, rep.RequestErrors = c.requests.Load(), c.requestErrors.Load()
 	rep.ItemsSent, rep.NewItems, rep.Repeats, rep.Retries = c.sent.Load(), c.fresh.Load(), c.repeats.Load(), c.retries.Load()
-	rep.ItemsPerSecond = perSecond(rep.ItemsSent, elapsed.Seconds())
+	rep.ItemsPerSecond = report.PerSecond(rep.ItemsSent, elapsed.Seconds())
 	rep.GaveUp, rep.Rejected, rep.UnknownOutcome = c.gaveUp.Load(), c.rejected.Load(), c.unknownOutcome.Load()
-	rep.Verdicts = Verdicts{Queued: c.queued.Load(), Duplicate: c.duplicate.Load(), Failed: c.failed.Load()}
+	rep.Verdicts = report.Verdicts{Queued: c.queued.Load(), Duplicate: c.duplicate.Load(), Failed: c.failed.Load()}
 	for _, p := range producers {
 		for code, n := range p.codes {
 			if rep.ErrorCodes == nil {
@@ -393,7 +398,7 @@ func (r *loadRun) check(ctx context.Context) error {
 	}
 	rep.Postgres = d
 	switch cfg.Mode {
-	case ModeBroker:
+	case report.ModeBroker:
 		var ca *consumeAuditor
 		var also func(*persistence.StoredMessage)
 		if cp != nil {
@@ -417,7 +422,7 @@ func (r *loadRun) check(ctx context.Context) error {
 			}
 			rep.Consume = cp.report(ca, ca.finish(cursors))
 		}
-	case ModeRaw:
+	case report.ModeRaw:
 		n, err := raw.Count(actx, cfg.Table)
 		if err != nil {
 			return fmt.Errorf("count raw rows: %w", err)
@@ -433,9 +438,9 @@ func (r *loadRun) check(ctx context.Context) error {
 }
 
 // verdict is the run's error: no verdict at all, or a failed audit.
-func (r *loadRun) verdict(elapsed time.Duration) (*Report, error) {
+func (r *loadRun) verdict(elapsed time.Duration) (*report.Report, error) {
 	cfg, rep := r.cfg, r.rep
-	rep.StoredPerSecond = perSecond(rep.StoredMessages, elapsed.Seconds())
+	rep.StoredPerSecond = report.PerSecond(rep.StoredMessages, elapsed.Seconds())
 	// Every message the run stored was stored between the two readings.
 	end := r.dbEnd
 	end.StoredMessages = rep.StoredMessages
@@ -478,11 +483,11 @@ func redact(s string) string {
 // cfg.DatabaseURL, the broker's database. When ctx ends the rounds stop and
 // the completed ones are reported. A failed audit is ErrAuditFailed
 // (wrapped), returned with the comparison after the last round.
-func Compare(ctx context.Context, cfg Config, rounds int) (*Comparison, error) {
+func Compare(ctx context.Context, cfg Config, rounds int) (*report.Comparison, error) {
 	if rounds <= 0 {
 		rounds = 3
 	}
-	cfg.Mode = ModeBroker
+	cfg.Mode = report.ModeBroker
 	if cfg.Consumers > 0 {
 		return nil, errors.New("--compare measures pushes against raw COPY: run it without consumers")
 	}
@@ -490,13 +495,13 @@ func Compare(ctx context.Context, cfg Config, rounds int) (*Comparison, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cmp := &Comparison{}
+	cmp := &report.Comparison{}
 	var auditErr error
 	var ratios []float64
 	for i := 1; i <= rounds && ctx.Err() == nil; i++ {
 		stamp := time.Now().UnixNano()
 		b := cfg
-		b.Mode, b.Queue, b.Label = ModeBroker, fmt.Sprintf("loadtest-%d-r%d", stamp, i), fmt.Sprintf("round %d broker", i)
+		b.Mode, b.Queue, b.Label = report.ModeBroker, fmt.Sprintf("loadtest-%d-r%d", stamp, i), fmt.Sprintf("round %d broker", i)
 		br, err := run(ctx, &b)
 		if err != nil && !errors.Is(err, ErrAuditFailed) {
 			return cmp, fmt.Errorf("round %d broker: %w", i, err)
@@ -504,10 +509,10 @@ func Compare(ctx context.Context, cfg Config, rounds int) (*Comparison, error) {
 		if err != nil {
 			auditErr = fmt.Errorf("round %d: %w", i, err)
 		}
-		rd := Round{Round: i, Broker: br}
+		rd := report.Round{Round: i, Broker: br}
 		if ctx.Err() == nil {
 			r := cfg
-			r.Mode, r.Table, r.DropTable, r.Label = ModeRaw, fmt.Sprintf("loadtest_%d_r%d", stamp, i), true, fmt.Sprintf("round %d raw", i)
+			r.Mode, r.Table, r.DropTable, r.Label = report.ModeRaw, fmt.Sprintf("loadtest_%d_r%d", stamp, i), true, fmt.Sprintf("round %d raw", i)
 			rr, err := run(ctx, &r)
 			if err != nil {
 				return cmp, fmt.Errorf("round %d raw: %w", i, err)
@@ -523,6 +528,6 @@ func Compare(ctx context.Context, cfg Config, rounds int) (*Comparison, error) {
 		cmp.Rounds = append(cmp.Rounds, rd)
 	}
 	cmp.Interrupted = ctx.Err() != nil
-	cmp.MedianRatio = median(ratios)
+	cmp.MedianRatio = report.Median(ratios)
 	return cmp, auditErr
 }

@@ -2,7 +2,8 @@ package loadtest
 
 import (
 	"math"
-	"strconv"
+
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // bytesPerMessage is what a stored message cost the database between two
@@ -20,7 +21,7 @@ type bytesPerMessage struct {
 // (DBBytes 0: the database could not be read); the WAL's also when
 // cur.WALBytes is 0 (the run's start position is unknown: a stored message
 // always writes WAL). A growth may be negative (retention dropping data).
-func storagePerMessage(prev, cur TimelinePoint) bytesPerMessage {
+func storagePerMessage(prev, cur report.TimelinePoint) bytesPerMessage {
 	var out bytesPerMessage
 	n := cur.StoredMessages - prev.StoredMessages
 	if n <= 0 || prev.DBBytes <= 0 || cur.DBBytes <= 0 {
@@ -41,17 +42,8 @@ func storagePerMessage(prev, cur TimelinePoint) bytesPerMessage {
 // WAL and the growth that storagePerMessage divides start.
 type runStart struct {
 	// sizes holds DBBytes and SidecarBytes (0: not read).
-	sizes TimelinePoint
+	sizes report.TimelinePoint
 	// walAt is the WAL position ("" when not read); err the reading's
 	// error.
 	walAt, err string
-}
-
-// perMessageText formats a bytes-per-message figure for the text report:
-// whole bytes, or "n/a" when unknown.
-func perMessageText(v *float64, unit string) string {
-	if v == nil {
-		return "n/a"
-	}
-	return strconv.FormatFloat(*v, 'f', 0, 64) + unit
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -92,64 +93,9 @@ func quantileMS(counts []int64, q float64) float64 {
 
 // latency is the run's request latency: p50 and p99 to the buckets'
 // precision, the exact maximum.
-func (h *histogram) latency() Latency {
+func (h *histogram) latency() report.Latency {
 	c := h.snapshot()
-	return Latency{P50: quantileMS(c, 0.5), P99: quantileMS(c, 0.99), Max: float64(h.maxUS.Load()) / 1e3}
-}
-
-// TimelinePoint is one sample of a run (every Config.SampleEvery): rates and
-// latency over the interval since the previous point, sizes at the moment.
-type TimelinePoint struct {
-	// T is the seconds since the run started.
-	T float64 `json:"t_s"`
-	// StoredPerSecond is the frames the incremental audit found stored
-	// in the interval, per second; ItemsPerSecond the items sent.
-	StoredPerSecond float64 `json:"stored_per_second"`
-	ItemsPerSecond  float64 `json:"items_per_second"`
-	// P50 and P99 are the push requests' latency in the interval (ms).
-	P50 float64 `json:"p50_ms"`
-	P99 float64 `json:"p99_ms"`
-	// BrokerRSS is process_resident_memory_bytes from the brokers'
-	// /metrics (summed over the brokers that answered; with --embedded the
-	// broker is this process, harness included); 0 when none answered.
-	BrokerRSS int64 `json:"broker_rss_bytes"`
-	// BrokerMetrics: at least one broker's /metrics answered at this
-	// sample. When false (a NATS target has no /metrics URL, or none
-	// answered) the cache figures and, unless the broker runs in this
-	// process, BrokerRSS are unavailable: 0 here, "n/a" in the text.
-	BrokerMetrics bool `json:"broker_metrics"`
-	// DBBytes is pg_database_size; SidecarBytes the hash sidecar's
-	// relations (log_txns, log_txn_hashes, hash_blocks, every partition, indexes and
-	// TOAST); WALBytes the WAL written since the run started (the
-	// cluster's WAL: every database of the PostgreSQL). All three are 0
-	// when the database could not be read at this sample, WALBytes also
-	// when it could not be read at the run's start.
-	DBBytes      int64 `json:"db_bytes"`
-	SidecarBytes int64 `json:"sidecar_bytes"`
-	WALBytes     int64 `json:"wal_bytes"`
-	// StoredMessages is the frames the incremental audit had read by this
-	// sample since the run started (its passes run every 2 s at most, so
-	// the count may trail the sizes by one pass).
-	StoredMessages int64 `json:"stored_messages"`
-	// WALBytesPerMessage, DBBytesPerMessage and SidecarBytesPerMessage are
-	// the WAL written and the database's and the sidecar's growth in the
-	// interval, per frame stored in it (storagePerMessage); nil (omitted)
-	// when nothing was stored in it or a size is unknown at either end.
-	WALBytesPerMessage     *float64 `json:"wal_bytes_per_message,omitempty"`
-	DBBytesPerMessage      *float64 `json:"db_bytes_per_message,omitempty"`
-	SidecarBytesPerMessage *float64 `json:"sidecar_bytes_per_message,omitempty"`
-	// The dedup cache (queen_dedup_cache_bytes, the evictions and
-	// hydrations counters), summed over the brokers that answered.
-	CacheBytes      int64 `json:"cache_bytes"`
-	CacheEvictions  int64 `json:"cache_evictions"`
-	CacheHydrations int64 `json:"cache_hydrations"`
-	// LedgerBytes is the memory of the harness's audit ledgers (4 bits per
-	// id sent plus the ids awaiting their stored frame or answer);
-	// HarnessHeap is this process's live Go heap as the last GC marked it
-	// (runtime/metrics /gc/heap/live:bytes; with --embedded the broker's
-	// heap too).
-	LedgerBytes int64 `json:"ledger_bytes"`
-	HarnessHeap int64 `json:"harness_heap_bytes"`
+	return report.Latency{P50: quantileMS(c, 0.5), P99: quantileMS(c, 0.99), Max: float64(h.maxUS.Load()) / 1e3}
 }
 
 // brokerMetrics are the figures the timeline reads from a broker's /metrics.
@@ -205,7 +151,7 @@ type sampler struct {
 	out     io.Writer
 	prog    *progress
 
-	points  []TimelinePoint
+	points  []report.TimelinePoint
 	lastErr string
 	stop    chan struct{}
 	done    chan struct{}
@@ -217,7 +163,7 @@ type sampler struct {
 	lastHist   []int64
 	// last is the previous point (at first the run's start), for the
 	// interval's bytes per message.
-	last TimelinePoint
+	last report.TimelinePoint
 }
 
 // startSampler starts the timeline; rs is the database's figures before the
@@ -257,7 +203,7 @@ func (s *sampler) loop(ctx context.Context) {
 }
 
 // finish stops the sampler and returns the timeline.
-func (s *sampler) finish() []TimelinePoint {
+func (s *sampler) finish() []report.TimelinePoint {
 	if s == nil {
 		return nil
 	}
@@ -279,10 +225,10 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	for i := range diff {
 		diff[i] = hist[i] - s.lastHist[i]
 	}
-	p := TimelinePoint{
+	p := report.TimelinePoint{
 		T:               math.Round(now.Sub(s.start).Seconds()*10) / 10,
-		StoredPerSecond: perSecond(stored-s.lastStored, secs),
-		ItemsPerSecond:  perSecond(sent-s.lastSent, secs),
+		StoredPerSecond: report.PerSecond(stored-s.lastStored, secs),
+		ItemsPerSecond:  report.PerSecond(sent-s.lastSent, secs),
 		P50:             quantileMS(diff, 0.5),
 		P99:             quantileMS(diff, 0.99),
 		StoredMessages:  stored,
@@ -324,15 +270,15 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 
 // writeLine prints the point as one progress line (on a terminal, above the
 // live line).
-func (s *sampler) writeLine(now time.Time, p TimelinePoint) {
+func (s *sampler) writeLine(now time.Time, p report.TimelinePoint) {
 	cache := "n/a"
 	if p.BrokerMetrics {
 		cache = fmt.Sprintf("%s (evictions %d, hydrations %d)", mib(p.CacheBytes), p.CacheEvictions, p.CacheHydrations)
 	}
 	line := fmt.Sprintf("loadtest: sample t=%.0fs stored/s %s · items/s %s · p50 %.1f ms · p99 %.1f ms · broker rss %s · db %s · sidecar %s · wal %s · per stored message wal %s, db %s, sidecar %s · cache %s · ledger %s",
-		p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.rssText(mib), mib(p.DBBytes),
-		mib(p.SidecarBytes), mib(p.WALBytes), perMessageText(p.WALBytesPerMessage, " B"), perMessageText(p.DBBytesPerMessage, " B"),
-		perMessageText(p.SidecarBytesPerMessage, " B"), cache, mib(p.LedgerBytes))
+		p.T, report.Commas(int64(p.StoredPerSecond)), report.Commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.RSSText(mib), mib(p.DBBytes),
+		mib(p.SidecarBytes), mib(p.WALBytes), report.PerMessageText(p.WALBytesPerMessage, " B"), report.PerMessageText(p.DBBytesPerMessage, " B"),
+		report.PerMessageText(p.SidecarBytesPerMessage, " B"), cache, mib(p.LedgerBytes))
 	switch {
 	case s.prog != nil && s.prog.live:
 		fmt.Fprint(s.out, "\r\x1b[K"+line+"\n")
@@ -350,15 +296,6 @@ func (s *sampler) writeLine(now time.Time, p TimelinePoint) {
 	default:
 		fmt.Fprintln(s.out, line)
 	}
-}
-
-// rssText is the broker's RSS through format, or "n/a" when no broker's
-// /metrics answered and the broker is not this process.
-func (p TimelinePoint) rssText(format func(int64) string) string {
-	if !p.BrokerMetrics && p.BrokerRSS == 0 {
-		return "n/a"
-	}
-	return format(p.BrokerRSS)
 }
 
 // liveHeap is the heap the last GC found live (bytes).
@@ -389,59 +326,4 @@ func selfRSS() int64 {
 		return 0
 	}
 	return pages * int64(os.Getpagesize())
-}
-
-// warmup is how much of a run the sustained ratio skips.
-const warmup = time.Minute
-
-// SustainedMinRun is the shortest run whose sustained ratio means
-// something: the warm-up plus four minutes, so each quarter compared spans a
-// minute (six points at the default --sample-every of 10 s). Shorter runs
-// report the ratio in the JSON with sustained_ratio_meaningful false, and
-// the text report leaves its line out.
-const SustainedMinRun = warmup + 4*time.Minute
-
-// SustainedRatio is the median stored/s of the last quarter of the run over
-// the median of its first quarter, both after the first minute of warm-up
-// (a point covers the interval since the previous one: points whose
-// interval started before t_s 60 are skipped when later points exist;
-// quarters are by time, t_s ascending). meaningful
-// is false for runs shorter than SustainedMinRun: the ratio is then
-// computed over the points there are. 0 with fewer than two points, or when the
-// first quarter's median is 0.
-func SustainedRatio(points []TimelinePoint) (ratio float64, meaningful bool) {
-	if len(points) == 0 {
-		return 0, false
-	}
-	last := points[len(points)-1].T
-	meaningful = last >= SustainedMinRun.Seconds()
-	// A point covers the interval since the one before: skip those whose
-	// interval started inside the warm-up.
-	use := points
-	for i := 1; i < len(points); i++ {
-		if points[i-1].T >= warmup.Seconds() {
-			use = points[i:]
-			break
-		}
-	}
-	if len(use) < 2 {
-		return 0, meaningful
-	}
-	// Quarters by time, each at least one point.
-	t0, t1 := use[0].T, use[len(use)-1].T
-	q := (t1 - t0) / 4
-	var first, lastQ []float64
-	for _, p := range use {
-		if p.T <= t0+q {
-			first = append(first, p.StoredPerSecond)
-		}
-		if p.T >= t1-q {
-			lastQ = append(lastQ, p.StoredPerSecond)
-		}
-	}
-	m0 := median(first)
-	if m0 == 0 {
-		return 0, meaningful
-	}
-	return math.Round(median(lastQ)/m0*1000) / 1000, meaningful
 }

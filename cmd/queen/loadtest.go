@@ -18,6 +18,8 @@ import (
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // loadtestFlags are the settings of one `queen loadtest`: the harness's
@@ -73,7 +75,7 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 			lf.logLevel = "info" // the brokers' log files
 		}
 		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.brokers, lf.shardLease, lf.pgBin, lf.logLevel, lf.jsonOut, lf.cpuProfile,
-			loadtest.ClusterConfig{PGStandby: lf.pgStandby, NATSNodes: lf.natsNodes})
+			chaos.ClusterConfig{PGStandby: lf.pgStandby, NATSNodes: lf.natsNodes})
 	}
 	if lf.pgStandby {
 		return errors.New("--pg-standby gives the managed PostgreSQL of --brokers N a standby: pass --brokers N")
@@ -82,12 +84,12 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		return errors.New("--nats-nodes gives the brokers of --brokers N a NATS cluster: pass --brokers N")
 	}
 	switch {
-	case lf.cfg.Chaos == "" || lf.cfg.Chaos == loadtest.ChaosNone:
-	case lf.cfg.Chaos == loadtest.ChaosPGRestart && lf.embedded && !lf.compare:
+	case lf.cfg.Chaos == "" || lf.cfg.Chaos == chaos.None:
+	case lf.cfg.Chaos == chaos.PGRestart && lf.embedded && !lf.compare:
 		chaosClients(cmd, &lf.cfg, 0)
-	case lf.cfg.Chaos == loadtest.ChaosPGRestart:
+	case lf.cfg.Chaos == chaos.PGRestart:
 		return errors.New("--chaos pg-restart needs a PostgreSQL of its own: pass --brokers N or --embedded (without --compare)")
-	case lf.cfg.Chaos == loadtest.ChaosNATSKill:
+	case lf.cfg.Chaos == chaos.NATSKill:
 		return errors.New("--chaos nats-kill kills a node of a NATS cluster of its own: pass --brokers N --nats-nodes M (M at least 2)")
 	default:
 		return fmt.Errorf("--chaos %s needs brokers of its own: pass --brokers N", lf.cfg.Chaos)
@@ -108,7 +110,7 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 			// The broker's /metrics is this process's: its RSS
 			// includes the harness.
 			lf.cfg.MetricsURLs, lf.cfg.SelfRSS = []string{b.HTTPURL()}, true
-			if lf.cfg.Chaos == loadtest.ChaosPGRestart {
+			if lf.cfg.Chaos == chaos.PGRestart {
 				lf.cfg.RestartPostgres = b.RestartPostgres
 			}
 			return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.jsonOut, lf.cpuProfile)
@@ -173,7 +175,7 @@ func (lf *loadtestFlags) consumerFlags(f *pflag.FlagSet) {
 // and the faults injected into them.
 func (lf *loadtestFlags) clusterFlags(f *pflag.FlagSet) {
 	f.IntVar(&lf.brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
-	f.StringVar(&lf.cfg.Chaos, "chaos", loadtest.ChaosNone, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, with nats-kill when --nats-nodes is 2 or more, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby; nats-kill (SIGKILL a NATS node in turn, restart it after --chaos-pause) with --brokers N --nats-nodes M (M at least 2)")
+	f.StringVar(&lf.cfg.Chaos, "chaos", chaos.None, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, with nats-kill when --nats-nodes is 2 or more, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby; nats-kill (SIGKILL a NATS node in turn, restart it after --chaos-pause) with --brokers N --nats-nodes M (M at least 2)")
 	f.IntVar(&lf.natsNodes, "nats-nodes", 0, "with --brokers: run the NATS server as a cluster of this many node processes routed on loopback (0: one NATS server in this process); brokers and clients get every node's URL")
 	f.BoolVar(&lf.pgStandby, "pg-standby", false, "with --brokers: give the managed PostgreSQL a synchronous streaming standby on loopback; the brokers' DATABASE_URL lists both servers (target_session_attrs=read-write)")
 	f.DurationVar(&lf.cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
@@ -305,22 +307,22 @@ const loadtestExample = `  queen loadtest --embedded --duration 20s
   queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`
 
 // runClusterLoadtest starts brokers processes of this binary with their
-// PostgreSQL and NATS (loadtest.StartCluster), drives them, and stops
+// PostgreSQL and NATS (chaos.StartCluster), drives them, and stops
 // everything, also after Ctrl-C.
 func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, brokers int, lease time.Duration,
-	pgBin, logLevel string, jsonOut bool, cpuProfile string, ccfg loadtest.ClusterConfig) (err error) {
+	pgBin, logLevel string, jsonOut bool, cpuProfile string, ccfg chaos.ClusterConfig) (err error) {
 	stderr := cmd.ErrOrStderr()
-	if cfg.Chaos == loadtest.ChaosPGFailover && !ccfg.PGStandby {
+	if cfg.Chaos == chaos.PGFailover && !ccfg.PGStandby {
 		return errors.New("--chaos pg-failover promotes a standby: pass --pg-standby")
 	}
 	if ccfg.NATSNodes < 0 || ccfg.NATSNodes > 9 {
 		return fmt.Errorf("--nats-nodes %d: want 0 (one NATS server in this process) to 9", ccfg.NATSNodes)
 	}
-	if cfg.Chaos == loadtest.ChaosNATSKill && ccfg.NATSNodes < 2 {
+	if cfg.Chaos == chaos.NATSKill && ccfg.NATSNodes < 2 {
 		return fmt.Errorf("--chaos nats-kill kills a node of a NATS cluster and needs at least 2 (--nats-nodes %d): pass --nats-nodes 3", ccfg.NATSNodes)
 	}
-	chaos := cfg.Chaos != "" && cfg.Chaos != loadtest.ChaosNone
-	if chaos {
+	withChaos := chaos.On(cfg.Chaos)
+	if withChaos {
 		if lease == 0 {
 			lease = 5 * time.Second
 		}
@@ -334,14 +336,14 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	if eff == 0 {
 		eff = 10 * time.Second
 	}
-	if chaos && cfg.ChaosInterval < 2*eff {
+	if withChaos && cfg.ChaosInterval < 2*eff {
 		return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", cfg.ChaosInterval, 2*eff)
 	}
-	if chaos && cfg.ChaosPause >= cfg.ChaosInterval {
+	if withChaos && cfg.ChaosPause >= cfg.ChaosInterval {
 		return fmt.Errorf("chaos pause %s: want less than the chaos interval %s", cfg.ChaosPause, cfg.ChaosInterval)
 	}
 	ccfg.Brokers, ccfg.PGBin, ccfg.Lease, ccfg.LogLevel, ccfg.TempParent, ccfg.Status = brokers, pgBin, lease, logLevel, embeddedTempParent, stderr
-	cl, err := loadtest.StartCluster(ctx, ccfg)
+	cl, err := chaos.StartCluster(ctx, ccfg)
 	if err != nil {
 		return fmt.Errorf("start %d brokers: %w", brokers, err)
 	}
@@ -379,7 +381,7 @@ func chaosClients(cmd *cobra.Command, cfg *loadtest.Config, lease time.Duration)
 	cfg.MaxAttempts = 255
 	cfg.DrainTimeout = max(15*time.Second, 2*lease+cfg.RequestTimeout+max(cfg.ChaosPause, 5*time.Second)+5*time.Second)
 	if cfg.ChaosInterval <= 0 {
-		cfg.ChaosInterval = loadtest.DefaultChaosInterval(cfg.Chaos)
+		cfg.ChaosInterval = chaos.DefaultInterval(cfg.Chaos)
 	}
 }
 
@@ -406,31 +408,31 @@ func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compar
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var report interface{ WriteText(io.Writer) }
+	var result interface{ WriteText(io.Writer) }
 	var interrupted bool
 	var err error
 	if compare {
-		var c *loadtest.Comparison
+		var c *report.Comparison
 		c, err = loadtest.Compare(ctx, cfg, 3)
 		if c != nil {
-			report, interrupted = c, c.Interrupted
+			result, interrupted = c, c.Interrupted
 		}
 	} else {
-		var r *loadtest.Report
+		var r *report.Report
 		r, err = loadtest.Run(ctx, cfg)
 		if r != nil {
-			report, interrupted = r, r.Interrupted
+			result, interrupted = r, r.Interrupted
 		}
 	}
-	if report != nil {
+	if result != nil {
 		if jsonOut {
-			b, jerr := json.Marshal(report)
+			b, jerr := json.Marshal(result)
 			if jerr != nil {
 				return jerr
 			}
 			fmt.Fprintln(out, string(b))
 		} else {
-			report.WriteText(out)
+			result.WriteText(out)
 		}
 	}
 	if err == nil && interrupted {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // TestLoadtestAsyncProducer: `queen loadtest --producer-mode async` publishes
@@ -32,7 +33,7 @@ func TestLoadtestAsyncProducer(t *testing.T) {
 		"--in-flight", "200", "--producers", "3", "--partitions", "8", "--payload-bytes", "100", "--dup-ratio", "0.2",
 		"--duration", "1s", "--json"})
 	require.NoError(t, cmd.ExecuteContext(ctx))
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), "%s", out.String())
 	checkAsyncReport(t, &rep, 100)
 
@@ -47,7 +48,7 @@ func TestLoadtestAsyncProducer(t *testing.T) {
 	require.Contains(t, text.String(), "async (single items; 100 in flight, up to 20 per request")
 }
 
-func checkAsyncReport(t *testing.T, rep *loadtest.Report, maxBatch int) {
+func checkAsyncReport(t *testing.T, rep *report.Report, maxBatch int) {
 	t.Helper()
 	require.Equal(t, loadtest.ProducerAsync, rep.ProducerMode)
 	require.Equal(t, maxBatch, rep.MaxBatch)

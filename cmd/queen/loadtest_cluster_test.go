@@ -11,7 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // TestLoadtestClusterChaos: `queen loadtest --brokers 2 --chaos kill` starts
@@ -25,7 +26,7 @@ func TestLoadtestClusterChaos(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2", "--target", "http://brokers")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.False(t, rep.Interrupted)
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
@@ -41,7 +42,7 @@ func TestLoadtestClusterChaos(t *testing.T) {
 	require.Equal(t, 1.0, cl.ShardLeaseSeconds)
 	require.Positive(t, cl.ClusterPolls)
 	require.Positive(t, cl.Client.Requests)
-	ch := requireChaos(t, &rep, loadtest.ChaosKill)
+	ch := requireChaos(t, &rep, chaos.Kill)
 	require.GreaterOrEqual(t, ch.Kills, 1)
 	require.Equal(t, ch.Kills, ch.Faults)
 
@@ -57,7 +58,7 @@ func TestLoadtestClusterChaos(t *testing.T) {
 // requireChaos checks the report's chaos section of a run in mode: at
 // least one fault, each recovered, counted by kind, with the clients' view
 // around it.
-func requireChaos(t *testing.T, rep *loadtest.Report, mode string) *loadtest.ChaosReport {
+func requireChaos(t *testing.T, rep *report.Report, mode string) *report.ChaosReport {
 	t.Helper()
 	ch := rep.Chaos
 	require.NotNil(t, ch, "the report has a chaos section")
@@ -85,18 +86,18 @@ func TestLoadtestClusterChaosStop(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Zero(t, rep.GaveUp, "every item got a verdict")
 	require.NotNil(t, rep.Consume)
 	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
 	require.NotNil(t, rep.Cluster)
-	ch := requireChaos(t, &rep, loadtest.ChaosStop)
+	ch := requireChaos(t, &rep, chaos.Stop)
 	require.Equal(t, ch.Faults, ch.Stops)
 	require.Equal(t, 1.5, ch.StopPauseSeconds)
 	for _, e := range ch.Events {
-		require.Equal(t, loadtest.FaultStop, e.Kind)
+		require.Equal(t, report.FaultStop, e.Kind)
 		require.GreaterOrEqual(t, e.RecoveredAfterSeconds, 1.5, "recovered only after SIGCONT: %+v", e)
 	}
 	dir := strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, "loadtest: "):], "loadtest: cluster folder "))
@@ -117,14 +118,14 @@ func TestLoadtestClusterPGFailover(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.StoredMessages)
 	require.Zero(t, rep.GaveUp, "every item got a verdict")
 	require.NotNil(t, rep.Consume)
 	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
-	ch := requireChaos(t, &rep, loadtest.ChaosPGFailover)
+	ch := requireChaos(t, &rep, chaos.PGFailover)
 	require.Equal(t, 1, ch.PGFailovers, "once per run: one server is left after it")
 	require.Equal(t, 1, ch.Faults)
 	require.Equal(t, 1, ch.Recovered, "every broker healthy on the promoted standby: %+v", ch.Events)
@@ -145,17 +146,17 @@ func TestLoadtestEmbeddedChaosPGRestart(t *testing.T) {
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	cl := c.cluster(t)
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Zero(t, rep.GaveUp, "every item got a verdict")
 	require.NotNil(t, rep.Consume)
 	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
 	require.Nil(t, rep.Cluster, "no cluster of brokers")
-	ch := requireChaos(t, &rep, loadtest.ChaosPGRestart)
+	ch := requireChaos(t, &rep, chaos.PGRestart)
 	require.Equal(t, ch.Faults, ch.PGRestarts)
 	for _, e := range ch.Events {
-		require.Equal(t, loadtest.FaultPGRestart, e.Kind)
+		require.Equal(t, report.FaultPGRestart, e.Kind)
 		require.Equal(t, -1, e.Broker)
 	}
 	c.requireCleanedUp(t, cl)
@@ -232,7 +233,7 @@ func TestLoadtestClusterNATSKill(t *testing.T) {
 		"--partitions", "8", "--batch", "20", "--consumers", "2", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.StoredMessages)
@@ -243,11 +244,11 @@ func TestLoadtestClusterNATSKill(t *testing.T) {
 	require.Equal(t, 3, rep.Cluster.NATSNodes)
 	require.Len(t, strings.Split(rep.Cluster.NATSURL, ","), 3)
 
-	ch := requireChaos(t, &rep, loadtest.ChaosNATSKill)
+	ch := requireChaos(t, &rep, chaos.NATSKill)
 	require.Equal(t, ch.Faults, ch.NATSKills)
 	require.Equal(t, 1.5, ch.NATSKillPauseSeconds)
 	for _, e := range ch.Events {
-		require.Equal(t, loadtest.FaultNATSKill, e.Kind)
+		require.Equal(t, report.FaultNATSKill, e.Kind)
 		require.Equal(t, -1, e.Broker)
 		require.True(t, strings.HasPrefix(e.NATSNode, "queen-nats-"), "%+v", e)
 		require.Positive(t, e.BrokerConnections, "the killed node held a broker connection: %+v", e)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 
@@ -118,7 +119,7 @@ func TestLoadtestAudit(t *testing.T) {
 		rep, err := loadtest.Run(ctx, cfg)
 		require.ErrorIs(t, err, loadtest.ErrAuditFailed)
 		require.False(t, rep.Audit.Passed)
-		require.Positive(t, rep.Audit.Issues[loadtest.IssueStoredTwice])
+		require.Positive(t, rep.Audit.Issues[report.IssueStoredTwice])
 		require.Len(t, rep.Audit.Issues, 1, "%v", rep.Audit.Examples)
 		require.Contains(t, strings.Join(rep.Audit.Examples, "\n"), "is stored 2 times")
 	})
@@ -142,7 +143,7 @@ func TestLoadtestAudit(t *testing.T) {
 		}
 		rep, err := loadtest.Run(ctx, cfg)
 		require.ErrorIs(t, err, loadtest.ErrAuditFailed)
-		require.Positive(t, rep.Audit.Issues[loadtest.IssueMissing])
+		require.Positive(t, rep.Audit.Issues[report.IssueMissing])
 		require.Len(t, rep.Audit.Issues, 1, "%v", rep.Audit.Examples)
 		require.Contains(t, strings.Join(rep.Audit.Examples, "\n"), "is not stored")
 	})
@@ -242,8 +243,8 @@ func TestLoadtestConsume(t *testing.T) {
 		require.True(t, rep.Audit.Passed, "the storage audit still passes")
 		a := rep.Consume.Audit
 		require.False(t, a.Passed)
-		require.Equal(t, int64(1), a.Issues[loadtest.IssueDLQTwice], "%v", a.Examples)
-		require.Equal(t, int64(1), a.Issues[loadtest.IssueCursorWrong], "%v", a.Examples)
+		require.Equal(t, int64(1), a.Issues[report.IssueDLQTwice], "%v", a.Examples)
+		require.Equal(t, int64(1), a.Issues[report.IssueCursorWrong], "%v", a.Examples)
 		require.Len(t, a.Issues, 2, "%v", a.Examples)
 	})
 }
@@ -349,7 +350,7 @@ func TestLoadtestCompare(t *testing.T) {
 
 // requireBytesPerMessage checks the report's storage per stored message: a
 // run that stored messages has them, positive (the sidecar's may be 0).
-func requireBytesPerMessage(t *testing.T, rep *loadtest.Report) {
+func requireBytesPerMessage(t *testing.T, rep *report.Report) {
 	t.Helper()
 	require.Positive(t, rep.StoredMessages)
 	require.Empty(t, rep.StorageError)
@@ -509,7 +510,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 		"--consumers", "1", "--groups", "2", "--fail-ratio", "0.05", "--consume-batch", "30", "--wake-probes", "5")
 	cl := c.cluster(t)
 	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, strings.HasPrefix(rep.Target, "http://127.0.0.1:"), rep.Target)
 	require.False(t, rep.Interrupted)
@@ -538,7 +539,7 @@ func TestLoadtestEmbeddedInterrupted(t *testing.T) {
 	code := c.wait(t)
 	require.Equal(t, 1, code, "an interrupted run exits non-zero; stderr:\n%s", c.stderr.String())
 	require.Contains(t, c.stderr.String(), "loadtest interrupted")
-	var rep loadtest.Report
+	var rep report.Report
 	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "the report is still printed: %s", c.stdout.String())
 	require.True(t, rep.Interrupted)
 	require.Less(t, rep.Seconds, 300.0)

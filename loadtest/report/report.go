@@ -1,4 +1,4 @@
-package loadtest
+package report
 
 import (
 	"fmt"
@@ -11,6 +11,30 @@ import (
 	"time"
 
 	"github.com/queen-mq/queen-go/persistence"
+)
+
+// Mode is what a run writes through.
+type Mode string
+
+const (
+	// ModeBroker pushes to a broker over NATS or HTTP (loadtest.Config.Target) and
+	// audits its database afterwards.
+	ModeBroker Mode = "broker"
+	// ModeRaw writes the same batches straight into a plain PostgreSQL table
+	// with COPY, one row per item: no broker, no dedup. The baseline.
+	ModeRaw Mode = "raw"
+)
+
+// Producer modes (Report.ProducerMode, loadtest.Config.ProducerMode).
+const (
+	// ProducerSync: each producer sends requests of Batch items, one at a
+	// time, and retries failed items itself.
+	ProducerSync = "sync"
+	// ProducerAsync: each producer publishes single items through the Go
+	// client's async producer (client.Producer), which batches them
+	// (MaxBatch items, Linger) and retries them with the same
+	// transactionIds; InFlight bounds its outstanding items.
+	ProducerAsync = "async"
 )
 
 // Report is the outcome of one run. Rates are per second of the run's
@@ -115,7 +139,7 @@ type Report struct {
 	DedupWindowSeconds int     `json:"dedup_window_seconds,omitempty"`
 	RetentionSeconds   int     `json:"retention_seconds,omitempty"`
 	SampleEverySeconds float64 `json:"sample_every_seconds,omitempty"`
-	// Timeline is a point every SampleEvery (broker mode).
+	// Timeline is a point every loadtest.Config.SampleEvery (broker mode).
 	Timeline []TimelinePoint `json:"timeline,omitempty"`
 	// SustainedRatio is the median stored/s of the timeline's last quarter
 	// over its first quarter's, after one minute of warm-up
@@ -165,13 +189,15 @@ type AuditReport struct {
 	IncrementalPasses int   `json:"incremental_passes"`
 	Recounted         bool  `json:"recounted"`
 	UnauditedOffsets  int64 `json:"unaudited_offsets"`
-	// Issues counts findings by kind (see the Issue* constants); Examples
+	// Issues counts findings by kind (the Issue* constants of the audit); Examples
 	// shows a few of each as "kind: description".
 	Issues   map[string]int64 `json:"issues"`
 	Examples []string         `json:"examples,omitempty"`
 }
 
-func latencyOf(ds []time.Duration) Latency {
+// LatencyOf is the p50, p99 and max of ds in milliseconds (rounded to the
+// microsecond); it sorts ds in place. Zero for no samples.
+func LatencyOf(ds []time.Duration) Latency {
 	if len(ds) == 0 {
 		return Latency{}
 	}
@@ -181,7 +207,8 @@ func latencyOf(ds []time.Duration) Latency {
 	return Latency{P50: ms(at(0.50)), P99: ms(at(0.99)), Max: ms(ds[len(ds)-1])}
 }
 
-func perSecond(n int64, secs float64) float64 {
+// PerSecond is n over secs, to 0.1; 0 when secs is not positive.
+func PerSecond(n int64, secs float64) float64 {
 	if secs <= 0 {
 		return 0
 	}
@@ -212,21 +239,21 @@ func (r *Report) WriteText(w io.Writer) {
 			r.Producers, conns, r.Partitions, r.Batch, r.PayloadBytes, r.DupRatio)
 	}
 	fmt.Fprintf(&b, "  sent      %s items (%s items/s): %s new, %s repeats, %s retries\n",
-		commas(r.ItemsSent), commas(int64(r.ItemsPerSecond)), commas(r.NewItems), commas(r.Repeats), commas(r.Retries))
+		Commas(r.ItemsSent), Commas(int64(r.ItemsPerSecond)), Commas(r.NewItems), Commas(r.Repeats), Commas(r.Retries))
 	if r.Mode == ModeRaw {
-		fmt.Fprintf(&b, "  copied    %s rows · failed %s\n", commas(r.Verdicts.Queued), commas(r.Verdicts.Failed))
+		fmt.Fprintf(&b, "  copied    %s rows · failed %s\n", Commas(r.Verdicts.Queued), Commas(r.Verdicts.Failed))
 	} else {
 		fmt.Fprintf(&b, "  verdicts  queued %s · duplicate %s · failed %s\n",
-			commas(r.Verdicts.Queued), commas(r.Verdicts.Duplicate), commas(r.Verdicts.Failed))
+			Commas(r.Verdicts.Queued), Commas(r.Verdicts.Duplicate), Commas(r.Verdicts.Failed))
 	}
 	if r.GaveUp+r.Rejected+r.UnknownOutcome > 0 {
 		fmt.Fprintf(&b, "  unresolved  gave up %s · rejected %s · outcome unknown (interrupted) %s\n",
-			commas(r.GaveUp), commas(r.Rejected), commas(r.UnknownOutcome))
+			Commas(r.GaveUp), Commas(r.Rejected), Commas(r.UnknownOutcome))
 	}
 	if len(r.ErrorCodes) > 0 {
 		codes := make([]string, 0, len(r.ErrorCodes))
 		for c, n := range r.ErrorCodes {
-			codes = append(codes, fmt.Sprintf("%s %s", c, commas(n)))
+			codes = append(codes, fmt.Sprintf("%s %s", c, Commas(n)))
 		}
 		sort.Strings(codes)
 		fmt.Fprintf(&b, "  errors    %s\n", strings.Join(codes, " · "))
@@ -234,20 +261,20 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(&b, "            last request error: %s\n", r.LastError)
 		}
 	}
-	fmt.Fprintf(&b, "  stored    %s messages (%s messages/s)\n", commas(r.StoredMessages), commas(int64(r.StoredPerSecond)))
+	fmt.Fprintf(&b, "  stored    %s messages (%s messages/s)\n", Commas(r.StoredMessages), Commas(int64(r.StoredPerSecond)))
 	r.writeStorage(&b)
 	fmt.Fprintf(&b, "  latency   p50 %.1f ms · p99 %.1f ms · max %.1f ms (%s requests, %s without verdicts)\n",
-		r.Latency.P50, r.Latency.P99, r.Latency.Max, commas(r.Requests), commas(r.RequestErrors))
+		r.Latency.P50, r.Latency.P99, r.Latency.Max, Commas(r.Requests), Commas(r.RequestErrors))
 	fmt.Fprintf(&b, "  postgres  fsync %s · synchronous_commit %s · full_page_writes %s%s\n", r.Postgres.Fsync,
 		r.Postgres.SynchronousCommit, r.Postgres.FullPageWrites, notDurable(r.Postgres))
 	if a := r.Audit; a != nil {
 		if a.Passed {
 			fmt.Fprintf(&b, "  audit     passed: %s transaction ids, %s answered queued or duplicate, each stored exactly once; %s failed-only (%s of them stored once); nothing else stored\n",
-				commas(a.TransactionIDs), commas(a.Answered), commas(a.FailedOnly), commas(a.FailedOnlyStored))
+				Commas(a.TransactionIDs), Commas(a.Answered), Commas(a.FailedOnly), Commas(a.FailedOnlyStored))
 		} else {
 			kinds := make([]string, 0, len(a.Issues))
 			for k, n := range a.Issues {
-				kinds = append(kinds, fmt.Sprintf("%s %s", k, commas(n)))
+				kinds = append(kinds, fmt.Sprintf("%s %s", k, Commas(n)))
 			}
 			sort.Strings(kinds)
 			fmt.Fprintf(&b, "  audit     FAILED: %s\n", strings.Join(kinds, " · "))
@@ -280,80 +307,41 @@ func (r *Report) WriteText(w io.Writer) {
 	io.WriteString(w, b.String()) //nolint:errcheck
 }
 
-func (c *ConsumeReport) writeText(b *strings.Builder) {
-	fmt.Fprintf(b, "  consume   %d groups × %d consumers · batch %d · up to %d partitions a pop (%.2f on average) · fail ratio %g · retryLimit %d · leaseTime %d s · %.1f s (drain %.1f s)\n",
-		len(c.Groups), c.ConsumersPerGroup, c.Batch, max(c.ConsumePartitions, 1), c.PartitionsPerPop, c.FailRatio, c.RetryLimit, c.LeaseSeconds, c.Seconds, c.DrainSeconds)
-	fmt.Fprintf(b, "  consumed  %s acked (%s acked/s) · %s dead-lettered · %s handled · %s delivered, %s of them redeliveries\n",
-		commas(c.Acked), commas(int64(c.AckedPerSecond)), commas(c.DeadLettered), commas(c.Handled), commas(c.Deliveries), commas(c.Redeliveries))
-	for _, g := range c.PerGroup {
-		fmt.Fprintf(b, "            %s: %s acked (%s/s), %s dead-lettered, %s handled; %s messages, %s poison\n",
-			g.Group, commas(g.Acked), commas(int64(g.AckedPerSecond)), commas(g.DeadLettered), commas(g.Handled), commas(g.Messages), commas(g.Poison))
-	}
-	fmt.Fprintf(b, "  requests  %s pops (%s empty, %s failed) · %s ack calls (%s without answer)",
-		commas(c.Pops), commas(c.EmptyPops), commas(c.PopErrors), commas(c.AckCalls), commas(c.AckErrors))
-	if len(c.AckResults) > 0 {
-		res := make([]string, 0, len(c.AckResults))
-		for k, n := range c.AckResults {
-			res = append(res, fmt.Sprintf("%s %s", k, commas(n)))
-		}
-		sort.Strings(res)
-		fmt.Fprintf(b, " · results %s", strings.Join(res, ", "))
-	}
-	b.WriteByte('\n')
-	fmt.Fprintf(b, "            pop (with messages) p50 %.1f ms · p99 %.1f ms · max %.1f ms · ack p50 %.1f ms · p99 %.1f ms · max %.1f ms\n",
-		c.PopLatency.P50, c.PopLatency.P99, c.PopLatency.Max, c.AckLatency.P50, c.AckLatency.P99, c.AckLatency.Max)
-	if c.LastError != "" {
-		fmt.Fprintf(b, "            last consumer error: %s\n", c.LastError)
-	}
-	fmt.Fprintf(b, "  e2e       push commit → handler p50 %.1f ms · p99 %.1f ms · max %.1f ms (%s first handlings)\n",
-		c.Latency.P50, c.Latency.P99, c.Latency.Max, commas(c.E2ESamples))
-	if p := c.Poison; p != nil {
-		fmt.Fprintf(b, "  poison    %s leases abandoned (%s over several messages) · %s stalls, %.1f s in all, time to isolate p50 %.0f ms · p99 %.0f ms · max %.0f ms · %s still waiting\n",
-			commas(p.AbandonedLeases), commas(p.AbandonedSpans), commas(p.Stalls), p.StallSeconds, p.IsolateMS.P50, p.IsolateMS.P99, p.IsolateMS.Max, commas(p.OpenStalls))
-		if br := p.Brokers; br != nil {
-			fmt.Fprintf(b, "            brokers: %s lease expiries, %s bisections, %s dead-lettered by expiry, %.1f s bisecting\n",
-				commas(br.LeaseExpiries), commas(br.Bisections), commas(br.DeadLettered), br.StallSeconds)
-		}
-	}
-	if w := c.Wake; w != nil {
-		fmt.Fprintf(b, "  wake      parked long poll, push → reply p50 %.1f ms · p99 %.1f ms · max %.1f ms (%d of %d rounds, %d missed)\n",
-			w.P50, w.P99, w.Max, w.Samples, w.Rounds, w.Misses)
-		if w.LastError != "" {
-			fmt.Fprintf(b, "            last probe error: %s\n", w.LastError)
-		}
-	}
-	a := c.Audit
-	if a == nil {
-		return
-	}
-	scope := ""
-	if !a.Complete {
-		scope = " (interrupted: partial checks)"
-	}
-	if a.Passed {
-		fmt.Fprintf(b, "  e2e audit passed%s: per group, %s stored messages: %s acked exactly once, %s poison each handled %d times and dead-lettered once; cursors at the last offsets",
-			scope, commas(a.Messages), commas(a.Messages-a.Poison), commas(a.Poison), c.RetryLimit+1)
-	} else {
-		kinds := make([]string, 0, len(a.Issues))
-		for k, n := range a.Issues {
-			kinds = append(kinds, fmt.Sprintf("%s %s", k, commas(n)))
-		}
-		sort.Strings(kinds)
-		fmt.Fprintf(b, "  e2e audit FAILED%s: %s", scope, strings.Join(kinds, " · "))
-	}
-	if a.AckOutcomeUnknown+a.RedeliveredAfterLostAck > 0 {
-		fmt.Fprintf(b, "; %s acks without an answer (applied, the cursor moved), %s redeliveries after a lost ack", commas(a.AckOutcomeUnknown), commas(a.RedeliveredAfterLostAck))
-	}
-	if a.AckAfterLease > 0 {
-		fmt.Fprintf(b, "; %s acks answered lease_invalid after their lease ran out (not applied, delivered again)", commas(a.AckAfterLease))
-	}
-	b.WriteByte('\n')
-	for _, e := range a.Examples {
-		fmt.Fprintf(b, "            %s\n", e)
+// writeStorage writes the bytes per stored message over the run.
+func (r *Report) writeStorage(b *strings.Builder) {
+	fmt.Fprintf(b, "  storage   %s WAL and %s database per stored message (sidecar %s), over %s stored messages\n",
+		PerMessageText(r.WALBytesPerMessage, " B"), PerMessageText(r.DBBytesPerMessage, " B"),
+		PerMessageText(r.SidecarBytesPerMessage, " B"), Commas(r.StoredMessages))
+	if r.StorageError != "" {
+		fmt.Fprintf(b, "            %s\n", r.StorageError)
 	}
 }
 
-// Comparison is the outcome of Compare: broker and raw runs alternating,
+// writeTimeline writes the timeline as a table and the sustained ratio.
+func (r *Report) writeTimeline(b *strings.Builder) {
+	fmt.Fprintf(b, "  timeline  every %gs (window %d s, retention %d s; MiB; B/msg: bytes per message stored in the interval; cache evictions and hydrations are totals)\n", r.SampleEverySeconds, r.DedupWindowSeconds, r.RetentionSeconds)
+	fmt.Fprintf(b, "  %7s %10s %10s %8s %8s %8s %8s %8s %8s %9s %9s %13s %8s %7s %7s %7s\n",
+		"t s", "stored/s", "items/s", "p50 ms", "p99 ms", "rss", "db", "sidecar", "wal", "wal B/msg", "db B/msg", "sidecar B/msg", "cache", "evict", "hydr", "ledger")
+	for _, p := range r.Timeline {
+		cache, evict, hydr := "n/a", "n/a", "n/a"
+		if p.BrokerMetrics {
+			cache, evict, hydr = fmt.Sprintf("%.1f", mb(p.CacheBytes)), strconv.FormatInt(p.CacheEvictions, 10), strconv.FormatInt(p.CacheHydrations, 10)
+		}
+		fmt.Fprintf(b, "  %7.0f %10s %10s %8.1f %8.1f %8s %8.1f %8.1f %8.1f %9s %9s %13s %8s %7s %7s %7.1f\n",
+			p.T, Commas(int64(p.StoredPerSecond)), Commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.RSSText(func(n int64) string { return fmt.Sprintf("%.1f", mb(n)) }), mb(p.DBBytes),
+			mb(p.SidecarBytes), mb(p.WALBytes), PerMessageText(p.WALBytesPerMessage, ""), PerMessageText(p.DBBytesPerMessage, ""),
+			PerMessageText(p.SidecarBytesPerMessage, ""), cache, evict, hydr, mb(p.LedgerBytes))
+	}
+	// Only a run of SustainedMinRun or more has quarters worth comparing.
+	if r.SustainedRatioMeaningful {
+		fmt.Fprintf(b, "  sustained ratio %.3f: median stored/s of the last quarter over the first quarter, after 1 min warm-up\n", r.SustainedRatio)
+	}
+	if r.TimelineError != "" {
+		fmt.Fprintf(b, "            last sample error: %s\n", r.TimelineError)
+	}
+}
+
+// Comparison is the outcome of loadtest.Compare: broker and raw runs alternating,
 // and the ratio of their stored messages per second.
 type Comparison struct {
 	Rounds []Round `json:"rounds"`
@@ -393,8 +381,8 @@ func (c *Comparison) WriteText(w io.Writer) {
 				audit = "FAILED"
 			}
 		}
-		fmt.Fprintf(&b, "%-5d  %-6s  %12s  %12s  %8.1f  %8.1f  %8.1f  %s\n", n, r.Mode, commas(int64(r.ItemsPerSecond)),
-			commas(int64(r.StoredPerSecond)), r.Latency.P50, r.Latency.P99, r.Latency.Max, audit)
+		fmt.Fprintf(&b, "%-5d  %-6s  %12s  %12s  %8.1f  %8.1f  %8.1f  %s\n", n, r.Mode, Commas(int64(r.ItemsPerSecond)),
+			Commas(int64(r.StoredPerSecond)), r.Latency.P50, r.Latency.P99, r.Latency.Max, audit)
 	}
 	var ratios []string
 	for _, rd := range c.Rounds {
@@ -413,6 +401,8 @@ func (c *Comparison) WriteText(w io.Writer) {
 	io.WriteString(w, b.String()) //nolint:errcheck
 }
 
+// notDurable is the warning a report carries when PostgreSQL did not commit
+// durably.
 func notDurable(d persistence.Durability) string {
 	if d.Durable() {
 		return ""
@@ -420,7 +410,9 @@ func notDurable(d persistence.Durability) string {
 	return " (NOT DURABLE: these figures are not comparable)"
 }
 
-func median(xs []float64) float64 {
+// Median is the median of xs (the mean of the middle two for an even
+// count; 0 for none); xs is left as it is.
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
@@ -432,38 +424,33 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// writeStorage writes the bytes per stored message over the run.
-func (r *Report) writeStorage(b *strings.Builder) {
-	fmt.Fprintf(b, "  storage   %s WAL and %s database per stored message (sidecar %s), over %s stored messages\n",
-		perMessageText(r.WALBytesPerMessage, " B"), perMessageText(r.DBBytesPerMessage, " B"),
-		perMessageText(r.SidecarBytesPerMessage, " B"), commas(r.StoredMessages))
-	if r.StorageError != "" {
-		fmt.Fprintf(b, "            %s\n", r.StorageError)
-	}
-}
-
-// writeTimeline writes the timeline as a table and the sustained ratio.
-func (r *Report) writeTimeline(b *strings.Builder) {
-	fmt.Fprintf(b, "  timeline  every %gs (window %d s, retention %d s; MiB; B/msg: bytes per message stored in the interval; cache evictions and hydrations are totals)\n", r.SampleEverySeconds, r.DedupWindowSeconds, r.RetentionSeconds)
-	fmt.Fprintf(b, "  %7s %10s %10s %8s %8s %8s %8s %8s %8s %9s %9s %13s %8s %7s %7s %7s\n",
-		"t s", "stored/s", "items/s", "p50 ms", "p99 ms", "rss", "db", "sidecar", "wal", "wal B/msg", "db B/msg", "sidecar B/msg", "cache", "evict", "hydr", "ledger")
-	for _, p := range r.Timeline {
-		cache, evict, hydr := "n/a", "n/a", "n/a"
-		if p.BrokerMetrics {
-			cache, evict, hydr = fmt.Sprintf("%.1f", mb(p.CacheBytes)), strconv.FormatInt(p.CacheEvictions, 10), strconv.FormatInt(p.CacheHydrations, 10)
-		}
-		fmt.Fprintf(b, "  %7.0f %10s %10s %8.1f %8.1f %8s %8.1f %8.1f %8.1f %9s %9s %13s %8s %7s %7s %7.1f\n",
-			p.T, commas(int64(p.StoredPerSecond)), commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.rssText(func(n int64) string { return fmt.Sprintf("%.1f", mb(n)) }), mb(p.DBBytes),
-			mb(p.SidecarBytes), mb(p.WALBytes), perMessageText(p.WALBytesPerMessage, ""), perMessageText(p.DBBytesPerMessage, ""),
-			perMessageText(p.SidecarBytesPerMessage, ""), cache, evict, hydr, mb(p.LedgerBytes))
-	}
-	// Only a run of SustainedMinRun or more has quarters worth comparing.
-	if r.SustainedRatioMeaningful {
-		fmt.Fprintf(b, "  sustained ratio %.3f: median stored/s of the last quarter over the first quarter, after 1 min warm-up\n", r.SustainedRatio)
-	}
-	if r.TimelineError != "" {
-		fmt.Fprintf(b, "            last sample error: %s\n", r.TimelineError)
-	}
-}
-
 func mb(n int64) float64 { return float64(n) / (1 << 20) }
+
+// Commas formats n with thousands separators.
+func Commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	out := make([]byte, 0, len(s)+len(s)/3+1)
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// PerMessageText formats a bytes-per-message figure for the text report:
+// whole bytes, or "n/a" when unknown.
+func PerMessageText(v *float64, unit string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return strconv.FormatFloat(*v, 'f', 0, 64) + unit
+}

@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"context"
@@ -47,13 +47,13 @@ type ClusterConfig struct {
 	// PGStandby gives the managed PostgreSQL a synchronous streaming
 	// standby on loopback (localpg.Cluster.StartStandby, --pg-standby): the
 	// brokers' DATABASE_URL lists both servers (localpg.FailoverURL), so
-	// they follow a promotion by themselves, and ChaosPGFailover can kill
+	// they follow a promotion by themselves, and PGFailover can kill
 	// the primary and promote the standby (SPEC.md §9).
 	PGStandby bool
 	// NATSNodes, when > 0, replaces the in-process NATS server by a NATS
 	// cluster of that many `Exe nats-node` processes routed to each other on
 	// loopback (SPEC.md §9), each a process of its own so that
-	// ChaosNATSKill's SIGKILL is real. The brokers' NATS_URL and the run's
+	// NATSKill's SIGKILL is real. The brokers' NATS_URL and the run's
 	// target list every node (NATSURL); the NATS client picks a random
 	// server of the list for each connection, so the brokers' connections
 	// are spread over the nodes, and the load's clients start at node i mod

@@ -1,4 +1,4 @@
-package loadtest
+package target
 
 import (
 	"testing"
@@ -14,7 +14,7 @@ func TestConnectSpread(t *testing.T) {
 	nodes := natstest.StartCluster(t, 3, nil)
 	list := natstest.URLs(nodes)
 	for i := range 7 {
-		nc, err := connectSpread(list, i, "queen-loadtest-spread")
+		nc, err := ConnectSpread(list, i, "queen-loadtest-spread")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -23,7 +23,7 @@ func TestConnectSpread(t *testing.T) {
 		}
 		nc.Close()
 	}
-	nc, err := connectSpread(nodes[2].ClientURL(), 0, "queen-loadtest-spread")
+	nc, err := ConnectSpread(nodes[2].ClientURL(), 0, "queen-loadtest-spread")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestConnectSpread(t *testing.T) {
 	if nc.ConnectedServerId() != nodes[2].ID() {
 		t.Errorf("a single URL: connected to %s, want node 2", nc.ConnectedServerId())
 	}
-	if _, err := connectSpread("nats://127.0.0.1:1,http://x", 0, "x"); err == nil {
+	if _, err := ConnectSpread("nats://127.0.0.1:1,http://x", 0, "x"); err == nil {
 		t.Error("a bad list connected")
 	}
 }

@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"context"
@@ -15,13 +15,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // The NATS cluster of `queen loadtest --brokers M --nats-nodes N` (SPEC.md
 // §9: brokers and clients on a NATS cluster): N `queen nats-node`
 // processes (ClusterConfig.Exe), each a nats-server node, clustered by
-// routes on loopback. Each is a process of its own so that ChaosNATSKill's
+// routes on loopback. Each is a process of its own so that NATSKill's
 // SIGKILL is a real crash: its sockets close, its routes drop, and the
 // brokers' and clients' connections on it move to the other nodes.
 
@@ -157,7 +158,7 @@ func (c *Cluster) monitor(n *natsNode, path string, v any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s on NATS node %d answered %d: %s", path, n.idx, resp.StatusCode, clip(data))
+		return fmt.Errorf("GET %s on NATS node %d answered %d: %s", path, n.idx, resp.StatusCode, target.Clip(data))
 	}
 	return json.Unmarshal(data, v)
 }
@@ -321,7 +322,7 @@ func (c *Cluster) stopNode(n *natsNode, grace time.Duration) {
 // this process).
 func (c *Cluster) NATSNodes() int { return len(c.nodes) }
 
-// natsKill runs one nats-kill (ChaosNATSKill) to its end: it counts the
+// natsKill runs one nats-kill (NATSKill) to its end: it counts the
 // brokers' NATS connections and subscriptions on the nodes, SIGKILLs the
 // next node in turn that holds a broker connection (the next in turn when
 // none does; the brokers' connections pick their nodes at random), waits until the other nodes hold every broker
@@ -329,7 +330,7 @@ func (c *Cluster) NATSNodes() int { return len(c.nodes) }
 // natsPingBudget, else the fault's error), keeps the node down until
 // ev.pause after the kill, restarts it on the same ports and waits until
 // it is routed to every other node again.
-func (r *chaosRun) natsKill(ctx context.Context, ev *faultEvent) error {
+func (r *Run) natsKill(ctx context.Context, ev *faultEvent) error {
 	c := r.c
 	want, subs := 2*len(c.brokers), 0
 	before, err := c.brokerConns()

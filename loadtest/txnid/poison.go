@@ -1,4 +1,4 @@
-package loadtest
+package txnid
 
 // The consumers' failure injection must be exactly countable: a message is
 // poison (its handler fails on every delivery) iff a deterministic function
@@ -8,7 +8,7 @@ package loadtest
 // often each message must be delivered and which ones must be dead-lettered.
 
 // poisonUnit maps a transactionId to [0, 1): FNV-1a 64 of its bytes, then
-// a splitmix64 finalizer (consecutive ids like lt0-1, lt0-2 differ in one
+// a SplitMix64 finalizer (consecutive ids like lt0-1, lt0-2 differ in one
 // byte), top 53 bits.
 func poisonUnit(txn string) float64 {
 	h := uint64(14695981039346656037)
@@ -24,9 +24,9 @@ func poisonUnit(txn string) float64 {
 	return float64(h>>11) / (1 << 53)
 }
 
-// isPoison reports whether the handler fails every delivery of the message
+// IsPoison reports whether the handler fails every delivery of the message
 // with transactionId txn under fail ratio ratio (0: none, 1: all).
-func isPoison(txn string, ratio float64) bool {
+func IsPoison(txn string, ratio float64) bool {
 	switch {
 	case ratio <= 0:
 		return false
@@ -36,10 +36,10 @@ func isPoison(txn string, ratio float64) bool {
 	return poisonUnit(txn) < ratio
 }
 
-// txnPrint is a 32-bit fingerprint of a transactionId (FNV-1a 32), kept per
+// Fingerprint is a 32-bit fingerprint of a transactionId (FNV-1a 32), kept per
 // delivered message so the audit can tell that a delivery carried the
 // stored message's transactionId without keeping the string.
-func txnPrint(txn string) uint32 {
+func Fingerprint(txn string) uint32 {
 	h := uint32(2166136261)
 	for i := 0; i < len(txn); i++ {
 		h ^= uint32(txn[i])
@@ -48,7 +48,7 @@ func txnPrint(txn string) uint32 {
 	return h
 }
 
-// The ways a consumer fails a poison message (Config.FailMode).
+// The ways a consumer fails a poison message (loadtest.Config.FailMode).
 const (
 	// FailNack: the consumer acks the poison message failed.
 	FailNack = "nack"
@@ -65,6 +65,9 @@ const (
 	FailCrashBatch = "crash-batch"
 )
 
-// crashes reports whether mode is a fail mode whose consumer abandons its
+// Crashes reports whether mode is a fail mode whose consumer abandons its
 // lease on a poison message (FailCrash, FailCrashBatch).
-func crashes(mode string) bool { return mode == FailCrash || mode == FailCrashBatch }
+func Crashes(mode string) bool { return mode == FailCrash || mode == FailCrashBatch }
+
+// PoisonError is the error text of the harness's failed acks.
+const PoisonError = "loadtest: poison message"

@@ -1,20 +1,20 @@
-package loadtest
+package target
 
 import "net/http"
 
-// newFailoverSender pushes over HTTP to one of several brokers: it starts
+// NewFailoverSender pushes over HTTP to one of several brokers: it starts
 // at its own broker (producers are spread round robin) and moves to the
 // next one when a request fails in transport (the broker is down or did not
 // answer; client.HTTPConfig). The failed request's items are retried by the
 // producer with the same transactionIds, wherever they go next.
-func newFailoverSender(hc *http.Client, urls []string, start int) *httpSender {
-	return newHTTPSender(hc, rotate(urls, start)...)
+func NewFailoverSender(hc *http.Client, urls []string, start int) *HTTPSender {
+	return NewHTTPSender(hc, rotate(urls, start)...)
 }
 
-// newFailoverConsumer is a consumer's HTTP client over several brokers: it
+// NewFailoverConsumer is a consumer's HTTP client over several brokers: it
 // starts at its own and moves to the next one after a transport failure.
-func newFailoverConsumer(hc *http.Client, urls []string, start int, token string) consumeClient {
-	return newHTTPConsumer(hc, token, rotate(urls, start)...)
+func NewFailoverConsumer(hc *http.Client, urls []string, start int, token string) ConsumeClient {
+	return NewHTTPConsumer(hc, token, rotate(urls, start)...)
 }
 
 // rotate is urls starting at start (modulo their count).
