@@ -508,10 +508,10 @@ func (c *Config) window() time.Duration {
 
 // AutoConsumePartitions is the harness's default partitions=N for a queue
 // of partitions partitions: 1 up to 127 partitions, then one more per 64
-// partitions, at most 16. A pop over many partitions pays off when each
+// partitions, at most 32. A pop over many partitions pays off when each
 // holds few messages (the spread of a batch of pushes over thousands of
 // partitions); over few busy partitions one partition's span fills a
 // batch and N > 1 only reads more.
 func AutoConsumePartitions(partitions int) int {
-	return min(max(partitions/64, 1), 16)
+	return min(max(partitions/64, 1), 32)
 }

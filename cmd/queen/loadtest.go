@@ -164,7 +164,7 @@ func (lf *loadtestFlags) consumerFlags(f *pflag.FlagSet) {
 	f.Float64Var(&lf.cfg.FailRatio, "fail-ratio", lf.cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
 	f.StringVar(&lf.cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed), crash (ack the messages before it, never ack it, abandon the lease) or crash-batch (handle the whole batch, ack nothing, abandon the lease); the crash modes take leaseTime 2 s unless --consume-lease")
 	f.IntVar(&lf.cfg.ConsumeBatch, "consume-batch", lf.cfg.ConsumeBatch, "most messages per pop")
-	f.IntVar(&lf.cfg.ConsumePartitions, "consume-partitions", lf.cfg.ConsumePartitions, "most partitions one pop may claim (the pop's partitions=N, 1..100): a pop fills its batch at several partitions in one request; 0 (the default): 1 up to 127 partitions, one per 64 partitions above, at most 16")
+	f.IntVar(&lf.cfg.ConsumePartitions, "consume-partitions", lf.cfg.ConsumePartitions, "most partitions one pop may claim (the pop's partitions=N, 1..100): a pop fills its batch at several partitions in one request; 0 (the default): 1 up to 127 partitions, one per 64 partitions above, at most 32")
 	f.IntVar(&lf.cfg.RetryLimit, "retry-limit", lf.cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
 	f.DurationVar(&lf.cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
 	f.IntVar(&lf.cfg.WakeProbes, "wake-probes", lf.cfg.WakeProbes, "rounds of the wake-latency probe after the consume phase (0: none)")

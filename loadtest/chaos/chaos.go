@@ -422,24 +422,6 @@ func (r *Run) Finish() (*report.ClusterReport, *report.ChaosReport) {
 	end := time.Since(r.start)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.samples
-	// shardSeconds integrates the ownerless count over [from, to).
-	shardSeconds := func(from, to time.Duration) (float64, int) {
-		var sum float64
-		most := 0
-		for i := range s {
-			if s[i].at < from || s[i].at >= to {
-				continue
-			}
-			next := to
-			if i+1 < len(s) && s[i+1].at < to {
-				next = s[i+1].at
-			}
-			sum += float64(s[i].ownerless) * (next - s[i].at).Seconds()
-			most = max(most, s[i].ownerless)
-		}
-		return sum, most
-	}
 	var cl *report.ClusterReport
 	if r.c != nil {
 		cl = &report.ClusterReport{Brokers: len(r.c.brokers), BrokerURLs: r.c.HTTPURLs(), Shards: r.shards,
@@ -448,7 +430,7 @@ func (r *Run) Finish() (*report.ClusterReport, *report.ChaosReport) {
 		if cl.NATSNodes > 0 {
 			cl.NATSURL = r.c.NATSURL()
 		}
-		total, most := shardSeconds(0, end)
+		total, most := shardSeconds(r.samples, 0, end)
 		cl.OwnerlessShardSeconds, cl.MaxOwnerlessShards = round3(total), most
 	}
 	if !On(r.mode) {
@@ -472,58 +454,7 @@ func (r *Run) Finish() (*report.ClusterReport, *report.ChaosReport) {
 		if k+1 < len(r.faults) {
 			next = r.faults[k+1].at
 		}
-		fr := report.FaultReport{Kind: ev.kind, Broker: ev.broker, BrokerID: ev.id, AtSeconds: round3(ev.at.Seconds()),
-			PauseSeconds: round3(ev.pause.Seconds()), Error: ev.err}
-		ch.Faults++
-		switch ev.kind {
-		case report.FaultKill:
-			ch.Kills++
-		case report.FaultStop:
-			ch.Stops++
-		case report.FaultPGRestart:
-			ch.PGRestarts++
-		case report.FaultPGFailover:
-			ch.PGFailovers++
-		case report.FaultNATSKill:
-			ch.NATSKills++
-			fr.NATSNode, fr.NodeConnections, fr.BrokerConnections = ev.node, ev.nodeConns, ev.brokerConns
-			if ev.serving >= 0 {
-				fr.ServingAfterSeconds = round3((ev.serving - ev.at).Seconds())
-			}
-		}
-		recovered := next
-		if ev.recovered >= 0 {
-			ch.Recovered++
-			fr.RecoveredAfterSeconds = round3((ev.recovered - ev.at).Seconds())
-			if ev.kind == report.FaultNATSKill {
-				fr.RejoinedAfterSeconds = fr.RecoveredAfterSeconds
-			}
-			recovered = min(ev.recovered, next)
-		}
-		// The last poll in [at, next) that found an ownerless shard: the
-		// shards are owned again at the poll after it.
-		owned := ev.at
-		if r.c != nil {
-			for i := range s {
-				if s[i].at >= ev.at && s[i].at < next && s[i].ownerless > 0 {
-					owned = next
-					if i+1 < len(s) && s[i+1].at < next {
-						owned = s[i+1].at
-					}
-				}
-			}
-			fr.OwnerlessSeconds = round3((owned - ev.at).Seconds())
-			ss, m := shardSeconds(ev.at, next)
-			fr.OwnerlessShardSeconds, fr.MaxOwnerlessShards = round3(ss), m
-			cl.MaxOwnerlessShardSeconds = max(cl.MaxOwnerlessShardSeconds, fr.OwnerlessShardSeconds)
-			cl.MaxOwnerlessSeconds = max(cl.MaxOwnerlessSeconds, fr.OwnerlessSeconds)
-		}
-		settled := min(max(recovered, owned, ev.at+r.reqTimeout)+time.Second, next)
-		fr.During = r.stats.Window(ev.at, recovered)
-		fr.After = r.stats.Window(recovered, settled)
-		if last := r.stats.LastError(ev.at, next); last >= 0 {
-			fr.ErrorsUntilSeconds = round3(max(0, last-ev.at).Seconds())
-		}
+		fr := r.faultReport(ev, next, cl, ch)
 		addErrors(&ch.During, fr.During)
 		addErrors(&ch.After, fr.After)
 		ch.Events = append(ch.Events, fr)
@@ -540,6 +471,85 @@ func (r *Run) Finish() (*report.ClusterReport, *report.ChaosReport) {
 	ch.During.ErrorRate, ch.After.ErrorRate, ch.Steady.ErrorRate = clientstats.ErrorRate(ch.During), clientstats.ErrorRate(ch.After), clientstats.ErrorRate(ch.Steady)
 	sort.Slice(ch.Events, func(i, j int) bool { return ch.Events[i].AtSeconds < ch.Events[j].AtSeconds })
 	return cl, ch
+}
+
+// faultReport is fault ev's part of the reports, up to next (the next
+// fault, or past the run's end): its counts go to ch, its ownerless
+// maxima to cl (nil without a cluster). r.mu held.
+func (r *Run) faultReport(ev *faultEvent, next time.Duration, cl *report.ClusterReport, ch *report.ChaosReport) report.FaultReport {
+	s := r.samples
+	fr := report.FaultReport{Kind: ev.kind, Broker: ev.broker, BrokerID: ev.id, AtSeconds: round3(ev.at.Seconds()),
+		PauseSeconds: round3(ev.pause.Seconds()), Error: ev.err}
+	ch.Faults++
+	switch ev.kind {
+	case report.FaultKill:
+		ch.Kills++
+	case report.FaultStop:
+		ch.Stops++
+	case report.FaultPGRestart:
+		ch.PGRestarts++
+	case report.FaultPGFailover:
+		ch.PGFailovers++
+	case report.FaultNATSKill:
+		ch.NATSKills++
+		fr.NATSNode, fr.NodeConnections, fr.BrokerConnections = ev.node, ev.nodeConns, ev.brokerConns
+		if ev.serving >= 0 {
+			fr.ServingAfterSeconds = round3((ev.serving - ev.at).Seconds())
+		}
+	}
+	recovered := next
+	if ev.recovered >= 0 {
+		ch.Recovered++
+		fr.RecoveredAfterSeconds = round3((ev.recovered - ev.at).Seconds())
+		if ev.kind == report.FaultNATSKill {
+			fr.RejoinedAfterSeconds = fr.RecoveredAfterSeconds
+		}
+		recovered = min(ev.recovered, next)
+	}
+	// The last poll in [at, next) that found an ownerless shard: the
+	// shards are owned again at the poll after it.
+	owned := ev.at
+	if r.c != nil {
+		for i := range s {
+			if s[i].at >= ev.at && s[i].at < next && s[i].ownerless > 0 {
+				owned = next
+				if i+1 < len(s) && s[i+1].at < next {
+					owned = s[i+1].at
+				}
+			}
+		}
+		fr.OwnerlessSeconds = round3((owned - ev.at).Seconds())
+		ss, m := shardSeconds(s, ev.at, next)
+		fr.OwnerlessShardSeconds, fr.MaxOwnerlessShards = round3(ss), m
+		cl.MaxOwnerlessShardSeconds = max(cl.MaxOwnerlessShardSeconds, fr.OwnerlessShardSeconds)
+		cl.MaxOwnerlessSeconds = max(cl.MaxOwnerlessSeconds, fr.OwnerlessSeconds)
+	}
+	settled := min(max(recovered, owned, ev.at+r.reqTimeout)+time.Second, next)
+	fr.During = r.stats.Window(ev.at, recovered)
+	fr.After = r.stats.Window(recovered, settled)
+	if last := r.stats.LastError(ev.at, next); last >= 0 {
+		fr.ErrorsUntilSeconds = round3(max(0, last-ev.at).Seconds())
+	}
+	return fr
+}
+
+// shardSeconds integrates the ownerless shard count of samples s over
+// [from, to) (shard-seconds) and returns it with the largest count seen.
+func shardSeconds(s []ownSample, from, to time.Duration) (float64, int) {
+	var sum float64
+	most := 0
+	for i := range s {
+		if s[i].at < from || s[i].at >= to {
+			continue
+		}
+		next := to
+		if i+1 < len(s) && s[i+1].at < to {
+			next = s[i+1].at
+		}
+		sum += float64(s[i].ownerless) * (next - s[i].at).Seconds()
+		most = max(most, s[i].ownerless)
+	}
+	return sum, most
 }
 
 func addErrors(into *report.ClientErrors, w report.ClientErrors) {

@@ -87,11 +87,8 @@ type brokerProc struct {
 	logPath string
 	dataDir string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
-	id   string        // the broker id it reports (GET /api/v1/cluster "self")
-	up   bool          // started, healthy and not killed
+	proc        // up: started, healthy and not killed
+	id   string // the broker id it reports (GET /api/v1/cluster "self"), under mu
 }
 
 // StartCluster starts the managed PostgreSQL, the NATS server (or the
@@ -364,14 +361,9 @@ func (c *Cluster) anyUp() *brokerProc {
 // returns the broker id b had.
 func (c *Cluster) kill(b *brokerProc) string {
 	b.mu.Lock()
-	cmd, done, id := b.cmd, b.done, b.id
-	b.up = false
+	id := b.id
 	b.mu.Unlock()
-	if cmd == nil {
-		return id
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-done
+	b.kill()
 	return id
 }
 
@@ -425,26 +417,6 @@ func (c *Cluster) failover(ctx context.Context) (killed time.Time, err error) {
 	return killed, nil
 }
 
-// stop ends b: SIGTERM (a clean shutdown), SIGKILL after grace. A frozen
-// broker is resumed, so it can handle the SIGTERM.
-func (c *Cluster) stop(b *brokerProc, grace time.Duration) {
-	b.mu.Lock()
-	cmd, done := b.cmd, b.done
-	b.up = false
-	b.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
-
 // Close stops the brokers, the NATS server (or nodes) and PostgreSQL and removes the
 // temporary folder. With keepLogs the brokers' logs are first copied to a
 // folder of their own, named on Status.
@@ -454,7 +426,7 @@ func (c *Cluster) Close(keepLogs bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.stop(b, 30*time.Second)
+			b.stop(30 * time.Second)
 		}()
 	}
 	wg.Wait()
@@ -466,7 +438,7 @@ func (c *Cluster) Close(keepLogs bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.stopNode(n, 10*time.Second)
+			n.stop(10 * time.Second)
 		}()
 	}
 	wg.Wait()

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -43,10 +42,7 @@ type natsNode struct {
 	monitor string // 127.0.0.1:port of the HTTP monitoring endpoint
 	logPath string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
-	up   bool          // started, routed and not killed
+	proc // up: started, routed and not killed
 }
 
 // url is the node's client URL.
@@ -287,37 +283,6 @@ func (c *Cluster) waitBrokersServing(ctx context.Context, want, subs int, within
 	}
 }
 
-// killNode sends SIGKILL to n's process and waits for it to exit.
-func (c *Cluster) killNode(n *natsNode) {
-	n.mu.Lock()
-	cmd, done := n.cmd, n.done
-	n.up = false
-	n.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-done
-}
-
-// stopNode ends n: SIGTERM (a clean shutdown), SIGKILL after grace.
-func (c *Cluster) stopNode(n *natsNode, grace time.Duration) {
-	n.mu.Lock()
-	cmd, done := n.cmd, n.done
-	n.up = false
-	n.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
-
 // NATSNodes is the number of NATS node processes (0: one NATS server in
 // this process).
 func (c *Cluster) NATSNodes() int { return len(c.nodes) }
@@ -349,7 +314,7 @@ func (r *Run) natsKill(ctx context.Context, ev *faultEvent) error {
 	ev.node = n.name
 	ev.nodeConns, ev.brokerConns = before.perNode[n.idx][0], before.perNode[n.idx][1]
 	r.mu.Unlock()
-	c.killNode(n)
+	n.kill()
 	r.status("loadtest: chaos: killed NATS node %d (%s, %d connections, %d of the brokers') at %.1fs",
 		n.idx, n.name, ev.nodeConns, ev.brokerConns, ev.at.Seconds())
 	serr := c.waitBrokersServing(ctx, want, subs, natsPingBudget)
