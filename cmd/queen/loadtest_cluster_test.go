@@ -25,15 +25,9 @@ func TestLoadtestClusterChaos(t *testing.T) {
 		"--duration", "7s", "--json", "--producers", "2", "--partitions", "8", "--batch", "20",
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2", "--target", "http://brokers")
 	line := c.waitLine(t, "loadtest: cluster folder ")
-	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep report.Report
-	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
+	rep := passedRun(t, c)
 	require.False(t, rep.Interrupted)
-	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.StoredMessages)
-	require.Zero(t, rep.GaveUp, "every item got a verdict")
-	require.NotNil(t, rep.Consume)
-	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
 
 	cl := rep.Cluster
 	require.NotNil(t, cl)
@@ -85,13 +79,7 @@ func TestLoadtestClusterChaosStop(t *testing.T) {
 		"--duration", "7s", "--json", "--producers", "2", "--partitions", "8", "--batch", "20",
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
-	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep report.Report
-	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
-	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
-	require.Zero(t, rep.GaveUp, "every item got a verdict")
-	require.NotNil(t, rep.Consume)
-	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	rep := passedRun(t, c)
 	require.NotNil(t, rep.Cluster)
 	ch := requireChaos(t, &rep, chaos.Stop)
 	require.Equal(t, ch.Faults, ch.Stops)
@@ -117,14 +105,8 @@ func TestLoadtestClusterPGFailover(t *testing.T) {
 		"--duration", "8s", "--json", "--producers", "2", "--partitions", "8", "--batch", "20",
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
-	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep report.Report
-	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
-	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	rep := passedRun(t, c)
 	require.Positive(t, rep.StoredMessages)
-	require.Zero(t, rep.GaveUp, "every item got a verdict")
-	require.NotNil(t, rep.Consume)
-	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
 	ch := requireChaos(t, &rep, chaos.PGFailover)
 	require.Equal(t, 1, ch.PGFailovers, "once per run: one server is left after it")
 	require.Equal(t, 1, ch.Faults)
@@ -145,13 +127,7 @@ func TestLoadtestEmbeddedChaosPGRestart(t *testing.T) {
 		"--duration", "7s", "--json", "--producers", "2", "--partitions", "8", "--batch", "20",
 		"--consumers", "1", "--consume-lease", "5", "--wake-probes", "2")
 	cl := c.cluster(t)
-	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep report.Report
-	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
-	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
-	require.Zero(t, rep.GaveUp, "every item got a verdict")
-	require.NotNil(t, rep.Consume)
-	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	rep := passedRun(t, c)
 	require.Nil(t, rep.Cluster, "no cluster of brokers")
 	ch := requireChaos(t, &rep, chaos.PGRestart)
 	require.Equal(t, ch.Faults, ch.PGRestarts)
@@ -232,14 +208,8 @@ func TestLoadtestClusterNATSKill(t *testing.T) {
 		"--chaos-interval", "4s", "--chaos-pause", "1500ms", "--duration", "8s", "--json", "--producers", "3",
 		"--partitions", "8", "--batch", "20", "--consumers", "2", "--consume-lease", "5", "--wake-probes", "2")
 	line := c.waitLine(t, "loadtest: cluster folder ")
-	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
-	var rep report.Report
-	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
-	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	rep := passedRun(t, c)
 	require.Positive(t, rep.StoredMessages)
-	require.Zero(t, rep.GaveUp, "every item got a verdict")
-	require.NotNil(t, rep.Consume)
-	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
 	require.NotNil(t, rep.Cluster)
 	require.Equal(t, 3, rep.Cluster.NATSNodes)
 	require.Len(t, strings.Split(rep.Cluster.NATSURL, ","), 3)
@@ -316,4 +286,19 @@ func processesWithArgs(args ...string) []int {
 		}
 	}
 	return out
+}
+
+// passedRun waits for c, a load run with consumers, to exit 0 and returns
+// its JSON report, after checking that both audits passed and that every
+// item got a verdict.
+func passedRun(t *testing.T, c *child) report.Report {
+	t.Helper()
+	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
+	var rep report.Report
+	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
+	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	require.Zero(t, rep.GaveUp, "every item got a verdict")
+	require.NotNil(t, rep.Consume)
+	require.True(t, rep.Consume.Audit.Passed, "%v", rep.Consume.Audit.Examples)
+	return rep
 }
