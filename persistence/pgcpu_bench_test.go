@@ -1,0 +1,118 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/queen-mq/queen-go"
+)
+
+// BenchmarkCommitSmallSegments measures what PostgreSQL spends per stored
+// message in the shape of many synchronous single-item producers: each op
+// is one bundle of 32 partitions x 1, 2, 4 or 8 items, narrowed by the cache (the
+// watermark at the partition's last segment, AssumedWindow = the window),
+// with one item in ten a repeat of an earlier one passed as a suspect. It
+// reports pg-µs/msg: the CPU time (user + system) of the PostgreSQL server's
+// postmaster and its backends over the timed loop, divided by the
+// messages stored (read from /proc; 0 where /proc is missing).
+//
+//	go test -run '^$' -bench CommitSmallSegments -benchtime 3000x ./persistence/
+func BenchmarkCommitSmallSegments(b *testing.B) {
+	for _, per := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("32x%d", per), func(b *testing.B) { benchSmallSegments(b, 32, per) })
+	}
+}
+
+func benchSmallSegments(b *testing.B, parts, per int) {
+	s := setup(b)
+	ctx := context.Background()
+	pids := make([]uuid.UUID, parts)
+	last := make([]int64, parts)
+	for i := range pids {
+		var err error
+		if pids[i], err = s.EnsurePartition(ctx, "bench", fmt.Sprintf("p%d", i)); err != nil {
+			b.Fatal(err)
+		}
+		last[i] = -1
+	}
+	var dataDir string
+	if err := s.pool.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir); err != nil {
+		b.Fatal(err)
+	}
+	stored := 0
+	b.ResetTimer()
+	cpu0 := clusterCPU(dataDir)
+	for n := 0; n < b.N; n++ {
+		bs := make([]*PushBatch, parts)
+		for i, pid := range pids {
+			txns := make([]string, per)
+			sus := map[queen.Hash]Span{}
+			for j := range txns {
+				if (n*parts*per+i*per+j)%10 == 9 && n > 0 {
+					txns[j] = fmt.Sprintf("t-%d-%d-%d", n-1, i, j)
+				} else {
+					txns[j] = fmt.Sprintf("t-%d-%d-%d", n, i, j)
+				}
+			}
+			its := items("bench", fmt.Sprintf("p%d", i), txns...)
+			for j, it := range its {
+				if strings.HasPrefix(txns[j], fmt.Sprintf("t-%d-", n-1)) {
+					sus[it.Hash] = Span{}
+				}
+			}
+			bs[i] = &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: last[i], Suspects: sus, AssumedWindow: 3600}
+		}
+		outs, err := s.CommitBundle(ctx, bs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, o := range outs {
+			if o.Err != nil {
+				b.Fatal(o.Err)
+			}
+			if o.LastOffset >= 0 {
+				stored += int(o.LastOffset - o.FirstOffset + 1)
+				last[i] = o.LastOffset
+			}
+		}
+	}
+	cpu := clusterCPU(dataDir) - cpu0
+	b.StopTimer()
+	if stored > 0 && cpu > 0 {
+		b.ReportMetric(cpu*1e6/float64(stored), "pg-µs/msg")
+	}
+	b.ReportMetric(float64(stored)/float64(b.N), "msgs/op")
+}
+
+// clusterCPU is the CPU seconds (user + system, with reaped children) of
+// the PostgreSQL cluster in dataDir: its postmaster and every child.
+func clusterCPU(dataDir string) float64 {
+	raw, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pm := strings.SplitN(string(raw), "\n", 2)[0]
+	pids := []string{pm}
+	if kids, err := os.ReadFile(filepath.Join("/proc", pm, "task", pm, "children")); err == nil {
+		pids = append(pids, strings.Fields(string(kids))...)
+	}
+	var ticks float64
+	for _, p := range pids {
+		st, err := os.ReadFile(filepath.Join("/proc", p, "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+		for _, k := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+			v, _ := strconv.ParseFloat(f[k], 64)
+			ticks += v
+		}
+	}
+	return ticks / 100
+}
