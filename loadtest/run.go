@@ -396,7 +396,7 @@ func (r *loadRun) check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the durability settings: %w", err)
 	}
-	rep.Postgres = d
+	rep.Postgres = report.Durability{Fsync: d.Fsync, SynchronousCommit: d.SynchronousCommit, FullPageWrites: d.FullPageWrites}
 	switch cfg.Mode {
 	case report.ModeBroker:
 		var ca *consumeAuditor
