@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
@@ -30,7 +29,7 @@ type asyncProducer struct {
 	idx   int
 	cfg   *Config
 	parts []string
-	led   *ledger
+	led   ledger
 	c     *counters
 	rng   *rand.Rand
 	prod  *client.Producer
@@ -52,7 +51,7 @@ type asyncProducer struct {
 	slab []byte
 }
 
-func newAsyncProducer(idx int, cfg *Config, parts []string, push client.PushFunc, closeFn func(), led *ledger, c *counters) *asyncProducer {
+func newAsyncProducer(idx int, cfg *Config, parts []string, push client.PushFunc, closeFn func(), led ledger, c *counters) *asyncProducer {
 	a := &asyncProducer{
 		idx: idx, cfg: cfg, parts: parts, led: led, c: c, close: closeFn,
 		rng:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
@@ -107,7 +106,7 @@ func (a *asyncProducer) run(ctx context.Context, deadline, drainBy time.Time) {
 			TransactionID: string(b[:len(txn)]),
 			Payload:       json.RawMessage(b[len(txn):]),
 		}
-		a.led.sent(s.seq)
+		a.led.Sent(s.seq)
 		a.c.sent.Add(1)
 		if err := a.prod.PublishFunc(ctx, item, func(r wire.PushReply, err error) { a.book(s, item, now, r, err) }); err != nil {
 			// The run was interrupted while the buffer was full: the item
@@ -160,7 +159,7 @@ func (a *asyncProducer) nextSlot(now int64) slot {
 // book records one item's result (called from the async producer's
 // goroutines).
 func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r wire.PushReply, err error) {
-	a.c.dirty.mark(txnid.PartIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
+	a.c.dirty.Mark(txnid.PartIn(a.cfg.Spread == SpreadSequential, a.idx, s.seq, len(a.parts)))
 	if err != nil {
 		a.bookError(s, err)
 		return
@@ -176,10 +175,8 @@ func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r 
 		bad = fmt.Sprintf("reply (%s) for %s has message_id %q", r.Status, it.TransactionID, r.MessageID)
 	}
 	if bad != "" {
-		a.led.mu.Lock()
-		a.led.issues.Add(report.IssueWrongReply, "%s", bad)
-		a.led.mu.Unlock()
-		a.led.failed(s.seq)
+		a.led.WrongReply(bad)
+		a.led.Failed(s.seq)
 		a.c.gaveUp.Add(1)
 		return
 	}
@@ -187,7 +184,7 @@ func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r 
 	switch r.Status {
 	case queen.Queued:
 		a.c.queued.Add(1)
-		a.led.queued(s.seq, id)
+		a.led.Queued(s.seq, id)
 		a.learn(&s, id)
 	case queen.Duplicate:
 		a.c.duplicate.Add(1)
@@ -195,7 +192,7 @@ func (a *asyncProducer) book(s slot, it client.PushItem, published time.Time, r 
 		if s.hasWant {
 			want = &s.want
 		}
-		a.led.duplicate(s.seq, id, want)
+		a.led.Duplicate(s.seq, id, want)
 		if id != uuid.Nil {
 			a.learn(&s, id)
 		}
@@ -210,7 +207,7 @@ func (a *asyncProducer) bookError(s slot, err error) {
 	switch {
 	case errors.As(err, &ue):
 		// Sent, no verdict: at most once stored.
-		a.led.failed(s.seq)
+		a.led.Failed(s.seq)
 		switch {
 		case errors.Is(ue.Cause, client.ErrDeliveryTimeout):
 			a.c.gaveUp.Add(1)

@@ -533,3 +533,11 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 	c.deadLettered.Add(dead)
 	return expired
 }
+
+// inc is n+1, saturating at 255 (consEntry's counts).
+func inc(n uint8) uint8 {
+	if n == 255 {
+		return n
+	}
+	return n + 1
+}

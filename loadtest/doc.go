@@ -13,8 +13,11 @@
 //
 // Its rooms, which import only those leaves:
 //   - loadtest/chaos, the faults and the cluster of broker processes they
-//     hit (StartCluster), with its own chaos.Config.
+//     hit (StartCluster), with its own chaos.Config;
+//   - loadtest/audit, the database audit: the producers' ledgers, the
+//     partitions marked dirty, the incremental Auditor.
 //
-// The producers, the consumers and the audits are still in this package;
-// Run wires them and the rooms.
+// The producers (which book into an audit.Ledger through an interface of
+// their own), the consumers and the consume audit are still in this
+// package; Run wires them and the rooms.
 package loadtest

@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
-	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -30,7 +30,7 @@ type counters struct {
 	touched []atomic.Bool
 	// dirty, when set (a run with the in-run audit), marks the partitions
 	// an answer came back for (auditor).
-	dirty *dirtySet
+	dirty *audit.DirtySet
 	// obs, when set (a cluster run), sees every request's outcome.
 	obs *clientstats.Stats
 	// lat is the push requests' latency; windowGuard counts items not sent
@@ -44,6 +44,23 @@ func (c *counters) touch(part int) {
 	if c.touched != nil && !c.touched[part].Load() {
 		c.touched[part].Store(true)
 	}
+}
+
+// ledger is where a producer books its sends and their answers for the
+// audit: *audit.Ledger.
+type ledger interface {
+	// Sent: the producer sent its sequence number seq.
+	Sent(seq uint64)
+	// Queued: seq was answered queued with message id id.
+	Queued(seq uint64, id uuid.UUID)
+	// Duplicate: seq was answered duplicate with message id id; want, when
+	// not nil, is the original's id as its queued answer gave it.
+	Duplicate(seq uint64, id uuid.UUID, want *[16]byte)
+	// Failed: seq was answered failed (or lost with its request).
+	Failed(seq uint64)
+	// WrongReply: a reply did not say what became of an item (bad says
+	// why).
+	WrongReply(bad string)
 }
 
 // recentSize is how many recently sent transactionIds a producer picks its
@@ -85,7 +102,7 @@ type producer struct {
 	cfg   *Config
 	parts []string
 	snd   target.Sender
-	led   *ledger // nil in raw mode: nothing to audit
+	led   ledger // nil in raw mode: nothing to audit
 	c     *counters
 	rng   *rand.Rand
 
@@ -109,7 +126,7 @@ type producer struct {
 	buf     []byte
 }
 
-func newProducer(idx int, cfg *Config, parts []string, snd target.Sender, led *ledger, c *counters) *producer {
+func newProducer(idx int, cfg *Config, parts []string, snd target.Sender, led ledger, c *counters) *producer {
 	return &producer{
 		idx: idx, cfg: cfg, parts: parts, snd: snd, led: led, c: c,
 		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
@@ -147,7 +164,7 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 		// Whatever the answer, anything the request wrote is committed
 		// by now (or never will be): the audit reads these partitions.
 		for _, s := range p.slots {
-			p.c.dirty.mark(p.part(s.seq))
+			p.c.dirty.Mark(p.part(s.seq))
 		}
 		if err != nil && ctx.Err() != nil {
 			// Interrupted mid-request: these items' outcome is unknown.
@@ -219,7 +236,7 @@ func (p *producer) fill(fresh bool) {
 			Payload:       json.RawMessage(p.buf[start:len(p.buf):len(p.buf)]),
 		})
 		if p.led != nil {
-			p.led.sent(s.seq)
+			p.led.Sent(s.seq)
 		}
 	}
 	p.c.sent.Add(int64(len(p.slots)))
@@ -265,16 +282,14 @@ func (p *producer) handle(err error) (trouble bool) {
 		s := &p.slots[i]
 		r := &p.results[i]
 		if r.Bad != "" && p.led != nil {
-			p.led.mu.Lock()
-			p.led.issues.Add(report.IssueWrongReply, "%s", r.Bad)
-			p.led.mu.Unlock()
+			p.led.WrongReply(r.Bad)
 		}
 		switch r.Status {
 		case queen.Queued:
 			queued++
 			p.c.touch(p.part(s.seq))
 			if p.led != nil {
-				p.led.queued(s.seq, r.ID)
+				p.led.Queued(s.seq, r.ID)
 			}
 			p.learn(s, r.ID)
 		case queen.Duplicate:
@@ -285,7 +300,7 @@ func (p *producer) handle(err error) (trouble bool) {
 				if s.hasWant {
 					want = &s.want
 				}
-				p.led.duplicate(s.seq, r.ID, want)
+				p.led.Duplicate(s.seq, r.ID, want)
 			}
 			if r.ID != uuid.Nil {
 				p.learn(s, r.ID)
@@ -297,7 +312,7 @@ func (p *producer) handle(err error) (trouble bool) {
 			}
 			p.codes[r.Code]++
 			if p.led != nil {
-				p.led.failed(s.seq)
+				p.led.Failed(s.seq)
 			}
 			p.retry(*s)
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/report"
@@ -53,6 +54,8 @@ type loadRun struct {
 	parts     []string
 	c         *counters
 	producers []*producer
+	// ledgers are the producers' ledgers (index = producer; broker mode).
+	ledgers []*audit.Ledger
 	// asyncs replaces producers with ProducerMode async.
 	asyncs  []*asyncProducer
 	audit   *persistence.Audit
@@ -60,7 +63,7 @@ type loadRun struct {
 	senders []target.Sender
 	cp      *consumePhase
 	// au is the in-run auditor (broker mode), from load.
-	au  *auditor
+	au  *audit.Auditor
 	rep *report.Report
 	// dbStart and dbEnd are the database's figures before the first push and
 	// after the producers' last answer (load; DBBytes 0: not read), for
@@ -76,7 +79,7 @@ func run(ctx context.Context, cfg *Config) (*report.Report, error) {
 		rep: &report.Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
 			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: report.ProducerSync}}
 	if cfg.Mode == report.ModeBroker {
-		r.c.dirty = newDirtySet(len(r.parts))
+		r.c.dirty = audit.NewDirtySet(len(r.parts))
 	}
 	defer r.close()
 	// Open the audit first (both modes report the database's durability):
@@ -144,6 +147,10 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
 	}
 	hc := target.NewHTTPClient(cfg.Producers)
+	r.ledgers = make([]*audit.Ledger, cfg.Producers)
+	for i := range r.ledgers {
+		r.ledgers[i] = audit.NewLedger(i, cfg.Queue, parts, cfg.Spread == SpreadSequential)
+	}
 	if cfg.ProducerMode == report.ProducerAsync {
 		r.asyncs = make([]*asyncProducer, cfg.Producers)
 		r.producers = nil
@@ -154,7 +161,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, newRunLedger(cfg, i, parts), c)
+			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, r.ledgers[i], c)
 		}
 	}
 	shared := make([]*target.NATSSender, cfg.Connections)
@@ -181,7 +188,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		if owner {
 			r.senders = append(r.senders, s)
 		}
-		r.producers[i] = newProducer(i, cfg, parts, s, newRunLedger(cfg, i, parts), c)
+		r.producers[i] = newProducer(i, cfg, parts, s, r.ledgers[i], c)
 	}
 	if cfg.Consumers > 0 {
 		if r.cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
@@ -231,7 +238,7 @@ func (r *loadRun) setupRaw(ctx context.Context) error {
 // and the sampler) for the run's Duration and drain, and returns how long
 // the producers ran.
 func (r *loadRun) load(ctx context.Context) time.Duration {
-	cfg, c, cp, rep, producers, asyncs, audit, parts := r.cfg, r.c, r.cp, r.rep, r.producers, r.asyncs, r.audit, r.parts
+	cfg, c, cp, rep, producers, asyncs, db, parts := r.cfg, r.c, r.cp, r.rep, r.producers, r.asyncs, r.audit, r.parts
 	r.readStart(ctx)
 	start := time.Now()
 	var faults *chaos.Run
@@ -251,23 +258,16 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		cc = &cp.c
 		cp.run(ctx, start)
 	}
-	var ledgers []*ledger
-	var au *auditor
+	ledgers := r.ledgers
+	var au *audit.Auditor
 	var smp *sampler
 	if cfg.Mode == report.ModeBroker {
-		for _, p := range producers {
-			ledgers = append(ledgers, p.led)
-		}
-		for _, a := range asyncs {
-			ledgers = append(ledgers, a.led)
-		}
-		au = newAuditor(audit, cfg.Queue, parts, ledgers, c.dirty)
-		au.sequential = cfg.Spread == SpreadSequential
-		au.start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
+		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, c.dirty, cfg.Spread == SpreadSequential)
+		au.Start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == report.ModeBroker)
 	if au != nil {
-		smp = startSampler(ctx, cfg, c, au, audit, ledgers, prog, start, r.dbStart)
+		smp = startSampler(ctx, cfg, c, au, db, ledgers, prog, start, r.dbStart)
 	}
 	var wg sync.WaitGroup
 	for _, p := range producers {
@@ -300,7 +300,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	if cp != nil {
 		// The consumers keep going until they have consumed everything.
 		prog.draining()
-		cp.drain(ctx, audit)
+		cp.drain(ctx, db)
 	}
 	prog.finish()
 	if faults != nil {
@@ -383,7 +383,7 @@ func (r *loadRun) collect(ctx context.Context, elapsed time.Duration) {
 // check runs the audit (broker mode) or counts the table (raw mode), even
 // after an interrupt.
 func (r *loadRun) check(ctx context.Context) error {
-	cfg, rep, audit, raw, cp, au := r.cfg, r.rep, r.audit, r.raw, r.cp, r.au
+	cfg, rep, db, raw, cp, au := r.cfg, r.rep, r.audit, r.raw, r.cp, r.au
 	// The audit and counts run even after an interrupt.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
 	defer cancel()
@@ -392,31 +392,31 @@ func (r *loadRun) check(ctx context.Context) error {
 			return fmt.Errorf("after the load: %w", err)
 		}
 	}
-	d, err := audit.Durability(actx)
+	d, err := db.Durability(actx)
 	if err != nil {
 		return fmt.Errorf("read the durability settings: %w", err)
 	}
-	rep.Postgres = d
+	rep.Postgres = report.Durability{Fsync: d.Fsync, SynchronousCommit: d.SynchronousCommit, FullPageWrites: d.FullPageWrites}
 	switch cfg.Mode {
 	case report.ModeBroker:
 		var ca *consumeAuditor
 		var also func(*persistence.StoredMessage)
 		if cp != nil {
-			if ca, err = cp.newAuditor(actx, audit, !rep.Interrupted); err != nil {
+			if ca, err = cp.newAuditor(actx, db, !rep.Interrupted); err != nil {
 				return fmt.Errorf("audit: %w", err)
 			}
 			also = ca.stored
 		}
 		// Without retention everything is still stored: the final pass
 		// recounts it all.
-		ar, err := au.finish(actx, cfg.Retention == 0, also)
+		ar, err := au.Finish(actx, cfg.Retention == 0, also)
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
 		rep.Audit = ar
 		rep.StoredMessages = ar.StoredMessages
 		if cp != nil {
-			cursors, err := audit.Cursors(actx, []string{cfg.Queue})
+			cursors, err := db.Cursors(actx, []string{cfg.Queue})
 			if err != nil {
 				return fmt.Errorf("audit: read the cursors: %w", err)
 			}

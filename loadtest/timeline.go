@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -141,9 +142,9 @@ func scrapeMetrics(ctx context.Context, hc *http.Client, base string) (brokerMet
 type sampler struct {
 	cfg     *Config
 	c       *counters
-	au      *auditor
+	au      *audit.Auditor
 	a       *persistence.Audit
-	ledgers []*ledger
+	ledgers []*audit.Ledger
 	hc      *http.Client
 	urls    []string
 	start   time.Time
@@ -168,7 +169,7 @@ type sampler struct {
 
 // startSampler starts the timeline; rs is the database's figures before the
 // run's first push.
-func startSampler(ctx context.Context, cfg *Config, c *counters, au *auditor, a *persistence.Audit, ledgers []*ledger, prog *progress, start time.Time, rs runStart) *sampler {
+func startSampler(ctx context.Context, cfg *Config, c *counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
 	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second},
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
 		lastAt: start, lastHist: make([]int64, histBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
@@ -215,10 +216,10 @@ func (s *sampler) finish() []report.TimelinePoint {
 func (s *sampler) sample(ctx context.Context, now time.Time) {
 	sent := s.c.sent.Load()
 	hist := s.c.lat.snapshot()
-	if e := s.au.err(); e != "" {
+	if e := s.au.Err(); e != "" {
 		s.lastErr = "incremental audit: " + e
 	}
-	stored := s.au.storedTotal()
+	stored := s.au.StoredTotal()
 	// Rates are over the interval between the reads of the counters.
 	secs := now.Sub(s.lastAt).Seconds()
 	diff := make([]int64, histBuckets)
@@ -257,7 +258,7 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		p.BrokerRSS = selfRSS()
 	}
 	for _, l := range s.ledgers {
-		p.LedgerBytes += l.bytes()
+		p.LedgerBytes += l.Bytes()
 	}
 	p.HarnessHeap = liveHeap()
 	s.points = append(s.points, p)

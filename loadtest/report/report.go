@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/queen-mq/queen-go/persistence"
 )
 
 // Mode is what a run writes through.
@@ -117,7 +115,7 @@ type Report struct {
 
 	// Postgres is the database's commit durability (measured runs keep
 	// fsync and synchronous_commit on).
-	Postgres persistence.Durability `json:"postgres"`
+	Postgres Durability `json:"postgres"`
 
 	// Audit is the post-run audit (broker mode).
 	Audit *AuditReport `json:"audit,omitempty"`
@@ -401,9 +399,25 @@ func (c *Comparison) WriteText(w io.Writer) {
 	io.WriteString(w, b.String()) //nolint:errcheck
 }
 
+// Durability is the database's commit durability settings as the run read
+// them (Report.Postgres): "on"/"off", SynchronousCommit also
+// "remote_apply", "remote_write" or "local". The caller fills it from the
+// audited database (persistence.Audit.Durability).
+type Durability struct {
+	Fsync             string `json:"fsync"`
+	SynchronousCommit string `json:"synchronous_commit"`
+	FullPageWrites    string `json:"full_page_writes"`
+}
+
+// Durable reports whether a commit is flushed to disk before it returns:
+// fsync and full_page_writes on, synchronous_commit anything but off.
+func (d Durability) Durable() bool {
+	return d.Fsync == "on" && d.SynchronousCommit != "off" && d.FullPageWrites == "on"
+}
+
 // notDurable is the warning a report carries when PostgreSQL did not commit
 // durably.
-func notDurable(d persistence.Durability) string {
+func notDurable(d Durability) string {
 	if d.Durable() {
 		return ""
 	}

@@ -146,3 +146,17 @@ func TestReportStorage(t *testing.T) {
 }
 
 func f64(v float64) *float64 { return &v }
+
+// TestDurability: the report's own durability type keeps the JSON names
+// of the "postgres" section and the warning a non-durable run carries.
+func TestDurability(t *testing.T) {
+	on := Durability{Fsync: "on", SynchronousCommit: "on", FullPageWrites: "on"}
+	require.True(t, on.Durable())
+	require.False(t, Durability{Fsync: "on", SynchronousCommit: "off", FullPageWrites: "on"}.Durable())
+	require.False(t, Durability{Fsync: "off", SynchronousCommit: "on", FullPageWrites: "on"}.Durable())
+	require.Empty(t, notDurable(on))
+	require.Contains(t, notDurable(Durability{Fsync: "off"}), "NOT DURABLE")
+	b, err := json.Marshal(Report{Postgres: on})
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"postgres":{"fsync":"on","synchronous_commit":"on","full_page_writes":"on"}`)
+}

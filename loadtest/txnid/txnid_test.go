@@ -51,3 +51,23 @@ func TestPayload(t *testing.T) {
 	require.Equal(t, "p-99", PartitionNames(100)[99])
 	require.Equal(t, "p-005", PartitionNames(101)[5])
 }
+
+func TestPartInSequentialTouchesEveryPartition(t *testing.T) {
+	const parts, producers = 1000, 8
+	seen := map[int]bool{}
+	for p := 0; p < producers; p++ {
+		for seq := uint64(0); seq < parts/producers; seq++ {
+			i := PartIn(true, p, seq, parts)
+			require.False(t, seen[i], "partition %d twice", i)
+			seen[i] = true
+		}
+	}
+	require.Len(t, seen, parts)
+	// Random spread is partOf's mix.
+	require.Equal(t, PartOf(3, 77, parts), PartIn(false, 3, 77, parts))
+	// One partition, or more producers than partitions: still in range.
+	for p := 0; p < 40; p++ {
+		require.Zero(t, PartIn(true, p, 5, 1))
+		require.Less(t, PartIn(true, p, uint64(p), 7), 7)
+	}
+}

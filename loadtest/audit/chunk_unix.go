@@ -1,6 +1,6 @@
 //go:build unix
 
-package loadtest
+package audit
 
 import (
 	"runtime"
@@ -15,7 +15,7 @@ import (
 // goal by GOGC times their size (queen runs at GOGC 200), which with
 // --embedded shows as broker memory growing with the run's length.
 // It falls back to the Go heap if the mapping fails.
-func newChunk(owner *ledger) []uint64 {
+func newChunk(owner *Ledger) []uint64 {
 	const size = chunkSeqs / 16 * 8
 	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {

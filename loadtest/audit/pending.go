@@ -1,4 +1,4 @@
-package loadtest
+package audit
 
 // pendingSet holds the message ids a ledger still awaits, keyed by sequence
 // number. Almost every entry is resolved by the next audit pass, and

@@ -1,4 +1,4 @@
-package loadtest
+package audit
 
 import (
 	"math/rand/v2"
@@ -7,24 +7,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/stretchr/testify/require"
 )
 
 func TestDirtySetTakesEveryMarkOnce(t *testing.T) {
-	var nilSet *dirtySet
-	nilSet.mark(3) // a run without marks
+	var nilSet *DirtySet
+	nilSet.Mark(3) // a run without marks
 
 	const n = 1000
-	d := newDirtySet(n)
+	d := NewDirtySet(n)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 50; round++ {
 		want := map[int]bool{}
 		for k := rng.IntN(200); k > 0; k-- {
 			i := rng.IntN(n)
 			want[i] = true
-			d.mark(i)
-			d.mark(i)
+			d.Mark(i)
+			d.Mark(i)
 		}
 		var got []int
 		marked := d.take(func(i int) { got = append(got, i) })
@@ -45,7 +44,7 @@ func TestDirtySetTakesEveryMarkOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for k := 0; k < each; k++ {
-				d.mark((w*each + k) % n)
+				d.Mark((w*each + k) % n)
 			}
 		}()
 	}
@@ -63,26 +62,6 @@ func TestDirtySetTakesEveryMarkOnce(t *testing.T) {
 	d.take(func(i int) { seen[i]++ })
 	for i, c := range seen {
 		require.GreaterOrEqual(t, c, 1, "partition %d never taken", i)
-	}
-}
-
-func TestPartInSequentialTouchesEveryPartition(t *testing.T) {
-	const parts, producers = 1000, 8
-	seen := map[int]bool{}
-	for p := 0; p < producers; p++ {
-		for seq := uint64(0); seq < parts/producers; seq++ {
-			i := txnid.PartIn(true, p, seq, parts)
-			require.False(t, seen[i], "partition %d twice", i)
-			seen[i] = true
-		}
-	}
-	require.Len(t, seen, parts)
-	// Random spread is partOf's mix.
-	require.Equal(t, txnid.PartOf(3, 77, parts), txnid.PartIn(false, 3, 77, parts))
-	// One partition, or more producers than partitions: still in range.
-	for p := 0; p < 40; p++ {
-		require.Zero(t, txnid.PartIn(true, p, 5, 1))
-		require.Less(t, txnid.PartIn(true, p, uint64(p), 7), 7)
 	}
 }
 

@@ -1,4 +1,4 @@
-package loadtest
+package audit
 
 import (
 	"context"
@@ -24,17 +24,17 @@ import (
 // the run's rate, not its partition count. The final pass reads every
 // partition. Passes run one at a time: the auditor's own goroutine (start),
 // then finish.
-type auditor struct {
+type Auditor struct {
 	a       *persistence.Audit
 	queue   string
 	parts   []string
 	partIdx map[string]int
-	ledgers []*ledger
+	ledgers []*Ledger
 	// after is the last offset read per partition (index into parts; -1
 	// for none).
 	after []int64
-	dirty *dirtySet
-	// sequential is Config.Spread == SpreadSequential (partIn).
+	dirty *DirtySet
+	// sequential: the run spreads sequentially (txnid.PartIn).
 	sequential bool
 	// sweep is the next partition of the rotating slice; sweepN is the
 	// slice's length (sweepSlice; set by start).
@@ -55,9 +55,14 @@ type auditor struct {
 	lastErr atomic.Pointer[string]
 }
 
-func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*ledger, dirty *dirtySet) *auditor {
-	au := &auditor{a: a, queue: queue, parts: parts, ledgers: ledgers, partIdx: make(map[string]int, len(parts)),
-		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts), 64), found: report.NewFindings()}
+// NewAuditor audits queue, whose partitions are parts (index = partition
+// index), against the producers' ledgers (index = producer); dirty, when
+// set, is where the producers mark the partitions answers came back for
+// (nil: every pass reads every partition); sequential is the run's spread
+// (txnid.PartIn). Start runs the passes during the run, Finish the last.
+func NewAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*Ledger, dirty *DirtySet, sequential bool) *Auditor {
+	au := &Auditor{a: a, queue: queue, parts: parts, ledgers: ledgers, partIdx: make(map[string]int, len(parts)),
+		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts), 64), found: report.NewFindings(), sequential: sequential}
 	for i, p := range parts {
 		au.partIdx[p] = i
 		au.after[i] = -1
@@ -65,13 +70,15 @@ func newAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*l
 	return au
 }
 
-// storedTotal is the frames read so far, each once.
-func (au *auditor) storedTotal() int64 { return au.stored.Load() }
+// StoredTotal is the frames the passes read so far, each once (for the
+// timeline's stored/s).
+func (au *Auditor) StoredTotal() int64 { return au.stored.Load() }
 
-// start runs a pass every `every` (the next right after the last when a
-// pass takes longer) until finish; with a retention, the sweep reads every
-// partition within a quarter of it.
-func (au *auditor) start(ctx context.Context, every, retention time.Duration) {
+// Start runs a pass every `every` (the next right after the last when a
+// pass takes longer) on a goroutine of its own until Finish or ctx ends;
+// with a retention (0: none), the sweep reads every partition within a
+// quarter of it. Call it at most once.
+func (au *Auditor) Start(ctx context.Context, every, retention time.Duration) {
 	au.sweepN = sweepSlice(len(au.parts), sweepCycle(retention, every))
 	au.stop, au.done = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -95,8 +102,9 @@ func (au *auditor) start(ctx context.Context, every, retention time.Duration) {
 	}()
 }
 
-// err is the last pass's error, "" when it passed or none ran.
-func (au *auditor) err() string {
+// Err is the last pass's error, "" when it passed or none ran (for the
+// timeline).
+func (au *Auditor) Err() string {
 	if p := au.lastErr.Load(); p != nil {
 		return *p
 	}
@@ -125,7 +133,7 @@ func sweepCycle(retention, every time.Duration) int {
 // frames; it returns how many frames it read. all reads every partition;
 // otherwise the dirty ones and the next sweep slice (or every partition
 // when the run keeps no dirty marks).
-func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
+func (au *Auditor) pass(ctx context.Context, all bool) (int64, error) {
 	var n int64
 	fn := func(m *persistence.StoredMessage) error {
 		i, ok := au.partIdx[m.Partition]
@@ -170,7 +178,7 @@ func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
 			// The marks taken are lost with the failed pass: read
 			// them again next time.
 			for _, name := range au.names {
-				au.dirty.mark(au.partIdx[name])
+				au.dirty.Mark(au.partIdx[name])
 			}
 		}
 	}
@@ -180,7 +188,7 @@ func (au *auditor) pass(ctx context.Context, all bool) (int64, error) {
 }
 
 // check books one stored frame in its producer's ledger.
-func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
+func (au *Auditor) check(m *persistence.StoredMessage, recount bool) {
 	part, okPart := au.partIdx[m.Partition]
 	prod, seq, okTxn := txnid.ParseTxn(m.TransactionID)
 	if !okPart || !okTxn || prod >= len(au.ledgers) || txnid.PartIn(au.sequential, prod, seq, len(au.parts)) != part ||
@@ -190,12 +198,15 @@ func (au *auditor) check(m *persistence.StoredMessage, recount bool) {
 	}
 }
 
-// finish runs the last incremental pass; then, when recount is set (a run
+// Finish stops the passes of Start and runs the last incremental pass (every
+// partition); then, when recount is set (a run
 // without retention: everything is still there), it recounts every stored
 // frame of the queue from scratch, so a frame deleted, doubled or planted
 // after an earlier pass read its partition is still found, and also (when
-// set) sees every stored message; then it checks the ledgers.
-func (au *auditor) finish(ctx context.Context, recount bool, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
+// set) sees every stored message; then it checks the ledgers. The report
+// says what was found (AuditReport.Passed); the error is a read that failed
+// (persistence's ErrUnavailable).
+func (au *Auditor) Finish(ctx context.Context, recount bool, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
 	if au.stop != nil {
 		close(au.stop)
 		<-au.done
@@ -250,6 +261,6 @@ func (au *auditor) finish(ctx context.Context, recount bool, also func(*persiste
 // auditQueue audits queue in one go (no pass during the run): the whole
 // check of SPEC.md §12 over the ledgers, also (when set) seeing every stored
 // message.
-func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*ledger, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
-	return newAuditor(a, queue, parts, ledgers, nil).finish(ctx, true, also)
+func auditQueue(ctx context.Context, a *persistence.Audit, queue string, parts []string, ledgers []*Ledger, also func(*persistence.StoredMessage)) (*report.AuditReport, error) {
+	return NewAuditor(a, queue, parts, ledgers, nil, false).Finish(ctx, true, also)
 }

@@ -1,4 +1,4 @@
-package loadtest
+package audit
 
 import (
 	"fmt"
@@ -37,14 +37,14 @@ type pendingID struct {
 	fromQueued bool
 }
 
-// ledger is one producer's bookkeeping of the transactionIds it sent,
+// Ledger is one producer's bookkeeping of the transactionIds it sent,
 // lt<producer>-<seq> for seq 0, 1, 2, ..., and of the answers they got, for
 // the audit (SPEC.md §12). Its memory is 4 bits per id plus the ids still
 // awaited (answered but not yet seen stored by the incremental audit, or
 // stored but not yet answered): bounded by the rate times the audit's
 // interval, not by the run's length. The producer and the audit use it from
 // different goroutines; a mutex guards it.
-type ledger struct {
+type Ledger struct {
 	mu       sync.Mutex
 	producer int
 	parts    []string
@@ -54,27 +54,24 @@ type ledger struct {
 	hi     uint64
 	pend   pendingSet
 	issues *report.Findings
-	// sequential is Config.Spread == SpreadSequential (partIn).
+	// sequential: the run spreads sequentially (txnid.PartIn).
 	sequential bool
 }
 
-func newLedger(producer int, queue string, parts []string) *ledger {
-	return &ledger{producer: producer, parts: parts, queue: queue, issues: report.NewFindings()}
-}
-
-// newRunLedger is producer's ledger for the run cfg.
-func newRunLedger(cfg *Config, producer int, parts []string) *ledger {
-	l := newLedger(producer, cfg.Queue, parts)
-	l.sequential = cfg.Spread == SpreadSequential
-	return l
+// NewLedger is producer's ledger for the run's queue, whose partitions are
+// parts (index = partition index); sequential is the run's spread
+// (txnid.PartIn: true for sequential, false for random), which places each
+// sequence number in its partition.
+func NewLedger(producer int, queue string, parts []string, sequential bool) *Ledger {
+	return &Ledger{producer: producer, parts: parts, queue: queue, issues: report.NewFindings(), sequential: sequential}
 }
 
 // name is "partition/transactionId" of seq, for examples.
-func (l *ledger) name(seq uint64) string {
+func (l *Ledger) name(seq uint64) string {
 	return l.parts[txnid.PartIn(l.sequential, l.producer, seq, len(l.parts))] + "/" + string(txnid.AppendTxn(nil, l.producer, seq))
 }
 
-func (l *ledger) get(seq uint64) uint8 {
+func (l *Ledger) get(seq uint64) uint8 {
 	c := seq / chunkSeqs
 	if c >= uint64(len(l.chunks)) {
 		return 0
@@ -83,7 +80,7 @@ func (l *ledger) get(seq uint64) uint8 {
 	return uint8(l.chunks[c][i/16]>>(4*(i%16))) & 0xf
 }
 
-func (l *ledger) set(seq uint64, st uint8) {
+func (l *Ledger) set(seq uint64, st uint8) {
 	c := seq / chunkSeqs
 	for c >= uint64(len(l.chunks)) {
 		l.chunks = append(l.chunks, newChunk(l))
@@ -94,14 +91,14 @@ func (l *ledger) set(seq uint64, st uint8) {
 	*w = *w&^(0xf<<sh) | uint64(st&0xf)<<sh
 }
 
-// sent records that seq was sent.
-func (l *ledger) sent(seq uint64) {
+// Sent records that the producer sent its sequence number seq.
+func (l *Ledger) Sent(seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sentLocked(seq)
 }
 
-func (l *ledger) sentLocked(seq uint64) {
+func (l *Ledger) sentLocked(seq uint64) {
 	if seq >= l.hi {
 		l.hi = seq + 1
 		if c := seq / chunkSeqs; c >= uint64(len(l.chunks)) {
@@ -112,7 +109,7 @@ func (l *ledger) sentLocked(seq uint64) {
 
 // match pairs an answer's message id with the stored frame's (or keeps it
 // until the frame is read). kind is what the answer was.
-func (l *ledger) match(seq uint64, id uuid.UUID, queued bool, st uint8) {
+func (l *Ledger) match(seq uint64, id uuid.UUID, queued bool, st uint8) {
 	p, ok := l.pend.get(seq)
 	switch {
 	case ok && p.fromStore:
@@ -133,8 +130,8 @@ func (l *ledger) match(seq uint64, id uuid.UUID, queued bool, st uint8) {
 	}
 }
 
-// queued records a queued answer with message id id.
-func (l *ledger) queued(seq uint64, id uuid.UUID) {
+// Queued records that seq was answered queued with message id id.
+func (l *Ledger) Queued(seq uint64, id uuid.UUID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sentLocked(seq)
@@ -147,9 +144,10 @@ func (l *ledger) queued(seq uint64, id uuid.UUID) {
 	l.set(seq, st|stAnswered)
 }
 
-// duplicate records a duplicate answer carrying message id id; want, when
-// not nil, is the original's id as its queued answer gave it.
-func (l *ledger) duplicate(seq uint64, id uuid.UUID, want *[16]byte) {
+// Duplicate records that seq was answered duplicate, carrying message id
+// id; want, when not nil, is the original's id as its queued answer gave it
+// (a mismatch is an IssueWrongDuplicateID finding).
+func (l *Ledger) Duplicate(seq uint64, id uuid.UUID, want *[16]byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sentLocked(seq)
@@ -165,8 +163,16 @@ func (l *ledger) duplicate(seq uint64, id uuid.UUID, want *[16]byte) {
 	l.set(seq, st|stAnswered)
 }
 
-// failed records a failed answer.
-func (l *ledger) failed(seq uint64) {
+// WrongReply records a reply that does not say what became of an item
+// (bad is the description): an IssueWrongReply finding.
+func (l *Ledger) WrongReply(bad string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.issues.Add(report.IssueWrongReply, "%s", bad)
+}
+
+// Failed records that seq was answered failed (or lost with its request).
+func (l *Ledger) Failed(seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sentLocked(seq)
@@ -174,7 +180,7 @@ func (l *ledger) failed(seq uint64) {
 }
 
 // resetStored forgets stored counts before a recount pass.
-func (l *ledger) resetStored() {
+func (l *Ledger) resetStored() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	const mask = 0xcccccccccccccccc // the stored bits of 16 nibbles
@@ -189,7 +195,7 @@ func (l *ledger) resetStored() {
 // whether seq was sent at all. Frames of a partition arrive in offset order,
 // so the first one is the original: its id must be the one the answers
 // carried. recount (a second pass over frames already checked) only counts.
-func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, into *report.Findings) bool {
+func (l *Ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, into *report.Findings) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq >= l.hi {
@@ -223,7 +229,7 @@ func (l *ledger) store(seq uint64, id uuid.UUID, offset int64, recount bool, int
 }
 
 // pending is how many ids wait for their other half.
-func (l *ledger) pending() int {
+func (l *Ledger) pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.pend.len()
@@ -236,7 +242,7 @@ type ledgerTotals struct {
 
 // check runs the final pass: every id answered queued or duplicate is
 // stored exactly once; every other id at most once.
-func (l *ledger) check(into *report.Findings) ledgerTotals {
+func (l *Ledger) check(into *report.Findings) ledgerTotals {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var t ledgerTotals
@@ -282,15 +288,9 @@ func answers(st uint8) string {
 	return "never"
 }
 
-func inc(n uint8) uint8 {
-	if n == 255 {
-		return n
-	}
-	return n + 1
-}
-
-// bytes is the ledger's memory: the bitmap chunks and the awaited ids.
-func (l *ledger) bytes() int64 {
+// Bytes is the ledger's memory in bytes: the bitmap chunks and the
+// awaited ids (the timeline's LedgerBytes).
+func (l *Ledger) Bytes() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int64(len(l.chunks))*chunkSeqs/2 + l.pend.bytes()

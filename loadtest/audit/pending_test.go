@@ -1,4 +1,4 @@
-package loadtest
+package audit
 
 import (
 	"math/rand"

@@ -1,4 +1,4 @@
-package loadtest
+package audit
 
 import (
 	"context"
@@ -25,7 +25,7 @@ type auditEnv struct {
 	a     *persistence.Audit
 	queue string
 	parts []string
-	led   *ledger
+	led   *Ledger
 	// ids are the message ids the queued answers gave.
 	ids map[uint64]uuid.UUID
 }
@@ -41,7 +41,7 @@ func newAuditEnv(t *testing.T) *auditEnv {
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 	parts := txnid.PartitionNames(2)
-	return &auditEnv{url: url, s: s, a: a, queue: "lt", parts: parts, led: newLedger(0, "lt", parts), ids: map[uint64]uuid.UUID{}}
+	return &auditEnv{url: url, s: s, a: a, queue: "lt", parts: parts, led: NewLedger(0, "lt", parts, false), ids: map[uint64]uuid.UUID{}}
 }
 
 // part is the partition index of producer 0's id seq.
@@ -82,19 +82,19 @@ func (e *auditEnv) push(t *testing.T, seqs ...uint64) {
 		its := make([]*queen.Item, len(ss))
 		for i, s := range ss {
 			its[i] = e.item(s)
-			e.led.sent(s)
+			e.led.Sent(s)
 		}
 		out := e.commit(t, part, its...)
 		for i, r := range out.Results {
 			switch r.Verdict {
 			case queen.Queued:
-				e.led.queued(ss[i], r.MessageID)
+				e.led.Queued(ss[i], r.MessageID)
 				e.ids[ss[i]] = r.MessageID
 			case queen.Duplicate:
 				want := [16]byte(e.ids[ss[i]])
-				e.led.duplicate(ss[i], r.MessageID, &want)
+				e.led.Duplicate(ss[i], r.MessageID, &want)
 			default:
-				e.led.failed(ss[i])
+				e.led.Failed(ss[i])
 			}
 		}
 	}
@@ -102,7 +102,7 @@ func (e *auditEnv) push(t *testing.T, seqs ...uint64) {
 
 func (e *auditEnv) audit(t *testing.T) *report.AuditReport {
 	t.Helper()
-	ar, err := auditQueue(context.Background(), e.a, e.queue, e.parts, []*ledger{e.led}, nil)
+	ar, err := auditQueue(context.Background(), e.a, e.queue, e.parts, []*Ledger{e.led}, nil)
 	require.NoError(t, err)
 	return ar
 }
@@ -127,11 +127,11 @@ func TestAuditPassesOnCleanRun(t *testing.T) {
 	e := newAuditEnv(t)
 	e.clean(t)
 	// An id answered failed only (its request was lost) but stored once: allowed.
-	e.led.sent(8)
-	e.led.failed(8)
+	e.led.Sent(8)
+	e.led.Failed(8)
 	e.commit(t, e.part(8), e.item(8))
 	// An id never answered and not stored: allowed.
-	e.led.sent(9)
+	e.led.Sent(9)
 
 	ar := e.audit(t)
 	require.True(t, ar.Passed, "issues %v, examples %v", ar.Issues, ar.Examples)
@@ -155,7 +155,7 @@ func TestAuditIncremental(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newAuditEnv(t)
-	au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, nil)
+	au := NewAuditor(e.a, e.queue, e.parts, []*Ledger{e.led}, nil, false)
 	e.push(t, 1, 2, 3)
 	n, err := au.pass(ctx, false)
 	require.NoError(t, err)
@@ -171,8 +171,8 @@ func TestAuditIncremental(t *testing.T) {
 
 	t.Run("only the partitions marked, a sweep slice, then every partition", func(t *testing.T) {
 		e := newAuditEnv(t)
-		dirty := newDirtySet(len(e.parts))
-		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, dirty)
+		dirty := NewDirtySet(len(e.parts))
+		au := NewAuditor(e.a, e.queue, e.parts, []*Ledger{e.led}, dirty, false)
 		au.sweepN = 0
 		var other uint64 = 2
 		for e.part(other) == e.part(1) {
@@ -183,7 +183,7 @@ func TestAuditIncremental(t *testing.T) {
 		n, err := au.pass(ctx, false)
 		require.NoError(t, err)
 		require.Zero(t, n, "nothing marked")
-		dirty.mark(e.part(1))
+		dirty.Mark(e.part(1))
 		n, err = au.pass(ctx, false)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, "the marked partition only")
@@ -196,25 +196,25 @@ func TestAuditIncremental(t *testing.T) {
 		e.push(t, other+1000)
 		e.push(t, 3)
 		au.sweepN = 0
-		ar, err := au.finish(ctx, false, nil)
+		ar, err := au.Finish(ctx, false, nil)
 		require.NoError(t, err)
 		require.True(t, ar.Passed, "issues %v", ar.Issues)
 		require.Equal(t, int64(4), ar.StoredMessages, "the last pass reads every partition")
 	})
 	t.Run("deleted after a pass, found by the recount", func(t *testing.T) {
 		e := newAuditEnv(t)
-		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, nil)
+		au := NewAuditor(e.a, e.queue, e.parts, []*Ledger{e.led}, nil, false)
 		e.push(t, 1, 2, 3, 4, 5, 6)
 		_, err := au.pass(ctx, false)
 		require.NoError(t, err)
 		n := deleteFrameOf(t, e, 3)
-		ar, err := au.finish(ctx, true, nil)
+		ar, err := au.Finish(ctx, true, nil)
 		require.NoError(t, err)
 		requireIssue(t, ar, report.IssueMissing, n)
 	})
 	t.Run("deleted before a pass read it", func(t *testing.T) {
 		e := newAuditEnv(t)
-		au := newAuditor(e.a, e.queue, e.parts, []*ledger{e.led}, nil)
+		au := NewAuditor(e.a, e.queue, e.parts, []*Ledger{e.led}, nil, false)
 		// Two segments in the partition of id 1; the first one goes.
 		var other uint64 = 2
 		for e.part(other) != e.part(1) {
@@ -223,7 +223,7 @@ func TestAuditIncremental(t *testing.T) {
 		e.push(t, 1)
 		e.push(t, other)
 		deleteFrameOf(t, e, 1)
-		ar, err := au.finish(ctx, false, nil)
+		ar, err := au.Finish(ctx, false, nil)
 		require.NoError(t, err)
 		requireIssue(t, ar, report.IssueUnaudited, 1)
 		require.Equal(t, int64(1), ar.UnauditedOffsets)
@@ -272,8 +272,8 @@ func TestAuditFailsOnQueuedWithoutRow(t *testing.T) {
 	e := newAuditEnv(t)
 	e.clean(t)
 	// An answer the database does not back.
-	e.led.sent(40)
-	e.led.queued(40, uuid.Must(uuid.NewV7()))
+	e.led.Sent(40)
+	e.led.Queued(40, uuid.Must(uuid.NewV7()))
 	requireIssue(t, e.audit(t), report.IssueMissing, 1)
 }
 
@@ -283,8 +283,8 @@ func TestAuditFailsOnRepeatAnsweredQueued(t *testing.T) {
 	e.clean(t)
 	// Transaction id 3 was answered queued; its repeat is answered queued
 	// again (with another message id) instead of duplicate.
-	e.led.sent(3)
-	e.led.queued(3, uuid.Must(uuid.NewV7()))
+	e.led.Sent(3)
+	e.led.Queued(3, uuid.Must(uuid.NewV7()))
 	requireIssue(t, e.audit(t), report.IssueRepeatQueued, 1)
 }
 
@@ -295,16 +295,16 @@ func TestAuditFailsOnWrongIDs(t *testing.T) {
 	// A duplicate answer carrying another id than the original's, and a
 	// queued answer whose id is not the stored frame's.
 	want := [16]byte(e.ids[1])
-	e.led.duplicate(1, uuid.Must(uuid.NewV7()), &want)
-	e.led.sent(41)
-	e.led.queued(41, uuid.Must(uuid.NewV7()))
+	e.led.Duplicate(1, uuid.Must(uuid.NewV7()), &want)
+	e.led.Sent(41)
+	e.led.Queued(41, uuid.Must(uuid.NewV7()))
 	e.commit(t, e.part(41), e.item(41))
 	// An id whose original answer was lost: its first duplicate answer
 	// carries another id than the stored frame's.
-	e.led.sent(42)
-	e.led.failed(42)
+	e.led.Sent(42)
+	e.led.Failed(42)
 	e.commit(t, e.part(42), e.item(42))
-	e.led.duplicate(42, uuid.Must(uuid.NewV7()), nil)
+	e.led.Duplicate(42, uuid.Must(uuid.NewV7()), nil)
 	ar := e.audit(t)
 	requireIssue(t, ar, report.IssueWrongDuplicateID, 2)
 	requireIssue(t, ar, report.IssueWrongMessageID, 1)
