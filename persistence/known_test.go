@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
@@ -155,4 +156,38 @@ func TestKnownConsumerRowsDeletedElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PopDelivered, state)
 	require.Len(t, res.Messages, 2, "the recreated row starts at the beginning")
+}
+
+// TestConsumerRowCreationBesidePush: a push's partition lock (bundle_lock,
+// held by a transaction that has not committed) does not block a consumer
+// row's creation on that partition (its foreign key's key-share lock): a
+// group's first pop and first ack there answer within the lock timeout
+// (300 ms) instead of failing with lock_timeout, while a second push still
+// waits for the lock.
+func TestConsumerRowCreationBesidePush(t *testing.T) {
+	s, _, url := setupLocks(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "beside", 1, 2)
+	pid := pids[0]
+	holder, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close(ctx) })
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	rows, err := tx.Query(ctx, sqlBundleLock, []uuid.UUID{pid})
+	require.NoError(t, err)
+	rows.Close()
+	require.NoError(t, rows.Err())
+
+	res, _, err := s.PopPartition(ctx, PopSpec{Group: "g", Batch: 10, PartitionID: pid})
+	require.NoError(t, err, "the consumer row's creation did not wait for the push's lock")
+	require.Len(t, res.Messages, 2)
+	out, err := s.Ack(ctx, []queen.AckItem{{PartitionID: pid, Offset: 0, Status: queen.AckCompleted, ConsumerGroup: "h"}})
+	require.NoError(t, err, "an ack creating its row did not wait either")
+	require.Len(t, out, 1)
+
+	its := items("beside", "p0", "late")
+	_, err = s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	require.ErrorIs(t, err, queen.ErrLockTimeout, "pushes to the partition still take turns")
 }
