@@ -66,6 +66,7 @@ func scanDeadLetter(r pgx.CollectableRow, total *int64) (queen.DeadLetter, error
 func (s *Store) DeleteQueue(ctx context.Context, queueName string) (existed bool, partitions int64, err error) {
 	var id int64
 	err = s.pool.QueryRow(ctx, sqlAdminDeleteQueue, queueName).Scan(&id, &partitions)
+	s.known.reset() // its consumer rows are gone (or may be)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, 0, nil
 	}
@@ -103,6 +104,7 @@ func (s *Store) ListQueues(ctx context.Context) ([]queen.QueueSummary, error) {
 func (s *Store) DeleteGroup(ctx context.Context, group string) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, sqlAdminDeleteGroup, group).Scan(&n)
+	s.known.reset() // its consumer rows are gone (or may be)
 	return n, unavailable(err)
 }
 

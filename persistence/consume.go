@@ -245,16 +245,23 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	var res queen.PopResult
 	var state PopState
 	var settled LeaseStats
-	err := s.inSession(ctx, func(conn *session) error {
-		var err error
-		settled = LeaseStats{} // a retried attempt settles afresh
-		res, state, err = popTx(ctx, conn, spec, &settled)
-		if err != nil {
-			rollback(conn)
+	var err error
+	for try := 0; ; try++ {
+		err = s.inSession(ctx, func(conn *session) error {
+			var err error
+			settled = LeaseStats{} // a retried attempt settles afresh
+			res, state, err = popTx(ctx, conn, spec, &settled, s.known)
+			if err != nil {
+				rollback(conn)
+			}
+			return err
+		})
+		if !errors.Is(err, errStaleKnown) || try >= staleRetries {
+			break
 		}
-		return err
-	})
+	}
 	if err != nil {
+		err = unavailable(err)
 		return queen.PopResult{}, PopBusy, err
 	}
 	s.leases.add(settled)
@@ -266,12 +273,18 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 // (spanMessages, at most what the row's bisection allows), then move the
 // cursor (autoAck) or take the lease, and commit. What it settled of
 // expired leases and bisections is added to *settled once committed. On an
-// error the caller rolls back.
-func popTx(ctx context.Context, tx querier, spec PopSpec, settled *LeaseStats) (queen.PopResult, PopState, error) {
-	st, found, segs, err := claimSpan(ctx, tx, spec)
+// error the caller rolls back. A committed pop that found its consumer row
+// adds it to known (nil: none).
+func popTx(ctx context.Context, tx querier, spec PopSpec, settled *LeaseStats, known *knownRows) (_ queen.PopResult, _ PopState, err error) {
+	st, found, segs, err := claimSpan(ctx, tx, spec, known)
 	if err != nil {
 		return queen.PopResult{}, PopBusy, err
 	}
+	defer func() {
+		if found && err == nil {
+			known.add(ackKey{spec.PartitionID, spec.Group})
+		}
+	}()
 	if !found || st.live {
 		return queen.PopResult{}, PopBusy, commitPop(ctx, tx, nil)
 	}
@@ -352,14 +365,27 @@ func readSegments(segs *[]popSegment) func(pgx.Rows) error {
 // to deliver (the statement sees the locked row). found is false when the
 // lock was skipped. An expired lease is settled first (expireLease): the row
 // is written and the segments read again from its cursor, in this
-// transaction.
-func claimSpan(ctx context.Context, tx querier, spec PopSpec) (st consumerState, found bool, segs []popSegment, err error) {
+// transaction. A row in known is not created (see knownRows): found
+// missing, it is dropped from known, and without spec.SkipLocked the call
+// fails with errStaleKnown (the caller rolls back and runs it again).
+func claimSpan(ctx context.Context, tx querier, spec PopSpec, known *knownRows) (st consumerState, found bool, segs []popSegment, err error) {
+	key := ackKey{spec.PartitionID, spec.Group}
+	skipped := known.has(key)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	lockConsumer(b, spec.PartitionID, spec.Group, spec.SkipLocked, true, spec.SubscriptionFrom, spec.SubscriptionNew, &st, &found)
+	if !skipped {
+		ensureConsumer(b, spec.PartitionID, spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
+	}
+	lockOnly(b, spec.PartitionID, spec.Group, spec.SkipLocked, &st, &found)
 	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments(&segs))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return st, false, nil, unavailable(err)
+	}
+	if skipped && !found {
+		known.drop(key)
+		if !spec.SkipLocked {
+			return st, false, nil, errStaleKnown
+		}
 	}
 	if !found || st.live {
 		return st, found, segs, nil
@@ -589,19 +615,28 @@ type ackKey struct {
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	var out []queen.AckResult
 	var rows []*consumerAcks
-	err := s.inSession(ctx, func(conn *session) error {
-		out, rows = groupByConsumerRow(items) // afresh for a retried attempt
-		if err := ackTx(ctx, conn, items, out, rows, s.observe); err != nil {
-			rollback(conn)
-			return err
+	var err error
+	for try := 0; ; try++ {
+		err = s.inSession(ctx, func(conn *session) error {
+			out, rows = groupByConsumerRow(items) // afresh for a retried attempt
+			if err := ackTx(ctx, conn, items, out, rows, s.observe, s.known); err != nil {
+				rollback(conn)
+				return err
+			}
+			return nil
+		})
+		if !errors.Is(err, errStaleKnown) || try >= staleRetries {
+			break
 		}
-		return nil
-	})
+	}
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	for _, a := range rows {
 		s.leases.add(a.st.leases)
+		if a.found && !a.forgot {
+			s.known.add(a.key)
+		}
 	}
 	return out, nil
 }
@@ -643,11 +678,16 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 // COMMIT. Settling an expired lease or writing a DLQ copy (rare) adds its
 // own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
 // unless the server answered an error (the transaction rolled back); on any
-// error the caller rolls back.
-func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent)) error {
+// error the caller rolls back. A row in known is not created (see
+// knownRows); found missing, it is dropped from known and the call fails
+// with errStaleKnown before anything is written.
+func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent), known *knownRows) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	for _, a := range rows {
+		if a.known = known.has(a.key); a.known {
+			continue
+		}
 		ensureConsumer(b, a.key.pid, a.key.group, false, nil, false)
 		b.QueuedQueries[len(b.QueuedQueries)-1].Exec(func(ct pgconn.CommandTag) error {
 			a.created = ct.RowsAffected() == 1
@@ -663,6 +703,16 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 			obs(LockEvent{Op: "ack", Wait: time.Since(start), TimedOut: true})
 		}
 		return unavailable(err)
+	}
+	stale := false
+	for _, a := range rows {
+		if a.known && !a.found {
+			known.drop(a.key)
+			stale = true
+		}
+	}
+	if stale {
+		return errStaleKnown
 	}
 	if obs != nil {
 		for _, a := range rows {
@@ -744,6 +794,9 @@ type consumerAcks struct {
 	// created: this ack call created the row (its group never popped or
 	// acked there); settle removes it again when the acks changed nothing.
 	created bool
+	// known: the row was in the Store's knownRows, so this call did not
+	// create it; forgot: settle removed the row it created.
+	known, forgot bool
 	// hashAt holds the transactionId hash stored at the offsets of the
 	// items that name both an offset and a transactionId (consume_hash_at);
 	// an offset whose log_txns row is gone is absent.
@@ -865,6 +918,7 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 		// Nothing applied (every ack unresolvable, stale or refused): no
 		// cursor row for a group that never popped.
 		b.Queue(sqlConsumeForget, a.key.pid, a.key.group)
+		a.forgot = true
 		for _, i := range a.idx {
 			c := st.cursor
 			out[i].Cursor = &c

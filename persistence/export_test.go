@@ -8,3 +8,11 @@ func (s *Store) ExpireLeases(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `UPDATE queen.consumers SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE lease_id IS NOT NULL`)
 	return err
 }
+
+// check is nil when key is known.
+func (k *knownRows) check(key ackKey) error {
+	if k.has(key) {
+		return nil
+	}
+	return errStaleKnown
+}

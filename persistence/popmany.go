@@ -3,6 +3,7 @@ package persistence
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -41,20 +42,26 @@ func (s *Store) PopPartitions(ctx context.Context, spec PopSpec, pids []uuid.UUI
 	}
 	var res queen.PopResult
 	var settled LeaseStats
-	err := s.inSession(ctx, func(conn *session) error {
-		var err error
-		settled = LeaseStats{} // a retried attempt settles afresh
-		res, err = popManyTx(ctx, conn, spec, pids, most, states, &settled)
-		if err != nil {
-			rollback(conn)
+	var err error
+	for try := 0; ; try++ {
+		err = s.inSession(ctx, func(conn *session) error {
+			var err error
+			settled = LeaseStats{} // a retried attempt settles afresh
+			res, err = popManyTx(ctx, conn, spec, pids, most, states, &settled, s.known)
+			if err != nil {
+				rollback(conn)
+			}
+			return err
+		})
+		if !errors.Is(err, errStaleKnown) || try >= staleRetries {
+			break
 		}
-		return err
-	})
+	}
 	if err != nil {
 		for i := range states {
 			states[i] = PopBusy
 		}
-		return queen.PopResult{}, states, err
+		return queen.PopResult{}, states, unavailable(err)
 	}
 	s.leases.add(settled)
 	return res, states, nil
@@ -63,13 +70,16 @@ func (s *Store) PopPartitions(ctx context.Context, spec PopSpec, pids []uuid.UUI
 // popManyTx runs PopPartitions' transaction on tx (a connection outside a
 // transaction) and fills states (PopBusy unless found otherwise); what it settled of expired leases and
 // bisections is added to *settled once committed. On an error the caller
-// rolls back. pids must be distinct.
-func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, most int, states []PopState, settled *LeaseStats) (queen.PopResult, error) {
+// rolls back. pids must be distinct. Consumer rows in known are not
+// created (see knownRows): one found missing is dropped from known and
+// answers PopBusy with spec.SkipLocked, else the call fails with
+// errStaleKnown. Once committed, every row found is added to known.
+func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, most int, states []PopState, settled *LeaseStats, known *knownRows) (queen.PopResult, error) {
 	n := len(pids)
 	for i := range states {
 		states[i] = PopBusy
 	}
-	pm := &popMany{spec: spec, pids: pids, states: states,
+	pm := &popMany{spec: spec, pids: pids, states: states, known: known,
 		sts: make([]consumerState, n), found: make([]bool, n), segs: make([][]popSegment, n)}
 	if err := pm.read(ctx, tx); err != nil {
 		return queen.PopResult{}, err
@@ -97,6 +107,9 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 	}
 	for i := range pm.sts {
 		settled.add(pm.sts[i].leases)
+		if pm.found[i] {
+			known.add(ackKey{pids[i], spec.Group})
+		}
 	}
 	if claimed > 0 && !spec.AutoAck {
 		ls := lease.String()
@@ -119,10 +132,11 @@ type popMany struct {
 	found   []bool
 	segs    [][]popSegment
 	expires *time.Time // the lease's expiry, read back with the first leased row
+	known   *knownRows // consumer rows not to create (see knownRows)
 }
 
-// read is round trip 1: BEGIN, then create, lock (ascending partition id)
-// and read every partition's span.
+// read is round trip 1: BEGIN, then create (unless known), lock (ascending
+// partition id) and read every partition's span.
 func (pm *popMany) read(ctx context.Context, tx querier) error {
 	order := make([]int, len(pm.pids))
 	for i := range order {
@@ -132,8 +146,11 @@ func (pm *popMany) read(ctx context.Context, tx querier) error {
 	spec := pm.spec
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	skipped := make([]bool, len(pm.pids))
 	for _, i := range order {
-		ensureConsumer(b, pm.pids[i], spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
+		if skipped[i] = pm.known.has(ackKey{pm.pids[i], spec.Group}); !skipped[i] {
+			ensureConsumer(b, pm.pids[i], spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
+		}
 	}
 	for _, i := range order {
 		lockOnly(b, pm.pids[i], spec.Group, spec.SkipLocked, &pm.sts[i], &pm.found[i])
@@ -141,6 +158,16 @@ func (pm *popMany) read(ctx context.Context, tx querier) error {
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return unavailable(err)
+	}
+	stale := false
+	for i, pid := range pm.pids {
+		if skipped[i] && !pm.found[i] {
+			pm.known.drop(ackKey{pid, spec.Group})
+			stale = true
+		}
+	}
+	if stale && !spec.SkipLocked {
+		return errStaleKnown
 	}
 	return nil
 }

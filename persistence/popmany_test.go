@@ -21,20 +21,37 @@ import (
 type countingQuerier struct {
 	q     querier
 	trips int
+	sqls  []string // every statement sent, in order
 }
 
 func (c *countingQuerier) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	c.trips++
+	for _, qq := range b.QueuedQueries {
+		c.sqls = append(c.sqls, qq.SQL)
+	}
 	return c.q.SendBatch(ctx, b)
+}
+
+// count returns how many statements sent were sql.
+func (c *countingQuerier) count(sql string) int {
+	n := 0
+	for _, s := range c.sqls {
+		if s == sql {
+			n++
+		}
+	}
+	return n
 }
 
 func (c *countingQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	c.trips++
+	c.sqls = append(c.sqls, sql)
 	return c.q.QueryRow(ctx, sql, args...)
 }
 
 func (c *countingQuerier) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	c.trips++
+	c.sqls = append(c.sqls, sql)
 	return c.q.Exec(ctx, sql, args...)
 }
 
@@ -68,7 +85,7 @@ func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int
 	cq := &countingQuerier{q: conn}
 	states := make([]PopState, len(pids))
 	var settled LeaseStats
-	res, err := popManyTx(ctx, cq, spec, pids, most, states, &settled)
+	res, err := popManyTx(ctx, cq, spec, pids, most, states, &settled, nil)
 	require.NoError(t, err)
 	return res, states, cq.trips
 }
@@ -263,7 +280,7 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 		require.NoError(t, err)
 		cq := &countingQuerier{q: conn}
 		out, rows := groupByConsumerRow(acks)
-		require.NoError(t, ackTx(ctx, cq, acks, out, rows, nil))
+		require.NoError(t, ackTx(ctx, cq, acks, out, rows, nil, nil))
 		conn.Release()
 		require.Equal(t, 2, cq.trips, "%d partitions: lock and commit", n)
 		for i, r := range out {

@@ -147,6 +147,7 @@ type Store struct {
 	observe     func(LockEvent)
 	stats       *analyzer // ANALYZE after bulk partition creation (stats.go)
 	lost        lostRanges
+	known       *knownRows // consumer rows seen to exist (known.go)
 }
 
 // Open connects a pool to cfg.URL and creates the sidecar's time ranges
@@ -185,7 +186,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if observe == nil {
 		observe = func(LockEvent) {}
 	}
-	s := &Store{pool: pool, conns: conns, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe}
+	s := &Store{pool: pool, conns: conns, span: cfg.SidecarRange, lockTimeout: cfg.LockTimeout, observe: observe, known: &knownRows{}}
 	s.stats = newAnalyzer(s.analyzePartitions)
 	s.lost.ctx, s.lost.cancel = context.WithCancel(context.Background())
 	if _, err := s.EnsureSidecarRanges(ctx); err != nil {

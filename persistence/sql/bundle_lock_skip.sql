@@ -5,12 +5,13 @@
 -- $1 partition ids. One row per existing partition: id, allocator (NULL
 -- when skipped), the lock wait in seconds (as bundle_lock), and whether
 -- this transaction holds the lock. A partition with no row was deleted.
+-- The lock is bundle_lock's (FOR NO KEY UPDATE).
 WITH l AS (
     SELECT p.id, p.last_offset
     FROM queen.partitions p
     WHERE p.id = ANY ($1::uuid[])
     ORDER BY p.id
-    FOR UPDATE OF p SKIP LOCKED
+    FOR NO KEY UPDATE OF p SKIP LOCKED
 )
 SELECT p.id, l.last_offset,
        EXTRACT(epoch FROM clock_timestamp() - statement_timestamp())::float8,
