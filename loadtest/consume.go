@@ -45,31 +45,31 @@ type consumePhase struct {
 	// brokersAtStart and brokersAtEnd are the brokers' lease figures from
 	// /metrics (Config.MetricsURLs, summed over those that answered; nil
 	// when none did).
-	brokersAtStart, brokersAtEnd *brokerMetrics
+	brokersAtStart, brokersAtEnd *target.BrokerMetrics
 }
 
 // scrapeLeases sums the lease figures of the brokers' /metrics
 // (Config.MetricsURLs); nil when none answered.
-func (cp *consumePhase) scrapeLeases(ctx context.Context) *brokerMetrics {
+func (cp *consumePhase) scrapeLeases(ctx context.Context) *target.BrokerMetrics {
 	if len(cp.cfg.MetricsURLs) == 0 {
 		return nil
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	hc := target.NewHTTPClient(1)
-	var sum *brokerMetrics
+	var sum *target.BrokerMetrics
 	for _, u := range cp.cfg.MetricsURLs {
-		m, err := scrapeMetrics(qctx, hc, u)
+		m, err := target.ScrapeMetrics(qctx, hc, u)
 		if err != nil {
 			continue
 		}
 		if sum == nil {
-			sum = &brokerMetrics{}
+			sum = &target.BrokerMetrics{}
 		}
-		sum.leaseExpiries += m.leaseExpiries
-		sum.bisections += m.bisections
-		sum.expiryDead += m.expiryDead
-		sum.stallSeconds += m.stallSeconds
+		sum.LeaseExpiries += m.LeaseExpiries
+		sum.Bisections += m.Bisections
+		sum.ExpiryDead += m.ExpiryDead
+		sum.StallSeconds += m.StallSeconds
 	}
 	return sum
 }
@@ -412,8 +412,8 @@ func (cp *consumePhase) poisonReport() *report.PoisonReport {
 	p.StallSeconds = math.Round(sum.Seconds()*1000) / 1000
 	p.IsolateMS = report.LatencyOf(durs)
 	if a, b := cp.brokersAtStart, cp.brokersAtEnd; a != nil && b != nil {
-		p.Brokers = &report.BrokerPoison{LeaseExpiries: b.leaseExpiries - a.leaseExpiries, Bisections: b.bisections - a.bisections,
-			DeadLettered: b.expiryDead - a.expiryDead, StallSeconds: math.Round((b.stallSeconds-a.stallSeconds)*1000) / 1000}
+		p.Brokers = &report.BrokerPoison{LeaseExpiries: b.LeaseExpiries - a.LeaseExpiries, Bisections: b.Bisections - a.Bisections,
+			DeadLettered: b.ExpiryDead - a.ExpiryDead, StallSeconds: math.Round((b.StallSeconds-a.StallSeconds)*1000) / 1000}
 	}
 	return p
 }

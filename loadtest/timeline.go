@@ -17,8 +17,8 @@ import (
 
 	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/persistence"
-	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // histogram counts durations in logarithmic buckets (microseconds, about
@@ -97,44 +97,6 @@ func quantileMS(counts []int64, q float64) float64 {
 func (h *histogram) latency() report.Latency {
 	c := h.snapshot()
 	return report.Latency{P50: quantileMS(c, 0.5), P99: quantileMS(c, 0.99), Max: float64(h.maxUS.Load()) / 1e3}
-}
-
-// brokerMetrics are the figures the timeline reads from a broker's /metrics.
-type brokerMetrics struct {
-	rss, cacheBytes, evictions, hydrations int64
-	// The lease expiries, bisections and expiry dead letters the broker
-	// settled, and its poison stall seconds (SPEC.md §4).
-	leaseExpiries, bisections, expiryDead int64
-	stallSeconds                          float64
-}
-
-// scrapeMetrics reads the figures of base's /metrics with the Go client.
-func scrapeMetrics(ctx context.Context, hc *http.Client, base string) (brokerMetrics, error) {
-	var m brokerMetrics
-	ints := map[string]*int64{
-		"queen_lease_expiries_total":            &m.leaseExpiries,
-		"queen_lease_bisections_total":          &m.bisections,
-		"queen_lease_expiry_dead_letters_total": &m.expiryDead,
-		"process_resident_memory_bytes":         &m.rss,
-		"queen_dedup_cache_bytes":               &m.cacheBytes,
-		"queen_dedup_cache_evictions_total":     &m.evictions,
-		"queen_dedup_cache_hydrations_total":    &m.hydrations,
-	}
-	names := []string{"queen_poison_stall_seconds_total"}
-	for n := range ints {
-		names = append(names, n)
-	}
-	got, err := client.NewHTTP(client.HTTPConfig{URLs: []string{base}, Client: hc}).Metrics(ctx, names...)
-	if err != nil {
-		return m, fmt.Errorf("%s/metrics: %w", strings.TrimRight(base, "/"), err)
-	}
-	for n, dst := range ints {
-		if v, ok := got[n]; ok {
-			*dst = int64(v)
-		}
-	}
-	m.stallSeconds = got["queen_poison_stall_seconds_total"]
-	return m, nil
 }
 
 // sampler records the timeline: every SampleEvery it runs an incremental
@@ -244,15 +206,15 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	pm := storagePerMessage(s.last, p)
 	p.WALBytesPerMessage, p.DBBytesPerMessage, p.SidecarBytesPerMessage = pm.WAL, pm.DB, pm.Sidecar
 	for _, u := range s.urls {
-		m, err := scrapeMetrics(qctx, s.hc, u)
+		m, err := target.ScrapeMetrics(qctx, s.hc, u)
 		if err != nil {
 			continue // a killed broker, or metrics not reachable
 		}
 		p.BrokerMetrics = true
-		p.BrokerRSS += m.rss
-		p.CacheBytes += m.cacheBytes
-		p.CacheEvictions += m.evictions
-		p.CacheHydrations += m.hydrations
+		p.BrokerRSS += m.RSS
+		p.CacheBytes += m.CacheBytes
+		p.CacheEvictions += m.Evictions
+		p.CacheHydrations += m.Hydrations
 	}
 	if p.BrokerRSS == 0 && s.cfg.SelfRSS {
 		p.BrokerRSS = selfRSS()
