@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -420,6 +421,13 @@ func (c *Config) chaosConfig() chaos.Config {
 	return chaos.Config{Mode: c.Chaos, Interval: c.ChaosInterval, Pause: c.ChaosPause, Seed: c.ChaosSeed,
 		Cluster: c.Cluster, RestartPostgres: c.RestartPostgres, Duration: c.Duration,
 		RequestTimeout: c.RequestTimeout, Progress: c.Progress}
+}
+
+// produceConfig is the producers' share of c (after withDefaults).
+func (c *Config) produceConfig() produce.Config {
+	return produce.Config{Queue: c.Queue, Batch: c.Batch, PayloadBytes: c.PayloadBytes, DupRatio: c.DupRatio,
+		MaxAttempts: c.MaxAttempts, RequestTimeout: c.RequestTimeout, Sequential: c.Spread == SpreadSequential,
+		Window: c.window(), Linger: c.Linger, MaxBatch: c.maxBatch(), InFlight: c.InFlight}
 }
 
 // The values of Config.Spread.

@@ -203,6 +203,15 @@ func (cp *consumePhase) run(ctx context.Context, start time.Time) {
 	}
 }
 
+// sleep waits d or until ctx ends; it reports whether d passed (ctx did
+// not end).
+func sleep(ctx context.Context, d time.Duration) bool {
+	wait, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	<-wait.Done()
+	return ctx.Err() == nil
+}
+
 // drainPoll is how often the drain reads the cursors.
 const drainPoll = 250 * time.Millisecond
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
@@ -777,8 +778,8 @@ func TestProgressShowsConsumers(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Duration = 10 * time.Second
 	start := time.Now()
-	c, cc := &counters{}, &consumeCounters{}
-	c.sent.Store(1000)
+	c, cc := &produce.Counters{}, &consumeCounters{}
+	c.Sent.Store(1000)
 	cc.acked.Store(900)
 	cc.deadLettered.Store(7)
 	p := &progress{c: c, cc: cc, start: start, dur: cfg.Duration}

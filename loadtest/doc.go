@@ -9,15 +9,18 @@
 //   - loadtest/clientstats, what the clients saw over time, recorded by
 //     producers and consumers and read by the chaos report;
 //   - loadtest/target, how the clients reach a broker (the producers'
-//     senders, the consumers' client).
+//     senders, the consumers' client, the brokers' /metrics).
 //
 // Its rooms, which import only those leaves:
 //   - loadtest/chaos, the faults and the cluster of broker processes they
 //     hit (StartCluster), with its own chaos.Config;
 //   - loadtest/audit, the database audit: the producers' ledgers, the
-//     partitions marked dirty, the incremental Auditor.
+//     partitions marked dirty, the incremental Auditor;
+//   - loadtest/produce, the producers (sync and async, with its own
+//     produce.Config), which book into an audit.Ledger through an
+//     interface of their own, and the run's Counters.
 //
-// The producers (which book into an audit.Ledger through an interface of
-// their own), the consumers and the consume audit are still in this
-// package; Run wires them and the rooms.
+// The consumers and the consume audit are still in this package, with
+// the timeline, the storage figures and the progress line; Run wires
+// them and the rooms, filling each room's config from Config.
 package loadtest

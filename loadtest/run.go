@@ -13,6 +13,7 @@ import (
 	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
@@ -50,14 +51,16 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 
 // loadRun is one run's parts, shared by its phases (run).
 type loadRun struct {
-	cfg       *Config
+	cfg *Config
+	// pc is the producers' share of cfg.
+	pc        produce.Config
 	parts     []string
-	c         *counters
-	producers []*producer
+	c         *produce.Counters
+	producers []*produce.Producer
 	// ledgers are the producers' ledgers (index = producer; broker mode).
 	ledgers []*audit.Ledger
 	// asyncs replaces producers with ProducerMode async.
-	asyncs  []*asyncProducer
+	asyncs  []*produce.Async
 	audit   *persistence.Audit
 	raw     *persistence.RawWriter
 	senders []target.Sender
@@ -75,11 +78,11 @@ type loadRun struct {
 }
 
 func run(ctx context.Context, cfg *Config) (*report.Report, error) {
-	r := &loadRun{cfg: cfg, parts: txnid.PartitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
+	r := &loadRun{cfg: cfg, pc: cfg.produceConfig(), parts: txnid.PartitionNames(cfg.Partitions), c: &produce.Counters{}, producers: make([]*produce.Producer, cfg.Producers),
 		rep: &report.Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
 			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: report.ProducerSync}}
 	if cfg.Mode == report.ModeBroker {
-		r.c.dirty = audit.NewDirtySet(len(r.parts))
+		r.c.Dirty = audit.NewDirtySet(len(r.parts))
 	}
 	defer r.close()
 	// Open the audit first (both modes report the database's durability):
@@ -120,12 +123,7 @@ func (r *loadRun) close() {
 	}
 	for _, a := range r.asyncs {
 		if a != nil {
-			// After its run: a no-op. Before (the run failed to
-			// start): nothing was published.
-			ended, cancel := context.WithCancel(context.Background())
-			cancel()
-			_ = a.prod.Close(ended)
-			a.close()
+			a.Abandon()
 		}
 	}
 	if r.audit != nil {
@@ -152,7 +150,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		r.ledgers[i] = audit.NewLedger(i, cfg.Queue, parts, cfg.Spread == SpreadSequential)
 	}
 	if cfg.ProducerMode == report.ProducerAsync {
-		r.asyncs = make([]*asyncProducer, cfg.Producers)
+		r.asyncs = make([]*produce.Async, cfg.Producers)
 		r.producers = nil
 		// Each async producer has up to MaxInFlight requests open.
 		ahc := target.NewHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
@@ -161,7 +159,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, r.ledgers[i], c)
+			r.asyncs[i] = produce.NewAsync(i, &r.pc, parts, push, closeFn, r.ledgers[i], c)
 		}
 	}
 	shared := make([]*target.NATSSender, cfg.Connections)
@@ -188,13 +186,13 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		if owner {
 			r.senders = append(r.senders, s)
 		}
-		r.producers[i] = newProducer(i, cfg, parts, s, r.ledgers[i], c)
+		r.producers[i] = produce.New(i, &r.pc, parts, s, r.ledgers[i], c)
 	}
 	if cfg.Consumers > 0 {
 		if r.cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
 			return err
 		}
-		c.touched = r.cp.touched
+		c.Touched = r.cp.touched
 		if err := configureQueue(ctx, cfg, r.cp.admin); err != nil {
 			return err
 		}
@@ -229,7 +227,7 @@ func (r *loadRun) setupRaw(ctx context.Context) error {
 	for i := range r.producers {
 		s := &target.RawSender{W: r.raw, Table: cfg.Table}
 		r.senders = append(r.senders, s)
-		r.producers[i] = newProducer(i, cfg, r.parts, s, nil, r.c)
+		r.producers[i] = produce.New(i, &r.pc, r.parts, s, nil, r.c)
 	}
 	return nil
 }
@@ -244,7 +242,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	var faults *chaos.Run
 	if cfg.Mode == report.ModeBroker && (cfg.Cluster != nil || chaos.On(cfg.Chaos)) {
 		stats := clientstats.New(start)
-		c.obs = stats
+		c.Obs = stats
 		if cp != nil {
 			cp.c.obs = stats
 		}
@@ -262,7 +260,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	var au *audit.Auditor
 	var smp *sampler
 	if cfg.Mode == report.ModeBroker {
-		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, c.dirty, cfg.Spread == SpreadSequential)
+		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, c.Dirty, cfg.Spread == SpreadSequential)
 		au.Start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == report.ModeBroker)
@@ -274,14 +272,14 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.run(ctx, deadline, drainBy)
+			p.Run(ctx, deadline, drainBy)
 		}()
 	}
 	for _, a := range asyncs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.run(ctx, deadline, drainBy)
+			a.Run(ctx, deadline, drainBy)
 		}()
 	}
 	wg.Wait()
@@ -344,35 +342,35 @@ func (r *loadRun) collect(ctx context.Context, elapsed time.Duration) {
 	rep, c, producers, asyncs := r.rep, r.c, r.producers, r.asyncs
 	rep.Interrupted = ctx.Err() != nil
 	rep.Seconds = math.Round(elapsed.Seconds()*1000) / 1000
-	rep.Requests, rep.RequestErrors = c.requests.Load(), c.requestErrors.Load()
-	rep.ItemsSent, rep.NewItems, rep.Repeats, rep.Retries = c.sent.Load(), c.fresh.Load(), c.repeats.Load(), c.retries.Load()
+	rep.Requests, rep.RequestErrors = c.Requests.Load(), c.RequestErrors.Load()
+	rep.ItemsSent, rep.NewItems, rep.Repeats, rep.Retries = c.Sent.Load(), c.Fresh.Load(), c.Repeats.Load(), c.Retries.Load()
 	rep.ItemsPerSecond = report.PerSecond(rep.ItemsSent, elapsed.Seconds())
-	rep.GaveUp, rep.Rejected, rep.UnknownOutcome = c.gaveUp.Load(), c.rejected.Load(), c.unknownOutcome.Load()
-	rep.Verdicts = report.Verdicts{Queued: c.queued.Load(), Duplicate: c.duplicate.Load(), Failed: c.failed.Load()}
+	rep.GaveUp, rep.Rejected, rep.UnknownOutcome = c.GaveUp.Load(), c.Rejected.Load(), c.UnknownOutcome.Load()
+	rep.Verdicts = report.Verdicts{Queued: c.Queued.Load(), Duplicate: c.Duplicate.Load(), Failed: c.Failed.Load()}
 	for _, p := range producers {
-		for code, n := range p.codes {
+		for code, n := range p.Codes() {
 			if rep.ErrorCodes == nil {
 				rep.ErrorCodes = map[string]int64{}
 			}
 			rep.ErrorCodes[code] += n
 		}
-		if p.lastError != "" {
-			rep.LastError = p.lastError
+		if e := p.LastError(); e != "" {
+			rep.LastError = e
 		}
 	}
 	for _, a := range asyncs {
-		for code, n := range a.codes {
+		for code, n := range a.Codes() {
 			if rep.ErrorCodes == nil {
 				rep.ErrorCodes = map[string]int64{}
 			}
 			rep.ErrorCodes[code] += n
 		}
-		if a.lastError != "" {
-			rep.LastError = a.lastError
+		if e := a.LastError(); e != "" {
+			rep.LastError = e
 		}
 	}
-	rep.Latency = c.lat.latency()
-	if n := c.windowGuard.Load(); n > 0 {
+	rep.Latency = c.Lat.Latency()
+	if n := c.WindowGuard.Load(); n > 0 {
 		if rep.ErrorCodes == nil {
 			rep.ErrorCodes = map[string]int64{}
 		}

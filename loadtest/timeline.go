@@ -5,105 +5,26 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"net/http"
 	"os"
 	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/queen-mq/queen-go/loadtest/audit"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
-// histogram counts durations in logarithmic buckets (microseconds, about
-// 3% wide), lock-free, so quantiles of a whole run or of one interval need
-// no per-request memory.
-type histogram struct {
-	counts [histBuckets]atomic.Int64
-	maxUS  atomic.Int64
-}
-
-const histBuckets = 64 + 40*32
-
-func histIndex(us int64) int {
-	if us < 64 {
-		return int(max(us, 0))
-	}
-	e := bits.Len64(uint64(us)) - 6 // >= 1
-	m := us >> e                    // 32..63
-	return min(64+(e-1)*32+int(m-32), histBuckets-1)
-}
-
-// histValue is the middle of bucket i, in microseconds.
-func histValue(i int) float64 {
-	if i < 64 {
-		return float64(i)
-	}
-	e := (i-64)/32 + 1
-	m := int64((i-64)%32 + 32)
-	return float64(m<<e) + float64(int64(1)<<e)/2
-}
-
-func (h *histogram) record(d time.Duration) {
-	us := d.Microseconds()
-	h.counts[histIndex(us)].Add(1)
-	for {
-		m := h.maxUS.Load()
-		if us <= m || h.maxUS.CompareAndSwap(m, us) {
-			return
-		}
-	}
-}
-
-// snapshot copies the counts.
-func (h *histogram) snapshot() []int64 {
-	out := make([]int64, histBuckets)
-	for i := range out {
-		out[i] = h.counts[i].Load()
-	}
-	return out
-}
-
-// quantileMS is the q-quantile (0..1) of counts in milliseconds (0 when
-// empty), to the bucket's precision.
-func quantileMS(counts []int64, q float64) float64 {
-	var n int64
-	for _, c := range counts {
-		n += c
-	}
-	if n == 0 {
-		return 0
-	}
-	rank := int64(math.Ceil(q * float64(n)))
-	rank = max(rank, 1)
-	var seen int64
-	for i, c := range counts {
-		seen += c
-		if seen >= rank {
-			return math.Round(histValue(i)) / 1e3
-		}
-	}
-	return 0
-}
-
-// latency is the run's request latency: p50 and p99 to the buckets'
-// precision, the exact maximum.
-func (h *histogram) latency() report.Latency {
-	c := h.snapshot()
-	return report.Latency{P50: quantileMS(c, 0.5), P99: quantileMS(c, 0.99), Max: float64(h.maxUS.Load()) / 1e3}
-}
-
 // sampler records the timeline: every SampleEvery it runs an incremental
 // audit pass and reads the database's and the brokers' figures.
 type sampler struct {
 	cfg     *Config
-	c       *counters
+	c       *produce.Counters
 	au      *audit.Auditor
 	a       *persistence.Audit
 	ledgers []*audit.Ledger
@@ -131,10 +52,10 @@ type sampler struct {
 
 // startSampler starts the timeline; rs is the database's figures before the
 // run's first push.
-func startSampler(ctx context.Context, cfg *Config, c *counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
+func startSampler(ctx context.Context, cfg *Config, c *produce.Counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
 	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second},
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
-		lastAt: start, lastHist: make([]int64, histBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
+		lastAt: start, lastHist: make([]int64, produce.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
 	if len(s.urls) == 0 {
 		for _, t := range append([]string{cfg.Target}, cfg.Targets...) {
 			if strings.HasPrefix(t, "http") && !slices.Contains(s.urls, t) {
@@ -176,15 +97,15 @@ func (s *sampler) finish() []report.TimelinePoint {
 }
 
 func (s *sampler) sample(ctx context.Context, now time.Time) {
-	sent := s.c.sent.Load()
-	hist := s.c.lat.snapshot()
+	sent := s.c.Sent.Load()
+	hist := s.c.Lat.Snapshot()
 	if e := s.au.Err(); e != "" {
 		s.lastErr = "incremental audit: " + e
 	}
 	stored := s.au.StoredTotal()
 	// Rates are over the interval between the reads of the counters.
 	secs := now.Sub(s.lastAt).Seconds()
-	diff := make([]int64, histBuckets)
+	diff := make([]int64, produce.HistBuckets)
 	for i := range diff {
 		diff[i] = hist[i] - s.lastHist[i]
 	}
@@ -192,8 +113,8 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		T:               math.Round(now.Sub(s.start).Seconds()*10) / 10,
 		StoredPerSecond: report.PerSecond(stored-s.lastStored, secs),
 		ItemsPerSecond:  report.PerSecond(sent-s.lastSent, secs),
-		P50:             quantileMS(diff, 0.5),
-		P99:             quantileMS(diff, 0.99),
+		P50:             produce.QuantileMS(diff, 0.5),
+		P99:             produce.QuantileMS(diff, 0.99),
 		StoredMessages:  stored,
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
