@@ -57,6 +57,8 @@ type loadRun struct {
 	parts     []string
 	c         *produce.Counters
 	producers []*produce.Producer
+	// dirty marks the partitions answers came back for (broker mode).
+	dirty *audit.DirtySet
 	// ledgers are the producers' ledgers (index = producer; broker mode).
 	ledgers []*audit.Ledger
 	// asyncs replaces producers with ProducerMode async.
@@ -82,7 +84,8 @@ func run(ctx context.Context, cfg *Config) (*report.Report, error) {
 		rep: &report.Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
 			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: report.ProducerSync}}
 	if cfg.Mode == report.ModeBroker {
-		r.c.Dirty = audit.NewDirtySet(len(r.parts))
+		r.dirty = audit.NewDirtySet(len(r.parts))
+		r.c.Dirty = r.dirty
 	}
 	defer r.close()
 	// Open the audit first (both modes report the database's durability):
@@ -260,7 +263,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	var au *audit.Auditor
 	var smp *sampler
 	if cfg.Mode == report.ModeBroker {
-		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, c.Dirty, cfg.Spread == SpreadSequential)
+		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, r.dirty, cfg.Spread == SpreadSequential)
 		au.Start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == report.ModeBroker)

@@ -165,7 +165,7 @@ func (a *Async) nextSlot(now int64) slot {
 // book records one item's result (called from the async producer's
 // goroutines).
 func (a *Async) book(s slot, it client.PushItem, published time.Time, r wire.PushReply, err error) {
-	a.c.Dirty.Mark(txnid.PartIn(a.cfg.Sequential, a.idx, s.seq, len(a.parts)))
+	a.c.mark(txnid.PartIn(a.cfg.Sequential, a.idx, s.seq, len(a.parts)))
 	if err != nil {
 		a.bookError(s, err)
 		return

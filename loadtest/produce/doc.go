@@ -7,6 +7,6 @@
 // counting into the run's Counters (with the push latency Histogram).
 //
 // It has a Config of its own, which loadtest.Config fills, and imports
-// only the harness's leaves (txnid, report, clientstats, target) and
-// audit's DirtySet.
+// only the harness's leaves (txnid, report, clientstats, target): the
+// audit's Ledger and DirtySet come in through interfaces of its own.
 package produce

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
@@ -38,8 +37,8 @@ type Counters struct {
 	// which an item was answered queued or duplicate.
 	Touched []atomic.Bool
 	// Dirty, when set (a run with the in-run audit), marks the partitions
-	// an answer came back for (audit.Auditor).
-	Dirty *audit.DirtySet
+	// an answer came back for (*audit.DirtySet, read by audit.Auditor).
+	Dirty interface{ Mark(part int) }
 	// Obs, when set (a cluster run), sees every request's outcome.
 	Obs *clientstats.Stats
 	// Lat is the push requests' latency; WindowGuard counts items not sent
@@ -53,6 +52,13 @@ type Counters struct {
 func (c *Counters) Touch(part int) {
 	if c.Touched != nil && !c.Touched[part].Load() {
 		c.Touched[part].Store(true)
+	}
+}
+
+// mark marks partition part dirty (when the run audits).
+func (c *Counters) mark(part int) {
+	if c.Dirty != nil {
+		c.Dirty.Mark(part)
 	}
 }
 
@@ -179,7 +185,7 @@ func (p *Producer) Run(ctx context.Context, deadline, drainBy time.Time) {
 		// Whatever the answer, anything the request wrote is committed
 		// by now (or never will be): the audit reads these partitions.
 		for _, s := range p.slots {
-			p.c.Dirty.Mark(p.part(s.seq))
+			p.c.mark(p.part(s.seq))
 		}
 		if err != nil && ctx.Err() != nil {
 			// Interrupted mid-request: these items' outcome is unknown.
