@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/consumers"
 	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 )
@@ -18,7 +19,7 @@ type progress struct {
 	label string
 	c     *produce.Counters
 	// cc is the consumers' counters (nil: no consumers).
-	cc    *consumeCounters
+	cc    *consumers.Counters
 	start time.Time
 	// drain is set once the producers stopped and the consumers drain.
 	drain atomic.Bool
@@ -30,7 +31,7 @@ type progress struct {
 // startProgress starts the progress line. sampled: a timeline sampler
 // runs, and in a log (not live) its line every SampleEvery is the progress
 // line, so long runs stay readable.
-func startProgress(cfg *Config, c *produce.Counters, cc *consumeCounters, start time.Time, sampled bool) *progress {
+func startProgress(cfg *Config, c *produce.Counters, cc *consumers.Counters, start time.Time, sampled bool) *progress {
 	if cfg.Progress == nil {
 		return nil
 	}
@@ -62,7 +63,7 @@ func (p *progress) loop() {
 		case now := <-t.C:
 			sent, acked := p.c.Sent.Load(), int64(0)
 			if p.cc != nil {
-				acked = p.cc.acked.Load()
+				acked = p.cc.Acked.Load()
 			}
 			secs := now.Sub(lastAt).Seconds()
 			rate, ackRate := float64(sent-lastSent)/secs, float64(acked-lastAcked)/secs
@@ -90,9 +91,9 @@ func (p *progress) line(now time.Time, rate, ackRate float64) string {
 	}
 	if p.cc != nil {
 		s += fmt.Sprintf("; consumed: %s acked/s, acked %s, handled %s, redelivered %s, dead-lettered %s",
-			report.Commas(int64(ackRate)), report.Commas(p.cc.acked.Load()), report.Commas(p.cc.handled.Load()),
-			report.Commas(p.cc.redelivered.Load()), report.Commas(p.cc.deadLettered.Load()))
-		if n := p.cc.popErrors.Load() + p.cc.ackErrors.Load(); n > 0 {
+			report.Commas(int64(ackRate)), report.Commas(p.cc.Acked.Load()), report.Commas(p.cc.Handled.Load()),
+			report.Commas(p.cc.Redelivered.Load()), report.Commas(p.cc.DeadLettered.Load()))
+		if n := p.cc.PopErrors.Load() + p.cc.AckErrors.Load(); n > 0 {
 			s += ", consumer errors " + report.Commas(n)
 		}
 	}
@@ -120,7 +121,7 @@ func (p *progress) short(now time.Time, rate, ackRate float64) string {
 		s += " err " + report.Commas(n)
 	}
 	if p.cc != nil {
-		s += fmt.Sprintf("  acked %s (%s/s) dlq %s", report.Commas(p.cc.acked.Load()), report.Commas(int64(ackRate)), report.Commas(p.cc.deadLettered.Load()))
+		s += fmt.Sprintf("  acked %s (%s/s) dlq %s", report.Commas(p.cc.Acked.Load()), report.Commas(int64(ackRate)), report.Commas(p.cc.DeadLettered.Load()))
 		if p.drain.Load() {
 			s += " draining"
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/consumers"
 	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
@@ -66,7 +67,7 @@ type loadRun struct {
 	audit   *persistence.Audit
 	raw     *persistence.RawWriter
 	senders []target.Sender
-	cp      *consumePhase
+	cp      *consumers.Phase
 	// au is the in-run auditor (broker mode), from load.
 	au  *audit.Auditor
 	rep *report.Report
@@ -108,7 +109,7 @@ func run(ctx context.Context, cfg *Config) (*report.Report, error) {
 	if r.cp != nil {
 		// The wake probe runs on a queue of its own, after the consumers
 		// stopped.
-		r.cp.probe(ctx)
+		r.cp.Probe(ctx)
 	}
 	if err := r.check(ctx); err != nil {
 		return r.rep, err
@@ -119,7 +120,7 @@ func run(ctx context.Context, cfg *Config) (*report.Report, error) {
 // close releases what the run opened (deferred by run).
 func (r *loadRun) close() {
 	if r.cp != nil {
-		r.cp.close()
+		r.cp.Close()
 	}
 	for _, s := range r.senders {
 		s.Close()
@@ -191,16 +192,17 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		}
 		r.producers[i] = produce.New(i, &r.pc, parts, s, r.ledgers[i], c)
 	}
+	kc := cfg.consumersConfig()
 	if cfg.Consumers > 0 {
-		if r.cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
+		if r.cp, err = consumers.New(&kc, parts, consumers.TargetDialer(&kc)); err != nil {
 			return err
 		}
-		c.Touched = r.cp.touched
-		if err := configureQueue(ctx, cfg, r.cp.admin); err != nil {
+		c.Touched = r.cp.Touched()
+		if err := configureQueue(ctx, cfg, r.cp.Admin()); err != nil {
 			return err
 		}
 	} else if cfg.DedupWindow > 0 || cfg.Retention > 0 {
-		cl, err := targetDialer(cfg)("queen-loadtest-admin")
+		cl, err := consumers.TargetDialer(&kc)("queen-loadtest-admin")
 		if err != nil {
 			return err
 		}
@@ -247,17 +249,17 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		stats := clientstats.New(start)
 		c.Obs = stats
 		if cp != nil {
-			cp.c.obs = stats
+			cp.Counters().Obs = stats
 		}
 		faults = chaos.Start(ctx, cfg.chaosConfig(), stats)
 		defer faults.End()
 	}
 	deadline := start.Add(cfg.Duration)
 	drainBy := deadline.Add(cfg.DrainTimeout)
-	var cc *consumeCounters
+	var cc *consumers.Counters
 	if cp != nil {
-		cc = &cp.c
-		cp.run(ctx, start)
+		cc = cp.Counters()
+		cp.Run(ctx, start)
 	}
 	ledgers := r.ledgers
 	var au *audit.Auditor
@@ -301,7 +303,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	if cp != nil {
 		// The consumers keep going until they have consumed everything.
 		prog.draining()
-		cp.drain(ctx, db)
+		cp.Drain(ctx, db)
 	}
 	prog.finish()
 	if faults != nil {
@@ -400,13 +402,13 @@ func (r *loadRun) check(ctx context.Context) error {
 	rep.Postgres = report.Durability{Fsync: d.Fsync, SynchronousCommit: d.SynchronousCommit, FullPageWrites: d.FullPageWrites}
 	switch cfg.Mode {
 	case report.ModeBroker:
-		var ca *consumeAuditor
+		var ca *consumers.Auditor
 		var also func(*persistence.StoredMessage)
 		if cp != nil {
-			if ca, err = cp.newAuditor(actx, db, !rep.Interrupted); err != nil {
+			if ca, err = cp.NewAuditor(actx, db, !rep.Interrupted); err != nil {
 				return fmt.Errorf("audit: %w", err)
 			}
-			also = ca.stored
+			also = ca.Stored
 		}
 		// Without retention everything is still stored: the final pass
 		// recounts it all.
@@ -421,7 +423,7 @@ func (r *loadRun) check(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("audit: read the cursors: %w", err)
 			}
-			rep.Consume = cp.report(ca, ca.finish(cursors))
+			rep.Consume = cp.Report(ca, ca.Finish(cursors))
 		}
 	case report.ModeRaw:
 		n, err := raw.Count(actx, cfg.Table)
@@ -463,6 +465,36 @@ func (r *loadRun) verdict(elapsed time.Duration) (*report.Report, error) {
 		return rep, errConsumeAudit(rep.Consume.Audit, cfg.Queue)
 	}
 	return rep, nil
+}
+
+// configureQueue configures the run's queue through cl before the load:
+// leaseTime and retryLimit when consuming (consumers.Config.QueueOptions),
+// dedupWindowSeconds and retentionSeconds when set. Configure is a full
+// replace (SPEC.md §6): every other option goes back to its default, which
+// is what the run's queue had before (the harness never configured it
+// otherwise). The reply must echo what the audit counts with.
+func configureQueue(ctx context.Context, cfg *Config, cl target.ConsumeClient) error {
+	want := map[string]int{}
+	if cfg.Consumers > 0 {
+		kc := cfg.consumersConfig()
+		want = kc.QueueOptions()
+	}
+	if cfg.DedupWindow > 0 {
+		want["dedupWindowSeconds"] = int(cfg.DedupWindow / time.Second)
+	}
+	if cfg.Retention > 0 {
+		want["retentionSeconds"] = int(cfg.Retention / time.Second)
+	}
+	return target.ConfigureQueue(ctx, cl, cfg.Queue, want, cfg.RequestTimeout)
+}
+
+// errConsumeAudit wraps ErrAuditFailed for a failed consume audit.
+func errConsumeAudit(a *report.ConsumeAudit, queue string) error {
+	var n int64
+	for _, c := range a.Issues {
+		n += c
+	}
+	return fmt.Errorf("%w: %d violations of the end-to-end consume audit in queue %s", ErrAuditFailed, n, queue)
 }
 
 // redact hides a URL's password for messages.

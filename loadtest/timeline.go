@@ -171,7 +171,7 @@ func (s *sampler) writeLine(now time.Time, p report.TimelinePoint) {
 		rate := 0.0
 		var acked int64
 		if s.prog.cc != nil {
-			acked = s.prog.cc.acked.Load()
+			acked = s.prog.cc.Acked.Load()
 			rate = float64(acked-s.lastAcked) / s.cfg.SampleEvery.Seconds()
 			s.lastAcked = acked
 		}
