@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/consumers"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -422,6 +424,22 @@ func (c *Config) chaosConfig() chaos.Config {
 		RequestTimeout: c.RequestTimeout, Progress: c.Progress}
 }
 
+// produceConfig is the producers' share of c (after withDefaults).
+func (c *Config) produceConfig() produce.Config {
+	return produce.Config{Queue: c.Queue, Batch: c.Batch, PayloadBytes: c.PayloadBytes, DupRatio: c.DupRatio,
+		MaxAttempts: c.MaxAttempts, RequestTimeout: c.RequestTimeout, Sequential: c.Spread == SpreadSequential,
+		Window: c.window(), Linger: c.Linger, MaxBatch: c.maxBatch(), InFlight: c.InFlight}
+}
+
+// consumersConfig is the consumers' share of c (after withDefaults).
+func (c *Config) consumersConfig() consumers.Config {
+	return consumers.Config{Queue: c.Queue, Target: c.Target, Targets: c.Targets, AdminToken: c.AdminToken,
+		Chaos: chaos.On(c.Chaos), RequestTimeout: c.RequestTimeout, Consumers: c.Consumers, Groups: c.Groups,
+		FailRatio: c.FailRatio, FailMode: c.FailMode, ConsumeBatch: c.ConsumeBatch, ConsumePartitions: c.ConsumePartitions,
+		RetryLimit: c.RetryLimit, LeaseSeconds: c.LeaseSeconds, PollTimeout: c.PollTimeout,
+		ConsumeDrainTimeout: c.ConsumeDrainTimeout, WakeProbes: c.WakeProbes, MetricsURLs: c.MetricsURLs}
+}
+
 // The values of Config.Spread.
 const (
 	SpreadRandom     = "random"
@@ -471,10 +489,7 @@ func (c Config) withDefaults() Config {
 		c.FailMode = FailNack
 	}
 	if c.LeaseSeconds <= 0 {
-		c.LeaseSeconds = 30
-		if txnid.Crashes(c.FailMode) {
-			c.LeaseSeconds = 2
-		}
+		c.LeaseSeconds = consumers.DefaultLease(c.FailMode)
 	}
 	if c.PollTimeout <= 0 {
 		c.PollTimeout = 2 * time.Second

@@ -1,4 +1,4 @@
-// Package loadtest is the load harness behind `queen loadtest`: producers over NATS, HTTP or raw COPY, the run report, and the post-run database audit (SPEC.md §12).
+// Package loadtest is the load harness behind `queen loadtest` (SPEC.md §12): the run that wires producers over NATS, HTTP or raw COPY, consumers, faults and the audits, and reports what it found.
 //
 // Its leaves, which it imports and which import nothing of it:
 //   - loadtest/txnid, the kernel: the transactionId scheme the producers
@@ -9,15 +9,22 @@
 //   - loadtest/clientstats, what the clients saw over time, recorded by
 //     producers and consumers and read by the chaos report;
 //   - loadtest/target, how the clients reach a broker (the producers'
-//     senders, the consumers' client).
+//     senders, the consumers' client, the brokers' /metrics).
 //
 // Its rooms, which import only those leaves:
 //   - loadtest/chaos, the faults and the cluster of broker processes they
 //     hit (StartCluster), with its own chaos.Config;
 //   - loadtest/audit, the database audit: the producers' ledgers, the
-//     partitions marked dirty, the incremental Auditor.
+//     partitions marked dirty, the incremental Auditor;
+//   - loadtest/produce, the producers (sync and async, with its own
+//     produce.Config), which book into an audit.Ledger and mark the
+//     audit's DirtySet through interfaces of their own, and the run's
+//     Counters;
+//   - loadtest/consumers, the consume phase (consumer groups, the drain,
+//     the wake probe) and the end-to-end consume audit, with its own
+//     consumers.Config.
 //
-// The producers (which book into an audit.Ledger through an interface of
-// their own), the consumers and the consume audit are still in this
-// package; Run wires them and the rooms.
+// This package keeps the run (Run, Compare and the Config that fills each
+// room's config), the timeline, the storage figures and the progress
+// line.
 package loadtest

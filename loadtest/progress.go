@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queen-mq/queen-go/loadtest/consumers"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
@@ -15,9 +17,9 @@ type progress struct {
 	live  bool
 	every time.Duration
 	label string
-	c     *counters
+	c     *produce.Counters
 	// cc is the consumers' counters (nil: no consumers).
-	cc    *consumeCounters
+	cc    *consumers.Counters
 	start time.Time
 	// drain is set once the producers stopped and the consumers drain.
 	drain atomic.Bool
@@ -29,7 +31,7 @@ type progress struct {
 // startProgress starts the progress line. sampled: a timeline sampler
 // runs, and in a log (not live) its line every SampleEvery is the progress
 // line, so long runs stay readable.
-func startProgress(cfg *Config, c *counters, cc *consumeCounters, start time.Time, sampled bool) *progress {
+func startProgress(cfg *Config, c *produce.Counters, cc *consumers.Counters, start time.Time, sampled bool) *progress {
 	if cfg.Progress == nil {
 		return nil
 	}
@@ -59,9 +61,9 @@ func (p *progress) loop() {
 			}
 			return
 		case now := <-t.C:
-			sent, acked := p.c.sent.Load(), int64(0)
+			sent, acked := p.c.Sent.Load(), int64(0)
 			if p.cc != nil {
-				acked = p.cc.acked.Load()
+				acked = p.cc.Acked.Load()
 			}
 			secs := now.Sub(lastAt).Seconds()
 			rate, ackRate := float64(sent-lastSent)/secs, float64(acked-lastAcked)/secs
@@ -82,16 +84,16 @@ func (p *progress) line(now time.Time, rate, ackRate float64) string {
 	}
 	el := now.Sub(p.start).Truncate(100 * time.Millisecond)
 	s := fmt.Sprintf("loadtest: progress%s %s/%s: %s items/s, sent %s, queued %s, duplicate %s, failed %s",
-		label, el, p.dur, report.Commas(int64(rate)), report.Commas(p.c.sent.Load()), report.Commas(p.c.queued.Load()),
-		report.Commas(p.c.duplicate.Load()), report.Commas(p.c.failed.Load()))
-	if n := p.c.requestErrors.Load(); n > 0 {
+		label, el, p.dur, report.Commas(int64(rate)), report.Commas(p.c.Sent.Load()), report.Commas(p.c.Queued.Load()),
+		report.Commas(p.c.Duplicate.Load()), report.Commas(p.c.Failed.Load()))
+	if n := p.c.RequestErrors.Load(); n > 0 {
 		s += ", request errors " + report.Commas(n)
 	}
 	if p.cc != nil {
 		s += fmt.Sprintf("; consumed: %s acked/s, acked %s, handled %s, redelivered %s, dead-lettered %s",
-			report.Commas(int64(ackRate)), report.Commas(p.cc.acked.Load()), report.Commas(p.cc.handled.Load()),
-			report.Commas(p.cc.redelivered.Load()), report.Commas(p.cc.deadLettered.Load()))
-		if n := p.cc.popErrors.Load() + p.cc.ackErrors.Load(); n > 0 {
+			report.Commas(int64(ackRate)), report.Commas(p.cc.Acked.Load()), report.Commas(p.cc.Handled.Load()),
+			report.Commas(p.cc.Redelivered.Load()), report.Commas(p.cc.DeadLettered.Load()))
+		if n := p.cc.PopErrors.Load() + p.cc.AckErrors.Load(); n > 0 {
 			s += ", consumer errors " + report.Commas(n)
 		}
 	}
@@ -113,13 +115,13 @@ func (p *progress) short(now time.Time, rate, ackRate float64) string {
 	}
 	el := now.Sub(p.start).Truncate(100 * time.Millisecond)
 	s := fmt.Sprintf("%s%s/%s  %s items/s  sent %s  queued %s  dup %s  failed %s",
-		label, el, p.dur, report.Commas(int64(rate)), report.Commas(p.c.sent.Load()), report.Commas(p.c.queued.Load()),
-		report.Commas(p.c.duplicate.Load()), report.Commas(p.c.failed.Load()))
-	if n := p.c.requestErrors.Load(); n > 0 {
+		label, el, p.dur, report.Commas(int64(rate)), report.Commas(p.c.Sent.Load()), report.Commas(p.c.Queued.Load()),
+		report.Commas(p.c.Duplicate.Load()), report.Commas(p.c.Failed.Load()))
+	if n := p.c.RequestErrors.Load(); n > 0 {
 		s += " err " + report.Commas(n)
 	}
 	if p.cc != nil {
-		s += fmt.Sprintf("  acked %s (%s/s) dlq %s", report.Commas(p.cc.acked.Load()), report.Commas(int64(ackRate)), report.Commas(p.cc.deadLettered.Load()))
+		s += fmt.Sprintf("  acked %s (%s/s) dlq %s", report.Commas(p.cc.Acked.Load()), report.Commas(int64(ackRate)), report.Commas(p.cc.DeadLettered.Load()))
 		if p.drain.Load() {
 			s += " draining"
 		}

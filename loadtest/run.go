@@ -13,6 +13,8 @@ import (
 	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/consumers"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
@@ -50,18 +52,22 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 
 // loadRun is one run's parts, shared by its phases (run).
 type loadRun struct {
-	cfg       *Config
+	cfg *Config
+	// pc is the producers' share of cfg.
+	pc        produce.Config
 	parts     []string
-	c         *counters
-	producers []*producer
+	c         *produce.Counters
+	producers []*produce.Producer
+	// dirty marks the partitions answers came back for (broker mode).
+	dirty *audit.DirtySet
 	// ledgers are the producers' ledgers (index = producer; broker mode).
 	ledgers []*audit.Ledger
 	// asyncs replaces producers with ProducerMode async.
-	asyncs  []*asyncProducer
+	asyncs  []*produce.Async
 	audit   *persistence.Audit
 	raw     *persistence.RawWriter
 	senders []target.Sender
-	cp      *consumePhase
+	cp      *consumers.Phase
 	// au is the in-run auditor (broker mode), from load.
 	au  *audit.Auditor
 	rep *report.Report
@@ -75,11 +81,12 @@ type loadRun struct {
 }
 
 func run(ctx context.Context, cfg *Config) (*report.Report, error) {
-	r := &loadRun{cfg: cfg, parts: txnid.PartitionNames(cfg.Partitions), c: &counters{}, producers: make([]*producer, cfg.Producers),
+	r := &loadRun{cfg: cfg, pc: cfg.produceConfig(), parts: txnid.PartitionNames(cfg.Partitions), c: &produce.Counters{}, producers: make([]*produce.Producer, cfg.Producers),
 		rep: &report.Report{Mode: cfg.Mode, Producers: cfg.Producers, Connections: cfg.Connections, Partitions: cfg.Partitions, Batch: cfg.Batch,
 			PayloadBytes: cfg.PayloadBytes, DupRatio: cfg.DupRatio, ProducerMode: report.ProducerSync}}
 	if cfg.Mode == report.ModeBroker {
-		r.c.dirty = audit.NewDirtySet(len(r.parts))
+		r.dirty = audit.NewDirtySet(len(r.parts))
+		r.c.Dirty = r.dirty
 	}
 	defer r.close()
 	// Open the audit first (both modes report the database's durability):
@@ -102,7 +109,7 @@ func run(ctx context.Context, cfg *Config) (*report.Report, error) {
 	if r.cp != nil {
 		// The wake probe runs on a queue of its own, after the consumers
 		// stopped.
-		r.cp.probe(ctx)
+		r.cp.Probe(ctx)
 	}
 	if err := r.check(ctx); err != nil {
 		return r.rep, err
@@ -113,19 +120,14 @@ func run(ctx context.Context, cfg *Config) (*report.Report, error) {
 // close releases what the run opened (deferred by run).
 func (r *loadRun) close() {
 	if r.cp != nil {
-		r.cp.close()
+		r.cp.Close()
 	}
 	for _, s := range r.senders {
 		s.Close()
 	}
 	for _, a := range r.asyncs {
 		if a != nil {
-			// After its run: a no-op. Before (the run failed to
-			// start): nothing was published.
-			ended, cancel := context.WithCancel(context.Background())
-			cancel()
-			_ = a.prod.Close(ended)
-			a.close()
+			a.Abandon()
 		}
 	}
 	if r.audit != nil {
@@ -152,7 +154,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		r.ledgers[i] = audit.NewLedger(i, cfg.Queue, parts, cfg.Spread == SpreadSequential)
 	}
 	if cfg.ProducerMode == report.ProducerAsync {
-		r.asyncs = make([]*asyncProducer, cfg.Producers)
+		r.asyncs = make([]*produce.Async, cfg.Producers)
 		r.producers = nil
 		// Each async producer has up to MaxInFlight requests open.
 		ahc := target.NewHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
@@ -161,7 +163,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			r.asyncs[i] = newAsyncProducer(i, cfg, parts, push, closeFn, r.ledgers[i], c)
+			r.asyncs[i] = produce.NewAsync(i, &r.pc, parts, push, closeFn, r.ledgers[i], c)
 		}
 	}
 	shared := make([]*target.NATSSender, cfg.Connections)
@@ -188,18 +190,19 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		if owner {
 			r.senders = append(r.senders, s)
 		}
-		r.producers[i] = newProducer(i, cfg, parts, s, r.ledgers[i], c)
+		r.producers[i] = produce.New(i, &r.pc, parts, s, r.ledgers[i], c)
 	}
+	kc := cfg.consumersConfig()
 	if cfg.Consumers > 0 {
-		if r.cp, err = newConsumePhase(cfg, parts, targetDialer(cfg)); err != nil {
+		if r.cp, err = consumers.New(&kc, parts, consumers.TargetDialer(&kc)); err != nil {
 			return err
 		}
-		c.touched = r.cp.touched
-		if err := configureQueue(ctx, cfg, r.cp.admin); err != nil {
+		c.Touched = r.cp.Touched()
+		if err := configureQueue(ctx, cfg, r.cp.Admin()); err != nil {
 			return err
 		}
 	} else if cfg.DedupWindow > 0 || cfg.Retention > 0 {
-		cl, err := targetDialer(cfg)("queen-loadtest-admin")
+		cl, err := consumers.TargetDialer(&kc)("queen-loadtest-admin")
 		if err != nil {
 			return err
 		}
@@ -229,7 +232,7 @@ func (r *loadRun) setupRaw(ctx context.Context) error {
 	for i := range r.producers {
 		s := &target.RawSender{W: r.raw, Table: cfg.Table}
 		r.senders = append(r.senders, s)
-		r.producers[i] = newProducer(i, cfg, r.parts, s, nil, r.c)
+		r.producers[i] = produce.New(i, &r.pc, r.parts, s, nil, r.c)
 	}
 	return nil
 }
@@ -244,25 +247,25 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	var faults *chaos.Run
 	if cfg.Mode == report.ModeBroker && (cfg.Cluster != nil || chaos.On(cfg.Chaos)) {
 		stats := clientstats.New(start)
-		c.obs = stats
+		c.Obs = stats
 		if cp != nil {
-			cp.c.obs = stats
+			cp.Counters().Obs = stats
 		}
 		faults = chaos.Start(ctx, cfg.chaosConfig(), stats)
 		defer faults.End()
 	}
 	deadline := start.Add(cfg.Duration)
 	drainBy := deadline.Add(cfg.DrainTimeout)
-	var cc *consumeCounters
+	var cc *consumers.Counters
 	if cp != nil {
-		cc = &cp.c
-		cp.run(ctx, start)
+		cc = cp.Counters()
+		cp.Run(ctx, start)
 	}
 	ledgers := r.ledgers
 	var au *audit.Auditor
 	var smp *sampler
 	if cfg.Mode == report.ModeBroker {
-		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, c.dirty, cfg.Spread == SpreadSequential)
+		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, r.dirty, cfg.Spread == SpreadSequential)
 		au.Start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == report.ModeBroker)
@@ -274,14 +277,14 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.run(ctx, deadline, drainBy)
+			p.Run(ctx, deadline, drainBy)
 		}()
 	}
 	for _, a := range asyncs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.run(ctx, deadline, drainBy)
+			a.Run(ctx, deadline, drainBy)
 		}()
 	}
 	wg.Wait()
@@ -300,7 +303,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	if cp != nil {
 		// The consumers keep going until they have consumed everything.
 		prog.draining()
-		cp.drain(ctx, db)
+		cp.Drain(ctx, db)
 	}
 	prog.finish()
 	if faults != nil {
@@ -344,35 +347,35 @@ func (r *loadRun) collect(ctx context.Context, elapsed time.Duration) {
 	rep, c, producers, asyncs := r.rep, r.c, r.producers, r.asyncs
 	rep.Interrupted = ctx.Err() != nil
 	rep.Seconds = math.Round(elapsed.Seconds()*1000) / 1000
-	rep.Requests, rep.RequestErrors = c.requests.Load(), c.requestErrors.Load()
-	rep.ItemsSent, rep.NewItems, rep.Repeats, rep.Retries = c.sent.Load(), c.fresh.Load(), c.repeats.Load(), c.retries.Load()
+	rep.Requests, rep.RequestErrors = c.Requests.Load(), c.RequestErrors.Load()
+	rep.ItemsSent, rep.NewItems, rep.Repeats, rep.Retries = c.Sent.Load(), c.Fresh.Load(), c.Repeats.Load(), c.Retries.Load()
 	rep.ItemsPerSecond = report.PerSecond(rep.ItemsSent, elapsed.Seconds())
-	rep.GaveUp, rep.Rejected, rep.UnknownOutcome = c.gaveUp.Load(), c.rejected.Load(), c.unknownOutcome.Load()
-	rep.Verdicts = report.Verdicts{Queued: c.queued.Load(), Duplicate: c.duplicate.Load(), Failed: c.failed.Load()}
+	rep.GaveUp, rep.Rejected, rep.UnknownOutcome = c.GaveUp.Load(), c.Rejected.Load(), c.UnknownOutcome.Load()
+	rep.Verdicts = report.Verdicts{Queued: c.Queued.Load(), Duplicate: c.Duplicate.Load(), Failed: c.Failed.Load()}
 	for _, p := range producers {
-		for code, n := range p.codes {
+		for code, n := range p.Codes() {
 			if rep.ErrorCodes == nil {
 				rep.ErrorCodes = map[string]int64{}
 			}
 			rep.ErrorCodes[code] += n
 		}
-		if p.lastError != "" {
-			rep.LastError = p.lastError
+		if e := p.LastError(); e != "" {
+			rep.LastError = e
 		}
 	}
 	for _, a := range asyncs {
-		for code, n := range a.codes {
+		for code, n := range a.Codes() {
 			if rep.ErrorCodes == nil {
 				rep.ErrorCodes = map[string]int64{}
 			}
 			rep.ErrorCodes[code] += n
 		}
-		if a.lastError != "" {
-			rep.LastError = a.lastError
+		if e := a.LastError(); e != "" {
+			rep.LastError = e
 		}
 	}
-	rep.Latency = c.lat.latency()
-	if n := c.windowGuard.Load(); n > 0 {
+	rep.Latency = c.Lat.Latency()
+	if n := c.WindowGuard.Load(); n > 0 {
 		if rep.ErrorCodes == nil {
 			rep.ErrorCodes = map[string]int64{}
 		}
@@ -399,13 +402,13 @@ func (r *loadRun) check(ctx context.Context) error {
 	rep.Postgres = report.Durability{Fsync: d.Fsync, SynchronousCommit: d.SynchronousCommit, FullPageWrites: d.FullPageWrites}
 	switch cfg.Mode {
 	case report.ModeBroker:
-		var ca *consumeAuditor
+		var ca *consumers.Auditor
 		var also func(*persistence.StoredMessage)
 		if cp != nil {
-			if ca, err = cp.newAuditor(actx, db, !rep.Interrupted); err != nil {
+			if ca, err = cp.NewAuditor(actx, db, !rep.Interrupted); err != nil {
 				return fmt.Errorf("audit: %w", err)
 			}
-			also = ca.stored
+			also = ca.Stored
 		}
 		// Without retention everything is still stored: the final pass
 		// recounts it all.
@@ -420,7 +423,7 @@ func (r *loadRun) check(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("audit: read the cursors: %w", err)
 			}
-			rep.Consume = cp.report(ca, ca.finish(cursors))
+			rep.Consume = cp.Report(ca, ca.Finish(cursors))
 		}
 	case report.ModeRaw:
 		n, err := raw.Count(actx, cfg.Table)
@@ -462,6 +465,36 @@ func (r *loadRun) verdict(elapsed time.Duration) (*report.Report, error) {
 		return rep, errConsumeAudit(rep.Consume.Audit, cfg.Queue)
 	}
 	return rep, nil
+}
+
+// configureQueue configures the run's queue through cl before the load:
+// leaseTime and retryLimit when consuming (consumers.Config.QueueOptions),
+// dedupWindowSeconds and retentionSeconds when set. Configure is a full
+// replace (SPEC.md §6): every other option goes back to its default, which
+// is what the run's queue had before (the harness never configured it
+// otherwise). The reply must echo what the audit counts with.
+func configureQueue(ctx context.Context, cfg *Config, cl target.ConsumeClient) error {
+	want := map[string]int{}
+	if cfg.Consumers > 0 {
+		kc := cfg.consumersConfig()
+		want = kc.QueueOptions()
+	}
+	if cfg.DedupWindow > 0 {
+		want["dedupWindowSeconds"] = int(cfg.DedupWindow / time.Second)
+	}
+	if cfg.Retention > 0 {
+		want["retentionSeconds"] = int(cfg.Retention / time.Second)
+	}
+	return target.ConfigureQueue(ctx, cl, cfg.Queue, want, cfg.RequestTimeout)
+}
+
+// errConsumeAudit wraps ErrAuditFailed for a failed consume audit.
+func errConsumeAudit(a *report.ConsumeAudit, queue string) error {
+	var n int64
+	for _, c := range a.Issues {
+		n += c
+	}
+	return fmt.Errorf("%w: %d violations of the end-to-end consume audit in queue %s", ErrAuditFailed, n, queue)
 }
 
 // redact hides a URL's password for messages.

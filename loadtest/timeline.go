@@ -5,143 +5,26 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"net/http"
 	"os"
 	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/queen-mq/queen-go/loadtest/audit"
+	"github.com/queen-mq/queen-go/loadtest/produce"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/persistence"
-	"github.com/queen-mq/queen-go/transport/client"
 )
-
-// histogram counts durations in logarithmic buckets (microseconds, about
-// 3% wide), lock-free, so quantiles of a whole run or of one interval need
-// no per-request memory.
-type histogram struct {
-	counts [histBuckets]atomic.Int64
-	maxUS  atomic.Int64
-}
-
-const histBuckets = 64 + 40*32
-
-func histIndex(us int64) int {
-	if us < 64 {
-		return int(max(us, 0))
-	}
-	e := bits.Len64(uint64(us)) - 6 // >= 1
-	m := us >> e                    // 32..63
-	return min(64+(e-1)*32+int(m-32), histBuckets-1)
-}
-
-// histValue is the middle of bucket i, in microseconds.
-func histValue(i int) float64 {
-	if i < 64 {
-		return float64(i)
-	}
-	e := (i-64)/32 + 1
-	m := int64((i-64)%32 + 32)
-	return float64(m<<e) + float64(int64(1)<<e)/2
-}
-
-func (h *histogram) record(d time.Duration) {
-	us := d.Microseconds()
-	h.counts[histIndex(us)].Add(1)
-	for {
-		m := h.maxUS.Load()
-		if us <= m || h.maxUS.CompareAndSwap(m, us) {
-			return
-		}
-	}
-}
-
-// snapshot copies the counts.
-func (h *histogram) snapshot() []int64 {
-	out := make([]int64, histBuckets)
-	for i := range out {
-		out[i] = h.counts[i].Load()
-	}
-	return out
-}
-
-// quantileMS is the q-quantile (0..1) of counts in milliseconds (0 when
-// empty), to the bucket's precision.
-func quantileMS(counts []int64, q float64) float64 {
-	var n int64
-	for _, c := range counts {
-		n += c
-	}
-	if n == 0 {
-		return 0
-	}
-	rank := int64(math.Ceil(q * float64(n)))
-	rank = max(rank, 1)
-	var seen int64
-	for i, c := range counts {
-		seen += c
-		if seen >= rank {
-			return math.Round(histValue(i)) / 1e3
-		}
-	}
-	return 0
-}
-
-// latency is the run's request latency: p50 and p99 to the buckets'
-// precision, the exact maximum.
-func (h *histogram) latency() report.Latency {
-	c := h.snapshot()
-	return report.Latency{P50: quantileMS(c, 0.5), P99: quantileMS(c, 0.99), Max: float64(h.maxUS.Load()) / 1e3}
-}
-
-// brokerMetrics are the figures the timeline reads from a broker's /metrics.
-type brokerMetrics struct {
-	rss, cacheBytes, evictions, hydrations int64
-	// The lease expiries, bisections and expiry dead letters the broker
-	// settled, and its poison stall seconds (SPEC.md §4).
-	leaseExpiries, bisections, expiryDead int64
-	stallSeconds                          float64
-}
-
-// scrapeMetrics reads the figures of base's /metrics with the Go client.
-func scrapeMetrics(ctx context.Context, hc *http.Client, base string) (brokerMetrics, error) {
-	var m brokerMetrics
-	ints := map[string]*int64{
-		"queen_lease_expiries_total":            &m.leaseExpiries,
-		"queen_lease_bisections_total":          &m.bisections,
-		"queen_lease_expiry_dead_letters_total": &m.expiryDead,
-		"process_resident_memory_bytes":         &m.rss,
-		"queen_dedup_cache_bytes":               &m.cacheBytes,
-		"queen_dedup_cache_evictions_total":     &m.evictions,
-		"queen_dedup_cache_hydrations_total":    &m.hydrations,
-	}
-	names := []string{"queen_poison_stall_seconds_total"}
-	for n := range ints {
-		names = append(names, n)
-	}
-	got, err := client.NewHTTP(client.HTTPConfig{URLs: []string{base}, Client: hc}).Metrics(ctx, names...)
-	if err != nil {
-		return m, fmt.Errorf("%s/metrics: %w", strings.TrimRight(base, "/"), err)
-	}
-	for n, dst := range ints {
-		if v, ok := got[n]; ok {
-			*dst = int64(v)
-		}
-	}
-	m.stallSeconds = got["queen_poison_stall_seconds_total"]
-	return m, nil
-}
 
 // sampler records the timeline: every SampleEvery it runs an incremental
 // audit pass and reads the database's and the brokers' figures.
 type sampler struct {
 	cfg     *Config
-	c       *counters
+	c       *produce.Counters
 	au      *audit.Auditor
 	a       *persistence.Audit
 	ledgers []*audit.Ledger
@@ -169,10 +52,10 @@ type sampler struct {
 
 // startSampler starts the timeline; rs is the database's figures before the
 // run's first push.
-func startSampler(ctx context.Context, cfg *Config, c *counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
+func startSampler(ctx context.Context, cfg *Config, c *produce.Counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
 	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second},
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
-		lastAt: start, lastHist: make([]int64, histBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
+		lastAt: start, lastHist: make([]int64, produce.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
 	if len(s.urls) == 0 {
 		for _, t := range append([]string{cfg.Target}, cfg.Targets...) {
 			if strings.HasPrefix(t, "http") && !slices.Contains(s.urls, t) {
@@ -214,15 +97,15 @@ func (s *sampler) finish() []report.TimelinePoint {
 }
 
 func (s *sampler) sample(ctx context.Context, now time.Time) {
-	sent := s.c.sent.Load()
-	hist := s.c.lat.snapshot()
+	sent := s.c.Sent.Load()
+	hist := s.c.Lat.Snapshot()
 	if e := s.au.Err(); e != "" {
 		s.lastErr = "incremental audit: " + e
 	}
 	stored := s.au.StoredTotal()
 	// Rates are over the interval between the reads of the counters.
 	secs := now.Sub(s.lastAt).Seconds()
-	diff := make([]int64, histBuckets)
+	diff := make([]int64, produce.HistBuckets)
 	for i := range diff {
 		diff[i] = hist[i] - s.lastHist[i]
 	}
@@ -230,8 +113,8 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		T:               math.Round(now.Sub(s.start).Seconds()*10) / 10,
 		StoredPerSecond: report.PerSecond(stored-s.lastStored, secs),
 		ItemsPerSecond:  report.PerSecond(sent-s.lastSent, secs),
-		P50:             quantileMS(diff, 0.5),
-		P99:             quantileMS(diff, 0.99),
+		P50:             produce.QuantileMS(diff, 0.5),
+		P99:             produce.QuantileMS(diff, 0.99),
 		StoredMessages:  stored,
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -244,15 +127,15 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	pm := storagePerMessage(s.last, p)
 	p.WALBytesPerMessage, p.DBBytesPerMessage, p.SidecarBytesPerMessage = pm.WAL, pm.DB, pm.Sidecar
 	for _, u := range s.urls {
-		m, err := scrapeMetrics(qctx, s.hc, u)
+		m, err := target.ScrapeMetrics(qctx, s.hc, u)
 		if err != nil {
 			continue // a killed broker, or metrics not reachable
 		}
 		p.BrokerMetrics = true
-		p.BrokerRSS += m.rss
-		p.CacheBytes += m.cacheBytes
-		p.CacheEvictions += m.evictions
-		p.CacheHydrations += m.hydrations
+		p.BrokerRSS += m.RSS
+		p.CacheBytes += m.CacheBytes
+		p.CacheEvictions += m.Evictions
+		p.CacheHydrations += m.Hydrations
 	}
 	if p.BrokerRSS == 0 && s.cfg.SelfRSS {
 		p.BrokerRSS = selfRSS()
@@ -288,7 +171,7 @@ func (s *sampler) writeLine(now time.Time, p report.TimelinePoint) {
 		rate := 0.0
 		var acked int64
 		if s.prog.cc != nil {
-			acked = s.prog.cc.acked.Load()
+			acked = s.prog.cc.Acked.Load()
 			rate = float64(acked-s.lastAcked) / s.cfg.SampleEvery.Seconds()
 			s.lastAcked = acked
 		}

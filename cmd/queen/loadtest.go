@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
@@ -29,9 +28,9 @@ type loadtestFlags struct {
 	targetFrom                        string // which setting named the target
 	mode, pgBin, logLevel, cpuProfile string
 	embedded, compare, jsonOut        bool
-	pgStandby                         bool
-	brokers, natsNodes                int
-	shardLease                        time.Duration
+	// cluster is the chaos room's cluster of broker processes (--brokers,
+	// --nats-nodes, --pg-standby, --shard-lease); Brokers 0: none.
+	cluster chaos.ClusterConfig
 }
 
 func loadtestCmd() *cobra.Command {
@@ -47,12 +46,13 @@ func loadtestCmd() *cobra.Command {
 		Example: loadtestExample,
 		RunE:    lf.run,
 	}
+	// The flags, per room (loadtest_flags.go).
 	f := cmd.Flags()
 	lf.runFlags(f)
-	lf.producerFlags(f)
-	lf.consumerFlags(f)
-	lf.clusterFlags(f)
-	lf.soakFlags(f)
+	produceFlags(f, &lf.cfg)
+	consumersFlags(f, &lf.cfg)
+	chaosFlags(f, &lf.cfg, &lf.cluster)
+	timelineFlags(f, &lf.cfg)
 	return cmd
 }
 
@@ -67,20 +67,19 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 	stderr := cmd.ErrOrStderr()
 	lf.cfg.Progress = stderr
 	lf.cfg.ProgressLive = isTerminal(stderr)
-	if lf.brokers > 0 {
+	if lf.cluster.Brokers > 0 {
 		if lf.embedded || lf.compare {
 			return errors.New("--brokers starts its own brokers: drop --embedded and --compare")
 		}
 		if !cmd.Flags().Changed("log-level") {
 			lf.logLevel = "info" // the brokers' log files
 		}
-		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.brokers, lf.shardLease, lf.pgBin, lf.logLevel, lf.jsonOut, lf.cpuProfile,
-			chaos.ClusterConfig{PGStandby: lf.pgStandby, NATSNodes: lf.natsNodes})
+		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.cluster, lf.pgBin, lf.logLevel, lf.jsonOut, lf.cpuProfile)
 	}
-	if lf.pgStandby {
+	if lf.cluster.PGStandby {
 		return errors.New("--pg-standby gives the managed PostgreSQL of --brokers N a standby: pass --brokers N")
 	}
-	if lf.natsNodes != 0 {
+	if lf.cluster.NATSNodes != 0 {
 		return errors.New("--nats-nodes gives the brokers of --brokers N a NATS cluster: pass --brokers N")
 	}
 	switch {
@@ -124,72 +123,6 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintf(stderr, "loadtest: target %s (from %s)\n", lf.cfg.Target, lf.targetFrom)
 	return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.jsonOut, lf.cpuProfile)
-}
-
-// runFlags: what to drive, how long, and what to print.
-func (lf *loadtestFlags) runFlags(f *pflag.FlagSet) {
-	f.StringVar(&lf.cfg.Target, "target", lf.cfg.Target, "broker to drive: nats://host:port (or a comma-separated list of a NATS cluster's servers) or http://host:port (default as queen push: env NATS_URL, else nats://<QUEEN_NATS_LISTEN>, else nats://127.0.0.1:4222); with --embedded only its scheme counts")
-	f.StringVar(&lf.cfg.DatabaseURL, "database-url", "", "the broker's PostgreSQL, for the audit and --mode raw (default: $QUEEN_DATA_DIR/postgres.url, then DATABASE_URL)")
-	f.StringVar(&lf.mode, "mode", string(loadtest.ModeBroker), "broker, or raw: COPY the same batches straight into PostgreSQL (the baseline)")
-	f.DurationVar(&lf.cfg.Duration, "duration", lf.cfg.Duration, "how long to send new items (per round with --compare)")
-	f.BoolVar(&lf.jsonOut, "json", false, "print the report as one JSON object on stdout")
-	f.BoolVar(&lf.embedded, "embedded", false, "start a broker in-process (embedded NATS, managed PostgreSQL) in a temporary folder and drive it")
-	f.BoolVar(&lf.compare, "compare", false, "run broker and raw alternately, three rounds each, and print the median ratio of stored messages/s")
-	f.StringVar(&lf.pgBin, "pg-bin", os.Getenv("QUEEN_PG_BIN"), "PostgreSQL binaries for --embedded (env QUEEN_PG_BIN)")
-	f.StringVar(&lf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
-	f.DurationVar(&lf.cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos)")
-	f.StringVar(&lf.cfg.AdminToken, "token", os.Getenv("QUEEN_ADMIN_TOKEN"), "the brokers' admin token, sent as Authorization: Bearer on the harness's configure of the run's queue (which it guards when that shortens the window or lowers retention of an existing queue; env QUEEN_ADMIN_TOKEN)")
-	f.StringVar(&lf.logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "warn"), "log level of the --embedded broker: debug, info, warn, error")
-}
-
-// producerFlags: the producers and the items they send.
-func (lf *loadtestFlags) producerFlags(f *pflag.FlagSet) {
-	f.IntVar(&lf.cfg.Producers, "producers", lf.cfg.Producers, "concurrent producers, one request in flight each")
-	f.IntVar(&lf.cfg.Connections, "connections", 0, "NATS connections the sync producers share, round robin (0: one per producer, like independent clients)")
-	f.IntVar(&lf.cfg.Partitions, "partitions", lf.cfg.Partitions, "partitions of the run's queue")
-	f.StringVar(&lf.cfg.Spread, "spread", lf.cfg.Spread, "how new items pick their partition: random, or sequential (each producer walks the partitions in order, so n new items touch min(n, --partitions) distinct partitions)")
-	f.IntVar(&lf.cfg.Batch, "batch", lf.cfg.Batch, "items per request")
-	f.StringVar(&lf.cfg.ProducerMode, "producer-mode", lf.cfg.ProducerMode, "sync: requests of --batch items, one in flight per producer; async: single items through the client's async producer")
-	f.IntVar(&lf.cfg.InFlight, "in-flight", lf.cfg.InFlight, "with --producer-mode async: most outstanding (published, unresolved) items per producer")
-	f.IntVar(&lf.cfg.MaxBatch, "max-batch", 0, "with --producer-mode async: most items per request (0: --batch, or 100 when --batch is 1)")
-	f.DurationVar(&lf.cfg.Linger, "linger", lf.cfg.Linger, "with --producer-mode async: how long an item waits for others to share its request")
-	f.IntVar(&lf.cfg.PayloadBytes, "payload-bytes", lf.cfg.PayloadBytes, "JSON payload size per item in bytes")
-	f.Float64Var(&lf.cfg.DupRatio, "dup-ratio", lf.cfg.DupRatio, "fraction of items that re-send a transactionId already sent to the same partition")
-}
-
-// consumerFlags: the consume phase and its poison messages.
-func (lf *loadtestFlags) consumerFlags(f *pflag.FlagSet) {
-	f.IntVar(&lf.cfg.Consumers, "consumers", lf.cfg.Consumers, "consumers per consumer group (0: no consume phase)")
-	f.IntVar(&lf.cfg.Groups, "groups", lf.cfg.Groups, "consumer groups, named <queue>-g0, -g1, ... (default 1 with --consumers)")
-	f.Float64Var(&lf.cfg.FailRatio, "fail-ratio", lf.cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
-	f.StringVar(&lf.cfg.FailMode, "fail-mode", loadtest.FailNack, "how consumers fail a poison message: nack (ack it failed), crash (ack the messages before it, never ack it, abandon the lease) or crash-batch (handle the whole batch, ack nothing, abandon the lease); the crash modes take leaseTime 2 s unless --consume-lease")
-	f.IntVar(&lf.cfg.ConsumeBatch, "consume-batch", lf.cfg.ConsumeBatch, "most messages per pop")
-	f.IntVar(&lf.cfg.ConsumePartitions, "consume-partitions", lf.cfg.ConsumePartitions, "most partitions one pop may claim (the pop's partitions=N, 1..100): a pop fills its batch at several partitions in one request; 0 (the default): 1 up to 127 partitions, one per 64 partitions above, at most 32")
-	f.IntVar(&lf.cfg.RetryLimit, "retry-limit", lf.cfg.RetryLimit, "the queue's retryLimit, configured before the load when consuming")
-	f.DurationVar(&lf.cfg.ConsumeDrainTimeout, "drain-timeout", 60*time.Second, "after the producers stop, how long the consumers may go without moving any cursor before the run fails")
-	f.IntVar(&lf.cfg.WakeProbes, "wake-probes", lf.cfg.WakeProbes, "rounds of the wake-latency probe after the consume phase (0: none)")
-	f.IntVar(&lf.cfg.LeaseSeconds, "consume-lease", 30, "the queue's leaseTime in seconds when consuming: how long a lost pop reply or ack holds its messages back (default 2 with --fail-mode crash)")
-}
-
-// clusterFlags: broker processes of this binary, their PostgreSQL standby,
-// and the faults injected into them.
-func (lf *loadtestFlags) clusterFlags(f *pflag.FlagSet) {
-	f.IntVar(&lf.brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
-	f.StringVar(&lf.cfg.Chaos, "chaos", chaos.None, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, with nats-kill when --nats-nodes is 2 or more, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby; nats-kill (SIGKILL a NATS node in turn, restart it after --chaos-pause) with --brokers N --nats-nodes M (M at least 2)")
-	f.IntVar(&lf.natsNodes, "nats-nodes", 0, "with --brokers: run the NATS server as a cluster of this many node processes routed on loopback (0: one NATS server in this process); brokers and clients get every node's URL")
-	f.BoolVar(&lf.pgStandby, "pg-standby", false, "with --brokers: give the managed PostgreSQL a synchronous streaming standby on loopback; the brokers' DATABASE_URL lists both servers (target_session_attrs=read-write)")
-	f.DurationVar(&lf.cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
-	f.DurationVar(&lf.cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s), a stopped one frozen before SIGCONT (default 5s) and a killed NATS node down before its restart (default 5s)")
-	f.Uint64Var(&lf.cfg.ChaosSeed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
-	f.DurationVar(&lf.shardLease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos, else the brokers' default)")
-}
-
-// soakFlags: the timeline, retention and the dedup window of long runs.
-func (lf *loadtestFlags) soakFlags(f *pflag.FlagSet) {
-	f.DurationVar(&lf.cfg.DedupWindow, "dedup-window", 0, "configure the run's queue with this dedupWindowSeconds (whole seconds; 0: the queue's default, 1h)")
-	f.DurationVar(&lf.cfg.Retention, "retention", 0, "configure the run's queue with this retentionSeconds (whole seconds, at least 30s and 4 × --sample-every; 0: keep); the audit then runs during the run")
-	f.DurationVar(&lf.cfg.SampleEvery, "sample-every", lf.cfg.SampleEvery, "interval of the timeline (and of the incremental audit passes)")
-	f.StringSliceVar(&lf.cfg.MetricsURLs, "metrics-url", nil, "brokers' HTTP base URLs whose /metrics the timeline reads (default: the HTTP target, the --embedded broker, the --brokers N brokers)")
 }
 
 const loadtestLong = `Drive a broker with producers over NATS (default) or HTTP, then audit its database:
@@ -306,12 +239,13 @@ const loadtestExample = `  queen loadtest --embedded --duration 20s
   queen loadtest --brokers 2 --pg-standby --chaos pg-failover --duration 120s --json
   queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`
 
-// runClusterLoadtest starts brokers processes of this binary with their
+// runClusterLoadtest starts ccfg.Brokers processes of this binary with their
 // PostgreSQL and NATS (chaos.StartCluster), drives them, and stops
 // everything, also after Ctrl-C.
-func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, brokers int, lease time.Duration,
-	pgBin, logLevel string, jsonOut bool, cpuProfile string, ccfg chaos.ClusterConfig) (err error) {
+func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, ccfg chaos.ClusterConfig,
+	pgBin, logLevel string, jsonOut bool, cpuProfile string) (err error) {
 	stderr := cmd.ErrOrStderr()
+	lease := ccfg.Lease
 	if cfg.Chaos == chaos.PGFailover && !ccfg.PGStandby {
 		return errors.New("--chaos pg-failover promotes a standby: pass --pg-standby")
 	}
@@ -342,10 +276,10 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	if withChaos && cfg.ChaosPause >= cfg.ChaosInterval {
 		return fmt.Errorf("chaos pause %s: want less than the chaos interval %s", cfg.ChaosPause, cfg.ChaosInterval)
 	}
-	ccfg.Brokers, ccfg.PGBin, ccfg.Lease, ccfg.LogLevel, ccfg.TempParent, ccfg.Status = brokers, pgBin, lease, logLevel, embeddedTempParent, stderr
+	ccfg.PGBin, ccfg.Lease, ccfg.LogLevel, ccfg.TempParent, ccfg.Status = pgBin, lease, logLevel, embeddedTempParent, stderr
 	cl, err := chaos.StartCluster(ctx, ccfg)
 	if err != nil {
-		return fmt.Errorf("start %d brokers: %w", brokers, err)
+		return fmt.Errorf("start %d brokers: %w", ccfg.Brokers, err)
 	}
 	defer func() {
 		if cerr := cl.Close(err != nil); cerr != nil {

@@ -1,4 +1,4 @@
-package loadtest
+package produce
 
 import (
 	"context"
@@ -93,15 +93,22 @@ func (r *recordLedger) Duplicate(seq uint64, id uuid.UUID, _ *[16]byte) {
 func (r *recordLedger) Failed(seq uint64)     { r.id(seq).failed++ }
 func (r *recordLedger) WrongReply(bad string) { r.wrong = append(r.wrong, bad) }
 
+// testConfig is `queen loadtest`'s defaults for queue q.
+func testConfig() Config {
+	return Config{Queue: "q", Batch: 100, PayloadBytes: 200, DupRatio: 0.1, MaxAttempts: 8,
+		RequestTimeout: 30 * time.Second, Window: time.Hour, Linger: client.DefaultLinger,
+		MaxBatch: 100, InFlight: 1000}
+}
+
 func TestProducerRepeatsAndRetries(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.Queue, cfg.Partitions, cfg.Batch, cfg.DupRatio, cfg.Producers = "q", 4, 20, 0.3, 1
-	parts := txnid.PartitionNames(cfg.Partitions)
+	cfg := testConfig()
+	cfg.Batch, cfg.DupRatio = 20, 0.3
+	parts := txnid.PartitionNames(4)
 	fb := &fakeBroker{stored: map[string]uuid.UUID{}, sends: map[string]int{}}
-	c := &counters{}
+	c := &Counters{}
 	led := newRecordLedger()
-	p := newProducer(0, &cfg, parts, fb, led, c)
+	p := New(0, &cfg, parts, fb, led, c)
 	// Requests, not time, bound the run: the deadline passes once 60
 	// requests went out; the drain then resolves what failed.
 	for fb.requests < 60 {
@@ -109,14 +116,14 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 		err := fb.Send(context.Background(), p.items, p.results[:len(p.slots)])
 		p.handle(err)
 	}
-	p.run(context.Background(), time.Now(), time.Now().Add(time.Minute))
+	p.Run(context.Background(), time.Now(), time.Now().Add(time.Minute))
 
 	require.Zero(t, len(p.retries), "the drain resolved every failed item")
-	require.Zero(t, c.gaveUp.Load())
-	require.Positive(t, c.retries.Load())
-	require.Positive(t, c.failed.Load())
-	require.Positive(t, c.requestErrors.Load())
-	ratio := float64(c.repeats.Load()) / float64(c.repeats.Load()+c.fresh.Load())
+	require.Zero(t, c.GaveUp.Load())
+	require.Positive(t, c.Retries.Load())
+	require.Positive(t, c.Failed.Load())
+	require.Positive(t, c.RequestErrors.Load())
+	ratio := float64(c.Repeats.Load()) / float64(c.Repeats.Load()+c.Fresh.Load())
 	require.InDelta(t, cfg.DupRatio, ratio, 0.1, "repeats are about dup-ratio of the new items")
 
 	// Every id went to one partition only, and each one sent was answered
@@ -148,11 +155,11 @@ func TestProducerRepeatsAndRetries(t *testing.T) {
 
 func TestProducerGivesUp(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.Queue, cfg.Partitions, cfg.Batch, cfg.MaxAttempts = "q", 2, 5, 3
-	parts := txnid.PartitionNames(cfg.Partitions)
-	c := &counters{}
-	p := newProducer(0, &cfg, parts, failing{}, newRecordLedger(), c)
+	cfg := testConfig()
+	cfg.Batch, cfg.MaxAttempts = 5, 3
+	parts := txnid.PartitionNames(2)
+	c := &Counters{}
+	p := New(0, &cfg, parts, failing{}, newRecordLedger(), c)
 	p.fill(true)
 	sent := append([]client.PushItem(nil), p.items...)
 	p.handle(p.snd.Send(context.Background(), p.items, p.results[:len(p.slots)]))
@@ -163,8 +170,8 @@ func TestProducerGivesUp(t *testing.T) {
 	p.fill(false)
 	p.handle(p.snd.Send(context.Background(), p.items, p.results[:len(p.slots)]))
 	require.Empty(t, p.retries)
-	require.Equal(t, int64(5), c.gaveUp.Load(), "three sends, then the producer gives up")
-	require.Equal(t, int64(15), c.failed.Load())
+	require.Equal(t, int64(5), c.GaveUp.Load(), "three sends, then the producer gives up")
+	require.Equal(t, int64(15), c.Failed.Load())
 }
 
 type failing struct{}

@@ -1,4 +1,4 @@
-package loadtest
+package produce
 
 import (
 	"context"
@@ -11,44 +11,60 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/loadtest/audit"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
-// counters are the run's live totals, shared by the producers and read by
-// the progress line.
-type counters struct {
-	requests, requestErrors          atomic.Int64
-	sent, fresh, repeats, retries    atomic.Int64
-	queued, duplicate, failed        atomic.Int64
-	gaveUp, rejected, unknownOutcome atomic.Int64
-	// touched, when set (a run with consumers), marks the partitions in
+// Counters are the run's live totals, shared by the producers and read by
+// the progress line, the timeline and the report (counts of items or
+// requests since the run's start).
+type Counters struct {
+	// Requests and RequestErrors count push requests answered and those
+	// answered with an error (no item got a verdict).
+	Requests, RequestErrors atomic.Int64
+	// Sent counts items sent (retries included); Fresh new transactionIds,
+	// Repeats re-sends of a recent one, Retries re-sends of a failed item.
+	Sent, Fresh, Repeats, Retries atomic.Int64
+	// Queued, Duplicate and Failed count the items' verdicts.
+	Queued, Duplicate, Failed atomic.Int64
+	// GaveUp counts items left unresolved (attempts or the drain ran out),
+	// Rejected items refused (4xx), UnknownOutcome items whose request an
+	// interrupt abandoned.
+	GaveUp, Rejected, UnknownOutcome atomic.Int64
+	// Touched, when set (a run with consumers), marks the partitions in
 	// which an item was answered queued or duplicate.
-	touched []atomic.Bool
-	// dirty, when set (a run with the in-run audit), marks the partitions
-	// an answer came back for (auditor).
-	dirty *audit.DirtySet
-	// obs, when set (a cluster run), sees every request's outcome.
-	obs *clientstats.Stats
-	// lat is the push requests' latency; windowGuard counts items not sent
-	// again because their original is too old (see producer.guard).
-	lat         histogram
-	windowGuard atomic.Int64
+	Touched []atomic.Bool
+	// Dirty, when set (a run with the in-run audit), marks the partitions
+	// an answer came back for (*audit.DirtySet, read by audit.Auditor).
+	Dirty interface{ Mark(part int) }
+	// Obs, when set (a cluster run), sees every request's outcome.
+	Obs *clientstats.Stats
+	// Lat is the push requests' latency; WindowGuard counts items not sent
+	// again because their original is too old (see Producer.guard).
+	Lat         Histogram
+	WindowGuard atomic.Int64
 }
 
-// touch marks partition part as holding a message.
-func (c *counters) touch(part int) {
-	if c.touched != nil && !c.touched[part].Load() {
-		c.touched[part].Store(true)
+// Touch marks partition part (an index into the run's partitions) as
+// holding a message.
+func (c *Counters) Touch(part int) {
+	if c.Touched != nil && !c.Touched[part].Load() {
+		c.Touched[part].Store(true)
 	}
 }
 
-// ledger is where a producer books its sends and their answers for the
+// mark marks partition part dirty (when the run audits).
+func (c *Counters) mark(part int) {
+	if c.Dirty != nil {
+		c.Dirty.Mark(part)
+	}
+}
+
+// Ledger is where a producer books its sends and their answers for the
 // audit: *audit.Ledger.
-type ledger interface {
+type Ledger interface {
 	// Sent: the producer sent its sequence number seq.
 	Sent(seq uint64)
 	// Queued: seq was answered queued with message id id.
@@ -94,16 +110,17 @@ type slot struct {
 	hasWant bool
 }
 
-// producer sends batches, one request in flight at a time, until the run's
-// deadline; then it retries its failed items until they are resolved, give
-// up, or the drain deadline passes.
-type producer struct {
+// Producer is a sync producer: it sends batches of Config.Batch items, one
+// request in flight at a time, until the run's deadline; then it retries
+// its failed items until they are resolved, give up, or the drain deadline
+// passes.
+type Producer struct {
 	idx   int
 	cfg   *Config
 	parts []string
 	snd   target.Sender
-	led   ledger // nil in raw mode: nothing to audit
-	c     *counters
+	led   Ledger // nil in raw mode: nothing to audit
+	c     *Counters
 	rng   *rand.Rand
 
 	seq     uint64
@@ -126,12 +143,15 @@ type producer struct {
 	buf     []byte
 }
 
-func newProducer(idx int, cfg *Config, parts []string, snd target.Sender, led ledger, c *counters) *producer {
-	return &producer{
+// New makes sync producer idx (0..txnid.MaxProducers-1) of a run over
+// parts (the run's partition names) sending through snd, booking into led
+// (nil: none) and counting into c.
+func New(idx int, cfg *Config, parts []string, snd target.Sender, led Ledger, c *Counters) *Producer {
+	return &Producer{
 		idx: idx, cfg: cfg, parts: parts, snd: snd, led: led, c: c,
 		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(idx)+1)),
 		recent:  make([]recentID, 0, recentSize),
-		guard:   int64(cfg.window() / 2),
+		guard:   int64(cfg.Window / 2),
 		codes:   map[string]int64{},
 		slots:   make([]slot, 0, cfg.Batch),
 		items:   make([]client.PushItem, 0, cfg.Batch),
@@ -139,9 +159,10 @@ func newProducer(idx int, cfg *Config, parts []string, snd target.Sender, led le
 	}
 }
 
-// run is the producer's loop. ctx ending (an interrupt) stops it at once:
-// the request in flight is abandoned (its outcome stays unknown).
-func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
+// Run is the producer's loop: new items until deadline, retries until
+// drainBy. ctx ending (an interrupt) stops it at once: the request in
+// flight is abandoned (its outcome stays unknown).
+func (p *Producer) Run(ctx context.Context, deadline, drainBy time.Time) {
 	var backoff time.Duration
 	for ctx.Err() == nil {
 		now := time.Now()
@@ -164,15 +185,15 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 		// Whatever the answer, anything the request wrote is committed
 		// by now (or never will be): the audit reads these partitions.
 		for _, s := range p.slots {
-			p.c.dirty.Mark(p.part(s.seq))
+			p.c.mark(p.part(s.seq))
 		}
 		if err != nil && ctx.Err() != nil {
 			// Interrupted mid-request: these items' outcome is unknown.
-			p.c.unknownOutcome.Add(int64(len(p.slots)))
+			p.c.UnknownOutcome.Add(int64(len(p.slots)))
 			break
 		}
-		p.c.requests.Add(1)
-		p.c.lat.record(lat)
+		p.c.Requests.Add(1)
+		p.c.Lat.Record(lat)
 		if p.handle(err) {
 			backoff = min(max(2*backoff, 20*time.Millisecond), 2*time.Second)
 		} else {
@@ -180,20 +201,20 @@ func (p *producer) run(ctx context.Context, deadline, drainBy time.Time) {
 		}
 	}
 	// Items still waiting for a retry stay unresolved.
-	p.c.gaveUp.Add(int64(len(p.retries)))
+	p.c.GaveUp.Add(int64(len(p.retries)))
 	p.retries = p.retries[:0]
 }
 
 // fill builds the next request: pending retries first, then (while the run
 // lasts) new items and repeats of recently sent transactionIds.
-func (p *producer) fill(fresh bool) {
+func (p *Producer) fill(fresh bool) {
 	b := p.cfg.Batch
 	now := time.Now().UnixNano()
 	p.slots = p.slots[:0]
 	n := min(len(p.retries), b)
 	p.slots = append(p.slots, p.retries[:n]...)
 	p.retries = append(p.retries[:0], p.retries[n:]...)
-	p.c.retries.Add(int64(n))
+	p.c.Retries.Add(int64(n))
 	if fresh {
 		var repeats, news int64
 		for len(p.slots) < b {
@@ -213,8 +234,8 @@ func (p *producer) fill(fresh bool) {
 			p.slots = append(p.slots, slot{seq: seq, first: now, ring: int32(idx)})
 			news++
 		}
-		p.c.fresh.Add(news)
-		p.c.repeats.Add(repeats)
+		p.c.Fresh.Add(news)
+		p.c.Repeats.Add(repeats)
 	}
 	// Materialize the items; payloads share one buffer per request (the
 	// senders are done with it when send returns).
@@ -239,17 +260,17 @@ func (p *producer) fill(fresh bool) {
 			p.led.Sent(s.seq)
 		}
 	}
-	p.c.sent.Add(int64(len(p.slots)))
+	p.c.Sent.Add(int64(len(p.slots)))
 }
 
 // part is the partition index of this producer's id seq.
-func (p *producer) part(seq uint64) int {
-	return txnid.PartIn(p.cfg.Spread == SpreadSequential, p.idx, seq, len(p.parts))
+func (p *Producer) part(seq uint64) int {
+	return txnid.PartIn(p.cfg.Sequential, p.idx, seq, len(p.parts))
 }
 
 // learn records the message id an answer gave for s's original in the ring
 // (while the ring still holds it).
-func (p *producer) learn(s *slot, id uuid.UUID) {
+func (p *Producer) learn(s *slot, id uuid.UUID) {
 	if s.ring >= 0 && int(s.ring) < len(p.recent) {
 		if r := &p.recent[s.ring]; r.seq == s.seq && !r.hasID {
 			r.id, r.hasID = id, true
@@ -259,20 +280,20 @@ func (p *producer) learn(s *slot, id uuid.UUID) {
 
 // handle books the answer to the request just sent and reports whether
 // anything failed (so the producer backs off).
-func (p *producer) handle(err error) (trouble bool) {
+func (p *Producer) handle(err error) (trouble bool) {
 	if err != nil {
 		qe := queen.AsError(err)
-		p.c.requestErrors.Add(1)
+		p.c.RequestErrors.Add(1)
 		p.codes["request:"+qe.Code]++
 		p.lastError = qe.Error()
-		p.c.obs.Record("push:" + qe.Code)
+		p.c.Obs.Record("push:" + qe.Code)
 		if qe.Retryable {
 			for _, s := range p.slots {
 				p.retry(s)
 			}
 		} else {
 			// Refused (4xx): sending it again cannot help.
-			p.c.rejected.Add(int64(len(p.slots)))
+			p.c.Rejected.Add(int64(len(p.slots)))
 		}
 		return true
 	}
@@ -287,14 +308,14 @@ func (p *producer) handle(err error) (trouble bool) {
 		switch r.Status {
 		case queen.Queued:
 			queued++
-			p.c.touch(p.part(s.seq))
+			p.c.Touch(p.part(s.seq))
 			if p.led != nil {
 				p.led.Queued(s.seq, r.ID)
 			}
 			p.learn(s, r.ID)
 		case queen.Duplicate:
 			dup++
-			p.c.touch(p.part(s.seq))
+			p.c.Touch(p.part(s.seq))
 			if p.led != nil {
 				var want *[16]byte
 				if s.hasWant {
@@ -317,32 +338,40 @@ func (p *producer) handle(err error) (trouble bool) {
 			p.retry(*s)
 		}
 	}
-	p.c.queued.Add(queued)
-	p.c.duplicate.Add(dup)
-	p.c.failed.Add(failed)
+	p.c.Queued.Add(queued)
+	p.c.Duplicate.Add(dup)
+	p.c.Failed.Add(failed)
 	if failed > 0 {
-		p.c.obs.RecordFailed("push:failed:"+firstCode, failed)
+		p.c.Obs.RecordFailed("push:failed:"+firstCode, failed)
 	} else {
-		p.c.obs.Record("")
+		p.c.Obs.Record("")
 	}
 	return failed > 0
 }
 
+// Codes counts the error codes the producer met ("request:<code>" for a
+// request answered with an error, the code of an item answered failed);
+// read it after Run.
+func (p *Producer) Codes() map[string]int64 { return p.codes }
+
+// LastError is the last request error ("" when none); read it after Run.
+func (p *Producer) LastError() string { return p.lastError }
+
 // retry queues s to be sent again with the same transactionId, unless it
 // has been sent MaxAttempts times or its original was first sent more than
 // half the dedup window ago.
-func (p *producer) retry(s slot) {
+func (p *Producer) retry(s slot) {
 	s.attempts++
 	if int(s.attempts) >= p.cfg.MaxAttempts {
-		p.c.gaveUp.Add(1)
+		p.c.GaveUp.Add(1)
 		return
 	}
 	if time.Now().UnixNano()-s.first > p.guard {
 		// Its original may leave the window before this send is probed:
 		// a second queued answer would then be right, and the audit could
 		// not tell it from a violation.
-		p.c.gaveUp.Add(1)
-		p.c.windowGuard.Add(1)
+		p.c.GaveUp.Add(1)
+		p.c.WindowGuard.Add(1)
 		return
 	}
 	p.retries = append(p.retries, s)

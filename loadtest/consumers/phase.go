@@ -1,8 +1,7 @@
-package loadtest
+package consumers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -10,16 +9,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/persistence"
 )
 
-// consumePhase is a run's consumers: Groups groups of Consumers consumers
-// each, started with the producers and stopped once every group's cursor
-// reached every partition's last offset (or the drain timeout passed).
-type consumePhase struct {
+// Phase is a run's consumers: Groups groups of Consumers consumers each,
+// started with the producers (Run) and stopped once every group's cursor
+// reached every partition's last offset (Drain, or the drain timeout
+// passed); then the wake probe (Probe), the audit (NewAuditor) and the
+// report (Report).
+type Phase struct {
 	cfg       *Config
 	parts     []string
 	groups    []*group
@@ -27,7 +27,7 @@ type consumePhase struct {
 	clients   []target.ConsumeClient
 	// admin configures the queue and runs the wake probe.
 	admin target.ConsumeClient
-	c     consumeCounters
+	c     Counters
 	// touched marks the partitions in which a producer got a queued or
 	// duplicate answer: each holds at least one message.
 	touched []atomic.Bool
@@ -45,31 +45,31 @@ type consumePhase struct {
 	// brokersAtStart and brokersAtEnd are the brokers' lease figures from
 	// /metrics (Config.MetricsURLs, summed over those that answered; nil
 	// when none did).
-	brokersAtStart, brokersAtEnd *brokerMetrics
+	brokersAtStart, brokersAtEnd *target.BrokerMetrics
 }
 
 // scrapeLeases sums the lease figures of the brokers' /metrics
 // (Config.MetricsURLs); nil when none answered.
-func (cp *consumePhase) scrapeLeases(ctx context.Context) *brokerMetrics {
+func (cp *Phase) scrapeLeases(ctx context.Context) *target.BrokerMetrics {
 	if len(cp.cfg.MetricsURLs) == 0 {
 		return nil
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	hc := target.NewHTTPClient(1)
-	var sum *brokerMetrics
+	var sum *target.BrokerMetrics
 	for _, u := range cp.cfg.MetricsURLs {
-		m, err := scrapeMetrics(qctx, hc, u)
+		m, err := target.ScrapeMetrics(qctx, hc, u)
 		if err != nil {
 			continue
 		}
 		if sum == nil {
-			sum = &brokerMetrics{}
+			sum = &target.BrokerMetrics{}
 		}
-		sum.leaseExpiries += m.leaseExpiries
-		sum.bisections += m.bisections
-		sum.expiryDead += m.expiryDead
-		sum.stallSeconds += m.stallSeconds
+		sum.LeaseExpiries += m.LeaseExpiries
+		sum.Bisections += m.Bisections
+		sum.ExpiryDead += m.ExpiryDead
+		sum.StallSeconds += m.StallSeconds
 	}
 	return sum
 }
@@ -77,20 +77,20 @@ func (cp *consumePhase) scrapeLeases(ctx context.Context) *brokerMetrics {
 // groupName is the name of consumer group i of queue.
 func groupName(queue string, i int) string { return fmt.Sprintf("%s-g%d", queue, i) }
 
-// consumeStore is what the consume phase reads of the database: the
+// Store is what the consume phase reads of the database: the
 // cursors (the drain) and the dead letters (the audit). *persistence.Audit
 // is one.
-type consumeStore interface {
+type Store interface {
 	Cursors(ctx context.Context, queues []string) ([]persistence.Cursor, error)
 	DeadLetters(ctx context.Context, queues []string) ([]persistence.StoredDeadLetter, error)
 }
 
-// dialer connects one client, named name.
-type dialer func(name string) (target.ConsumeClient, error)
+// Dialer connects one client, named name.
+type Dialer func(name string) (target.ConsumeClient, error)
 
-// targetDialer connects clients to cfg.Target: one NATS connection each,
+// TargetDialer connects clients to cfg.Target: one NATS connection each,
 // like independent clients, or one shared HTTP client.
-func targetDialer(cfg *Config) dialer {
+func TargetDialer(cfg *Config) Dialer {
 	hc := target.NewHTTPClient(cfg.Groups*cfg.Consumers + 2)
 	if len(cfg.Targets) > 1 && !strings.HasPrefix(cfg.Target, "nats://") {
 		// Spread over the brokers round robin (the admin client first).
@@ -104,7 +104,7 @@ func targetDialer(cfg *Config) dialer {
 	return func(name string) (target.ConsumeClient, error) {
 		n++
 		cl, err := target.NewConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc)
-		if nc, ok := cl.(*target.NATSConsumer); ok && chaos.On(cfg.Chaos) {
+		if nc, ok := cl.(*target.NATSConsumer); ok && cfg.Chaos {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.
 			nc.Slack = min(10*time.Second, cfg.RequestTimeout)
@@ -113,9 +113,11 @@ func targetDialer(cfg *Config) dialer {
 	}
 }
 
-// newConsumePhase connects the consumers' clients through dial.
-func newConsumePhase(cfg *Config, parts []string, dial dialer) (*consumePhase, error) {
-	cp := &consumePhase{cfg: cfg, parts: parts, touched: make([]atomic.Bool, len(parts))}
+// New makes the consume phase of cfg over parts (the run's partition
+// names), connecting the admin client and each consumer's client through
+// dial.
+func New(cfg *Config, parts []string, dial Dialer) (*Phase, error) {
+	cp := &Phase{cfg: cfg, parts: parts, touched: make([]atomic.Bool, len(parts))}
 	partIdx := make(map[string]int, len(parts))
 	for i, p := range parts {
 		partIdx[p] = i
@@ -131,7 +133,7 @@ func newConsumePhase(cfg *Config, parts []string, dial dialer) (*consumePhase, e
 		for i := range cfg.Consumers {
 			cl, err := dial(fmt.Sprintf("queen-loadtest-%s-c%d", grp.name, i))
 			if err != nil {
-				cp.close()
+				cp.Close()
 				return nil, err
 			}
 			cp.clients = append(cp.clients, cl)
@@ -141,53 +143,35 @@ func newConsumePhase(cfg *Config, parts []string, dial dialer) (*consumePhase, e
 	return cp, nil
 }
 
-func (cp *consumePhase) close() {
+// Counters are the phase's live totals (the progress line reads them; a
+// cluster run sets their Obs before Run).
+func (cp *Phase) Counters() *Counters { return &cp.c }
+
+// Touched marks the partitions holding a message (one per partition of
+// the run): the producers set them (produce.Counters.Touched), the drain
+// reads them.
+func (cp *Phase) Touched() []atomic.Bool { return cp.touched }
+
+// Admin is the phase's first client, which configures the run's queue and
+// runs the wake probe.
+func (cp *Phase) Admin() target.ConsumeClient { return cp.admin }
+
+// QueueOptions are the queue options the consumers need configured before
+// the load (SPEC.md §6): leaseTime (seconds) and retryLimit.
+func (cfg *Config) QueueOptions() map[string]int {
+	return map[string]int{"leaseTime": cfg.LeaseSeconds, "retryLimit": cfg.RetryLimit}
+}
+
+// Close closes the phase's clients.
+func (cp *Phase) Close() {
 	for _, cl := range cp.clients {
 		cl.Close()
 	}
 }
 
-// configureQueue configures the run's queue through cl before the load:
-// leaseTime and retryLimit when consuming, dedupWindowSeconds and
-// retentionSeconds when set. Configure is a full replace (SPEC.md §6):
-// every other option goes back to its default, which is what the run's
-// queue had before (the harness never configured it otherwise). The reply
-// must echo what the audit counts with.
-func configureQueue(ctx context.Context, cfg *Config, cl target.ConsumeClient) error {
-	want := map[string]int{}
-	if cfg.Consumers > 0 {
-		want["leaseTime"], want["retryLimit"] = cfg.LeaseSeconds, cfg.RetryLimit
-	}
-	if cfg.DedupWindow > 0 {
-		want["dedupWindowSeconds"] = int(cfg.DedupWindow / time.Second)
-	}
-	if cfg.Retention > 0 {
-		want["retentionSeconds"] = int(cfg.Retention / time.Second)
-	}
-	body, _ := json.Marshal(map[string]any{"queue": cfg.Queue, "options": want})
-	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-	defer cancel()
-	data, err := cl.Configure(ctx, body)
-	if err != nil {
-		return fmt.Errorf("configure queue %s: %w", cfg.Queue, err)
-	}
-	var reply struct {
-		Options map[string]any `json:"options"`
-	}
-	if err := json.Unmarshal(data, &reply); err != nil {
-		return fmt.Errorf("configure queue %s: the reply does not decode: %v: %s", cfg.Queue, err, target.Clip(data))
-	}
-	for k, v := range want {
-		if got, ok := reply.Options[k].(float64); !ok || got != float64(v) {
-			return fmt.Errorf("configure queue %s with %s %d: the reply says %s", cfg.Queue, k, v, target.Clip(data))
-		}
-	}
-	return nil
-}
-
-// run starts the consumers on a context of their own (derived from ctx,
+// Run starts the consumers on a context of their own (derived from ctx,
 // so an interrupt stops them too).
-func (cp *consumePhase) run(ctx context.Context, start time.Time) {
+func (cp *Phase) Run(ctx context.Context, start time.Time) {
 	cp.start = start
 	cp.brokersAtStart = cp.scrapeLeases(ctx)
 	cctx, cancel := context.WithCancel(ctx)
@@ -203,16 +187,25 @@ func (cp *consumePhase) run(ctx context.Context, start time.Time) {
 	}
 }
 
+// sleep waits d or until ctx ends; it reports whether d passed (ctx did
+// not end).
+func sleep(ctx context.Context, d time.Duration) bool {
+	wait, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	<-wait.Done()
+	return ctx.Err() == nil
+}
+
 // drainPoll is how often the drain reads the cursors.
 const drainPoll = 250 * time.Millisecond
 
-// drain waits, after the producers stopped, until every group's cursor is
+// Drain waits, after the producers stopped, until every group's cursor is
 // at every partition's last offset, every consumer stopped, ctx ended, or
 // no cursor moved for ConsumeDrainTimeout; then it stops the consumers.
 // The timeout is one of no progress: a slow drain that keeps moving is
 // waited for (it ends, the cursors only move forward towards the last
 // offsets), a stuck one fails.
-func (cp *consumePhase) drain(ctx context.Context, a consumeStore) {
+func (cp *Phase) Drain(ctx context.Context, a Store) {
 	cp.producersDone = time.Now()
 	lastMove, lastSum := cp.producersDone, int64(-1)
 	for ctx.Err() == nil {
@@ -260,7 +253,7 @@ type drainer interface {
 	Drain(ctx context.Context, queue string, groups, parts []string) (persistence.DrainState, error)
 }
 
-func (cp *consumePhase) behind(ctx context.Context, a consumeStore) (drainState, error) {
+func (cp *Phase) behind(ctx context.Context, a Store) (drainState, error) {
 	if d, ok := a.(drainer); ok {
 		names := make([]string, len(cp.groups))
 		for i, g := range cp.groups {
@@ -346,7 +339,7 @@ func cursorsBehind(groups []*group, parts []string, touched []atomic.Bool, rows 
 }
 
 // fatals lists the consumers' refusals, or their last errors.
-func (cp *consumePhase) fatals() string {
+func (cp *Phase) fatals() string {
 	var out []string
 	seen := map[string]bool{}
 	for _, k := range cp.consumers {
@@ -368,8 +361,8 @@ func (cp *consumePhase) fatals() string {
 	return strings.Join(out, "; ")
 }
 
-// probe runs the wake-latency probe on a fresh queue next to the run's.
-func (cp *consumePhase) probe(ctx context.Context) {
+// Probe runs the wake-latency probe on a fresh queue next to the run's.
+func (cp *Phase) Probe(ctx context.Context) {
 	if cp.cfg.WakeProbes <= 0 || ctx.Err() != nil {
 		return
 	}
@@ -390,7 +383,7 @@ func (cp *consumePhase) probe(ctx context.Context) {
 
 // poisonReport builds the consume report's poison section (nil without
 // poison messages).
-func (cp *consumePhase) poisonReport() *report.PoisonReport {
+func (cp *Phase) poisonReport() *report.PoisonReport {
 	if cp.cfg.FailRatio <= 0 {
 		return nil
 	}
@@ -412,27 +405,27 @@ func (cp *consumePhase) poisonReport() *report.PoisonReport {
 	p.StallSeconds = math.Round(sum.Seconds()*1000) / 1000
 	p.IsolateMS = report.LatencyOf(durs)
 	if a, b := cp.brokersAtStart, cp.brokersAtEnd; a != nil && b != nil {
-		p.Brokers = &report.BrokerPoison{LeaseExpiries: b.leaseExpiries - a.leaseExpiries, Bisections: b.bisections - a.bisections,
-			DeadLettered: b.expiryDead - a.expiryDead, StallSeconds: math.Round((b.stallSeconds-a.stallSeconds)*1000) / 1000}
+		p.Brokers = &report.BrokerPoison{LeaseExpiries: b.LeaseExpiries - a.LeaseExpiries, Bisections: b.Bisections - a.Bisections,
+			DeadLettered: b.ExpiryDead - a.ExpiryDead, StallSeconds: math.Round((b.StallSeconds-a.StallSeconds)*1000) / 1000}
 	}
 	return p
 }
 
-// report builds the consume report; ca is the finished audit's auditor.
-func (cp *consumePhase) report(ca *consumeAuditor, audit *report.ConsumeAudit) *report.ConsumeReport {
+// Report builds the consume report; ca is the finished audit's auditor.
+func (cp *Phase) Report(ca *Auditor, audit *report.ConsumeAudit) *report.ConsumeReport {
 	secs := cp.end.Sub(cp.start).Seconds()
 	r := &report.ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, FailMode: cp.cfg.FailMode,
 		RetryLimit: cp.cfg.RetryLimit, LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch, ConsumePartitions: cp.cfg.ConsumePartitions,
 		Seconds: math.Round(secs*1000) / 1000, DrainSeconds: math.Round(cp.end.Sub(cp.producersDone).Seconds()*1000) / 1000,
 		Drained: cp.drained, DrainProblem: cp.drainProblem,
-		Pops: cp.c.pops.Load(), EmptyPops: cp.c.emptyPops.Load(), PopErrors: cp.c.popErrors.Load(),
-		Deliveries: cp.c.delivered.Load(), Handled: cp.c.handled.Load(), Redeliveries: cp.c.redelivered.Load(),
-		Acked: cp.c.acked.Load(), DeadLettered: cp.c.deadLettered.Load(),
-		AckCalls: cp.c.ackCalls.Load(), AckErrors: cp.c.ackErrors.Load(), AckResults: map[string]int64{},
-		E2ESamples: cp.c.firstDeliveries.Load(), Wake: cp.wake, Audit: audit, Poison: cp.poisonReport()}
+		Pops: cp.c.Pops.Load(), EmptyPops: cp.c.EmptyPops.Load(), PopErrors: cp.c.PopErrors.Load(),
+		Deliveries: cp.c.Delivered.Load(), Handled: cp.c.Handled.Load(), Redeliveries: cp.c.Redelivered.Load(),
+		Acked: cp.c.Acked.Load(), DeadLettered: cp.c.DeadLettered.Load(),
+		AckCalls: cp.c.AckCalls.Load(), AckErrors: cp.c.AckErrors.Load(), AckResults: map[string]int64{},
+		E2ESamples: cp.c.FirstDeliveries.Load(), Wake: cp.wake, Audit: audit, Poison: cp.poisonReport()}
 	r.AckedPerSecond = report.PerSecond(r.Acked, secs)
 	if full := r.Pops - r.EmptyPops; full > 0 {
-		r.PartitionsPerPop = math.Round(float64(cp.c.spans.Load())/float64(full)*100) / 100
+		r.PartitionsPerPop = math.Round(float64(cp.c.Spans.Load())/float64(full)*100) / 100
 	}
 	for i, g := range cp.groups {
 		r.Groups = append(r.Groups, g.name)
@@ -463,26 +456,17 @@ func (cp *consumePhase) report(ca *consumeAuditor, audit *report.ConsumeAudit) *
 	return r
 }
 
-// newAuditor prepares the end-to-end audit: it reads the dead letters
+// NewAuditor prepares the end-to-end audit: it reads the dead letters
 // (the consumers have stopped, so they are final).
-func (cp *consumePhase) newAuditor(ctx context.Context, a consumeStore, complete bool) (*consumeAuditor, error) {
+func (cp *Phase) NewAuditor(ctx context.Context, a Store, complete bool) (*Auditor, error) {
 	dead, err := a.DeadLetters(ctx, []string{cp.cfg.Queue})
 	if err != nil {
 		return nil, fmt.Errorf("read the dead letters: %w", err)
 	}
-	ca := newConsumeAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit, complete, dead)
+	ca := newAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit, complete, dead)
 	ca.failMode = cp.cfg.FailMode
 	if cp.drainProblem != "" && complete {
 		ca.found.Add(report.IssueNotDrained, "%s", cp.drainProblem)
 	}
 	return ca, nil
-}
-
-// errConsumeAudit wraps ErrAuditFailed for a failed consume audit.
-func errConsumeAudit(a *report.ConsumeAudit, queue string) error {
-	var n int64
-	for _, c := range a.Issues {
-		n += c
-	}
-	return fmt.Errorf("%w: %d violations of the end-to-end consume audit in queue %s", ErrAuditFailed, n, queue)
 }

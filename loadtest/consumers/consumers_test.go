@@ -1,4 +1,4 @@
-package loadtest
+package consumers
 
 import (
 	"context"
@@ -358,7 +358,7 @@ func (f *fakeConsumeBroker) stored(fn func(*persistence.StoredMessage)) {
 type fakeConsumeRun struct {
 	f     *fakeConsumeBroker
 	cfg   Config
-	cp    *consumePhase
+	cp    *Phase
 	parts []string
 	// messages and poison pushed (per group).
 	messages, poison int64
@@ -366,22 +366,21 @@ type fakeConsumeRun struct {
 
 func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fakeConsumeRun {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.DatabaseURL = "postgres://fake"
-	cfg.Queue, cfg.Partitions, cfg.Consumers, cfg.Groups, cfg.FailRatio, cfg.ConsumeBatch = "q", 4, 3, 2, 0.05, 7
-	cfg.PollTimeout, cfg.ConsumeDrainTimeout, cfg.WakeProbes = 200*time.Millisecond, 20*time.Second, 0
-	parts := txnid.PartitionNames(cfg.Partitions)
+	// `queen loadtest`'s defaults (loadtest.DefaultConfig), a small run.
+	cfg := Config{Queue: "q", Target: "nats://127.0.0.1:4222", RequestTimeout: 30 * time.Second,
+		Consumers: 3, Groups: 2, FailRatio: 0.05, FailMode: txnid.FailNack, ConsumeBatch: 7, ConsumePartitions: 1,
+		RetryLimit: 3, PollTimeout: 200 * time.Millisecond, ConsumeDrainTimeout: 20 * time.Second}
+	parts := txnid.PartitionNames(4)
 	f := newFakeConsumeBroker(cfg.Queue, parts, 0)
 	if tune != nil {
 		tune(&cfg, f)
 	}
-	cfg = cfg.withDefaults()
-	require.NoError(t, cfg.Validate())
+	cfg.LeaseSeconds = DefaultLease(cfg.FailMode)
 	r := &fakeConsumeRun{f: f, cfg: cfg, parts: parts}
-	cp, err := newConsumePhase(&r.cfg, parts, func(string) (target.ConsumeClient, error) { return f, nil })
+	cp, err := New(&r.cfg, parts, func(string) (target.ConsumeClient, error) { return f, nil })
 	require.NoError(t, err)
 	r.cp = cp
-	require.NoError(t, configureQueue(context.Background(), &r.cfg, cp.admin))
+	require.NoError(t, target.ConfigureQueue(context.Background(), cp.Admin(), cfg.Queue, cfg.QueueOptions(), cfg.RequestTimeout))
 	require.Equal(t, cfg.RetryLimit, f.retryLimit, "the queue is configured with the run's retryLimit")
 	return r
 }
@@ -391,7 +390,7 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 func (r *fakeConsumeRun) run(t *testing.T) *report.ConsumeReport {
 	t.Helper()
 	ctx := context.Background()
-	r.cp.run(ctx, time.Now())
+	r.cp.Run(ctx, time.Now())
 	for b := range 20 {
 		p := b % len(r.parts)
 		var txns []string
@@ -406,13 +405,13 @@ func (r *fakeConsumeRun) run(t *testing.T) *report.ConsumeReport {
 		r.f.push(p, txns...)
 		r.cp.touched[p].Store(true)
 	}
-	r.cp.drain(ctx, r.f)
-	ca, err := r.cp.newAuditor(ctx, r.f, true)
+	r.cp.Drain(ctx, r.f)
+	ca, err := r.cp.NewAuditor(ctx, r.f, true)
 	require.NoError(t, err)
-	r.f.stored(ca.stored)
+	r.f.stored(ca.Stored)
 	cursors, err := r.f.Cursors(ctx, nil)
 	require.NoError(t, err)
-	rep := r.cp.report(ca, ca.finish(cursors))
+	rep := r.cp.Report(ca, ca.Finish(cursors))
 	var text strings.Builder
 	(&report.Report{Mode: report.ModeBroker, Consume: rep}).WriteText(&text) // the consume section, after an empty push section
 	t.Log(text.String())
@@ -466,7 +465,7 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 		// Few poison messages (the transactionIds are fixed: about 10 of
 		// 1,000), leases of 1 s that expire only where the consumer crashed
 		// (a consumer slowed down by a busy machine keeps its lease).
-		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrash, 0.01, 50*time.Millisecond
+		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = txnid.FailCrash, 0.01, 50*time.Millisecond
 		f.leaseTTL = time.Second
 		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
 	})
@@ -486,18 +485,18 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	require.Equal(t, g*r.poison, rep.Audit.DeadLetters)
 	require.Zero(t, rep.DeadLettered, "no ack is answered dead_lettered: the expiries dead-letter")
 	require.Zero(t, rep.AckResults[string(queen.RetryScheduled)])
-	require.Equal(t, FailCrash, rep.FailMode)
+	require.Equal(t, txnid.FailCrash, rep.FailMode)
 
 	// The same run's dead letters with the nack error text fail the audit.
 	for i := range r.f.dead {
 		r.f.dead[i].Error = txnid.PoisonError
 	}
-	ca, err := r.cp.newAuditor(context.Background(), r.f, true)
+	ca, err := r.cp.NewAuditor(context.Background(), r.f, true)
 	require.NoError(t, err)
-	r.f.stored(ca.stored)
+	r.f.stored(ca.Stored)
 	cursors, err := r.f.Cursors(context.Background(), nil)
 	require.NoError(t, err)
-	requireConsumeIssue(t, ca.finish(cursors), report.IssueDLQError)
+	requireConsumeIssue(t, ca.Finish(cursors), report.IssueDLQError)
 }
 
 // A consumer that handles a whole batch and acks it at the end acks nothing
@@ -507,7 +506,7 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 func TestConsumeCrashBatchModeAgainstFakeBroker(t *testing.T) {
 	t.Parallel()
 	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
-		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = FailCrashBatch, 0.01, 50*time.Millisecond
+		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = txnid.FailCrashBatch, 0.01, 50*time.Millisecond
 		f.leaseTTL = time.Second
 		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
 	})
@@ -525,7 +524,7 @@ func TestConsumeCrashBatchModeAgainstFakeBroker(t *testing.T) {
 	require.Equal(t, g*r.poison*(R+1)+rep.Poison.AbandonedSpans, rep.Poison.AbandonedLeases)
 	require.Equal(t, g*r.poison, rep.Poison.Stalls+rep.Poison.OpenStalls)
 	require.Positive(t, rep.Poison.IsolateMS.Max)
-	require.Equal(t, FailCrashBatch, rep.FailMode)
+	require.Equal(t, txnid.FailCrashBatch, rep.FailMode)
 }
 
 func TestConsumeLostAckRepliesAreReportedNotFailed(t *testing.T) {
@@ -620,11 +619,11 @@ func TestConsumeAuditRules(t *testing.T) {
 		return g, dead, cursors
 	}
 	audit := func(g *group, dead []persistence.StoredDeadLetter, cursors []persistence.Cursor, complete bool) *report.ConsumeAudit {
-		ca := newConsumeAuditor([]*group{g}, parts, ratio, R, complete, dead)
+		ca := newAuditor([]*group{g}, parts, ratio, R, complete, dead)
 		for i := range stored {
-			ca.stored(&stored[i])
+			ca.Stored(&stored[i])
 		}
-		return ca.finish(cursors)
+		return ca.Finish(cursors)
 	}
 	key := func(p int, off uint64) uint64 { return txnid.MakeKey(p, off) }
 
@@ -772,24 +771,6 @@ func TestCursorsBehind(t *testing.T) {
 	require.Contains(t, cursorsBehind(groups, parts, touched, rows).behind, "group a has not consumed partition p-02")
 }
 
-func TestProgressShowsConsumers(t *testing.T) {
-	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.Duration = 10 * time.Second
-	start := time.Now()
-	c, cc := &counters{}, &consumeCounters{}
-	c.sent.Store(1000)
-	cc.acked.Store(900)
-	cc.deadLettered.Store(7)
-	p := &progress{c: c, cc: cc, start: start, dur: cfg.Duration}
-	line := p.line(start.Add(3*time.Second), 100, 1234)
-	require.Contains(t, line, "consumed: 1,234 acked/s, acked 900")
-	require.Contains(t, line, "dead-lettered 7")
-	p.draining()
-	require.Contains(t, p.line(start.Add(12*time.Second), 0, 10), "(consumers draining)")
-	require.Contains(t, p.short(start.Add(12*time.Second), 0, 10), "acked 900 (10/s) dlq 7 draining")
-}
-
 // An ack answered lease_invalid at least the lease time after its pop was
 // sent found the lease run out (a frozen broker, a restarted database): it
 // is counted, not a finding, and explains the redelivery. Sooner, it is a
@@ -802,13 +783,13 @@ func TestAckAfterLease(t *testing.T) {
 	key := txnid.MakeKey(0, 0)
 
 	g := newGroup("g")
-	require.True(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, true))
+	require.True(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &Counters{}, true))
 	require.Zero(t, g.issues.Total())
 	require.Equal(t, int64(1), g.ackAfterLease)
 	require.Equal(t, uint8(1), g.m[key].refused)
 
 	g = newGroup("g")
-	require.False(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &consumeCounters{}, false))
+	require.False(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &Counters{}, false))
 	require.Equal(t, int64(1), g.issues.Counts[report.IssueAckRefused])
 	require.Zero(t, g.ackAfterLease)
 }

@@ -1,4 +1,4 @@
-package loadtest
+package consumers
 
 import (
 	"sort"
@@ -16,9 +16,9 @@ type dlqSeen struct {
 	seen        bool
 }
 
-// consumeAuditor checks the groups' records against the stored messages
+// Auditor checks the groups' records against the stored messages
 // (fed one by one to stored), the dead letters and the final cursors.
-type consumeAuditor struct {
+type Auditor struct {
 	groups     []*group
 	parts      []string
 	partIdx    map[string]int
@@ -41,8 +41,8 @@ type groupAudit struct {
 	messages, poison int64
 }
 
-func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimit int, complete bool, dead []persistence.StoredDeadLetter) *consumeAuditor {
-	a := &consumeAuditor{groups: groups, parts: parts, partIdx: map[string]int{}, ratio: ratio, retryLimit: retryLimit,
+func newAuditor(groups []*group, parts []string, ratio float64, retryLimit int, complete bool, dead []persistence.StoredDeadLetter) *Auditor {
+	a := &Auditor{groups: groups, parts: parts, partIdx: map[string]int{}, ratio: ratio, retryLimit: retryLimit,
 		complete: complete, found: report.NewFindings(), lastStored: make([]int64, len(parts)), dlq: make([]map[uint64]*dlqSeen, len(groups)),
 		perGroup: make([]groupAudit, len(groups))}
 	a.ar.Complete = complete
@@ -77,7 +77,7 @@ func newConsumeAuditor(groups []*group, parts []string, ratio float64, retryLimi
 }
 
 // stored checks one stored message against every group.
-func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
+func (a *Auditor) Stored(m *persistence.StoredMessage) {
 	p, ok := a.partIdx[m.Partition]
 	if !ok || m.Offset < 0 || m.Offset > txnid.SeqMask {
 		return // the storage audit reports it (unknown_stored)
@@ -169,7 +169,7 @@ func (a *consumeAuditor) stored(m *persistence.StoredMessage) {
 // error text its fail mode gives: the handler's with FailNack (or "lease
 // expired" when a lost ack or pop left the lease to expire), "lease
 // expired" with FailCrash and FailCrashBatch.
-func (a *consumeAuditor) dlqErrorOK(text string) bool {
+func (a *Auditor) dlqErrorOK(text string) bool {
 	switch a.failMode {
 	case txnid.FailNack:
 		return text == txnid.PoisonError || text == persistence.LeaseExpiredError
@@ -182,7 +182,7 @@ func (a *consumeAuditor) dlqErrorOK(text string) bool {
 // finish checks what the stored messages did not reach (deliveries and
 // dead letters of offsets that are not stored) and the final cursors, and
 // returns the audit.
-func (a *consumeAuditor) finish(cursors []persistence.Cursor) *report.ConsumeAudit {
+func (a *Auditor) Finish(cursors []persistence.Cursor) *report.ConsumeAudit {
 	for gi, g := range a.groups {
 		var keys []uint64
 		for key, e := range g.m {

@@ -1,4 +1,4 @@
-package loadtest
+package consumers
 
 import (
 	"context"
@@ -92,18 +92,26 @@ type retryMismatch struct {
 	over bool
 }
 
-// consumeCounters are the consume phase's live totals, for the progress
-// line and the report.
-type consumeCounters struct {
-	pops, emptyPops, popErrors   atomic.Int64
-	delivered, handled, acked    atomic.Int64
-	deadLettered                 atomic.Int64
-	ackCalls, ackErrors          atomic.Int64
-	redelivered, firstDeliveries atomic.Int64
-	// spans counts the partitions' spans of the pops that returned messages.
-	spans atomic.Int64
-	// obs, when set (a cluster run), sees every request's outcome.
-	obs *clientstats.Stats
+// Counters are the consume phase's live totals, for the progress line and
+// the report (counts since the phase started).
+type Counters struct {
+	// Pops counts pops answered, EmptyPops those with no message,
+	// PopErrors those that failed.
+	Pops, EmptyPops, PopErrors atomic.Int64
+	// Delivered counts messages in pop replies, Handled handler
+	// invocations, Acked messages answered acked.
+	Delivered, Handled, Acked atomic.Int64
+	// DeadLettered counts failed acks answered dead_lettered.
+	DeadLettered atomic.Int64
+	// AckCalls and AckErrors count ack calls and those that got no answer.
+	AckCalls, AckErrors atomic.Int64
+	// Redelivered counts deliveries after the first, FirstDeliveries first
+	// handlings (each one an end-to-end latency sample).
+	Redelivered, FirstDeliveries atomic.Int64
+	// Spans counts the partitions' spans of the pops that returned messages.
+	Spans atomic.Int64
+	// Obs, when set (a cluster run), sees every request's outcome.
+	Obs *clientstats.Stats
 }
 
 // consumer long-polls the run's queue for its group, handles each popped
@@ -116,7 +124,7 @@ type consumer struct {
 	cfg     *Config
 	cl      target.ConsumeClient
 	partIdx map[string]int
-	c       *consumeCounters
+	c       *Counters
 
 	// lat is push commit → handler of each first handling; popLat and
 	// ackLat the request latencies of pops that returned messages and of
@@ -163,10 +171,10 @@ func (k *consumer) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			k.c.popErrors.Add(1)
+			k.c.PopErrors.Add(1)
 			k.g.lostPops.Add(1)
 			qe := queen.AsError(err)
-			k.c.obs.Record("pop:" + qe.Code)
+			k.c.Obs.Record("pop:" + qe.Code)
 			k.lastError = "pop: " + qe.Error()
 			if !qe.Retryable {
 				k.fatal = fmt.Errorf("group %s consumer %d: pop refused (%s): %s", k.g.name, k.idx, qe.Code, qe.Error())
@@ -176,10 +184,10 @@ func (k *consumer) run(ctx context.Context) {
 			continue
 		}
 		backoff = 0
-		k.c.obs.Record("")
-		k.c.pops.Add(1)
+		k.c.Obs.Record("")
+		k.c.Pops.Add(1)
 		if len(res.Messages) == 0 {
-			k.c.emptyPops.Add(1)
+			k.c.EmptyPops.Add(1)
 			continue
 		}
 		k.popLat = append(k.popLat, popTook)
@@ -202,7 +210,7 @@ func (k *consumer) handleSpans(ctx context.Context, res *queen.PopResult, popSta
 			spans++
 		}
 	}
-	k.c.spans.Add(int64(spans))
+	k.c.Spans.Add(int64(spans))
 	poison := false
 	for i := range msgs {
 		poison = poison || txnid.IsPoison(msgs[i].TransactionID, k.cfg.FailRatio)
@@ -289,14 +297,14 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 	results, err := k.cl.Ack(actx, k.g.name, k.acks)
 	k.ackLat = append(k.ackLat, time.Since(ackStart))
 	cancel()
-	k.c.ackCalls.Add(1)
+	k.c.AckCalls.Add(1)
 	if err != nil {
-		k.c.ackErrors.Add(1)
+		k.c.AckErrors.Add(1)
 		qe := queen.AsError(err)
 		k.lastError = "ack: " + qe.Error()
-		k.c.obs.Record("ack:" + qe.Code)
+		k.c.Obs.Record("ack:" + qe.Code)
 	} else {
-		k.c.obs.Record("")
+		k.c.Obs.Record("")
 	}
 	late := time.Since(popStart) >= time.Duration(k.cfg.LeaseSeconds)*time.Second
 	expired := k.g.record(k.keys[:len(k.acks)], msgs[:len(k.acks)], k.acks, results, err, k.c, late)
@@ -452,10 +460,10 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 	g.delivered.Add(n)
 	g.handled.Add(int64(handled))
 	g.redelivered.Add(redelivered)
-	k.c.delivered.Add(n)
-	k.c.handled.Add(int64(handled))
-	k.c.redelivered.Add(redelivered)
-	k.c.firstDeliveries.Add(first)
+	k.c.Delivered.Add(n)
+	k.c.Handled.Add(int64(handled))
+	k.c.Redelivered.Add(redelivered)
+	k.c.FirstDeliveries.Add(first)
 	return keys
 }
 
@@ -471,7 +479,7 @@ func poisonWord(p bool) string {
 // late says the answer came at least the lease time after the pop was sent:
 // a lease_invalid answer is then a lease that ran out (counted in
 // ackAfterLease, not a finding). It reports whether any ack was answered so.
-func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, results []queen.AckResult, err error, c *consumeCounters, late bool) (expired bool) {
+func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, results []queen.AckResult, err error, c *Counters, late bool) (expired bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err == nil && len(results) != len(acks) {
@@ -529,8 +537,8 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 	}
 	g.acked.Add(acked)
 	g.dead.Add(dead)
-	c.acked.Add(acked)
-	c.deadLettered.Add(dead)
+	c.Acked.Add(acked)
+	c.DeadLettered.Add(dead)
 	return expired
 }
 
