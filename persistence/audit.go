@@ -200,16 +200,12 @@ func (a *Audit) Stats(ctx context.Context, walSince string) (DBStats, error) {
 
 // Durability is the database's commit durability settings, as its
 // sessions see them ("on"/"off", synchronous_commit also
-// "remote_apply"/"remote_write"/"local").
+// "remote_apply"/"remote_write"/"local"). Whether they make a commit
+// durable is the load harness's rule (loadtest/report.Durability.Durable).
 type Durability struct {
 	Fsync             string `json:"fsync"`
 	SynchronousCommit string `json:"synchronous_commit"`
 	FullPageWrites    string `json:"full_page_writes"`
-}
-
-// Durable reports whether a commit is flushed to disk before it returns.
-func (d Durability) Durable() bool {
-	return d.Fsync == "on" && d.SynchronousCommit != "off" && d.FullPageWrites == "on"
 }
 
 // Durability reads the durability settings of the audited database.

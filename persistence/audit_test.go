@@ -59,8 +59,6 @@ func TestAuditMessages(t *testing.T) {
 	require.NotEmpty(t, d.Fsync)
 	require.NotEmpty(t, d.SynchronousCommit)
 	require.NotEmpty(t, d.FullPageWrites)
-	require.True(t, Durability{Fsync: "on", SynchronousCommit: "on", FullPageWrites: "on"}.Durable())
-	require.False(t, Durability{Fsync: "on", SynchronousCommit: "off", FullPageWrites: "on"}.Durable())
 
 	// The pool is read-only.
 	_, err = a.pool.Exec(ctx, `DELETE FROM queen.segments`)
