@@ -25,7 +25,10 @@ var (
 	sqlConsumeHashAt     = q("consume_hash_at")
 	sqlConsumeLock       = q("consume_lock")
 	sqlConsumeLockSkip   = q("consume_lock_skip")
+	sqlConsumeLockMany   = q("consume_lock_many")
+	sqlConsumeLockManySk = q("consume_lock_many_skip")
 	sqlConsumeSegments   = q("consume_segments")
+	sqlConsumePlanBegin  = q("consume_plan_begin")
 	sqlConsumeUpdate     = q("consume_update")
 	sqlConsumeResolve    = q("consume_resolve")
 	sqlConsumeSegmentAt  = q("consume_segment_at")
@@ -118,10 +121,14 @@ type consumerState struct {
 func (c *consumerState) scan(row pgx.Row) error { return c.scanRow(row, false) }
 
 // scanRow reads consume_lock's columns, and with wait ack_lock's lock wait.
-func (c *consumerState) scanRow(row pgx.Row, wait bool) error {
+func (c *consumerState) scanRow(row pgx.Row, wait bool) error { return c.scanAfter(row, nil, wait) }
+
+// scanAfter reads the columns pre (a many statement's position column),
+// then consume_lock's, and with wait ack_lock's lock wait.
+func (c *consumerState) scanAfter(row pgx.Row, pre []any, wait bool) error {
 	var counts, bisect []byte
-	dst := []any{&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
-		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect}
+	dst := append(pre, &c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
+		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect)
 	if wait {
 		dst = append(dst, &c.lockWait)
 	}
@@ -227,6 +234,32 @@ func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *co
 		}
 		*found = err == nil
 		return err
+	})
+}
+
+// lockMany queues the lock of the consumer rows of pids (distinct) for
+// group in one statement (consume_lock_many, or with skipLocked
+// consume_lock_many_skip, which finds no row another request holds): the
+// rows are locked in ascending partition id whatever pids' order; sts[i]
+// and found[i] receive pids[i]'s row (found false: no row, or skipped).
+func lockMany(b *pgx.Batch, pids []uuid.UUID, group string, skipLocked bool, sts []consumerState, found []bool) {
+	lock := sqlConsumeLockMany
+	if skipLocked {
+		lock = sqlConsumeLockManySk
+	}
+	b.Queue(lock, pids, group).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i int64
+			var st consumerState
+			if err := st.scanAfter(rows, []any{&i}, false); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(pids)) || found[i-1] {
+				return fmt.Errorf("persistence: consume_lock_many returned position %d of %d", i, len(pids))
+			}
+			sts[i-1], found[i-1] = st, true
+		}
+		return rows.Err()
 	})
 }
 

@@ -135,8 +135,11 @@ type popMany struct {
 	known   *knownRows // consumer rows not to create (see knownRows)
 }
 
-// read is round trip 1: BEGIN, then create (unless known), lock (ascending
-// partition id) and read every partition's span.
+// read is round trip 1: BEGIN and consume_plan_begin (no sequential
+// scans in this transaction), then create the consumer rows (unless known,
+// one statement per partition, ascending partition id), lock them (one
+// statement, consume_lock_many: ascending partition id) and read every
+// partition's span.
 func (pm *popMany) read(ctx context.Context, tx querier) error {
 	order := make([]int, len(pm.pids))
 	for i := range order {
@@ -146,14 +149,15 @@ func (pm *popMany) read(ctx context.Context, tx querier) error {
 	spec := pm.spec
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(sqlConsumePlanBegin)
 	skipped := make([]bool, len(pm.pids))
 	for _, i := range order {
 		if skipped[i] = pm.known.has(ackKey{pm.pids[i], spec.Group}); !skipped[i] {
 			ensureConsumer(b, pm.pids[i], spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
 		}
 	}
+	lockMany(b, pm.pids, spec.Group, spec.SkipLocked, pm.sts, pm.found)
 	for _, i := range order {
-		lockOnly(b, pm.pids[i], spec.Group, spec.SkipLocked, &pm.sts[i], &pm.found[i])
 		b.Queue(sqlConsumeSegments, pm.pids[i], spec.Group, spec.Batch).Query(readSegments(&pm.segs[i]))
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {

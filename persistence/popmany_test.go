@@ -1,9 +1,11 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -75,8 +77,8 @@ func spanPartitions(t *testing.T, s *Store, queueName string, n, per int) []uuid
 }
 
 // countedPop runs one multi-partition pop on its own connection and
-// returns it with the round trips it made.
-func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []PopState, int) {
+// returns it with the round trips and statements it made.
+func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []PopState, *countingQuerier) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := s.pool.Acquire(ctx)
@@ -87,27 +89,32 @@ func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int
 	var settled LeaseStats
 	res, err := popManyTx(ctx, cq, spec, pids, most, states, &settled, nil)
 	require.NoError(t, err)
-	return res, states, cq.trips
+	return res, states, cq
 }
 
 // TestPopPartitionsOneRoundTrip: a multi-partition pop claims every
 // partition it tries in one round trip and commits in a second, whatever
 // the number of partitions tried (1 to 50), and a pop that finds them all
-// leased makes the same two.
+// leased makes the same two. The consumer rows are locked by one statement
+// (consume_lock_many_skip), not one per partition.
 func TestPopPartitionsOneRoundTrip(t *testing.T) {
 	s := setup(t)
 	for _, n := range []int{1, 5, 50} {
 		q := fmt.Sprintf("rt%d", n)
 		pids := spanPartitions(t, s, q, n, 3)
-		res, states, trips := countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
-		require.Equal(t, 2, trips, "%d partitions: claim and commit", n)
+		res, states, cq := countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.Equal(t, 2, cq.trips, "%d partitions: claim and commit", n)
+		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d partitions: one lock statement", n)
+		require.Zero(t, cq.count(sqlConsumeLockSkip)+cq.count(sqlConsumeLock))
+		require.Equal(t, 1, cq.count(sqlConsumePlanBegin))
 		require.Len(t, res.Messages, 3*n)
 		require.NotNil(t, res.LeaseID)
 		for i, st := range states {
 			require.Equal(t, PopDelivered, st, "partition %d", i)
 		}
-		_, states, trips = countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
-		require.Equal(t, 2, trips, "%d leased partitions", n)
+		_, states, cq = countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.Equal(t, 2, cq.trips, "%d leased partitions", n)
+		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d leased partitions: one lock statement", n)
 		for _, st := range states {
 			require.Equal(t, PopBusy, st)
 		}
@@ -290,4 +297,113 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, res.Messages, "%d partitions: every span acked", n)
 	}
+}
+
+// byID returns pids sorted ascending (PostgreSQL's uuid order).
+func byID(pids []uuid.UUID) []uuid.UUID {
+	out := append([]uuid.UUID(nil), pids...)
+	sort.Slice(out, func(a, b int) bool { return bytes.Compare(out[a][:], out[b][:]) < 0 })
+	return out
+}
+
+// TestLockManyAscendingOrder: consume_lock_many locks the consumer rows in
+// ascending partition id whatever the order it is given (the order every
+// pop and ack locks in, so none can deadlock), and answers each row with
+// its position in the request. With the middle row held by another
+// session, a lock of [hi, lo, mid] waits holding lo's row and not hi's;
+// once released, it returns all three at their positions. A partition
+// without a consumer row returns no row.
+func TestLockManyAscendingOrder(t *testing.T) {
+	t.Parallel()
+	s, _, url := setupLocks(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "order", 3, 1)
+	_, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, AutoAck: true}, pids, 0) // creates the rows
+	require.NoError(t, err)
+	sorted := byID(pids)
+	lo, mid, hi := sorted[0], sorted[1], sorted[2]
+	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, mid)
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var backend int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend))
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	missing := uuid.Must(uuid.NewV7())
+	type got struct {
+		pos []int64
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		rows, err := tx.Query(ctx, sqlConsumeLockMany, []uuid.UUID{hi, lo, missing, mid}, "g")
+		if err != nil {
+			done <- got{err: err}
+			return
+		}
+		var pos []int64
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				done <- got{err: err}
+				return
+			}
+			pos = append(pos, vals[0].(int64))
+		}
+		done <- got{pos: pos, err: rows.Err()}
+	}()
+
+	// Wait (polling, with a deadline) until the lock statement waits for mid.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`, backend).Scan(&waiting))
+		if waiting {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the lock statement never waited")
+		time.Sleep(5 * time.Millisecond)
+	}
+	free := func() []uuid.UUID {
+		rows, err := s.pool.Query(ctx, `SELECT partition_id FROM queen.consumers WHERE consumer_group = 'g' ORDER BY partition_id FOR UPDATE SKIP LOCKED`)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		require.NoError(t, err)
+		return ids
+	}
+	require.Equal(t, []uuid.UUID{hi}, free(), "lo is locked (before mid), hi is not yet (after mid)")
+
+	release()
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, []int64{2, 4, 1}, r.pos, "lo, mid, hi at their positions in the request; missing has no row")
+	require.Empty(t, free(), "all three locked")
+}
+
+// TestPopPartitionsSkipsHeldRow: a skip-locked multi-partition pop answers
+// busy for the row another session holds and delivers the others; a pop
+// that waits (no SkipLocked) fails with lock_timeout and claims nothing.
+func TestPopPartitionsSkipsHeldRow(t *testing.T) {
+	t.Parallel()
+	s, _, url := setupLocks(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "skip", 3, 2)
+	res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 1, AutoAck: true}, pids[:1], 0) // creates p0's row
+	require.NoError(t, err)
+	require.Equal(t, []string{"p0-0"}, txns(res))
+	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, pids[0])
+	_, _, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10}, pids, 0)
+	require.ErrorIs(t, err, queen.ErrLockTimeout)
+	res, states, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
+	require.NoError(t, err)
+	require.Equal(t, []PopState{PopBusy, PopDelivered, PopDelivered}, states)
+	require.Equal(t, []string{"p1-0", "p1-1", "p2-0", "p2-1"}, txns(res))
+	release()
+	res, states, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
+	require.NoError(t, err)
+	require.Equal(t, []PopState{PopDelivered, PopBusy, PopBusy}, states)
+	require.Equal(t, []string{"p0-1"}, txns(res))
 }
