@@ -28,6 +28,7 @@ var (
 	sqlConsumeLockMany   = q("consume_lock_many")
 	sqlConsumeLockManySk = q("consume_lock_many_skip")
 	sqlConsumeSegments   = q("consume_segments")
+	sqlConsumeSegsMany   = q("consume_segments_many")
 	sqlConsumePlanBegin  = q("consume_plan_begin")
 	sqlConsumeUpdate     = q("consume_update")
 	sqlConsumeResolve    = q("consume_resolve")
@@ -387,6 +388,25 @@ func readSegments(segs *[]popSegment) func(pgx.Rows) error {
 				return err
 			}
 			*segs = append(*segs, sg)
+		}
+		return rows.Err()
+	}
+}
+
+// readSegmentsMany returns a consume_segments_many row reader that appends
+// each row to segs[position-1].
+func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i, last int64
+			var sg popSegment
+			if err := rows.Scan(&i, &sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(segs)) {
+				return fmt.Errorf("persistence: consume_segments_many returned position %d of %d", i, len(segs))
+			}
+			segs[i-1] = append(segs[i-1], sg)
 		}
 		return rows.Err()
 	}

@@ -33,7 +33,7 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 }
 
 // TestManyPlansStayIndexed: the array statements of a multi-partition pop
-// (consume_lock_many, consume_lock_many_skip), run
+// (consume_lock_many, consume_lock_many_skip, consume_segments_many), run
 // as the pop runs them (after consume_plan_begin), keep one keyed lookup
 // per partition with a generic plan cached while the tables were tiny and
 // used once they hold 10,000 partitions: no scan of queen.consumers,
@@ -64,6 +64,7 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	cases := []struct{ name, sql, args, exec string }{
 		{"lock_many", sqlConsumeLockMany, "uuid[], text", arr + ", 'g'"},
 		{"lock_many_skip", sqlConsumeLockManySk, "uuid[], text", arr + ", 'g'"},
+		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
 	}
 	for _, c := range cases {
 		_, err = conn.Exec(ctx, `PREPARE `+c.name+`(`+c.args+`) AS `+c.sql)

@@ -139,7 +139,7 @@ type popMany struct {
 // scans in this transaction), then create the consumer rows (unless known,
 // one statement per partition, ascending partition id), lock them (one
 // statement, consume_lock_many: ascending partition id) and read every
-// partition's span.
+// partition's span (one statement, consume_segments_many).
 func (pm *popMany) read(ctx context.Context, tx querier) error {
 	order := make([]int, len(pm.pids))
 	for i := range order {
@@ -157,9 +157,7 @@ func (pm *popMany) read(ctx context.Context, tx querier) error {
 		}
 	}
 	lockMany(b, pm.pids, spec.Group, spec.SkipLocked, pm.sts, pm.found)
-	for _, i := range order {
-		b.Queue(sqlConsumeSegments, pm.pids[i], spec.Group, spec.Batch).Query(readSegments(&pm.segs[i]))
-	}
+	b.Queue(sqlConsumeSegsMany, pm.pids, spec.Group, spec.Batch).Query(readSegmentsMany(pm.segs))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return unavailable(err)
 	}

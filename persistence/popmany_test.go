@@ -96,7 +96,8 @@ func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int
 // partition it tries in one round trip and commits in a second, whatever
 // the number of partitions tried (1 to 50), and a pop that finds them all
 // leased makes the same two. The consumer rows are locked by one statement
-// (consume_lock_many_skip), not one per partition.
+// (consume_lock_many_skip) and their spans read by one
+// (consume_segments_many), not one each per partition.
 func TestPopPartitionsOneRoundTrip(t *testing.T) {
 	s := setup(t)
 	for _, n := range []int{1, 5, 50} {
@@ -106,6 +107,8 @@ func TestPopPartitionsOneRoundTrip(t *testing.T) {
 		require.Equal(t, 2, cq.trips, "%d partitions: claim and commit", n)
 		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d partitions: one lock statement", n)
 		require.Zero(t, cq.count(sqlConsumeLockSkip)+cq.count(sqlConsumeLock))
+		require.Equal(t, 1, cq.count(sqlConsumeSegsMany), "%d partitions: one segments statement", n)
+		require.Zero(t, cq.count(sqlConsumeSegments))
 		require.Equal(t, 1, cq.count(sqlConsumePlanBegin))
 		require.Len(t, res.Messages, 3*n)
 		require.NotNil(t, res.LeaseID)
@@ -406,4 +409,119 @@ func TestPopPartitionsSkipsHeldRow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []PopState{PopDelivered, PopBusy, PopBusy}, states)
 	require.Equal(t, []string{"p0-1"}, txns(res))
+}
+
+// segFirsts runs one segments statement and returns, per position (1 for
+// consume_segments), the first offsets of the rows.
+func segFirsts(t *testing.T, s *Store, sql string, many bool, args ...any) map[int64][]int64 {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), sql, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[int64][]int64{}
+	for rows.Next() {
+		vals, err := rows.Values()
+		require.NoError(t, err)
+		i := int64(1)
+		if many {
+			i, vals = vals[0].(int64), vals[1:]
+		}
+		out[i] = append(out[i], vals[0].(int64))
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TestSegmentsManyMatchesSingle: consume_segments_many returns, for each
+// partition of its array, exactly the segments consume_segments returns for
+// it alone, at every batch size: cursors inside and between segments, a
+// drained row, a live lease, no consumer row, no segments, delayedProcessing
+// (an old and a new segment) and windowBuffer (an old and a new partition),
+// across queues.
+func TestSegmentsManyMatchesSingle(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	part := func(queueName, name string) uuid.UUID {
+		pid, err := s.EnsurePartition(ctx, queueName, name)
+		require.NoError(t, err)
+		return pid
+	}
+	autoAck := func(pid uuid.UUID, n int) {
+		res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: n, AutoAck: true})
+		require.NoError(t, err)
+		require.Equal(t, PopDelivered, st)
+		require.Len(t, res.Messages, n)
+	}
+	backdate := func(pid uuid.UUID, from int64) {
+		_, err := s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 minutes' WHERE partition_id = $1 AND first_offset >= $2`, pid, from)
+		require.NoError(t, err)
+	}
+	var pids []uuid.UUID
+	// singles: five one-message segments, cursor after two.
+	p := part("eq", "singles")
+	commitEach(t, s, p, "eq", "singles", "a", "b", "c", "d", "e")
+	autoAck(p, 2)
+	pids = append(pids, p)
+	// mixed: a three-message segment then four singles, cursor inside the first.
+	p = part("eq", "mixed")
+	commit(t, s, p, items("eq", "mixed", "m0", "m1", "m2"))
+	commitEach(t, s, p, "eq", "mixed", "m3", "m4", "m5", "m6")
+	autoAck(p, 1)
+	pids = append(pids, p)
+	// drained, leased, no row, empty.
+	p = part("eq", "drained")
+	commitEach(t, s, p, "eq", "drained", "x", "y")
+	autoAck(p, 2)
+	pids = append(pids, p)
+	p = part("eq", "leased")
+	commitEach(t, s, p, "eq", "leased", "l0", "l1")
+	_, _, err := s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	require.NoError(t, err)
+	pids = append(pids, p)
+	p = part("eq", "norow")
+	commitEach(t, s, p, "eq", "norow", "n0")
+	pids = append(pids, p)
+	p = part("eq", "empty")
+	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	require.NoError(t, err)
+	pids = append(pids, p)
+	// delayedProcessing 60 s: an old segment and a new one.
+	configure(t, s, "delayed", `{"delayedProcessing":60}`)
+	p = part("delayed", "d")
+	commitEach(t, s, p, "delayed", "d", "d0", "d1")
+	backdate(p, 0)
+	commitEach(t, s, p, "delayed", "d", "d2")
+	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+	require.NoError(t, err)
+	pids = append(pids, p)
+	// windowBuffer 60 s: a partition whose newest segment is old, one whose is new.
+	configure(t, s, "buffered", `{"windowBuffer":60}`)
+	for _, name := range []string{"old", "new"} {
+		p = part("buffered", name)
+		commitEach(t, s, p, "buffered", name, name+"0", name+"1")
+		if name == "old" {
+			backdate(p, 0)
+		}
+		_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+		require.NoError(t, err)
+		pids = append(pids, p)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	nonEmpty := 0
+	for _, batch := range []int{1, 2, 3, 100} {
+		order := append([]uuid.UUID(nil), pids...)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		many := segFirsts(t, s, sqlConsumeSegsMany, true, order, "g", batch)
+		for i, pid := range order {
+			single := segFirsts(t, s, sqlConsumeSegments, false, pid, "g", batch)[1]
+			require.Equal(t, single, many[int64(i+1)], "batch %d, partition %d", batch, i)
+			if len(single) > 0 {
+				nonEmpty++
+			}
+		}
+		require.Len(t, many, len(segFirsts(t, s, sqlConsumeSegsMany, true, pids, "g", batch)))
+	}
+	require.Equal(t, 4*4, nonEmpty, "singles, mixed, delayed's old segment and the old buffered partition have segments at every batch")
 }

@@ -14,7 +14,9 @@
 -- generic plan was cached: the LATERAL subquery takes its key from the
 -- outer row, so it runs once per element as a lookup of the consumer
 -- row's primary key (a join of the array with queen.consumers could be
--- planned as a hash join over a scan of the whole table);
+-- planned as a hash join over a scan of the whole table). The pop runs it
+-- with enable_seqscan off (consume_plan_begin): a table analysed while
+-- nearly empty would otherwise be planned as a scan repeated per element.
 -- TestManyPlansStayIndexed checks the cached plan.
 SELECT u.i,
        l.*
