@@ -31,6 +31,7 @@ var (
 	sqlConsumeSegsMany   = q("consume_segments_many")
 	sqlConsumePlanBegin  = q("consume_plan_begin")
 	sqlConsumeUpdate     = q("consume_update")
+	sqlConsumeUpdateMany = q("consume_update_many")
 	sqlConsumeResolve    = q("consume_resolve")
 	sqlConsumeSegmentAt  = q("consume_segment_at")
 	sqlConsumeDeadLetter = q("consume_dead_letter")
@@ -391,6 +392,60 @@ func readSegments(segs *[]popSegment) func(pgx.Rows) error {
 		}
 		return rows.Err()
 	}
+}
+
+// rowWrites gathers writes of consumer rows of one group, each as
+// consume_update writes it, for one consume_update_many statement.
+type rowWrites struct {
+	pids    []uuid.UUID
+	cursors []int64
+	leases  []pgtype.UUID
+	secs    []*float64
+	leaseTo []*int64
+	counts  [][]byte
+	bisects [][]byte
+}
+
+// add gathers the write of pid's row: consume_update's $3..$8 (lease
+// uuid.Nil releases the lease; secs nil keeps the expiry).
+func (w *rowWrites) add(pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
+	w.pids = append(w.pids, pid)
+	w.cursors = append(w.cursors, cursor)
+	w.leases = append(w.leases, pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil})
+	w.secs = append(w.secs, secs)
+	w.leaseTo = append(w.leaseTo, leaseTo)
+	w.counts = append(w.counts, counts)
+	w.bisects = append(w.bisects, bisect)
+}
+
+// queue queues the gathered writes on b as one consume_update_many (none
+// when nothing was gathered); expires, when not nil, receives the earliest
+// lease expiry written (nil when no row holds a lease).
+func (w *rowWrites) queue(b *pgx.Batch, group string, expires **time.Time) {
+	if len(w.pids) == 0 {
+		return
+	}
+	b.Queue(sqlConsumeUpdateMany, w.pids, group, w.cursors, w.leases, w.secs, w.leaseTo, w.counts, w.bisects).Query(func(rows pgx.Rows) error {
+		n := 0
+		for rows.Next() {
+			var i int64
+			var at *time.Time
+			if err := rows.Scan(&i, &at); err != nil {
+				return err
+			}
+			n++
+			if expires != nil && at != nil && (*expires == nil || at.Before(**expires)) {
+				*expires = at
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n != len(w.pids) {
+			return fmt.Errorf("persistence: consume_update_many wrote %d of %d consumer rows", n, len(w.pids))
+		}
+		return nil
+	})
 }
 
 // readSegmentsMany returns a consume_segments_many row reader that appends

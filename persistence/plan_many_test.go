@@ -33,7 +33,8 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 }
 
 // TestManyPlansStayIndexed: the array statements of a multi-partition pop
-// (consume_lock_many, consume_lock_many_skip, consume_segments_many), run
+// (consume_lock_many, consume_lock_many_skip, consume_segments_many,
+// consume_update_many), run
 // as the pop runs them (after consume_plan_begin), keep one keyed lookup
 // per partition with a generic plan cached while the tables were tiny and
 // used once they hold 10,000 partitions: no scan of queen.consumers,
@@ -65,6 +66,9 @@ func TestManyPlansStayIndexed(t *testing.T) {
 		{"lock_many", sqlConsumeLockMany, "uuid[], text", arr + ", 'g'"},
 		{"lock_many_skip", sqlConsumeLockManySk, "uuid[], text", arr + ", 'g'"},
 		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
+		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
+			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +
+				" array_fill(NULL::bigint, ARRAY[32]), array_fill('{}'::jsonb, ARRAY[32]), array_fill(NULL::jsonb, ARRAY[32])"},
 	}
 	for _, c := range cases {
 		_, err = conn.Exec(ctx, `PREPARE `+c.name+`(`+c.args+`) AS `+c.sql)

@@ -95,12 +95,15 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 		}
 	}
 	// Round trip 2: write the claimed rows (and the bisections a pop that
-	// delivers nothing changed) and commit.
+	// delivers nothing changed) in one statement (consume_update_many) and
+	// commit.
 	b := &pgx.Batch{}
-	out, claimed, err := pm.claim(b, lease, most)
+	var w rowWrites
+	out, claimed, err := pm.claim(&w, lease, most)
 	if err != nil {
 		return queen.PopResult{}, err
 	}
+	w.queue(b, spec.Group, &pm.expires)
 	b.Queue("COMMIT")
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return queen.PopResult{}, unavailable(err)
@@ -131,7 +134,7 @@ type popMany struct {
 	sts     []consumerState
 	found   []bool
 	segs    [][]popSegment
-	expires *time.Time // the lease's expiry, read back with the first leased row
+	expires *time.Time // the lease's expiry: the earliest of the leased rows'
 	known   *knownRows // consumer rows not to create (see knownRows)
 }
 
@@ -203,15 +206,15 @@ func (pm *popMany) settleExpired(ctx context.Context, tx querier) error {
 
 // claim takes, partition by partition in pids' order, the messages that
 // fit (the batch, most partitions, the reply's bytes, each row's
-// bisection), queues each claimed row's write on b, and sets states.
-func (pm *popMany) claim(b *pgx.Batch, lease uuid.UUID, most int) (queen.PopResult, int, error) {
+// bisection), gathers each claimed row's write in w, and sets states.
+func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResult, int, error) {
 	spec := pm.spec
 	maxBytes := spec.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = queen.MaxPopReplyBytes
 	}
 	var out queen.PopResult
-	size, claimed, leased := 0, 0, false
+	size, claimed := 0, 0
 	for i, pid := range pm.pids {
 		st := &pm.sts[i]
 		if !pm.found[i] || st.live {
@@ -234,7 +237,7 @@ func (pm *popMany) claim(b *pgx.Batch, lease uuid.UUID, most int) (queen.PopResu
 		idle := func(state PopState) {
 			pm.states[i] = state
 			if changed {
-				b.Queue(sqlConsumeUpdate, pid, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
+				w.add(pid, st.cursor, uuid.Nil, nil, nil, counts, bisect)
 			}
 		}
 		if st.cursor >= st.lastOffset {
@@ -261,13 +264,10 @@ func (pm *popMany) claim(b *pgx.Batch, lease uuid.UUID, most int) (queen.PopResu
 			if counts, err = encodeCounts(st.failCounts); err != nil {
 				return out, 0, err
 			}
-			b.Queue(sqlConsumeUpdate, pid, spec.Group, last, nil, nil, nil, counts, bisect)
+			w.add(pid, last, uuid.Nil, nil, nil, counts, bisect)
 		} else {
-			q := b.Queue(sqlConsumeUpdate, pid, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts, bisect)
-			if !leased { // every row's expiry is within the round trip: the first answers
-				leased = true
-				q.QueryRow(func(row pgx.Row) error { return row.Scan(&pm.expires) })
-			}
+			secs, to := float64(st.leaseTime), last
+			w.add(pid, st.cursor, lease, &secs, &to, counts, bisect)
 		}
 		if claimed == 0 {
 			out = res

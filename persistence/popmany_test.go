@@ -96,8 +96,9 @@ func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int
 // partition it tries in one round trip and commits in a second, whatever
 // the number of partitions tried (1 to 50), and a pop that finds them all
 // leased makes the same two. The consumer rows are locked by one statement
-// (consume_lock_many_skip) and their spans read by one
-// (consume_segments_many), not one each per partition.
+// (consume_lock_many_skip), their spans read by one (consume_segments_many)
+// and the claimed rows written by one (consume_update_many), not one each
+// per partition.
 func TestPopPartitionsOneRoundTrip(t *testing.T) {
 	s := setup(t)
 	for _, n := range []int{1, 5, 50} {
@@ -110,6 +111,8 @@ func TestPopPartitionsOneRoundTrip(t *testing.T) {
 		require.Equal(t, 1, cq.count(sqlConsumeSegsMany), "%d partitions: one segments statement", n)
 		require.Zero(t, cq.count(sqlConsumeSegments))
 		require.Equal(t, 1, cq.count(sqlConsumePlanBegin))
+		require.Equal(t, 1, cq.count(sqlConsumeUpdateMany), "%d partitions: one write statement", n)
+		require.Zero(t, cq.count(sqlConsumeUpdate))
 		require.Len(t, res.Messages, 3*n)
 		require.NotNil(t, res.LeaseID)
 		for i, st := range states {
