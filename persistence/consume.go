@@ -23,6 +23,8 @@ var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeForget     = q("consume_forget")
 	sqlConsumeHashAt     = q("consume_hash_at")
+	sqlConsumeHashAtMany = q("consume_hash_at_many")
+	sqlAckLockMany       = q("ack_lock_many")
 	sqlConsumeLock       = q("consume_lock")
 	sqlConsumeLockSkip   = q("consume_lock_skip")
 	sqlConsumeLockMany   = q("consume_lock_many")
@@ -448,6 +450,34 @@ func (w *rowWrites) queue(b *pgx.Batch, group string, expires **time.Time) {
 	})
 }
 
+// groupWrites gathers consumer row writes per consumer group (an ack's
+// rows may belong to several), each group's for one consume_update_many.
+type groupWrites struct {
+	groups []string
+	by     map[string]*rowWrites
+}
+
+// add gathers the write of (pid, group)'s row (see rowWrites.add).
+func (g *groupWrites) add(group string, pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
+	if g.by == nil {
+		g.by = map[string]*rowWrites{}
+	}
+	w := g.by[group]
+	if w == nil {
+		w = &rowWrites{}
+		g.by[group] = w
+		g.groups = append(g.groups, group)
+	}
+	w.add(pid, cursor, lease, secs, leaseTo, counts, bisect)
+}
+
+// queue queues one consume_update_many per group gathered on b.
+func (g *groupWrites) queue(b *pgx.Batch) {
+	for _, group := range g.groups {
+		g.by[group].queue(b, group, nil)
+	}
+}
+
 // readSegmentsMany returns a consume_segments_many row reader that appends
 // each row to segs[position-1].
 func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
@@ -779,11 +809,13 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 
 // ackTx runs Ack's transaction on conn, a connection outside a transaction,
 // over rows in lock order, in two round trips whatever the number of rows:
-// the first carries BEGIN, every consumer row's creation (partition
-// key-share locks, ascending, before any consumer row is locked, as
-// transactions do, so the two cannot deadlock), every row's lock (ascending)
-// and the resolution of its items; the second every row's update and
-// COMMIT. Settling an expired lease or writing a DLQ copy (rare) adds its
+// the first carries BEGIN, consume_plan_begin (no sequential scans), every
+// consumer row's creation (partition key-share locks, ascending, before any
+// consumer row is locked, as transactions do, so the two cannot deadlock),
+// every row's lock (one statement, ack_lock_many, ascending) and the
+// resolution of its items (consume_hash_at_many for all rows, one
+// consume_resolve per row acked by transactionId alone); the second every
+// row's update (one consume_update_many per consumer group) and COMMIT. Settling an expired lease or writing a DLQ copy (rare) adds its
 // own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
 // unless the server answered an error (the transaction rolled back); on any
 // error the caller rolls back. A row in known is not created (see
@@ -792,6 +824,7 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent), known *knownRows) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(sqlConsumePlanBegin)
 	for _, a := range rows {
 		if a.known = known.has(a.key); a.known {
 			continue
@@ -802,9 +835,7 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 			return nil
 		})
 	}
-	for _, a := range rows {
-		a.queueLock(b, items)
-	}
+	lockAcks(b, rows, items)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if obs != nil && lockTimedOut(err) {
@@ -830,11 +861,13 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 		}
 	}
 	b = &pgx.Batch{}
+	ws := &groupWrites{}
 	for _, a := range rows {
-		if err := a.settle(ctx, conn, items, out, b); err != nil {
+		if err := a.settle(ctx, conn, items, out, b, ws); err != nil {
 			return err
 		}
 	}
+	ws.queue(b)
 	b.Queue("COMMIT")
 	willCommit(conn)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -871,7 +904,7 @@ func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.Ack
 		return err
 	}
 	b = &pgx.Batch{}
-	if err := a.settle(ctx, tx, items, out, b); err != nil {
+	if err := a.settle(ctx, tx, items, out, b, nil); err != nil {
 		return err
 	}
 	settled.add(a.st.leases)
@@ -919,8 +952,9 @@ type resolvedTxn struct {
 	any   bool
 }
 
-// queueLock queues on b, after what the caller queued there (BEGIN,
-// consumer rows to create, other rows' locks), the row's lock (ack_lock),
+// queueLock queues on b, for one row (a transaction's acks,
+// ackConsumerRow; an ack call's rows go through lockAcks), after what the
+// caller queued there, the row's lock (ack_lock),
 // the resolution of its items acked by transactionId (consume_resolve) and
 // the hashes at the offsets of items that name both (consume_hash_at). The
 // results land in a once the caller has sent b.
@@ -933,23 +967,13 @@ func (a *consumerAcks) queueLock(b *pgx.Batch, items []queen.AckItem) {
 		a.found = err == nil
 		return err
 	})
-	var hashes []pgtype.UUID
-	for _, i := range a.idx {
-		if items[i].Offset < 0 {
-			hashes = append(hashes, pgtype.UUID{Bytes: items[i].Hash, Valid: true})
-		}
-	}
-	a.txns = map[queen.Hash]resolvedTxn{}
-	if len(hashes) > 0 {
-		b.Queue(sqlConsumeResolve, a.key.pid, hashes, a.key.group).Query(a.readResolved)
-	}
+	a.queueResolve(b, items)
 	var both []int64
 	for _, i := range a.idx {
 		if items[i].Offset >= 0 && items[i].TransactionID != "" {
 			both = append(both, items[i].Offset)
 		}
 	}
-	a.hashAt = map[int64]queen.Hash{}
 	if len(both) > 0 {
 		b.Queue(sqlConsumeHashAt, a.key.pid, both).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -965,6 +989,80 @@ func (a *consumerAcks) queueLock(b *pgx.Batch, items []queen.AckItem) {
 			return rows.Err()
 		})
 	}
+}
+
+// lockAcks queues on b, after what the caller queued there (BEGIN,
+// consumer rows to create), what queueLock queues for each of rows (in lock
+// order), in as few statements as the rows allow: every row's lock in one
+// ack_lock_many, the hashes at the offsets of every item naming both an
+// offset and a transactionId in one consume_hash_at_many, and one
+// consume_resolve per row with items acked by transactionId alone.
+func lockAcks(b *pgx.Batch, rows []*consumerAcks, items []queen.AckItem) {
+	pids := make([]uuid.UUID, len(rows))
+	groups := make([]string, len(rows))
+	for k, a := range rows {
+		pids[k], groups[k] = a.key.pid, a.key.group
+	}
+	b.Queue(sqlAckLockMany, pids, groups).Query(func(res pgx.Rows) error {
+		for res.Next() {
+			var i int64
+			var st consumerState
+			if err := st.scanAfter(res, []any{&i}, true); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(rows)) || rows[i-1].found {
+				return fmt.Errorf("persistence: ack_lock_many returned position %d of %d", i, len(rows))
+			}
+			rows[i-1].st, rows[i-1].found = st, true
+		}
+		return res.Err()
+	})
+	var hp []uuid.UUID
+	var ho []int64
+	var owner []*consumerAcks
+	for _, a := range rows {
+		a.queueResolve(b, items)
+		for _, i := range a.idx {
+			if items[i].Offset >= 0 && items[i].TransactionID != "" {
+				hp, ho, owner = append(hp, a.key.pid), append(ho, items[i].Offset), append(owner, a)
+			}
+		}
+	}
+	if len(hp) == 0 {
+		return
+	}
+	b.Queue(sqlConsumeHashAtMany, hp, ho).Query(func(res pgx.Rows) error {
+		for res.Next() {
+			var i int64
+			var h []byte
+			if err := res.Scan(&i, &h); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(hp)) {
+				return fmt.Errorf("persistence: consume_hash_at_many returned position %d of %d", i, len(hp))
+			}
+			if len(h) == len(queen.Hash{}) {
+				owner[i-1].hashAt[ho[i-1]] = queen.Hash(h)
+			}
+		}
+		return res.Err()
+	})
+}
+
+// queueResolve queues the resolution of the row's items acked by
+// transactionId (consume_resolve) and readies a.txns and a.hashAt.
+func (a *consumerAcks) queueResolve(b *pgx.Batch, items []queen.AckItem) {
+	var hashes []pgtype.UUID
+	for _, i := range a.idx {
+		if items[i].Offset < 0 {
+			hashes = append(hashes, pgtype.UUID{Bytes: items[i].Hash, Valid: true})
+		}
+	}
+	a.txns = map[queen.Hash]resolvedTxn{}
+	if len(hashes) > 0 {
+		b.Queue(sqlConsumeResolve, a.key.pid, hashes, a.key.group).Query(a.readResolved)
+	}
+	a.hashAt = map[int64]queen.Hash{}
 }
 
 // readResolved reads consume_resolve's rows into a.txns.
@@ -986,9 +1084,11 @@ func (a *consumerAcks) readResolved(rows pgx.Rows) error {
 // every item is resolved to an offset or answered now (targets); rules.Ack
 // decides the rest. The DLQ copies are written at once; the row's update
 // (cursor, lease, failure counts) is queued on b, which the caller sends,
-// with COMMIT or not. The answers stand once b is sent. A partition that
-// does not exist answers every item unresolvable and queues nothing.
-func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.AckItem, out []queen.AckResult, b *pgx.Batch) error {
+// with COMMIT or not; with ws the update is gathered there instead (the
+// caller queues ws on b before COMMIT). The answers stand once b is sent. A
+// partition that does not exist answers every item unresolvable and queues
+// nothing.
+func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.AckItem, out []queen.AckResult, b *pgx.Batch, ws *groupWrites) error {
 	if !a.found {
 		for _, i := range a.idx {
 			out[i].Result = queen.Unresolvable
@@ -1041,7 +1141,15 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	if d.KeepLease {
 		lease = uuid.UUID(st.leaseID.Bytes)
 	}
-	b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts, bisect)
+	if ws != nil {
+		kept := uuid.Nil
+		if d.KeepLease {
+			kept = uuid.UUID(st.leaseID.Bytes)
+		}
+		ws.add(a.key.group, a.key.pid, d.Cursor, kept, nil, st.leaseTo, counts, bisect)
+	} else {
+		b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts, bisect)
+	}
 	for _, i := range a.idx {
 		c := d.Cursor
 		out[i].Cursor = &c

@@ -16,7 +16,7 @@ import (
 
 // fillMany inserts partitions p<from>..p<to> of queue q (ids md5 of their
 // names), each with a consumer row of group g at cursor 4 and five old
-// two-message segments (offsets 0..9).
+// two-message segments (offsets 0..9) with their log_txns rows.
 func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 	t.Helper()
 	ctx := context.Background()
@@ -30,11 +30,16 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', ''::bytea, ''::bytea
 		  FROM generate_series($1::int, $2::int) g, generate_series(0, 8, 2) o`, from, to)
 	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', decode(repeat('cd', 32), 'hex')
+		  FROM generate_series($1::int, $2::int) g, generate_series(0, 8, 2) o`, from, to)
+	require.NoError(t, err)
 }
 
 // TestManyPlansStayIndexed: the array statements of a multi-partition pop
 // (consume_lock_many, consume_lock_many_skip, consume_segments_many,
-// consume_update_many), run
+// consume_update_many) and of an ack (ack_lock_many, consume_hash_at_many),
+// run
 // as the pop runs them (after consume_plan_begin), keep one keyed lookup
 // per partition with a generic plan cached while the tables were tiny and
 // used once they hold 10,000 partitions: no scan of queen.consumers,
@@ -66,6 +71,8 @@ func TestManyPlansStayIndexed(t *testing.T) {
 		{"lock_many", sqlConsumeLockMany, "uuid[], text", arr + ", 'g'"},
 		{"lock_many_skip", sqlConsumeLockManySk, "uuid[], text", arr + ", 'g'"},
 		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
+		{"ack_lock_many", sqlAckLockMany, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
+		{"hash_at_many", sqlConsumeHashAtMany, "uuid[], bigint[]", arr + ", array_fill(7::bigint, ARRAY[32])"},
 		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
 			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +
 				" array_fill(NULL::bigint, ARRAY[32]), array_fill('{}'::jsonb, ARRAY[32]), array_fill(NULL::jsonb, ARRAY[32])"},

@@ -272,8 +272,10 @@ func TestPopPartitionsBisects(t *testing.T) {
 
 // TestAckOneRoundTripPerSide: an ack of a multi-partition pop's messages
 // locks every consumer row it touches in one round trip and writes them and
-// commits in a second, whatever the number of partitions (1 to 50); every
-// ack is applied and the next pop starts after the acked spans.
+// commits in a second, whatever the number of partitions (1 to 50), each
+// side one statement for all rows (ack_lock_many and consume_hash_at_many,
+// consume_update_many); every ack is applied and the next pop starts after
+// the acked spans.
 func TestAckOneRoundTripPerSide(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
@@ -296,6 +298,13 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 		require.NoError(t, ackTx(ctx, cq, acks, out, rows, nil, nil))
 		conn.Release()
 		require.Equal(t, 2, cq.trips, "%d partitions: lock and commit", n)
+		for _, c := range []struct {
+			sql  string
+			want int
+		}{{sqlAckLockMany, 1}, {sqlConsumeHashAtMany, 1}, {sqlConsumeUpdateMany, 1}, {sqlConsumePlanBegin, 1},
+			{sqlAckLock, 0}, {sqlConsumeHashAt, 0}, {sqlConsumeUpdate, 0}} {
+			require.Equal(t, c.want, cq.count(c.sql), "%d partitions: %.60s", n, c.sql)
+		}
 		for i, r := range out {
 			require.Equal(t, queen.Acked, r.Result, "ack %d", i)
 		}
@@ -318,7 +327,8 @@ func byID(pids []uuid.UUID) []uuid.UUID {
 // its position in the request. With the middle row held by another
 // session, a lock of [hi, lo, mid] waits holding lo's row and not hi's;
 // once released, it returns all three at their positions. A partition
-// without a consumer row returns no row.
+// without a consumer row returns no row. ack_lock_many locks in the order
+// it is given (the ack's lock order), the same way.
 func TestLockManyAscendingOrder(t *testing.T) {
 	t.Parallel()
 	s, _, url := setupLocks(t)
@@ -363,16 +373,19 @@ func TestLockManyAscendingOrder(t *testing.T) {
 	}()
 
 	// Wait (polling, with a deadline) until the lock statement waits for mid.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting bool
-		require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`, backend).Scan(&waiting))
-		if waiting {
-			break
+	waitBlocked := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var waiting bool
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`, backend).Scan(&waiting))
+			if waiting {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "the lock statement never waited")
+			time.Sleep(5 * time.Millisecond)
 		}
-		require.True(t, time.Now().Before(deadline), "the lock statement never waited")
-		time.Sleep(5 * time.Millisecond)
 	}
+	waitBlocked()
 	free := func() []uuid.UUID {
 		rows, err := s.pool.Query(ctx, `SELECT partition_id FROM queen.consumers WHERE consumer_group = 'g' ORDER BY partition_id FOR UPDATE SKIP LOCKED`)
 		require.NoError(t, err)
@@ -386,6 +399,41 @@ func TestLockManyAscendingOrder(t *testing.T) {
 	r := <-done
 	require.NoError(t, r.err)
 	require.Equal(t, []int64{2, 4, 1}, r.pos, "lo, mid, hi at their positions in the request; missing has no row")
+	require.Empty(t, free(), "all three locked")
+	require.NoError(t, tx.Rollback(ctx))
+
+	// ack_lock_many locks in the order given (the ack's: ascending
+	// partition id, then group), each row with its lock wait.
+	release = holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, mid)
+	tx, err = conn.Begin(ctx)
+	require.NoError(t, err)
+	go func() {
+		rows, err := tx.Query(ctx, sqlAckLockMany, []uuid.UUID{lo, missing, mid, hi}, []string{"g", "g", "g", "g"})
+		if err != nil {
+			done <- got{err: err}
+			return
+		}
+		var pos []int64
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				done <- got{err: err}
+				return
+			}
+			if w := vals[len(vals)-1].(float64); w < 0 {
+				done <- got{err: fmt.Errorf("negative lock wait %v", w)}
+				return
+			}
+			pos = append(pos, vals[0].(int64))
+		}
+		done <- got{pos: pos, err: rows.Err()}
+	}()
+	waitBlocked()
+	require.Equal(t, []uuid.UUID{hi}, free(), "lo is locked (before mid), hi is not yet (after mid)")
+	release()
+	r = <-done
+	require.NoError(t, r.err)
+	require.Equal(t, []int64{1, 3, 4}, r.pos)
 	require.Empty(t, free(), "all three locked")
 }
 
