@@ -809,22 +809,30 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 
 // ackTx runs Ack's transaction on conn, a connection outside a transaction,
 // over rows in lock order, in two round trips whatever the number of rows:
-// the first carries BEGIN, consume_plan_begin (no sequential scans), every
-// consumer row's creation (partition key-share locks, ascending, before any
-// consumer row is locked, as transactions do, so the two cannot deadlock),
-// every row's lock (one statement, ack_lock_many, ascending) and the
-// resolution of its items (consume_hash_at_many for all rows, one
-// consume_resolve per row acked by transactionId alone); the second every
-// row's update (one consume_update_many per consumer group) and COMMIT. Settling an expired lease or writing a DLQ copy (rare) adds its
+// the first carries BEGIN, every consumer row's creation (partition
+// key-share locks, ascending, before any consumer row is locked, as
+// transactions do, so the two cannot deadlock), every row's lock
+// (ascending) and the resolution of its items; the second every row's
+// update and COMMIT. With several rows the statements do not grow with
+// them: consume_plan_begin (no sequential scans), one ack_lock_many, one
+// consume_hash_at_many, and one consume_update_many per consumer group (one
+// consume_resolve per row acked by transactionId alone); one row uses
+// ack_lock, consume_hash_at and consume_update, as a transaction's acks do. Settling an expired lease or writing a DLQ copy (rare) adds its
 // own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
 // unless the server answered an error (the transaction rolled back); on any
 // error the caller rolls back. A row in known is not created (see
 // knownRows); found missing, it is dropped from known and the call fails
 // with errStaleKnown before anything is written.
 func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent), known *knownRows) error {
+	// One row (the common ack of a one-partition pop): its own statements,
+	// planned as usual; several: the array statements, without sequential
+	// scans (consume_plan_begin).
+	many := len(rows) > 1
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(sqlConsumePlanBegin)
+	if many {
+		b.Queue(sqlConsumePlanBegin)
+	}
 	for _, a := range rows {
 		if a.known = known.has(a.key); a.known {
 			continue
@@ -835,7 +843,13 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 			return nil
 		})
 	}
-	lockAcks(b, rows, items)
+	if many {
+		lockAcks(b, rows, items)
+	} else {
+		for _, a := range rows {
+			a.queueLock(b, items)
+		}
+	}
 	start := time.Now()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if obs != nil && lockTimedOut(err) {
@@ -861,13 +875,18 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 		}
 	}
 	b = &pgx.Batch{}
-	ws := &groupWrites{}
+	var ws *groupWrites // nil: settle queues consume_update
+	if many {
+		ws = &groupWrites{}
+	}
 	for _, a := range rows {
 		if err := a.settle(ctx, conn, items, out, b, ws); err != nil {
 			return err
 		}
 	}
-	ws.queue(b)
+	if ws != nil {
+		ws.queue(b)
+	}
 	b.Queue("COMMIT")
 	willCommit(conn)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {

@@ -29,7 +29,11 @@ import (
 // creates the consumer rows on first use (in ascending partition id order,
 // as Ack does), locks them (skipping a row another request holds when
 // spec.SkipLocked, else waiting in ascending order) and reads every
-// partition's segments; the second writes the claimed rows and commits. An
+// partition's segments; the second writes the claimed rows and commits.
+// The locks, the reads and the writes are one statement each whatever
+// len(pids) (consume_lock_many, consume_segments_many, consume_update_many),
+// run with enable_seqscan off (consume_plan_begin); only the creation of
+// rows not yet known is a statement per partition. An
 // expired lease to settle (see expireLease) costs its settlement's round
 // trips. states has one PopState per pid: PopDelivered, PopEmpty, PopBusy
 // (another consumer's live lease or a skipped lock), PopNotYet (nothing
