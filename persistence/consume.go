@@ -23,10 +23,17 @@ var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeForget     = q("consume_forget")
 	sqlConsumeHashAt     = q("consume_hash_at")
+	sqlConsumeHashAtMany = q("consume_hash_at_many")
+	sqlAckLockMany       = q("ack_lock_many")
 	sqlConsumeLock       = q("consume_lock")
 	sqlConsumeLockSkip   = q("consume_lock_skip")
+	sqlConsumeLockMany   = q("consume_lock_many")
+	sqlConsumeLockManySk = q("consume_lock_many_skip")
 	sqlConsumeSegments   = q("consume_segments")
+	sqlConsumeSegsMany   = q("consume_segments_many")
+	sqlConsumePlanBegin  = q("consume_plan_begin")
 	sqlConsumeUpdate     = q("consume_update")
+	sqlConsumeUpdateMany = q("consume_update_many")
 	sqlConsumeResolve    = q("consume_resolve")
 	sqlConsumeSegmentAt  = q("consume_segment_at")
 	sqlConsumeDeadLetter = q("consume_dead_letter")
@@ -118,10 +125,14 @@ type consumerState struct {
 func (c *consumerState) scan(row pgx.Row) error { return c.scanRow(row, false) }
 
 // scanRow reads consume_lock's columns, and with wait ack_lock's lock wait.
-func (c *consumerState) scanRow(row pgx.Row, wait bool) error {
+func (c *consumerState) scanRow(row pgx.Row, wait bool) error { return c.scanAfter(row, nil, wait) }
+
+// scanAfter reads the columns pre (a many statement's position column),
+// then consume_lock's, and with wait ack_lock's lock wait.
+func (c *consumerState) scanAfter(row pgx.Row, pre []any, wait bool) error {
 	var counts, bisect []byte
-	dst := []any{&c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
-		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect}
+	dst := append(pre, &c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
+		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect)
 	if wait {
 		dst = append(dst, &c.lockWait)
 	}
@@ -227,6 +238,32 @@ func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *co
 		}
 		*found = err == nil
 		return err
+	})
+}
+
+// lockMany queues the lock of the consumer rows of pids (distinct) for
+// group in one statement (consume_lock_many, or with skipLocked
+// consume_lock_many_skip, which finds no row another request holds): the
+// rows are locked in ascending partition id whatever pids' order; sts[i]
+// and found[i] receive pids[i]'s row (found false: no row, or skipped).
+func lockMany(b *pgx.Batch, pids []uuid.UUID, group string, skipLocked bool, sts []consumerState, found []bool) {
+	lock := sqlConsumeLockMany
+	if skipLocked {
+		lock = sqlConsumeLockManySk
+	}
+	b.Queue(lock, pids, group).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i int64
+			var st consumerState
+			if err := st.scanAfter(rows, []any{&i}, false); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(pids)) || found[i-1] {
+				return fmt.Errorf("persistence: consume_lock_many returned position %d of %d", i, len(pids))
+			}
+			sts[i-1], found[i-1] = st, true
+		}
+		return rows.Err()
 	})
 }
 
@@ -354,6 +391,107 @@ func readSegments(segs *[]popSegment) func(pgx.Rows) error {
 				return err
 			}
 			*segs = append(*segs, sg)
+		}
+		return rows.Err()
+	}
+}
+
+// rowWrites gathers writes of consumer rows of one group, each as
+// consume_update writes it, for one consume_update_many statement.
+type rowWrites struct {
+	pids    []uuid.UUID
+	cursors []int64
+	leases  []pgtype.UUID
+	secs    []*float64
+	leaseTo []*int64
+	counts  [][]byte
+	bisects [][]byte
+}
+
+// add gathers the write of pid's row: consume_update's $3..$8 (lease
+// uuid.Nil releases the lease; secs nil keeps the expiry).
+func (w *rowWrites) add(pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
+	w.pids = append(w.pids, pid)
+	w.cursors = append(w.cursors, cursor)
+	w.leases = append(w.leases, pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil})
+	w.secs = append(w.secs, secs)
+	w.leaseTo = append(w.leaseTo, leaseTo)
+	w.counts = append(w.counts, counts)
+	w.bisects = append(w.bisects, bisect)
+}
+
+// queue queues the gathered writes on b as one consume_update_many (none
+// when nothing was gathered); expires, when not nil, receives the earliest
+// lease expiry written (nil when no row holds a lease).
+func (w *rowWrites) queue(b *pgx.Batch, group string, expires **time.Time) {
+	if len(w.pids) == 0 {
+		return
+	}
+	b.Queue(sqlConsumeUpdateMany, w.pids, group, w.cursors, w.leases, w.secs, w.leaseTo, w.counts, w.bisects).Query(func(rows pgx.Rows) error {
+		n := 0
+		for rows.Next() {
+			var i int64
+			var at *time.Time
+			if err := rows.Scan(&i, &at); err != nil {
+				return err
+			}
+			n++
+			if expires != nil && at != nil && (*expires == nil || at.Before(**expires)) {
+				*expires = at
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n != len(w.pids) {
+			return fmt.Errorf("persistence: consume_update_many wrote %d of %d consumer rows", n, len(w.pids))
+		}
+		return nil
+	})
+}
+
+// groupWrites gathers consumer row writes per consumer group (an ack's
+// rows may belong to several), each group's for one consume_update_many.
+type groupWrites struct {
+	groups []string
+	by     map[string]*rowWrites
+}
+
+// add gathers the write of (pid, group)'s row (see rowWrites.add).
+func (g *groupWrites) add(group string, pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
+	if g.by == nil {
+		g.by = map[string]*rowWrites{}
+	}
+	w := g.by[group]
+	if w == nil {
+		w = &rowWrites{}
+		g.by[group] = w
+		g.groups = append(g.groups, group)
+	}
+	w.add(pid, cursor, lease, secs, leaseTo, counts, bisect)
+}
+
+// queue queues one consume_update_many per group gathered on b.
+func (g *groupWrites) queue(b *pgx.Batch) {
+	for _, group := range g.groups {
+		g.by[group].queue(b, group, nil)
+	}
+}
+
+// readSegmentsMany returns a consume_segments_many row reader that appends
+// each row to segs[position-1].
+func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i, last int64
+			var sg popSegment
+			if err := rows.Scan(&i, &sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(segs)) {
+				return fmt.Errorf("persistence: consume_segments_many returned position %d of %d", i, len(segs))
+			}
+			segs[i-1] = append(segs[i-1], sg)
 		}
 		return rows.Err()
 	}
@@ -673,17 +811,28 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 // over rows in lock order, in two round trips whatever the number of rows:
 // the first carries BEGIN, every consumer row's creation (partition
 // key-share locks, ascending, before any consumer row is locked, as
-// transactions do, so the two cannot deadlock), every row's lock (ascending)
-// and the resolution of its items; the second every row's update and
-// COMMIT. Settling an expired lease or writing a DLQ copy (rare) adds its
+// transactions do, so the two cannot deadlock), every row's lock
+// (ascending) and the resolution of its items; the second every row's
+// update and COMMIT. With several rows the statements do not grow with
+// them: consume_plan_begin (no sequential scans), one ack_lock_many, one
+// consume_hash_at_many, and one consume_update_many per consumer group (one
+// consume_resolve per row acked by transactionId alone); one row uses
+// ack_lock, consume_hash_at and consume_update, as a transaction's acks do. Settling an expired lease or writing a DLQ copy (rare) adds its
 // own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
 // unless the server answered an error (the transaction rolled back); on any
 // error the caller rolls back. A row in known is not created (see
 // knownRows); found missing, it is dropped from known and the call fails
 // with errStaleKnown before anything is written.
 func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent), known *knownRows) error {
+	// One row (the common ack of a one-partition pop): its own statements,
+	// planned as usual; several: the array statements, without sequential
+	// scans (consume_plan_begin).
+	many := len(rows) > 1
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if many {
+		b.Queue(sqlConsumePlanBegin)
+	}
 	for _, a := range rows {
 		if a.known = known.has(a.key); a.known {
 			continue
@@ -694,8 +843,12 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 			return nil
 		})
 	}
-	for _, a := range rows {
-		a.queueLock(b, items)
+	if many {
+		lockAcks(b, rows, items)
+	} else {
+		for _, a := range rows {
+			a.queueLock(b, items)
+		}
 	}
 	start := time.Now()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -722,10 +875,17 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 		}
 	}
 	b = &pgx.Batch{}
+	var ws *groupWrites // nil: settle queues consume_update
+	if many {
+		ws = &groupWrites{}
+	}
 	for _, a := range rows {
-		if err := a.settle(ctx, conn, items, out, b); err != nil {
+		if err := a.settle(ctx, conn, items, out, b, ws); err != nil {
 			return err
 		}
+	}
+	if ws != nil {
+		ws.queue(b)
 	}
 	b.Queue("COMMIT")
 	willCommit(conn)
@@ -763,7 +923,7 @@ func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.Ack
 		return err
 	}
 	b = &pgx.Batch{}
-	if err := a.settle(ctx, tx, items, out, b); err != nil {
+	if err := a.settle(ctx, tx, items, out, b, nil); err != nil {
 		return err
 	}
 	settled.add(a.st.leases)
@@ -811,8 +971,9 @@ type resolvedTxn struct {
 	any   bool
 }
 
-// queueLock queues on b, after what the caller queued there (BEGIN,
-// consumer rows to create, other rows' locks), the row's lock (ack_lock),
+// queueLock queues on b, for one row (a transaction's acks,
+// ackConsumerRow; an ack call's rows go through lockAcks), after what the
+// caller queued there, the row's lock (ack_lock),
 // the resolution of its items acked by transactionId (consume_resolve) and
 // the hashes at the offsets of items that name both (consume_hash_at). The
 // results land in a once the caller has sent b.
@@ -825,23 +986,13 @@ func (a *consumerAcks) queueLock(b *pgx.Batch, items []queen.AckItem) {
 		a.found = err == nil
 		return err
 	})
-	var hashes []pgtype.UUID
-	for _, i := range a.idx {
-		if items[i].Offset < 0 {
-			hashes = append(hashes, pgtype.UUID{Bytes: items[i].Hash, Valid: true})
-		}
-	}
-	a.txns = map[queen.Hash]resolvedTxn{}
-	if len(hashes) > 0 {
-		b.Queue(sqlConsumeResolve, a.key.pid, hashes, a.key.group).Query(a.readResolved)
-	}
+	a.queueResolve(b, items)
 	var both []int64
 	for _, i := range a.idx {
 		if items[i].Offset >= 0 && items[i].TransactionID != "" {
 			both = append(both, items[i].Offset)
 		}
 	}
-	a.hashAt = map[int64]queen.Hash{}
 	if len(both) > 0 {
 		b.Queue(sqlConsumeHashAt, a.key.pid, both).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -857,6 +1008,80 @@ func (a *consumerAcks) queueLock(b *pgx.Batch, items []queen.AckItem) {
 			return rows.Err()
 		})
 	}
+}
+
+// lockAcks queues on b, after what the caller queued there (BEGIN,
+// consumer rows to create), what queueLock queues for each of rows (in lock
+// order), in as few statements as the rows allow: every row's lock in one
+// ack_lock_many, the hashes at the offsets of every item naming both an
+// offset and a transactionId in one consume_hash_at_many, and one
+// consume_resolve per row with items acked by transactionId alone.
+func lockAcks(b *pgx.Batch, rows []*consumerAcks, items []queen.AckItem) {
+	pids := make([]uuid.UUID, len(rows))
+	groups := make([]string, len(rows))
+	for k, a := range rows {
+		pids[k], groups[k] = a.key.pid, a.key.group
+	}
+	b.Queue(sqlAckLockMany, pids, groups).Query(func(res pgx.Rows) error {
+		for res.Next() {
+			var i int64
+			var st consumerState
+			if err := st.scanAfter(res, []any{&i}, true); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(rows)) || rows[i-1].found {
+				return fmt.Errorf("persistence: ack_lock_many returned position %d of %d", i, len(rows))
+			}
+			rows[i-1].st, rows[i-1].found = st, true
+		}
+		return res.Err()
+	})
+	var hp []uuid.UUID
+	var ho []int64
+	var owner []*consumerAcks
+	for _, a := range rows {
+		a.queueResolve(b, items)
+		for _, i := range a.idx {
+			if items[i].Offset >= 0 && items[i].TransactionID != "" {
+				hp, ho, owner = append(hp, a.key.pid), append(ho, items[i].Offset), append(owner, a)
+			}
+		}
+	}
+	if len(hp) == 0 {
+		return
+	}
+	b.Queue(sqlConsumeHashAtMany, hp, ho).Query(func(res pgx.Rows) error {
+		for res.Next() {
+			var i int64
+			var h []byte
+			if err := res.Scan(&i, &h); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(hp)) {
+				return fmt.Errorf("persistence: consume_hash_at_many returned position %d of %d", i, len(hp))
+			}
+			if len(h) == len(queen.Hash{}) {
+				owner[i-1].hashAt[ho[i-1]] = queen.Hash(h)
+			}
+		}
+		return res.Err()
+	})
+}
+
+// queueResolve queues the resolution of the row's items acked by
+// transactionId (consume_resolve) and readies a.txns and a.hashAt.
+func (a *consumerAcks) queueResolve(b *pgx.Batch, items []queen.AckItem) {
+	var hashes []pgtype.UUID
+	for _, i := range a.idx {
+		if items[i].Offset < 0 {
+			hashes = append(hashes, pgtype.UUID{Bytes: items[i].Hash, Valid: true})
+		}
+	}
+	a.txns = map[queen.Hash]resolvedTxn{}
+	if len(hashes) > 0 {
+		b.Queue(sqlConsumeResolve, a.key.pid, hashes, a.key.group).Query(a.readResolved)
+	}
+	a.hashAt = map[int64]queen.Hash{}
 }
 
 // readResolved reads consume_resolve's rows into a.txns.
@@ -878,9 +1103,11 @@ func (a *consumerAcks) readResolved(rows pgx.Rows) error {
 // every item is resolved to an offset or answered now (targets); rules.Ack
 // decides the rest. The DLQ copies are written at once; the row's update
 // (cursor, lease, failure counts) is queued on b, which the caller sends,
-// with COMMIT or not. The answers stand once b is sent. A partition that
-// does not exist answers every item unresolvable and queues nothing.
-func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.AckItem, out []queen.AckResult, b *pgx.Batch) error {
+// with COMMIT or not; with ws the update is gathered there instead (the
+// caller queues ws on b before COMMIT). The answers stand once b is sent. A
+// partition that does not exist answers every item unresolvable and queues
+// nothing.
+func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.AckItem, out []queen.AckResult, b *pgx.Batch, ws *groupWrites) error {
 	if !a.found {
 		for _, i := range a.idx {
 			out[i].Result = queen.Unresolvable
@@ -933,7 +1160,15 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	if d.KeepLease {
 		lease = uuid.UUID(st.leaseID.Bytes)
 	}
-	b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts, bisect)
+	if ws != nil {
+		kept := uuid.Nil
+		if d.KeepLease {
+			kept = uuid.UUID(st.leaseID.Bytes)
+		}
+		ws.add(a.key.group, a.key.pid, d.Cursor, kept, nil, st.leaseTo, counts, bisect)
+	} else {
+		b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts, bisect)
+	}
 	for _, i := range a.idx {
 		c := d.Cursor
 		out[i].Cursor = &c

@@ -29,7 +29,11 @@ import (
 // creates the consumer rows on first use (in ascending partition id order,
 // as Ack does), locks them (skipping a row another request holds when
 // spec.SkipLocked, else waiting in ascending order) and reads every
-// partition's segments; the second writes the claimed rows and commits. An
+// partition's segments; the second writes the claimed rows and commits.
+// The locks, the reads and the writes are one statement each whatever
+// len(pids) (consume_lock_many, consume_segments_many, consume_update_many),
+// run with enable_seqscan off (consume_plan_begin); only the creation of
+// rows not yet known is a statement per partition. An
 // expired lease to settle (see expireLease) costs its settlement's round
 // trips. states has one PopState per pid: PopDelivered, PopEmpty, PopBusy
 // (another consumer's live lease or a skipped lock), PopNotYet (nothing
@@ -95,12 +99,15 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 		}
 	}
 	// Round trip 2: write the claimed rows (and the bisections a pop that
-	// delivers nothing changed) and commit.
+	// delivers nothing changed) in one statement (consume_update_many) and
+	// commit.
 	b := &pgx.Batch{}
-	out, claimed, err := pm.claim(b, lease, most)
+	var w rowWrites
+	out, claimed, err := pm.claim(&w, lease, most)
 	if err != nil {
 		return queen.PopResult{}, err
 	}
+	w.queue(b, spec.Group, &pm.expires)
 	b.Queue("COMMIT")
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return queen.PopResult{}, unavailable(err)
@@ -131,12 +138,15 @@ type popMany struct {
 	sts     []consumerState
 	found   []bool
 	segs    [][]popSegment
-	expires *time.Time // the lease's expiry, read back with the first leased row
+	expires *time.Time // the lease's expiry: the earliest of the leased rows'
 	known   *knownRows // consumer rows not to create (see knownRows)
 }
 
-// read is round trip 1: BEGIN, then create (unless known), lock (ascending
-// partition id) and read every partition's span.
+// read is round trip 1: BEGIN and consume_plan_begin (no sequential
+// scans in this transaction), then create the consumer rows (unless known,
+// one statement per partition, ascending partition id), lock them (one
+// statement, consume_lock_many: ascending partition id) and read every
+// partition's span (one statement, consume_segments_many).
 func (pm *popMany) read(ctx context.Context, tx querier) error {
 	order := make([]int, len(pm.pids))
 	for i := range order {
@@ -146,16 +156,15 @@ func (pm *popMany) read(ctx context.Context, tx querier) error {
 	spec := pm.spec
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(sqlConsumePlanBegin)
 	skipped := make([]bool, len(pm.pids))
 	for _, i := range order {
 		if skipped[i] = pm.known.has(ackKey{pm.pids[i], spec.Group}); !skipped[i] {
 			ensureConsumer(b, pm.pids[i], spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
 		}
 	}
-	for _, i := range order {
-		lockOnly(b, pm.pids[i], spec.Group, spec.SkipLocked, &pm.sts[i], &pm.found[i])
-		b.Queue(sqlConsumeSegments, pm.pids[i], spec.Group, spec.Batch).Query(readSegments(&pm.segs[i]))
-	}
+	lockMany(b, pm.pids, spec.Group, spec.SkipLocked, pm.sts, pm.found)
+	b.Queue(sqlConsumeSegsMany, pm.pids, spec.Group, spec.Batch).Query(readSegmentsMany(pm.segs))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return unavailable(err)
 	}
@@ -201,15 +210,15 @@ func (pm *popMany) settleExpired(ctx context.Context, tx querier) error {
 
 // claim takes, partition by partition in pids' order, the messages that
 // fit (the batch, most partitions, the reply's bytes, each row's
-// bisection), queues each claimed row's write on b, and sets states.
-func (pm *popMany) claim(b *pgx.Batch, lease uuid.UUID, most int) (queen.PopResult, int, error) {
+// bisection), gathers each claimed row's write in w, and sets states.
+func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResult, int, error) {
 	spec := pm.spec
 	maxBytes := spec.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = queen.MaxPopReplyBytes
 	}
 	var out queen.PopResult
-	size, claimed, leased := 0, 0, false
+	size, claimed := 0, 0
 	for i, pid := range pm.pids {
 		st := &pm.sts[i]
 		if !pm.found[i] || st.live {
@@ -232,7 +241,7 @@ func (pm *popMany) claim(b *pgx.Batch, lease uuid.UUID, most int) (queen.PopResu
 		idle := func(state PopState) {
 			pm.states[i] = state
 			if changed {
-				b.Queue(sqlConsumeUpdate, pid, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
+				w.add(pid, st.cursor, uuid.Nil, nil, nil, counts, bisect)
 			}
 		}
 		if st.cursor >= st.lastOffset {
@@ -259,13 +268,10 @@ func (pm *popMany) claim(b *pgx.Batch, lease uuid.UUID, most int) (queen.PopResu
 			if counts, err = encodeCounts(st.failCounts); err != nil {
 				return out, 0, err
 			}
-			b.Queue(sqlConsumeUpdate, pid, spec.Group, last, nil, nil, nil, counts, bisect)
+			w.add(pid, last, uuid.Nil, nil, nil, counts, bisect)
 		} else {
-			q := b.Queue(sqlConsumeUpdate, pid, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts, bisect)
-			if !leased { // every row's expiry is within the round trip: the first answers
-				leased = true
-				q.QueryRow(func(row pgx.Row) error { return row.Scan(&pm.expires) })
-			}
+			secs, to := float64(st.leaseTime), last
+			w.add(pid, st.cursor, lease, &secs, &to, counts, bisect)
 		}
 		if claimed == 0 {
 			out = res

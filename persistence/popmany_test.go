@@ -1,9 +1,11 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -75,8 +77,8 @@ func spanPartitions(t *testing.T, s *Store, queueName string, n, per int) []uuid
 }
 
 // countedPop runs one multi-partition pop on its own connection and
-// returns it with the round trips it made.
-func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []PopState, int) {
+// returns it with the round trips and statements it made.
+func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []PopState, *countingQuerier) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := s.pool.Acquire(ctx)
@@ -87,27 +89,38 @@ func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int
 	var settled LeaseStats
 	res, err := popManyTx(ctx, cq, spec, pids, most, states, &settled, nil)
 	require.NoError(t, err)
-	return res, states, cq.trips
+	return res, states, cq
 }
 
 // TestPopPartitionsOneRoundTrip: a multi-partition pop claims every
 // partition it tries in one round trip and commits in a second, whatever
 // the number of partitions tried (1 to 50), and a pop that finds them all
-// leased makes the same two.
+// leased makes the same two. The consumer rows are locked by one statement
+// (consume_lock_many_skip), their spans read by one (consume_segments_many)
+// and the claimed rows written by one (consume_update_many), not one each
+// per partition.
 func TestPopPartitionsOneRoundTrip(t *testing.T) {
 	s := setup(t)
 	for _, n := range []int{1, 5, 50} {
 		q := fmt.Sprintf("rt%d", n)
 		pids := spanPartitions(t, s, q, n, 3)
-		res, states, trips := countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
-		require.Equal(t, 2, trips, "%d partitions: claim and commit", n)
+		res, states, cq := countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.Equal(t, 2, cq.trips, "%d partitions: claim and commit", n)
+		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d partitions: one lock statement", n)
+		require.Zero(t, cq.count(sqlConsumeLockSkip)+cq.count(sqlConsumeLock))
+		require.Equal(t, 1, cq.count(sqlConsumeSegsMany), "%d partitions: one segments statement", n)
+		require.Zero(t, cq.count(sqlConsumeSegments))
+		require.Equal(t, 1, cq.count(sqlConsumePlanBegin))
+		require.Equal(t, 1, cq.count(sqlConsumeUpdateMany), "%d partitions: one write statement", n)
+		require.Zero(t, cq.count(sqlConsumeUpdate))
 		require.Len(t, res.Messages, 3*n)
 		require.NotNil(t, res.LeaseID)
 		for i, st := range states {
 			require.Equal(t, PopDelivered, st, "partition %d", i)
 		}
-		_, states, trips = countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
-		require.Equal(t, 2, trips, "%d leased partitions", n)
+		_, states, cq = countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		require.Equal(t, 2, cq.trips, "%d leased partitions", n)
+		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d leased partitions: one lock statement", n)
 		for _, st := range states {
 			require.Equal(t, PopBusy, st)
 		}
@@ -259,8 +272,10 @@ func TestPopPartitionsBisects(t *testing.T) {
 
 // TestAckOneRoundTripPerSide: an ack of a multi-partition pop's messages
 // locks every consumer row it touches in one round trip and writes them and
-// commits in a second, whatever the number of partitions (1 to 50); every
-// ack is applied and the next pop starts after the acked spans.
+// commits in a second, whatever the number of partitions (1 to 50), each
+// side one statement for all rows (ack_lock_many and consume_hash_at_many,
+// consume_update_many; one row: ack_lock, consume_hash_at, consume_update);
+// every ack is applied and the next pop starts after the acked spans.
 func TestAckOneRoundTripPerSide(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
@@ -283,6 +298,17 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 		require.NoError(t, ackTx(ctx, cq, acks, out, rows, nil, nil))
 		conn.Release()
 		require.Equal(t, 2, cq.trips, "%d partitions: lock and commit", n)
+		many, one := 1, 0 // one row: the single-row statements
+		if n == 1 {
+			many, one = 0, 1
+		}
+		for _, c := range []struct {
+			sql  string
+			want int
+		}{{sqlAckLockMany, many}, {sqlConsumeHashAtMany, many}, {sqlConsumeUpdateMany, many}, {sqlConsumePlanBegin, many},
+			{sqlAckLock, one}, {sqlConsumeHashAt, one}, {sqlConsumeUpdate, one}} {
+			require.Equal(t, c.want, cq.count(c.sql), "%d partitions: %.60s", n, c.sql)
+		}
 		for i, r := range out {
 			require.Equal(t, queen.Acked, r.Result, "ack %d", i)
 		}
@@ -290,4 +316,267 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, res.Messages, "%d partitions: every span acked", n)
 	}
+}
+
+// byID returns pids sorted ascending (PostgreSQL's uuid order).
+func byID(pids []uuid.UUID) []uuid.UUID {
+	out := append([]uuid.UUID(nil), pids...)
+	sort.Slice(out, func(a, b int) bool { return bytes.Compare(out[a][:], out[b][:]) < 0 })
+	return out
+}
+
+// TestLockManyAscendingOrder: consume_lock_many locks the consumer rows in
+// ascending partition id whatever the order it is given (the order every
+// pop and ack locks in, so none can deadlock), and answers each row with
+// its position in the request. With the middle row held by another
+// session, a lock of [hi, lo, mid] waits holding lo's row and not hi's;
+// once released, it returns all three at their positions. A partition
+// without a consumer row returns no row. ack_lock_many locks in the order
+// it is given (the ack's lock order), the same way.
+func TestLockManyAscendingOrder(t *testing.T) {
+	t.Parallel()
+	s, _, url := setupLocks(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "order", 3, 1)
+	_, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, AutoAck: true}, pids, 0) // creates the rows
+	require.NoError(t, err)
+	sorted := byID(pids)
+	lo, mid, hi := sorted[0], sorted[1], sorted[2]
+	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, mid)
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var backend int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend))
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	missing := uuid.Must(uuid.NewV7())
+	type got struct {
+		pos []int64
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		rows, err := tx.Query(ctx, sqlConsumeLockMany, []uuid.UUID{hi, lo, missing, mid}, "g")
+		if err != nil {
+			done <- got{err: err}
+			return
+		}
+		var pos []int64
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				done <- got{err: err}
+				return
+			}
+			pos = append(pos, vals[0].(int64))
+		}
+		done <- got{pos: pos, err: rows.Err()}
+	}()
+
+	// Wait (polling, with a deadline) until the lock statement waits for mid.
+	waitBlocked := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var waiting bool
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`, backend).Scan(&waiting))
+			if waiting {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "the lock statement never waited")
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitBlocked()
+	free := func() []uuid.UUID {
+		rows, err := s.pool.Query(ctx, `SELECT partition_id FROM queen.consumers WHERE consumer_group = 'g' ORDER BY partition_id FOR UPDATE SKIP LOCKED`)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		require.NoError(t, err)
+		return ids
+	}
+	require.Equal(t, []uuid.UUID{hi}, free(), "lo is locked (before mid), hi is not yet (after mid)")
+
+	release()
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, []int64{2, 4, 1}, r.pos, "lo, mid, hi at their positions in the request; missing has no row")
+	require.Empty(t, free(), "all three locked")
+	require.NoError(t, tx.Rollback(ctx))
+
+	// ack_lock_many locks in the order given (the ack's: ascending
+	// partition id, then group), each row with its lock wait.
+	release = holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, mid)
+	tx, err = conn.Begin(ctx)
+	require.NoError(t, err)
+	go func() {
+		rows, err := tx.Query(ctx, sqlAckLockMany, []uuid.UUID{lo, missing, mid, hi}, []string{"g", "g", "g", "g"})
+		if err != nil {
+			done <- got{err: err}
+			return
+		}
+		var pos []int64
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				done <- got{err: err}
+				return
+			}
+			if w := vals[len(vals)-1].(float64); w < 0 {
+				done <- got{err: fmt.Errorf("negative lock wait %v", w)}
+				return
+			}
+			pos = append(pos, vals[0].(int64))
+		}
+		done <- got{pos: pos, err: rows.Err()}
+	}()
+	waitBlocked()
+	require.Equal(t, []uuid.UUID{hi}, free(), "lo is locked (before mid), hi is not yet (after mid)")
+	release()
+	r = <-done
+	require.NoError(t, r.err)
+	require.Equal(t, []int64{1, 3, 4}, r.pos)
+	require.Empty(t, free(), "all three locked")
+}
+
+// TestPopPartitionsSkipsHeldRow: a skip-locked multi-partition pop answers
+// busy for the row another session holds and delivers the others; a pop
+// that waits (no SkipLocked) fails with lock_timeout and claims nothing.
+func TestPopPartitionsSkipsHeldRow(t *testing.T) {
+	t.Parallel()
+	s, _, url := setupLocks(t)
+	ctx := context.Background()
+	pids := spanPartitions(t, s, "skip", 3, 2)
+	res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 1, AutoAck: true}, pids[:1], 0) // creates p0's row
+	require.NoError(t, err)
+	require.Equal(t, []string{"p0-0"}, txns(res))
+	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, pids[0])
+	_, _, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10}, pids, 0)
+	require.ErrorIs(t, err, queen.ErrLockTimeout)
+	res, states, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
+	require.NoError(t, err)
+	require.Equal(t, []PopState{PopBusy, PopDelivered, PopDelivered}, states)
+	require.Equal(t, []string{"p1-0", "p1-1", "p2-0", "p2-1"}, txns(res))
+	release()
+	res, states, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
+	require.NoError(t, err)
+	require.Equal(t, []PopState{PopDelivered, PopBusy, PopBusy}, states)
+	require.Equal(t, []string{"p0-1"}, txns(res))
+}
+
+// segFirsts runs one segments statement and returns, per position (1 for
+// consume_segments), the first offsets of the rows.
+func segFirsts(t *testing.T, s *Store, sql string, many bool, args ...any) map[int64][]int64 {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), sql, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[int64][]int64{}
+	for rows.Next() {
+		vals, err := rows.Values()
+		require.NoError(t, err)
+		i := int64(1)
+		if many {
+			i, vals = vals[0].(int64), vals[1:]
+		}
+		out[i] = append(out[i], vals[0].(int64))
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TestSegmentsManyMatchesSingle: consume_segments_many returns, for each
+// partition of its array, exactly the segments consume_segments returns for
+// it alone, at every batch size: cursors inside and between segments, a
+// drained row, a live lease, no consumer row, no segments, delayedProcessing
+// (an old and a new segment) and windowBuffer (an old and a new partition),
+// across queues.
+func TestSegmentsManyMatchesSingle(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	part := func(queueName, name string) uuid.UUID {
+		pid, err := s.EnsurePartition(ctx, queueName, name)
+		require.NoError(t, err)
+		return pid
+	}
+	autoAck := func(pid uuid.UUID, n int) {
+		res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: n, AutoAck: true})
+		require.NoError(t, err)
+		require.Equal(t, PopDelivered, st)
+		require.Len(t, res.Messages, n)
+	}
+	backdate := func(pid uuid.UUID, from int64) {
+		_, err := s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 minutes' WHERE partition_id = $1 AND first_offset >= $2`, pid, from)
+		require.NoError(t, err)
+	}
+	var pids []uuid.UUID
+	// singles: five one-message segments, cursor after two.
+	p := part("eq", "singles")
+	commitEach(t, s, p, "eq", "singles", "a", "b", "c", "d", "e")
+	autoAck(p, 2)
+	pids = append(pids, p)
+	// mixed: a three-message segment then four singles, cursor inside the first.
+	p = part("eq", "mixed")
+	commit(t, s, p, items("eq", "mixed", "m0", "m1", "m2"))
+	commitEach(t, s, p, "eq", "mixed", "m3", "m4", "m5", "m6")
+	autoAck(p, 1)
+	pids = append(pids, p)
+	// drained, leased, no row, empty.
+	p = part("eq", "drained")
+	commitEach(t, s, p, "eq", "drained", "x", "y")
+	autoAck(p, 2)
+	pids = append(pids, p)
+	p = part("eq", "leased")
+	commitEach(t, s, p, "eq", "leased", "l0", "l1")
+	_, _, err := s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	require.NoError(t, err)
+	pids = append(pids, p)
+	p = part("eq", "norow")
+	commitEach(t, s, p, "eq", "norow", "n0")
+	pids = append(pids, p)
+	p = part("eq", "empty")
+	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	require.NoError(t, err)
+	pids = append(pids, p)
+	// delayedProcessing 60 s: an old segment and a new one.
+	configure(t, s, "delayed", `{"delayedProcessing":60}`)
+	p = part("delayed", "d")
+	commitEach(t, s, p, "delayed", "d", "d0", "d1")
+	backdate(p, 0)
+	commitEach(t, s, p, "delayed", "d", "d2")
+	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+	require.NoError(t, err)
+	pids = append(pids, p)
+	// windowBuffer 60 s: a partition whose newest segment is old, one whose is new.
+	configure(t, s, "buffered", `{"windowBuffer":60}`)
+	for _, name := range []string{"old", "new"} {
+		p = part("buffered", name)
+		commitEach(t, s, p, "buffered", name, name+"0", name+"1")
+		if name == "old" {
+			backdate(p, 0)
+		}
+		_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+		require.NoError(t, err)
+		pids = append(pids, p)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	nonEmpty := 0
+	for _, batch := range []int{1, 2, 3, 100} {
+		order := append([]uuid.UUID(nil), pids...)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		many := segFirsts(t, s, sqlConsumeSegsMany, true, order, "g", batch)
+		for i, pid := range order {
+			single := segFirsts(t, s, sqlConsumeSegments, false, pid, "g", batch)[1]
+			require.Equal(t, single, many[int64(i+1)], "batch %d, partition %d", batch, i)
+			if len(single) > 0 {
+				nonEmpty++
+			}
+		}
+		require.Len(t, many, len(segFirsts(t, s, sqlConsumeSegsMany, true, pids, "g", batch)))
+	}
+	require.Equal(t, 4*4, nonEmpty, "singles, mixed, delayed's old segment and the old buffered partition have segments at every batch")
 }

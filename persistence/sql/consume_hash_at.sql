@@ -2,7 +2,8 @@
 -- from the log_txns row of each offset's segment (16 bytes per frame, in
 -- frame order): an ack naming both an offset and a transactionId is checked
 -- against it. An offset whose log_txns row is gone (purged past its floor)
--- or never allocated has no row.
+-- or never allocated has no row. consume_hash_at_many is the same for many
+-- partitions in one statement; keep the two in step.
 SELECT o, substring(l.hashes FROM ((o - l.first_offset) * 16 + 1)::int FOR 16)
 FROM unnest($2::bigint[]) AS o
 CROSS JOIN LATERAL (

@@ -2,7 +2,8 @@
 -- with the partition's allocator, names and queue options, and the
 -- database's clock. consume_lock_skip is the same lock for a pop that skips
 -- a row another request is popping or acking instead of waiting for it;
--- ack_lock reads the same columns. Keep the three in step.
+-- ack_lock reads the same columns, and consume_lock_many(_skip) and
+-- ack_lock_many the same for many rows in one statement. Keep them in step.
 SELECT c."cursor",
        c.lease_id,
        COALESCE(c.lease_expires_at > clock_timestamp(), false),

@@ -6,6 +6,8 @@
 -- most as many segments as needed to fill a batch of $3 messages: each
 -- segment holds at least one message above the cursor, so at most $3 are
 -- read, and the running count stops earlier when segments hold many.
+-- consume_segments_many is the same for many partitions in one statement
+-- (a multi-partition pop); keep the two in step.
 WITH c AS (
     SELECT c."cursor",
            clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'delayedProcessing')::bigint, 0)) AS visible,

@@ -2,7 +2,8 @@
 -- id (NULL releases the lease), $5 lease seconds from now (NULL keeps the
 -- current expiry), $6 lease_to, $7 the failure counts of the messages above
 -- the cursor (jsonb), $8 the bisection (jsonb, NULL: none; SPEC.md §4).
--- Returns the lease expiry.
+-- Returns the lease expiry. consume_update_many writes many rows the same
+-- way in one statement; keep the two in step.
 UPDATE queen.consumers
 SET "cursor"         = $3,
     lease_id         = $4,

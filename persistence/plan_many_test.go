@@ -1,0 +1,113 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/queen-mq/queen-go/persistence/pgtest"
+)
+
+// fillMany inserts partitions p<from>..p<to> of queue q (ids md5 of their
+// names), each with a consumer row of group g at cursor 4 and five old
+// two-message segments (offsets 0..9) with their log_txns rows.
+func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := conn.Exec(ctx, `INSERT INTO queen.partitions (id, queue_id, name, last_offset)
+		SELECT md5('p' || g)::uuid, q.id, 'p' || g, 9 FROM generate_series($1::int, $2::int) g, queen.queues q`, from, to)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, "cursor")
+		SELECT md5('p' || g)::uuid, 'g', q.id, 4 FROM generate_series($1::int, $2::int) g, queen.queues q`, from, to)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
+		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', ''::bytea, ''::bytea
+		  FROM generate_series($1::int, $2::int) g, generate_series(0, 8, 2) o`, from, to)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', decode(repeat('cd', 32), 'hex')
+		  FROM generate_series($1::int, $2::int) g, generate_series(0, 8, 2) o`, from, to)
+	require.NoError(t, err)
+}
+
+// TestManyPlansStayIndexed: the array statements of a multi-partition pop
+// (consume_lock_many, consume_lock_many_skip, consume_segments_many,
+// consume_update_many) and of an ack (ack_lock_many, consume_hash_at_many),
+// run
+// as the pop runs them (after consume_plan_begin), keep one keyed lookup
+// per partition with a generic plan cached while the tables were tiny and
+// used once they hold 10,000 partitions: no scan of queen.consumers,
+// queen.partitions or queen.segments, no hash join, a bounded number of
+// buffers for 32 partitions.
+func TestManyPlansStayIndexed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.queues (name) VALUES ('q')`)
+	require.NoError(t, err)
+	fillMany(t, conn, 0, 3)
+	_, err = conn.Exec(ctx, `ANALYZE queen.consumers, queen.partitions, queen.segments_kept`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, sqlConsumePlanBegin)
+	require.NoError(t, err)
+	ids := make([]string, 32)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("md5('p%d')::uuid", i*300)
+	}
+	arr := "ARRAY[" + strings.Join(ids, ",") + "]"
+	cases := []struct{ name, sql, args, exec string }{
+		{"lock_many", sqlConsumeLockMany, "uuid[], text", arr + ", 'g'"},
+		{"lock_many_skip", sqlConsumeLockManySk, "uuid[], text", arr + ", 'g'"},
+		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
+		{"ack_lock_many", sqlAckLockMany, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
+		{"hash_at_many", sqlConsumeHashAtMany, "uuid[], bigint[]", arr + ", array_fill(7::bigint, ARRAY[32])"},
+		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
+			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +
+				" array_fill(NULL::bigint, ARRAY[32]), array_fill('{}'::jsonb, ARRAY[32]), array_fill(NULL::jsonb, ARRAY[32])"},
+	}
+	for _, c := range cases {
+		_, err = conn.Exec(ctx, `PREPARE `+c.name+`(`+c.args+`) AS `+c.sql)
+		require.NoError(t, err, c.name)
+		_, err = conn.Exec(ctx, `EXECUTE `+c.name+`(`+c.exec+`)`) // the generic plan, on tiny tables
+		require.NoError(t, err, c.name)
+	}
+	_, err = conn.Exec(ctx, `COMMIT`)
+	require.NoError(t, err)
+	fillMany(t, conn, 4, 10_000)
+	_, err = conn.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, sqlConsumePlanBegin)
+	require.NoError(t, err)
+	for _, c := range cases {
+		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+c.name+`(`+c.exec+`)`)
+		require.NoError(t, err)
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		text := strings.Join(plan, "\n")
+		require.NotContains(t, text, "Seq Scan", "%s\n%s", c.name, text)
+		require.NotContains(t, text, "Hash Join", "%s\n%s", c.name, text)
+		require.NotContains(t, text, "Merge Join", "%s\n%s", c.name, text)
+		require.Contains(t, text, "rows=32 loops=1", "%s: a row per partition\n%s", c.name, text)
+		m := regexp.MustCompile(`Buffers: shared hit=(\d+)`).FindStringSubmatch(text)
+		require.NotNil(t, m, text)
+		buffers, _ := strconv.Atoi(m[1])
+		// A few index descents per partition: tens of buffers each; a scan
+		// of a 10,000-row table per partition is thousands.
+		require.Less(t, buffers, 32*40, "%s\n%s", c.name, text)
+		t.Logf("%s:\n%s", c.name, text)
+	}
+	_, err = conn.Exec(ctx, `ROLLBACK`)
+	require.NoError(t, err)
+}

@@ -1,0 +1,80 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// BenchmarkDrainPopAck measures the drain at many partitions (issue 28):
+// each op is one multi-partition pop of 32 partitions holding 3 messages
+// each (their consumer rows exist and are known, as in a running group)
+// and the ack of its 96 messages by offset and transactionId, as the load
+// test's consumers do. It reports pg-µs/partition: the CPU time of the
+// PostgreSQL server (postmaster and backends, from /proc) over the timed
+// loop per partition drained, less sensitive to a busy machine than the
+// wall time.
+//
+//	go test -run '^$' -bench DrainPopAck -benchtime 100x ./persistence/
+func BenchmarkDrainPopAck(b *testing.B) {
+	s := setup(b)
+	ctx := context.Background()
+	const per = 32
+	parts := b.N * per
+	pids := make([]uuid.UUID, parts)
+	for i := range pids {
+		name := fmt.Sprintf("p%d", i)
+		pid, err := s.EnsurePartition(ctx, "drain", name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		its := items("drain", name, name+"-0", name+"-1", name+"-2", name+"-3")
+		if _, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}); err != nil {
+			b.Fatal(err)
+		}
+		// The group's row exists (one message consumed), as in a running group.
+		if _, _, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1, AutoAck: true}); err != nil {
+			b.Fatal(err)
+		}
+		pids[i] = pid
+	}
+	var dataDir string
+	if err := s.pool.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir); err != nil {
+		b.Fatal(err)
+	}
+	drained := 0
+	b.ResetTimer()
+	cpu0 := clusterCPU(dataDir)
+	for n := 0; n < b.N; n++ {
+		res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids[n*per:(n+1)*per], 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Messages) != 3*per {
+			b.Fatalf("popped %d messages, want %d", len(res.Messages), 3*per)
+		}
+		lease := uuid.MustParse(*res.LeaseID)
+		acks := make([]queen.AckItem, len(res.Messages))
+		for i, m := range res.Messages {
+			acks[i] = queen.AckItem{PartitionID: uuid.MustParse(m.PartitionID), Offset: m.Offset, TransactionID: m.TransactionID,
+				Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease}
+		}
+		out, err := s.Ack(ctx, acks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range out {
+			if r.Result != queen.Acked {
+				b.Fatalf("ack: %s %s", r.Result, r.Error)
+			}
+		}
+		drained += per
+	}
+	cpu := clusterCPU(dataDir) - cpu0
+	b.StopTimer()
+	b.ReportMetric(cpu*1e6/float64(drained), "pg-µs/partition")
+}

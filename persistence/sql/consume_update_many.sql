@@ -1,0 +1,43 @@
+-- consume_update for many consumer rows of group $2 in one statement (a
+-- multi-partition pop's claimed rows, an ack's rows): parallel arrays, one
+-- element per row, partition ids $1 (uuid[], distinct), $3 cursor
+-- (bigint[]), $4 lease id (uuid[], NULL releases the lease), $5 lease
+-- seconds from now (float8[], NULL keeps the current expiry), $6 lease_to
+-- (bigint[]), $7 the failure counts of the messages above the cursor
+-- (jsonb[]), $8 the bisection (jsonb[], NULL: none; SPEC.md §4); each
+-- element is written as consume_update writes one row (keep the two in
+-- step). The caller holds the rows' locks. Returns each written row's
+-- 1-based position in $1 and its lease expiry.
+--
+-- Each row is found by its primary key inside a LATERAL subquery keyed by
+-- the element (its ctid, read in this statement's snapshot under the lock
+-- the caller holds), and the UPDATE joins on that ctid, so the only way to
+-- reach a row is a TID lookup per element: a join on (partition_id,
+-- consumer_group) could be planned as a hash or merge join over a scan of
+-- the whole table, or of the group's every row (consumers_group), when a
+-- generic plan was cached while the table was small. Run with enable_seqscan
+-- off (consume_plan_begin), a scan of the table is never cheaper than the
+-- TID lookups; TestManyPlansStayIndexed checks the cached plan.
+UPDATE queen.consumers c
+   SET "cursor"         = v.cur,
+       lease_id         = v.lease,
+       lease_expires_at = CASE WHEN v.lease IS NULL THEN NULL
+                               WHEN v.secs IS NULL THEN c.lease_expires_at
+                               ELSE clock_timestamp() + make_interval(secs => v.secs) END,
+       lease_to         = CASE WHEN v.lease IS NULL THEN NULL ELSE v.lease_to END,
+       fail_counts      = v.counts,
+       bisect           = v.bisect,
+       updated_at       = clock_timestamp()
+  FROM (
+    SELECT u.i, u.cur, u.lease, u.secs, u.lease_to, u.counts, u.bisect, k.tid
+      FROM unnest($1::uuid[], $3::bigint[], $4::uuid[], $5::float8[], $6::bigint[], $7::jsonb[], $8::jsonb[])
+           WITH ORDINALITY AS u (pid, cur, lease, secs, lease_to, counts, bisect, i)
+     CROSS JOIN LATERAL (
+        SELECT k.ctid AS tid
+          FROM queen.consumers k
+         WHERE k.partition_id = u.pid AND k.consumer_group = $2
+        OFFSET 0
+     ) k
+  ) v
+ WHERE c.ctid = v.tid
+RETURNING v.i, c.lease_expires_at
