@@ -41,13 +41,9 @@ func benchSmallSegments(b *testing.B, parts, per int) {
 		}
 		last[i] = -1
 	}
-	var dataDir string
-	if err := s.pool.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir); err != nil {
-		b.Fatal(err)
-	}
 	stored := 0
 	b.ResetTimer()
-	cpu0 := clusterCPU(dataDir)
+	cpuSince := serverCPU(b, s)
 	for n := 0; n < b.N; n++ {
 		bs := make([]*PushBatch, parts)
 		for i, pid := range pids {
@@ -82,12 +78,25 @@ func benchSmallSegments(b *testing.B, parts, per int) {
 			}
 		}
 	}
-	cpu := clusterCPU(dataDir) - cpu0
+	cpu := cpuSince()
 	b.StopTimer()
 	if stored > 0 && cpu > 0 {
 		b.ReportMetric(cpu*1e6/float64(stored), "pg-µs/msg")
 	}
 	b.ReportMetric(float64(stored)/float64(b.N), "msgs/op")
+}
+
+// serverCPU starts measuring the CPU time of the PostgreSQL server behind
+// s (clusterCPU of its data_directory); the returned func gives the
+// seconds spent since.
+func serverCPU(tb testing.TB, s *Store) func() float64 {
+	tb.Helper()
+	var dataDir string
+	if err := s.pool.QueryRow(context.Background(), "SHOW data_directory").Scan(&dataDir); err != nil {
+		tb.Fatal(err)
+	}
+	start := clusterCPU(dataDir)
+	return func() float64 { return clusterCPU(dataDir) - start }
 }
 
 // clusterCPU is the CPU seconds (user + system, with reaped children) of

@@ -42,13 +42,9 @@ func BenchmarkDrainPopAck(b *testing.B) {
 		}
 		pids[i] = pid
 	}
-	var dataDir string
-	if err := s.pool.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir); err != nil {
-		b.Fatal(err)
-	}
 	drained := 0
 	b.ResetTimer()
-	cpu0 := clusterCPU(dataDir)
+	cpuSince := serverCPU(b, s)
 	for n := 0; n < b.N; n++ {
 		res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids[n*per:(n+1)*per], 0)
 		if err != nil {
@@ -74,7 +70,7 @@ func BenchmarkDrainPopAck(b *testing.B) {
 		}
 		drained += per
 	}
-	cpu := clusterCPU(dataDir) - cpu0
+	cpu := cpuSince()
 	b.StopTimer()
 	b.ReportMetric(cpu*1e6/float64(drained), "pg-µs/partition")
 }
