@@ -66,7 +66,9 @@ type queueHint struct {
 type groupHint struct {
 	cands []uuid.UUID
 	in    map[uuid.UUID]struct{} // the members of cands (pushes add often)
-	next  int
+	// next is where the next pick starts in cands; drop keeps it on the
+	// same partition, so a rotation visits every hinted partition once.
+	next int
 }
 
 // maxTries is how many partitions one wildcard pop attempt tries.
@@ -179,6 +181,12 @@ func (g *groupHint) add(pid uuid.UUID) {
 	g.cands = append(g.cands, pid)
 }
 
+// drop removes pid from the hint. A partition before the rotation's next
+// start moves next back by one: the partitions after it shift down, and
+// without the step back the one that took its place would be skipped
+// until the rotation came round again (at 10,000 partitions, pops emptying
+// their partitions skipped as many as they emptied, and those waited a
+// whole sweep more).
 func (g *groupHint) drop(pid uuid.UUID) {
 	if _, ok := g.in[pid]; !ok {
 		return
@@ -187,6 +195,9 @@ func (g *groupHint) drop(pid uuid.UUID) {
 	for i, p := range g.cands {
 		if p == pid {
 			g.cands = append(g.cands[:i], g.cands[i+1:]...)
+			if i < g.next {
+				g.next--
+			}
 			return
 		}
 	}
@@ -205,7 +216,7 @@ func (c *Coordinator) pick(queue, group string, n, step int) []uuid.UUID {
 		for i := range out {
 			out[i] = g.cands[(start+i)%len(g.cands)]
 		}
-		g.next = start + step
+		g.next = (start + step) % len(g.cands)
 	})
 	return out
 }

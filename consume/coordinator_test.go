@@ -34,3 +34,41 @@ func TestConsumerHintsAreBounded(t *testing.T) {
 	require.Equal(t, "q", c.owner[last[len(last)-1]])
 	c.mu.Unlock()
 }
+
+// TestHintRotationSkipsNone: a sweep over a group's hint visits every
+// hinted partition before any twice, also while the picks empty (drop)
+// some of the partitions they returned, as pops at many partitions do
+// when the producers stop (the drain) and a pop finds half of its
+// partitions empty.
+func TestHintRotationSkipsNone(t *testing.T) {
+	for _, dropEvery := range []int{1, 2, 3} {
+		c := New(nil, Options{})
+		c.update("q", "g", func(*groupHint) {})
+		const n, step = 1000, 32
+		pids := make([]uuid.UUID, n)
+		for i := range pids {
+			pids[i] = uuid.New()
+		}
+		c.Notify("q", pids)
+		seen := map[uuid.UUID]bool{}
+	sweep:
+		for {
+			got := c.pick("q", "g", step, step)
+			require.NotEmpty(t, got)
+			for i, pid := range got {
+				if seen[pid] {
+					// The rotation came round: only after a whole sweep.
+					require.Equal(t, n, len(seen), "a partition picked again before every partition was (drop every %d)", dropEvery)
+					break sweep
+				}
+				seen[pid] = true
+				if i%dropEvery == 0 {
+					c.update("q", "g", func(g *groupHint) { g.drop(pid) })
+				}
+			}
+			if len(seen) == n && dropEvery == 1 {
+				break
+			}
+		}
+	}
+}
