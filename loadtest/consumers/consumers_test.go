@@ -793,3 +793,14 @@ func TestAckAfterLease(t *testing.T) {
 	require.Equal(t, int64(1), g.issues.Counts[report.IssueAckRefused])
 	require.Zero(t, g.ackAfterLease)
 }
+
+// TestNextDrainPoll: near the end of the drain the cursors are read sooner,
+// at the pace the pairs behind are clearing, within [minDrainPoll,
+// drainPoll]; without progress the full interval.
+func TestNextDrainPoll(t *testing.T) {
+	require.Equal(t, drainPoll, nextDrainPoll(500, 0, 250*time.Millisecond), "nothing cleared")
+	require.Equal(t, drainPoll, nextDrainPoll(500, -3, 250*time.Millisecond), "a pair fell behind again")
+	require.Equal(t, drainPoll, nextDrainPoll(5000, 1000, 250*time.Millisecond), "far from the end")
+	require.Equal(t, 50*time.Millisecond, nextDrainPoll(200, 1000, 250*time.Millisecond))
+	require.Equal(t, minDrainPoll, nextDrainPoll(1, 1000, 250*time.Millisecond), "almost drained")
+}

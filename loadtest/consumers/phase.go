@@ -196,8 +196,25 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	return ctx.Err() == nil
 }
 
-// drainPoll is how often the drain reads the cursors.
-const drainPoll = 250 * time.Millisecond
+// drainPoll is how often the drain reads the cursors, at most: near the
+// end it reads them sooner (nextDrainPoll), down to minDrainPoll, so the
+// drain's time is not rounded up by a whole interval.
+const (
+	drainPoll    = 250 * time.Millisecond
+	minDrainPoll = 20 * time.Millisecond
+)
+
+// nextDrainPoll returns the wait before the next look at the cursors: the
+// time the (group, partition) pairs still behind need at the rate the last
+// interval cleared them (pairs cleared over elapsed), within [minDrainPoll,
+// drainPoll]; drainPoll when none cleared.
+func nextDrainPoll(behind, cleared int64, elapsed time.Duration) time.Duration {
+	if cleared <= 0 || elapsed <= 0 {
+		return drainPoll
+	}
+	est := time.Duration(float64(elapsed) * float64(behind) / float64(cleared))
+	return min(max(est, minDrainPoll), drainPoll)
+}
 
 // Drain waits, after the producers stopped, until every group's cursor is
 // at every partition's last offset, every consumer stopped, ctx ended, or
@@ -208,6 +225,7 @@ const drainPoll = 250 * time.Millisecond
 func (cp *Phase) Drain(ctx context.Context, a Store) {
 	cp.producersDone = time.Now()
 	lastMove, lastSum := cp.producersDone, int64(-1)
+	lastLook, lastPairs := time.Time{}, int64(-1)
 	for ctx.Err() == nil {
 		st, err := cp.behind(ctx, a)
 		if err == nil && st.behind == "" {
@@ -215,6 +233,13 @@ func (cp *Phase) Drain(ctx context.Context, a Store) {
 			break
 		}
 		now := time.Now()
+		wait := drainPoll
+		if err == nil && lastPairs >= 0 {
+			wait = nextDrainPoll(st.pairs, lastPairs-st.pairs, now.Sub(lastLook))
+		}
+		if err == nil {
+			lastLook, lastPairs = now, st.pairs
+		}
 		if err != nil {
 			st.behind = "reading the cursors: " + err.Error()
 		} else if st.sum > lastSum {
@@ -229,7 +254,7 @@ func (cp *Phase) Drain(ctx context.Context, a Store) {
 				cp.cfg.ConsumeDrainTimeout, now.Sub(cp.producersDone).Truncate(time.Second), st.behind)
 			break
 		}
-		sleep(ctx, drainPoll)
+		sleep(ctx, wait)
 	}
 	cp.end = time.Now()
 	cp.cancel()
@@ -238,10 +263,12 @@ func (cp *Phase) Drain(ctx context.Context, a Store) {
 }
 
 // drainState is one look at the cursors: behind describes the (group,
-// partition) pairs short of the last offset ("" when none is); sum is the
-// sum of the groups' cursors, which grows as long as anything is consumed.
+// partition) pairs short of the last offset ("" when none is), pairs
+// counts them; sum is the sum of the groups' cursors, which grows as long
+// as anything is consumed.
 type drainState struct {
 	behind string
+	pairs  int64
 	sum    int64
 }
 
@@ -263,7 +290,7 @@ func (cp *Phase) behind(ctx context.Context, a Store) (drainState, error) {
 		if err != nil {
 			return drainState{}, err
 		}
-		st := drainState{sum: ds.Sum}
+		st := drainState{sum: ds.Sum, pairs: ds.Behind}
 		if ds.Behind > 0 {
 			example := fmt.Sprintf("group %s has not consumed partition %s yet", ds.Group, ds.Partition)
 			if ds.Cursor != nil {
@@ -333,6 +360,7 @@ func cursorsBehind(groups []*group, parts []string, touched []atomic.Bool, rows 
 		}
 	}
 	if n > 0 {
+		st.pairs = int64(n)
 		st.behind = fmt.Sprintf("%d (group, partition) pairs not consumed to the end, e.g. %s", n, example)
 	}
 	return st
