@@ -41,6 +41,16 @@ ON CONFLICT (lease_id) DO NOTHING;
 
 DROP INDEX queen.consumers_lease;
 
+-- consumers_group (consumer_group alone) served only DeleteGroup, which now
+-- goes through consumers_queue (queue_id, consumer_group), queue by queue.
+-- It also misled the planner: for a lookup of a consumer row by its primary
+-- key whose group comes from another row (the lease rows above), the
+-- planner cannot tell how many rows a group has and may prefer it to the
+-- primary key, reading the group's every row (TestLeasePlansStayIndexed).
+-- Like the others it never blocked a HOT update; it only cost an entry per
+-- consumer row.
+DROP INDEX queen.consumers_group;
+
 -- Room on each page for the next version of its rows: a HOT update needs
 -- free space on the row's own page, and a consumer row (about 150 to 250
 -- bytes) is rewritten by every pop and every ack. At 50 % a page filled by

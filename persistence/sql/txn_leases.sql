@@ -2,11 +2,15 @@
 -- transaction can lock them in its global order and check, under the locks,
 -- that each of its requiredLeases is live (SPEC.md §5). They are found
 -- through queen.consumer_leases (migration 0014): each lease row by its
--- primary key, then the partitions it lists by the consumer rows' primary
--- key, keeping those whose lease is still that lease. A lease whose row the
+-- primary key, then the partitions it lists (one row per element of
+-- partition_ids) by the consumer rows' primary key, keeping those whose
+-- lease is still that lease; the store runs it planned for its arguments on
+-- every call (TestLeasePlansStayIndexed). A lease whose row the
 -- retention pass deleted has expired: it finds no row, and the check refuses
 -- it as it refuses an expired one.
 SELECT c.partition_id, c.consumer_group
-  FROM queen.consumer_leases l
-  JOIN queen.consumers c ON c.partition_id = ANY (l.partition_ids) AND c.consumer_group = l.consumer_group
- WHERE l.lease_id = ANY ($1::uuid[]) AND c.lease_id = l.lease_id
+  FROM (SELECT l.lease_id, unnest(l.partition_ids) AS pid, l.consumer_group AS grp
+          FROM queen.consumer_leases l
+         WHERE l.lease_id = ANY ($1::uuid[])) v
+  JOIN queen.consumers c ON c.partition_id = v.pid AND c.consumer_group = v.grp
+ WHERE c.lease_id = v.lease_id
