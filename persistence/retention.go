@@ -66,7 +66,8 @@ type RetentionConfig struct {
 	// next; 0 (or less) takes the default, 5 s (DefaultRetentionInterval).
 	Interval time.Duration
 	// Batch bounds each statement: at most Batch segments (or log_txns rows,
-	// or dead rows of the sidecar's DEFAULT partition), and, for segments, no
+	// dead rows of the sidecar's DEFAULT partition, or expired lease rows of
+	// consumer_leases), and, for segments, no
 	// further segment once those taken hold Batch messages (a segment is
 	// never split, so a single segment of more messages goes whole).
 	// 0 (or less) takes the default, 1000 (DefaultRetentionBatch).
