@@ -10,10 +10,10 @@
 -- never a scan of queen.consumers: the store runs it planned for its
 -- arguments on every call, and the queue's options are read per row (a
 -- join with queen.queues would offer the planner the index on (queue_id,
--- consumer_group), a scan of the group's every row; TestLeasePlansStayIndexed). Only the rows whose
--- lease is still $1 and live are extended, as before the lease rows: a
--- listed partition released or leased again under another id does not
--- match. The lease row's expires_at is raised to the greatest expiry
+-- consumer_group), a scan of the group's every row;
+-- TestLeasePlansStayIndexed). Only the rows whose lease is still $1 and
+-- live are extended, as before the lease rows: a listed partition released
+-- or leased again under another id does not match. The lease row's expires_at is raised to the greatest expiry
 -- granted in the same statement, by an upsert, so a lease row the retention
 -- pass deleted meanwhile (it saw it expired an instant before this
 -- statement's check) is written back and the invariant holds: no row
