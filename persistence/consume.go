@@ -712,12 +712,19 @@ func (s *Store) Candidates(ctx context.Context, queueName, group string, limit i
 
 // ExtendLease extends live lease id to at least seconds from now (<= 0: the
 // queue's leaseTime; capped at the greater of the queue's leaseTime and
-// queen.MaxLeaseExtendSeconds) and returns its expiry; it never shortens a lease. A
-// lease that is not live (expired, released, unknown) is queen.ErrLeaseInvalid.
+// queen.MaxLeaseExtendSeconds) and returns its expiry (the earliest of the
+// consumer rows still held under it, for a multi-partition pop's lease); it
+// never shortens a lease. A lease that is not live (expired, released,
+// unknown) is queen.ErrLeaseInvalid (SPEC.md §4). Any broker of a cluster
+// can extend any lease: the rows are found through the lease's row of
+// queen.consumer_leases (migration 0014), which the pop wrote, then by
+// primary key; the statement is planned for its arguments on every call
+// (pgx.QueryExecModeExec), never with a generic plan cached while the
+// tables were small.
 func (s *Store) ExtendLease(ctx context.Context, id uuid.UUID, seconds int64) (time.Time, error) {
 	var t time.Time
 	err := s.retryBroken(ctx, func() error {
-		return s.pool.QueryRow(ctx, sqlConsumeExtend, id, seconds, int64(queen.MaxLeaseExtendSeconds)).Scan(&t)
+		return s.pool.QueryRow(ctx, sqlConsumeExtend, pgx.QueryExecModeExec, id, seconds, int64(queen.MaxLeaseExtendSeconds)).Scan(&t)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, queen.ErrLeaseInvalid.With("lease %s is not live (expired, released or unknown)", id)

@@ -38,9 +38,8 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 
 // TestManyPlansStayIndexed: the array statements of a multi-partition pop
 // (consume_lock_many, consume_lock_many_skip, consume_segments_many,
-// consume_update_many) and of an ack (ack_lock_many, consume_hash_at_many),
-// run
-// as the pop runs them (after consume_plan_begin), keep one keyed lookup
+// consume_update_many, releasing or taking a lease) and of an ack
+// (ack_lock_many, consume_hash_at_many), run as the pop runs them (after consume_plan_begin), keep one keyed lookup
 // per partition with a generic plan cached while the tables were tiny and
 // used once they hold 10,000 partitions: no scan of queen.consumers,
 // queen.partitions or queen.segments, no hash join, a bounded number of
@@ -76,6 +75,11 @@ func TestManyPlansStayIndexed(t *testing.T) {
 		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
 			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +
 				" array_fill(NULL::bigint, ARRAY[32]), array_fill('{}'::jsonb, ARRAY[32]), array_fill(NULL::jsonb, ARRAY[32])"},
+		// A pop's write: every row takes the lease, recorded in
+		// consumer_leases by the same statement.
+		{"update_many_lease", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
+			arr + ", 'g', array_fill(4::bigint, ARRAY[32]), array_fill(md5('lease')::uuid, ARRAY[32]), array_fill(30::float8, ARRAY[32])," +
+				" array_fill(9::bigint, ARRAY[32]), array_fill('{}'::jsonb, ARRAY[32]), array_fill(NULL::jsonb, ARRAY[32])"},
 	}
 	for _, c := range cases {
 		_, err = conn.Exec(ctx, `PREPARE `+c.name+`(`+c.args+`) AS `+c.sql)

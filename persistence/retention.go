@@ -23,7 +23,8 @@ import (
 // pushes never wait for retention. The per-hash rows (log_txn_hashes) count
 // only while their log_txns row exists; they go by whole time ranges
 // (ranges.go), dropped once none of their rows counts, and by bounded
-// deletes of dead rows in the DEFAULT partition.
+// deletes of dead rows in the DEFAULT partition. The lease rows of
+// consumer_leases (migration 0014) go once expired, in bounded deletes.
 
 var (
 	sqlRetentionExpired   = q("retention_expired")
@@ -31,6 +32,7 @@ var (
 	sqlRetentionSidecar   = q("retention_sidecar")
 	sqlRetentionLock      = q("retention_lock")
 	sqlRetentionUnlock    = q("retention_unlock")
+	sqlRetentionLeases    = q("retention_leases")
 )
 
 // Retention defaults.
@@ -64,7 +66,8 @@ type RetentionConfig struct {
 	// next; 0 (or less) takes the default, 5 s (DefaultRetentionInterval).
 	Interval time.Duration
 	// Batch bounds each statement: at most Batch segments (or log_txns rows,
-	// or dead rows of the sidecar's DEFAULT partition), and, for segments, no
+	// dead rows of the sidecar's DEFAULT partition, or expired lease rows of
+	// consumer_leases), and, for segments, no
 	// further segment once those taken hold Batch messages (a segment is
 	// never split, so a single segment of more messages goes whole).
 	// 0 (or less) takes the default, 1000 (DefaultRetentionBatch).
@@ -140,6 +143,9 @@ type RetentionCounts struct {
 	// Default: dead per-hash rows (their log_txns row is gone) deleted from
 	// the DEFAULT partition of log_txn_hashes (Rows and Messages alike).
 	Default RetentionStepCount
+	// Leases: expired rows of queen.consumer_leases, the index of leases
+	// by id (Rows and Messages alike; migration 0014).
+	Leases RetentionStepCount
 	// Ranges: time ranges of the per-hash sidecar index created, compacted
 	// into level 1, re-filled after a crash, dropped, or deferred to the
 	// next pass (lock busy).
@@ -154,6 +160,7 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 	c.Completed.add(o.Completed)
 	c.Sidecar.add(o.Sidecar)
 	c.Default.add(o.Default)
+	c.Leases.add(o.Leases)
 	c.Ranges.Created += o.Ranges.Created
 	c.Ranges.Dropped += o.Ranges.Dropped
 	c.Ranges.Deferred += o.Ranges.Deferred
@@ -167,7 +174,7 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 
 // Deleted reports whether anything was deleted.
 func (c RetentionCounts) Deleted() bool {
-	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Default.Rows+int64(c.Ranges.Dropped+c.SegmentRanges.Dropped) > 0
+	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Default.Rows+c.Leases.Rows+int64(c.Ranges.Dropped+c.SegmentRanges.Dropped) > 0
 }
 
 // rowQuerier is what a pass runs its statements on: the pool, or the loop's
@@ -213,6 +220,7 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		{"completed segments", sqlRetentionCompleted, []any{batch}, &c.Completed},
 		{"sidecar", sqlRetentionSidecar, []any{batch, floor}, &c.Sidecar},
 		{"sidecar default partition", sqlRetentionDefault, []any{batch}, &c.Default},
+		{"expired leases", sqlRetentionLeases, []any{batch}, &c.Leases},
 	}
 	var errs []error
 	// First, the closed level-0 sidecar ranges go to level 1 (and a range a
@@ -525,7 +533,7 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 			"expired_segments", counts.Expired.Rows, "expired_messages", counts.Expired.Messages,
 			"completed_segments", counts.Completed.Rows, "completed_messages", counts.Completed.Messages,
 			"sidecar_rows", counts.Sidecar.Rows, "sidecar_hashes", counts.Sidecar.Messages,
-			"sidecar_default_rows", counts.Default.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped, "segment_ranges_dropped", counts.SegmentRanges.Dropped)
+			"sidecar_default_rows", counts.Default.Rows, "expired_leases", counts.Leases.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped, "segment_ranges_dropped", counts.SegmentRanges.Dropped)
 	}
 	if err != nil {
 		if conn.IsClosed() {

@@ -210,7 +210,14 @@ func (s *Store) leaseRows(ctx context.Context, leases []uuid.UUID) (map[ackKey]b
 	if len(leases) == 0 {
 		return keys, nil
 	}
-	rows, err := s.pool.Query(ctx, sqlTxnLeases, leases)
+	// Planned for its arguments on every call, as ExtendLease's statement
+	// (QueryExecModeExec sends no describe: the ids go as pgtype.UUID,
+	// whose type pgx knows).
+	ids := make([]pgtype.UUID, len(leases))
+	for i, id := range leases {
+		ids[i] = pgtype.UUID{Bytes: id, Valid: true}
+	}
+	rows, err := s.pool.Query(ctx, sqlTxnLeases, pgx.QueryExecModeExec, ids)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -2,7 +2,9 @@
 -- foreign keys, for insert speed) and, by cascade, partitions, consumer
 -- rows, subscriptions and dead letters. Takes the partitions' row locks
 -- first, in the global order, so an in-flight push finishes or fails
--- cleanly. Returns the queue id when it existed.
+-- cleanly. Returns the queue id when it existed. Its rows of
+-- queen.consumer_leases are left to the retention pass (they match no
+-- consumer row any more).
 WITH q AS (
     SELECT id FROM queen.queues WHERE name = $1 FOR UPDATE
 ), p AS (

@@ -18,26 +18,43 @@
 -- generic plan was cached while the table was small. Run with enable_seqscan
 -- off (consume_plan_begin), a scan of the table is never cheaper than the
 -- TID lookups; TestManyPlansStayIndexed checks the cached plan.
-UPDATE queen.consumers c
-   SET "cursor"         = v.cur,
-       lease_id         = v.lease,
-       lease_expires_at = CASE WHEN v.lease IS NULL THEN NULL
-                               WHEN v.secs IS NULL THEN c.lease_expires_at
-                               ELSE clock_timestamp() + make_interval(secs => v.secs) END,
-       lease_to         = CASE WHEN v.lease IS NULL THEN NULL ELSE v.lease_to END,
-       fail_counts      = v.counts,
-       bisect           = v.bisect,
-       updated_at       = clock_timestamp()
-  FROM (
-    SELECT u.i, u.cur, u.lease, u.secs, u.lease_to, u.counts, u.bisect, k.tid
-      FROM unnest($1::uuid[], $3::bigint[], $4::uuid[], $5::float8[], $6::bigint[], $7::jsonb[], $8::jsonb[])
-           WITH ORDINALITY AS u (pid, cur, lease, secs, lease_to, counts, bisect, i)
-     CROSS JOIN LATERAL (
-        SELECT k.ctid AS tid
-          FROM queen.consumers k
-         WHERE k.partition_id = u.pid AND k.consumer_group = $2
-        OFFSET 0
-     ) k
-  ) v
- WHERE c.ctid = v.tid
-RETURNING v.i, c.lease_expires_at
+--
+-- The rows that take a lease (lease and secs not NULL: a pop's claimed
+-- rows) are recorded in queen.consumer_leases in the same statement
+-- (migration 0014), one row per lease id naming the group, the partitions
+-- and the greatest of their expiries, as consume_update records one.
+WITH w AS (
+    UPDATE queen.consumers c
+       SET "cursor"         = v.cur,
+           lease_id         = v.lease,
+           lease_expires_at = CASE WHEN v.lease IS NULL THEN NULL
+                                   WHEN v.secs IS NULL THEN c.lease_expires_at
+                                   ELSE clock_timestamp() + make_interval(secs => v.secs) END,
+           lease_to         = CASE WHEN v.lease IS NULL THEN NULL ELSE v.lease_to END,
+           fail_counts      = v.counts,
+           bisect           = v.bisect,
+           updated_at       = clock_timestamp()
+      FROM (
+        SELECT u.i, u.cur, u.lease, u.secs, u.lease_to, u.counts, u.bisect, k.tid
+          FROM unnest($1::uuid[], $3::bigint[], $4::uuid[], $5::float8[], $6::bigint[], $7::jsonb[], $8::jsonb[])
+               WITH ORDINALITY AS u (pid, cur, lease, secs, lease_to, counts, bisect, i)
+         CROSS JOIN LATERAL (
+            SELECT k.ctid AS tid
+              FROM queen.consumers k
+             WHERE k.partition_id = u.pid AND k.consumer_group = $2
+            OFFSET 0
+         ) k
+      ) v
+     WHERE c.ctid = v.tid
+    RETURNING v.i, v.secs, c.partition_id, c.lease_id, c.lease_expires_at
+), l AS (
+    INSERT INTO queen.consumer_leases AS l (lease_id, consumer_group, partition_ids, expires_at)
+    SELECT w.lease_id, $2, array_agg(w.partition_id ORDER BY w.partition_id), max(w.lease_expires_at)
+      FROM w
+     WHERE w.secs IS NOT NULL AND w.lease_id IS NOT NULL
+     GROUP BY w.lease_id
+    ON CONFLICT (lease_id) DO UPDATE
+       SET partition_ids = ARRAY(SELECT DISTINCT x FROM unnest(l.partition_ids || EXCLUDED.partition_ids) AS x),
+           expires_at    = GREATEST(l.expires_at, EXCLUDED.expires_at)
+)
+SELECT w.i, w.lease_expires_at FROM w
