@@ -3,9 +3,6 @@ package persistence
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -353,12 +350,8 @@ func TestMigration14KeepsLeases(t *testing.T) {
 func TestLeasePlansStayIndexed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `INSERT INTO queen.queues (name) VALUES ('q')`)
-	require.NoError(t, err)
-	fillMany(t, conn, 0, 3)
+	conn := manyDB(t)
+	var err error
 	lease := func(from, to int) string {
 		return fmt.Sprintf(`
 WITH u AS (UPDATE queen.consumers SET lease_id = md5('lease%[1]d')::uuid, lease_expires_at = clock_timestamp() + interval '60 seconds', lease_to = 9
@@ -385,19 +378,12 @@ INSERT INTO queen.consumer_leases SELECT md5('lease%[1]d')::uuid, 'g', array_agg
 		require.NoError(t, err)
 	}
 	for _, c := range cases {
-		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+c.name+`(`+c.exec+`)`)
-		require.NoError(t, err)
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		text := strings.Join(plan, "\n")
+		text, buffers := explainBuffers(t, conn, c.name, c.exec)
 		t.Logf("%s:\n%s", c.name, text)
 		require.NotContains(t, text, "Seq Scan on consumers", "%s\n%s", c.name, text)
 		require.NotContains(t, text, "Seq Scan on consumer_leases", "%s\n%s", c.name, text)
 		require.Contains(t, text, "consumers_pkey", c.name)
 		require.Contains(t, text, "consumer_leases_pkey", c.name)
-		m := regexp.MustCompile(`Buffers: shared hit=(\d+)`).FindStringSubmatch(text)
-		require.NotNil(t, m, text)
-		buffers, _ := strconv.Atoi(m[1])
 		// A few index descents per partition of the lease (32): tens of
 		// buffers each; a scan of the group's rows is thousands.
 		require.Less(t, buffers, 32*40, "%s\n%s", c.name, text)

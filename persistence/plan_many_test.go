@@ -47,12 +47,8 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 func TestManyPlansStayIndexed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `INSERT INTO queen.queues (name) VALUES ('q')`)
-	require.NoError(t, err)
-	fillMany(t, conn, 0, 3)
+	conn := manyDB(t)
+	var err error
 	_, err = conn.Exec(ctx, `ANALYZE queen.consumers, queen.partitions, queen.segments_kept`)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
@@ -95,18 +91,11 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	_, err = conn.Exec(ctx, sqlConsumePlanBegin)
 	require.NoError(t, err)
 	for _, c := range cases {
-		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+c.name+`(`+c.exec+`)`)
-		require.NoError(t, err)
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		text := strings.Join(plan, "\n")
+		text, buffers := explainBuffers(t, conn, c.name, c.exec)
 		require.NotContains(t, text, "Seq Scan", "%s\n%s", c.name, text)
 		require.NotContains(t, text, "Hash Join", "%s\n%s", c.name, text)
 		require.NotContains(t, text, "Merge Join", "%s\n%s", c.name, text)
 		require.Contains(t, text, "rows=32 loops=1", "%s: a row per partition\n%s", c.name, text)
-		m := regexp.MustCompile(`Buffers: shared hit=(\d+)`).FindStringSubmatch(text)
-		require.NotNil(t, m, text)
-		buffers, _ := strconv.Atoi(m[1])
 		// A few index descents per partition: tens of buffers each; a scan
 		// of a 10,000-row table per partition is thousands.
 		require.Less(t, buffers, 32*40, "%s\n%s", c.name, text)
@@ -114,4 +103,35 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	}
 	_, err = conn.Exec(ctx, `ROLLBACK`)
 	require.NoError(t, err)
+}
+
+// manyDB returns a connection to a fresh migrated database holding queue
+// q and fillMany's partitions 0-3, closed at the test's end.
+func manyDB(t *testing.T) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, `INSERT INTO queen.queues (name) VALUES ('q')`)
+	require.NoError(t, err)
+	fillMany(t, conn, 0, 3)
+	return conn
+}
+
+// explainBuffers runs the prepared statement name with arguments exec under
+// EXPLAIN (ANALYZE, BUFFERS) and returns the plan's text and its shared
+// buffers hit.
+func explainBuffers(t *testing.T, conn *pgx.Conn, name, exec string) (string, int) {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+name+`(`+exec+`)`)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	text := strings.Join(plan, "\n")
+	m := regexp.MustCompile(`Buffers: shared hit=(\d+)`).FindStringSubmatch(text)
+	require.NotNil(t, m, text)
+	buffers, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	return text, buffers
 }
