@@ -454,6 +454,27 @@ func TestConsumeAgainstFakeBroker(t *testing.T) {
 	require.Less(t, rep.Deliveries, 2*g*r.messages)
 }
 
+// crashRun runs the fake-broker consume phase with a crash fail mode:
+// few poison messages (the transactionIds are fixed: about 10 of 1,000),
+// leases of 1 s that expire only where the consumer crashed (a consumer
+// slowed down by a busy machine keeps its lease). It checks what every
+// crash mode shares: the lease shortened to 2 s, the audit passed, the
+// drain done, some poison messages.
+func crashRun(t *testing.T, mode string) (*fakeConsumeRun, *report.ConsumeReport) {
+	t.Helper()
+	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
+		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = mode, 0.01, 50*time.Millisecond
+		f.leaseTTL = time.Second
+		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
+	})
+	require.Equal(t, 2, r.cfg.LeaseSeconds, "a crash mode shortens the lease")
+	rep := r.run(t)
+	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
+	require.True(t, rep.Drained)
+	require.Positive(t, r.poison)
+	return r, rep
+}
+
 // A consumer that crashes on a poison message acks what came before it and
 // abandons the rest of its batch and the lease: an abandoned span of
 // several messages is bisected, so every poison message is charged
@@ -461,19 +482,7 @@ func TestConsumeAgainstFakeBroker(t *testing.T) {
 // expiry; it is handled once more per bisected span.
 func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	t.Parallel()
-	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
-		// Few poison messages (the transactionIds are fixed: about 10 of
-		// 1,000), leases of 1 s that expire only where the consumer crashed
-		// (a consumer slowed down by a busy machine keeps its lease).
-		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = txnid.FailCrash, 0.01, 50*time.Millisecond
-		f.leaseTTL = time.Second
-		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
-	})
-	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash mode shortens the lease")
-	rep := r.run(t)
-	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
-	require.True(t, rep.Drained)
-	require.Positive(t, r.poison)
+	r, rep := crashRun(t, txnid.FailCrash)
 	g, R := int64(r.cfg.Groups), int64(r.cfg.RetryLimit)
 	require.NotNil(t, rep.Poison)
 	require.Equal(t, g*(r.messages+r.poison*R)+rep.Poison.AbandonedSpans, rep.Handled)
@@ -505,16 +514,7 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 // per group, and every other message is acked once.
 func TestConsumeCrashBatchModeAgainstFakeBroker(t *testing.T) {
 	t.Parallel()
-	r := newFakeConsumeRun(t, func(cfg *Config, f *fakeConsumeBroker) {
-		cfg.FailMode, cfg.FailRatio, cfg.PollTimeout = txnid.FailCrashBatch, 0.01, 50*time.Millisecond
-		f.leaseTTL = time.Second
-		f.crashesOn = func(txn string) bool { return txnid.IsPoison(txn, 0.01) }
-	})
-	require.Equal(t, 2, r.cfg.LeaseSeconds, "crash-batch mode shortens the lease")
-	rep := r.run(t)
-	require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
-	require.True(t, rep.Drained)
-	require.Positive(t, r.poison)
+	r, rep := crashRun(t, txnid.FailCrashBatch)
 	g, R := int64(r.cfg.Groups), int64(r.cfg.RetryLimit)
 	require.Equal(t, g*(r.messages-r.poison), rep.Acked)
 	require.Equal(t, g*r.poison, rep.Audit.DeadLetters)
