@@ -9,7 +9,9 @@
 //   - loadtest/clientstats, what the clients saw over time, recorded by
 //     producers and consumers and read by the chaos report;
 //   - loadtest/target, how the clients reach a broker (the producers'
-//     senders, the consumers' client, the brokers' /metrics).
+//     senders, the consumers' client, the brokers' /metrics);
+//   - loadtest/offheap, memory mapped outside the Go heap for the audits'
+//     per-message records.
 //
 // Its rooms, which import only those leaves:
 //   - loadtest/chaos, the faults and the cluster of broker processes they

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/queen-mq/queen-go/loadtest/offheap"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 )
@@ -22,7 +23,7 @@ const (
 	stStoredOne  = 1 << 2
 
 	// chunkSeqs is how many sequence numbers one bitmap chunk holds (16 per
-	// uint64): 32 KiB a chunk.
+	// uint64): 32 KiB a chunk, mapped outside the Go heap (loadtest/offheap).
 	chunkSeqs = 1 << 16
 )
 
@@ -83,7 +84,7 @@ func (l *Ledger) get(seq uint64) uint8 {
 func (l *Ledger) set(seq uint64, st uint8) {
 	c := seq / chunkSeqs
 	for c >= uint64(len(l.chunks)) {
-		l.chunks = append(l.chunks, newChunk(l))
+		l.chunks = append(l.chunks, offheap.Slice[uint64](l, chunkSeqs/16))
 	}
 	i := seq % chunkSeqs
 	w := &l.chunks[c][i/16]
