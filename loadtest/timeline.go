@@ -55,7 +55,7 @@ type sampler struct {
 func startSampler(ctx context.Context, cfg *Config, c *produce.Counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
 	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second},
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
-		lastAt: start, lastHist: make([]int64, produce.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
+		lastAt: start, lastHist: make([]int64, report.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
 	if len(s.urls) == 0 {
 		for _, t := range append([]string{cfg.Target}, cfg.Targets...) {
 			if strings.HasPrefix(t, "http") && !slices.Contains(s.urls, t) {
@@ -105,7 +105,7 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	stored := s.au.StoredTotal()
 	// Rates are over the interval between the reads of the counters.
 	secs := now.Sub(s.lastAt).Seconds()
-	diff := make([]int64, produce.HistBuckets)
+	diff := make([]int64, report.HistBuckets)
 	for i := range diff {
 		diff[i] = hist[i] - s.lastHist[i]
 	}
@@ -113,8 +113,8 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		T:               math.Round(now.Sub(s.start).Seconds()*10) / 10,
 		StoredPerSecond: report.PerSecond(stored-s.lastStored, secs),
 		ItemsPerSecond:  report.PerSecond(sent-s.lastSent, secs),
-		P50:             produce.QuantileMS(diff, 0.5),
-		P99:             produce.QuantileMS(diff, 0.99),
+		P50:             report.QuantileMS(diff, 0.5),
+		P99:             report.QuantileMS(diff, 0.99),
 		StoredMessages:  stored,
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)

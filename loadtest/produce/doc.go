@@ -4,7 +4,7 @@
 // client's client.Producer), both repeating recent transactionIds and
 // retrying failed items under the same id inside the dedup window (SPEC.md
 // §6, §12), booking every send and answer in a Ledger for the audit, and
-// counting into the run's Counters (with the push latency Histogram).
+// counting into the run's Counters (with the push latency, a report.Histogram).
 //
 // It has a Config of its own, which loadtest.Config fills, and imports
 // only the harness's leaves (txnid, report, clientstats, target): the

@@ -12,6 +12,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/clientstats"
+	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/target"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/transport/client"
@@ -43,7 +44,7 @@ type Counters struct {
 	Obs *clientstats.Stats
 	// Lat is the push requests' latency; WindowGuard counts items not sent
 	// again because their original is too old (see Producer.guard).
-	Lat         Histogram
+	Lat         report.Histogram
 	WindowGuard atomic.Int64
 }
 

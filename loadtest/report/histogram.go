@@ -1,17 +1,16 @@
-package produce
+package report
 
 import (
 	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
-
-	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // Histogram counts durations in logarithmic buckets (microseconds, about
 // 3% wide), lock-free, so quantiles of a whole run or of one interval need
-// no per-request memory.
+// no memory per sample: the producers' push latency, the consumers'
+// push→handler, pop and ack latencies.
 type Histogram struct {
 	counts [HistBuckets]atomic.Int64
 	maxUS  atomic.Int64
@@ -86,7 +85,7 @@ func QuantileMS(counts []int64, q float64) float64 {
 
 // Latency is the run's request latency: p50 and p99 to the buckets'
 // precision, the exact maximum.
-func (h *Histogram) Latency() report.Latency {
+func (h *Histogram) Latency() Latency {
 	c := h.Snapshot()
-	return report.Latency{P50: QuantileMS(c, 0.5), P99: QuantileMS(c, 0.99), Max: float64(h.maxUS.Load()) / 1e3}
+	return Latency{P50: QuantileMS(c, 0.5), P99: QuantileMS(c, 0.99), Max: float64(h.maxUS.Load()) / 1e3}
 }
