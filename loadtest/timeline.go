@@ -143,6 +143,9 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	for _, l := range s.ledgers {
 		p.LedgerBytes += l.Bytes()
 	}
+	if s.prog != nil && s.prog.cc != nil {
+		p.LedgerBytes += s.prog.cc.RecordBytes.Load()
+	}
 	p.HarnessHeap = liveHeap()
 	s.points = append(s.points, p)
 	s.last = p

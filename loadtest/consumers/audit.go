@@ -96,10 +96,10 @@ func (a *Auditor) Stored(m *persistence.StoredMessage) {
 		if poison {
 			a.perGroup[gi].poison++
 		}
-		e := g.m[key]
+		e := g.m.get(key)
 		if e.popped > 0 {
 			e.seen = true
-			g.m[key] = e
+			g.m.put(key, e)
 			if e.txn != fp {
 				a.found.Add(report.IssueWrongDelivery, "group %s: %s offset %d stores transactionId %q, but the message delivered there had another one",
 					g.name, m.Partition, m.Offset, m.TransactionID)
@@ -185,14 +185,14 @@ func (a *Auditor) dlqErrorOK(text string) bool {
 func (a *Auditor) Finish(cursors []persistence.Cursor) *report.ConsumeAudit {
 	for gi, g := range a.groups {
 		var keys []uint64
-		for key, e := range g.m {
+		for key, e := range g.m.all() {
 			if e.popped > 0 && !e.seen {
 				keys = append(keys, key)
 			}
 		}
 		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 		for _, key := range keys {
-			e := g.m[key]
+			e := g.m.get(key)
 			a.found.Add(report.IssueDeliveredUnknown, "group %s was delivered %s offset %d (%d times), which is not stored", g.name, a.parts[txnid.KeyPart(key)], txnid.KeySeq(key), e.popped)
 		}
 		keys = keys[:0]

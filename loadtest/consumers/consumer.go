@@ -16,8 +16,10 @@ import (
 )
 
 // consEntry is what one consumer group saw of one message (keyed by
-// makeKey(partition index, offset)): 16 bytes, so millions of messages per
-// group stay small. Counts saturate at 255.
+// txnid.MakeKey(partition index, offset)): 16 bytes (entrySize), so
+// millions of messages per group stay small; it holds no pointer, so the
+// group's record lives outside the Go heap (entries). Counts saturate at
+// 255.
 type consEntry struct {
 	// txn is txnPrint of the transactionId of the first delivery.
 	txn uint32
@@ -45,7 +47,7 @@ type consEntry struct {
 type group struct {
 	name string
 	mu   sync.Mutex
-	m    map[uint64]consEntry
+	m    *entries
 	// issues found while consuming (wrong replies, refused acks).
 	issues  *report.Findings
 	results map[queen.AckOutcome]int64
@@ -80,7 +82,7 @@ type stall struct {
 }
 
 func newGroup(name string) *group {
-	return &group{name: name, m: map[uint64]consEntry{}, issues: report.NewFindings(), results: map[queen.AckOutcome]int64{},
+	return &group{name: name, m: newEntries(), issues: report.NewFindings(), results: map[queen.AckOutcome]int64{},
 		retryMismatch: map[uint64]retryMismatch{}, stalls: map[int]*stall{}}
 }
 
@@ -110,6 +112,15 @@ type Counters struct {
 	Redelivered, FirstDeliveries atomic.Int64
 	// Spans counts the partitions' spans of the pops that returned messages.
 	Spans atomic.Int64
+	// Latency is push commit → handler of each first handling; PopLatency
+	// and AckLatency the request latencies of pops that returned messages
+	// and of ack calls. Histograms, so a run of any length keeps no memory
+	// per message.
+	Latency, PopLatency, AckLatency report.Histogram
+	// RecordBytes is the memory of the groups' records for the consume
+	// audit, outside the Go heap: 16 bytes per offset of the 256-offset
+	// chunks the delivered messages fall in.
+	RecordBytes atomic.Int64
 	// Obs, when set (a cluster run), sees every request's outcome.
 	Obs *clientstats.Stats
 }
@@ -126,10 +137,6 @@ type consumer struct {
 	partIdx map[string]int
 	c       *Counters
 
-	// lat is push commit → handler of each first handling; popLat and
-	// ackLat the request latencies of pops that returned messages and of
-	// ack calls.
-	lat, popLat, ackLat []time.Duration
 	// fatal is the refusal that stopped the consumer (nil: stopped by ctx).
 	fatal     error
 	lastError string
@@ -190,7 +197,7 @@ func (k *consumer) run(ctx context.Context) {
 			k.c.EmptyPops.Add(1)
 			continue
 		}
-		k.popLat = append(k.popLat, popTook)
+		k.c.PopLatency.Record(popTook)
 		focus = k.handleSpans(ctx, &res, popStart)
 	}
 }
@@ -295,7 +302,7 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RequestTimeout)
 	ackStart := time.Now()
 	results, err := k.cl.Ack(actx, k.g.name, k.acks)
-	k.ackLat = append(k.ackLat, time.Since(ackStart))
+	k.c.AckLatency.Record(time.Since(ackStart))
 	cancel()
 	k.c.AckCalls.Add(1)
 	if err != nil {
@@ -313,9 +320,9 @@ func (k *consumer) handle(ctx context.Context, res *queen.PopResult, popStart ti
 			// The prefix's ack may not have applied: the expiry may then
 			// count a message of the prefix instead of the poison one.
 			k.g.mu.Lock()
-			e := k.g.m[k.keys[handled-1]]
+			e := k.g.m.get(k.keys[handled-1])
 			e.unknown = inc(e.unknown)
-			k.g.m[k.keys[handled-1]] = e
+			k.g.m.put(k.keys[handled-1], e)
 			k.g.mu.Unlock()
 		}
 		return ""
@@ -342,9 +349,9 @@ func (g *group) crash(k *consumer, msgs []queen.Message, handled int, now time.T
 		for i := range handled - 1 {
 			if pi, ok := k.partIdx[msgs[i].Partition]; ok && msgs[i].Offset >= 0 && msgs[i].Offset <= txnid.SeqMask {
 				key := txnid.MakeKey(pi, uint64(msgs[i].Offset))
-				e := g.m[key]
+				e := g.m.get(key)
 				e.abandoned = inc(e.abandoned)
-				g.m[key] = e
+				g.m.put(key, e)
 			}
 		}
 	}
@@ -412,7 +419,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 		if key == noKey {
 			continue
 		}
-		e := g.m[key]
+		e := g.m.get(key)
 		fp := txnid.Fingerprint(m.TransactionID)
 		if e.popped == 0 {
 			e.txn = fp
@@ -442,7 +449,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 			}
 			if e.handled == 0 {
 				first++
-				k.lat = append(k.lat, now.Sub(m.CreatedAt))
+				k.c.Latency.Record(now.Sub(m.CreatedAt))
 			}
 			e.handled = inc(e.handled)
 			if poison && i == handled-1 {
@@ -454,7 +461,7 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 				}
 			}
 		}
-		g.m[key] = e
+		g.m.put(key, e)
 	}
 	n := int64(len(msgs))
 	g.delivered.Add(n)
@@ -490,13 +497,13 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 	for i, key := range keys {
 		var e consEntry
 		if key != noKey {
-			e = g.m[key]
+			e = g.m.get(key)
 		}
 		m := &msgs[i]
 		if err != nil {
 			e.unknown = inc(e.unknown)
 			if key != noKey {
-				g.m[key] = e
+				g.m.put(key, e)
 			}
 			continue
 		}
@@ -532,7 +539,7 @@ func (g *group) record(keys []uint64, msgs []queen.Message, acks []client.Ack, r
 				g.name, acks[i].Status, m.Partition, m.Offset, m.TransactionID, r.Success, r.Result, r.Error)
 		}
 		if key != noKey {
-			g.m[key] = e
+			g.m.put(key, e)
 		}
 	}
 	g.acked.Add(acked)

@@ -606,7 +606,7 @@ func TestConsumeAuditRules(t *testing.T) {
 			if txnid.IsPoison(m.TransactionID, ratio) {
 				e = consEntry{txn: txnid.Fingerprint(m.TransactionID), popped: R + 1, handled: R + 1, charged: R + 1, failed: R, dead: 1}
 			}
-			g.m[txnid.MakeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset))] = e
+			g.m.put(txnid.MakeKey(map[string]int{"p-00": 0, "p-01": 1}[m.Partition], uint64(m.Offset)), e)
 		}
 		dead := []persistence.StoredDeadLetter{
 			{Partition: "p-00", ConsumerGroup: "g", Offset: 1, TransactionID: poison[0], Attempts: R + 1},
@@ -639,37 +639,37 @@ func TestConsumeAuditRules(t *testing.T) {
 		kind   string
 	}{
 		{"acked twice", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			e := g.m[key(0, 0)]
+			e := g.m.get(key(0, 0))
 			e.acked, e.handled, e.popped = 2, 2, 2
-			g.m[key(0, 0)] = e
+			g.m.put(key(0, 0), e)
 		}, report.IssueAckedTwice},
 		{"redelivered after ack", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			e := g.m[key(0, 2)]
+			e := g.m.get(key(0, 2))
 			e.handled, e.popped, e.stale = 2, 2, 1
-			g.m[key(0, 2)] = e
+			g.m.put(key(0, 2), e)
 		}, report.IssueRedelivered},
 		{"never acked", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			e := g.m[key(1, 0)]
+			e := g.m.get(key(1, 0))
 			e.acked = 0
-			g.m[key(1, 0)] = e
+			g.m.put(key(1, 0), e)
 		}, report.IssueNotAcked},
 		{"never delivered", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			delete(g.m, key(1, 0))
+			g.m.put(key(1, 0), consEntry{})
 		}, report.IssueNeverDelivered},
 		{"poison charged too often", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			e := g.m[key(0, 1)]
+			e := g.m.get(key(0, 1))
 			e.handled, e.charged = R+2, R+2
-			g.m[key(0, 1)] = e
+			g.m.put(key(0, 1), e)
 		}, report.IssuePoisonDeliveries},
 		{"poison charged too rarely", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			e := g.m[key(0, 1)]
+			e := g.m.get(key(0, 1))
 			e.charged = R
-			g.m[key(0, 1)] = e
+			g.m.put(key(0, 1), e)
 		}, report.IssuePoisonDeliveries},
 		{"handled again after a crash-batch abandon, without the abandon", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			e := g.m[key(0, 0)]
+			e := g.m.get(key(0, 0))
 			e.handled, e.popped = 2, 2
-			g.m[key(0, 0)] = e
+			g.m.put(key(0, 0), e)
 		}, report.IssueRedelivered},
 		{"poison not dead-lettered", func(_ *group, dead *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			*dead = (*dead)[1:]
@@ -693,12 +693,12 @@ func TestConsumeAuditRules(t *testing.T) {
 			*cursors = (*cursors)[:1]
 		}, report.IssueCursorWrong},
 		{"delivered an offset that is not stored", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			g.m[key(1, 7)] = consEntry{popped: 1, handled: 1, acked: 1}
+			g.m.put(key(1, 7), consEntry{popped: 1, handled: 1, acked: 1})
 		}, report.IssueDeliveredUnknown},
 		{"delivered another transactionId", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
-			e := g.m[key(0, 0)]
+			e := g.m.get(key(0, 0))
 			e.txn++
-			g.m[key(0, 0)] = e
+			g.m.put(key(0, 0), e)
 		}, report.IssueWrongDelivery},
 		{"wrong retry count", func(g *group, _ *[]persistence.StoredDeadLetter, _ *[]persistence.Cursor) {
 			g.retryMismatch[key(0, 1)] = retryMismatch{desc: "retryCount 0, want 1"}
@@ -718,12 +718,12 @@ func TestConsumeAuditRules(t *testing.T) {
 
 	t.Run("lost ack reply is reported, not failed", func(t *testing.T) {
 		g, dead, cursors := clean()
-		e := g.m[key(0, 0)]
+		e := g.m.get(key(0, 0))
 		e.acked, e.unknown = 0, 1
-		g.m[key(0, 0)] = e
-		e = g.m[key(0, 2)]
+		g.m.put(key(0, 0), e)
+		e = g.m.get(key(0, 2))
 		e.unknown, e.handled, e.popped = 1, 2, 2
-		g.m[key(0, 2)] = e
+		g.m.put(key(0, 2), e)
 		a := audit(g, dead, cursors, true)
 		require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
 		require.Equal(t, int64(1), a.AckOutcomeUnknown)
@@ -732,15 +732,15 @@ func TestConsumeAuditRules(t *testing.T) {
 
 	t.Run("interrupted: only what does not need the end", func(t *testing.T) {
 		g, dead, cursors := clean()
-		delete(g.m, key(1, 0))
+		g.m.put(key(1, 0), consEntry{})
 		dead = dead[1:]
 		cursors[1].Cursor = 0
 		a := audit(g, dead, cursors, false)
 		require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
 		require.False(t, a.Complete)
-		e := g.m[key(0, 0)]
+		e := g.m.get(key(0, 0))
 		e.acked = 2
-		g.m[key(0, 0)] = e
+		g.m.put(key(0, 0), e)
 		requireConsumeIssue(t, audit(g, dead, cursors, false), report.IssueAckedTwice)
 	})
 }
@@ -786,7 +786,7 @@ func TestAckAfterLease(t *testing.T) {
 	require.True(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &Counters{}, true))
 	require.Zero(t, g.issues.Total())
 	require.Equal(t, int64(1), g.ackAfterLease)
-	require.Equal(t, uint8(1), g.m[key].refused)
+	require.Equal(t, uint8(1), g.m.get(key).refused)
 
 	g = newGroup("g")
 	require.False(t, g.record([]uint64{key}, msgs, acks, invalid, nil, &Counters{}, false))

@@ -129,6 +129,7 @@ func New(cfg *Config, parts []string, dial Dialer) (*Phase, error) {
 	cp.clients = append(cp.clients, cp.admin)
 	for g := range cfg.Groups {
 		grp := newGroup(groupName(cfg.Queue, g))
+		grp.m.mapped = &cp.c.RecordBytes
 		cp.groups = append(cp.groups, grp)
 		for i := range cfg.Consumers {
 			cl, err := dial(fmt.Sprintf("queen-loadtest-%s-c%d", grp.name, i))
@@ -468,19 +469,15 @@ func (cp *Phase) Report(ca *Auditor, audit *report.ConsumeAudit) *report.Consume
 			r.AckResults[string(res)] += n
 		}
 	}
-	var lat, popLat, ackLat []time.Duration
 	for _, k := range cp.consumers {
-		lat = append(lat, k.lat...)
-		popLat = append(popLat, k.popLat...)
-		ackLat = append(ackLat, k.ackLat...)
 		if k.fatal != nil {
 			r.LastError = k.fatal.Error()
 		} else if k.lastError != "" && r.LastError == "" {
 			r.LastError = k.lastError
 		}
 	}
-	r.Latency = report.LatencyOf(lat)
-	r.PopLatency, r.AckLatency = report.LatencyOf(popLat), report.LatencyOf(ackLat)
+	r.Latency = cp.c.Latency.Latency()
+	r.PopLatency, r.AckLatency = cp.c.PopLatency.Latency(), cp.c.AckLatency.Latency()
 	return r
 }
 

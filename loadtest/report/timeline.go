@@ -52,7 +52,9 @@ type TimelinePoint struct {
 	CacheEvictions  int64 `json:"cache_evictions"`
 	CacheHydrations int64 `json:"cache_hydrations"`
 	// LedgerBytes is the memory of the harness's audit ledgers (4 bits per
-	// id sent plus the ids awaiting their stored frame or answer);
+	// id sent plus the ids awaiting their stored frame or answer) and of the
+	// consumer groups' records (16 bytes per offset delivered, in chunks of
+	// 256 offsets), both outside the Go heap;
 	// HarnessHeap is this process's live Go heap as the last GC marked it
 	// (runtime/metrics /gc/heap/live:bytes; with --embedded the broker's
 	// heap too).
