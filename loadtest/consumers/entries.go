@@ -28,7 +28,7 @@ const (
 // message to the RSS and nothing to the collector's work, where a Go map
 // held 30–60 bytes per message on the heap, and with --embedded the
 // broker's collector ran more often as the run went on. Not safe for
-// concurrent use (the group's mutex guards it) except bytes.
+// concurrent use (the group's mutex guards it) except mapped, an atomic.
 type entries struct {
 	// chunks: chunk of key>>entryChunkBits.
 	chunks map[uint64]*[entryChunk]consEntry
