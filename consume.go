@@ -20,6 +20,11 @@ const (
 	// message is always returned): 16 MiB less room for the envelope, so a
 	// reply fits the embedded NATS server's max_payload (SPEC.md §11).
 	MaxPopReplyBytes = MaxBodyBytes - 64<<10
+	// MaxDLQReplyBytes bounds the frames and error texts of one page of the
+	// DLQ listing (GET /api/v1/dlq; docs/contract.md §4): a page stops
+	// early rather than exceed it (its first dead letter is always
+	// returned), and says so (wire.DeadLettersReply.Truncated).
+	MaxDLQReplyBytes = 4 << 20
 )
 
 // PopRequest is a validated pop (SPEC.md §4).
@@ -184,6 +189,9 @@ type DLQFilter struct {
 	Queue, ConsumerGroup, Partition string
 	From, To                        *time.Time
 	Limit, Offset                   int
+	// MaxBytes bounds the frames and error texts returned (the first dead
+	// letter is always returned); <= 0 means MaxDLQReplyBytes.
+	MaxBytes int
 }
 
 // SeekRequest moves a consumer group's cursors on one queue: to the end, to

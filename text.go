@@ -19,7 +19,33 @@ const (
 	MaxNameBytes = 255
 	// MaxTransactionIDBytes is the longest transactionId, in bytes after JSON unescaping.
 	MaxTransactionIDBytes = 1024
+	// MaxTraceIDBytes is the longest traceId, in bytes after JSON unescaping
+	// (docs/contract.md §10): longer ones are refused with ErrTooLong, as a
+	// trace id is copied into every pop, peek and dead letter of its message.
+	MaxTraceIDBytes = 1024
+	// MaxAckErrorBytes is the most bytes of an ack's error text that are
+	// kept (docs/contract.md §4): a longer text is cut at a UTF-8 boundary
+	// and ends with AckErrorTruncatedMarker. The dead letter stores it.
+	MaxAckErrorBytes = 4096
 )
+
+// AckErrorTruncatedMarker ends an ack's error text that TruncateAckError cut.
+const AckErrorTruncatedMarker = "…[truncated]"
+
+// TruncateAckError returns s when it holds at most MaxAckErrorBytes bytes,
+// else its longest prefix that ends on a UTF-8 character boundary and leaves
+// room for AckErrorTruncatedMarker, followed by the marker: at most
+// MaxAckErrorBytes bytes in all (docs/contract.md §4).
+func TruncateAckError(s string) string {
+	if len(s) <= MaxAckErrorBytes {
+		return s
+	}
+	cut := MaxAckErrorBytes - len(AckErrorTruncatedMarker)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + AckErrorTruncatedMarker
+}
 
 // The text rules, shared by the broker (its push decoder, the shards' re-check
 // of items on shard subjects, every route that takes a name) and the clients
@@ -43,7 +69,8 @@ const (
 //     emoji sequences need: ErrControlChar.
 //   - A transactionId is an opaque key hashed by its bytes (SPEC.md §2): two
 //     look-alike ids are two keys, never a collision, so format characters
-//     and separators are kept in it. A traceId is only checked for UTF-8.
+//     and separators are kept in it. A traceId is only checked for UTF-8 and
+//     its length (MaxTraceIDBytes).
 
 // IsControl reports whether r is a control character (Unicode Cc): C0
 // (U+0000–U+001F), DEL (U+007F) or C1 (U+0080–U+009F). They are refused in
@@ -187,6 +214,9 @@ func ValidateItem(i int, queue, partition, transactionID, traceID string) *Error
 	}
 	if traceID != "" && !utf8.ValidString(traceID) {
 		return at(checkUTF8(traceID, itemField(i, "traceId")), i, "traceId")
+	}
+	if len(traceID) > MaxTraceIDBytes {
+		return at(tooLong(traceID, MaxTraceIDBytes, itemField(i, "traceId")), i, "traceId")
 	}
 	return nil
 }

@@ -24,7 +24,8 @@ func TestValidateItem(t *testing.T) {
 		{"zwnj_zwj", item{"می\u200cخواهم", "👩\u200d💻", "t", ""}, "", ""},
 		{"nbsp_and_u00a0", item{"a\u00a0b", "p", "t\u00a0", ""}, "", ""},
 		{"txn_keeps_format_chars", item{"q", "p", "t\ufeff\u200b\u2028", ""}, "", ""},
-		{"limits", item{strings.Repeat("q", 255), strings.Repeat("p", 255), strings.Repeat("t", 1024), ""}, "", ""},
+		{"limits", item{strings.Repeat("q", 255), strings.Repeat("p", 255), strings.Repeat("t", 1024), strings.Repeat("r", 1024)}, "", ""},
+		{"trace_too_long", item{"q", "p", "t", strings.Repeat("r", 1025)}, "too_long", "items[3].traceId"},
 
 		{"missing_queue", item{"", "p", "t", ""}, "missing_field", "items[3].queue"},
 		{"txn_ff_fe", item{"q", "p", "\xff\xfe", ""}, "invalid_utf8", "items[3].transactionId"},
@@ -123,5 +124,26 @@ func TestValidateNameRules(t *testing.T) {
 	}
 	if err := ValidateNameToDelete("\xff", "queue"); AsError(err).Code != ErrInvalidUTF8.Code {
 		t.Fatalf("ValidateNameToDelete of invalid UTF-8: %v", err)
+	}
+}
+
+// TestTruncateAckError: an ack's error text is kept whole up to
+// MaxAckErrorBytes, and a longer one is cut on a character boundary with the
+// marker, never over the limit (docs/contract.md §4).
+func TestTruncateAckError(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "boom", strings.Repeat("x", MaxAckErrorBytes)} {
+		if got := TruncateAckError(s); got != s {
+			t.Fatalf("%d bytes changed to %d", len(s), len(got))
+		}
+	}
+	for _, s := range []string{strings.Repeat("x", MaxAckErrorBytes+1), strings.Repeat("é", MaxAckErrorBytes), strings.Repeat("😀", 15<<20/4)} {
+		got := TruncateAckError(s)
+		if len(got) > MaxAckErrorBytes || len(got) < MaxAckErrorBytes-8 || !strings.HasSuffix(got, AckErrorTruncatedMarker) || !utf8.ValidString(got) {
+			t.Fatalf("%d bytes cut to %d bytes (valid UTF-8 %v): ...%q", len(s), len(got), utf8.ValidString(got), got[len(got)-20:])
+		}
+		if !strings.HasPrefix(s, strings.TrimSuffix(got, AckErrorTruncatedMarker)) {
+			t.Fatal("the kept text is not a prefix of the error")
+		}
 	}
 }

@@ -22,10 +22,16 @@ var (
 	sqlAdminPurgeSide   = q("admin_purge_sidecar")
 )
 
-// DeadLetters lists the dead letters f selects, oldest first, and the
-// filter's total.
+// DeadLetters lists the dead letters f selects, oldest first, at most
+// f.Limit from row f.Offset and no more once they hold f.MaxBytes bytes of
+// frames and error texts (queen.MaxDLQReplyBytes when <= 0; the first is
+// always listed), and the filter's total.
 func (s *Store) DeadLetters(ctx context.Context, f queen.DLQFilter) ([]queen.DeadLetter, int64, error) {
-	rows, err := s.pool.Query(ctx, sqlAdminDeadLetters, f.Queue, f.ConsumerGroup, f.Limit, f.Offset, f.Partition, f.From, f.To)
+	budget := int64(f.MaxBytes)
+	if budget <= 0 {
+		budget = queen.MaxDLQReplyBytes
+	}
+	rows, err := s.pool.Query(ctx, sqlAdminDeadLetters, f.Queue, f.ConsumerGroup, f.Limit, f.Offset, f.Partition, f.From, f.To, budget)
 	if err != nil {
 		return nil, 0, unavailable(err)
 	}

@@ -657,3 +657,39 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	require.Equal(t, 2, dl[0].Attempts)
 	require.Equal(t, LeaseStats{Expiries: 3, Bisections: 1, DeadLettered: 1}, s.LeaseStats(), "m2 is still in the expired range")
 }
+
+// TestDeadLettersByteBudget: a page of the DLQ listing stops once its
+// frames and error texts reach the filter's byte budget (the first dead
+// letter always listed), so large dead letters never make an unbounded
+// reply (issue 38: 40 dead letters with 15 MiB errors made a 1.26 GB one).
+func TestDeadLettersByteBudget(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "a", "b", "c"))
+	errText := strings.Repeat("e", 3000)
+	for _, txn := range []string{"a", "b", "c"} {
+		res, st := pop(t, s, pid, g, 1)
+		require.Equal(t, PopDelivered, st)
+		it := ackTxn(pid, g, txn, queen.AckDLQ, res.LeaseID)
+		it.Error = errText
+		require.Equal(t, []queen.AckOutcome{queen.DeadLettered}, ack(t, s, it))
+	}
+	page := func(offset, budget int) []string {
+		dl, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", Limit: 10, Offset: offset, MaxBytes: budget})
+		require.NoError(t, err)
+		require.Equal(t, int64(3), total, "the total counts the whole filter")
+		var got []string
+		for _, d := range dl {
+			require.Equal(t, errText, d.Error)
+			got = append(got, d.TransactionID)
+		}
+		return got
+	}
+	require.Equal(t, []string{"a", "b", "c"}, page(0, 0), "the default budget holds all three")
+	require.Equal(t, []string{"a", "b"}, page(0, 5000), "the second starts below the budget, the third past it")
+	require.Equal(t, []string{"a"}, page(0, 1), "the first is always listed")
+	require.Equal(t, []string{"c"}, page(2, 1), "the budget counts from the page's offset")
+}

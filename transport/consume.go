@@ -190,7 +190,9 @@ func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
 	if err != nil {
 		return errReply(err)
 	}
-	return reply{status: http.StatusOK, body: wire.DeadLettersReply{Messages: msgs, Total: total, Limit: limit, Offset: offset}}
+	next := offset + len(msgs)
+	return reply{status: http.StatusOK, body: wire.DeadLettersReply{Messages: msgs, Total: total, Limit: limit, Offset: offset,
+		NextOffset: next, Truncated: len(msgs) < limit && int64(next) < total}}
 }
 
 func (s *Service) deleteQueue(ctx context.Context, name string) reply {

@@ -419,7 +419,7 @@ func (s *MemStore) deadLetterLocked(p *memPartition, group string, off int64, er
 
 // DeadLetters lists dead letters oldest first, filtered like
 // persistence.Store.DeadLetters (queue, group, partition; the time bounds,
-// Limit and Offset are ignored), with their count.
+// Limit, Offset and MaxBytes are ignored), with their count.
 func (s *MemStore) DeadLetters(_ context.Context, f queen.DLQFilter) ([]queen.DeadLetter, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -292,7 +292,9 @@ func (a ackInput) validate(idx int, prefix, group string) (queen.AckItem, error)
 		}
 	}
 	if a.Error != nil {
-		it.Error = *a.Error
+		// Kept to MaxAckErrorBytes (docs/contract.md §4): the dead letter
+		// stores it and the DLQ listing returns it.
+		it.Error = queen.TruncateAckError(*a.Error)
 	}
 	if a.ConsumerGroup != nil && *a.ConsumerGroup != "" {
 		it.ConsumerGroup = *a.ConsumerGroup

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +120,13 @@ func TestDecodeAck(t *testing.T) {
 	}
 	if _, err := DecodeAckBatch([]byte(`{"acknowledgments":[{"transactionId":"t"}]}`)); err == nil || queen.AsError(err).Index == nil || *queen.AsError(err).Index != 0 {
 		t.Errorf("item errors name the index: %v", err)
+	}
+	// An error text is kept to MaxAckErrorBytes (issue 38: 15 MiB were
+	// stored in a dead letter).
+	long := strings.Repeat("e", 1<<20)
+	it, err = DecodeAck([]byte(`{"partitionId":"0190a4b6-0000-7000-8000-000000000001","offset":1,"status":"failed","error":"` + long + `"}`))
+	if err != nil || len(it.Error) > queen.MaxAckErrorBytes || !strings.HasSuffix(it.Error, queen.AckErrorTruncatedMarker) {
+		t.Errorf("a 1 MiB error text: %d bytes kept, %v", len(it.Error), err)
 	}
 }
 

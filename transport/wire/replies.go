@@ -88,12 +88,17 @@ type SubscriptionReply struct {
 }
 
 // DeadLettersReply answers GET /api/v1/dlq: one page of dead letters
-// (payloads included), the total matching, and the page asked for.
+// (payloads included), the total matching, and the page asked for. A page
+// holds fewer than Limit dead letters when their frames and error texts
+// reach queen.MaxDLQReplyBytes: Truncated is then true, and NextOffset
+// (always Offset + len(Messages)) is where the next page starts.
 type DeadLettersReply struct {
-	Messages []queen.DeadLetter `json:"messages"`
-	Total    int64              `json:"total"`
-	Limit    int                `json:"limit"`
-	Offset   int                `json:"offset"`
+	Messages   []queen.DeadLetter `json:"messages"`
+	Total      int64              `json:"total"`
+	Limit      int                `json:"limit"`
+	Offset     int                `json:"offset"`
+	NextOffset int                `json:"nextOffset"`
+	Truncated  bool               `json:"truncated,omitempty"`
 }
 
 // DeleteQueueReply answers DELETE /api/v1/resources/queues/{queue} (200
