@@ -59,6 +59,7 @@ var (
 	ErrUnknownOption   = reg(400, "unknown_option", false, "unknown option")
 	ErrInvalidOption   = reg(400, "invalid_option", false, "invalid option value")
 	ErrBodyTooLarge    = reg(413, "body_too_large", false, "the request body is over 16 MiB")
+	ErrBodyStalled     = reg(408, "body_stalled", true, "the request body stopped arriving; nothing was written, send it again")
 	ErrNotFound        = reg(404, "not_found", false, "not found")
 	// ErrUnauthorized: an admin route (SPEC.md §13) without the bearer token
 	// QUEEN_ADMIN_TOKEN asks for, or with another one.

@@ -90,7 +90,7 @@ func (s *Service) routes() []route {
 	return []route{
 		{"POST", "/api/v1/push", false, "a push (SPEC.md §3)", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.cfg.Metrics.PushRequests.WithLabelValues("http").Inc()
-			b, release, rep, ok := s.readAdmitted(r)
+			b, release, rep, ok := s.readAdmitted(w, r)
 			if !ok {
 				writeReply(w, rep)
 				return

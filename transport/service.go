@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,13 +69,17 @@ type Config struct {
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push and transaction bodies being read
 	// or handled at once, bytes (each is copied a few times on its way to
-	// PostgreSQL). An HTTP body counts from its first byte (its declared
-	// Content-Length before any is read, or, chunked, as its buffer grows)
-	// until it is answered; a request that would exceed the budget is
-	// answered 503 overloaded with Retry-After at once, its body unread
-	// (readAdmitted). A request is admitted whatever its size while no other
-	// holds any budget. Default DefaultMaxInFlightBodyBytes.
+	// PostgreSQL). An HTTP body counts from its first byte, as its buffer
+	// grows (never by its declared Content-Length), until it is answered; a
+	// request that would exceed the budget, or its address's share of it (a
+	// quarter), is answered 503 overloaded with Retry-After (readAdmitted).
+	// A request is admitted whatever its size while no other holds any
+	// budget. Default DefaultMaxInFlightBodyBytes.
 	MaxInFlightBodyBytes int64
+	// BodyIdleTimeout cuts off an HTTP push or transaction body from which
+	// nothing arrives for this long: 408 body_stalled, nothing written, its
+	// budget released. Default DefaultBodyIdleTimeout (5 s).
+	BodyIdleTimeout time.Duration
 	// RequestTimeout bounds one push request end to end; default 60s.
 	RequestTimeout time.Duration
 	Metrics        *metrics.Set
@@ -91,6 +98,10 @@ const DefaultMaxInFlightBodyBytes = 128 << 20
 type Service struct {
 	cfg      Config
 	inFlight atomic.Int64 // push body bytes being handled
+	// addrHeld is the bytes of inFlight each client address holds while
+	// its bodies are read and handled (readAdmitted's per-address share).
+	addrMu   sync.Mutex
+	addrHeld map[string]int64
 	// polls ends parked long polls at shutdown (StopPolls).
 	polls     context.Context
 	stopPolls context.CancelFunc
@@ -113,6 +124,9 @@ func NewService(cfg Config) *Service {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 60 * time.Second
 	}
+	if cfg.BodyIdleTimeout <= 0 {
+		cfg.BodyIdleTimeout = DefaultBodyIdleTimeout
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
@@ -120,7 +134,7 @@ func NewService(cfg Config) *Service {
 		cfg.Logger = slog.Default()
 	}
 	polls, stop := context.WithCancel(context.Background())
-	s := &Service{cfg: cfg, polls: polls, stopPolls: stop, replays: make(chan struct{}, maxReplays)}
+	s := &Service{cfg: cfg, polls: polls, stopPolls: stop, replays: make(chan struct{}, maxReplays), addrHeld: map[string]int64{}}
 	// Registered once per registry: a second Service on the same metrics
 	// keeps the first one's gauge.
 	_ = cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -170,56 +184,57 @@ func (s *Service) admit(n, held int64) bool {
 	return true
 }
 
-// readChunk is how much more of a body without a Content-Length (chunked)
-// readAdmitted reserves before reading on: the budget grows with the buffer,
-// from the first byte.
+// readChunk is the first step of a body's buffer in readAdmitted: the
+// budget grows with the buffer, from the first byte, doubling each step.
 const readChunk = 64 << 10
+
+// DefaultBodyIdleTimeout is Config.BodyIdleTimeout's default.
+const DefaultBodyIdleTimeout = 5 * time.Second
 
 // readAdmitted reads an HTTP push or transaction body inside the in-flight
 // body budget (Config.MaxInFlightBodyBytes), which counts it from its first
-// byte until release is called (after the reply is written):
+// byte until release is called (after the reply is written). The body is
+// counted as it arrives, by the capacity of the buffer holding it (64 KiB,
+// then doubling, never past a declared Content-Length), never by what it
+// declares: a client that announces 16 MiB and sends a byte at a time holds
+// 64 KiB, not 16 MiB (issue 38: eight such sockets held the whole budget).
 //
-//   - a declared Content-Length is taken from the budget before a byte of
-//     the body is read: over budget, the request is answered at once, 503
-//     overloaded with Retry-After, and its body is never read (a client
-//     sending "Expect: 100-continue" never sends it; net/http closes the
-//     connection instead of draining a large unread body). A declared length
-//     over queen.MaxBodyBytes is refused at once with 413.
-//   - a body without a declared length (chunked) is counted as it is read,
-//     by the capacity of the buffer holding it: the budget is taken before
-//     each step of the buffer's growth, and a step over budget ends the read
-//     with 503 overloaded; past queen.MaxBodyBytes, 413.
+//   - a declared length over queen.MaxBodyBytes is refused at once with 413,
+//     unread; past queen.MaxBodyBytes as it arrives (chunked), 413.
+//   - a growth step over the budget ends the read with 503 overloaded and
+//     Retry-After; so does one that would take the client's address past
+//     its share, a quarter of the budget (at least queen.MaxBodyBytes):
+//     one address cannot starve the others.
+//   - a body from which nothing arrives for Config.BodyIdleTimeout is cut
+//     off: 408 body_stalled (retryable), and its bytes are released.
 //
 // ok false: rep is the reply to write (nothing is held).
-func (s *Service) readAdmitted(r *http.Request) (body []byte, release func(), rep reply, ok bool) {
-	if n := r.ContentLength; n >= 0 {
-		if n > queen.MaxBodyBytes {
-			return nil, nil, errReply(queen.ErrBodyTooLarge), false
-		}
-		if !s.admit(n, 0) {
-			return nil, nil, s.overloaded(), false
-		}
-		release = func() { s.inFlight.Add(-n) }
-		body = make([]byte, n)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
-			release()
-			return nil, nil, errReply(queen.ErrInvalidJSON.With("reading the request body failed after %d of %d declared bytes: %v", len(body), n, err)), false
-		}
-		return body, release, reply{}, true
+func (s *Service) readAdmitted(w http.ResponseWriter, r *http.Request) (body []byte, release func(), rep reply, ok bool) {
+	n := r.ContentLength
+	if n > queen.MaxBodyBytes {
+		return nil, nil, errReply(queen.ErrBodyTooLarge), false
 	}
+	addr := remoteHost(r.RemoteAddr)
 	var held int64
-	release = func() { s.inFlight.Add(-held) }
+	release = func() {
+		s.holdFrom(addr, -held)
+		s.inFlight.Add(-held)
+	}
+	rc := http.NewResponseController(w)
+	defer rc.SetReadDeadline(time.Time{}) //nolint:errcheck // ErrNotSupported only where deadlines never applied
 	for {
 		if len(body) == cap(body) {
 			grow := max(int64(cap(body)), readChunk)
-			if held+grow > queen.MaxBodyBytes+1 {
-				grow = queen.MaxBodyBytes + 1 - held
+			limit := int64(queen.MaxBodyBytes + 1)
+			if n >= 0 {
+				limit = n + 1 // room to read the EOF after the declared bytes
 			}
+			grow = min(grow, limit-held)
 			if grow <= 0 {
 				release()
 				return nil, nil, errReply(queen.ErrBodyTooLarge), false
 			}
-			if !s.admit(grow, held) {
+			if !s.admitFrom(addr, grow, held) {
 				release()
 				return nil, nil, s.overloaded(), false
 			}
@@ -228,6 +243,7 @@ func (s *Service) readAdmitted(r *http.Request) (body []byte, release func(), re
 			copy(nb, body)
 			body = nb
 		}
+		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyIdleTimeout))
 		k, err := r.Body.Read(body[len(body):cap(body)])
 		body = body[:len(body)+k]
 		if int64(len(body)) > queen.MaxBodyBytes {
@@ -239,9 +255,60 @@ func (s *Service) readAdmitted(r *http.Request) (body []byte, release func(), re
 		}
 		if err != nil {
 			release()
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				s.cfg.Metrics.StalledBodies.Inc()
+				return nil, nil, errReply(queen.ErrBodyStalled.With("nothing of the request body arrived for %s after %d bytes; nothing was written",
+					s.cfg.BodyIdleTimeout, len(body))), false
+			}
 			return nil, nil, errReply(queen.ErrInvalidJSON.With("reading the request body failed after %d bytes: %v", len(body), err)), false
 		}
 	}
+}
+
+// remoteHost is the host of a request's RemoteAddr ("ip:port"), the key
+// of the per-address share of the body budget.
+func remoteHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// admitFrom is admit for a body from address addr: it also keeps the
+// bytes addr holds within its share of the budget (a quarter, at least
+// queen.MaxBodyBytes), except when addr holds nothing else.
+func (s *Service) admitFrom(addr string, n, held int64) bool {
+	share := max(s.cfg.MaxInFlightBodyBytes/4, queen.MaxBodyBytes)
+	s.addrMu.Lock()
+	mine := s.addrHeld[addr]
+	if mine+n > share && mine != held {
+		s.addrMu.Unlock()
+		s.cfg.Metrics.Overloads.Inc()
+		return false
+	}
+	s.addrHeld[addr] = mine + n
+	s.addrMu.Unlock()
+	if !s.admit(n, held) {
+		s.holdFrom(addr, -n)
+		return false
+	}
+	return true
+}
+
+// holdFrom adds n (negative: releases) to the bytes addr holds of the
+// body budget; the whole budget (inFlight) is its caller's to adjust.
+func (s *Service) holdFrom(addr string, n int64) {
+	if n == 0 {
+		return
+	}
+	s.addrMu.Lock()
+	if v := s.addrHeld[addr] + n; v > 0 {
+		s.addrHeld[addr] = v
+	} else {
+		delete(s.addrHeld, addr)
+	}
+	s.addrMu.Unlock()
 }
 
 func (s *Service) overloaded() reply {

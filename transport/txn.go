@@ -11,7 +11,7 @@ import (
 
 // handleTransaction is POST /api/v1/transaction.
 func (s *Service) handleTransaction(w http.ResponseWriter, r *http.Request) {
-	body, release, rep, ok := s.readAdmitted(r)
+	body, release, rep, ok := s.readAdmitted(w, r)
 	if !ok {
 		writeReply(w, txnErrReply(rep))
 		return

@@ -90,49 +90,49 @@ func requireOverloaded(t *testing.T, what string, res *http.Response, body []byt
 	}
 }
 
-// TestAdmissionBeforeReading (issue 29, item 2): a push body holds the
-// in-flight body budget from its first byte until it is answered, and a push
-// over the budget is answered 503 overloaded with Retry-After before its body
-// is read. With a 1 MiB budget and one slow 768 KiB upload holding it:
-//   - pushes declaring 512 KiB are refused at once: with "Expect:
-//     100-continue" no 100 Continue comes first (the client never sends the
-//     body), without it the reply comes while the client has sent headers
-//     only;
-//   - a chunked 15 MiB upload is refused after at most a few hundred KiB, so
-//     its writer never finishes;
-//   - the refused requests hold nothing (the budget in use stays the slow
-//     upload's 768 KiB), and once the slow upload is answered (201 queued,
-//     stored) the same pushes are admitted.
-func TestAdmissionBeforeReading(t *testing.T) {
+// TestAdmissionCountsArrivedBytes (issue 29 item 2, issue 38 item 3): a
+// push body holds the in-flight body budget by what has arrived (its
+// buffer: 64 KiB, then doubling up to the declared length), never by what it
+// declares, until it is answered; a body that stops arriving is cut off
+// after the body idle timeout. With a 1 MiB budget:
+//   - eight sockets that announce 16 MiB bodies and send a few bytes hold
+//     8 x 64 KiB (not 128 MiB), and a normal push is answered 201 queued
+//     while they do (before this change they held the whole budget and every
+//     push was refused);
+//   - a chunked 15 MiB upload sent as fast as it goes is refused with 503
+//     overloaded once it has filled the budget, so its writer never
+//     finishes, and the refusal holds nothing;
+//   - the eight stalled sockets are answered 408 body_stalled after the idle
+//     timeout, and the budget in use returns to 0;
+//   - the pushes retried then are admitted and stored.
+func TestAdmissionCountsArrivedBytes(t *testing.T) {
 	const budget = 1 << 20
-	e := startEnv(t, func(c *Config) { c.MaxInFlightBodyBytes = budget })
+	const idle = 3 * time.Second
+	e := startEnv(t, func(c *Config) { c.MaxInFlightBodyBytes = budget; c.BodyIdleTimeout = idle })
 	q := "admission"
-	slow := pushBodyOf(t, q, "slow", 768<<10)
-	c, br := e.rawPush(t, len(slow), true)
-	// The 100 Continue says the handler admitted the body and started
-	// reading it.
-	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != http.StatusContinue {
-		t.Fatalf("slow upload: want 100 Continue, got %v %v", res, err)
+	type slowSocket struct {
+		c  net.Conn
+		br *bufio.Reader
 	}
-	if _, err := c.Write(slow[:1024]); err != nil {
-		t.Fatal(err)
-	}
-	eq(t, int64(len(slow)), e.b.svc.InFlightBodyBytes(), "budget held by the slow upload")
-
-	const refused = 20
-	for i := 0; i < refused; i++ {
-		_, br := e.rawPush(t, 512<<10, true)
-		res, body, continued := readResponse(t, br)
-		requireOverloaded(t, "Expect: 100-continue", res, body)
-		if continued {
-			t.Fatalf("push %d: the broker asked for the body (100 Continue) before refusing it", i)
+	var slow []slowSocket
+	for i := 0; i < 8; i++ {
+		c, br := e.rawPush(t, 16<<20, false)
+		if _, err := c.Write([]byte(`{"items":[`)); err != nil {
+			t.Fatal(err)
 		}
-		_, br = e.rawPush(t, 512<<10, false)
-		res, body, _ = readResponse(t, br)
-		requireOverloaded(t, "headers only", res, body)
+		slow = append(slow, slowSocket{c, br})
+	}
+	eventually(t, 10*time.Second, 10*time.Millisecond, "the slow sockets hold their first 64 KiB each", func() (bool, string) {
+		got := e.b.svc.InFlightBodyBytes()
+		return got == 8*64<<10, fmt.Sprintf("budget in use %d", got)
+	})
+	r, err := e.tryPushRaw(t, pushBodyOf(t, q, "normal", 4<<10))
+	if err != nil || r.Status != http.StatusCreated || !strings.Contains(string(r.Raw), `"status":"queued"`) {
+		t.Fatalf("a normal push beside eight slow sockets: %v %d %s", err, r.Status, clip(r.Raw))
 	}
 
-	// A chunked upload counts as it is read.
+	// A chunked upload counts as it is read, and is refused once the budget
+	// is full of bytes that arrived.
 	cc, cbr := e.rawPush(t, -1, false)
 	const total = 15 << 20
 	done := make(chan int, 1)
@@ -153,21 +153,23 @@ func TestAdmissionBeforeReading(t *testing.T) {
 	if sent := <-done; sent >= total {
 		t.Fatalf("the chunked upload sent all its %d bytes before it was refused", sent)
 	}
-	eq(t, int64(len(slow)), e.b.svc.InFlightBodyBytes(), "budget held after the refusals")
 
-	if _, err := c.Write(slow[1024:]); err != nil {
-		t.Fatal(err)
+	// The stalled bodies are cut off and release what they held.
+	for i, s := range slow {
+		res, body, _ := readResponse(t, s.br)
+		var eb errBody
+		_ = json.Unmarshal(body, &eb)
+		if res.StatusCode != http.StatusRequestTimeout || eb.Code != "body_stalled" {
+			t.Fatalf("stalled socket %d: status %d %s; want 408 body_stalled", i, res.StatusCode, clip(body))
+		}
 	}
-	res, body, _ = readResponse(t, br)
-	if res.StatusCode != http.StatusCreated || !strings.Contains(string(body), `"status":"queued"`) {
-		t.Fatalf("slow upload: status %d %s", res.StatusCode, clip(body))
-	}
-	eq(t, int64(0), e.b.svc.InFlightBodyBytes(), "budget held once answered")
-
-	// The refused ones are retried and admitted now.
-	r, err := e.tryPushRaw(t, pushBodyOf(t, q, "retry", 512<<10))
+	eventually(t, 10*time.Second, 10*time.Millisecond, "the budget is released", func() (bool, string) {
+		got := e.b.svc.InFlightBodyBytes()
+		return got == 0, fmt.Sprintf("budget in use %d", got)
+	})
+	r, err = e.tryPushRaw(t, pushBodyOf(t, q, "retry", 512<<10))
 	if err != nil || r.Status != http.StatusCreated {
-		t.Fatalf("retry after the slow upload: %v %d %s", err, r.Status, clip(r.Raw))
+		t.Fatalf("retry after the stalled bodies: %v %d %s", err, r.Status, clip(r.Raw))
 	}
 	eq(t, 2, len(e.frames(t, q, "p")), "stored messages")
 }

@@ -119,9 +119,13 @@ type Config struct {
 	MaxActivePartitions int
 	// MaxInFlightBodyBytes bounds the push and transaction bodies read or
 	// being read at once, bytes (transport.Config.MaxInFlightBodyBytes,
-	// default transport.DefaultMaxInFlightBodyBytes, 128 MiB): past it a push is answered 503 overloaded before its
-	// body is read. Tests use tiny budgets.
+	// default transport.DefaultMaxInFlightBodyBytes, 128 MiB), counted as
+	// they arrive: past it (or past a client address's quarter of it) a
+	// push is answered 503 overloaded. Tests use tiny budgets.
 	MaxInFlightBodyBytes int64
+	// BodyIdleTimeout cuts off an HTTP body from which nothing arrives for
+	// this long (transport.Config.BodyIdleTimeout; default 5 s).
+	BodyIdleTimeout time.Duration
 	// Version is reported by the NATS micro service.
 	Version string
 	Logger  *slog.Logger
@@ -393,7 +397,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 		Pusher: b.router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{pops: b.cons, store: b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
-		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes,
+		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes, BodyIdleTimeout: cfg.BodyIdleTimeout,
 		Partitions: func() any { return b.host.PartitionStats() },
 	})
 	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
