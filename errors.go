@@ -66,6 +66,7 @@ var (
 	ErrUnauthorized     = reg(401, "unauthorized", false, "this route needs Authorization: Bearer <QUEEN_ADMIN_TOKEN>")
 	ErrMethodNotAllowed = reg(405, "method_not_allowed", false, "method not allowed")
 	ErrOverloaded       = reg(503, "overloaded", true, "the broker is overloaded; retry with the same transaction ids")
+	ErrTooManyPolls     = reg(429, "too_many_polls", true, "too many long polls are waiting; retry after a pause or poll without wait")
 	ErrUnavailable      = reg(503, "unavailable", true, "the database is unavailable; retry with the same transaction ids")
 	ErrCommitUnknown    = reg(503, "commit_unknown", true, "the outcome of the commit is unknown; retry with the same transaction ids")
 	ErrShuttingDown     = reg(503, "shutting_down", true, "the broker is shutting down; retry with the same transaction ids")

@@ -32,6 +32,8 @@ type Set struct {
 	MailboxDepth prometheus.Gauge
 	// Overloads counts push requests refused because a mailbox was full.
 	Overloads prometheus.Counter
+	// PollsRefused counts long polls refused over a cap (429 too_many_polls).
+	PollsRefused prometheus.Counter
 	// StalledBodies counts HTTP push and transaction bodies cut off because
 	// nothing of them arrived for the body idle timeout (408 body_stalled).
 	StalledBodies prometheus.Counter
@@ -85,6 +87,9 @@ func New() *Set {
 		Overloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "queen_push_overloads_total", Help: "Push requests refused with code overloaded.",
 		}),
+		PollsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_pop_polls_refused_total", Help: "Long polls refused because too many were waiting (429 too_many_polls), on the broker or of one client.",
+		}),
 		StalledBodies: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "queen_http_stalled_bodies_total", Help: "HTTP push and transaction bodies cut off after nothing arrived for the body idle timeout (408 body_stalled).",
 		}),
@@ -105,7 +110,7 @@ func New() *Set {
 			Name: "queen_lock_timeouts_total", Help: "Lock waits cut off by the lock timeout (QUEEN_LOCK_TIMEOUT), answered with code lock_timeout.",
 		}, []string{"op"}),
 	}
-	r.MustRegister(m.PushRequests, m.PushItems, m.QueueItems, m.DedupPayloadMismatch, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads, m.StalledBodies,
+	r.MustRegister(m.PushRequests, m.PushItems, m.QueueItems, m.DedupPayloadMismatch, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads, m.StalledBodies, m.PollsRefused,
 		m.PopMessages, m.AckItems, m.TracesDiscarded, m.LockWaitSeconds, m.LockTimeouts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	for _, op := range []string{"push", "ack", "transaction"} {

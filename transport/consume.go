@@ -60,6 +60,11 @@ func (s *Service) pop(ctx context.Context, req queen.PopRequest, err error) repl
 		return errReply(err)
 	}
 	if req.Wait {
+		client, _ := ctx.Value(clientKey{}).(string)
+		if !s.parkPoll(client) {
+			return s.tooManyPolls(client)
+		}
+		defer s.unparkPoll(client)
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
@@ -80,6 +85,45 @@ func (s *Service) pop(ctx context.Context, req queen.PopRequest, err error) repl
 	}
 	s.cfg.Metrics.PopMessages.Add(float64(len(res.Messages)))
 	return reply{status: http.StatusOK, body: res}
+}
+
+// parkPoll takes a slot for a long poll (a pop with wait) of client, or
+// reports false when the broker already holds Config.MaxParkedPolls of
+// them or client Config.MaxParkedPollsPerClient (issue 38: 8,000 polls of
+// one client took a broker from 31 to 317 MiB). The slot is held until the
+// poll is answered (unparkPoll).
+func (s *Service) parkPoll(client string) bool {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	if s.polling >= s.cfg.MaxParkedPolls || s.pollsOf[client] >= s.cfg.MaxParkedPollsPerClient {
+		return false
+	}
+	s.polling++
+	s.pollsOf[client]++
+	return true
+}
+
+// unparkPoll gives back the slot parkPoll took.
+func (s *Service) unparkPoll(client string) {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	s.polling--
+	if s.pollsOf[client]--; s.pollsOf[client] <= 0 {
+		delete(s.pollsOf, client)
+	}
+}
+
+// tooManyPolls is the refusal of a long poll over a cap: 429 too_many_polls
+// with Retry-After.
+func (s *Service) tooManyPolls(client string) reply {
+	s.cfg.Metrics.PollsRefused.Inc()
+	s.pollMu.Lock()
+	all, mine := s.polling, s.pollsOf[client]
+	s.pollMu.Unlock()
+	rep := errReply(queen.ErrTooManyPolls.With("%d long polls are waiting on this broker (limit %d), %d of them this client's (limit %d); retry after a pause",
+		all, s.cfg.MaxParkedPolls, mine, s.cfg.MaxParkedPollsPerClient))
+	rep.retryAfter = true
+	return rep
 }
 
 // ack answers a single ack: 200 with its result object. A result that is not

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -85,7 +86,7 @@ func (s *Service) routes() []route {
 	}
 	pop := func(r *http.Request) reply {
 		req, err := wire.DecodePopQuery(r.PathValue("queue"), r.PathValue("partition"), r.URL.Query())
-		return s.pop(r.Context(), req, err)
+		return s.pop(context.WithValue(r.Context(), clientKey{}, "http:"+remoteHost(r.RemoteAddr)), req, err)
 	}
 	return []route{
 		{"POST", "/api/v1/push", false, "a push (SPEC.md §3)", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

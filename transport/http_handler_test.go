@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -356,4 +357,66 @@ func (b *blockingPops) Pop(ctx context.Context, _ queen.PopRequest) (queen.PopRe
 	close(b.parked)
 	<-ctx.Done()
 	return queen.PopResult{}, nil
+}
+
+// countingPops signals each pop's arrival on parked and parks a long poll
+// until its context ends (a pop without wait answers empty at once).
+type countingPops struct {
+	*fakeBroker
+	parked chan struct{}
+}
+
+func (b *countingPops) Pop(ctx context.Context, req queen.PopRequest) (queen.PopResult, error) {
+	b.parked <- struct{}{}
+	if req.Wait {
+		<-ctx.Done()
+	}
+	return queen.PopResult{}, nil
+}
+
+// TestHTTPParkedPollCaps (issue 38: 8,000 parked polls of one client took a
+// broker from 31 to 317 MiB): long polls are capped per client (by address)
+// and per broker; one over a cap is answered 429 too_many_polls with
+// Retry-After and never reaches the consumer; a poll without wait is never
+// capped; the slots come back when the polls are answered.
+func TestHTTPParkedPollCaps(t *testing.T) {
+	f := &countingPops{fakeBroker: newFake(), parked: make(chan struct{}, 16)}
+	svc := transport.NewService(transport.Config{Pusher: f, Queues: f, Consumer: f, MaxParkedPolls: 3, MaxParkedPollsPerClient: 2})
+	h := svc.Handler()
+	poll := func(ctx context.Context, addr string, wait bool) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", fmt.Sprintf("/api/v1/pop/queue/q?wait=%v&timeout=600000", wait), nil).WithContext(ctx)
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	done := make(chan int, 8)
+	park := func(addr string) context.CancelFunc {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { done <- poll(ctx, addr, true).Code }()
+		<-f.parked
+		return cancel
+	}
+	refused := func(addr, what string) {
+		t.Helper()
+		w := poll(context.Background(), addr, true)
+		require.Equal(t, http.StatusTooManyRequests, w.Code, what)
+		require.NotEmpty(t, w.Header().Get("Retry-After"), what)
+		require.Contains(t, w.Body.String(), `"code":"too_many_polls"`, what)
+		require.Len(t, f.parked, 0, "%s: a refused poll reaches the consumer", what)
+	}
+	first := park("192.0.2.1:1000")
+	park("192.0.2.1:1001")
+	refused("192.0.2.1:1002", "a third poll of one client")
+	park("192.0.2.2:1000")
+	refused("192.0.2.3:1000", "a fourth poll on the broker")
+	require.Equal(t, http.StatusNoContent, poll(context.Background(), "192.0.2.1:1003", false).Code, "a pop without wait is never capped")
+	<-f.parked
+	first() // the client's first poll ends (its connection closed): its slot comes back
+	require.Equal(t, http.StatusNoContent, <-done)
+	park("192.0.2.1:1004")
+	svc.StopPolls()
+	for i := 0; i < 3; i++ {
+		require.Equal(t, http.StatusNoContent, <-done)
+	}
 }

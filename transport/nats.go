@@ -171,6 +171,7 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 				if auth := m.Header.Get("Authorization"); auth != "" {
 					ctx = context.WithValue(ctx, authorizationKey{}, auth)
 				}
+				ctx = context.WithValue(ctx, clientKey{}, natsClient(m.Reply))
 				ns.answer(ep, subject, h(ctx, data), start)
 			})()
 		}
@@ -215,6 +216,20 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 		ns.eps = append(ns.eps, ep)
 	}
 	return ns, nil
+}
+
+// clientKey carries a request's client (pollClient) in its context.
+type clientKey struct{}
+
+// natsClient is the client of a NATS request, for the per-client cap on
+// parked long polls: its reply subject up to the last token (nats.go's
+// request muxer gives each connection one inbox prefix,
+// "_INBOX.<nuid>.<token>"), or the whole subject.
+func natsClient(reply string) string {
+	if i := strings.LastIndexByte(reply, '.'); i > 0 {
+		return "nats:" + reply[:i]
+	}
+	return "nats:" + reply
 }
 
 // authorizationKey carries a NATS request's Authorization header in its

@@ -80,6 +80,14 @@ type Config struct {
 	// nothing arrives for this long: 408 body_stalled, nothing written, its
 	// budget released. Default DefaultBodyIdleTimeout (5 s).
 	BodyIdleTimeout time.Duration
+	// MaxParkedPolls bounds the long polls (pops with wait) waiting at once
+	// on this broker, HTTP and NATS together; one more is answered 429
+	// too_many_polls with Retry-After. Default DefaultMaxParkedPolls.
+	MaxParkedPolls int
+	// MaxParkedPollsPerClient bounds the long polls of one client waiting
+	// at once: an HTTP client by its address, a NATS client by its
+	// connection's reply inbox. Default DefaultMaxParkedPollsPerClient.
+	MaxParkedPollsPerClient int
 	// RequestTimeout bounds one push request end to end; default 60s.
 	RequestTimeout time.Duration
 	Metrics        *metrics.Set
@@ -102,6 +110,11 @@ type Service struct {
 	// its bodies are read and handled (readAdmitted's per-address share).
 	addrMu   sync.Mutex
 	addrHeld map[string]int64
+	// polling counts the long polls parked now, pollsOf those of each
+	// client (parkPoll).
+	pollMu  sync.Mutex
+	polling int
+	pollsOf map[string]int
 	// polls ends parked long polls at shutdown (StopPolls).
 	polls     context.Context
 	stopPolls context.CancelFunc
@@ -127,6 +140,12 @@ func NewService(cfg Config) *Service {
 	if cfg.BodyIdleTimeout <= 0 {
 		cfg.BodyIdleTimeout = DefaultBodyIdleTimeout
 	}
+	if cfg.MaxParkedPolls <= 0 {
+		cfg.MaxParkedPolls = DefaultMaxParkedPolls
+	}
+	if cfg.MaxParkedPollsPerClient <= 0 {
+		cfg.MaxParkedPollsPerClient = DefaultMaxParkedPollsPerClient
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
@@ -134,7 +153,7 @@ func NewService(cfg Config) *Service {
 		cfg.Logger = slog.Default()
 	}
 	polls, stop := context.WithCancel(context.Background())
-	s := &Service{cfg: cfg, polls: polls, stopPolls: stop, replays: make(chan struct{}, maxReplays), addrHeld: map[string]int64{}}
+	s := &Service{cfg: cfg, polls: polls, stopPolls: stop, replays: make(chan struct{}, maxReplays), addrHeld: map[string]int64{}, pollsOf: map[string]int{}}
 	// Registered once per registry: a second Service on the same metrics
 	// keeps the first one's gauge.
 	_ = cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -187,6 +206,15 @@ func (s *Service) admit(n, held int64) bool {
 // readChunk is the first step of a body's buffer in readAdmitted: the
 // budget grows with the buffer, from the first byte, doubling each step.
 const readChunk = 64 << 10
+
+// DefaultMaxParkedPolls and DefaultMaxParkedPollsPerClient are the caps
+// on waiting long polls (Config.MaxParkedPolls, MaxParkedPollsPerClient):
+// a parked HTTP poll costs about 36 KiB (its connection, goroutines and
+// buffers), so 10,000 stay within about 360 MiB.
+const (
+	DefaultMaxParkedPolls          = 10000
+	DefaultMaxParkedPollsPerClient = 1000
+)
 
 // DefaultBodyIdleTimeout is Config.BodyIdleTimeout's default.
 const DefaultBodyIdleTimeout = 5 * time.Second
