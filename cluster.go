@@ -31,6 +31,30 @@ type ClusterNode struct {
 	Live      bool      `json:"live"`
 	// Shards is how many shards it holds live leases on.
 	Shards int `json:"shards"`
+	// Build is what the broker advertises of its binary (JSON: release,
+	// revision, schema, layout, beside the fields above).
+	Build
+}
+
+// Build names a broker's binary (SPEC.md §2): `queen --version` prints it,
+// the broker logs it at start, and /health and the cluster view carry it.
+// The zero value is what a broker that predates the version guard (release
+// 0.2.0) reads as in the cluster view.
+type Build struct {
+	// Release is the release, e.g. "0.2.0"; "" for a broker before 0.2.0.
+	Release string `json:"release"`
+	// Revision is the VCS revision the binary was built from, "+dirty" when
+	// it had local changes, "unknown" when the build recorded none; "" for
+	// a broker before 0.2.0.
+	Revision string `json:"revision"`
+	// Schema is the binary's schema version, the newest migration it embeds
+	// (persistence.SchemaVersion); 0 for a broker before 0.2.0.
+	Schema int `json:"schema"`
+	// Layout is the storage layout generation the binary reads and writes
+	// (persistence.LayoutGeneration; 0 for a broker before 0.2.0). A layout
+	// migration of a higher generation is refused while a live broker
+	// advertises a lower one.
+	Layout int `json:"layout"`
 }
 
 // ShardLease is one shard's lease. Owner is "" when the shard is free; Live

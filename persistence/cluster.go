@@ -46,13 +46,15 @@ func (s *Store) InitCluster(ctx context.Context, shardCount int) (int, error) {
 }
 
 // ClaimShards is one renew tick of broker id, in one statement: it
-// heartbeats the broker (live for lease, advertising httpURL), renews its
-// leases up to its fair share ceil(shards / live brokers), releases the
-// surplus and claims free or expired shards up to that share. It returns
-// the shards the broker holds afterwards, in order, and which of them were
-// newly claimed.
-func (s *Store) ClaimShards(ctx context.Context, id uuid.UUID, httpURL string, lease time.Duration) (held []int, taken []int, err error) {
-	rows, err := s.pool.Query(ctx, sqlClusterClaim, id, httpURL, lease.Milliseconds())
+// heartbeats the broker (live for lease, advertising httpURL and build in
+// queen.brokers: build.Layout is the generation a layout migration checks,
+// SPEC.md §2), renews its leases up to its fair share ceil(shards / live
+// brokers), releases the surplus and claims free or expired shards up to
+// that share. It returns the shards the broker holds afterwards, in order,
+// and which of them were newly claimed. Errors are queen.ErrUnavailable.
+func (s *Store) ClaimShards(ctx context.Context, id uuid.UUID, httpURL string, build queen.Build, lease time.Duration) (held []int, taken []int, err error) {
+	rows, err := s.pool.Query(ctx, sqlClusterClaim, id, httpURL, lease.Milliseconds(),
+		build.Release, build.Revision, build.Schema, build.Layout)
 	if err != nil {
 		return nil, nil, unavailable(err)
 	}
@@ -94,11 +96,12 @@ func (s *Store) ClusterState(ctx context.Context) (queen.ClusterView, error) {
 		for rows.Next() {
 			var n queen.ClusterNode
 			var id uuid.UUID
-			var shards int32
-			if err := rows.Scan(&id, &n.HTTPURL, &n.StartedAt, &n.HeartbeatAt, &n.ExpiresAt, &n.Live, &shards); err != nil {
+			var shards, schema, layout int32
+			if err := rows.Scan(&id, &n.HTTPURL, &n.StartedAt, &n.HeartbeatAt, &n.ExpiresAt, &n.Live, &shards,
+				&n.Release, &n.Revision, &schema, &layout); err != nil {
 				return err
 			}
-			n.ID, n.Shards = id.String(), int(shards)
+			n.ID, n.Shards, n.Schema, n.Layout = id.String(), int(shards), int(schema), int(layout)
 			v.Brokers = append(v.Brokers, n)
 		}
 		return rows.Err()

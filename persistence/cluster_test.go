@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // Lease tests expire a broker by moving its expiries back (tests only), never
@@ -22,9 +24,13 @@ func expire(t testing.TB, s *Store, id uuid.UUID) {
 	require.NoError(t, err)
 }
 
+// testBuild is what the tests' brokers advertise: this binary's schema and
+// layout.
+var testBuild = queen.Build{Release: "0.0.0-test", Revision: "test", Schema: SchemaVersion(), Layout: LayoutGeneration()}
+
 func claim(t testing.TB, s *Store, id uuid.UUID) (held, taken []int) {
 	t.Helper()
-	held, taken, err := s.ClaimShards(context.Background(), id, "http://"+id.String()[:8], time.Minute)
+	held, taken, err := s.ClaimShards(context.Background(), id, "http://"+id.String()[:8], testBuild, time.Minute)
 	require.NoError(t, err)
 	return held, taken
 }
@@ -174,7 +180,7 @@ func TestClusterConcurrentClaimsNeverShareAShard(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				h, _, err := s.ClaimShards(context.Background(), id, "", time.Minute)
+				h, _, err := s.ClaimShards(context.Background(), id, "", testBuild, time.Minute)
 				if err != nil {
 					t.Error(err)
 				}
@@ -199,4 +205,34 @@ func TestClusterConcurrentClaimsNeverShareAShard(t *testing.T) {
 	for o, n := range count {
 		require.Equal(t, 16, n, "broker %s", o)
 	}
+}
+
+// TestBrokersAdvertiseTheirBuild: a heartbeat writes the broker's release,
+// revision, schema version and layout generation to queen.brokers, and the
+// cluster view reads them back; a row inserted without them (a broker older
+// than the guard) reads as generation 0.
+func TestBrokersAdvertiseTheirBuild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	_, err := s.InitCluster(ctx, 4)
+	require.NoError(t, err)
+	id := uuid.Must(uuid.NewV7())
+	claim(t, s, id)
+	legacy := uuid.Must(uuid.NewV7())
+	_, err = s.pool.Exec(ctx, `INSERT INTO queen.brokers (id, http_url, expires_at) VALUES ($1, 'http://legacy', clock_timestamp() + interval '1 minute')`, legacy)
+	require.NoError(t, err)
+
+	var layout, schema int32
+	var release, revision string
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT layout, schema_version, release, revision FROM queen.brokers WHERE id = $1`, id).Scan(&layout, &schema, &release, &revision))
+	require.Equal(t, testBuild, queen.Build{Release: release, Revision: revision, Schema: int(schema), Layout: int(layout)})
+
+	v, err := s.ClusterState(ctx)
+	require.NoError(t, err)
+	got := map[string]queen.Build{}
+	for _, b := range v.Brokers {
+		got[b.ID] = b.Build
+	}
+	require.Equal(t, map[string]queen.Build{id.String(): testBuild, legacy.String(): {}}, got)
 }

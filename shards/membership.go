@@ -22,8 +22,10 @@ type LeaseStore interface {
 	// ClaimShards heartbeats broker id (live for lease) and, in one
 	// statement, renews its leases up to its fair share ceil(shards / live
 	// brokers), frees the surplus and claims free or expired shards up to
-	// that share. It returns the shards held afterwards and the newly taken.
-	ClaimShards(ctx context.Context, id uuid.UUID, httpURL string, lease time.Duration) (held, taken []int, err error)
+	// that share, advertising httpURL and build (its Layout is what a layout
+	// migration checks, SPEC.md §2). It returns the shards held afterwards
+	// and the newly taken.
+	ClaimShards(ctx context.Context, id uuid.UUID, httpURL string, build queen.Build, lease time.Duration) (held, taken []int, err error)
 	// ReleaseShards frees every lease of broker id and removes its row.
 	ReleaseShards(ctx context.Context, id uuid.UUID) (int, error)
 	// ClusterState reads the brokers and every lease.
@@ -52,6 +54,13 @@ type MembershipConfig struct {
 	ID uuid.UUID
 	// HTTPURL is advertised in the cluster view.
 	HTTPURL string
+	// Build is advertised in queen.brokers with every heartbeat, and so in
+	// the cluster view: Build.Layout must be the layout generation this
+	// broker reads and writes (persistence.LayoutGeneration), which a layout
+	// migration of a higher generation refuses to run past while the broker
+	// is live (SPEC.md §2). The zero value advertises generation 0, the
+	// oldest: it can hold a layout migration back, never let one through.
+	Build queen.Build
 	// Count is the cluster's shard count; default DefaultCount.
 	Count int
 	// Lease is how long a lease (and a heartbeat) lives without renewal;
@@ -215,7 +224,7 @@ func (m *Membership) run() {
 func (m *Membership) tick(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(m.interval, time.Second))
 	defer cancel()
-	held, taken, err := m.cfg.Store.ClaimShards(ctx, m.cfg.ID, m.cfg.HTTPURL, m.cfg.Lease)
+	held, taken, err := m.cfg.Store.ClaimShards(ctx, m.cfg.ID, m.cfg.HTTPURL, m.cfg.Build, m.cfg.Lease)
 	if err != nil {
 		if !m.stopping() {
 			m.cfg.Logger.Warn("shard lease renewal failed; serving the shards held until they run out", "err", err)

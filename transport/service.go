@@ -65,6 +65,9 @@ type Config struct {
 	// Partitions, when set, returns the partition actors' counts (active,
 	// passivated) for /health, as JSON-encodable value.
 	Partitions func() any
+	// Build is the broker's release, revision, schema version and layout
+	// generation, reported by /health (SPEC.md §2).
+	Build queen.Build
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push and transaction bodies being read
@@ -559,13 +562,15 @@ type CacheSwitch interface {
 	Stats() any
 }
 
-// healthReply is GET /health.
+// healthReply is GET /health: the status, then the broker's build
+// (release, revision, schema, layout) whatever the status.
 type healthReply struct {
-	Status     string `json:"status"`
-	Database   string `json:"database"`
-	Error      string `json:"error,omitempty"`
-	DedupCache any    `json:"dedupCache,omitempty"`
-	Partitions any    `json:"partitions,omitempty"`
+	Status   string `json:"status"`
+	Database string `json:"database"`
+	Error    string `json:"error,omitempty"`
+	queen.Build
+	DedupCache any `json:"dedupCache,omitempty"`
+	Partitions any `json:"partitions,omitempty"`
 }
 
 // dedupCache answers GET (body nil) and POST {"enabled":bool} on the
@@ -596,9 +601,9 @@ func (s *Service) health(ctx context.Context) reply {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.cfg.Queues.Ping(ctx); err != nil {
-		return reply{status: http.StatusServiceUnavailable, body: healthReply{Status: "unhealthy", Database: "down", Error: err.Error()}}
+		return reply{status: http.StatusServiceUnavailable, body: healthReply{Status: "unhealthy", Database: "down", Error: err.Error(), Build: s.cfg.Build}}
 	}
-	h := healthReply{Status: "healthy", Database: "ok"}
+	h := healthReply{Status: "healthy", Database: "ok", Build: s.cfg.Build}
 	if s.cfg.DedupCache != nil {
 		h.DedupCache = s.cfg.DedupCache.Stats()
 	}

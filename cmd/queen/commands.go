@@ -24,6 +24,11 @@ func migrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema migrations (safe to run twice or from several processes at once)",
+		Long: `Apply the schema migrations (safe to run twice or from several processes at once;
+` + "`queen serve`" + ` applies them at start too). It refuses, applying nothing, a database
+holding migrations this binary does not know (a newer release migrated it: run that
+release), and refuses a migration that changes the storage layout while live brokers
+of an older layout remain: stop them first (README, Upgrading).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			url := db.databaseURL
@@ -68,6 +73,9 @@ func migrateRunning(ctx context.Context, db dbFlags, inUse error) error {
 				printApplied(applied)
 				return nil
 			}
+			if refused(err) {
+				return err // waiting changes nothing
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -78,6 +86,14 @@ func migrateRunning(ctx context.Context, db dbFlags, inUse error) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// refused reports a refusal of the version guard (SPEC.md §2): a schema
+// newer than this binary, or a layout migration while older brokers live.
+func refused(err error) bool {
+	var tooNew *persistence.SchemaTooNewError
+	var blocked *persistence.LayoutBlockedError
+	return errors.As(err, &tooNew) || errors.As(err, &blocked)
 }
 
 func printApplied(applied []int) {

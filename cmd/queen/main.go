@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/logs"
 )
 
@@ -21,8 +23,9 @@ import (
 // first signal starts a drain, a second one ends the process at once.
 var stopSignals = func() {}
 
-// version is the broker's version, reported by the NATS micro service.
-var version = "0.1.0"
+// version is the release: `queen --version` prints it, and the broker
+// reports it (the NATS micro service, /health, the cluster view).
+var version = broker.Release
 
 func main() {
 	// The push path allocates per item and the heap stays small (tens of MB);
@@ -44,16 +47,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	stopSignals = stop
-	root := &cobra.Command{
-		Use:           "queen",
-		Short:         "Queen: a partitioned message queue on PostgreSQL with idempotent producers",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Version:       version,
-	}
-	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd(),
-		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd(), natsNodeCmd())
-	if err := root.ExecuteContext(ctx); err != nil {
+	if err := rootCmd().ExecuteContext(ctx); err != nil {
 		// The operator verbs' exit codes (operator.go); 1 otherwise. A
 		// codeError without a message (queen dedup's 3 and 4) prints nothing.
 		if msg := err.Error(); msg != "" {
@@ -61,6 +55,30 @@ func main() {
 		}
 		os.Exit(exitCode(err))
 	}
+}
+
+// rootCmd is the queen command with every verb.
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "queen",
+		Short:         "Queen: a partitioned message queue on PostgreSQL with idempotent producers",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       versionText(broker.BuildOf(version)),
+	}
+	root.SetVersionTemplate("queen {{.Version}}\n")
+	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd(),
+		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd(), natsNodeCmd())
+	return root
+}
+
+// versionText is what `queen --version` prints after "queen ": the release,
+// the VCS revision ("unknown" when the build recorded none, "+dirty" with
+// local changes), the schema version (the newest migration this binary
+// applies; it refuses a database holding newer ones) and the storage layout
+// generation, e.g. "0.2.0 (revision 58a347c...+dirty, schema 15, layout 0)".
+func versionText(b queen.Build) string {
+	return fmt.Sprintf("%s (revision %s, schema %d, layout %d)", b.Release, b.Revision, b.Schema, b.Layout)
 }
 
 // serveHeadroom is the memory a broker's Go heap needs beside its dedup

@@ -429,7 +429,7 @@ func clusterCmd() *cobra.Command {
 	var o opFlags
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "The cluster's brokers, heartbeats and shard owners (GET /api/v1/cluster)",
+		Short: "The cluster's brokers (heartbeats, shards, release, schema version and layout generation) and shard owners (GET /api/v1/cluster)",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, raw, err := call(cmd, &o, "cluster", func(ctx context.Context, c *client.Client) (queen.ClusterView, []byte, error) { return c.Cluster(ctx) })
@@ -448,10 +448,11 @@ func clusterCmd() *cobra.Command {
 			o.emit(cmd, raw, func(w io.Writer) {
 				fmt.Fprintf(w, "shards\t%d (%d without a live owner)\n", v.ShardCount, free)
 				fmt.Fprintf(w, "answered by\t%s\n\n", v.Self)
-				fmt.Fprintln(w, "BROKER\tHTTP\tLIVE\tSHARDS\tHEARTBEAT\tEXPIRES\tOWNS")
+				fmt.Fprintln(w, "BROKER\tHTTP\tLIVE\tSHARDS\tHEARTBEAT\tEXPIRES\tRELEASE\tREVISION\tSCHEMA\tLAYOUT\tOWNS")
 				for _, b := range v.Brokers {
-					fmt.Fprintf(w, "%s\t%s\t%t\t%d\t%s\t%s\t%s\n", b.ID, b.HTTPURL, b.Live, b.Shards,
-						timeText(&b.HeartbeatAt), timeText(&b.ExpiresAt), ranges(owned[b.ID]))
+					fmt.Fprintf(w, "%s\t%s\t%t\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", b.ID, b.HTTPURL, b.Live, b.Shards,
+						timeText(&b.HeartbeatAt), timeText(&b.ExpiresAt),
+						dash(b.Release), dash(shortRevision(b.Revision)), schemaText(b.Schema), b.Layout, ranges(owned[b.ID]))
 				}
 			})
 			return nil
@@ -459,6 +460,26 @@ func clusterCmd() *cobra.Command {
 	}
 	o.register(cmd)
 	return cmd
+}
+
+// shortRevision keeps the first 12 hex digits of a VCS revision, and its
+// "+dirty".
+func shortRevision(r string) string {
+	hash, suffix, found := strings.Cut(r, "+")
+	hash = hash[:min(len(hash), 12)]
+	if found {
+		return hash + "+" + suffix
+	}
+	return hash
+}
+
+// schemaText is a broker's schema version, "-" for a broker that predates
+// the version guard (0).
+func schemaText(v int) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.Itoa(v)
 }
 
 // ranges writes shard numbers as "0-15,32,40-41".

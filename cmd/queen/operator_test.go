@@ -20,6 +20,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
+	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
@@ -168,10 +169,13 @@ func TestOperatorVerbs(t *testing.T) {
 	require.Contains(t, out, "BROKER")
 	require.Contains(t, out, base)
 	require.Regexp(t, `\s0-63\n`, out, "the only broker owns every shard")
+	require.Regexp(t, `\s0\.2\.0\s+unknown\s+`+strconv.Itoa(persistence.SchemaVersion())+`\s+`+strconv.Itoa(persistence.LayoutGeneration())+`\s+0-63\n`, out,
+		"release, revision, schema version and layout generation")
 	out, _, _ = runOp(t, "cluster", "--server", base, "-o", "json")
 	var cv queen.ClusterView
 	require.NoError(t, json.Unmarshal([]byte(out), &cv), out)
 	require.Len(t, cv.Brokers, 1)
+	require.Equal(t, queen.Build{Release: "0.2.0", Revision: "unknown", Schema: persistence.SchemaVersion(), Layout: persistence.LayoutGeneration()}, cv.Brokers[0].Build, out)
 
 	// queen dlq list, then replay: moved, then gone; a replay already in the
 	// window is a duplicate.

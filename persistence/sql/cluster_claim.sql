@@ -1,6 +1,9 @@
 -- One broker's renew tick, in one statement (like a leader lease): heartbeat
--- broker $1 (HTTP URL $2) for $3 milliseconds, then keep at most its fair
--- share of shards, ceil(shard_count / live brokers):
+-- broker $1 (HTTP URL $2) for $3 milliseconds, advertising its release $4,
+-- revision $5, schema version $6 and layout generation $7 (SPEC.md §2: a
+-- layout migration is refused while a live broker advertises an older
+-- layout), then keep at most its fair share of shards,
+-- ceil(shard_count / live brokers):
 --   renewed  its leases up to the fair share (lowest shard numbers first),
 --            extended by $3 ms;
 --   released the surplus over the fair share (more brokers joined), freed;
@@ -11,10 +14,12 @@
 -- expired for more than an hour are deleted. Returns the shards the broker
 -- holds afterwards, each with taken = true when newly claimed.
 WITH me AS (
-    INSERT INTO queen.brokers (id, http_url, expires_at)
-    VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond')
+    INSERT INTO queen.brokers (id, http_url, expires_at, release, revision, schema_version, layout)
+    VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond', $4, $5, $6, $7)
     ON CONFLICT (id) DO UPDATE
-        SET http_url = excluded.http_url, heartbeat_at = clock_timestamp(), expires_at = excluded.expires_at
+        SET http_url = excluded.http_url, heartbeat_at = clock_timestamp(), expires_at = excluded.expires_at,
+            release = excluded.release, revision = excluded.revision,
+            schema_version = excluded.schema_version, layout = excluded.layout
 ), gone AS (
     DELETE FROM queen.brokers
     WHERE expires_at < clock_timestamp() - interval '1 hour' AND id <> $1

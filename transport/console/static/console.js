@@ -423,11 +423,14 @@ function pageCluster(gen) {
       (c.brokers || []).forEach((b, i) => { color[b.id] = palette[i % palette.length]; });
       const owned = {};
       for (const s of c.shards || []) owned[s.owner] = (owned[s.owner] || 0) + 1;
-      const brokers = table(["", "broker", "HTTP", "started", "heartbeat", "expires", "live", "shards"], (c.brokers || []).map((b) => {
+      const brokers = table(["", "broker", "HTTP", "started", "heartbeat", "expires", "live", "shards", "release", "schema", "layout"], (c.brokers || []).map((b) => {
         const sw = el("i"); sw.className = "swatch"; sw.style.display = "inline-block"; sw.style.width = ".8rem"; sw.style.height = ".8rem"; sw.style.background = color[b.id];
         return el("tr", { "data-broker": b.id }, el("td", null, sw), el("td", null, b.id + (b.id === c.self ? " (this broker)" : "")), el("td", null, b.httpUrl || "—"),
           el("td", null, fmtTime(b.startedAt)), el("td", null, fmtAgo(b.heartbeatAt, c.now)), el("td", null, fmtAgo(b.expiresAt, c.now)),
-          el("td", null, b.live ? "yes" : "no"), el("td", { class: "num" }, owned[b.id] || 0));
+          el("td", null, b.live ? "yes" : "no"), el("td", { class: "num" }, owned[b.id] || 0),
+          // A broker older than 0.2.0 advertises no release or schema (layout 0).
+          el("td", { title: "revision " + (b.revision || "unknown") }, b.release || "—"), el("td", { class: "num" }, b.schema ? String(b.schema) : "—"),
+          el("td", { class: "num" }, String(b.layout || 0)));
       }), "cluster-brokers");
       const grid = el("div", { class: "grid", id: "shard-grid" });
       for (const s of c.shards || []) {

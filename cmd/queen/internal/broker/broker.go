@@ -126,9 +126,15 @@ type Config struct {
 	// BodyIdleTimeout cuts off an HTTP body from which nothing arrives for
 	// this long (transport.Config.BodyIdleTimeout; default 5 s).
 	BodyIdleTimeout time.Duration
-	// Version is reported by the NATS micro service.
+	// Version is the release, reported by the NATS micro service and
+	// advertised (with Revision, the schema version and the layout
+	// generation) in the start log line, /health, queen.brokers and the
+	// cluster view; default Release.
 	Version string
-	Logger  *slog.Logger
+	// Revision is the VCS revision advertised beside Version; default
+	// Revision().
+	Revision string
+	Logger   *slog.Logger
 }
 
 // DefaultPartitionIdle is the default of QUEEN_PARTITION_IDLE: a partition
@@ -159,7 +165,10 @@ func (c *Config) defaults() {
 		c.ShardLease = shards.DefaultLease
 	}
 	if c.Version == "" {
-		c.Version = "0.1.0"
+		c.Version = Release
+	}
+	if c.Revision == "" {
+		c.Revision = Revision()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -269,7 +278,10 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 		b.pg = pg.cluster
 		b.dbURL = b.pg.URL()
 	}
-	applied, err := persistence.Migrate(ctx, b.dbURL)
+	// A schema this binary does not know, or a layout migration while
+	// older brokers are live, is refused here (SPEC.md §2): the broker
+	// exits with the error.
+	applied, err := persistence.MigrateWith(ctx, persistence.MigrateConfig{URL: b.dbURL, Logger: b.log})
 	if err != nil {
 		return err
 	}
@@ -348,7 +360,7 @@ func (b *Broker) startShards(ctx context.Context) (err error) {
 	// The shards this broker serves are those it holds leases on (SPEC.md
 	// §9); a broker alone holds them all once Start returns.
 	if b.members, err = shards.NewMembership(shards.MembershipConfig{
-		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(),
+		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(), Build: b.Build(),
 		Count: cfg.ShardCount, Lease: cfg.ShardLease, Logger: b.log,
 		// The partitions of shards that moved away are released at once.
 		OnLost: func(lost []int, count int) {
@@ -398,7 +410,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 		Consumer: consumer{pops: b.cons, store: b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes, BodyIdleTimeout: cfg.BodyIdleTimeout,
-		Partitions: func() any { return b.host.PartitionStats() },
+		Partitions: func() any { return b.host.PartitionStats() }, Build: b.Build(),
 	})
 	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
 		return err
@@ -421,7 +433,9 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 	if err = b.runWarn(ctx, "the shard membership", "shard leases not released; they run out after the lease", b.members); err != nil {
 		return err
 	}
-	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount)
+	build := b.Build()
+	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount,
+		"release", build.Release, "revision", build.Revision, "schema", build.Schema, "layout", build.Layout)
 	return nil
 }
 
@@ -571,6 +585,13 @@ func registerPartitionMetrics(m *metrics.Set, h *actors.Host) {
 			Name: "queen_partitions_active_max", Help: "The bound on active partitions from QUEEN_PARTITION_MEMORY_MB (0: none).",
 		}, func() float64 { return float64(h.PartitionStats().MaxActive) }),
 	)
+}
+
+// Build is what the broker advertises of its binary (SPEC.md §2): its
+// release and revision (Config.Version, Config.Revision), this binary's
+// schema version and layout generation.
+func (b *Broker) Build() queen.Build {
+	return queen.Build{Release: b.cfg.Version, Revision: b.cfg.Revision, Schema: persistence.SchemaVersion(), Layout: persistence.LayoutGeneration()}
 }
 
 // HTTPURL is the base URL of the HTTP gateway, e.g. http://127.0.0.1:6632.

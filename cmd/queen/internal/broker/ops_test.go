@@ -136,6 +136,11 @@ func TestOperations(t *testing.T) {
 			t.Fatalf("health body %q: %v", body, err)
 		}
 		eq(t, "healthy", h["status"], "health status")
+		// The build (SPEC.md §2): new fields beside the old ones.
+		eq(t, Release, h["release"], "health release")
+		eq(t, "unknown", h["revision"], "health revision (a test binary records none)")
+		eq(t, float64(persistence.SchemaVersion()), h["schema"], "health schema")
+		eq(t, float64(persistence.LayoutGeneration()), h["layout"], "health layout")
 	})
 
 	t.Run("metrics", func(t *testing.T) {

@@ -1,0 +1,300 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/queen-mq/queen-go/persistence/pgtest"
+)
+
+// The version guard (SPEC.md §2): a schema holding migrations the binary does
+// not know is refused, and a layout migration waits for the live brokers of
+// older layouts to go.
+
+// TestEmbeddedMigrationsVersions: the binary's schema version is its newest
+// migration, 0015_broker_layout is among them, and its layout generation is
+// the highest marker (none of the migrations up to 0015 is marked).
+func TestEmbeddedMigrationsVersions(t *testing.T) {
+	t.Parallel()
+	all, err := Migrations()
+	require.NoError(t, err)
+	require.Equal(t, all[len(all)-1].Version, SchemaVersion())
+	gen := 0
+	var names []string
+	for _, m := range all {
+		gen = max(gen, m.Layout)
+		names = append(names, strconv.Itoa(m.Version)+"_"+m.Name)
+		if m.Version <= brokerLayoutVersion {
+			require.Zero(t, m.Layout, "%04d_%s is generation 0", m.Version, m.Name)
+		}
+	}
+	require.Contains(t, names, "15_broker_layout")
+	require.Equal(t, gen, LayoutGeneration())
+}
+
+// TestLayoutMarker: the marker counts in the header comment only, names a
+// whole number above 0, and generations increase with the version after
+// 0015.
+func TestLayoutMarker(t *testing.T) {
+	t.Parallel()
+	m, err := parseMigration("0021_split.sql", "-- Moves the frames.\n--\n-- queen:layout 3\n\nALTER TABLE queen.x RENAME TO y;\n")
+	require.NoError(t, err)
+	require.Equal(t, Migration{Version: 21, Name: "split", SQL: m.SQL, Layout: 3}, m)
+
+	m, err = parseMigration("0022_plain.sql", "-- A comment.\nCREATE TABLE queen.t (x int);\n-- queen:layout 4\n")
+	require.NoError(t, err)
+	require.Zero(t, m.Layout, "a marker after the first statement is not a header")
+
+	for _, bad := range []string{"-- queen:layout x\nSELECT 1", "-- queen:layout 0\nSELECT 1", "-- queen:layout -2\nSELECT 1", "-- queen:layout 1\n-- queen:layout 2\nSELECT 1"} {
+		_, err := parseMigration("0023_bad.sql", bad)
+		require.Error(t, err, "%q", bad)
+	}
+	_, err = parseMigration("x_bad.sql", "SELECT 1")
+	require.Error(t, err)
+
+	ok := []Migration{{Version: 20, Layout: 2}, {Version: 16, Layout: 1}, {Version: 18}}
+	sorted, err := checkMigrations(ok)
+	require.NoError(t, err)
+	require.Equal(t, []int{16, 18, 20}, []int{sorted[0].Version, sorted[1].Version, sorted[2].Version})
+	for name, ms := range map[string][]Migration{
+		"not increasing":      {{Version: 16, Layout: 2}, {Version: 17, Layout: 2}},
+		"decreasing":          {{Version: 16, Layout: 2}, {Version: 17, Layout: 1}},
+		"before 0015":         {{Version: 14, Layout: 1}},
+		"0015 itself":         {{Version: brokerLayoutVersion, Layout: 1}},
+		"duplicate versions":  {{Version: 16}, {Version: 16}},
+		"duplicate, one mark": {{Version: 17, Layout: 1}, {Version: 17}},
+	} {
+		_, err := checkMigrations(ms)
+		require.Error(t, err, name)
+	}
+}
+
+// appliedVersions reads queen.schema_migrations.
+func appliedVersions(t *testing.T, url string) []int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT version FROM queen.schema_migrations ORDER BY version`)
+	require.NoError(t, err)
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	require.NoError(t, err)
+	out := make([]int, len(vs))
+	for i, v := range vs {
+		out[i] = int(v)
+	}
+	return out
+}
+
+func tableExists(t *testing.T, url, name string) bool {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var ok bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok))
+	return ok
+}
+
+func versionsUpTo(last int) []int {
+	var out []int
+	for _, m := range embedded {
+		if m.Version <= last {
+			out = append(out, m.Version)
+		}
+	}
+	return out
+}
+
+// TestMigrateRefusesUnknownVersions: a database holding a version this
+// binary does not embed (an upgrade's, here 9999) is refused with
+// *SchemaTooNewError naming both versions, before anything is applied: a
+// database at 0012 stays at 0012.
+func TestMigrateRefusesUnknownVersions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := databaseAt(t, 12)
+	_, err := conn.Exec(ctx, `INSERT INTO queen.schema_migrations (version, name) VALUES (9999, 'from_the_future')`)
+	require.NoError(t, err)
+
+	applied, err := Migrate(ctx, url)
+	require.Empty(t, applied)
+	var tooNew *SchemaTooNewError
+	require.True(t, errors.As(err, &tooNew), "%v", err)
+	t.Log(err)
+	require.Equal(t, &SchemaTooNewError{Database: 9999, Binary: SchemaVersion(), Unknown: []int{9999}}, tooNew)
+	require.ErrorContains(t, err, "version 9999")
+	require.ErrorContains(t, err, "schema version "+strconv.Itoa(SchemaVersion()))
+	require.ErrorContains(t, err, "run a newer release")
+	require.Equal(t, append(versionsUpTo(12), 9999), appliedVersions(t, url), "nothing applied")
+	require.False(t, tableExists(t, url, "queen.consumer_leases"), "0014 not applied")
+
+	// Once the unknown version is gone (a restored backup), it migrates.
+	_, err = conn.Exec(ctx, `DELETE FROM queen.schema_migrations WHERE version = 9999`)
+	require.NoError(t, err)
+	applied, err = Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, versionsUpTo(math.MaxInt)[len(versionsUpTo(12)):], applied)
+}
+
+// synthetic returns the embedded migrations followed by migration 9001, a
+// layout migration of generation gen that creates queen.layout_probe.
+func synthetic(t *testing.T, gen int) []Migration {
+	t.Helper()
+	m, err := parseMigration("9001_synthetic_layout.sql",
+		"-- A test's layout migration.\n"+LayoutMarker+strconv.Itoa(gen)+"\nCREATE TABLE queen.layout_probe (x int);\n")
+	require.NoError(t, err)
+	require.Equal(t, gen, m.Layout)
+	all, err := checkMigrations(append(append([]Migration(nil), embedded...), m))
+	require.NoError(t, err)
+	return all
+}
+
+// TestLayoutMigrationWaitsForOlderBrokers: a layout migration of generation
+// G is refused, with *LayoutBlockedError naming the live brokers of a lower
+// generation, and applied once they expired or left; a live broker of
+// generation G does not hold it back. An older binary then refuses the
+// schema.
+func TestLayoutMigrationWaitsForOlderBrokers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gen := LayoutGeneration() + 1
+	for _, gone := range []string{"expired", "released"} {
+		t.Run(gone, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewDatabase(t)
+			s, err := Open(ctx, Config{URL: url})
+			require.NoError(t, err)
+			t.Cleanup(s.Close)
+			// Two live brokers: one a generation behind, one of the new.
+			old, current := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+			for _, b := range []struct {
+				id      uuid.UUID
+				url     string
+				release string
+				layout  int
+			}{{old, "http://old:6632", "", gen - 1}, {current, "http://new:6632", "9.9.9", gen}} {
+				_, err := s.pool.Exec(ctx, `INSERT INTO queen.brokers (id, http_url, release, layout, expires_at) VALUES ($1, $2, $3, $4, clock_timestamp() + interval '1 minute')`,
+					b.id, b.url, b.release, b.layout)
+				require.NoError(t, err)
+			}
+			all := synthetic(t, gen)
+
+			applied, err := migrate(ctx, MigrateConfig{URL: url}, all, math.MaxInt)
+			require.Empty(t, applied)
+			var blocked *LayoutBlockedError
+			require.True(t, errors.As(err, &blocked), "%v", err)
+			t.Log(err)
+			require.Equal(t, 9001, blocked.Version)
+			require.Equal(t, gen, blocked.Layout)
+			require.Len(t, blocked.Brokers, 1, "only the older broker holds it back")
+			require.Equal(t, old, blocked.Brokers[0].ID)
+			require.Equal(t, "http://old:6632", blocked.Brokers[0].HTTPURL)
+			require.Equal(t, gen-1, blocked.Brokers[0].Layout)
+			for _, want := range []string{old.String(), "http://old:6632", "layout " + strconv.Itoa(gen-1), "release before 0.2.0", "generation " + strconv.Itoa(gen), "stop or upgrade them first"} {
+				require.ErrorContains(t, err, want)
+			}
+			require.NotContains(t, appliedVersions(t, url), 9001)
+			require.False(t, tableExists(t, url, "queen.layout_probe"), "the layout migration did not run")
+
+			if gone == "expired" {
+				expire(t, s, old)
+			} else {
+				_, err := s.ReleaseShards(ctx, old) // a clean stop
+				require.NoError(t, err)
+			}
+			applied, err = migrate(ctx, MigrateConfig{URL: url}, all, math.MaxInt)
+			require.NoError(t, err)
+			require.Equal(t, []int{9001}, applied)
+			require.True(t, tableExists(t, url, "queen.layout_probe"))
+
+			// This binary, which lacks 9001, now refuses the schema.
+			_, err = Migrate(ctx, url)
+			var tooNew *SchemaTooNewError
+			require.True(t, errors.As(err, &tooNew), "%v", err)
+			require.Equal(t, 9001, tooNew.Database)
+			require.Equal(t, SchemaVersion(), tooNew.Binary)
+		})
+	}
+}
+
+// lockedBuffer is a log destination safe for the migrating goroutine and the
+// test reading it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestMigrateLogsWhileWaitingForTheLock: a migration waiting for the lock
+// another session holds logs that it waits, naming the holder, and goes on
+// once the lock is released.
+func TestMigrateLogsWhileWaitingForTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	cc, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	cc.RuntimeParams["application_name"] = "guard-test-holder"
+	holder, err := pgx.ConnectConfig(ctx, cc)
+	require.NoError(t, err)
+	defer holder.Close(ctx)
+	_, err = holder.Exec(ctx, sqlMigrateLock)
+	require.NoError(t, err)
+
+	var logs lockedBuffer
+	type result struct {
+		applied []int
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		applied, err := MigrateWith(ctx, MigrateConfig{URL: url, Logger: slog.New(slog.NewTextHandler(&logs, nil)), LockWaitLog: 10 * time.Millisecond})
+		done <- result{applied, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !bytes.Contains([]byte(logs.String()), []byte("waiting for the migration lock")) {
+		require.True(t, time.Now().Before(deadline), "no wait logged: %s", logs.String())
+		select {
+		case r := <-done:
+			t.Fatalf("migrated while the lock was held: %v %v", r.applied, r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	require.Contains(t, logs.String(), "holder_application=guard-test-holder")
+	_, err = holder.Exec(ctx, sqlMigrateUnlock)
+	require.NoError(t, err)
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		require.Empty(t, r.applied)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the migration did not go on once the lock was released")
+	}
+	require.Contains(t, logs.String(), "migration lock taken")
+	t.Log(logs.String())
+}
