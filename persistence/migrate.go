@@ -254,6 +254,11 @@ type MigrateConfig struct {
 	// another session, before it logs that it is waiting (then again every
 	// 30 s while it waits); default 1 s.
 	LockWaitLog time.Duration
+
+	// functions, when set, are the schema's functions (persistence/functions)
+	// applied after the last migration unless the database records their
+	// digest; tests that build older schemas leave them out.
+	functions []schemaFunction
 }
 
 // Migrate is MigrateWith with only the URL.
@@ -267,6 +272,9 @@ func Migrate(ctx context.Context, url string) ([]int, error) {
 // once (SPEC.md §2). It returns the versions it applied, in order (none when
 // up to date).
 //
+// Then it (re)defines the schema's functions from persistence/functions when
+// the database does not record their digest yet (applyFunctions).
+//
 // It refuses, before applying anything, a database holding a version this
 // binary does not embed (*SchemaTooNewError). Before each layout migration
 // it refuses, in that migration's transaction, while a live row of
@@ -274,6 +282,7 @@ func Migrate(ctx context.Context, url string) ([]int, error) {
 // versions applied before it). A database it cannot reach is
 // queen.ErrUnavailable.
 func MigrateWith(ctx context.Context, cfg MigrateConfig) ([]int, error) {
+	cfg.functions = embeddedFunctions
 	return migrate(ctx, cfg, embedded, math.MaxInt)
 }
 
@@ -359,6 +368,11 @@ func migrate(ctx context.Context, cfg MigrateConfig, all []Migration, last int) 
 			return ran, fmt.Errorf("persistence: migration %04d_%s: %w", m.Version, m.Name, err)
 		}
 		ran = append(ran, m.Version)
+	}
+	if cfg.functions != nil {
+		if _, err := applyFunctions(ctx, conn, cfg.functions, functionsDigest, all[len(all)-1].Version); err != nil {
+			return ran, err
+		}
 	}
 	return ran, nil
 }

@@ -1,0 +1,31 @@
+-- The queues with rows in range n of segments_timed that still keep them
+-- at time t: queues without retentionSeconds now, or whose retention
+-- reaches past hi (t - retentionSeconds < hi). Found by a skip scan over
+-- the range's distinct partitions (one index descent each); the queue rows
+-- are read FOR SHARE, so a configure that changes a retention waits for
+-- the caller's transaction (and the drop it decides).
+CREATE OR REPLACE FUNCTION queen.segment_range_keepers(n text, hi timestamptz, t timestamptz) RETURNS bigint
+    LANGUAGE plpgsql
+AS $$
+DECLARE
+    k bigint;
+BEGIN
+    EXECUTE format($q$
+        WITH RECURSIVE d AS (
+            (SELECT s.partition_id FROM queen.%1$I s ORDER BY s.partition_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT s.partition_id FROM queen.%1$I s WHERE s.partition_id > d.partition_id
+                     ORDER BY s.partition_id LIMIT 1)
+              FROM d WHERE d.partition_id IS NOT NULL
+        ), qs AS (
+            SELECT q.id, COALESCE((q.options ->> 'retentionSeconds')::float8, 0) AS r
+              FROM queen.queues q
+             WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p
+                             WHERE p.id IN (SELECT partition_id FROM d WHERE partition_id IS NOT NULL))
+             FOR SHARE
+        )
+        SELECT count(*) FROM qs WHERE qs.r <= 0 OR $1 - make_interval(secs => qs.r) < $2
+    $q$, n) INTO k USING t, hi;
+    RETURN k;
+END
+$$;

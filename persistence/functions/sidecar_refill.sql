@@ -1,0 +1,21 @@
+-- Re-fills the level-0 range [lo, hi) from its log_txns rows after a crash
+-- emptied it (the current range, or one ahead of it) and lists it alive.
+-- Rows pushed since the crash are there already: a hash twice in level 0
+-- is harmless (a lookup takes the lowest offset). Returns the rows written.
+CREATE OR REPLACE FUNCTION queen.sidecar_refill(lo timestamptz, hi timestamptz) RETURNS bigint
+    LANGUAGE plpgsql
+AS $$
+DECLARE
+    cnt bigint;
+BEGIN
+    INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+    SELECT t.partition_id, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
+           t.first_offset + g.i, t.first_offset, t.created_at
+      FROM queen.log_txns t
+     CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
+     WHERE t.created_at >= lo AND t.created_at < hi;
+    GET DIAGNOSTICS cnt = ROW_COUNT;
+    INSERT INTO queen.sidecar_alive (lo) VALUES (lo) ON CONFLICT DO NOTHING;
+    RETURN cnt;
+END
+$$;

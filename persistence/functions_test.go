@@ -1,0 +1,95 @@
+package persistence
+
+import (
+	"context"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// functionDefs returns pg_get_functiondef of every function of schema queen,
+// by name.
+func functionDefs(t *testing.T, conn *pgx.Conn) map[string]string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `
+		SELECT p.proname, pg_get_functiondef(p.oid)
+		  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		 WHERE n.nspname = 'queen'`)
+	require.NoError(t, err)
+	defs := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		require.NoError(t, rows.Scan(&name, &def))
+		defs[name] = def
+	}
+	require.NoError(t, rows.Err())
+	return defs
+}
+
+// TestFunctionsAsMigrated: persistence/functions holds exactly the functions
+// the migrations left in the schema, with the same definitions, so moving
+// their bodies out of the migrations (issue 42) changed nothing: a database
+// migrated by the migrations alone and the same database after the
+// functions are applied define the same functions, byte for byte as
+// PostgreSQL prints them.
+func TestFunctionsAsMigrated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := databaseAt(t, math.MaxInt) // the migrations alone
+	before := functionDefs(t, conn)
+	var names []string
+	for name := range before {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var files []string
+	for _, f := range embeddedFunctions {
+		files = append(files, f.Name)
+	}
+	require.Equal(t, names, files, "one file per function the migrations define, and no other")
+
+	applied, err := applyFunctions(ctx, conn, embeddedFunctions, functionsDigest, SchemaVersion())
+	require.NoError(t, err)
+	require.True(t, applied)
+	require.Equal(t, before, functionDefs(t, conn), "the files redefine the functions as the migrations did")
+}
+
+// TestFunctionsAppliedOnce: Migrate applies the functions when the database
+// does not record their digest, and not again while it does (a start must
+// not invalidate running brokers' plans); a changed digest (a newer binary's
+// bodies) applies them again.
+func TestFunctionsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := databaseAt(t, 12)
+	_, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	var digest string
+	var schema int
+	var at time.Time
+	read := func() {
+		t.Helper()
+		require.NoError(t, conn.QueryRow(ctx, `SELECT digest, schema_version, applied_at FROM queen.schema_functions`).Scan(&digest, &schema, &at))
+	}
+	read()
+	require.Equal(t, functionsDigest, digest)
+	require.Equal(t, SchemaVersion(), schema)
+	first := at
+
+	_, err = Migrate(ctx, url)
+	require.NoError(t, err)
+	read()
+	require.Equal(t, first, at, "an up-to-date database is left alone")
+
+	_, err = conn.Exec(ctx, `UPDATE queen.schema_functions SET digest = 'older'`)
+	require.NoError(t, err)
+	_, err = Migrate(ctx, url)
+	require.NoError(t, err)
+	read()
+	require.Equal(t, functionsDigest, digest, "other bodies are replaced")
+	require.True(t, at.After(first))
+}
