@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	queen "github.com/queen-mq/queen-go"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -297,4 +299,45 @@ func TestMigrateLogsWhileWaitingForTheLock(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), "migration lock taken")
 	t.Log(logs.String())
+}
+
+// TestUpgradeFromPreviousRelease (issue 38): the previous release (0.1.0,
+// schema 14) stored messages; this release migrates its database in place
+// and every verdict holds across the upgrade: the stored ids, repeated in
+// their window, are duplicates naming the original message, new ids are
+// queued at the next offsets, and the same ids in another partition are
+// independent. The push statements are the previous release's own (no
+// migration since schema 14 changes what a push reads), so the store writes
+// what 0.1.0 wrote.
+func TestUpgradeFromPreviousRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, _ := databaseAt(t, 14)
+	open := func() *Store {
+		s, err := Open(ctx, Config{URL: url})
+		require.NoError(t, err)
+		return s
+	}
+	before := open()
+	pa, err := before.EnsurePartition(ctx, "up", "a")
+	require.NoError(t, err)
+	pb, err := before.EnsurePartition(ctx, "up", "b")
+	require.NoError(t, err)
+	old := commit(t, before, pa, items("up", "a", "x1", "x2", "x3"))
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued, queen.Queued}, verdicts(old))
+	before.Close()
+
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, versionsUpTo(math.MaxInt)[len(versionsUpTo(14)):], applied)
+
+	after := open()
+	defer after.Close()
+	out := commit(t, after, pa, items("up", "a", "x2", "n1", "x1"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued, queen.Duplicate}, verdicts(out))
+	require.Equal(t, old.Results[1].MessageID, out.Results[0].MessageID, "the duplicate names the original")
+	require.Equal(t, old.Results[0].MessageID, out.Results[2].MessageID)
+	require.Equal(t, int64(3), out.FirstOffset, "the new id takes the next offset")
+	other := commit(t, after, pb, items("up", "b", "x1"))
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(other), "another partition is independent")
 }
