@@ -60,7 +60,8 @@ type PopRequest struct {
 	SubscriptionNew bool
 	// Partitions is the most partitions one pop of any partition may claim
 	// (query "partitions", upstream Queen's v4 multi-partition pop), default
-	// 1; larger values are capped at wire.MaxPopPartitions, negative ones refused. Batch stays the cap on all messages
+	// 1, at most wire.MaxPopPartitions (100): a larger or negative value is
+	// refused with 400 invalid_field naming "partitions". Batch stays the cap on all messages
 	// returned; every claimed partition is leased under one leaseId, and
 	// every message carries its own partition, partitionId and leaseId. A
 	// pop of one named partition ignores it.

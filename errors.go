@@ -71,6 +71,10 @@ var (
 	ErrCommitUnknown    = reg(503, "commit_unknown", true, "the outcome of the commit is unknown; retry with the same transaction ids")
 	ErrShuttingDown     = reg(503, "shutting_down", true, "the broker is shutting down; retry with the same transaction ids")
 	ErrPartitionGone    = reg(503, "partition_gone", true, "the partition was deleted while the push was in flight; retry with the same transaction ids")
+	// ErrStarting answers every request but GET /health while the broker
+	// starts (its migrations may wait on another broker's lock): nothing
+	// was read or written.
+	ErrStarting = reg(503, "starting", true, "the broker is starting; retry shortly with the same transaction ids")
 	// ErrLockTimeout: a row lock (a partition's, or a consumer row's) was not
 	// granted within the broker's lock timeout (QUEEN_LOCK_TIMEOUT, default
 	// 5 s): another session holds it. Nothing was written for the items it

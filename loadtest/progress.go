@@ -11,26 +11,40 @@ import (
 	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
-// progress writes the run's progress line while the producers run.
+// DrainProgressEvery is how often a run whose progress goes to a log (not
+// a terminal) and whose load-time progress line is the timeline sampler's
+// (broker runs) writes its progress line while the consumers drain, once
+// the sampler has stopped: a drain with poison messages can take longer
+// than the load, and a log must show that it moves.
+const DrainProgressEvery = 10 * time.Second
+
+// progress writes the run's progress line while the producers run, and
+// while the consumers drain after them.
 type progress struct {
 	w     io.Writer
 	live  bool
 	every time.Duration
-	label string
-	c     *produce.Counters
+	// sampled: during the load the timeline sampler writes the line of a
+	// log; the loop runs (every DrainProgressEvery) only from draining on.
+	sampled bool
+	label   string
+	c       *produce.Counters
 	// cc is the consumers' counters (nil: no consumers).
 	cc    *consumers.Counters
 	start time.Time
-	// drain is set once the producers stopped and the consumers drain.
-	drain atomic.Bool
-	dur   time.Duration
-	stop  chan struct{}
-	done  chan struct{}
+	// drain is set once the producers stopped and the consumers drain,
+	// drainAt (Unix nanoseconds) when.
+	drain   atomic.Bool
+	drainAt atomic.Int64
+	dur     time.Duration
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // startProgress starts the progress line. sampled: a timeline sampler
 // runs, and in a log (not live) its line every SampleEvery is the progress
-// line, so long runs stay readable.
+// line, so long runs stay readable; the drain's lines then come every
+// DrainProgressEvery (draining).
 func startProgress(cfg *Config, c *produce.Counters, cc *consumers.Counters, start time.Time, sampled bool) *progress {
 	if cfg.Progress == nil {
 		return nil
@@ -41,18 +55,27 @@ func startProgress(cfg *Config, c *produce.Counters, cc *consumers.Counters, sta
 		p.every = 500 * time.Millisecond
 	}
 	if sampled && !p.live {
+		p.sampled = true
 		close(p.done)
 		return p
 	}
-	go p.loop()
+	go p.loop(p.every, start, p.done)
 	return p
 }
 
-func (p *progress) loop() {
-	defer close(p.done)
-	t := time.NewTicker(p.every)
+// loop writes the line every every until stop, its rates from the
+// counters at from on; it closes done when it returns.
+func (p *progress) loop(every time.Duration, from time.Time, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
 	defer t.Stop()
-	lastSent, lastAcked, lastAt := int64(0), int64(0), p.start
+	lastSent, lastAcked, lastAt := int64(0), int64(0), from
+	if from != p.start { // from draining: the rates from then on
+		lastSent = p.c.Sent.Load()
+		if p.cc != nil {
+			lastAcked = p.cc.Acked.Load()
+		}
+	}
 	for {
 		select {
 		case <-p.stop:
@@ -99,7 +122,7 @@ func (p *progress) line(now time.Time, rate, ackRate float64) string {
 	}
 	switch {
 	case p.drain.Load():
-		s += " (consumers draining)"
+		s += fmt.Sprintf(" (consumers draining for %s)", now.Sub(time.Unix(0, p.drainAt.Load())).Truncate(time.Second))
 	case el > p.dur:
 		s += " (retrying failed items)"
 	}
@@ -129,10 +152,26 @@ func (p *progress) short(now time.Time, rate, ackRate float64) string {
 	return s
 }
 
-// draining notes that the producers stopped and the consumers drain.
+// draining notes that the producers stopped and the consumers drain. When
+// the timeline sampler wrote a log's lines during the load (it has stopped
+// now), the line is written every DrainProgressEvery from here on, until
+// finish.
 func (p *progress) draining() {
-	if p != nil {
-		p.drain.Store(true)
+	p.drainingEvery(DrainProgressEvery)
+}
+
+// drainingEvery is draining with the log's interval (tests shorten it).
+func (p *progress) drainingEvery(every time.Duration) {
+	if p == nil {
+		return
+	}
+	now := time.Now()
+	p.drainAt.Store(now.UnixNano())
+	p.drain.Store(true)
+	if p.sampled && p.w != nil {
+		p.sampled = false
+		p.done = make(chan struct{})
+		go p.loop(every, now, p.done)
 	}
 }
 

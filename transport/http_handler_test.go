@@ -175,6 +175,7 @@ func TestHTTPPopRefusals(t *testing.T) {
 		{"batch over 10000", "batch=10001", 400, "invalid_field", "batch", -1},
 		{"consumerGroup with a control character", "consumerGroup=a%01", 400, "", "consumerGroup", -1},
 		{"partitions negative", "partitions=-1", 400, "", "partitions", -1},
+		{"partitions over 100", "partitions=101", 400, "invalid_field", "partitions", -1},
 		{"wait not a boolean", "wait=maybe", 400, "invalid_field", "wait", -1},
 		{"subscriptionFrom not a time", "subscriptionFrom=yesterday", 400, "", "subscriptionFrom", -1},
 	} {

@@ -116,20 +116,22 @@ func pushCmd() *cobra.Command {
 ` + "`queen serve`" + ` puts it with the same environment: NATS_URL, else the embedded server's
 QUEEN_NATS_LISTEN, else 127.0.0.1:4222), or over the HTTP gateway with --server URL
 (or --via http: http://<QUEEN_HTTP_ADDR>, else http://127.0.0.1:6632). A refused push
-exits non-zero after printing the broker's reply. The names, --transaction-id and
+exits 1 after printing the broker's reply. The names, --transaction-id and
 --trace-id are checked first as the broker checks them (valid UTF-8; no control
 characters; names without invisible format or separator characters), and so is a
 --file body, whole, by the broker's own decoder (JSON shape, limits, every item's
 names and ids; the payload size is left to the broker): a value the broker would
-refuse prints the broker's error body (code, field, index) and exits non-zero, and
-nothing is sent.`,
+refuse prints the broker's error body (code, field, index) and exits 2, and
+nothing is sent; so do a bad flag, an argument, a missing --queue or a --payload
+that is not JSON (exit codes as the operator verbs': README, Operator API and CLI).`,
 		Example: `  queen push --queue orders --partition o-1 --transaction-id order:1:v1 --payload '{"n":1}'
   queen push --file body.json     # a full push body; - reads standard input
   queen push --nats-url nats://127.0.0.1:5222 --queue orders
   queen push --server http://127.0.0.1:7632 --queue orders`,
+		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := client.transport(cmd); err != nil {
-				return err
+				return &codeError{code: exitUsage, err: err}
 			}
 			var body []byte
 			var err error
@@ -152,10 +154,10 @@ nothing is sent.`,
 				}
 			} else {
 				if queueName == "" {
-					return errors.New("--queue is required (or --file)")
+					return usageErr("--queue is required (or --file); nothing was sent")
 				}
 				if !json.Valid([]byte(payload)) {
-					return fmt.Errorf("--payload is not valid JSON: %s", payload)
+					return usageErr("--payload is not valid JSON: %s; nothing was sent", payload)
 				}
 				items := []qclient.PushItem{{Queue: queueName, Partition: partition, TransactionID: txn, TraceID: trace, Payload: json.RawMessage(payload)}}
 				// Checked as the broker checks it, before encoding: JSON
@@ -179,6 +181,8 @@ nothing is sent.`,
 		},
 	}
 	client.register(cmd)
+	// Bad flags are usage errors (exit 2), as for the operator verbs.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &codeError{code: exitUsage, err: err} })
 	f := cmd.Flags()
 	f.StringVar(&queueName, "queue", "", "queue name")
 	f.StringVar(&partition, "partition", "", "partition name (default Default)")
@@ -191,11 +195,12 @@ nothing is sent.`,
 }
 
 // refusedBeforeSending prints err, a *queen.Error from the shared validator,
-// as the broker's error body and returns the command's error: the request
-// was refused by the same rule the broker applies, and nothing was sent.
+// as the broker's error body and returns the command's error, a usage error
+// (exit 2): the request was refused by the same rule the broker applies,
+// and nothing was sent.
 func refusedBeforeSending(cmd *cobra.Command, err error) error {
 	e := queen.AsError(err)
 	b, _ := json.Marshal(e)
 	fmt.Fprintln(cmd.OutOrStdout(), string(b))
-	return fmt.Errorf("push refused before sending (%d %s): %s; nothing was sent", e.Status, e.Code, e.Message)
+	return &codeError{code: exitUsage, err: fmt.Errorf("push refused before sending (%d %s): %s; nothing was sent", e.Status, e.Code, e.Message)}
 }

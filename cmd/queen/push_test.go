@@ -295,3 +295,33 @@ func postRaw(t *testing.T, u, body string) (int, errReply) {
 	}
 	return resp.StatusCode, e
 }
+
+// TestPushExitCodes (issue 38): `queen push` exits as the operator verbs do
+// (README, Operator API and CLI): 2 for a bad flag or argument, a missing
+// --queue, a --payload that is not JSON or a value the broker would refuse
+// (nothing sent), 1 when the broker cannot be reached.
+func TestPushExitCodes(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := l.Addr().String()
+	require.NoError(t, l.Close())
+	at := []string{"--server", "http://" + dead}
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--nope"}, exitUsage},
+		{[]string{"--queue"}, exitUsage},
+		{[]string{"--queue", "q", "--timeout", "soon"}, exitUsage},
+		{[]string{"--queue", "q", "extra"}, exitUsage},
+		{[]string{"--queue", "q", "--via", "carrier-pigeon"}, exitUsage},
+		{[]string{"--payload", "{}"}, exitUsage},
+		{[]string{"--queue", "q", "--payload", "{nope"}, exitUsage},
+		{[]string{"--queue", "q\xff"}, exitUsage},
+		{[]string{"--queue", "q"}, exitError}, // nothing listens: unreachable
+	} {
+		_, err := runPush(t, append(append([]string{}, at...), c.args...)...)
+		require.Error(t, err, "%q", c.args)
+		require.Equal(t, c.code, exitCode(err), "%q: %v", c.args, err)
+	}
+}

@@ -263,8 +263,9 @@ type PopOptions struct {
 	SubscriptionMode string `json:"subscriptionMode,omitempty"`
 	SubscriptionFrom string `json:"subscriptionFrom,omitempty"`
 	// Partitions > 1 lets a pop of any partition claim up to that many
-	// partitions under one lease (default 1, at most 100; SPEC.md §4,
-	// README "partitions=N"); each message names its partition.
+	// partitions under one lease (default 1, at most 100: a larger value is
+	// answered 400 invalid_field; SPEC.md §4, README "partitions=N"); each
+	// message names its partition.
 	Partitions int `json:"partitions,omitempty"`
 }
 

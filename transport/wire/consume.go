@@ -15,9 +15,11 @@ import (
 
 // Pop limits (SPEC.md §4).
 const (
-	// MaxPopBatch is the largest batch one pop returns.
+	// MaxPopBatch is the largest batch one pop returns; a larger batch
+	// is refused (400 invalid_field).
 	MaxPopBatch = 10000
-	// MaxPopPartitions is the most partitions one pop may claim.
+	// MaxPopPartitions is the most partitions one pop may claim; a larger
+	// partitions is refused (400 invalid_field), like a larger batch.
 	MaxPopPartitions = 100
 	// MaxPopTimeout bounds a long poll.
 	MaxPopTimeout = 10 * time.Minute
@@ -147,10 +149,8 @@ func (in popInput) validate() (queen.PopRequest, error) {
 	switch {
 	case in.Partitions == 0:
 		r.Partitions = 1
-	case in.Partitions < 0:
-		return r, fieldErr(queen.ErrInvalidField.With("partitions must be 1 or more (0 or absent: 1), got %d", in.Partitions), "partitions")
-	case in.Partitions > MaxPopPartitions:
-		r.Partitions = MaxPopPartitions
+	case in.Partitions < 0 || in.Partitions > MaxPopPartitions:
+		return r, fieldErr(queen.ErrInvalidField.With("partitions must be 1 to %d (0 or absent: 1), got %d", MaxPopPartitions, in.Partitions), "partitions")
 	default:
 		r.Partitions = in.Partitions
 	}

@@ -70,10 +70,12 @@ func marshalPop(mode, from string) []byte {
 	return b
 }
 
-// partitions=N (upstream's v4 multi-partition pop): default 1, capped at
-// MaxPopPartitions, a negative or non-integer value refused.
+// partitions=N (upstream's v4 multi-partition pop): default 1, at most
+// MaxPopPartitions; a larger, negative or non-integer value is refused with
+// invalid_field naming partitions (and, above the limit, the limit), like a
+// batch above MaxPopBatch.
 func TestDecodePopPartitions(t *testing.T) {
-	for q, want := range map[string]int{"": 1, "0": 1, "1": 1, "3": 3, "100": 100, "500": MaxPopPartitions} {
+	for q, want := range map[string]int{"": 1, "0": 1, "1": 1, "3": 3, "100": 100} {
 		v := url.Values{}
 		if q != "" {
 			v.Set("partitions", q)
@@ -82,10 +84,21 @@ func TestDecodePopPartitions(t *testing.T) {
 			t.Errorf("partitions=%q: %d %v, want %d", q, r.Partitions, err, want)
 		}
 	}
-	for _, bad := range []string{"-1", "two", "1.5"} {
-		if _, err := DecodePopQuery("q", "", url.Values{"partitions": {bad}}); err == nil || queen.AsError(err).Field != "partitions" {
-			t.Errorf("partitions=%q: %v, want a 400 naming partitions", bad, err)
+	for _, bad := range []string{"-1", "two", "1.5", "101", "500"} {
+		_, err := DecodePopQuery("q", "", url.Values{"partitions": {bad}})
+		if e := queen.AsError(err); err == nil || e.Field != "partitions" || e.Code != queen.ErrInvalidField.Code {
+			t.Errorf("partitions=%q: %v, want a 400 invalid_field naming partitions", bad, err)
 		}
+	}
+	for _, body := range []string{`{"queue":"q","partitions":101}`, `{"queue":"q","partitions":-1}`} {
+		_, err := DecodePop([]byte(body))
+		if e := queen.AsError(err); err == nil || e.Field != "partitions" || !strings.Contains(e.Message, "1 to 100") {
+			t.Errorf("NATS pop %s: %v, want a 400 naming partitions and its limit", body, err)
+		}
+	}
+	// The same rule as batch: over the limit is refused, never capped.
+	if _, err := DecodePopQuery("q", "", url.Values{"batch": {"10001"}}); err == nil || queen.AsError(err).Field != "batch" {
+		t.Errorf("batch=10001: %v, want a 400 naming batch", err)
 	}
 	if r, err := DecodePop([]byte(`{"queue":"q","batch":10,"partitions":4}`)); err != nil || r.Partitions != 4 || r.Batch != 10 {
 		t.Errorf("NATS pop body: %+v %v", r, err)

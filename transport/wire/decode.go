@@ -66,8 +66,8 @@ func DecodePush(body []byte, maxPayloadBytes int) ([]queen.Item, error) {
 // {"queue":"q","namespace":"","task":"","options":{...},"mode":"merge"} (SPEC.md §6, §10).
 // queue is required and must be a valid name; namespace and task, when not
 // empty, follow the same rules; options, when present and not null, must be an
-// object of the options of SPEC.md §6 (whole numbers 0 to 2^31, leaseTime at
-// least 1, dedupCheckPayload true or false, the not-enforced ones any JSON
+// object of the options of SPEC.md §6 (whole numbers 0 to MaxOptionValue,
+// 2^31-1, leaseTime from 1, dedupCheckPayload true or false, the not-enforced ones any JSON
 // value), returned typed as req.Options; of several refused options the
 // first in sorted key order is named (ErrUnknownOption or ErrInvalidOption,
 // field "options.<key>"); mode is "merge", "replace" or absent. Unknown

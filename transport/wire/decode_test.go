@@ -717,3 +717,57 @@ func TestConfigureSetsEveryOption(t *testing.T) {
 		}
 	}
 }
+
+// Every whole-number option of a configure accepts exactly the range its
+// refusal states: from its least value (1 for leaseTime, else 0) to
+// MaxOptionValue, 2^31-1. Both edges are accepted and stored as given; one
+// past either edge is refused with invalid_option naming the option, and the
+// message states that same range.
+func TestOptionBounds(t *testing.T) {
+	least := map[string]int64{
+		"dedupWindowSeconds": 0, "leaseTime": 1, "retryLimit": 0, "retentionSeconds": 0,
+		"completedRetentionSeconds": 0, "delayedProcessing": 0, "windowBuffer": 0,
+	}
+	if MaxOptionValue != 2147483647 {
+		t.Fatalf("MaxOptionValue = %d, want 2^31-1", int64(MaxOptionValue))
+	}
+	var all queen.OptionsPatch
+	for name := range least {
+		if wholeNumberOption(&all, name) == nil {
+			t.Fatalf("%s is not a whole-number option", name)
+		}
+	}
+	for _, name := range []string{"dedupCheckPayload", "priority", "nope"} {
+		if wholeNumberOption(&all, name) != nil {
+			t.Fatalf("%s taken as a whole-number option", name)
+		}
+	}
+	for name, lo := range least {
+		stated := fmt.Sprintf("from %d to %d", lo, int64(MaxOptionValue))
+		for _, c := range []struct {
+			v  int64
+			ok bool
+		}{{lo - 1, false}, {lo, true}, {lo + 1, true}, {MaxOptionValue - 1, true}, {MaxOptionValue, true}, {MaxOptionValue + 1, false}} {
+			req, err := DecodeConfigure(fmt.Appendf(nil, `{"queue":"q","options":{%q:%d}}`, name, c.v))
+			if c.ok {
+				if err != nil {
+					t.Errorf("%s %d: %v, want accepted", name, c.v, err)
+					continue
+				}
+				got := wholeNumberOption(&req.Options, name)
+				if *got == nil || **got != c.v {
+					t.Errorf("%s %d: stored %v", name, c.v, *got)
+				}
+				continue
+			}
+			var e *queen.Error
+			if !errors.As(err, &e) || e.Code != queen.ErrInvalidOption.Code || e.Field != "options."+name {
+				t.Errorf("%s %d: %v, want invalid_option naming options.%s", name, c.v, err, name)
+				continue
+			}
+			if !strings.Contains(e.Message, stated) {
+				t.Errorf("%s %d: message %q does not state %q", name, c.v, e.Message, stated)
+			}
+		}
+	}
+}

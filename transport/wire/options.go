@@ -13,8 +13,9 @@ import (
 // and returns them typed. Keys are checked in sorted order and the first
 // refused one is the error, with field path "options.<key>": an unknown key
 // is ErrUnknownOption; a whole-number option that is not a JSON literal of
-// digits from 0 to maxOptionValue, a leaseTime of 0, or a dedupCheckPayload
-// other than true or false is ErrInvalidOption.
+// digits from its least value (optionMin: 1 for leaseTime, else 0) to
+// MaxOptionValue, or a dedupCheckPayload other than true or false, is
+// ErrInvalidOption, whose message states the accepted range.
 func optionsPatch(raw map[string]json.RawMessage) (queen.OptionsPatch, error) {
 	var p queen.OptionsPatch
 	for _, k := range slices.Sorted(maps.Keys(raw)) {
@@ -28,12 +29,10 @@ func optionsPatch(raw map[string]json.RawMessage) (queen.OptionsPatch, error) {
 			continue
 		}
 		if dst := wholeNumberOption(&p, k); dst != nil {
+			least, why := optionMin(k)
 			n, ok := wholeNumber(v)
-			if !ok {
-				return queen.OptionsPatch{}, fieldErr(queen.ErrInvalidOption.With("option %q must be a whole number from 0 to %d, got %s", k, maxOptionValue, v), "options."+k)
-			}
-			if k == "leaseTime" && n < 1 {
-				return queen.OptionsPatch{}, fieldErr(queen.ErrInvalidOption.With("option \"leaseTime\" must be at least 1 second (a lease of 0 would hand the same messages to every pop), got %s", v), "options."+k)
+			if !ok || n < least {
+				return queen.OptionsPatch{}, fieldErr(queen.ErrInvalidOption.With("option %q must be a whole number from %d to %d%s, got %s", k, least, MaxOptionValue, why, v), "options."+k)
 			}
 			*dst = &n
 			continue
@@ -72,6 +71,16 @@ func wholeNumberOption(p *queen.OptionsPatch, name string) **int64 {
 	return nil
 }
 
+// optionMin is the least value of the whole-number option named name, and
+// why, when it is not 0, for the error message: a leaseTime of 0 would hand
+// the same messages to every pop.
+func optionMin(name string) (int64, string) {
+	if name == "leaseTime" {
+		return 1, " (a lease of 0 would hand the same messages to every pop)"
+	}
+	return 0, ""
+}
+
 // jsonBool parses the JSON literals true and false (no quotes, no numbers).
 func jsonBool(v json.RawMessage) (bool, bool) {
 	switch strings.TrimSpace(string(v)) {
@@ -83,12 +92,14 @@ func jsonBool(v json.RawMessage) (bool, bool) {
 	return false, false
 }
 
-// maxOptionValue bounds every whole-number option (2^31 seconds, about 68
-// years).
-const maxOptionValue = 1 << 31
+// MaxOptionValue is the largest value of every whole-number option of a
+// configure (SPEC.md §6): 2^31-1 (2,147,483,647; as seconds about 68
+// years), the largest int32, as for a lease extension's seconds. A larger
+// value is refused with ErrInvalidOption.
+const MaxOptionValue = 1<<31 - 1
 
 // wholeNumber parses a JSON number literal made only of digits (no sign,
-// fraction, exponent or quotes) up to maxOptionValue.
+// fraction, exponent or quotes) up to MaxOptionValue.
 func wholeNumber(v json.RawMessage) (int64, bool) {
 	s := strings.TrimSpace(string(v))
 	if s == "" || len(s) > 10 {
@@ -101,5 +112,5 @@ func wholeNumber(v json.RawMessage) (int64, bool) {
 		}
 		n = n*10 + int64(c-'0')
 	}
-	return n, n <= maxOptionValue
+	return n, n <= MaxOptionValue
 }

@@ -200,8 +200,11 @@ type Broker struct {
 	natsSvc       *transport.NATSService
 	httpSrv       *http.Server
 	httpLn        net.Listener
-	metrics       *metrics.Set
-	stopped       chan struct{}
+	// gate is httpSrv's handler: /health answers "starting" with the
+	// phase (setPhase) until the front doors open it.
+	gate    *transport.Gate
+	metrics *metrics.Set
+	stopped chan struct{}
 	// fatal carries the first fatal error (Fatal); closing is set once
 	// Stop closes the NATS connections.
 	fatal   chan error
@@ -242,7 +245,16 @@ func (b *Broker) start(ctx context.Context) error {
 	return nil
 }
 
-// startEngines takes the HTTP port, starts (or reaches) NATS and
+// setPhase names the start's current phase, which /health reports until
+// the broker is ready (transport.Gate).
+func (b *Broker) setPhase(phase string) {
+	if b.gate != nil {
+		b.gate.SetPhase(phase)
+	}
+}
+
+// startEngines takes the HTTP port and serves it at once through the gate
+// (/health: 503 "starting" with the phase), starts (or reaches) NATS and
 // PostgreSQL, migrates the database and opens the store and retention.
 func (b *Broker) startEngines(ctx context.Context) (err error) {
 	cfg := b.cfg
@@ -251,9 +263,31 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 		return fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	ln := b.httpLn
-	b.onStop("the HTTP listener", func(context.Context) error { ln.Close(); return nil }) // closed already once HTTP served
+	// The HTTP server runs from here on: until the front doors open the
+	// gate it answers /health 503 {"status":"starting","phase":...} and
+	// everything else 503 starting, so a broker waiting minutes on the
+	// migration lock is seen alive and not ready. The front doors' Stop
+	// drains it; this stop closes it after a failed start (and the
+	// listener, in case Serve has not taken it yet).
+	b.gate = transport.NewGate(b.Build())
+	b.httpSrv = &http.Server{
+		Handler:           b.gate,
+		ReadHeaderTimeout: 10 * time.Second,
+		// A client that stops sending its body mid-way is cut off rather
+		// than holding a connection (and a drain) forever.
+		ReadTimeout: 60 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+	}
+	srv := b.httpSrv
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			b.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	b.onStop("the HTTP server", func(context.Context) error { srv.Close(); ln.Close(); return nil }) // drained already once the front doors stopped
 	b.natsURL = cfg.NATSURL
 	if b.natsURL == "" {
+		b.setPhase("nats")
 		ns, err := newEmbeddedNATS(cfg.NATSListen)
 		if err != nil {
 			return err
@@ -267,6 +301,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 
 	b.dbURL = cfg.DatabaseURL
 	if b.dbURL == "" {
+		b.setPhase("postgres")
 		b.log.Info("starting managed PostgreSQL", "data_dir", cfg.DataDir)
 		pg, err := newManagedPG(localpg.Config{Holder: "serve", DataDir: cfg.DataDir, BinDir: cfg.PGBin, Logger: b.log})
 		if err != nil {
@@ -281,6 +316,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 	// A schema this binary does not know, or a layout migration while
 	// older brokers are live, is refused here (SPEC.md §2): the broker
 	// exits with the error.
+	b.setPhase("migrating")
 	applied, err := persistence.MigrateWith(ctx, persistence.MigrateConfig{URL: b.dbURL, Logger: b.log})
 	if err != nil {
 		return err
@@ -288,6 +324,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 	if len(applied) > 0 {
 		b.log.Info("applied migrations", "versions", applied)
 	}
+	b.setPhase("opening")
 	if b.store, err = persistence.Open(ctx, persistence.Config{
 		URL: b.dbURL, SidecarRange: cfg.SidecarRange, LockTimeout: cfg.LockTimeout,
 		ObserveLock: func(e persistence.LockEvent) { b.metrics.ObserveLock(e.Op, e.Wait.Seconds(), e.TimedOut) },
@@ -309,6 +346,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 // starts the dedup cache and the partition actors.
 func (b *Broker) startActors(ctx context.Context) (err error) {
 	cfg := b.cfg
+	b.setPhase("actors")
 	if cfg.ShardCount, err = b.joinCluster(ctx); err != nil {
 		return err
 	}
@@ -346,6 +384,7 @@ func (b *Broker) startActors(ctx context.Context) (err error) {
 // builds the router that sends items to their shard's owner.
 func (b *Broker) startShards(ctx context.Context) (err error) {
 	cfg := b.cfg
+	b.setPhase("shards")
 	if b.shardSrv, err = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log,
 		// Shard-aware clients push on the shard subjects (SPEC.md §9). The
@@ -390,6 +429,7 @@ func (b *Broker) startShards(ctx context.Context) (err error) {
 // NATS and HTTP front doors, retention and the shard membership's leases.
 func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 	cfg := b.cfg
+	b.setPhase("front-doors")
 	// The notifier wakes this broker's polls through the coordinator; the
 	// coordinator tells the notifier of retry acks so other brokers' polls
 	// wake too (b.notifier is set below, before any ack can arrive).
@@ -415,15 +455,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
 		return err
 	}
-	b.httpSrv = &http.Server{
-		Handler:           b.svc.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		// A client that stops sending its body mid-way is cut off rather
-		// than holding a connection (and a drain) forever.
-		ReadTimeout: 60 * time.Second,
-		IdleTimeout: 2 * time.Minute,
-	}
-	if err = b.run(ctx, "the NATS and HTTP front doors", &frontDoors{b: b, svc: b.svc, nats: b.natsSvc, http: b.httpSrv, ln: b.httpLn}); err != nil {
+	if err = b.run(ctx, "the NATS and HTTP front doors", &frontDoors{svc: b.svc, nats: b.natsSvc, http: b.httpSrv, gate: b.gate, log: b.log}); err != nil {
 		return err
 	}
 	// One broker at a time deletes (SPEC.md §7).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -182,25 +183,23 @@ const httpDrain = 10 * time.Second
 
 // frontDoors is the NATS micro service and the HTTP gateway, started and
 // stopped together: both stop taking requests at once and answer the ones
-// in flight.
+// in flight. The HTTP server already runs (startEngines) behind gate,
+// which answers "starting" until Start opens it.
 type frontDoors struct {
-	b    *Broker
 	svc  *transport.Service
 	nats *transport.NATSService
 	http *http.Server
-	ln   net.Listener
+	gate *transport.Gate
+	log  *slog.Logger
 }
 
-// Start subscribes the NATS endpoints, then serves HTTP on ln.
+// Start subscribes the NATS endpoints, then opens the HTTP gate to the
+// gateway's routes (svc.Handler).
 func (d *frontDoors) Start(ctx context.Context) error {
 	if err := d.nats.Start(ctx); err != nil {
 		return err
 	}
-	go func() {
-		if err := d.http.Serve(d.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.b.log.Error("HTTP server stopped", "err", err)
-		}
-	}()
+	d.gate.Open(d.svc.Handler())
 	return nil
 }
 
@@ -215,12 +214,12 @@ func (d *frontDoors) Stop(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		if err := d.nats.Stop(ctx); err != nil {
-			d.b.log.Warn("NATS service stop", "err", err)
+			d.log.Warn("NATS service stop", "err", err)
 		}
 	}()
 	hctx, cancel := context.WithTimeout(ctx, httpDrain)
 	if err := d.http.Shutdown(hctx); err != nil {
-		d.b.log.Warn("HTTP connections cut after the drain period", "drain", httpDrain, "err", err)
+		d.log.Warn("HTTP connections cut after the drain period", "drain", httpDrain, "err", err)
 		d.http.Close()
 	}
 	cancel()
