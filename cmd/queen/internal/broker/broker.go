@@ -412,7 +412,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes, BodyIdleTimeout: cfg.BodyIdleTimeout,
 		Partitions: func() any { return b.host.PartitionStats() }, Build: b.Build(),
-		NATS: b.natsState,
+		NATS: b.natsState, StorageFull: b.store.StorageFull,
 	})
 	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
 		return err

@@ -1,10 +1,12 @@
 package broker
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +58,7 @@ func TestNATSOutageInACluster(t *testing.T) {
 		t.Fatalf("broker a does not route shard %d to b", rshard)
 	}
 	for _, e := range envs {
-		if st, h := e.healthOf(t); st != http.StatusOK || h["status"] != "healthy" || h["nats"] != "ok" {
+		if st, h := e.healthOf(t); st != http.StatusOK || h["status"] != "healthy" || h["nats"] != "ok" || h["storage"] != "ok" {
 			t.Fatalf("/health before the outage: %d %v", st, h)
 		}
 	}
@@ -101,4 +103,41 @@ func TestNATSOutageInACluster(t *testing.T) {
 	if n := txnCounts(a.frames(t, "outage", remote)); n["during"] != 1 || n["before"] != 1 {
 		t.Fatalf("stored in b's partition: %v, want before and during once each", n)
 	}
+}
+
+// TestFullDiskAnswersStorageFull (issue 38): with the database refusing
+// writes for lack of space (a trigger raising SQLSTATE 53100 as "could not
+// extend file ...: No space left on device" does) a push is answered 503
+// with its item failed storage_full, saying the database is out of disk
+// space, and /health answers 200 "degraded" with "storage":"full"; once
+// space is freed the same transaction id is stored.
+func TestFullDiskAnswersStorageFull(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	e.pushOK(t, "http", items(it("full", "p", "a")), 1)
+	ctx := context.Background()
+	for _, q := range []string{
+		`CREATE FUNCTION public.test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'could not extend file "base/16384/24576": No space left on device' USING ERRCODE = 'disk_full';
+END $$`,
+		`CREATE TRIGGER test_disk_full BEFORE UPDATE ON queen.partitions FOR EACH ROW EXECUTE FUNCTION public.test_disk_full()`,
+	} {
+		if _, err := e.db.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, via := range []string{"http", "nats"} {
+		r := e.pushR(t, via, items(it("full", "p", "b")))
+		if r.Status != http.StatusServiceUnavailable || len(r.Items) != 1 || r.Items[0].Code != "storage_full" || !strings.Contains(r.Items[0].Error, "out of disk space") {
+			t.Fatalf("push via %s on a full disk: %d %s, want 503 with the item failed storage_full", via, r.Status, clip(r.Raw))
+		}
+	}
+	if st, h := e.healthOf(t); st != http.StatusOK || h["status"] != "degraded" || h["storage"] != "full" || h["database"] != "ok" {
+		t.Fatalf("/health on a full disk: %d %v", st, h)
+	}
+	if _, err := e.db.Exec(ctx, `DROP TRIGGER test_disk_full ON queen.partitions`); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, e.pushOK(t, "http", items(it("full", "p", "b")), 1), "queued")
 }
