@@ -81,6 +81,16 @@ var (
 	// answers; other partitions of the same push are not held up by it.
 	ErrLockTimeout = reg(503, "lock_timeout", true, "a row lock was not granted within the lock timeout; retry with the same transaction ids")
 	ErrTimeout     = reg(504, "timeout", true, "the request timed out; retry with the same transaction ids")
+	// ErrNATSUnavailable: this broker's NATS connection is down (every NATS
+	// server unreachable, reconnecting), so the items of partitions another
+	// broker owns cannot be handed to it; nothing was sent and nothing
+	// written for them (SPEC.md §9, docs/contract.md §9). The items of this
+	// broker's own shards are served as usual.
+	ErrNATSUnavailable = reg(503, "nats_unavailable", true, "this broker's NATS connection is down, so partitions another broker owns cannot be reached; nothing was written, retry with the same transaction ids")
+	// ErrStorageFull: PostgreSQL is out of disk space (SQLSTATE 53100
+	// disk_full, "No space left on device"); nothing was written. Pushes
+	// work again once space is freed (docs/contract.md §12).
+	ErrStorageFull = reg(503, "storage_full", true, "the database is out of disk space; nothing was written, retry with the same transaction ids once space is freed")
 	ErrInternal    = reg(500, "internal", true, "internal error")
 
 	// ErrDuplicate: a transaction's push repeats a transactionId already in

@@ -101,9 +101,10 @@ func (s *Store) Commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 //
 // It returns one PushOutcome per batch, in order. On error every item of
 // every batch is answered queen.Failed: queen.ErrUnavailable when the
-// transaction certainly did not commit, queen.ErrCommitUnknown when the
-// commit was sent but its outcome was lost, queen.ErrLockTimeout when a lock
-// was not granted within Config.LockTimeout.
+// transaction certainly did not commit (queen.ErrStorageFull when the
+// database is out of disk space, Store.StorageFull), queen.ErrCommitUnknown
+// when the commit was sent but its outcome was lost, queen.ErrLockTimeout
+// when a lock was not granted within Config.LockTimeout.
 //
 // Stuck locks (SPEC.md §3: a stuck partition never fails its neighbours):
 // every lock wait is bounded by the session's lock_timeout
@@ -452,6 +453,9 @@ func (s *Store) writeBundle(ctx context.Context, conn *session, outs []PushOutco
 			// before the COMMIT ran): the transaction did not commit.
 			notCommitted(conn)
 			rollback(conn)
+			if storageFull(err) {
+				return storageFullError(err)
+			}
 			return queen.ErrUnavailable.With("push failed: %v", err)
 		}
 		conn.Conn().Close(context.Background()) //nolint:errcheck

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // A pooled connection the server or the network ended while it sat in the
@@ -122,6 +124,9 @@ type session struct {
 	// rangeLost: a round trip failed with SQLSTATE QS001, a level-0
 	// sidecar range a database crash emptied (migration 0011).
 	rangeLost bool
+	// full: a round trip failed because the database is out of disk space
+	// (storageFull).
+	full bool
 }
 
 // Conn is the underlying connection.
@@ -136,6 +141,9 @@ func (c *session) note(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateRangeLost {
 		c.rangeLost = true
+	}
+	if storageFull(err) {
+		c.full = true
 	}
 	return err
 }
@@ -200,7 +208,10 @@ func notCommitted(tx querier) {
 // or a restart, a failover or pg_terminate_backend ended it mid-way) and
 // ctx is still live, nothing was committed: attempt runs once more, on a
 // connection the pool has checked (connCheck). An error acquiring a
-// connection is queen.ErrUnavailable.
+// connection is queen.ErrUnavailable. A round trip that met a full disk is
+// noted (Store.StorageFull); while the disk is known to be full, a lost
+// sidecar range (QS001), which cannot be rebuilt until space is freed, is
+// answered queen.ErrStorageFull.
 func (s *Store) inSession(ctx context.Context, attempt func(*session) error) error {
 	for try := 0; ; try++ {
 		conn, err := s.pool.Acquire(ctx)
@@ -210,8 +221,14 @@ func (s *Store) inSession(ctx context.Context, attempt func(*session) error) err
 		c := &session{pooled: conn}
 		err = attempt(c)
 		conn.Release()
+		if c.full || storageFull(err) {
+			s.full.mark()
+		}
 		if c.rangeLost {
 			s.rebuildLostRanges()
+			if err != nil && s.full.recent() {
+				return queen.ErrStorageFull.With("the database is out of disk space: a sidecar range emptied by the database's restart cannot be rebuilt until space is freed; nothing was written, retry with the same transaction ids (%v)", err)
+			}
 		}
 		if err == nil || !c.broken || c.commitSent || ctx.Err() != nil || try > 0 {
 			return err
@@ -291,6 +308,7 @@ func (s *Store) rebuildLostRanges() {
 		ctx, cancel := context.WithTimeout(l.ctx, lostRangeRebuildTimeout)
 		_, err := refillLostRanges(ctx, s.pool)
 		cancel()
+		s.full.note(err)
 		if err != nil && l.ctx.Err() == nil {
 			slog.Warn("persistence: rebuilding sidecar ranges a database restart emptied", "err", err)
 		}

@@ -489,6 +489,7 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 	}
 	ecancel()
 	if err != nil {
+		r.store.full.note(err)
 		if conn.IsClosed() {
 			r.lost(conn, err)
 			return nil
@@ -536,6 +537,7 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 			"sidecar_default_rows", counts.Default.Rows, "expired_leases", counts.Leases.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped, "segment_ranges_dropped", counts.SegmentRanges.Dropped)
 	}
 	if err != nil {
+		r.store.full.note(err)
 		if conn.IsClosed() {
 			r.lost(conn, err)
 			return nil

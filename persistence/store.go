@@ -149,6 +149,7 @@ type Store struct {
 	stats       *analyzer // ANALYZE after bulk partition creation (stats.go)
 	lost        lostRanges
 	known       *knownRows // consumer rows seen to exist (known.go)
+	full        fullDisk   // when a statement last met a full disk (diskfull.go)
 }
 
 // Open connects a pool to cfg.URL and creates the sidecar's time ranges
@@ -271,7 +272,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// unavailable wraps a database error as queen.ErrUnavailable (retryable).
+// unavailable wraps a database error as queen.ErrUnavailable (retryable):
+// queen.ErrStorageFull when the database is out of disk space,
+// queen.ErrLockTimeout for a lock not granted in time, queen.ErrTimeout for
+// an interrupted call; a *queen.Error is returned as it is.
 func unavailable(err error) error {
 	if err == nil {
 		return nil
@@ -279,6 +283,9 @@ func unavailable(err error) error {
 	var qe *queen.Error
 	if errors.As(err, &qe) {
 		return err
+	}
+	if storageFull(err) {
+		return storageFullError(err)
 	}
 	if lockTimedOut(err) {
 		return queen.ErrLockTimeout.With("a row lock was not granted within the lock timeout (QUEEN_LOCK_TIMEOUT): %v", err)

@@ -65,8 +65,10 @@ type txnSegment struct {
 // out of order, that lock could deadlock two transactions. Partitions of the
 // pushes are resolved (and created) before the transaction begins. A lock
 // not granted within Config.LockTimeout rolls the whole transaction back
-// with queen.ErrLockTimeout (503, retryable).
-func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) ([]queen.TxnOpResult, error) {
+// with queen.ErrLockTimeout (503, retryable); a database out of disk space
+// with queen.ErrStorageFull (503, retryable; Store.StorageFull).
+func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) (_ []queen.TxnOpResult, err error) {
+	defer func() { s.full.note(err) }()
 	plan, err := s.planTxn(ctx, req)
 	if err != nil {
 		return nil, err
@@ -355,11 +357,15 @@ func (plan *txnPlan) applyAcks(ctx context.Context, tx pgx.Tx) error {
 }
 
 // commitTxn commits tx: a commit PostgreSQL refused is ErrUnavailable
-// (nothing written), one whose answer was lost ErrCommitUnknown.
+// (ErrStorageFull when the database is out of disk space; nothing
+// written), one whose answer was lost ErrCommitUnknown.
 func commitTxn(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
+			if storageFull(err) {
+				return storageFullError(err)
+			}
 			return queen.ErrUnavailable.With("transaction failed: %v", err)
 		}
 		return queen.ErrCommitUnknown.With("transaction commit outcome unknown: %v", err)

@@ -178,9 +178,11 @@ func decodeResults(b []byte) ([]queen.Result, error) {
 	return out, r.err
 }
 
-// errorFor rebuilds a registry error from its code on the receiving broker.
+// errorFor rebuilds a registry error from its code on the receiving broker;
+// a code it does not list becomes queen.ErrInternal with msg.
 func errorFor(code, msg string) *queen.Error {
-	for _, e := range []*queen.Error{queen.ErrOverloaded, queen.ErrUnavailable, queen.ErrCommitUnknown, queen.ErrShuttingDown, queen.ErrTimeout} {
+	for _, e := range []*queen.Error{queen.ErrOverloaded, queen.ErrUnavailable, queen.ErrCommitUnknown, queen.ErrShuttingDown, queen.ErrTimeout,
+		queen.ErrLockTimeout, queen.ErrPartitionGone, queen.ErrStorageFull, queen.ErrNATSUnavailable} {
 		if e.Code == code {
 			return e.With("%s", msg)
 		}

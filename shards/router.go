@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,7 @@ type Router struct {
 	// hopTimeout bounds one request to a shard owner (0: the caller's
 	// deadline only); see RouterConfig.HopTimeout.
 	hopTimeout time.Duration
-	stats      struct{ local, remote, fallback atomic.Uint64 }
+	stats      struct{ local, remote, fallback, unreachable atomic.Uint64 }
 }
 
 // Owners is the Router's view of shard ownership (Membership).
@@ -65,6 +66,15 @@ type RouterConfig struct {
 	// failed with queen.ErrTimeout (outcome unknown: the client retries
 	// with the same transaction ids and gets queued or duplicate). Default
 	// 0: the caller's deadline only.
+	//
+	// Every hop carries its deadline (the earlier of the caller's and
+	// HopTimeout's) in the header wire.HeaderDeadline, and the owner's
+	// Server does not execute a hop that reaches it later (one NATS kept in
+	// the connection's reconnect buffer through an outage). While Conn is
+	// not connected (every NATS server unreachable, reconnecting) no hop is
+	// sent at all: the items of other brokers' shards are answered failed
+	// at once with queen.ErrNATSUnavailable (503, retryable, nothing
+	// written); this broker's own shards are served as usual.
 	HopTimeout time.Duration
 }
 
@@ -93,21 +103,25 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 
 // RouterStats counts the shard groups a Router handled: served here because
 // this broker owns the shard or no one does (Local), sent to the owner
-// (Remote), and sent but served here after all because no broker answered
-// the subject (Fallback, also counted in Remote).
+// (Remote), sent but served here after all because no broker answered the
+// subject (Fallback, also counted in Remote), and not sent because the NATS
+// connection was down, their items answered failed with
+// queen.ErrNATSUnavailable (Unreachable, chunks, also counted in Remote).
 type RouterStats struct {
-	Local, Remote, Fallback uint64
+	Local, Remote, Fallback, Unreachable uint64
 }
 
 // Stats returns the counts so far.
 func (r *Router) Stats() RouterStats {
-	return RouterStats{Local: r.stats.local.Load(), Remote: r.stats.remote.Load(), Fallback: r.stats.fallback.Load()}
+	return RouterStats{Local: r.stats.local.Load(), Remote: r.stats.remote.Load(), Fallback: r.stats.fallback.Load(), Unreachable: r.stats.unreachable.Load()}
 }
 
 // Push routes items and returns one verdict per item in request order. It
 // never fails as a whole: items whose shard could not be reached or answered
 // in time are queen.Failed with a retryable error (their outcome may be
-// unknown, so clients retry with the same transaction ids).
+// unknown, so clients retry with the same transaction ids): queen.ErrTimeout
+// for a hop not answered by its deadline, queen.ErrNATSUnavailable at once
+// for another broker's shard while the NATS connection is down.
 func (r *Router) Push(ctx context.Context, items []*queen.Item) []queen.Result {
 	results := make([]queen.Result, len(items))
 	groups := map[int][]int{}
@@ -218,6 +232,24 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 	}
 }
 
+// hopMsg is a shard hop's request on subject with body, carrying ctx's
+// deadline (if any) in wire.HeaderDeadline as Unix nanoseconds.
+func hopMsg(ctx context.Context, subject string, body []byte) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = body
+	if dl, ok := ctx.Deadline(); ok {
+		m.Header.Set(wire.HeaderDeadline, strconv.FormatInt(dl.UnixNano(), 10))
+	}
+	return m
+}
+
+// natsDown is the error of a hop to shard n not sent because nc is not
+// connected to any NATS server.
+func natsDown(nc *nats.Conn, n int) *queen.Error {
+	return queen.ErrNATSUnavailable.With("shard %d is served by another broker and this broker's NATS connection is %s (no NATS server reachable): nothing was sent or written; retry with the same transaction ids",
+		n, strings.ToLower(nc.Status().String()))
+}
+
 // errNoResponders: no broker subscribes to the shard's subject. No broker
 // received the items, so they may be served elsewhere.
 var errNoResponders = errors.New("shards: no responders")
@@ -226,21 +258,38 @@ var errNoResponders = errors.New("shards: no responders")
 // nothing was sent.
 var errTooLarge = errors.New("shards: above max_payload")
 
+// request sends one chunk to shard n's owner and waits for its verdicts, at
+// most until the hop's deadline (ctx's, or HopTimeout's when earlier), which
+// travels with it (wire.HeaderDeadline). While the connection is down it
+// sends nothing and answers queen.ErrNATSUnavailable: nats.go would keep the
+// request in its reconnect buffer and deliver it when a server returns,
+// long after the caller gave up.
 func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]queen.Result, error) {
 	body := encodeItems(make([]byte, 0, 256*len(chunk)), chunk)
 	if int64(len(body)) > r.nc.MaxPayload() {
 		return nil, errTooLarge
+	}
+	if !r.nc.IsConnected() {
+		r.stats.unreachable.Add(1)
+		return nil, natsDown(r.nc, n)
 	}
 	if r.hopTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.hopTimeout)
 		defer cancel()
 	}
-	msg, err := r.nc.RequestWithContext(ctx, wire.ShardPushSubject(n), body)
+	req := hopMsg(ctx, wire.ShardPushSubject(n), body)
+	msg, err := r.nc.RequestMsgWithContext(ctx, req)
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, errNoResponders
+	case errors.Is(err, nats.ErrMaxPayload):
+		// The body fitted; with the deadline header it does not.
+		return nil, errTooLarge
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrReconnectBufExceeded):
+		r.stats.unreachable.Add(1)
+		return nil, natsDown(r.nc, n)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.Canceled):
 		return nil, queen.ErrTimeout.With("shard %d did not answer in time; the outcome is unknown, retry with the same transaction ids", n)
 	default:

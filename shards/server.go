@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -83,6 +84,9 @@ type Server struct {
 	// dropped counts the messages the NATS client dropped on subscriptions
 	// no longer in subs (see Dropped).
 	dropped uint64
+	// expired counts the requests not executed because they arrived after
+	// their deadline (see Expired).
+	expired atomic.Uint64
 	wg      sync.WaitGroup
 	// drains counts the subscriptions draining (Unserve, Stop) until NATS
 	// reports them closed.
@@ -214,6 +218,12 @@ func subDropped(sub *nats.Subscription) uint64 {
 	return uint64(n)
 }
 
+// Expired counts the shard requests not executed because they arrived after
+// the deadline their sender set (wire.HeaderDeadline; a request NATS kept in
+// a reconnect buffer through an outage), since the Server was created
+// (queen_shard_expired_total).
+func (s *Server) Expired() uint64 { return s.expired.Load() }
+
 // Serving lists the shards served, in order.
 func (s *Server) Serving() []int {
 	s.mu.Lock()
@@ -265,7 +275,21 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // partition's group at once (so pushes keep their arrival order per
 // partition) and waits for the verdicts on another goroutine. A client's
 // push (Content-Type: application/json) goes to the direct handler instead.
+// A request that arrives after the deadline its sender set
+// (wire.HeaderDeadline) is not executed: nothing reaches a partition, and
+// it is answered queen.ErrTimeout (its sender, if still listening, retries
+// with the same transaction ids).
 func (s *Server) handlePush(m *nats.Msg) {
+	if late, e := pastDeadline(m, time.Now()); e != nil {
+		respondError(m, e)
+		return
+	} else if late > 0 {
+		s.expired.Add(1)
+		s.cfg.Logger.Warn("shard push arrived after its deadline: not executed", "subject", m.Subject, "late", late)
+		respondError(m, queen.ErrTimeout.With("the request on %s arrived %v after its deadline (NATS delivered it late, e.g. after an outage): not executed, nothing written; retry with the same transaction ids",
+			m.Subject, late.Round(time.Millisecond)))
+		return
+	}
 	if m.Header != nil && m.Header.Get(wire.HeaderContentType) == wire.ContentTypeJSON {
 		s.mu.Lock()
 		h, closed := s.cfg.Direct, s.closed
@@ -316,6 +340,29 @@ func (s *Server) handlePush(m *nats.Msg) {
 			s.cfg.Logger.Warn("shard push reply not sent", "err", err)
 		}
 	}()
+}
+
+// pastDeadline reads m's wire.HeaderDeadline (Unix nanoseconds): how long
+// ago, at now, the deadline passed (0 when it has not, or m has none), or
+// the 400 invalid_field refusing a value that is not a decimal int64.
+func pastDeadline(m *nats.Msg, now time.Time) (time.Duration, *queen.Error) {
+	if m.Header == nil {
+		return 0, nil
+	}
+	v := m.Header.Get(wire.HeaderDeadline)
+	if v == "" {
+		return 0, nil
+	}
+	ns, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		e := queen.ErrInvalidField.With("header %s is %q: want the deadline as Unix nanoseconds, a decimal int64", wire.HeaderDeadline, v)
+		e.Field = wire.HeaderDeadline
+		return 0, e
+	}
+	if late := now.Sub(time.Unix(0, ns)); late > 0 {
+		return late, nil
+	}
+	return 0, nil
 }
 
 // partGroup is one partition's items of a request, handed to its actor.

@@ -145,7 +145,7 @@ func (s *Service) routes() []route {
 		{"GET", "/api/v1/stats", true, "live push/pop rates, commit p99, RSS, dedup-cache bytes (the console's overview; stats.go)", get(func(*http.Request) reply { return s.stats() })},
 		{"GET", "/ui/", false, "the web console (package transport/console)", console.Handler("/ui/")},
 		{"GET", "/{$}", false, "redirects to /ui/", http.RedirectHandler("/ui/", http.StatusFound)},
-		{"GET", "/health", false, "200 when PostgreSQL answers, else 503", get(func(r *http.Request) reply { return s.health(r.Context()) })},
+		{"GET", "/health", false, "200 when PostgreSQL answers (status degraded while NATS is down or the database's disk is full), else 503", get(func(r *http.Request) reply { return s.health(r.Context()) })},
 		{"GET", "/metrics", false, "Prometheus text", promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{})},
 	}
 }

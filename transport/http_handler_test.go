@@ -421,3 +421,47 @@ func TestHTTPParkedPollCaps(t *testing.T) {
 		require.Equal(t, http.StatusNoContent, <-done)
 	}
 }
+
+// TestHTTPHealthDegraded: /health answers 200 "degraded" while the NATS
+// connection is down or the database's disk is full, naming which
+// ("nats", "storage"), and 200 "healthy" with both "ok" otherwise; the
+// build fields stay.
+func TestHTTPHealthDegraded(t *testing.T) {
+	f := newFake()
+	natsState, full := "ok", false
+	svc := transport.NewService(transport.Config{Pusher: f, Queues: f, Consumer: f,
+		Build:       queen.Build{Release: "r1"},
+		NATS:        func() string { return natsState },
+		StorageFull: func() bool { return full }})
+	t.Cleanup(svc.StopPolls)
+	h := svc.Handler()
+	health := func() (int, map[string]any) {
+		t.Helper()
+		status, _, body := do(t, h, "GET", "/health", "")
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(body, &v), "%s", body)
+		return status, v
+	}
+	status, v := health()
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "healthy", v["status"])
+	require.Equal(t, "ok", v["database"])
+	require.Equal(t, "ok", v["nats"])
+	require.Equal(t, "ok", v["storage"])
+	require.Equal(t, "r1", v["release"])
+
+	natsState = "reconnecting"
+	status, v = health()
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "degraded", v["status"])
+	require.Equal(t, "reconnecting", v["nats"])
+	require.Equal(t, "ok", v["storage"])
+
+	natsState, full = "ok", true
+	status, v = health()
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "degraded", v["status"])
+	require.Equal(t, "full", v["storage"])
+	require.Equal(t, "ok", v["nats"])
+	require.Equal(t, "r1", v["release"])
+}

@@ -68,6 +68,19 @@ type Config struct {
 	// Build is the broker's release, revision, schema version and layout
 	// generation, reported by /health (SPEC.md §2).
 	Build queen.Build
+	// NATS, when set, reports the broker's NATS connections for /health
+	// ("nats"): "ok" while connected, otherwise their state in lower case
+	// ("reconnecting" while no NATS server is reachable, "closed", ...),
+	// which makes /health answer 200 with "status":"degraded": pushes for
+	// other brokers' shards are then answered 503 nats_unavailable
+	// (docs/contract.md §9). Unset: no "nats" field.
+	NATS func() string
+	// StorageFull, when set, reports whether the database is out of disk
+	// space as far as the broker last saw (persistence.Store.StorageFull),
+	// for /health ("storage": "ok" or "full"); full makes it answer 200
+	// with "status":"degraded" (pushes are answered 503 storage_full).
+	// Unset: no "storage" field.
+	StorageFull func() bool
 	// MaxPayloadBytes is QUEEN_MAX_PAYLOAD_BYTES; default queen.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInFlightBodyBytes bounds the push and transaction bodies being read
@@ -562,11 +575,15 @@ type CacheSwitch interface {
 	Stats() any
 }
 
-// healthReply is GET /health: the status, then the broker's build
+// healthReply is GET /health: the status ("healthy", "degraded" or
+// "unhealthy"), the database ("ok" or "down"), the NATS connections and the
+// database's disk (Config.NATS, Config.StorageFull), then the broker's build
 // (release, revision, schema, layout) whatever the status.
 type healthReply struct {
 	Status   string `json:"status"`
 	Database string `json:"database"`
+	NATS     string `json:"nats,omitempty"`
+	Storage  string `json:"storage,omitempty"`
 	Error    string `json:"error,omitempty"`
 	queen.Build
 	DedupCache any `json:"dedupCache,omitempty"`
@@ -597,13 +614,31 @@ func (s *Service) dedupCache(body []byte) reply {
 	return reply{status: http.StatusOK, body: s.cfg.DedupCache.Stats()}
 }
 
+// health answers GET /health: 503 "unhealthy" when PostgreSQL does not
+// answer a ping within 2 s; else 200, "degraded" while the NATS connection is
+// down or the database is out of disk space (the broker serves what it can:
+// pops, acks and pushes for its own shards, or every read), "healthy"
+// otherwise. A degraded broker stays 200 so that a load balancer keeps it:
+// every broker of a cluster sees the same outage.
 func (s *Service) health(ctx context.Context) reply {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := s.cfg.Queues.Ping(ctx); err != nil {
-		return reply{status: http.StatusServiceUnavailable, body: healthReply{Status: "unhealthy", Database: "down", Error: err.Error(), Build: s.cfg.Build}}
-	}
 	h := healthReply{Status: "healthy", Database: "ok", Build: s.cfg.Build}
+	if s.cfg.NATS != nil {
+		if h.NATS = s.cfg.NATS(); h.NATS != "ok" {
+			h.Status = "degraded"
+		}
+	}
+	if s.cfg.StorageFull != nil {
+		h.Storage = "ok"
+		if s.cfg.StorageFull() {
+			h.Storage, h.Status = "full", "degraded"
+		}
+	}
+	if err := s.cfg.Queues.Ping(ctx); err != nil {
+		h.Status, h.Database, h.Error = "unhealthy", "down", err.Error()
+		return reply{status: http.StatusServiceUnavailable, body: h}
+	}
 	if s.cfg.DedupCache != nil {
 		h.DedupCache = s.cfg.DedupCache.Stats()
 	}

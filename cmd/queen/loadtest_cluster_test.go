@@ -257,7 +257,7 @@ func requireRetryableKind(t *testing.T, kind string) {
 	t.Helper()
 	code := kind[strings.LastIndex(kind, ":")+1:]
 	switch code {
-	case "timeout", "unavailable", "commit_unknown", "overloaded", "lock_timeout":
+	case "timeout", "unavailable", "commit_unknown", "overloaded", "lock_timeout", "nats_unavailable", "storage_full":
 	default:
 		t.Fatalf("client error %q: want a timeout or a retryable answer", kind)
 	}

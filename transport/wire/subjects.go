@@ -44,6 +44,15 @@ const (
 	// HeaderContentType set to ContentTypeJSON marks a client's push on a
 	// shard subject (ShardPushSubject).
 	HeaderContentType = "Content-Type"
+	// HeaderDeadline carries, on a shard subject (ShardPushSubject), the
+	// moment after which the sender no longer waits for the answer: Unix
+	// time in nanoseconds, decimal. A broker's router sets it from its hop's
+	// deadline; the shard server does not execute a request that arrives
+	// after it (one a NATS client kept in its reconnect buffer through an
+	// outage) and answers its items failed with code timeout instead
+	// (SPEC.md §9). Absent: no deadline. A value that is not a decimal
+	// int64 is refused 400 invalid_field.
+	HeaderDeadline = "Queen-Deadline"
 	// ContentTypeJSON is the Content-Type of a request body in JSON; on a
 	// shard subject it marks the public push body (SPEC.md §3, §11), not
 	// the internal encoding brokers send each other.

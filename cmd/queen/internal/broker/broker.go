@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -451,6 +452,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes, BodyIdleTimeout: cfg.BodyIdleTimeout,
 		Partitions: func() any { return b.host.PartitionStats() }, Build: b.Build(),
+		NATS: b.natsState, StorageFull: b.store.StorageFull,
 	})
 	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
 		return err
@@ -535,6 +537,18 @@ func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}
 	return nc, nil
+}
+
+// natsState is /health's "nats": "ok" while both NATS connections are
+// connected, else the state of the first that is not, in lower case
+// ("reconnecting" while no server of NATS_URL answers; transport.Config.NATS).
+func (b *Broker) natsState() string {
+	for _, nc := range []*nats.Conn{b.nc, b.ncShards} {
+		if nc != nil && !nc.IsConnected() {
+			return strings.ToLower(nc.Status().String())
+		}
+	}
+	return "ok"
 }
 
 // Fatal delivers the error that ended the broker's service while it ran: a

@@ -9,7 +9,8 @@ import (
 
 // registerClusterMetrics exposes the shards this broker holds and how its
 // router served the shard groups of pushes (SPEC.md §9), and the shard
-// messages its shard server's bounded subscriptions dropped.
+// messages its shard server's bounded subscriptions dropped or found past
+// their deadline.
 func registerClusterMetrics(m *metrics.Set, members *shards.Membership, r *shards.Router, srv *shards.Server) {
 	route := func(name, help string, f func(shards.RouterStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(r.Stats())) })
@@ -22,5 +23,8 @@ func registerClusterMetrics(m *metrics.Set, members *shards.Membership, r *shard
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_shard_pending_dropped_total", Help: "Shard push messages dropped because a shard subscription's pending bound was full (slow consumer); their routers answered the items failed with code timeout."},
 			func() float64 { return float64(srv.Dropped()) }),
 		route("queen_shard_routes_fallback_total", "Shard groups sent to an owner that did not serve them (no responder, shutting down) and served here.", func(s shards.RouterStats) uint64 { return s.Fallback }),
+		route("queen_shard_routes_unreachable_total", "Shard hops (chunks) not sent because this broker's NATS connection was down; their items were answered failed with code nats_unavailable.", func(s shards.RouterStats) uint64 { return s.Unreachable }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_shard_expired_total", Help: "Shard push requests not executed because they arrived after their sender's deadline (kept in a NATS reconnect buffer through an outage); answered timeout."},
+			func() float64 { return float64(srv.Expired()) }),
 	)
 }
