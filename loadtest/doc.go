@@ -26,6 +26,11 @@
 //     the wake probe) and the end-to-end consume audit, with its own
 //     consumers.Config.
 //
+// Beside report, loadtest/htmlreport renders Reports as one self-contained
+// HTML page (the settings, the summary, the timeline's charts with the
+// faults marked, several runs overlaid); it imports only loadtest/report and
+// the chart library, and cmd/queen uses it (--report, queen loadtest report).
+//
 // This package keeps the run (Run, Compare and the Config that fills each
 // room's config), the timeline, the storage figures and the progress
 // line.

@@ -45,6 +45,7 @@ type sampler struct {
 	lastStored int64
 	lastAcked  int64
 	lastHist   []int64
+	lastE2E    []int64 // the consumers' push commit → handler histogram
 	// last is the previous point (at first the run's start), for the
 	// interval's bytes per message.
 	last report.TimelinePoint
@@ -55,7 +56,7 @@ type sampler struct {
 func startSampler(ctx context.Context, cfg *Config, c *produce.Counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
 	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second},
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
-		lastAt: start, lastHist: make([]int64, report.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
+		lastAt: start, lastHist: make([]int64, report.HistBuckets), lastE2E: make([]int64, report.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
 	if len(s.urls) == 0 {
 		for _, t := range append([]string{cfg.Target}, cfg.Targets...) {
 			if strings.HasPrefix(t, "http") && !slices.Contains(s.urls, t) {
@@ -117,6 +118,23 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		P99:             report.QuantileMS(diff, 0.99),
 		StoredMessages:  stored,
 	}
+	if s.prog != nil && s.prog.cc != nil {
+		cc := s.prog.cc
+		acked, e2e := cc.Acked.Load(), cc.Latency.Snapshot()
+		rate := report.PerSecond(acked-s.lastAcked, secs)
+		p.AckedPerSecond = &rate
+		d := make([]int64, report.HistBuckets)
+		var n int64
+		for i := range d {
+			d[i] = e2e[i] - s.lastE2E[i]
+			n += d[i]
+		}
+		if n > 0 {
+			p50, p99 := report.QuantileMS(d, 0.5), report.QuantileMS(d, 0.99)
+			p.E2EP50, p.E2EP99 = &p50, &p99
+		}
+		s.lastAcked, s.lastE2E = acked, e2e
+	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if st, err := s.a.Stats(qctx, s.walAt); err == nil {
@@ -172,11 +190,8 @@ func (s *sampler) writeLine(now time.Time, p report.TimelinePoint) {
 	case s.prog != nil:
 		// The sample line is the progress line of a log.
 		rate := 0.0
-		var acked int64
-		if s.prog.cc != nil {
-			acked = s.prog.cc.Acked.Load()
-			rate = float64(acked-s.lastAcked) / s.cfg.SampleEvery.Seconds()
-			s.lastAcked = acked
+		if p.AckedPerSecond != nil {
+			rate = *p.AckedPerSecond
 		}
 		fmt.Fprintln(s.out, s.prog.line(now, p.ItemsPerSecond, rate))
 		fmt.Fprintln(s.out, line)

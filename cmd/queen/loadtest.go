@@ -21,13 +21,22 @@ import (
 	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
+// loadtestOutput is what a run writes besides its progress: the report
+// as JSON (--json) or text, a CPU profile (--cpuprofile) and the HTML
+// report (--report).
+type loadtestOutput struct {
+	json                   bool
+	cpuProfile, reportFile string
+}
+
 // loadtestFlags are the settings of one `queen loadtest`: the harness's
 // Config and the command's own switches.
 type loadtestFlags struct {
-	cfg                               loadtest.Config
-	targetFrom                        string // which setting named the target
-	mode, pgBin, logLevel, cpuProfile string
-	embedded, compare, jsonOut        bool
+	cfg                   loadtest.Config
+	targetFrom            string // which setting named the target
+	mode, pgBin, logLevel string
+	embedded, compare     bool
+	out                   loadtestOutput
 	// cluster is the chaos room's cluster of broker processes (--brokers,
 	// --nats-nodes, --pg-standby, --shard-lease); Brokers 0: none.
 	cluster chaos.ClusterConfig
@@ -46,6 +55,7 @@ func loadtestCmd() *cobra.Command {
 		Example: loadtestExample,
 		RunE:    lf.run,
 	}
+	cmd.AddCommand(loadtestReportCmd())
 	// The flags, per room (loadtest_flags.go).
 	f := cmd.Flags()
 	lf.runFlags(f)
@@ -65,6 +75,9 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		lf.cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
 	}
 	stderr := cmd.ErrOrStderr()
+	if lf.out.reportFile != "" && lf.compare {
+		return errors.New("--report draws one run's timeline and --compare's rounds have none to draw: drop --report, or run each mode alone with --json and compare them with queen loadtest report")
+	}
 	lf.cfg.Progress = stderr
 	lf.cfg.ProgressLive = isTerminal(stderr)
 	if lf.cluster.Brokers > 0 {
@@ -74,7 +87,7 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("log-level") {
 			lf.logLevel = "info" // the brokers' log files
 		}
-		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.cluster, lf.pgBin, lf.logLevel, lf.jsonOut, lf.cpuProfile)
+		return runClusterLoadtest(ctx, cmd, lf.cfg, lf.cluster, lf.pgBin, lf.logLevel, lf.out)
 	}
 	if lf.cluster.PGStandby {
 		return errors.New("--pg-standby gives the managed PostgreSQL of --brokers N a standby: pass --brokers N")
@@ -112,7 +125,7 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 			if lf.cfg.Chaos == chaos.PGRestart {
 				lf.cfg.RestartPostgres = b.RestartPostgres
 			}
-			return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.jsonOut, lf.cpuProfile)
+			return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.out)
 		})
 	}
 	if lf.cfg.DatabaseURL == "" {
@@ -122,7 +135,7 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		lf.targetFrom = "--target"
 	}
 	fmt.Fprintf(stderr, "loadtest: target %s (from %s)\n", lf.cfg.Target, lf.targetFrom)
-	return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.jsonOut, lf.cpuProfile)
+	return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.out)
 }
 
 const loadtestLong = `Drive a broker with producers over NATS (default) or HTTP, then audit its database:
@@ -223,7 +236,13 @@ segments at every sample, so its memory stays at a few bits per transactionId an
 with --retention (segments deleted while it goes on) is audited before they go; without
 retention a final pass recounts every stored frame. --dedup-window and --retention
 configure the run's queue; repeats are only sent while their original is younger than a
-quarter of the window, retries only within half of it.`
+quarter of the window, retries only within half of it.
+
+--report FILE.html also writes the report as one self-contained HTML page (nothing
+fetched to open it): the settings, the summary and charts of the timeline (stored,
+acked and sent per second, push and end-to-end latency, memory, bytes per message,
+database size and WAL) with every fault marked where it happened. queen loadtest
+report A.json B.json -o compare.html overlays runs saved with --json.`
 
 const loadtestExample = `  queen loadtest --embedded --duration 20s
   queen loadtest --target nats://127.0.0.1:4222 --duration 60s --json
@@ -237,13 +256,15 @@ const loadtestExample = `  queen loadtest --embedded --duration 20s
   queen loadtest --embedded --chaos pg-restart --duration 60s --json
   queen loadtest --brokers 3 --nats-nodes 3 --chaos nats-kill --duration 120s --json
   queen loadtest --brokers 2 --pg-standby --chaos pg-failover --duration 120s --json
-  queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json`
+  queen loadtest --embedded --duration 1h --producers 32 --dedup-window 1m --retention 2m --json
+  queen loadtest --embedded --duration 5m --consumers 2 --report run.html --json > run.json
+  queen loadtest report before.json run.json -o compare.html`
 
 // runClusterLoadtest starts ccfg.Brokers processes of this binary with their
 // PostgreSQL and NATS (chaos.StartCluster), drives them, and stops
 // everything, also after Ctrl-C.
 func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Config, ccfg chaos.ClusterConfig,
-	pgBin, logLevel string, jsonOut bool, cpuProfile string) (err error) {
+	pgBin, logLevel string, o loadtestOutput) (err error) {
 	stderr := cmd.ErrOrStderr()
 	lease := ccfg.Lease
 	if cfg.Chaos == chaos.PGFailover && !ccfg.PGStandby {
@@ -298,7 +319,7 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	if ctx.Err() != nil {
 		return errors.New("loadtest interrupted")
 	}
-	return runLoadtest(ctx, cmd.OutOrStdout(), cfg, false, jsonOut, cpuProfile)
+	return runLoadtest(ctx, cmd.OutOrStdout(), cfg, false, o)
 }
 
 // chaosClients sets the clients up for a --chaos run: requests time out
@@ -330,9 +351,22 @@ func defaultAuditURL() string {
 	return databaseURLFromEnv()
 }
 
-func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compare, jsonOut bool, cpuProfile string) error {
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compare bool, o loadtestOutput) (err error) {
+	// The report's file is created before the run, so a path that cannot
+	// be written fails now rather than after an hour.
+	var html *os.File
+	if o.reportFile != "" {
+		if html, err = os.Create(o.reportFile); err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+		defer func() {
+			if cerr := html.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("--report: %w", cerr))
+			}
+		}()
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -344,7 +378,6 @@ func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compar
 	}
 	var result interface{ WriteText(io.Writer) }
 	var interrupted bool
-	var err error
 	if compare {
 		var c *report.Comparison
 		c, err = loadtest.Compare(ctx, cfg, 3)
@@ -357,9 +390,12 @@ func runLoadtest(ctx context.Context, out io.Writer, cfg loadtest.Config, compar
 		if r != nil {
 			result, interrupted = r, r.Interrupted
 		}
+		if html != nil {
+			err = errors.Join(err, writeHTMLReport(html, cfg.Progress, r))
+		}
 	}
 	if result != nil {
-		if jsonOut {
+		if o.json {
 			b, jerr := json.Marshal(result)
 			if jerr != nil {
 				return jerr

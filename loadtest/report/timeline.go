@@ -17,6 +17,15 @@ type TimelinePoint struct {
 	// P50 and P99 are the push requests' latency in the interval (ms).
 	P50 float64 `json:"p50_ms"`
 	P99 float64 `json:"p99_ms"`
+	// AckedPerSecond is the messages the consumers' acks were answered
+	// acked in the interval, per second, over every group; E2EP50 and
+	// E2EP99 the push commit → handler latency (ms) of the first handlings
+	// in it (ConsumeReport.Latency's, per interval). Omitted without
+	// consumers, the latencies also for an interval with no first
+	// handling. The timeline ends with the load, before the drain.
+	AckedPerSecond *float64 `json:"acked_per_second,omitempty"`
+	E2EP50         *float64 `json:"e2e_p50_ms,omitempty"`
+	E2EP99         *float64 `json:"e2e_p99_ms,omitempty"`
 	// BrokerRSS is process_resident_memory_bytes from the brokers'
 	// /metrics (summed over the brokers that answered; with --embedded the
 	// broker is this process, harness included); 0 when none answered.
