@@ -1,4 +1,4 @@
-// Package browsertest is for tests only: a headless Chromium tab driven with chromedp, with the page's JavaScript errors collected. Without a Chromium binary Start skips the test, or fails it when CI is set (.ci/run installs Debian's chromium). The same start as the console's browser test (cmd/queen/internal/broker/console_test.go), for tests outside that package.
+// Package browsertest is for tests only: a headless Chromium tab driven with chromedp, with the page's JavaScript errors collected (checked at the start with a probe error). Without a Chromium binary Start skips the test, or fails it when CI is set (.ci/run installs Debian's chromium). The console's browser test (cmd/queen/internal/broker/console_test.go) and the load report's use it.
 package browsertest
 
 import (
@@ -100,6 +100,25 @@ func Start(t *testing.T, width, height int) *Browser {
 	if err != nil {
 		t.Fatalf("start Chromium %s: %v", path, err)
 	}
+	// The listener sees errors: an uncaught exception and a console.error
+	// on the blank page are caught, then forgotten.
+	Eval[bool](t, b, `setTimeout(() => { throw new Error("probe-exception") }, 0); console.error("probe-console"); true`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b.mu.Lock()
+		all := strings.Join(b.errs, "; ")
+		b.mu.Unlock()
+		if strings.Contains(all, "probe-exception") && strings.Contains(all, "probe-console") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page's errors are not seen: %q", all)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.mu.Lock()
+	b.errs = nil
+	b.mu.Unlock()
 	return b
 }
 

@@ -11,152 +11,40 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/queen-mq/queen-go/internal/browsertest"
 )
 
-// chromiumPath finds a Chromium binary: CHROME_PATH, else chromium,
-// chromium-browser, google-chrome on PATH; "" when none.
-func chromiumPath() string {
-	if p := os.Getenv("CHROME_PATH"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// browser is one headless Chromium tab with the page's JavaScript errors
-// (exceptions and console.error calls) collected.
-type browser struct {
-	ctx  context.Context
-	mu   sync.Mutex
-	errs []string
-}
+// browser is the console's headless Chromium tab (internal/browsertest)
+// with the console's own helpers.
+type browser struct{ *browsertest.Browser }
 
 func startBrowser(t *testing.T) *browser {
 	t.Helper()
-	path := chromiumPath()
-	if path == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no Chromium binary (chromium, chromium-browser, google-chrome or CHROME_PATH) and CI is set: .ci/run installs Debian's chromium")
-		}
-		t.Skip("no Chromium binary found (install Debian's chromium, or set CHROME_PATH): the console's browser test is skipped")
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 820),
-	}
-	b := &browser{}
-	listen := chromedp.WithListener(func(ev any) {
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			d := ev.ExceptionDetails
-			msg := d.Text
-			if d.Exception != nil {
-				msg += " " + d.Exception.Description
-			}
-			b.addErr(fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber+1, msg))
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
-				var parts []string
-				for _, a := range ev.Args {
-					parts = append(parts, string(a.Value)+a.Description)
-				}
-				b.addErr("console." + string(ev.Type) + ": " + strings.Join(parts, " "))
-			}
-		}
-	})
-	// Chromium now and then exits during its start on a loaded machine
-	// (seen once in a -race run of the whole package: "chrome failed to
-	// start" with no reason in its output); a second start is tried.
-	var err error
-	for attempt := 1; attempt <= 3; attempt++ {
-		// Chromium's process-singleton socket goes to a folder of its own
-		// under TMPDIR, which it leaves behind: give it the test's.
-		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-			append(opts, chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()))...)
-		ctx, cancelCtx := chromedp.NewContext(actx, listen)
-		if err = chromedp.Do(ctx); err == nil { // starts the browser
-			t.Cleanup(func() {
-				cancelCtx()
-				cancelAlloc() // waits for the browser process to end
-			})
-			b.ctx = ctx
-			break
-		}
-		cancelCtx()
-		cancelAlloc()
-		t.Logf("start Chromium %s (attempt %d): %v", path, attempt, err)
-	}
-	if err != nil {
-		t.Fatalf("start Chromium %s: %v", path, err)
-	}
-	// The listener sees errors: an uncaught exception and a console.error
-	// on the blank page are caught, then forgotten.
-	b.eval(t, `setTimeout(() => { throw new Error("probe-exception") }, 0); console.error("probe-console"); true`)
-	eventually(t, 30*time.Second, 50*time.Millisecond, "the probe errors seen", func() (bool, string) {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		all := strings.Join(b.errs, "; ")
-		return strings.Contains(all, "probe-exception") && strings.Contains(all, "probe-console"), all
-	})
-	b.mu.Lock()
-	b.errs = nil
-	b.mu.Unlock()
-	return b
-}
-
-func (b *browser) addErr(s string) {
-	b.mu.Lock()
-	b.errs = append(b.errs, s)
-	b.mu.Unlock()
+	return &browser{browsertest.Start(t, 1280, 820)}
 }
 
 // noJSErrors fails the test on any JavaScript error seen so far.
 func (b *browser) noJSErrors(t *testing.T, step string) {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.errs) > 0 {
-		t.Fatalf("JavaScript errors after %s: %s", step, strings.Join(b.errs, "; "))
-	}
+	b.NoJSErrors(t, step)
 }
 
 // run runs chromedp actions with a deadline.
 func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, actions...); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
+	b.Run(t, what, actions...)
 }
 
 // eval returns a JavaScript expression's value as a string.
 func (b *browser) eval(t *testing.T, expr string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
-	if err != nil {
-		t.Fatalf("evaluate %s: %v", expr, err)
-	}
+	v := browsertest.Eval[any](t, b.Browser, expr)
 	if v == nil {
 		return ""
 	}
@@ -224,7 +112,7 @@ func TestConsoleBrowser(t *testing.T) {
 			e.pushOK(t, "http", items(its...), 60)
 		}
 		b.waitFor(t, "the chart", `document.querySelector('#chart polyline[data-series="duplicate"]')`)
-		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
 		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		cancel()
 		if err != nil {
