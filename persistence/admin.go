@@ -40,8 +40,17 @@ func (s *Store) DeadLetters(ctx context.Context, f queen.DLQFilter) ([]queen.Dea
 	if err != nil {
 		return nil, 0, unavailable(err)
 	}
-	if out == nil {
+	if len(out) == 0 {
 		out = []queen.DeadLetter{}
+		if f.Offset > 0 {
+			// A page past the end reads no row to carry the filter's
+			// total: the first page's does.
+			first := f
+			first.Offset, first.Limit, first.MaxBytes = 0, 1, 1
+			if _, total, err = s.DeadLetters(ctx, first); err != nil {
+				return nil, 0, err
+			}
+		}
 	}
 	return out, total, nil
 }

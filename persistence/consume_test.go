@@ -692,4 +692,5 @@ func TestDeadLettersByteBudget(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, page(0, 5000), "the second starts below the budget, the third past it")
 	require.Equal(t, []string{"a"}, page(0, 1), "the first is always listed")
 	require.Equal(t, []string{"c"}, page(2, 1), "the budget counts from the page's offset")
+	require.Empty(t, page(3, 0), "a page past the end is empty, and still carries the filter's total")
 }

@@ -234,9 +234,12 @@ func (s *Service) deadLetters(ctx context.Context, q url.Values) reply {
 	if err != nil {
 		return errReply(err)
 	}
-	next := offset + len(msgs)
-	return reply{status: http.StatusOK, body: wire.DeadLettersReply{Messages: msgs, Total: total, Limit: limit, Offset: offset,
-		NextOffset: next, Truncated: len(msgs) < limit && int64(next) < total}}
+	rep := wire.DeadLettersReply{Messages: msgs, Total: total, Limit: limit, Offset: offset}
+	if next := offset + len(msgs); int64(next) < total {
+		rep.NextOffset = &next
+		rep.Truncated = len(msgs) < limit
+	}
+	return reply{status: http.StatusOK, body: rep}
 }
 
 func (s *Service) deleteQueue(ctx context.Context, name string) reply {

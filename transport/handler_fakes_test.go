@@ -21,7 +21,8 @@ import (
 
 // fakeBroker is the Service's Pusher, Queues and Consumer in one.
 type fakeBroker struct {
-	mu sync.Mutex
+	dead []queen.DeadLetter // DeadLetters' list
+	mu   sync.Mutex
 
 	pushed [][]*queen.Item
 	// verdict, when set, answers item i of a push; default queued at
@@ -130,8 +131,14 @@ func (f *fakeBroker) ExtendLease(_ context.Context, lease uuid.UUID, seconds int
 	return f.extendAt, f.extendErr
 }
 
-func (f *fakeBroker) DeadLetters(context.Context, queen.DLQFilter) ([]queen.DeadLetter, int64, error) {
-	return []queen.DeadLetter{}, 0, nil
+// DeadLetters pages f.dead as the store does (offset, limit; the total of
+// the whole list).
+func (f *fakeBroker) DeadLetters(_ context.Context, q queen.DLQFilter) ([]queen.DeadLetter, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lo := min(q.Offset, len(f.dead))
+	hi := min(lo+q.Limit, len(f.dead))
+	return append([]queen.DeadLetter{}, f.dead[lo:hi]...), int64(len(f.dead)), nil
 }
 
 func (f *fakeBroker) DeleteQueue(context.Context, string) (bool, int64, error) { return false, 0, nil }

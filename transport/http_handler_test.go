@@ -465,3 +465,37 @@ func TestHTTPHealthDegraded(t *testing.T) {
 	require.Equal(t, "ok", v["nats"])
 	require.Equal(t, "r1", v["release"])
 }
+
+// TestHTTPDeadLetterPages: the DLQ listing's nextOffset points at the next
+// page while dead letters remain, and is absent on the last page (a client
+// following it stops); total counts the whole list on every page.
+func TestHTTPDeadLetterPages(t *testing.T) {
+	f := newFake()
+	for i := 0; i < 5; i++ {
+		f.dead = append(f.dead, queen.DeadLetter{ID: int64(i + 1), Queue: "q"})
+	}
+	h := f.service(t, "").Handler()
+	var pages [][]int64
+	next := 0
+	for n := 0; n < 10; n++ {
+		status, _, body := do(t, h, "GET", fmt.Sprintf("/api/v1/dlq?queue=q&limit=2&offset=%d", next), "")
+		require.Equal(t, http.StatusOK, status, "%s", body)
+		var rep struct {
+			Messages   []queen.DeadLetter `json:"messages"`
+			Total      int64              `json:"total"`
+			NextOffset *int               `json:"nextOffset"`
+		}
+		require.NoError(t, json.Unmarshal(body, &rep))
+		require.Equal(t, int64(5), rep.Total)
+		var ids []int64
+		for _, d := range rep.Messages {
+			ids = append(ids, d.ID)
+		}
+		pages = append(pages, ids)
+		if rep.NextOffset == nil {
+			break
+		}
+		next = *rep.NextOffset
+	}
+	require.Equal(t, [][]int64{{1, 2}, {3, 4}, {5}}, pages)
+}

@@ -98,7 +98,7 @@ func refused(err error) bool {
 
 func printApplied(applied []int) {
 	if len(applied) == 0 {
-		fmt.Println("schema is up to date")
+		fmt.Printf("schema is up to date (version %d, layout generation %d)\n", persistence.SchemaVersion(), persistence.LayoutGeneration())
 	} else {
 		fmt.Printf("applied migrations %v\n", applied)
 	}

@@ -88,16 +88,17 @@ type SubscriptionReply struct {
 }
 
 // DeadLettersReply answers GET /api/v1/dlq: one page of dead letters
-// (payloads included), the total matching, and the page asked for. A page
-// holds fewer than Limit dead letters when their frames and error texts
-// reach queen.MaxDLQReplyBytes: Truncated is then true, and NextOffset
-// (always Offset + len(Messages)) is where the next page starts.
+// (payloads included), Total matching the filter, and the page asked for.
+// A page holds fewer than Limit dead letters when their frames and error
+// texts reach queen.MaxDLQReplyBytes: Truncated is then true. NextOffset is
+// where the next page starts (Offset + len(Messages)) while dead letters
+// remain past this page, and absent on the last one.
 type DeadLettersReply struct {
 	Messages   []queen.DeadLetter `json:"messages"`
 	Total      int64              `json:"total"`
 	Limit      int                `json:"limit"`
 	Offset     int                `json:"offset"`
-	NextOffset int                `json:"nextOffset"`
+	NextOffset *int               `json:"nextOffset,omitempty"`
 	Truncated  bool               `json:"truncated,omitempty"`
 }
 
