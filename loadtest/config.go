@@ -357,8 +357,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("sample every %s: want at least 1s", c.SampleEvery)
 	case c.Retention > 0 && (c.Retention < 30*time.Second || c.Retention < 4*c.SampleEvery):
 		return fmt.Errorf("retention %s: want at least 30s and 4 × --sample-every (%s), so the audit reads new segments before retention deletes them", c.Retention, c.SampleEvery)
-	case c.Retention > 0 && c.Consumers > 0:
-		return errors.New("retention with consumers: the consume audit needs every message; drop --retention or --consumers")
 	case c.Retention > 0 && c.Mode != report.ModeBroker:
 		return errors.New("retention needs a broker (mode broker)")
 	case c.Spread != SpreadRandom && c.Spread != SpreadSequential:

@@ -106,3 +106,13 @@ func TestChaosConfig(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, tc.chaos)
 	}
 }
+
+// TestRetentionWithConsumers: --retention and --consumers combine (the
+// consume audit forgets what every group has passed).
+func TestRetentionWithConsumers(t *testing.T) {
+	c := DefaultConfig()
+	c.DatabaseURL = "postgres://x@127.0.0.1/queen"
+	c.Retention, c.Consumers, c.Groups = 10*time.Minute, 3, 2
+	c = c.withDefaults()
+	require.NoError(t, c.Validate())
+}

@@ -266,6 +266,12 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	var smp *sampler
 	if cfg.Mode == report.ModeBroker {
 		au = audit.NewAuditor(db, cfg.Queue, parts, ledgers, r.dirty, cfg.Spread == SpreadSequential)
+		if cp != nil {
+			// The consume audit reads what the storage audit reads, and
+			// checks and forgets what every group has passed.
+			au.Follow(cp.NewAuditor(cfg.Retention).Stored)
+			cp.StartAudit(ctx, db, min(cfg.SampleEvery, auditEvery))
+		}
 		au.Start(ctx, min(cfg.SampleEvery, auditEvery), cfg.Retention)
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == report.ModeBroker)
@@ -402,28 +408,21 @@ func (r *loadRun) check(ctx context.Context) error {
 	rep.Postgres = report.Durability{Fsync: d.Fsync, SynchronousCommit: d.SynchronousCommit, FullPageWrites: d.FullPageWrites}
 	switch cfg.Mode {
 	case report.ModeBroker:
-		var ca *consumers.Auditor
-		var also func(*persistence.StoredMessage)
-		if cp != nil {
-			if ca, err = cp.NewAuditor(actx, db, !rep.Interrupted); err != nil {
-				return fmt.Errorf("audit: %w", err)
-			}
-			also = ca.Stored
-		}
 		// Without retention everything is still stored: the final pass
-		// recounts it all.
-		ar, err := au.Finish(actx, cfg.Retention == 0, also)
+		// recounts it all. The consume audit saw every frame as the
+		// passes read it (Follow), the last pass's too.
+		ar, err := au.Finish(actx, cfg.Retention == 0, nil)
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
 		rep.Audit = ar
 		rep.StoredMessages = ar.StoredMessages
 		if cp != nil {
-			cursors, err := db.Cursors(actx, []string{cfg.Queue})
+			ca, err := cp.FinishAudit(actx, db, !rep.Interrupted)
 			if err != nil {
-				return fmt.Errorf("audit: read the cursors: %w", err)
+				return fmt.Errorf("audit: %w", err)
 			}
-			rep.Consume = cp.Report(ca, ca.Finish(cursors))
+			rep.Consume = cp.Report(ca)
 		}
 	case report.ModeRaw:
 		n, err := raw.Count(actx, cfg.Table)

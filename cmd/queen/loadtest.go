@@ -187,7 +187,10 @@ brokers' lease expiries and bisections (their /metrics). The queue is
 configured with --retry-limit first. The end-to-end audit then checks, per group:
 every other stored message acked exactly once, every poison message in the DLQ once
 with attempts retryLimit+1, nothing else dead-lettered, the cursors at the end, no
-ack answered unresolvable or lease_invalid. The report adds consume throughput,
+ack answered unresolvable or lease_invalid. It checks and forgets, as the run goes,
+what every group's cursor has passed, so its memory follows the backlog; with
+--retention a message a group passed unacked at least the retention after it was
+stored is counted "expired before acked" for that group, not lost. The report adds consume throughput,
 push-commit-to-handler latency, and a wake-latency probe (a parked long poll, one
 push, the time to the pop's reply).
 

@@ -53,7 +53,15 @@ type Auditor struct {
 	// lastErr is the last pass's error ("" when it passed), for the
 	// timeline.
 	lastErr atomic.Pointer[string]
+	// also, when set (Follow), sees every frame of the run's partitions a
+	// pass reads, once, in offset order per partition.
+	also func(*persistence.StoredMessage)
 }
+
+// Follow makes every pass hand each frame of the run's partitions it reads
+// to fn (once, in offset order per partition, on the passes' goroutine):
+// the consume audit's feed. Call it before Start.
+func (au *Auditor) Follow(fn func(*persistence.StoredMessage)) { au.also = fn }
 
 // NewAuditor audits queue, whose partitions are parts (index = partition
 // index), against the producers' ledgers (index = producer); dirty, when
@@ -153,6 +161,9 @@ func (au *Auditor) pass(ctx context.Context, all bool) (int64, error) {
 		au.after[i] = m.Offset
 		n++
 		au.check(m, false)
+		if au.also != nil {
+			au.also(m)
+		}
 		return nil
 	}
 	var err error

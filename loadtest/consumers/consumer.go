@@ -38,8 +38,10 @@ type consEntry struct {
 	// (unresolvable or lease_invalid: not applied), unknown (the ack call
 	// got no reply: applied or not).
 	acked, stale, failed, dead, refused, unknown uint8
-	// seen is set by the audit when the message is found stored.
-	seen bool
+	// seen is set by the audit when the message is found stored (txn is
+	// then the stored transactionId's), poison with it when that is a
+	// poison message.
+	seen, poison bool
 }
 
 // group is one consumer group's shared record, written by its consumers
@@ -71,6 +73,9 @@ type group struct {
 	crashes, bisected int64
 	stalls            map[int]*stall
 	stallDur          []time.Duration
+	// kept holds the checked poison messages' records until the dead
+	// letters are read (Auditor.finishPoison).
+	kept map[uint64]keptPoison
 }
 
 // stall is a partition waiting on poison messages for a group: since the
@@ -83,7 +88,7 @@ type stall struct {
 
 func newGroup(name string) *group {
 	return &group{name: name, m: newEntries(), issues: report.NewFindings(), results: map[queen.AckOutcome]int64{},
-		retryMismatch: map[uint64]retryMismatch{}, stalls: map[int]*stall{}}
+		retryMismatch: map[uint64]retryMismatch{}, stalls: map[int]*stall{}, kept: map[uint64]keptPoison{}}
 }
 
 // retryMismatch is the first delivery of a message whose retryCount was not
@@ -143,6 +148,12 @@ type consumer struct {
 
 	keys []uint64
 	acks []client.Ack
+
+	// epoch is the phase's audit epoch; inCall is the epoch at which the
+	// consumer's current pop (with its handling and ack) started, 0 between
+	// two (Phase.settled).
+	epoch  *atomic.Uint64
+	inCall atomic.Uint64
 }
 
 // noKey marks a delivered message the run cannot place (unknown partition,
@@ -171,10 +182,12 @@ func (k *consumer) run(ctx context.Context) {
 			req.Partition, req.Batch, req.Wait, req.Partitions = focus, 1, 0, 1
 			focus = ""
 		}
+		k.inCall.Store(k.epoch.Load())
 		popStart := time.Now()
 		res, err := k.cl.Pop(ctx, req)
 		popTook := time.Since(popStart)
 		if err != nil {
+			k.inCall.Store(0)
 			if ctx.Err() != nil {
 				return
 			}
@@ -194,11 +207,13 @@ func (k *consumer) run(ctx context.Context) {
 		k.c.Obs.Record("")
 		k.c.Pops.Add(1)
 		if len(res.Messages) == 0 {
+			k.inCall.Store(0)
 			k.c.EmptyPops.Add(1)
 			continue
 		}
 		k.c.PopLatency.Record(popTook)
 		focus = k.handleSpans(ctx, &res, popStart)
+		k.inCall.Store(0)
 	}
 }
 
@@ -421,9 +436,12 @@ func (g *group) deliver(keys []uint64, msgs []queen.Message, handled int, now ti
 		}
 		e := g.m.get(key)
 		fp := txnid.Fingerprint(m.TransactionID)
-		if e.popped == 0 {
+		switch {
+		case e.popped == 0 && e.seen && e.txn != fp:
+			g.issues.Add(report.IssueWrongDelivery, "group %s: %s offset %d was delivered with transactionId %q, but the message stored there has another one", g.name, m.Partition, m.Offset, m.TransactionID)
+		case e.popped == 0:
 			e.txn = fp
-		} else {
+		default:
 			redelivered++
 			if e.txn != fp {
 				g.issues.Add(report.IssueWrongDelivery, "group %s got %s offset %d with transactionId %q, another transactionId than at an earlier delivery", g.name, m.Partition, m.Offset, m.TransactionID)

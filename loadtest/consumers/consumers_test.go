@@ -3,6 +3,7 @@ package consumers
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,8 @@ type fakeConsumeBroker struct {
 type fakeMsg struct {
 	txn     string
 	created time.Time
+	// gone: deleted by retention (never delivered again).
+	gone bool
 }
 
 type fakeCursor struct {
@@ -160,16 +163,22 @@ func (f *fakeConsumeBroker) tryPop(queue, partition, group string, batch int) (q
 		if c.lease != "" && f.leaseTTL > 0 && time.Since(c.leaseAt) > f.leaseTTL && f.abandoned(p, c) {
 			f.expire(group, p, c)
 		}
-		if c.lease != "" || c.cursor >= last || f.parts[p] == f.hidePartition || (partition != "" && partition != f.parts[p]) {
+		// Retention's deletions are skipped (SPEC.md §4: a pop reads what is
+		// stored above the cursor).
+		start := c.cursor + 1
+		for start <= last && f.msgs[p][start].gone {
+			start++
+		}
+		if c.lease != "" || start > last || f.parts[p] == f.hidePartition || (partition != "" && partition != f.parts[p]) {
 			continue
 		}
 		f.rr = p + 1
 		c.lease, c.leaseAt = uuid.NewString(), time.Now()
 		limit, _, _ := c.bisect.Deliver(c.cursor, batch, time.Now())
-		c.leaseTo = min(c.cursor+int64(limit), last)
+		c.leaseTo = min(start-1+int64(limit), last)
 		lease := c.lease
 		res.LeaseID = &lease
-		for off := c.cursor + 1; off <= c.leaseTo; off++ {
+		for off := start; off <= c.leaseTo; off++ {
 			m := f.msgs[p][off]
 			rc := 0
 			if off == c.retryOffset {
@@ -343,13 +352,25 @@ func (f *fakeConsumeBroker) DeadLetters(_ context.Context, _ []string) ([]persis
 	return append([]persistence.StoredDeadLetter(nil), f.dead...), nil
 }
 
-// stored feeds every stored message to the auditor, as the audit scan does.
-func (f *fakeConsumeBroker) stored(fn func(*persistence.StoredMessage)) {
+// stored feeds the messages stored after after[p] in each partition p to
+// fn, in offset order, and moves after on, as the storage audit's passes
+// do (nil after: every stored message).
+func (f *fakeConsumeBroker) stored(after []int64, fn func(*persistence.StoredMessage)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for p, ms := range f.msgs {
-		for off, m := range ms {
-			fn(&persistence.StoredMessage{Queue: f.queue, Partition: f.parts[p], Offset: int64(off), TransactionID: m.txn})
+		from := 0
+		if after != nil {
+			from = int(after[p]) + 1
+		}
+		for off := from; off < len(ms); off++ {
+			if ms[off].gone {
+				continue // deleted before the storage audit read it
+			}
+			fn(&persistence.StoredMessage{Queue: f.queue, Partition: f.parts[p], Offset: int64(off), TransactionID: ms[off].txn, CreatedAt: ms[off].created})
+		}
+		if after != nil {
+			after[p] = int64(len(ms)) - 1
 		}
 	}
 }
@@ -362,6 +383,10 @@ type fakeConsumeRun struct {
 	parts []string
 	// messages and poison pushed (per group).
 	messages, poison int64
+	// ca is the phase's audit, read the storage audit's offset read per
+	// partition.
+	ca   *Auditor
+	read []int64
 }
 
 func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fakeConsumeRun {
@@ -380,6 +405,11 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 	cp, err := New(&r.cfg, parts, func(string) (target.ConsumeClient, error) { return f, nil })
 	require.NoError(t, err)
 	r.cp = cp
+	r.ca = cp.NewAuditor(0)
+	r.read = make([]int64, len(parts))
+	for p := range r.read {
+		r.read[p] = -1
+	}
 	require.NoError(t, target.ConfigureQueue(context.Background(), cp.Admin(), cfg.Queue, cfg.QueueOptions(), cfg.RequestTimeout))
 	require.Equal(t, cfg.RetryLimit, f.retryLimit, "the queue is configured with the run's retryLimit")
 	return r
@@ -391,7 +421,11 @@ func (r *fakeConsumeRun) run(t *testing.T) *report.ConsumeReport {
 	t.Helper()
 	ctx := context.Background()
 	r.cp.Run(ctx, time.Now())
+	r.cp.StartAudit(ctx, r.f, 5*time.Millisecond)
 	for b := range 20 {
+		if b%5 == 0 {
+			r.f.stored(r.read, r.ca.Stored)
+		}
 		p := b % len(r.parts)
 		var txns []string
 		for i := range 50 {
@@ -406,12 +440,10 @@ func (r *fakeConsumeRun) run(t *testing.T) *report.ConsumeReport {
 		r.cp.touched[p].Store(true)
 	}
 	r.cp.Drain(ctx, r.f)
-	ca, err := r.cp.NewAuditor(ctx, r.f, true)
+	r.f.stored(r.read, r.ca.Stored)
+	a, err := r.cp.FinishAudit(ctx, r.f, true)
 	require.NoError(t, err)
-	r.f.stored(ca.Stored)
-	cursors, err := r.f.Cursors(ctx, nil)
-	require.NoError(t, err)
-	rep := r.cp.Report(ca, ca.Finish(cursors))
+	rep := r.cp.Report(a)
 	var text strings.Builder
 	(&report.Report{Mode: report.ModeBroker, Consume: rep}).WriteText(&text) // the consume section, after an empty push section
 	t.Log(text.String())
@@ -500,12 +532,11 @@ func TestConsumeCrashModeAgainstFakeBroker(t *testing.T) {
 	for i := range r.f.dead {
 		r.f.dead[i].Error = txnid.PoisonError
 	}
-	ca, err := r.cp.NewAuditor(context.Background(), r.f, true)
-	require.NoError(t, err)
-	r.f.stored(ca.Stored)
-	cursors, err := r.f.Cursors(context.Background(), nil)
-	require.NoError(t, err)
-	requireConsumeIssue(t, ca.Finish(cursors), report.IssueDLQError)
+	// The poison messages' records are kept for the dead letters: a fresh
+	// auditor judges them again.
+	ca := newAuditor(r.cp.groups, r.parts, r.cfg.FailRatio, r.cfg.RetryLimit)
+	ca.failMode = r.cfg.FailMode
+	requireConsumeIssue(t, ca.finish(true, r.f.dead, nil, time.Now()), report.IssueDLQError)
 }
 
 // A consumer that handles a whole batch and acks it at the end acks nothing
@@ -619,11 +650,11 @@ func TestConsumeAuditRules(t *testing.T) {
 		return g, dead, cursors
 	}
 	audit := func(g *group, dead []persistence.StoredDeadLetter, cursors []persistence.Cursor, complete bool) *report.ConsumeAudit {
-		ca := newAuditor([]*group{g}, parts, ratio, R, complete, dead)
+		ca := newAuditor([]*group{g}, parts, ratio, R)
 		for i := range stored {
 			ca.Stored(&stored[i])
 		}
-		return ca.Finish(cursors)
+		return ca.finish(complete, dead, cursors, time.Now())
 	}
 	key := func(p int, off uint64) uint64 { return txnid.MakeKey(p, off) }
 
@@ -738,6 +769,10 @@ func TestConsumeAuditRules(t *testing.T) {
 		a := audit(g, dead, cursors, false)
 		require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
 		require.False(t, a.Complete)
+		// The audit released the records it checked: tamper a fresh set.
+		g, dead, cursors = clean()
+		dead = dead[1:]
+		cursors[1].Cursor = 0
 		e := g.m.get(key(0, 0))
 		e.acked = 2
 		g.m.put(key(0, 0), e)
@@ -803,4 +838,113 @@ func TestNextDrainPoll(t *testing.T) {
 	require.Equal(t, drainPoll, nextDrainPoll(5000, 1000, 250*time.Millisecond), "far from the end")
 	require.Equal(t, 50*time.Millisecond, nextDrainPoll(200, 1000, 250*time.Millisecond))
 	require.Equal(t, minDrainPoll, nextDrainPoll(1, 1000, 250*time.Millisecond), "almost drained")
+}
+
+// The consume audit forgets what every group has passed: over a run with
+// retention whose messages grow tenfold, the records it holds (Counters.
+// RecordBytes, the timeline's ledger_bytes share) stay those of the
+// backlog. Messages that retention deletes after the storage audit read
+// them and before a group got to them are counted expired, not lost, when
+// the group passed them at least the retention after they were stored; with
+// a retention longer than that, the same deletions are findings.
+func TestConsumeAuditForgetsWhatEveryGroupPassed(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, retention time.Duration) (*fakeConsumeRun, *report.ConsumeReport, []int64, int64) {
+		r := newFakeConsumeRun(t, func(c *Config, _ *fakeConsumeBroker) { c.FailRatio = 0 })
+		r.ca.retention = retention
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r.cp.Run(ctx, time.Now())
+		r.cp.StartAudit(ctx, r.f, 5*time.Millisecond)
+		const perPart = 250 // a round: 1,000 messages over 4 partitions
+		var held []int64
+		var gone int64
+		for round := range 10 {
+			// p-00 is hidden while its round is pushed, read by the storage
+			// audit, and its first 10 messages of the round deleted.
+			r.f.mu.Lock()
+			r.f.hidePartition = r.parts[0]
+			r.f.mu.Unlock()
+			for p := range r.parts {
+				var txns []string
+				for i := range perPart {
+					txns = append(txns, string(txnid.AppendTxn(nil, p, uint64(round*perPart+i))))
+				}
+				r.messages += perPart
+				r.f.push(p, txns...)
+				r.cp.touched[p].Store(true)
+			}
+			r.f.stored(r.read, r.ca.Stored)
+			r.f.mu.Lock()
+			for i := range 10 {
+				r.f.msgs[0][round*perPart+i].gone = true
+				gone++
+			}
+			r.f.hidePartition = ""
+			r.f.notify()
+			r.f.mu.Unlock()
+			// Wait until every group is at the end and the audit has
+			// checked everything stored.
+			deadline := time.Now().Add(20 * time.Second)
+			for !r.caughtUp() {
+				require.True(t, time.Now().Before(deadline), "round %d: the groups or the audit did not catch up", round)
+				runtime.Gosched()
+				time.Sleep(time.Millisecond) // a poll under the deadline
+			}
+			held = append(held, r.cp.c.RecordBytes.Load())
+		}
+		r.cp.Drain(ctx, r.f)
+		a, err := r.cp.FinishAudit(ctx, r.f, true)
+		require.NoError(t, err)
+		return r, r.cp.Report(a), held, gone
+	}
+
+	t.Run("expired after the retention", func(t *testing.T) {
+		t.Parallel()
+		r, rep, held, gone := run(t, time.Nanosecond)
+		t.Logf("record bytes after each 1,000 messages: %v", held)
+		require.Positive(t, held[0])
+		require.LessOrEqual(t, held[9], 2*held[0], "the records grow with the run (%v), not with the backlog", held)
+		require.True(t, rep.Audit.Passed, "issues %v, examples %v", rep.Audit.Issues, rep.Audit.Examples)
+		g := int64(r.cfg.Groups)
+		require.Equal(t, r.messages, rep.Audit.Messages)
+		require.Equal(t, g*gone, rep.Audit.ExpiredBeforeAcked)
+		for _, gr := range rep.PerGroup {
+			require.Equal(t, gone, gr.ExpiredBeforeAcked, gr.Group)
+			require.Equal(t, r.messages-gone, gr.Acked, gr.Group)
+		}
+		var text strings.Builder
+		(&report.Report{Mode: report.ModeBroker, Consume: rep}).WriteText(&text)
+		require.Contains(t, text.String(), "expired before acked (retention deleted them first, not lost): q-g0 100 · q-g1 100")
+	})
+	t.Run("deleted sooner than the retention", func(t *testing.T) {
+		t.Parallel()
+		_, rep, _, _ := run(t, time.Hour)
+		requireConsumeIssue(t, rep.Audit, report.IssueNeverDelivered)
+		require.Zero(t, rep.Audit.ExpiredBeforeAcked)
+	})
+}
+
+// caughtUp reports whether every group's cursor is at every partition's
+// last offset and the audit has checked every stored message.
+func (r *fakeConsumeRun) caughtUp() bool {
+	r.f.mu.Lock()
+	for g := range r.cfg.Groups {
+		cs := r.f.cursors(groupName(r.cfg.Queue, g))
+		for p := range r.parts {
+			if cs[p].cursor != int64(len(r.f.msgs[p]))-1 {
+				r.f.mu.Unlock()
+				return false
+			}
+		}
+	}
+	r.f.mu.Unlock()
+	r.ca.mu.Lock()
+	defer r.ca.mu.Unlock()
+	for p := range r.parts {
+		if r.ca.checked[p] != r.ca.lastStored[p] {
+			return false
+		}
+	}
+	return true
 }

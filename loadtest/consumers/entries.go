@@ -24,18 +24,22 @@ const (
 // entries is a consumer group's record of every message it saw, consEntry by
 // key (txnid.MakeKey(partition index, offset)). The entries live in chunks
 // of entryChunk consecutive offsets, carved from mappings outside the Go
-// heap (loadtest/offheap): a run of millions of messages adds 16 bytes per
-// message to the RSS and nothing to the collector's work, where a Go map
-// held 30–60 bytes per message on the heap, and with --embedded the
-// broker's collector ran more often as the run went on. Not safe for
-// concurrent use (the group's mutex guards it) except mapped, an atomic.
+// heap (loadtest/offheap): a message adds 16 bytes to the RSS and nothing
+// to the collector's work, where a Go map held 30–60 bytes per message on
+// the heap, and with --embedded the broker's collector ran more often as
+// the run went on. A chunk every group has passed is released (release)
+// and reused by the next chunk put, so the record holds the backlog, not
+// the run. Not safe for concurrent use (the group's mutex guards it)
+// except mapped, an atomic.
 type entries struct {
 	// chunks: chunk of key>>entryChunkBits.
 	chunks map[uint64]*[entryChunk]consEntry
-	// slab is what is left of the last mapping.
+	// slab is what is left of the last mapping; free holds released
+	// chunks (zeroed), taken before the slab.
 	slab []consEntry
-	// mapped counts the bytes of the chunks handed out (a phase's groups
-	// share Counters.RecordBytes).
+	free []*[entryChunk]consEntry
+	// mapped counts the bytes of the chunks in use (a phase's groups share
+	// Counters.RecordBytes).
 	mapped *atomic.Int64
 }
 
@@ -58,15 +62,33 @@ func (t *entries) put(key uint64, e consEntry) {
 		if e == (consEntry{}) {
 			return
 		}
-		if len(t.slab) == 0 {
-			t.slab = offheap.Slice[consEntry](t, slabChunks*entryChunk)
+		if n := len(t.free); n > 0 {
+			c, t.free = t.free[n-1], t.free[:n-1]
+		} else {
+			if len(t.slab) == 0 {
+				t.slab = offheap.Slice[consEntry](t, slabChunks*entryChunk)
+			}
+			c = (*[entryChunk]consEntry)(t.slab[:entryChunk])
+			t.slab = t.slab[entryChunk:]
 		}
-		c = (*[entryChunk]consEntry)(t.slab[:entryChunk])
-		t.slab = t.slab[entryChunk:]
 		t.chunks[key>>entryChunkBits] = c
 		t.mapped.Add(entryChunk * entrySize)
 	}
 	c[key&(entryChunk-1)] = e
+}
+
+// release forgets the chunk of key>>entryChunkBits == chunk (every entry
+// in it): the chunk is zeroed and kept for the next put. A chunk not held
+// is a no-op.
+func (t *entries) release(chunk uint64) {
+	c := t.chunks[chunk]
+	if c == nil {
+		return
+	}
+	*c = [entryChunk]consEntry{}
+	delete(t.chunks, chunk)
+	t.free = append(t.free, c)
+	t.mapped.Add(-entryChunk * entrySize)
 }
 
 // all yields every non-zero entry with its key, in no order.

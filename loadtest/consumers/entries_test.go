@@ -57,3 +57,24 @@ func TestEntriesSpanSlabs(t *testing.T) {
 	}
 	require.Equal(t, int64(n)*entryChunk*entrySize, tab.mapped.Load())
 }
+
+func TestEntriesReleaseReusesChunks(t *testing.T) {
+	tab := newEntries()
+	for off := range uint64(3 * entryChunk) {
+		tab.put(txnid.MakeKey(1, off), consEntry{txn: uint32(off) + 1})
+	}
+	require.Equal(t, 3*entryChunk*entrySize, tab.mapped.Load())
+	first := txnid.MakeKey(1, 0) >> entryChunkBits
+	tab.release(first)
+	tab.release(first) // no-op
+	require.Equal(t, 2*entryChunk*entrySize, tab.mapped.Load())
+	require.Equal(t, consEntry{}, tab.get(txnid.MakeKey(1, 5)))
+	require.Equal(t, uint32(entryChunk+6), tab.get(txnid.MakeKey(1, entryChunk+5)).txn)
+	slab := len(tab.slab)
+	// The next new chunk is the released one, zeroed.
+	tab.put(txnid.MakeKey(2, 7), consEntry{txn: 9})
+	require.Equal(t, slab, len(tab.slab), "a released chunk is reused before the slab")
+	require.Equal(t, consEntry{}, tab.get(txnid.MakeKey(2, 5)))
+	require.Equal(t, uint32(9), tab.get(txnid.MakeKey(2, 7)).txn)
+	require.Equal(t, 3*entryChunk*entrySize, tab.mapped.Load())
+}

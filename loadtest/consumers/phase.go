@@ -36,6 +36,15 @@ type Phase struct {
 	live   atomic.Int64
 	cancel context.CancelFunc
 
+	// epoch numbers the audit loop's cursor readings (from 1): a consumer
+	// notes it when it starts a pop (consumer.inCall), so a reading is
+	// applied only once every pop and ack sent before it is booked.
+	epoch atomic.Uint64
+	// audit is the run's consume audit (NewAuditor); auditStop and
+	// auditDone stop its loop.
+	audit                *Auditor
+	auditStop, auditDone chan struct{}
+
 	start, producersDone, end time.Time
 	drained                   bool
 	// drainProblem says why the drain ended without every cursor at the
@@ -118,6 +127,7 @@ func TargetDialer(cfg *Config) Dialer {
 // dial.
 func New(cfg *Config, parts []string, dial Dialer) (*Phase, error) {
 	cp := &Phase{cfg: cfg, parts: parts, touched: make([]atomic.Bool, len(parts))}
+	cp.epoch.Store(1)
 	partIdx := make(map[string]int, len(parts))
 	for i, p := range parts {
 		partIdx[p] = i
@@ -138,7 +148,7 @@ func New(cfg *Config, parts []string, dial Dialer) (*Phase, error) {
 				return nil, err
 			}
 			cp.clients = append(cp.clients, cl)
-			cp.consumers = append(cp.consumers, &consumer{idx: i, g: grp, cfg: cfg, cl: cl, partIdx: partIdx, c: &cp.c})
+			cp.consumers = append(cp.consumers, &consumer{idx: i, g: grp, cfg: cfg, cl: cl, partIdx: partIdx, c: &cp.c, epoch: &cp.epoch})
 		}
 	}
 	return cp, nil
@@ -440,8 +450,10 @@ func (cp *Phase) poisonReport() *report.PoisonReport {
 	return p
 }
 
-// Report builds the consume report; ca is the finished audit's auditor.
-func (cp *Phase) Report(ca *Auditor, audit *report.ConsumeAudit) *report.ConsumeReport {
+// Report builds the consume report; audit is the finished audit
+// (FinishAudit; nil: none).
+func (cp *Phase) Report(audit *report.ConsumeAudit) *report.ConsumeReport {
+	ca := cp.audit
 	secs := cp.end.Sub(cp.start).Seconds()
 	r := &report.ConsumeReport{ConsumersPerGroup: cp.cfg.Consumers, FailRatio: cp.cfg.FailRatio, FailMode: cp.cfg.FailMode,
 		RetryLimit: cp.cfg.RetryLimit, LeaseSeconds: cp.cfg.LeaseSeconds, Batch: cp.cfg.ConsumeBatch, ConsumePartitions: cp.cfg.ConsumePartitions,
@@ -461,8 +473,8 @@ func (cp *Phase) Report(ca *Auditor, audit *report.ConsumeAudit) *report.Consume
 		gr := report.GroupReport{Group: g.name, Acked: g.acked.Load(), Deliveries: g.delivered.Load(), Handled: g.handled.Load(),
 			Redeliveries: g.redelivered.Load(), DeadLettered: g.dead.Load()}
 		gr.AckedPerSecond = report.PerSecond(gr.Acked, secs)
-		if ca != nil {
-			gr.Messages, gr.Poison = ca.perGroup[i].messages, ca.perGroup[i].poison
+		if ca != nil && audit != nil {
+			gr.Messages, gr.Poison, gr.ExpiredBeforeAcked = ca.perGroup[i].messages, ca.perGroup[i].poison, ca.perGroup[i].expired
 		}
 		r.PerGroup = append(r.PerGroup, gr)
 		for res, n := range g.results {
@@ -481,17 +493,97 @@ func (cp *Phase) Report(ca *Auditor, audit *report.ConsumeAudit) *report.Consume
 	return r
 }
 
-// NewAuditor prepares the end-to-end audit: it reads the dead letters
-// (the consumers have stopped, so they are final).
-func (cp *Phase) NewAuditor(ctx context.Context, a Store, complete bool) (*Auditor, error) {
+// NewAuditor makes the run's end-to-end consume audit, before the
+// consumers run: feed it every stored message as the storage audit reads
+// it (Auditor.Stored), start its loop (StartAudit), and finish it after the
+// drain (FinishAudit). retention is the queue's retentionSeconds (0: keep).
+func (cp *Phase) NewAuditor(retention time.Duration) *Auditor {
+	ca := newAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit)
+	ca.failMode, ca.retention = cp.cfg.FailMode, retention
+	cp.audit = ca
+	return ca
+}
+
+// cursorReading is one look at the cursors for the audit loop: read at
+// `at`, applicable once every consumer's call started before epoch is
+// booked.
+type cursorReading struct {
+	rows  []persistence.Cursor
+	at    time.Time
+	epoch uint64
+}
+
+// settled reports whether no consumer is in a pop (with its handling and
+// ack) that started before epoch.
+func (cp *Phase) settled(epoch uint64) bool {
+	for _, k := range cp.consumers {
+		if e := k.inCall.Load(); e != 0 && e < epoch {
+			return false
+		}
+	}
+	return true
+}
+
+// StartAudit runs the consume audit's loop on a goroutine of its own until
+// FinishAudit or ctx ends: every `every` it applies the last cursor reading
+// once settled (Auditor.Forget: the records every group has passed are
+// checked and released) and reads the cursors again (Store.Cursors). A
+// reading is applied only after every pop and ack sent before it was
+// booked, so no answer still on its way concerns a released record. Call
+// it at most once, after NewAuditor.
+func (cp *Phase) StartAudit(ctx context.Context, a Store, every time.Duration) {
+	ca := cp.audit
+	cp.auditStop, cp.auditDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(cp.auditDone)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var pending *cursorReading
+		for {
+			select {
+			case <-cp.auditStop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if pending != nil && cp.settled(pending.epoch) {
+				ca.Forget(pending.rows, pending.at)
+				pending = nil
+			}
+			if pending == nil {
+				rows, err := a.Cursors(ctx, []string{cp.cfg.Queue})
+				if err == nil {
+					// The epoch after the reading: a call noted with an
+					// earlier one may have been sent before it.
+					pending = &cursorReading{rows: rows, at: time.Now(), epoch: cp.epoch.Add(1)}
+				}
+			}
+		}
+	}()
+}
+
+// FinishAudit stops the audit's loop and runs the end of the audit after
+// the drain (the consumers have stopped): it reads the dead letters and the
+// cursors (final now) and checks what the loop has not; complete: the run
+// was not interrupted (every group was to reach the end).
+func (cp *Phase) FinishAudit(ctx context.Context, a Store, complete bool) (*report.ConsumeAudit, error) {
+	if cp.auditStop != nil {
+		close(cp.auditStop)
+		<-cp.auditDone
+		cp.auditStop = nil
+	}
 	dead, err := a.DeadLetters(ctx, []string{cp.cfg.Queue})
 	if err != nil {
 		return nil, fmt.Errorf("read the dead letters: %w", err)
 	}
-	ca := newAuditor(cp.groups, cp.parts, cp.cfg.FailRatio, cp.cfg.RetryLimit, complete, dead)
-	ca.failMode = cp.cfg.FailMode
+	cursors, err := a.Cursors(ctx, []string{cp.cfg.Queue})
+	if err != nil {
+		return nil, fmt.Errorf("read the cursors: %w", err)
+	}
+	ca := cp.audit
 	if cp.drainProblem != "" && complete {
 		ca.found.Add(report.IssueNotDrained, "%s", cp.drainProblem)
 	}
-	return ca, nil
+	return ca.finish(complete, dead, cursors, time.Now()), nil
 }

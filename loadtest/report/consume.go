@@ -124,6 +124,11 @@ type GroupReport struct {
 	// and the poison ones among them (from the audit).
 	Messages int64 `json:"messages"`
 	Poison   int64 `json:"poison"`
+	// ExpiredBeforeAcked counts the group's messages that retention
+	// deleted before the group acked (or dead-lettered) them: its cursor
+	// passed them unacked at least retentionSeconds after they were stored
+	// (contract §7: retention deletes segments consumed or not). Not lost.
+	ExpiredBeforeAcked int64 `json:"expired_before_acked"`
 }
 
 // ConsumeAudit is the end-to-end audit of the consume phase.
@@ -144,6 +149,13 @@ type ConsumeAudit struct {
 	// legitimate, reported rather than hidden.
 	AckOutcomeUnknown       int64 `json:"ack_outcome_unknown"`
 	RedeliveredAfterLostAck int64 `json:"redelivered_after_lost_ack"`
+	// ExpiredBeforeAcked counts (group, message) pairs that retention
+	// deleted before the group acked or dead-lettered the message (per
+	// group: GroupReport.ExpiredBeforeAcked): a message whose group's
+	// cursor passed it unacked at least the queue's retentionSeconds after
+	// it was stored. Legitimate (contract §7), reported, never lost; one
+	// passed sooner is a finding (never_delivered, not_acked, dlq_missing).
+	ExpiredBeforeAcked int64 `json:"expired_before_acked"`
 	// AckAfterLease counts acks answered lease_invalid at least the queue's
 	// leaseTime after their pop was sent: the lease had run out (a frozen
 	// broker, a database restart or a busy machine held the pop or the
@@ -222,8 +234,12 @@ func (c *ConsumeReport) writeText(b *strings.Builder) {
 		scope = " (interrupted: partial checks)"
 	}
 	if a.Passed {
-		fmt.Fprintf(b, "  e2e audit passed%s: per group, %s stored messages: %s acked exactly once, %s poison each handled %d times and dead-lettered once; cursors at the last offsets",
-			scope, Commas(a.Messages), Commas(a.Messages-a.Poison), Commas(a.Poison), c.RetryLimit+1)
+		once := "exactly once"
+		if a.ExpiredBeforeAcked > 0 {
+			once = "exactly once or expired before acked"
+		}
+		fmt.Fprintf(b, "  e2e audit passed%s: per group, %s stored messages: %s acked %s, %s poison each handled %d times and dead-lettered once; cursors at the last offsets",
+			scope, Commas(a.Messages), Commas(a.Messages-a.Poison), once, Commas(a.Poison), c.RetryLimit+1)
 	} else {
 		kinds := make([]string, 0, len(a.Issues))
 		for k, n := range a.Issues {
@@ -237,6 +253,15 @@ func (c *ConsumeReport) writeText(b *strings.Builder) {
 	}
 	if a.AckAfterLease > 0 {
 		fmt.Fprintf(b, "; %s acks answered lease_invalid after their lease ran out (not applied, delivered again)", Commas(a.AckAfterLease))
+	}
+	if a.ExpiredBeforeAcked > 0 {
+		var per []string
+		for _, g := range c.PerGroup {
+			if g.ExpiredBeforeAcked > 0 {
+				per = append(per, fmt.Sprintf("%s %s", g.Group, Commas(g.ExpiredBeforeAcked)))
+			}
+		}
+		fmt.Fprintf(b, "; expired before acked (retention deleted them first, not lost): %s", strings.Join(per, " · "))
 	}
 	b.WriteByte('\n')
 	for _, e := range a.Examples {
