@@ -2,6 +2,11 @@ package queen
 
 import "github.com/zeebo/xxh3"
 
+// PartitionKey names a partition: its queue and its name.
+type PartitionKey struct {
+	Queue, Partition string
+}
+
 // partitionKeySep separates the queue and the partition in a partition key
 // (SPEC.md §9: queue + "\x1f" + partition).
 const partitionKeySep = 0x1f

@@ -7,16 +7,15 @@ import (
 	"time"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
 // commitJob is one partition actor's fused batch, waiting to be committed.
 type commitJob struct {
 	key   partitionKey
-	batch *persistence.PushBatch
+	batch *queen.PushBatch
 	bytes int64
 	// done receives the outcome; it is called exactly once, off the actor.
-	done func(out persistence.PushOutcome, err error)
+	done func(out queen.PushOutcome, err error)
 }
 
 // bundler commits the batches of many partitions together (DESIGN.md: a
@@ -180,7 +179,7 @@ func (b *bundler) commit(jobs []*commitJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CommitTimeout)
 	defer cancel()
 	ready := jobs
-	batches := make([]*persistence.PushBatch, len(ready))
+	batches := make([]*queen.PushBatch, len(ready))
 	for i, j := range ready {
 		batches[i] = j.batch
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
 // HashCache is a partition actor's in-memory view of its window (SPEC.md §8).
@@ -22,9 +21,9 @@ import (
 type HashCache interface {
 	// Prepare sets b.Watermark, b.Suspects and b.AssumedWindow: -1 when the
 	// cache cannot vouch for anything.
-	Prepare(b *persistence.PushBatch)
+	Prepare(b *queen.PushBatch)
 	// Observe records a committed batch's outcome.
-	Observe(b *persistence.PushBatch, out *persistence.PushOutcome)
+	Observe(b *queen.PushBatch, out *queen.PushOutcome)
 	// Forget drops everything (after an error whose outcome is unknown).
 	Forget()
 	// Passivate drops the partition's knowledge and gives its memory back
@@ -40,15 +39,15 @@ type HashCache interface {
 // noCache never vouches, so every probe covers the whole window.
 type noCache struct{}
 
-func (noCache) Prepare(b *persistence.PushBatch)                         { b.Watermark, b.Suspects = -1, nil }
-func (noCache) Observe(*persistence.PushBatch, *persistence.PushOutcome) {}
-func (noCache) Forget()                                                  {}
-func (noCache) Passivate()                                               {}
-func (noCache) StartCold()                                               {}
+func (noCache) Prepare(b *queen.PushBatch)                   { b.Watermark, b.Suspects = -1, nil }
+func (noCache) Observe(*queen.PushBatch, *queen.PushOutcome) {}
+func (noCache) Forget()                                      {}
+func (noCache) Passivate()                                   {}
+func (noCache) StartCold()                                   {}
 
 // SidecarSource is where partition caches hydrate from (persistence.Store).
 type SidecarSource interface {
-	SidecarRange(ctx context.Context, pid uuid.UUID, after, upTo, windowSeconds int64) ([]persistence.SidecarSegment, error)
+	SidecarRange(ctx context.Context, pid uuid.UUID, after, upTo, windowSeconds int64) ([]queen.SidecarSegment, error)
 }
 
 // CacheConfig configures the process-wide dedup cache (SPEC.md §8).
@@ -241,7 +240,7 @@ func (c *Cache) account(p *partitionCache, size, entries int64, warm bool) {
 // Age moves the cache's clock readings of the given partitions back by d:
 // what tests that move the stored created_at of those partitions back by d
 // (to simulate d passing on PostgreSQL's clock) must do on every broker,
-// since a suspect's Span is read from them (persistence.Span). move runs
+// since a suspect's Span is read from them (queen.Span). move runs
 // the database change while the partitions' caches are held: a read of the
 // sidecar under way (a hydration or a gap read, which runs in the
 // background and may straddle the change) is abandoned and the partition
@@ -372,7 +371,7 @@ type partitionCache struct {
 	cold bool
 }
 
-func (p *partitionCache) Prepare(b *persistence.PushBatch) {
+func (p *partitionCache) Prepare(b *queen.PushBatch) {
 	b.Watermark, b.Suspects, b.AssumedWindow = -1, nil, 0
 	if !p.c.enabled.Load() {
 		p.c.fullProbes.Add(1)
@@ -390,7 +389,7 @@ func (p *partitionCache) Prepare(b *persistence.PushBatch) {
 			h := &b.Items[i].Hash
 			if sp, ok := p.mayHave(h); ok {
 				if b.Suspects == nil {
-					b.Suspects = map[queen.Hash]persistence.Span{}
+					b.Suspects = map[queen.Hash]queen.Span{}
 				}
 				b.Suspects[*h] = sp
 				hits++
@@ -416,8 +415,8 @@ func (p *partitionCache) vouches() bool {
 // the span of created_at covering all that may (a row holding h inside the
 // window is in one of them: filters have no false negatives, and each
 // generation's start and newest bound the created_at of what it holds).
-func (p *partitionCache) mayHave(h *queen.Hash) (persistence.Span, bool) {
-	var sp persistence.Span
+func (p *partitionCache) mayHave(h *queen.Hash) (queen.Span, bool) {
+	var sp queen.Span
 	found := false
 	for _, g := range p.gens {
 		for _, f := range g.filters {
@@ -436,7 +435,7 @@ func (p *partitionCache) mayHave(h *queen.Hash) (persistence.Span, bool) {
 	return sp, found
 }
 
-func (p *partitionCache) Observe(b *persistence.PushBatch, out *persistence.PushOutcome) {
+func (p *partitionCache) Observe(b *queen.PushBatch, out *queen.PushOutcome) {
 	if !p.c.enabled.Load() {
 		return
 	}

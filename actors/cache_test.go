@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
 )
 
@@ -33,7 +32,7 @@ type simDB struct {
 type simPartition struct {
 	last   int64
 	window int64
-	segs   []persistence.SidecarSegment
+	segs   []queen.SidecarSegment
 	// stored: every offset and time each hash was stored at, in order.
 	stored map[queen.Hash][]simFrame
 }
@@ -63,14 +62,14 @@ func (d *simDB) advance(by time.Duration) {
 }
 
 // SidecarRange is the hydration query over the model.
-func (d *simDB) SidecarRange(_ context.Context, pid uuid.UUID, after, upTo, window int64) ([]persistence.SidecarSegment, error) {
+func (d *simDB) SidecarRange(_ context.Context, pid uuid.UUID, after, upTo, window int64) ([]queen.SidecarSegment, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reads++
-	var out []persistence.SidecarSegment
+	var out []queen.SidecarSegment
 	for _, s := range d.part(pid).segs {
 		if s.First > after && s.First <= upTo && s.CreatedAt.After(d.now.Add(-time.Duration(window)*time.Second)) {
-			out = append(out, persistence.SidecarSegment{First: s.First, CreatedAt: s.CreatedAt, Hashes: append([]byte(nil), s.Hashes...)})
+			out = append(out, queen.SidecarSegment{First: s.First, CreatedAt: s.CreatedAt, Hashes: append([]byte(nil), s.Hashes...)})
 		}
 	}
 	return out, nil
@@ -89,7 +88,7 @@ func (d *simDB) inWindow(p *simPartition, h queen.Hash) int64 {
 
 // store appends a segment of hashes at the allocator, stamped now.
 func (d *simDB) store(p *simPartition, hashes []byte) {
-	p.segs = append(p.segs, persistence.SidecarSegment{First: p.last + 1, CreatedAt: d.now, Hashes: hashes})
+	p.segs = append(p.segs, queen.SidecarSegment{First: p.last + 1, CreatedAt: d.now, Hashes: hashes})
 	for i := 0; i+16 <= len(hashes); i += 16 {
 		p.last++
 		h := queen.Hash(hashes[i : i+16])
@@ -101,11 +100,11 @@ func (d *simDB) store(p *simPartition, hashes []byte) {
 // promise (no hash outside Suspects occurs in the window at or below the
 // watermark, unless the window read under the lock is wider than the one
 // assumed) and gives the verdicts of SPEC.md §3.
-func (d *simDB) commit(t *testing.T, b *persistence.PushBatch) persistence.PushOutcome {
+func (d *simDB) commit(t *testing.T, b *queen.PushBatch) queen.PushOutcome {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p := d.part(b.PartitionID)
-	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: p.window, FirstOffset: p.last + 1, LastOffset: p.last}
+	out := queen.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: p.window, FirstOffset: p.last + 1, LastOffset: p.last}
 	vouched := b.Watermark >= 0 && p.window <= b.AssumedWindow
 	var hashes []byte
 	for i, it := range b.Items {
@@ -165,8 +164,8 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func hashOf(s string) queen.Hash { return queen.HashTxn(s) }
 
-func batchOf(pid uuid.UUID, txns []string) *persistence.PushBatch {
-	b := &persistence.PushBatch{PartitionID: pid}
+func batchOf(pid uuid.UUID, txns []string) *queen.PushBatch {
+	b := &queen.PushBatch{PartitionID: pid}
 	for _, x := range txns {
 		b.Items = append(b.Items, &queen.Item{TransactionID: x, Hash: hashOf(x)})
 	}
@@ -175,7 +174,7 @@ func batchOf(pid uuid.UUID, txns []string) *persistence.PushBatch {
 }
 
 // push runs one push through a partition cache and the model.
-func push(t *testing.T, d *simDB, pc HashCache, pid uuid.UUID, txns []string) persistence.PushOutcome {
+func push(t *testing.T, d *simDB, pc HashCache, pid uuid.UUID, txns []string) queen.PushOutcome {
 	b := batchOf(pid, txns)
 	pc.Prepare(b)
 	out := d.commit(t, b)
@@ -320,8 +319,8 @@ func TestCacheAccountingMatchesTheHeap(t *testing.T) {
 		seq := 0
 		for r := 0; r < pushes; r++ {
 			for k := range caches {
-				b := &persistence.PushBatch{PartitionID: pids[k]}
-				out := persistence.PushOutcome{Results: make([]queen.Result, perPush), Window: 3600, FirstOffset: int64(r * perPush), LastOffset: int64(r*perPush + perPush - 1), CreatedAt: d.now}
+				b := &queen.PushBatch{PartitionID: pids[k]}
+				out := queen.PushOutcome{Results: make([]queen.Result, perPush), Window: 3600, FirstOffset: int64(r * perPush), LastOffset: int64(r*perPush + perPush - 1), CreatedAt: d.now}
 				for i := 0; i < perPush; i++ {
 					b.Items = append(b.Items, &queen.Item{Hash: hashOf(fmt.Sprintf("h%d", seq))})
 					out.Results[i] = queen.Result{Verdict: queen.Queued, Offset: int64(r*perPush + i)}
@@ -402,8 +401,8 @@ func BenchmarkCacheSteadyState(b *testing.B) {
 		items[i] = &queen.Item{}
 	}
 	commit := func(k int) {
-		bt := &persistence.PushBatch{PartitionID: pid, Items: items}
-		out := persistence.PushOutcome{Results: make([]queen.Result, perCommit), Window: window, FirstOffset: int64(k * perCommit), LastOffset: int64(k*perCommit + perCommit - 1), CreatedAt: d.now}
+		bt := &queen.PushBatch{PartitionID: pid, Items: items}
+		out := queen.PushOutcome{Results: make([]queen.Result, perCommit), Window: window, FirstOffset: int64(k * perCommit), LastOffset: int64(k*perCommit + perCommit - 1), CreatedAt: d.now}
 		for i := range items {
 			binary.BigEndian.PutUint64(items[i].Hash[:8], uint64(k*perCommit+i)*0x9E3779B97F4A7C15)
 			binary.BigEndian.PutUint64(items[i].Hash[8:], uint64(k*perCommit+i)*0xC2B2AE3D27D4EB4F)

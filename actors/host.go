@@ -18,16 +18,19 @@ import (
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/lifecycle"
 	"github.com/queen-mq/queen-go/metrics"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
-// Store is what partition actors need from persistence.
+// Store is what partition actors need of a store, in the kernel's types
+// (queen.PartitionKey, queen.PushBatch, queen.PushOutcome):
+// persistence.Store implements it against PostgreSQL, internal/storetest's
+// MemStore in memory. Declared here, by its caller, so actors compiles
+// without the database driver.
 type Store interface {
 	// EnsurePartitions returns the partitions' ids in the order of keys,
 	// creating queues and partitions on first use.
-	EnsurePartitions(ctx context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error)
+	EnsurePartitions(ctx context.Context, keys []queen.PartitionKey) ([]uuid.UUID, error)
 	// CommitBundle runs one push transaction for several partitions (SPEC.md §3).
-	CommitBundle(ctx context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error)
+	CommitBundle(ctx context.Context, bs []*queen.PushBatch) ([]queen.PushOutcome, error)
 }
 
 // Config configures a Host. Zero values take the defaults named.

@@ -13,7 +13,6 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/internal/storetest"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
 // fakeStore answers commits from memory: every leader is queued at the next
@@ -28,7 +27,7 @@ type fakeStore struct {
 	err     error
 }
 
-func (f *fakeStore) EnsurePartitions(_ context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error) {
+func (f *fakeStore) EnsurePartitions(_ context.Context, keys []queen.PartitionKey) ([]uuid.UUID, error) {
 	ids := make([]uuid.UUID, len(keys))
 	for i := range ids {
 		ids[i] = uuid.MustParse("00000000-0000-0000-0000-000000000001")
@@ -36,8 +35,8 @@ func (f *fakeStore) EnsurePartitions(_ context.Context, keys []persistence.Parti
 	return ids, nil
 }
 
-func (f *fakeStore) CommitBundle(ctx context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error) {
-	var outs []persistence.PushOutcome
+func (f *fakeStore) CommitBundle(ctx context.Context, bs []*queen.PushBatch) ([]queen.PushOutcome, error) {
+	var outs []queen.PushOutcome
 	var err error
 	for _, b := range bs {
 		out, e := f.commit(ctx, b)
@@ -47,7 +46,7 @@ func (f *fakeStore) CommitBundle(ctx context.Context, bs []*persistence.PushBatc
 	return outs, err
 }
 
-func (f *fakeStore) commit(ctx context.Context, b *persistence.PushBatch) (persistence.PushOutcome, error) {
+func (f *fakeStore) commit(ctx context.Context, b *queen.PushBatch) (queen.PushOutcome, error) {
 	if f.started != nil {
 		f.started <- struct{}{}
 	}
@@ -56,7 +55,7 @@ func (f *fakeStore) commit(ctx context.Context, b *persistence.PushBatch) (persi
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: 3600}
+	out := queen.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: 3600}
 	var txns []string
 	for i, it := range b.Items {
 		txns = append(txns, it.TransactionID)

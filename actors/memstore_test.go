@@ -13,13 +13,12 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/internal/storetest"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
 // emptySidecar hydrates nothing (storetest.MemStore keeps no sidecar).
 type emptySidecar struct{}
 
-func (emptySidecar) SidecarRange(context.Context, uuid.UUID, int64, int64, int64) ([]persistence.SidecarSegment, error) {
+func (emptySidecar) SidecarRange(context.Context, uuid.UUID, int64, int64, int64) ([]queen.SidecarSegment, error) {
 	return nil, nil
 }
 

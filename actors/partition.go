@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
 )
 
@@ -122,7 +121,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		nb += a.pending[take].bytes
 		take++
 	}
-	batch := &persistence.PushBatch{
+	batch := &queen.PushBatch{
 		PartitionID: a.partitionID,
 		Items:       make([]*queen.Item, 0, n),
 	}
@@ -149,7 +148,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 
 	self := ctx.Self()
 	root := ctx.ActorSystem().Root
-	job := &commitJob{key: a.key, batch: batch, bytes: nb, done: func(out persistence.PushOutcome, err error) {
+	job := &commitJob{key: a.key, batch: batch, bytes: nb, done: func(out queen.PushOutcome, err error) {
 		done := &commitDone{partitionID: batch.PartitionID}
 		if err == nil {
 			a.cache.Observe(batch, &out)
@@ -187,9 +186,9 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 	})
 }
 
-func failAll(b *persistence.PushBatch, err error) persistence.PushOutcome {
+func failAll(b *queen.PushBatch, err error) queen.PushOutcome {
 	qe := queen.AsError(err)
-	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1}
+	out := queen.PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1}
 	for i := range out.Results {
 		out.Results[i] = queen.FailedResult(b.PartitionID, qe)
 	}

@@ -11,7 +11,6 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/internal/storetest"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
 // fakeClock is an injected idle clock.
@@ -167,7 +166,7 @@ type panicCache struct {
 	armed *atomic.Bool
 }
 
-func (c panicCache) Prepare(b *persistence.PushBatch) {
+func (c panicCache) Prepare(b *queen.PushBatch) {
 	if c.armed.Load() {
 		panic("test: cache fails")
 	}

@@ -5,8 +5,7 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
-
-	"github.com/queen-mq/queen-go/persistence"
+	queen "github.com/queen-mq/queen-go"
 )
 
 // resolver turns the partition keys of first commits into partition ids,
@@ -65,9 +64,9 @@ func (r *resolver) run() {
 		r.queue = r.queue[n:]
 		r.mu.Unlock()
 
-		keys := make([]persistence.PartitionKey, n)
+		keys := make([]queen.PartitionKey, n)
 		for i, q := range batch {
-			keys[i] = persistence.PartitionKey{Queue: q.key.queue, Partition: q.key.partition}
+			keys[i] = queen.PartitionKey{Queue: q.key.queue, Partition: q.key.partition}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.h.cfg.CommitTimeout)
 		ids, err := r.h.cfg.Store.EnsurePartitions(ctx, keys)

@@ -9,13 +9,15 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
-// Store is what the coordinator needs from persistence (persistence.Store).
+// Store is what the coordinator needs of a store, in the kernel's types
+// (queen.PopSpec, queen.PopState): persistence.Store implements it against
+// PostgreSQL, internal/storetest's MemStore in memory. Declared here, by
+// its caller, so consume compiles without the database driver.
 type Store interface {
-	PopPartition(ctx context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error)
-	PopPartitions(ctx context.Context, spec persistence.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []persistence.PopState, error)
+	PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error)
+	PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error)
 	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
 	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
@@ -287,7 +289,7 @@ func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.
 	if err := c.subscribe(ctx, req); err != nil {
 		return queen.PopResult{}, false, err
 	}
-	spec := persistence.PopSpec{Group: req.ConsumerGroup, Batch: req.Batch, AutoAck: req.AutoAck,
+	spec := queen.PopSpec{Group: req.ConsumerGroup, Batch: req.Batch, AutoAck: req.AutoAck,
 		SubscriptionFrom: req.SubscriptionFrom, SubscriptionNew: req.SubscriptionNew}
 	if req.Partition != "" {
 		pid, err := c.store.PartitionID(ctx, req.Queue, req.Partition)
@@ -319,12 +321,12 @@ func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.
 				return queen.PopResult{}, err
 			}
 			switch st {
-			case persistence.PopDelivered:
+			case queen.PopDelivered:
 				c.learn(req.Queue, pid)
 				return res, nil
-			case persistence.PopEmpty:
+			case queen.PopEmpty:
 				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
-			case persistence.PopBusy:
+			case queen.PopBusy:
 				soon = true
 			}
 		}
@@ -363,7 +365,7 @@ func (c *Coordinator) candidates(ctx context.Context, req queen.PopRequest) ([]u
 // one Store.PopPartitions call (one transaction, two round trips) over
 // req.Partitions hinted partitions; when they deliver nothing, once more
 // over up to max(req.Partitions, 2*maxTries) of PostgreSQL's candidates.
-func (c *Coordinator) tryMany(ctx context.Context, req queen.PopRequest, spec persistence.PopSpec) (queen.PopResult, bool, error) {
+func (c *Coordinator) tryMany(ctx context.Context, req queen.PopRequest, spec queen.PopSpec) (queen.PopResult, bool, error) {
 	if !req.AutoAck {
 		lease, err := uuid.NewV7()
 		if err != nil {
@@ -392,12 +394,12 @@ func (c *Coordinator) tryMany(ctx context.Context, req queen.PopRequest, spec pe
 		for i, st := range states {
 			pid := fresh[i]
 			switch st {
-			case persistence.PopDelivered:
+			case queen.PopDelivered:
 				c.learn(req.Queue, pid)
 				claimed++
-			case persistence.PopEmpty:
+			case queen.PopEmpty:
 				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
-			case persistence.PopBusy:
+			case queen.PopBusy:
 				soon = true
 			}
 		}

@@ -11,7 +11,6 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/internal/storetest"
-	"github.com/queen-mq/queen-go/persistence"
 )
 
 // The coordinator's own decisions, against storetest.MemStore (which the
@@ -28,14 +27,14 @@ type countingStore struct {
 	popMany    [][]uuid.UUID
 }
 
-func (s *countingStore) PopPartition(ctx context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error) {
+func (s *countingStore) PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
 	s.mu.Lock()
 	s.pops = append(s.pops, spec.PartitionID)
 	s.mu.Unlock()
 	return s.MemStore.PopPartition(ctx, spec)
 }
 
-func (s *countingStore) PopPartitions(ctx context.Context, spec persistence.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []persistence.PopState, error) {
+func (s *countingStore) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error) {
 	s.mu.Lock()
 	s.popMany = append(s.popMany, append([]uuid.UUID(nil), pids...))
 	s.mu.Unlock()

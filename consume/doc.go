@@ -4,7 +4,9 @@
 // candidates when the hint runs dry), parks long polls until a push or a
 // retry ack wakes their queue, and wakes other brokers' polls through
 // Options.OnAvailable. It holds no state that matters for correctness:
-// every pop and ack is decided by persistence under the consumer row lock.
+// every pop and ack is decided by persistence under the consumer row lock,
+// reached through Store, an interface declared here in the kernel's types
+// (queen.PopSpec, queen.PopState), so this package knows no SQL driver.
 //
 // What it decides on its own (which partitions a pop tries and in what
 // order, when it asks for candidates, how polls park and wake) is tested

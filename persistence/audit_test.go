@@ -7,6 +7,7 @@ import (
 	"sort"
 	"testing"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -190,7 +191,7 @@ func TestAuditDrain(t *testing.T) {
 	require.Contains(t, []string{"p0", "p1"}, d.Partition)
 
 	// Group g consumes p0 to the end and one message of p1.
-	res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 4, AutoAck: true}, pids, 0)
+	res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 4, AutoAck: true}, pids, 0)
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 4)
 	d, err = a.Drain(ctx, "dr", []string{"g"}, parts)
@@ -203,7 +204,7 @@ func TestAuditDrain(t *testing.T) {
 	require.Equal(t, int64(0), *d.Cursor)
 	require.Equal(t, int64(2), d.LastOffset)
 
-	_, _, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, AutoAck: true}, pids, 0)
+	_, _, err = s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 10, AutoAck: true}, pids, 0)
 	require.NoError(t, err)
 	d, err = a.Drain(ctx, "dr", []string{"g"}, parts)
 	require.NoError(t, err)

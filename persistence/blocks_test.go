@@ -129,13 +129,13 @@ func TestSidecarLostRangeFailsUntilRefilled(t *testing.T) {
 	crash(t, s)
 
 	its := items("l", "p", "a")
-	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	if err == nil {
 		require.Equal(t, queen.Failed, out.Results[0].Verdict)
 		require.True(t, out.Results[0].Err.Retryable, out.Results[0].Err.Error())
 	}
 	its = items("l", "p", "c")
-	narrowed, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: first.LastOffset, AssumedWindow: 3600})
+	narrowed, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: first.LastOffset, AssumedWindow: 3600})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(narrowed), "no lookup, no failure")
 
@@ -162,7 +162,7 @@ func TestSidecarLostRangeRebuiltOnDemand(t *testing.T) {
 	first := commit(t, s, pid, items("od", "p", "a"))
 	crash(t, s)
 	its := items("od", "p", "a")
-	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	if err == nil {
 		require.Equal(t, queen.Failed, out.Results[0].Verdict, "the lookup meets the emptied range")
 	}

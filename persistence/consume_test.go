@@ -14,9 +14,9 @@ import (
 	queen "github.com/queen-mq/queen-go"
 )
 
-func pop(t *testing.T, s *Store, pid uuid.UUID, group string, batch int) (queen.PopResult, PopState) {
+func pop(t *testing.T, s *Store, pid uuid.UUID, group string, batch int) (queen.PopResult, queen.PopState) {
 	t.Helper()
-	res, st, err := s.PopPartition(context.Background(), PopSpec{PartitionID: pid, Group: group, Batch: batch})
+	res, st, err := s.PopPartition(context.Background(), queen.PopSpec{PartitionID: pid, Group: group, Batch: batch})
 	require.NoError(t, err)
 	return res, st
 }
@@ -71,22 +71,22 @@ func TestAckIsAnOffsetCommit(t *testing.T) {
 	commit(t, s, pid, items("q", "p", "m1", "m2", "m3"))
 
 	res, st := pop(t, s, pid, g, 2)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m1", "m2"}, txns(res))
 	require.Equal(t, int64(0), res.Messages[0].Offset)
 	require.NotNil(t, res.LeaseID)
 
 	_, st = pop(t, s, pid, g, 2)
-	require.Equal(t, PopBusy, st, "the lease holds the partition for the group")
+	require.Equal(t, queen.PopBusy, st, "the lease holds the partition for the group")
 	other, st := pop(t, s, pid, "other", 5)
-	require.Equal(t, PopDelivered, st, "another group is not blocked")
+	require.Equal(t, queen.PopDelivered, st, "another group is not blocked")
 	require.Len(t, other.Messages, 3)
 
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m2", queen.AckCompleted, res.LeaseID)))
 	require.Equal(t, []queen.AckOutcome{queen.Stale}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, nil)), "m1 was completed by the offset commit")
 
 	res, st = pop(t, s, pid, g, 2)
-	require.Equal(t, PopDelivered, st, "the ack of the span's end released the lease")
+	require.Equal(t, queen.PopDelivered, st, "the ack of the span's end released the lease")
 	require.Equal(t, []string{"m3"}, txns(res))
 }
 
@@ -112,7 +112,7 @@ func TestAckUnresolvable(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		again, st := pop(t, s, pid, g, 1)
-		if st == PopDelivered {
+		if st == queen.PopDelivered {
 			require.Equal(t, []string{"m1"}, txns(again))
 			require.Equal(t, 1, again.Messages[0].RetryCount, "an expired lease counts one failed delivery")
 			// Ack by offset still works without the sidecar.
@@ -120,7 +120,7 @@ func TestAckUnresolvable(t *testing.T) {
 			require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, it))
 			break
 		}
-		require.Equal(t, PopBusy, st)
+		require.Equal(t, queen.PopBusy, st)
 		require.True(t, time.Now().Before(deadline), "lease never expired")
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -166,12 +166,12 @@ func TestAckSpansConsumerRows(t *testing.T) {
 			require.Equal(t, cursors[i], *r.Cursor, "item %d", i)
 		}
 		res, st := pop(t, s, p1, group, 5)
-		require.Equal(t, PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		require.Equal(t, []string{"a1", "a2"}, txns(res), "p1's cursor committed")
 		res, _ = pop(t, s, p2, group, 5)
 		require.Equal(t, []string{"b2"}, txns(res), "p2's cursor committed")
 		_, st = pop(t, s, p1, group+"-other", 5)
-		require.Equal(t, PopEmpty, st, "the other group's cursor committed")
+		require.Equal(t, queen.PopEmpty, st, "the other group's cursor committed")
 	}
 }
 
@@ -188,7 +188,7 @@ func TestFailedAckStopsTheCursor(t *testing.T) {
 		ackTxn(pid, g, "m3", queen.AckCompleted, res.LeaseID))
 	require.Equal(t, []queen.AckOutcome{queen.Acked, queen.RetryScheduled, queen.RetryScheduled}, out)
 	res, st := pop(t, s, pid, g, 3)
-	require.Equal(t, PopDelivered, st, "a failed ack releases the lease")
+	require.Equal(t, queen.PopDelivered, st, "a failed ack releases the lease")
 	require.Equal(t, []string{"m2", "m3", "m4"}, txns(res))
 	require.Equal(t, 1, res.Messages[0].RetryCount)
 	require.Equal(t, 0, res.Messages[1].RetryCount)
@@ -204,7 +204,7 @@ func TestRetryLimitDeadLetters(t *testing.T) {
 	commit(t, s, pid, items("q", "p", "poison", "next"))
 	for attempt := 1; attempt <= 3; attempt++ {
 		res, st := pop(t, s, pid, g, 1)
-		require.Equal(t, PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		require.Equal(t, []string{"poison"}, txns(res))
 		require.Equal(t, attempt-1, res.Messages[0].RetryCount)
 		it := ackTxn(pid, g, "poison", queen.AckFailed, res.LeaseID)
@@ -238,14 +238,14 @@ func TestSubscriptionModes(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid))
 	commit(t, s, pid, items("q", "p", "mid1"))
 
-	res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "new", Batch: 10, SubscriptionNew: true})
+	res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "new", Batch: 10, SubscriptionNew: true})
 	require.NoError(t, err)
-	require.Equal(t, PopEmpty, st, "new skips the backlog")
+	require.Equal(t, queen.PopEmpty, st, "new skips the backlog")
 	commit(t, s, pid, items("q", "p", "new1"))
 	res, _ = pop(t, s, pid, "new", 10) // the subscription is fixed by the first pop
 	require.Equal(t, []string{"new1"}, txns(res))
 
-	res, _, err = s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "from", Batch: 10, SubscriptionFrom: &mid})
+	res, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "from", Batch: 10, SubscriptionFrom: &mid})
 	require.NoError(t, err)
 	require.Equal(t, []string{"mid1", "new1"}, txns(res))
 
@@ -272,7 +272,7 @@ func TestExtendLease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, long, short, "extend never shortens a lease")
 	_, st := pop(t, s, pid, g, 1)
-	require.Equal(t, PopBusy, st)
+	require.Equal(t, queen.PopBusy, st)
 
 	// An expired lease cannot be extended.
 	_, err = s.pool.Exec(ctx, `UPDATE queen.consumers SET lease_expires_at = clock_timestamp() - interval '1 second'`)
@@ -294,7 +294,7 @@ func TestSeekDeleteGroupDeleteQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	_, st := pop(t, s, pid, "g1", 5)
-	require.Equal(t, PopEmpty, st)
+	require.Equal(t, queen.PopEmpty, st)
 	past := time.Now().Add(-time.Hour)
 	_, err = s.Seek(ctx, "q", "g1", queen.SeekRequest{Timestamp: &past})
 	require.NoError(t, err)
@@ -334,14 +334,14 @@ func TestDelayedProcessingAndWindowBuffer(t *testing.T) {
 		require.NoError(t, err)
 		commit(t, s, pid, items(c.queue, "p", "m1"))
 		// Not visible at once: the first pop normally comes well within the
-		// second and sees PopNotYet. A busy machine may make it later; what
+		// second and sees queen.PopNotYet. A busy machine may make it later; what
 		// must hold on every pop is that a delivery comes only once the
 		// message is a second old on PostgreSQL's clock.
 		deadline := time.Now().Add(30 * time.Second)
 		notYet := 0
 		for {
 			res, st := pop(t, s, pid, g, 1)
-			if st == PopDelivered {
+			if st == queen.PopDelivered {
 				var now time.Time
 				require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now))
 				require.GreaterOrEqual(t, now.Sub(res.Messages[0].CreatedAt), time.Second, c.queue)
@@ -350,7 +350,7 @@ func TestDelayedProcessingAndWindowBuffer(t *testing.T) {
 				}
 				break
 			}
-			require.Equal(t, PopNotYet, st)
+			require.Equal(t, queen.PopNotYet, st)
 			notYet++
 			require.True(t, time.Now().Before(deadline), "%s never became visible", c.queue)
 			time.Sleep(20 * time.Millisecond)
@@ -365,7 +365,7 @@ func TestAutoAckAndDLQStatus(t *testing.T) {
 	pid, err := s.EnsurePartition(ctx, "q", "p")
 	require.NoError(t, err)
 	commit(t, s, pid, items("q", "p", "a", "b", "c"))
-	res, _, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: g, Batch: 1, AutoAck: true})
+	res, _, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: g, Batch: 1, AutoAck: true})
 	require.NoError(t, err)
 	require.Nil(t, res.LeaseID, "autoAck leases nothing")
 	res, _ = pop(t, s, pid, g, 2)
@@ -382,7 +382,7 @@ func TestAutoAckAndDLQStatus(t *testing.T) {
 	require.Equal(t, []queen.AckOutcome{queen.DeadLettered, queen.Acked}, out, "a dead-lettered message is passed, so c above it commits")
 	commit(t, s, pid, items("q", "p", "d"))
 	res, st := pop(t, s, pid, g, 2)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"d"}, txns(res))
 	require.Equal(t, 0, res.Messages[0].RetryCount)
 	out = ack(t, s, ackTxn(pid, g, "d", queen.AckRetry, res.LeaseID))
@@ -406,7 +406,7 @@ func TestBatchNackCountsEveryMessage(t *testing.T) {
 	deliveries := map[string]int{}
 	for round := 1; round <= 2; round++ {
 		res, st := pop(t, s, pid, g, 3)
-		require.Equal(t, PopDelivered, st, "round %d", round)
+		require.Equal(t, queen.PopDelivered, st, "round %d", round)
 		require.Equal(t, []string{"a", "b", "c"}, txns(res))
 		var acks []queen.AckItem
 		for _, m := range res.Messages {
@@ -421,7 +421,7 @@ func TestBatchNackCountsEveryMessage(t *testing.T) {
 		require.Equal(t, []queen.AckOutcome{want, want, want}, ack(t, s, acks...))
 	}
 	_, st := pop(t, s, pid, g, 3)
-	require.Equal(t, PopEmpty, st, "all three dead-lettered after 2 deliveries each")
+	require.Equal(t, queen.PopEmpty, st, "all three dead-lettered after 2 deliveries each")
 	_, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, int64(3), total)
@@ -467,14 +467,14 @@ func TestExpiredLeaseCountsAFailedDelivery(t *testing.T) {
 	// A consumer that crashes on "poison" every time: it never acks.
 	for attempt := 1; attempt <= 3; attempt++ {
 		res, st := pop(t, s, pid, g, 1)
-		require.Equal(t, PopDelivered, st, "attempt %d", attempt)
+		require.Equal(t, queen.PopDelivered, st, "attempt %d", attempt)
 		require.Equal(t, []string{"poison"}, txns(res))
 		require.Equal(t, attempt-1, res.Messages[0].RetryCount, "attempt %d", attempt)
 		runOutLease(t, s, pid, g)
 	}
 	// The 4th pop counts the 3rd expiry: past retryLimit 2, dead-lettered.
 	res, st := pop(t, s, pid, g, 5)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"next"}, txns(res), "the cursor moved past the poison message")
 	require.Equal(t, 0, res.Messages[0].RetryCount)
 	dl, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
@@ -501,7 +501,7 @@ func TestExpiredSpanChargesNone(t *testing.T) {
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, res.LeaseID)))
 	runOutLease(t, s, pid, g)
 	res, st := pop(t, s, pid, g, 3)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m2"}, txns(res), "half of the expired span m2,m3")
 	require.Equal(t, 0, res.Messages[0].RetryCount, "a message of a multi-message expired span is not charged")
 	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats())
@@ -511,7 +511,7 @@ func TestExpiredSpanChargesNone(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, long.After(*res.LeaseExpiresAt))
 	_, st = pop(t, s, pid, g, 3)
-	require.Equal(t, PopBusy, st)
+	require.Equal(t, queen.PopBusy, st)
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "m2", queen.AckCompleted, res.LeaseID)))
 	res, _ = pop(t, s, pid, g, 3)
 	require.Equal(t, []string{"m3"}, txns(res), "still bisected: m3 was in the expired range")
@@ -551,10 +551,10 @@ func TestBisectionDeadLettersOnlyThePoison(t *testing.T) {
 	for n := 0; ; n++ {
 		require.Less(t, n, 200, "no progress: deliveries %v", sizes)
 		res, st := pop(t, s, pid, g, 100)
-		if st == PopEmpty {
+		if st == queen.PopEmpty {
 			break
 		}
-		require.Equal(t, PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		sizes = append(sizes, len(res.Messages))
 		crash := false
 		for _, m := range res.Messages {
@@ -612,13 +612,13 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	const racers = 8
 	type out struct {
 		res queen.PopResult
-		st  PopState
+		st  queen.PopState
 		err error
 	}
 	outs := make(chan out, racers)
 	for i := range racers {
 		go func() {
-			res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: g, Batch: 2, SkipLocked: i%2 == 1})
+			res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: g, Batch: 2, SkipLocked: i%2 == 1})
 			outs <- out{res, st, err}
 		}()
 	}
@@ -626,13 +626,13 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	for range racers {
 		o := <-outs
 		require.NoError(t, o.err)
-		if o.st == PopDelivered {
+		if o.st == queen.PopDelivered {
 			delivered++
 			require.Equal(t, []string{"m1"}, txns(o.res), "half of the expired span")
 			require.Equal(t, 0, o.res.Messages[0].RetryCount)
 			continue
 		}
-		require.Equal(t, PopBusy, o.st)
+		require.Equal(t, queen.PopBusy, o.st)
 	}
 	require.Equal(t, 1, delivered)
 	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats(), "the expiry is settled once")
@@ -647,7 +647,7 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	runOutLease(t, s, pid, g)
 	require.Equal(t, []queen.AckOutcome{queen.Stale}, ack(t, s, ackTxn(pid, g, "m1", queen.AckCompleted, nil)))
 	res, st := pop(t, s, pid, g, 2)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m2"}, txns(res))
 	require.Equal(t, 0, res.Messages[0].RetryCount)
 	dl, total, err := s.DeadLetters(ctx, queen.DLQFilter{Queue: "q", ConsumerGroup: g, Limit: 10})
@@ -672,7 +672,7 @@ func TestDeadLettersByteBudget(t *testing.T) {
 	errText := strings.Repeat("e", 3000)
 	for _, txn := range []string{"a", "b", "c"} {
 		res, st := pop(t, s, pid, g, 1)
-		require.Equal(t, PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		it := ackTxn(pid, g, txn, queen.AckDLQ, res.LeaseID)
 		it.Error = errText
 		require.Equal(t, []queen.AckOutcome{queen.DeadLettered}, ack(t, s, it))

@@ -109,10 +109,10 @@ func TestFullDiskIsNamedAsSuch(t *testing.T) {
 	// The restart empties the range; rebuilding it needs space.
 	freeAlive := diskFullTrigger(t, s, "test_full_alive", "BEFORE INSERT ON queen.sidecar_alive")
 	crash(t, s)
-	push := func(txn string) PushOutcome {
+	push := func(txn string) queen.PushOutcome {
 		t.Helper()
 		its := items("full", "p", txn)
-		out, _ := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+		out, _ := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 		return out
 	}
 	out := push("a")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +22,7 @@ func TestEnsurePartitions(t *testing.T) {
 	old, err := s.EnsurePartition(ctx, "bulk-a", "p-0")
 	require.NoError(t, err)
 
-	keys := []PartitionKey{{"bulk-a", "p-0"}, {"bulk-a", "p-1"}, {"bulk-b", "p-0"}, {"bulk-a", "p-1"}}
+	keys := []queen.PartitionKey{{Queue: "bulk-a", Partition: "p-0"}, {Queue: "bulk-a", Partition: "p-1"}, {Queue: "bulk-b", Partition: "p-0"}, {Queue: "bulk-a", Partition: "p-1"}}
 	ids, err := s.EnsurePartitions(ctx, keys)
 	require.NoError(t, err)
 	require.Len(t, ids, 4)
@@ -38,11 +39,11 @@ func TestEnsurePartitions(t *testing.T) {
 	require.Equal(t, int64(1), q.Partitions)
 
 	// Overlapping sets in opposite orders, at once.
-	var set []PartitionKey
+	var set []queen.PartitionKey
 	for i := range 300 {
-		set = append(set, PartitionKey{"bulk-c", fmt.Sprintf("p-%03d", i)})
+		set = append(set, queen.PartitionKey{Queue: "bulk-c", Partition: fmt.Sprintf("p-%03d", i)})
 	}
-	rev := make([]PartitionKey, len(set))
+	rev := make([]queen.PartitionKey, len(set))
 	for i := range set {
 		rev[i] = set[len(set)-1-i]
 	}

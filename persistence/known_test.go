@@ -14,14 +14,14 @@ import (
 
 // knownPop runs one multi-partition pop through s's knownRows on its own
 // connection and returns it with how many consume_ensure statements it sent.
-func knownPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID) (queen.PopResult, []PopState, int) {
+func knownPop(t *testing.T, s *Store, spec queen.PopSpec, pids []uuid.UUID) (queen.PopResult, []queen.PopState, int) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := s.pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	cq := &countingQuerier{q: conn}
-	states := make([]PopState, len(pids))
+	states := make([]queen.PopState, len(pids))
 	var settled LeaseStats
 	res, err := popManyTx(ctx, cq, spec, pids, 0, states, &settled, s.known)
 	require.NoError(t, err)
@@ -61,7 +61,7 @@ func TestKnownConsumerRowsSkipCreation(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
 	pids := spanPartitions(t, s, "known", 5, 3)
-	spec := PopSpec{Group: "g", Batch: 1000, SkipLocked: true}
+	spec := queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}
 	res, _, ensures := knownPop(t, s, spec, pids)
 	require.Len(t, res.Messages, 15)
 	require.Equal(t, 5, ensures, "first pop: every row created")
@@ -115,7 +115,7 @@ func TestKnownConsumerRowsDeletedElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(other.Close)
 	pids := spanPartitions(t, s, "gone", 3, 2)
-	spec := PopSpec{Group: "g", Batch: 1000, SkipLocked: true}
+	spec := queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}
 
 	// Wildcard (skip-locked) pop: busy once, then delivered afresh.
 	res, _, err := s.PopPartitions(ctx, spec, pids, 0)
@@ -126,7 +126,7 @@ func TestKnownConsumerRowsDeletedElsewhere(t *testing.T) {
 	res, states, ensures := knownPop(t, s, spec, pids)
 	require.Empty(t, res.Messages)
 	require.Zero(t, ensures)
-	require.Equal(t, []PopState{PopBusy, PopBusy, PopBusy}, states)
+	require.Equal(t, []queen.PopState{queen.PopBusy, queen.PopBusy, queen.PopBusy}, states)
 	res, _, ensures = knownPop(t, s, spec, pids)
 	require.Equal(t, 3, ensures, "the stale keys were dropped")
 	require.Len(t, res.Messages, 6, "the recreated rows start at the beginning")
@@ -144,7 +144,7 @@ func TestKnownConsumerRowsDeletedElsewhere(t *testing.T) {
 
 	// A pop naming its partition (waits for the lock): delivered in the
 	// same call.
-	one := PopSpec{Group: "h", Batch: 1000, PartitionID: pids[0]}
+	one := queen.PopSpec{Group: "h", Batch: 1000, PartitionID: pids[0]}
 	res, _, err = s.PopPartition(ctx, one)
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 2)
@@ -154,7 +154,7 @@ func TestKnownConsumerRowsDeletedElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	res, state, err := s.PopPartition(ctx, one)
 	require.NoError(t, err)
-	require.Equal(t, PopDelivered, state)
+	require.Equal(t, queen.PopDelivered, state)
 	require.Len(t, res.Messages, 2, "the recreated row starts at the beginning")
 }
 
@@ -180,7 +180,7 @@ func TestConsumerRowCreationBesidePush(t *testing.T) {
 	rows.Close()
 	require.NoError(t, rows.Err())
 
-	res, _, err := s.PopPartition(ctx, PopSpec{Group: "g", Batch: 10, PartitionID: pid})
+	res, _, err := s.PopPartition(ctx, queen.PopSpec{Group: "g", Batch: 10, PartitionID: pid})
 	require.NoError(t, err, "the consumer row's creation did not wait for the push's lock")
 	require.Len(t, res.Messages, 2)
 	out, err := s.Ack(ctx, []queen.AckItem{{PartitionID: pid, Offset: 0, Status: queen.AckCompleted, ConsumerGroup: "h"}})
@@ -188,6 +188,6 @@ func TestConsumerRowCreationBesidePush(t *testing.T) {
 	require.Len(t, out, 1)
 
 	its := items("beside", "p0", "late")
-	_, err = s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	_, err = s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	require.ErrorIs(t, err, queen.ErrLockTimeout, "pushes to the partition still take turns")
 }

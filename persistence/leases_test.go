@@ -37,13 +37,13 @@ func consumeAll(t *testing.T, s *Store, pids []uuid.UUID) int {
 	for round := 0; round < 2; round++ {
 		for _, pid := range pids {
 			res, st := pop(t, s, pid, g, 3)
-			require.Equal(t, PopDelivered, st)
+			require.Equal(t, queen.PopDelivered, st)
 			acks(res)
 			pops++
 		}
 	}
 	for {
-		res, _, err := s.PopPartitions(ctx, PopSpec{Group: g, Batch: 40}, pids, 0)
+		res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: g, Batch: 40}, pids, 0)
 		require.NoError(t, err)
 		if len(res.Messages) == 0 {
 			return pops
@@ -173,7 +173,7 @@ func TestExtendFindsLeasesByID(t *testing.T) {
 
 	// A single-partition pop.
 	res, st := pop(t, s, pids[0], g, 1)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	one := uuid.MustParse(*res.LeaseID)
 	grp, listed, exp, found := leaseRow(t, s, one)
 	require.True(t, found, "the pop recorded its lease")
@@ -190,9 +190,9 @@ func TestExtendFindsLeasesByID(t *testing.T) {
 	require.False(t, exp.Before(long), "the lease row follows the extend")
 
 	// A multi-partition pop over the other three: one lease, one row.
-	many, states, err := s.PopPartitions(ctx, PopSpec{Group: g, Batch: 10}, pids[1:], 0)
+	many, states, err := s.PopPartitions(ctx, queen.PopSpec{Group: g, Batch: 10}, pids[1:], 0)
 	require.NoError(t, err)
-	require.Equal(t, []PopState{PopDelivered, PopDelivered, PopDelivered}, states)
+	require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered, queen.PopDelivered}, states)
 	multi := uuid.MustParse(*many.LeaseID)
 	_, listed, exp, found = leaseRow(t, s, multi)
 	require.True(t, found)
@@ -259,7 +259,7 @@ func TestLeasePurge(t *testing.T) {
 	var leases []uuid.UUID
 	for _, pid := range pids {
 		res, st := pop(t, s, pid, g, 1)
-		require.Equal(t, PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		leases = append(leases, uuid.MustParse(*res.LeaseID))
 	}
 	// Three expired (their rows too, as leaseTime passing would), two live.

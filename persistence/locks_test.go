@@ -74,7 +74,7 @@ func holdLock(t *testing.T, url, lockSQL string, args ...any) (release func()) {
 	return release
 }
 
-func requireLockTimeout(t *testing.T, out PushOutcome) {
+func requireLockTimeout(t *testing.T, out queen.PushOutcome) {
 	t.Helper()
 	for i, r := range out.Results {
 		require.Equal(t, queen.Failed, r.Verdict, "item %d", i)
@@ -103,7 +103,7 @@ func TestPushStuckPartitionLock(t *testing.T) {
 
 	// Alone.
 	its := items("q", "stuck", "s1", "s2")
-	out, err := s.Commit(ctx, &PushBatch{PartitionID: stuck, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: stuck, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	require.ErrorIs(t, err, queen.ErrLockTimeout)
 	requireLockTimeout(t, out)
 	require.Equal(t, 1, log.timeouts("push"))
@@ -111,8 +111,8 @@ func TestPushStuckPartitionLock(t *testing.T) {
 	// Bundled with a free partition, in both orders of partition ids.
 	stuckItems := items("q", "stuck", "s1", "s2")
 	freeItems := items("q", "free", "f1", "f2", "f1")
-	bundle := func() []*PushBatch {
-		return []*PushBatch{
+	bundle := func() []*queen.PushBatch {
+		return []*queen.PushBatch{
 			{PartitionID: stuck, Items: stuckItems, LeaderOf: leadersOf(stuckItems), Watermark: -1},
 			{PartitionID: free, Items: freeItems, LeaderOf: leadersOf(freeItems), Watermark: -1},
 		}
@@ -154,13 +154,13 @@ func TestPushBundleAllStuck(t *testing.T) {
 	s, _, url := setupLocks(t)
 	ctx := context.Background()
 	var pids []uuid.UUID
-	var bs []*PushBatch
+	var bs []*queen.PushBatch
 	for _, name := range []string{"a", "b"} {
 		pid, err := s.EnsurePartition(ctx, "q", name)
 		require.NoError(t, err)
 		pids = append(pids, pid)
 		its := items("q", name, "x", "y")
-		bs = append(bs, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+		bs = append(bs, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	}
 	holdLock(t, url, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, pids[0])
 	holdLock(t, url, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, pids[1])
@@ -213,17 +213,17 @@ func TestPopSkipsHeldConsumerRow(t *testing.T) {
 	require.NoError(t, err) // creates the consumer row
 
 	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, pid)
-	res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
+	res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
 	require.NoError(t, err)
-	require.Equal(t, PopBusy, st)
+	require.Equal(t, queen.PopBusy, st)
 	require.Empty(t, res.Messages)
-	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1})
+	_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1})
 	require.ErrorIs(t, err, queen.ErrLockTimeout)
 
 	release()
-	res, st, err = s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
+	res, st, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
 	require.NoError(t, err)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m1"}, txns(res))
 }
 

@@ -25,7 +25,7 @@ func checkPayload(t testing.TB, s *Store, queueName string, on bool) {
 	require.Equal(t, on, res.Options.DedupCheckPayload)
 }
 
-func mismatches(out PushOutcome) []bool {
+func mismatches(out queen.PushOutcome) []bool {
 	m := make([]bool, len(out.Results))
 	for i, r := range out.Results {
 		m[i] = r.PayloadMismatch
@@ -103,12 +103,12 @@ func TestCommitMarksPayloadMismatch(t *testing.T) {
 
 			// A warm cache's narrowed probe (the original found through a
 			// suspect) finds the same original.
-			out, err := s.Commit(ctx, &PushBatch{PartitionID: c.pid, Items: []*queen.Item{payloadItem(q, "p", "d", `{"n":5}`)},
-				Watermark: 3, AssumedWindow: 3600, Suspects: map[queen.Hash]Span{queen.HashTxn("d"): {}}})
+			out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: c.pid, Items: []*queen.Item{payloadItem(q, "p", "d", `{"n":5}`)},
+				Watermark: 3, AssumedWindow: 3600, Suspects: map[queen.Hash]queen.Span{queen.HashTxn("d"): {}}})
 			require.NoError(t, err)
 			require.Equal(t, []bool{c.check}, mismatches(out))
 			// ... and through the sidecar rows above the watermark.
-			out, err = s.Commit(ctx, &PushBatch{PartitionID: c.pid, Items: []*queen.Item{payloadItem(q, "p", "d", `{"n":5}`)},
+			out, err = s.Commit(ctx, &queen.PushBatch{PartitionID: c.pid, Items: []*queen.Item{payloadItem(q, "p", "d", `{"n":5}`)},
 				Watermark: 2, AssumedWindow: 3600})
 			require.NoError(t, err)
 			require.Equal(t, queen.Duplicate, out.Results[0].Verdict)
@@ -153,11 +153,11 @@ func TestPayloadMismatchPerPartitionInABundle(t *testing.T) {
 	require.NoError(t, err)
 	commit(t, s, on, []*queen.Item{payloadItem("on", "p", "a", `1`)})
 	commit(t, s, off, []*queen.Item{payloadItem("off", "p", "a", `1`)})
-	mk := func(pid uuid.UUID, q string) *PushBatch {
+	mk := func(pid uuid.UUID, q string) *queen.PushBatch {
 		its := []*queen.Item{payloadItem(q, "p", "a", `2`), payloadItem(q, "p", "b", `3`), payloadItem(q, "p", "b", `4`)}
-		return &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}
+		return &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}
 	}
-	outs, err := s.CommitBundle(ctx, []*PushBatch{mk(off, "off"), mk(on, "on")})
+	outs, err := s.CommitBundle(ctx, []*queen.PushBatch{mk(off, "off"), mk(on, "on")})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, false, false}, mismatches(outs[0]))
 	require.Equal(t, []bool{true, false, true}, mismatches(outs[1]))

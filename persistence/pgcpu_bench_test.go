@@ -45,10 +45,10 @@ func benchSmallSegments(b *testing.B, parts, per int) {
 	b.ResetTimer()
 	cpuSince := serverCPU(b, s)
 	for n := 0; n < b.N; n++ {
-		bs := make([]*PushBatch, parts)
+		bs := make([]*queen.PushBatch, parts)
 		for i, pid := range pids {
 			txns := make([]string, per)
-			sus := map[queen.Hash]Span{}
+			sus := map[queen.Hash]queen.Span{}
 			for j := range txns {
 				if (n*parts*per+i*per+j)%10 == 9 && n > 0 {
 					txns[j] = fmt.Sprintf("t-%d-%d-%d", n-1, i, j)
@@ -59,10 +59,10 @@ func benchSmallSegments(b *testing.B, parts, per int) {
 			its := items("bench", fmt.Sprintf("p%d", i), txns...)
 			for j, it := range its {
 				if strings.HasPrefix(txns[j], fmt.Sprintf("t-%d-", n-1)) {
-					sus[it.Hash] = Span{}
+					sus[it.Hash] = queen.Span{}
 				}
 			}
-			bs[i] = &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: last[i], Suspects: sus, AssumedWindow: 3600}
+			bs[i] = &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: last[i], Suspects: sus, AssumedWindow: 3600}
 		}
 		outs, err := s.CommitBundle(ctx, bs)
 		if err != nil {

@@ -14,57 +14,6 @@ import (
 	queen "github.com/queen-mq/queen-go"
 )
 
-// PopState says why a partition pop returned what it returned.
-type PopState int
-
-// The pop states.
-const (
-	// PopDelivered: messages were returned.
-	PopDelivered PopState = iota
-	// PopEmpty: nothing above the group's cursor; the partition is drained
-	// for the group until the next push.
-	PopEmpty
-	// PopBusy: a live lease of another consumer holds the partition for the
-	// group, or another request is popping or acking it right now.
-	PopBusy
-	// PopNotYet: messages exist above the cursor but are not visible yet
-	// (delayedProcessing, windowBuffer), or are all leased.
-	PopNotYet
-)
-
-// PopSpec is one partition pop.
-type PopSpec struct {
-	PartitionID uuid.UUID
-	Group       string
-	// Batch is the most messages returned (>= 1).
-	Batch   int
-	AutoAck bool
-	// SkipLocked makes a pop skip a consumer row another request holds
-	// (wildcard pops) instead of waiting for it.
-	SkipLocked bool
-	// SubscriptionFrom / SubscriptionNew record the group's subscription of
-	// the queue on its first pop (queen.PopRequest).
-	SubscriptionFrom *time.Time
-	SubscriptionNew  bool
-	// LeaseID, when not uuid.Nil, is the lease id to take instead of a new
-	// one: a multi-partition pop leases every partition it claims under one
-	// id, so one extension renews them all (queen.PopRequest.Partitions).
-	LeaseID uuid.UUID
-	// MaxBytes bounds the bytes returned, each message counted as its
-	// payload plus PopMessageOverhead (the first message is always
-	// returned unless BytesStrict); <= 0 means queen.MaxPopReplyBytes. It
-	// keeps a reply of large messages below the NATS max_payload (SPEC.md §11).
-	MaxBytes int
-	// BytesStrict makes MaxBytes bind the first message too (a
-	// multi-partition pop's later claims): when it does not fit, nothing is
-	// returned or leased (PopNotYet).
-	BytesStrict bool
-}
-
-// PopMessageOverhead is what one message adds to a pop reply besides its
-// payload (ids, names, offsets and keys), counted against PopSpec.MaxBytes.
-const PopMessageOverhead = 512
-
 // PopPartition pops up to spec.Batch messages of one partition for a
 // consumer group (SPEC.md §4), in one transaction under the group's consumer
 // row lock: from just above the cursor, only messages stored at least
@@ -75,10 +24,10 @@ const PopMessageOverhead = 512
 // single unacked message counts one failed delivery first, several are
 // bisected, so the delivery holds fewer than spec.Batch until the expired
 // range is passed (rules.Bisection). On an error the transaction is rolled
-// back and the result is empty, PopBusy.
-func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult, PopState, error) {
+// back and the result is empty, queen.PopBusy.
+func (s *Store) PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
 	var res queen.PopResult
-	var state PopState
+	var state queen.PopState
 	var settled LeaseStats
 	var err error
 	for try := 0; ; try++ {
@@ -97,7 +46,7 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 	}
 	if err != nil {
 		err = unavailable(err)
-		return queen.PopResult{}, PopBusy, err
+		return queen.PopResult{}, queen.PopBusy, err
 	}
 	s.leases.add(settled)
 	return res, state, nil
@@ -110,10 +59,10 @@ func (s *Store) PopPartition(ctx context.Context, spec PopSpec) (queen.PopResult
 // expired leases and bisections is added to *settled once committed. On an
 // error the caller rolls back. A committed pop that found its consumer row
 // adds it to known (nil: none).
-func popTx(ctx context.Context, tx querier, spec PopSpec, settled *LeaseStats, known *knownRows) (_ queen.PopResult, _ PopState, err error) {
+func popTx(ctx context.Context, tx querier, spec queen.PopSpec, settled *LeaseStats, known *knownRows) (_ queen.PopResult, _ queen.PopState, err error) {
 	st, found, segs, err := claimSpan(ctx, tx, spec, known)
 	if err != nil {
-		return queen.PopResult{}, PopBusy, err
+		return queen.PopResult{}, queen.PopBusy, err
 	}
 	defer func() {
 		if found && err == nil {
@@ -121,7 +70,7 @@ func popTx(ctx context.Context, tx querier, spec PopSpec, settled *LeaseStats, k
 		}
 	}()
 	if !found || st.live {
-		return queen.PopResult{}, PopBusy, commitPop(ctx, tx, nil)
+		return queen.PopResult{}, queen.PopBusy, commitPop(ctx, tx, nil)
 	}
 	limit, stall, changed := st.bisect.Deliver(st.cursor, spec.Batch, st.now)
 	if changed && !st.bisect.Active {
@@ -132,32 +81,32 @@ func popTx(ctx context.Context, tx querier, spec PopSpec, settled *LeaseStats, k
 	// A pop that delivers nothing still stores a bisection it changed (one
 	// that ended above all): the row holds no lease here (claimSpan
 	// released an expired one).
-	idle := func(state PopState) (queen.PopResult, PopState, error) {
+	idle := func(state queen.PopState) (queen.PopResult, queen.PopState, error) {
 		var write func(b *pgx.Batch)
 		if changed {
 			counts, bisect, err := rowState(&st)
 			if err != nil {
-				return queen.PopResult{}, PopBusy, err
+				return queen.PopResult{}, queen.PopBusy, err
 			}
 			write = func(b *pgx.Batch) {
 				b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
 			}
 		}
 		if err := commitPop(ctx, tx, write); err != nil {
-			return queen.PopResult{}, PopBusy, err
+			return queen.PopResult{}, queen.PopBusy, err
 		}
 		settled.add(st.leases)
 		return queen.PopResult{}, state, nil
 	}
 	if st.cursor >= st.lastOffset {
-		return idle(PopEmpty)
+		return idle(queen.PopEmpty)
 	}
 	res, last, err := spanMessages(spec, &st, segs)
 	if err != nil {
-		return queen.PopResult{}, PopBusy, err
+		return queen.PopResult{}, queen.PopBusy, err
 	}
 	if len(res.Messages) == 0 {
-		return idle(PopNotYet)
+		return idle(queen.PopNotYet)
 	}
 	if spec.AutoAck {
 		err = moveCursor(ctx, tx, spec, &st, last)
@@ -167,7 +116,7 @@ func popTx(ctx context.Context, tx querier, spec PopSpec, settled *LeaseStats, k
 	if err == nil {
 		settled.add(st.leases)
 	}
-	return res, PopDelivered, err
+	return res, queen.PopDelivered, err
 }
 
 // popSegment is one segment read for a pop: its first offset, when it was
@@ -304,7 +253,7 @@ func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
 // transaction. A row in known is not created (see knownRows): found
 // missing, it is dropped from known, and without spec.SkipLocked the call
 // fails with errStaleKnown (the caller rolls back and runs it again).
-func claimSpan(ctx context.Context, tx querier, spec PopSpec, known *knownRows) (st consumerState, found bool, segs []popSegment, err error) {
+func claimSpan(ctx context.Context, tx querier, spec queen.PopSpec, known *knownRows) (st consumerState, found bool, segs []popSegment, err error) {
 	key := ackKey{spec.PartitionID, spec.Group}
 	skipped := known.has(key)
 	b := &pgx.Batch{}
@@ -346,11 +295,11 @@ func claimSpan(ctx context.Context, tx querier, spec PopSpec, known *knownRows) 
 
 // spanMessages builds the messages of segs above st's cursor, in offset
 // order: at most spec.Batch, and within spec.MaxBytes (each message counted
-// as its payload plus PopMessageOverhead; the first always fits unless
+// as its payload plus queen.PopMessageOverhead; the first always fits unless
 // spec.BytesStrict), the rest left unleased for the next pop. The reply's
 // queue, partition and group are set when it holds any message; last is
 // the offset of its last message. It reads no database.
-func spanMessages(spec PopSpec, st *consumerState, segs []popSegment) (res queen.PopResult, last int64, err error) {
+func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res queen.PopResult, last int64, err error) {
 	pidText := spec.PartitionID.String()
 	maxBytes, size := spec.MaxBytes, 0
 	if maxBytes <= 0 {
@@ -367,7 +316,7 @@ func spanMessages(spec PopSpec, st *consumerState, segs []popSegment) (res queen
 			if off <= st.cursor || full || len(res.Messages) >= spec.Batch {
 				continue
 			}
-			if size += len(fs[i].Payload) + PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+			if size += len(fs[i].Payload) + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
 				full = true // the rest stays unleased for the next pop
 				continue
 			}
@@ -389,7 +338,7 @@ func spanMessages(spec PopSpec, st *consumerState, segs []popSegment) (res queen
 
 // moveCursor acknowledges an autoAck pop's span: the cursor moves to last,
 // the failure counts at or below it go, and the transaction commits.
-func moveCursor(ctx context.Context, tx querier, spec PopSpec, st *consumerState, last int64) error {
+func moveCursor(ctx context.Context, tx querier, spec queen.PopSpec, st *consumerState, last int64) error {
 	for off := range st.failCounts {
 		if off <= last {
 			delete(st.failCounts, off)
@@ -407,7 +356,7 @@ func moveCursor(ctx context.Context, tx querier, spec PopSpec, st *consumerState
 // takeLease leases the span up to last for the queue's leaseTime under
 // spec.LeaseID (a new UUIDv7 when nil), commits, and writes the lease id
 // and its expiry into res and its messages.
-func takeLease(ctx context.Context, tx querier, spec PopSpec, st *consumerState, last int64, res *queen.PopResult) error {
+func takeLease(ctx context.Context, tx querier, spec queen.PopSpec, st *consumerState, last int64, res *queen.PopResult) error {
 	counts, bisect, err := rowState(st)
 	if err != nil {
 		return err

@@ -35,12 +35,12 @@ import (
 // run with enable_seqscan off (consume_plan_begin); only the creation of
 // rows not yet known is a statement per partition. An
 // expired lease to settle (see expireLease) costs its settlement's round
-// trips. states has one PopState per pid: PopDelivered, PopEmpty, PopBusy
-// (another consumer's live lease or a skipped lock), PopNotYet (nothing
-// visible, or not tried because the pop was full). On an error nothing is
+// trips. states has one queen.PopState per pid: PopDelivered, PopEmpty,
+// PopBusy (another consumer's live lease or a skipped lock), PopNotYet
+// (nothing visible, or not tried because the pop was full). On an error nothing is
 // claimed.
-func (s *Store) PopPartitions(ctx context.Context, spec PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []PopState, error) {
-	states := make([]PopState, len(pids))
+func (s *Store) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error) {
+	states := make([]queen.PopState, len(pids))
 	if len(pids) == 0 {
 		return queen.PopResult{}, states, nil
 	}
@@ -63,7 +63,7 @@ func (s *Store) PopPartitions(ctx context.Context, spec PopSpec, pids []uuid.UUI
 	}
 	if err != nil {
 		for i := range states {
-			states[i] = PopBusy
+			states[i] = queen.PopBusy
 		}
 		return queen.PopResult{}, states, unavailable(err)
 	}
@@ -72,16 +72,16 @@ func (s *Store) PopPartitions(ctx context.Context, spec PopSpec, pids []uuid.UUI
 }
 
 // popManyTx runs PopPartitions' transaction on tx (a connection outside a
-// transaction) and fills states (PopBusy unless found otherwise); what it settled of expired leases and
-// bisections is added to *settled once committed. On an error the caller
-// rolls back. pids must be distinct. Consumer rows in known are not
+// transaction) and fills states (queen.PopBusy unless found otherwise);
+// what it settled of expired leases and bisections is added to *settled
+// once committed. On an error the caller rolls back. pids must be distinct. Consumer rows in known are not
 // created (see knownRows): one found missing is dropped from known and
-// answers PopBusy with spec.SkipLocked, else the call fails with
+// answers queen.PopBusy with spec.SkipLocked, else the call fails with
 // errStaleKnown. Once committed, every row found is added to known.
-func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, most int, states []PopState, settled *LeaseStats, known *knownRows) (queen.PopResult, error) {
+func popManyTx(ctx context.Context, tx querier, spec queen.PopSpec, pids []uuid.UUID, most int, states []queen.PopState, settled *LeaseStats, known *knownRows) (queen.PopResult, error) {
 	n := len(pids)
 	for i := range states {
-		states[i] = PopBusy
+		states[i] = queen.PopBusy
 	}
 	pm := &popMany{spec: spec, pids: pids, states: states, known: known,
 		sts: make([]consumerState, n), found: make([]bool, n), segs: make([][]popSegment, n)}
@@ -132,9 +132,9 @@ func popManyTx(ctx context.Context, tx querier, spec PopSpec, pids []uuid.UUID, 
 // index into pids) its consumer row, whether it was locked, and its span's
 // segments.
 type popMany struct {
-	spec    PopSpec
+	spec    queen.PopSpec
 	pids    []uuid.UUID
-	states  []PopState
+	states  []queen.PopState
 	sts     []consumerState
 	found   []bool
 	segs    [][]popSegment
@@ -222,11 +222,11 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 	for i, pid := range pm.pids {
 		st := &pm.sts[i]
 		if !pm.found[i] || st.live {
-			continue // PopBusy
+			continue // queen.PopBusy
 		}
 		left := spec.Batch - len(out.Messages)
-		if left <= 0 || (most > 0 && claimed >= most) || size+PopMessageOverhead > maxBytes {
-			pm.states[i] = PopNotYet
+		if left <= 0 || (most > 0 && claimed >= most) || size+queen.PopMessageOverhead > maxBytes {
+			pm.states[i] = queen.PopNotYet
 			continue
 		}
 		limit, stall, changed := st.bisect.Deliver(st.cursor, left, st.now)
@@ -238,14 +238,14 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 		if err != nil {
 			return out, 0, err
 		}
-		idle := func(state PopState) {
+		idle := func(state queen.PopState) {
 			pm.states[i] = state
 			if changed {
 				w.add(pid, st.cursor, uuid.Nil, nil, nil, counts, bisect)
 			}
 		}
 		if st.cursor >= st.lastOffset {
-			idle(PopEmpty)
+			idle(queen.PopEmpty)
 			continue
 		}
 		ps := spec
@@ -255,10 +255,10 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 			return out, 0, err
 		}
 		if len(res.Messages) == 0 {
-			idle(PopNotYet)
+			idle(queen.PopNotYet)
 			continue
 		}
-		pm.states[i] = PopDelivered
+		pm.states[i] = queen.PopDelivered
 		if spec.AutoAck {
 			for off := range st.failCounts {
 				if off <= last {
@@ -279,7 +279,7 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 			out.Messages = append(out.Messages, res.Messages...)
 		}
 		for _, m := range res.Messages {
-			size += len(m.Data) + PopMessageOverhead
+			size += len(m.Data) + queen.PopMessageOverhead
 		}
 		claimed++
 	}

@@ -33,11 +33,11 @@ func BenchmarkDrainPopAck(b *testing.B) {
 			b.Fatal(err)
 		}
 		its := items("drain", name, name+"-0", name+"-1", name+"-2", name+"-3")
-		if _, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}); err != nil {
+		if _, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}); err != nil {
 			b.Fatal(err)
 		}
 		// The group's row exists (one message consumed), as in a running group.
-		if _, _, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: 1, AutoAck: true}); err != nil {
+		if _, _, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, AutoAck: true}); err != nil {
 			b.Fatal(err)
 		}
 		pids[i] = pid
@@ -46,7 +46,7 @@ func BenchmarkDrainPopAck(b *testing.B) {
 	b.ResetTimer()
 	cpuSince := serverCPU(b, s)
 	for n := 0; n < b.N; n++ {
-		res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids[n*per:(n+1)*per], 0)
+		res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids[n*per:(n+1)*per], 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -78,14 +78,14 @@ func spanPartitions(t *testing.T, s *Store, queueName string, n, per int) []uuid
 
 // countedPop runs one multi-partition pop on its own connection and
 // returns it with the round trips and statements it made.
-func countedPop(t *testing.T, s *Store, spec PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []PopState, *countingQuerier) {
+func countedPop(t *testing.T, s *Store, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, *countingQuerier) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := s.pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	cq := &countingQuerier{q: conn}
-	states := make([]PopState, len(pids))
+	states := make([]queen.PopState, len(pids))
 	var settled LeaseStats
 	res, err := popManyTx(ctx, cq, spec, pids, most, states, &settled, nil)
 	require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestPopPartitionsOneRoundTrip(t *testing.T) {
 	for _, n := range []int{1, 5, 50} {
 		q := fmt.Sprintf("rt%d", n)
 		pids := spanPartitions(t, s, q, n, 3)
-		res, states, cq := countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		res, states, cq := countedPop(t, s, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
 		require.Equal(t, 2, cq.trips, "%d partitions: claim and commit", n)
 		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d partitions: one lock statement", n)
 		require.Zero(t, cq.count(sqlConsumeLockSkip)+cq.count(sqlConsumeLock))
@@ -116,13 +116,13 @@ func TestPopPartitionsOneRoundTrip(t *testing.T) {
 		require.Len(t, res.Messages, 3*n)
 		require.NotNil(t, res.LeaseID)
 		for i, st := range states {
-			require.Equal(t, PopDelivered, st, "partition %d", i)
+			require.Equal(t, queen.PopDelivered, st, "partition %d", i)
 		}
-		_, states, cq = countedPop(t, s, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		_, states, cq = countedPop(t, s, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
 		require.Equal(t, 2, cq.trips, "%d leased partitions", n)
 		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d leased partitions: one lock statement", n)
 		for _, st := range states {
-			require.Equal(t, PopBusy, st)
+			require.Equal(t, queen.PopBusy, st)
 		}
 	}
 }
@@ -136,10 +136,10 @@ func TestPopPartitionsSpansExact(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
 	pids := spanPartitions(t, s, "q", 4, 3)
-	res, states, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 5, SkipLocked: true}, pids, 0)
+	res, states, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 5, SkipLocked: true}, pids, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"p0-0", "p0-1", "p0-2", "p1-0", "p1-1"}, txns(res))
-	require.Equal(t, []PopState{PopDelivered, PopDelivered, PopNotYet, PopNotYet}, states)
+	require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered, queen.PopNotYet, queen.PopNotYet}, states)
 	require.Equal(t, "p0", res.Partition)
 	var acks []queen.AckItem
 	lease := uuid.MustParse(*res.LeaseID)
@@ -153,16 +153,16 @@ func TestPopPartitionsSpansExact(t *testing.T) {
 	require.Equal(t, []queen.AckOutcome{queen.Acked, queen.Acked, queen.Acked, queen.Acked, queen.Acked}, ack(t, s, acks...))
 
 	// At most 2 partitions: p0 is drained, p1's rest and p2.
-	res, states, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids, 2)
+	res, states, err = s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids, 2)
 	require.NoError(t, err)
 	require.Equal(t, []string{"p1-2", "p2-0", "p2-1", "p2-2"}, txns(res))
-	require.Equal(t, []PopState{PopEmpty, PopDelivered, PopDelivered, PopNotYet}, states)
+	require.Equal(t, []queen.PopState{queen.PopEmpty, queen.PopDelivered, queen.PopDelivered, queen.PopNotYet}, states)
 	// The other group starts at the beginning, autoAck moves its cursors.
-	res, _, err = s.PopPartitions(ctx, PopSpec{Group: "h", Batch: 4, AutoAck: true}, pids[2:], 0)
+	res, _, err = s.PopPartitions(ctx, queen.PopSpec{Group: "h", Batch: 4, AutoAck: true}, pids[2:], 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"p2-0", "p2-1", "p2-2", "p3-0"}, txns(res))
 	require.Nil(t, res.LeaseID)
-	res, _, err = s.PopPartitions(ctx, PopSpec{Group: "h", Batch: 4, AutoAck: true}, pids[2:], 0)
+	res, _, err = s.PopPartitions(ctx, queen.PopSpec{Group: "h", Batch: 4, AutoAck: true}, pids[2:], 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"p3-1", "p3-2"}, txns(res))
 }
@@ -195,7 +195,7 @@ func TestPopPartitionsConcurrentConsumers(t *testing.T) {
 					return
 				}
 				rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-				res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 7, SkipLocked: true}, order[:8], 3)
+				res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 7, SkipLocked: true}, order[:8], 3)
 				if err != nil {
 					errs <- err
 					return
@@ -246,14 +246,14 @@ func TestPopPartitionsBisects(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
 	pids := spanPartitions(t, s, "q", 2, 4)
-	spec := PopSpec{Group: "g", Batch: 100, SkipLocked: true}
+	spec := queen.PopSpec{Group: "g", Batch: 100, SkipLocked: true}
 	res, _, err := s.PopPartitions(ctx, spec, pids[:1], 0)
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 4)
 	runOutLease(t, s, pids[0], "g")
 	res, states, err := s.PopPartitions(ctx, spec, pids, 0)
 	require.NoError(t, err)
-	require.Equal(t, []PopState{PopDelivered, PopDelivered}, states)
+	require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered}, states)
 	require.Equal(t, []string{"p0-0", "p0-1", "p1-0", "p1-1", "p1-2", "p1-3"}, txns(res))
 	for _, m := range res.Messages {
 		require.Zero(t, m.RetryCount)
@@ -282,7 +282,7 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 	for _, n := range []int{1, 5, 50} {
 		q := fmt.Sprintf("ackrt%d", n)
 		pids := spanPartitions(t, s, q, n, 3)
-		res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
 		require.NoError(t, err)
 		require.Len(t, res.Messages, 3*n)
 		lease := uuid.MustParse(*res.LeaseID)
@@ -312,7 +312,7 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 		for i, r := range out {
 			require.Equal(t, queen.Acked, r.Result, "ack %d", i)
 		}
-		res, _, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
+		res, _, err = s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
 		require.NoError(t, err)
 		require.Empty(t, res.Messages, "%d partitions: every span acked", n)
 	}
@@ -338,7 +338,7 @@ func TestLockManyAscendingOrder(t *testing.T) {
 	s, _, url := setupLocks(t)
 	ctx := context.Background()
 	pids := spanPartitions(t, s, "order", 3, 1)
-	_, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, AutoAck: true}, pids, 0) // creates the rows
+	_, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 10, AutoAck: true}, pids, 0) // creates the rows
 	require.NoError(t, err)
 	sorted := byID(pids)
 	lo, mid, hi := sorted[0], sorted[1], sorted[2]
@@ -449,20 +449,20 @@ func TestPopPartitionsSkipsHeldRow(t *testing.T) {
 	s, _, url := setupLocks(t)
 	ctx := context.Background()
 	pids := spanPartitions(t, s, "skip", 3, 2)
-	res, _, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 1, AutoAck: true}, pids[:1], 0) // creates p0's row
+	res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 1, AutoAck: true}, pids[:1], 0) // creates p0's row
 	require.NoError(t, err)
 	require.Equal(t, []string{"p0-0"}, txns(res))
 	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, pids[0])
-	_, _, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10}, pids, 0)
+	_, _, err = s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 10}, pids, 0)
 	require.ErrorIs(t, err, queen.ErrLockTimeout)
-	res, states, err := s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
+	res, states, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
 	require.NoError(t, err)
-	require.Equal(t, []PopState{PopBusy, PopDelivered, PopDelivered}, states)
+	require.Equal(t, []queen.PopState{queen.PopBusy, queen.PopDelivered, queen.PopDelivered}, states)
 	require.Equal(t, []string{"p1-0", "p1-1", "p2-0", "p2-1"}, txns(res))
 	release()
-	res, states, err = s.PopPartitions(ctx, PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
+	res, states, err = s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 10, SkipLocked: true}, pids, 0)
 	require.NoError(t, err)
-	require.Equal(t, []PopState{PopDelivered, PopBusy, PopBusy}, states)
+	require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopBusy, queen.PopBusy}, states)
 	require.Equal(t, []string{"p0-1"}, txns(res))
 }
 
@@ -503,9 +503,9 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 		return pid
 	}
 	autoAck := func(pid uuid.UUID, n int) {
-		res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: "g", Batch: n, AutoAck: true})
+		res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: n, AutoAck: true})
 		require.NoError(t, err)
-		require.Equal(t, PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		require.Len(t, res.Messages, n)
 	}
 	backdate := func(pid uuid.UUID, from int64) {
@@ -531,14 +531,14 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 	pids = append(pids, p)
 	p = part("eq", "leased")
 	commitEach(t, s, p, "eq", "leased", "l0", "l1")
-	_, _, err := s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	_, _, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1})
 	require.NoError(t, err)
 	pids = append(pids, p)
 	p = part("eq", "norow")
 	commitEach(t, s, p, "eq", "norow", "n0")
 	pids = append(pids, p)
 	p = part("eq", "empty")
-	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1})
 	require.NoError(t, err)
 	pids = append(pids, p)
 	// delayedProcessing 60 s: an old segment and a new one.
@@ -547,7 +547,7 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 	commitEach(t, s, p, "delayed", "d", "d0", "d1")
 	backdate(p, 0)
 	commitEach(t, s, p, "delayed", "d", "d2")
-	_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+	_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
 	require.NoError(t, err)
 	pids = append(pids, p)
 	// windowBuffer 60 s: a partition whose newest segment is old, one whose is new.
@@ -558,7 +558,7 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 		if name == "old" {
 			backdate(p, 0)
 		}
-		_, _, err = s.PopPartition(ctx, PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+		_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
 		require.NoError(t, err)
 		pids = append(pids, p)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,17 +28,17 @@ func TestSpanMessages(t *testing.T) {
 	pid := uuid.New()
 	cases := []struct {
 		name   string
-		spec   PopSpec
+		spec   queen.PopSpec
 		cursor int64
 		want   []int64 // offsets
 	}{
-		{"above the cursor", PopSpec{Batch: 10}, 2, []int64{3, 4, 5}},
-		{"at most Batch", PopSpec{Batch: 2}, 0, []int64{1, 2}},
-		{"all consumed", PopSpec{Batch: 10}, 5, nil},
-		{"MaxBytes stops the span", PopSpec{Batch: 10, MaxBytes: 2*PopMessageOverhead + 2}, 0, []int64{1, 2}},
-		{"the first message always fits", PopSpec{Batch: 10, MaxBytes: 1}, 3, []int64{4}},
-		{"BytesStrict binds the first", PopSpec{Batch: 10, MaxBytes: PopMessageOverhead + 99, BytesStrict: true}, 3, nil},
-		{"a message past the bound is not skipped over", PopSpec{Batch: 10, MaxBytes: 2*PopMessageOverhead + 2}, 2, []int64{3}},
+		{"above the cursor", queen.PopSpec{Batch: 10}, 2, []int64{3, 4, 5}},
+		{"at most Batch", queen.PopSpec{Batch: 2}, 0, []int64{1, 2}},
+		{"all consumed", queen.PopSpec{Batch: 10}, 5, nil},
+		{"MaxBytes stops the span", queen.PopSpec{Batch: 10, MaxBytes: 2*queen.PopMessageOverhead + 2}, 0, []int64{1, 2}},
+		{"the first message always fits", queen.PopSpec{Batch: 10, MaxBytes: 1}, 3, []int64{4}},
+		{"BytesStrict binds the first", queen.PopSpec{Batch: 10, MaxBytes: queen.PopMessageOverhead + 99, BytesStrict: true}, 3, nil},
+		{"a message past the bound is not skipped over", queen.PopSpec{Batch: 10, MaxBytes: 2*queen.PopMessageOverhead + 2}, 2, []int64{3}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -62,6 +63,6 @@ func TestSpanMessages(t *testing.T) {
 		})
 	}
 	bad := segment(1, "a")
-	_, _, err := spanMessages(PopSpec{PartitionID: pid, Batch: 1}, &consumerState{}, []popSegment{{first: 1, ids: bad.ids, frames: bad.frames[:1]}})
+	_, _, err := spanMessages(queen.PopSpec{PartitionID: pid, Batch: 1}, &consumerState{}, []popSegment{{first: 1, ids: bad.ids, frames: bad.frames[:1]}})
 	require.ErrorIs(t, err, ErrCorruptSegment)
 }

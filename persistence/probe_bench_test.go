@@ -115,8 +115,8 @@ func BenchmarkColdProbe(b *testing.B) {
 				b.Run("probe", func(b *testing.B) {
 					for b.Loop() {
 						its := fresh()
-						hs := distinctLeaders(&PushBatch{Items: its})
-						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{0}, unbounded(len(hs), Span{}.pgSince()), unbounded(len(hs), Span{}.pgUntil()), []string{"bench"})
+						hs := distinctLeaders(&queen.PushBatch{Items: its})
+						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{0}, unbounded(len(hs), pgSince(queen.Span{})), unbounded(len(hs), pgUntil(queen.Span{})), []string{"bench"})
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -132,8 +132,8 @@ func BenchmarkColdProbe(b *testing.B) {
 				b.Run("probe-narrowed", func(b *testing.B) {
 					for b.Loop() {
 						its := fresh()
-						hs := distinctLeaders(&PushBatch{Items: its})
-						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{last}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{3600}, unbounded(len(hs), Span{}.pgSince()), unbounded(len(hs), Span{}.pgUntil()), []string{"bench"})
+						hs := distinctLeaders(&queen.PushBatch{Items: its})
+						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{last}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{3600}, unbounded(len(hs), pgSince(queen.Span{})), unbounded(len(hs), pgUntil(queen.Span{})), []string{"bench"})
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -145,7 +145,7 @@ func BenchmarkColdProbe(b *testing.B) {
 				})
 				b.Run("push", func(b *testing.B) {
 					for b.Loop() {
-						out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: fresh(), Watermark: -1})
+						out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: fresh(), Watermark: -1})
 						if err != nil || out.Results[0].Verdict != queen.Queued {
 							b.Fatalf("commit: %v", err)
 						}
@@ -154,7 +154,7 @@ func BenchmarkColdProbe(b *testing.B) {
 				})
 				b.Run("push-narrowed", func(b *testing.B) {
 					for b.Loop() {
-						out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: fresh(), Watermark: last, AssumedWindow: 3600})
+						out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: fresh(), Watermark: last, AssumedWindow: 3600})
 						if err != nil || out.Results[0].Verdict != queen.Queued {
 							b.Fatalf("commit: %v", err)
 						}

@@ -16,78 +16,26 @@ import (
 	"github.com/queen-mq/queen-go/rules"
 )
 
-// PushBatch is one partition's share of a commit: the items of one or more
-// fused push requests, in mailbox arrival order (SPEC.md §1).
-type PushBatch struct {
-	PartitionID uuid.UUID
-	Items       []*queen.Item
-	// LeaderOf[i] is i for an item whose hash does not occur earlier in Items
-	// (a leader), else the index of the leader with the same hash (a follower,
-	// SPEC.md §3). It is applied only when the window is > 0. nil means every
-	// item is a leader.
-	LeaderOf []int32
-	// Watermark: none of the leaders' hashes outside Suspects occurs inside
-	// the window at or below this offset (SPEC.md §8); -1 probes the whole
-	// window. It is always a segment boundary (the last offset of a segment
-	// the cache saw, or -1): the probe then reads only the sidecar rows of
-	// later segments, plus one index lookup per suspect.
-	Watermark int64
-	// Suspects are hashes the cache may have seen in the partition: each is
-	// looked up in the window, whatever the watermark, among the sidecar
-	// rows created within its Span (the zero Span: the whole window).
-	Suspects map[queen.Hash]Span
-	// AssumedWindow is the window (seconds) the cache's knowledge covers: if
-	// the window read under the lock is larger (a configure widened it), the
-	// watermark is ignored and every hash is looked up.
-	AssumedWindow int64
-}
-
-// Span bounds the created_at of the sidecar rows that may hold a suspect
-// (both ends included): the generations of the cache whose filters match
-// it (SPEC.md §8). A zero end is unbounded. The probe then descends only
-// the time ranges of log_txn_hashes that overlap the span.
-type Span struct {
-	Since, Until time.Time
-}
-
 // pgSince and pgUntil give the span's ends as timestamptz, an unbounded
 // end as -infinity or infinity.
-func (sp Span) pgSince() pgtype.Timestamptz {
+func pgSince(sp queen.Span) pgtype.Timestamptz {
 	if sp.Since.IsZero() {
 		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	}
 	return pgtype.Timestamptz{Time: sp.Since, Valid: true}
 }
 
-func (sp Span) pgUntil() pgtype.Timestamptz {
+func pgUntil(sp queen.Span) pgtype.Timestamptz {
 	if sp.Until.IsZero() {
 		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
 	}
 	return pgtype.Timestamptz{Time: sp.Until, Valid: true}
 }
 
-// PushOutcome is the result of Commit: one queen.Result per item, in order.
-type PushOutcome struct {
-	Results []queen.Result
-	// Window is the dedup window read under the row lock, in seconds.
-	Window int64
-	// FirstOffset and LastOffset span the new segment; LastOffset < FirstOffset
-	// when nothing was written.
-	FirstOffset, LastOffset int64
-	// CreatedAt is the segment's created_at (zero when nothing was written).
-	CreatedAt time.Time
-	// FullProbe reports that the probe covered the whole window (watermark -1).
-	FullProbe bool
-	// Err is set when this batch alone was answered failed while the
-	// bundle's other batches got their verdicts: its partition's row lock
-	// was held by another session (queen.ErrLockTimeout).
-	Err error
-}
-
 // Commit runs the push transaction of SPEC.md §3 for one partition; it is
 // CommitBundle of one batch.
-func (s *Store) Commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
-	outs, err := s.CommitBundle(ctx, []*PushBatch{b})
+func (s *Store) Commit(ctx context.Context, b *queen.PushBatch) (queen.PushOutcome, error) {
+	outs, err := s.CommitBundle(ctx, []*queen.PushBatch{b})
 	return outs[0], err
 }
 
@@ -99,7 +47,7 @@ func (s *Store) Commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 // nothing. Verdicts stay independent per partition. Each batch must name a
 // distinct partition.
 //
-// It returns one PushOutcome per batch, in order. On error every item of
+// It returns one queen.PushOutcome per batch, in order. On error every item of
 // every batch is answered queen.Failed: queen.ErrUnavailable when the
 // transaction certainly did not commit (queen.ErrStorageFull when the
 // database is out of disk space, Store.StorageFull), queen.ErrCommitUnknown
@@ -112,15 +60,15 @@ func (s *Store) Commit(ctx context.Context, b *PushBatch) (PushOutcome, error) {
 // several partitions (SQLSTATE 55P03), nothing was written and the bundle is
 // run again at once with SKIP LOCKED: the partitions free at that moment are
 // locked and committed as usual, and those another session still holds are
-// answered failed with the retryable code lock_timeout (their PushOutcome.Err
+// answered failed with the retryable code lock_timeout (their queen.PushOutcome.Err
 // set), without a second wait. A one-partition bundle is answered
 // lock_timeout after the first wait. The cost: about one lock timeout plus
 // one commit for the neighbours; the common path is unchanged (one
 // statement locks every partition). A partition locked only for an instant
 // by another transaction at the second attempt is answered lock_timeout
 // too; a retry with the same transaction ids settles it.
-func (s *Store) CommitBundle(ctx context.Context, bs []*PushBatch) ([]PushOutcome, error) {
-	outs := make([]PushOutcome, len(bs))
+func (s *Store) CommitBundle(ctx context.Context, bs []*queen.PushBatch) ([]queen.PushOutcome, error) {
+	outs := make([]queen.PushOutcome, len(bs))
 	err := s.commitBundle(ctx, bs, outs, false)
 	if errors.Is(err, queen.ErrPartitionGone) && s.reresolve(ctx, bs) {
 		// A queue was deleted while its partition ids were cached: the
@@ -145,7 +93,7 @@ func (s *Store) CommitBundle(ctx context.Context, bs []*PushBatch) ([]PushOutcom
 
 // reresolve looks every batch's partition up again by name (creating it if
 // its queue was deleted) and reports whether any id changed.
-func (s *Store) reresolve(ctx context.Context, bs []*PushBatch) bool {
+func (s *Store) reresolve(ctx context.Context, bs []*queen.PushBatch) bool {
 	changed := false
 	for _, b := range bs {
 		if len(b.Items) == 0 {
@@ -164,7 +112,7 @@ func (s *Store) reresolve(ctx context.Context, bs []*PushBatch) bool {
 }
 
 // nonEmpty counts the batches with items.
-func nonEmpty(bs []*PushBatch) int {
+func nonEmpty(bs []*queen.PushBatch) int {
 	n := 0
 	for _, b := range bs {
 		if len(b.Items) > 0 {
@@ -174,8 +122,8 @@ func nonEmpty(bs []*PushBatch) int {
 	return n
 }
 
-func failed(b *PushBatch, qe *queen.Error) PushOutcome {
-	out := PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1, Err: qe}
+func failed(b *queen.PushBatch, qe *queen.Error) queen.PushOutcome {
+	out := queen.PushOutcome{Results: make([]queen.Result, len(b.Items)), LastOffset: -1, Err: qe}
 	for i := range out.Results {
 		out.Results[i] = queen.FailedResult(b.PartitionID, qe)
 	}
@@ -200,17 +148,17 @@ type lockedPartition struct {
 // partition's verdicts and offsets under the locks. A pooled connection
 // found dead at the first round trip (nothing can have committed) is
 // replaced and the attempt run again once (Store.inSession, SPEC.md §9).
-func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOutcome, skipLocked bool) error {
+func (s *Store) commitBundle(ctx context.Context, bs []*queen.PushBatch, outs []queen.PushOutcome, skipLocked bool) error {
 	order := bundleOrder(bs)
 	if len(order) == 0 {
 		for i := range outs {
-			outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
+			outs[i] = queen.PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
 		}
 		return nil
 	}
 	return s.inSession(ctx, func(conn *session) error {
 		for i := range outs {
-			outs[i] = PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
+			outs[i] = queen.PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
 		}
 		return s.commitOn(ctx, conn, bs, outs, order, skipLocked)
 	})
@@ -218,7 +166,7 @@ func (s *Store) commitBundle(ctx context.Context, bs []*PushBatch, outs []PushOu
 
 // commitOn runs commitBundle's attempt on conn, over the non-empty batches
 // in lock order.
-func (s *Store) commitOn(ctx context.Context, conn *session, bs []*PushBatch, outs []PushOutcome, order []int, skipLocked bool) error {
+func (s *Store) commitOn(ctx context.Context, conn *session, bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, skipLocked bool) error {
 	lk, err := s.lockBundle(ctx, conn, bs, order, skipLocked)
 	if err != nil {
 		return err
@@ -247,7 +195,7 @@ func (s *Store) commitOn(ctx context.Context, conn *session, bs []*PushBatch, ou
 
 // bundleOrder is the indexes of bs's non-empty batches in the global lock
 // order: ascending partition id (DESIGN.md), so bundles cannot deadlock.
-func bundleOrder(bs []*PushBatch) []int {
+func bundleOrder(bs []*queen.PushBatch) []int {
 	order := make([]int, 0, len(bs))
 	for i, b := range bs {
 		if len(b.Items) > 0 {
@@ -275,7 +223,7 @@ type bundleLocks struct {
 // incoming hashes, in one round trip. A lock not granted within the lock
 // timeout, a deleted partition (queen.ErrPartitionGone, retryable with the
 // same ids) or a failed statement rolls back and returns the error.
-func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
+func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
 	ids := make([]pgtype.UUID, len(order))
@@ -295,8 +243,8 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*PushBatch, 
 				probeHashes = append(probeHashes, pgUUID(it.Hash))
 				sp, sus := b.Suspects[it.Hash]
 				probeSuspect = append(probeSuspect, sus)
-				probeSince = append(probeSince, sp.pgSince())
-				probeUntil = append(probeUntil, sp.pgUntil())
+				probeSince = append(probeSince, pgSince(sp))
+				probeUntil = append(probeUntil, pgUntil(sp))
 			}
 		}
 		probePIDs = append(probePIDs, pgUUID(b.PartitionID))
@@ -344,7 +292,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*PushBatch, 
 
 // skipBusy answers the partitions another session held (skipLocked)
 // lock_timeout, not committed, and returns order without them.
-func (s *Store) skipBusy(bs []*PushBatch, outs []PushOutcome, order []int, busy map[[16]byte]bool) []int {
+func (s *Store) skipBusy(bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, busy map[[16]byte]bool) []int {
 	if len(busy) == 0 {
 		return order
 	}
@@ -382,7 +330,7 @@ type bundleRows struct {
 // bundleWrites assigns each locked partition's verdicts and offsets
 // (assign: rules.Assign over the probe's hits) into outs and gathers the
 // rows to write.
-func (s *Store) bundleWrites(bs []*PushBatch, outs []PushOutcome, order []int, lk *bundleLocks) *bundleRows {
+func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, lk *bundleLocks) *bundleRows {
 	w := &bundleRows{want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
 	for _, i := range order {
 		b, out := bs[i], &outs[i]
@@ -420,7 +368,7 @@ func (s *Store) bundleWrites(bs []*PushBatch, outs []PushOutcome, order []int, l
 // (queen.ErrUnavailable, or the lock timeout of another session's DDL); a
 // failure after the COMMIT was sent whose outcome is not known is
 // queen.ErrCommitUnknown (the connection is closed).
-func (s *Store) writeBundle(ctx context.Context, conn *session, outs []PushOutcome, w *bundleRows) error {
+func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.PushOutcome, w *bundleRows) error {
 	var created time.Time
 	committed := false
 	ib := &pgx.Batch{}
@@ -485,7 +433,7 @@ type segmentKey struct {
 // leader is compared with the leader's payload, no read), for a queue with
 // dedupCheckPayload (SPEC.md §6). Originals whose segment is gone (ZeroUUID)
 // are not compared.
-func wantOriginals(b *PushBatch, out *PushOutcome, hits map[queen.Hash]hit, want map[segmentKey]struct{}) {
+func wantOriginals(b *queen.PushBatch, out *queen.PushOutcome, hits map[queen.Hash]hit, want map[segmentKey]struct{}) {
 	for i, r := range out.Results {
 		if r.Verdict != queen.Duplicate || out.Results[leaderOf(b, i)].Verdict == queen.Queued {
 			continue
@@ -531,7 +479,7 @@ func queueOriginals(pb *pgx.Batch, want map[segmentKey]struct{}, originals map[s
 // from the original's as stored (SPEC.md §6). Payloads are stored as the
 // client's JSON text, so the comparison is of that text. A duplicate whose
 // original could not be read is left unmarked.
-func markMismatches(bs []*PushBatch, outs []PushOutcome, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit, originals map[segmentKey][]byte) {
+func markMismatches(bs []*queen.PushBatch, outs []queen.PushOutcome, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit, originals map[segmentKey][]byte) {
 	for n, b := range bs {
 		if !locked[b.PartitionID].checkPayload {
 			continue
@@ -571,7 +519,7 @@ func markMismatches(bs []*PushBatch, outs []PushOutcome, locked map[[16]byte]loc
 // window 0 every item is clean) and packs the clean items' ids, frames and
 // hashes for the insert, the frames as segments.frames stores them
 // (packSegment: compressed when that saves bytes).
-func (s *Store) assign(b *PushBatch, window, last int64, hits map[queen.Hash]hit, out *PushOutcome) (msgIDs, frames, hashes []byte, keys [][16]byte, clean int) {
+func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Hash]hit, out *queen.PushOutcome) (msgIDs, frames, hashes []byte, keys [][16]byte, clean int) {
 	clean = rules.Assign(out.Results, b.Items, b.LeaderOf, b.PartitionID, window, last, func(h queen.Hash) (rules.Original, bool) {
 		x, ok := hits[h]
 		return rules.Original{Offset: x.offset, MessageID: x.id}, ok
@@ -688,7 +636,7 @@ func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.
 
 func pgUUID(b [16]byte) pgtype.UUID { return pgtype.UUID{Bytes: b, Valid: true} }
 
-func leaderOf(b *PushBatch, i int) int {
+func leaderOf(b *queen.PushBatch, i int) int {
 	if b.LeaderOf == nil {
 		return i
 	}
@@ -696,7 +644,7 @@ func leaderOf(b *PushBatch, i int) int {
 }
 
 // distinctLeaders returns the hashes to probe: one per leader.
-func distinctLeaders(b *PushBatch) [][16]byte {
+func distinctLeaders(b *queen.PushBatch) [][16]byte {
 	out := make([][16]byte, 0, len(b.Items))
 	for i, it := range b.Items {
 		if leaderOf(b, i) == i {

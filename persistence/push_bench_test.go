@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	queen "github.com/queen-mq/queen-go"
 )
 
 // BenchmarkCommitBundle measures the common push path: one bundle of 8
@@ -27,14 +28,14 @@ func BenchmarkCommitBundle(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
-		bs := make([]*PushBatch, parts)
+		bs := make([]*queen.PushBatch, parts)
 		for i, pid := range pids {
 			txns := make([]string, per)
 			for j := range txns {
 				txns[j] = fmt.Sprintf("t-%d-%d-%d", n, i, j)
 			}
 			its := items("bench", fmt.Sprintf("p%d", i), txns...)
-			bs[i] = &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}
+			bs[i] = &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}
 		}
 		if _, err := s.CommitBundle(ctx, bs); err != nil {
 			b.Fatal(err)

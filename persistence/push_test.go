@@ -35,14 +35,14 @@ func leadersOf(its []*queen.Item) []int32 {
 	return out
 }
 
-func commit(t testing.TB, s *Store, pid uuid.UUID, its []*queen.Item) PushOutcome {
+func commit(t testing.TB, s *Store, pid uuid.UUID, its []*queen.Item) queen.PushOutcome {
 	t.Helper()
-	out, err := s.Commit(context.Background(), &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	out, err := s.Commit(context.Background(), &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	require.NoError(t, err)
 	return out
 }
 
-func verdicts(out PushOutcome) []queen.Verdict {
+func verdicts(out queen.PushOutcome) []queen.Verdict {
 	v := make([]queen.Verdict, len(out.Results))
 	for i, r := range out.Results {
 		v[i] = r.Verdict
@@ -105,19 +105,19 @@ func TestCommitWatermarkNarrowsProbe(t *testing.T) {
 	// the probe believes, which proves the bound is applied; "b" (offset 1)
 	// is still found.
 	// (found in the sidecar rows after the watermark).
-	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "a", "b"), Watermark: 0, AssumedWindow: 3600})
+	out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: items("q", "p", "a", "b"), Watermark: 0, AssumedWindow: 3600})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Queued, queen.Duplicate}, verdicts(out))
 
 	// A suspect is looked up in the whole window, whatever the watermark.
-	out, err = s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "a", "c"), Watermark: 3, AssumedWindow: 3600,
-		Suspects: map[queen.Hash]Span{queen.HashTxn("a"): {}}})
+	out, err = s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: items("q", "p", "a", "c"), Watermark: 3, AssumedWindow: 3600,
+		Suspects: map[queen.Hash]queen.Span{queen.HashTxn("a"): {}}})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(out))
 	require.Equal(t, int64(0), out.Results[0].Offset, "the lowest offset is the original")
 
 	// A window wider than the cache assumed voids the watermark.
-	out, err = s.Commit(ctx, &PushBatch{PartitionID: pid, Items: items("q", "p", "b"), Watermark: 10, AssumedWindow: 60})
+	out, err = s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: items("q", "p", "b"), Watermark: 10, AssumedWindow: 60})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Duplicate}, verdicts(out))
 }
@@ -132,7 +132,7 @@ func TestCommitWindowZero(t *testing.T) {
 	require.NoError(t, err)
 	for i := 0; i < 3; i++ {
 		its := items("z", "p", "a", "a")
-		out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+		out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 		require.NoError(t, err)
 		require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued}, verdicts(out), "window 0: no check at all")
 		require.Equal(t, int64(0), out.Window)
@@ -145,7 +145,7 @@ func TestCommitWindowZero(t *testing.T) {
 	_, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "z"})
 	require.NoError(t, err)
 	its := items("z", "p", "a", "new")
-	out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+	out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(out))
 	require.Equal(t, int64(0), out.Results[0].Offset, "the lowest offset is the original")
@@ -172,13 +172,13 @@ func TestWindowIsReadAfterTheLock(t *testing.T) {
 	require.NoError(t, err)
 
 	type res struct {
-		out PushOutcome
+		out queen.PushOutcome
 		err error
 	}
 	done := make(chan res, 1)
 	go func() {
 		its := items("w", "p", "a")
-		out, err := s.Commit(ctx, &PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+		out, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 		done <- res{out, err}
 	}()
 	require.Eventually(t, func() bool {
@@ -241,12 +241,12 @@ func TestCommitBundleKeepsPartitionsIndependent(t *testing.T) {
 		pids = append(pids, pid)
 	}
 	commit(t, s, pids[0], items("q", "p1", "a"))
-	mk := func(i int, txns ...string) *PushBatch {
+	mk := func(i int, txns ...string) *queen.PushBatch {
 		its := items("q", fmt.Sprintf("p%d", i+1), txns...)
-		return &PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: -1}
+		return &queen.PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: -1}
 	}
 	// The same ids in three partitions: only p1 has seen "a" before.
-	outs, err := s.CommitBundle(ctx, []*PushBatch{mk(2, "a", "b", "a"), mk(0, "a", "b"), mk(1, "a", "b")})
+	outs, err := s.CommitBundle(ctx, []*queen.PushBatch{mk(2, "a", "b", "a"), mk(0, "a", "b"), mk(1, "a", "b")})
 	require.NoError(t, err)
 	require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued, queen.Duplicate}, verdicts(outs[0]))
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(outs[1]))
@@ -257,7 +257,7 @@ func TestCommitBundleKeepsPartitionsIndependent(t *testing.T) {
 	require.Equal(t, outs[0].CreatedAt, outs[2].CreatedAt, "one transaction, one timestamp")
 
 	// An all-duplicate bundle writes nothing.
-	outs, err = s.CommitBundle(ctx, []*PushBatch{mk(0, "a"), mk(1, "b")})
+	outs, err = s.CommitBundle(ctx, []*queen.PushBatch{mk(0, "a"), mk(1, "b")})
 	require.NoError(t, err)
 	require.Equal(t, queen.Duplicate, outs[0].Results[0].Verdict)
 	require.Equal(t, queen.Duplicate, outs[1].Results[0].Verdict)
@@ -274,7 +274,7 @@ func TestCommitBundleKeepsPartitionsIndependent(t *testing.T) {
 			if i%2 == 1 {
 				a, b = b, a
 			}
-			_, err := s.CommitBundle(ctx, []*PushBatch{a, b})
+			_, err := s.CommitBundle(ctx, []*queen.PushBatch{a, b})
 			errs <- err
 		}(i)
 	}

@@ -49,7 +49,7 @@ var (
 // so a shorter span keeps level 0 small and each compaction short (about
 // 0.7 µs of one core per hash). A cold lookup reads one level-1 row per
 // closed range in the window; a suspect is looked up only in the ranges
-// its cache generations span (persistence.Span).
+// its cache generations span (queen.Span).
 const DefaultSidecarRange = time.Minute
 
 // Bounds of a sidecar range span: whole seconds from 1 s to 24 h.

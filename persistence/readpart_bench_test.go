@@ -60,14 +60,14 @@ func benchReadPartition(b *testing.B, parts, width, per int) {
 	const total = 100
 	for round := 0; round < total/per; round++ {
 		for lo := 0; lo < parts; lo += width {
-			var bs []*PushBatch
+			var bs []*queen.PushBatch
 			for i := lo; i < lo+width && i < parts; i++ {
 				its := make([]*queen.Item, per)
 				for j := range its {
 					t := fmt.Sprintf("r%d-%d-%d", round, i, j)
 					its[j] = &queen.Item{Queue: "read", Partition: fmt.Sprintf("p%d", i), TransactionID: t, Payload: payload(), Hash: queen.HashTxn(t)}
 				}
-				bs = append(bs, &PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: -1})
+				bs = append(bs, &queen.PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 			}
 			outs, err := s.CommitBundle(ctx, bs)
 			if err != nil {

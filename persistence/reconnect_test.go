@@ -82,7 +82,7 @@ func TestDeadPooledConnectionIsReplaced(t *testing.T) {
 
 	before = kill()
 	res, st := pop(t, s, pid, g, 2)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m1", "m2"}, txns(res))
 	require.Greater(t, s.conns.retried.Load(), before, "the pop met a dead connection")
 
@@ -98,7 +98,7 @@ func TestDeadPooledConnectionIsReplaced(t *testing.T) {
 	require.Greater(t, s.conns.retried.Load(), before, "the partition lookup met a dead connection")
 
 	_, st = pop(t, s, pid, g, 2)
-	require.Equal(t, PopEmpty, st, "the acks committed once")
+	require.Equal(t, queen.PopEmpty, st, "the acks committed once")
 }
 
 // Under load (pushes, pops and acks from several goroutines), every session
@@ -147,9 +147,9 @@ func TestTerminatedSessionsUnderLoadAnswerNoUnavailable(t *testing.T) {
 				default:
 				}
 				p := (n + w) % partitions
-				b := &PushBatch{PartitionID: pids[p], Watermark: -1,
+				b := &queen.PushBatch{PartitionID: pids[p], Watermark: -1,
 					Items: items("q", fmt.Sprintf("p%d", p), fmt.Sprintf("w%d-%d-a", w, n), fmt.Sprintf("w%d-%d-b", w, n))}
-				if _, err := s.CommitBundle(ctx, []*PushBatch{b}); err != nil {
+				if _, err := s.CommitBundle(ctx, []*queen.PushBatch{b}); err != nil {
 					fail("push", err)
 				}
 				ops.Add(1)
@@ -163,13 +163,13 @@ func TestTerminatedSessionsUnderLoadAnswerNoUnavailable(t *testing.T) {
 				default:
 				}
 				pid := pids[(n+w)%partitions]
-				res, st, err := s.PopPartition(ctx, PopSpec{PartitionID: pid, Group: g, Batch: 10, SkipLocked: true})
+				res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: g, Batch: 10, SkipLocked: true})
 				ops.Add(1)
 				if err != nil {
 					fail("pop", err)
 					continue
 				}
-				if st != PopDelivered {
+				if st != queen.PopDelivered {
 					continue
 				}
 				acks := make([]queen.AckItem, len(res.Messages))

@@ -116,7 +116,7 @@ func TestRetentionSecondsDeletesOldSegments(t *testing.T) {
 
 	// Consumers skip the gap: a group that consumed nothing starts at m3.
 	res, st := pop(t, s, pid, "late", 10)
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m3", "m4"}, txns(res))
 
 	// A second pass has nothing to do.
@@ -171,7 +171,7 @@ func TestCompletedRetentionDeletesOnlyWhatEveryGroupCommitted(t *testing.T) {
 	commitEach(t, s, s2, "sub", "s2", "z0")
 	ack(t, s, ackAt(s2, "g1", 0))
 	_, st := pop(t, s, s1, "g3", 1) // g3 subscribes; its cursor in s2 is -1
-	require.Equal(t, PopDelivered, st)
+	require.Equal(t, queen.PopDelivered, st)
 	age(t, s, s2, 120*time.Second)
 	step(t, s, RetentionConfig{})
 	require.Equal(t, []int64{0}, segmentOffsets(t, s, s2), "g3 has not consumed s2")
@@ -347,7 +347,7 @@ func TestRetentionNeverBlocksPushes(t *testing.T) {
 			default:
 			}
 			its := items("nb", "p", fmt.Sprintf("new-%d", j))
-			out, err := s.Commit(pushCtx, &PushBatch{PartitionID: pid, Items: its, Watermark: -1})
+			out, err := s.Commit(pushCtx, &queen.PushBatch{PartitionID: pid, Items: its, Watermark: -1})
 			if err == nil && out.Results[0].Verdict != queen.Queued {
 				err = fmt.Errorf("push %d: verdict %v", j, out.Results[0].Verdict)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -61,9 +62,9 @@ func TestBulkCreationAnalyzesPartitions(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
-	keys := make([]PartitionKey, analyzeMinCreated+10)
+	keys := make([]queen.PartitionKey, analyzeMinCreated+10)
 	for i := range keys {
-		keys[i] = PartitionKey{"stats-bulk", fmt.Sprintf("p-%d", i)}
+		keys[i] = queen.PartitionKey{Queue: "stats-bulk", Partition: fmt.Sprintf("p-%d", i)}
 	}
 	_, err := s.EnsurePartitions(ctx, keys)
 	require.NoError(t, err)

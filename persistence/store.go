@@ -337,11 +337,6 @@ func (s *Store) EnsurePartition(ctx context.Context, queueName, partition string
 	return id, nil
 }
 
-// PartitionKey names a partition: its queue and its name.
-type PartitionKey struct {
-	Queue, Partition string
-}
-
 // EnsurePartitions returns the ids of several partitions, in the order of
 // keys, creating queues (with default options) and partitions on first use
 // (SPEC.md §1), like EnsurePartition for each key but in two or three round
@@ -351,7 +346,7 @@ type PartitionKey struct {
 // order), then reads their ids. A key may repeat. Errors are
 // queen.ErrUnavailable (retryable; nothing half-done matters: creation is
 // idempotent).
-func (s *Store) EnsurePartitions(ctx context.Context, keys []PartitionKey) ([]uuid.UUID, error) {
+func (s *Store) EnsurePartitions(ctx context.Context, keys []queen.PartitionKey) ([]uuid.UUID, error) {
 	ids := make([]uuid.UUID, len(keys))
 	found := make([]bool, len(keys))
 	read := func(idx []int, b *pgx.Batch) {

@@ -26,9 +26,9 @@ type txnRef struct{ op, item int }
 // txnPartition is one partition a transaction pushes to: its items in
 // request order (operation order, then item order) and where each came from.
 type txnPartition struct {
-	batch PushBatch
+	batch queen.PushBatch
 	refs  []txnRef
-	out   PushOutcome
+	out   queen.PushOutcome
 	seg   *txnSegment // what assign made to write; nil when nothing
 }
 
@@ -170,7 +170,7 @@ func (s *Store) groupPushes(ctx context.Context, req *queen.TxnRequest, plan *tx
 			}
 			p := plan.parts[pid]
 			if p == nil {
-				p = &txnPartition{batch: PushBatch{PartitionID: pid, Watermark: -1}}
+				p = &txnPartition{batch: queen.PushBatch{PartitionID: pid, Watermark: -1}}
 				plan.parts[pid] = p
 				plan.pushPIDs = append(plan.pushPIDs, pid)
 			}
@@ -424,7 +424,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 		// A transaction does not pass through the actors' caches: no
 		// watermark, no suspects, every hash looked up in the whole window.
 		pb.Queue(sqlProbePlanBegin)
-		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), Span{}.pgSince()), unbounded(len(probeHashes), Span{}.pgUntil()), probeQueues).Query(scanProbe(locked, hits))
+		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), pgSince(queen.Span{})), unbounded(len(probeHashes), pgUntil(queen.Span{})), probeQueues).Query(scanProbe(locked, hits))
 		pb.Queue(sqlProbePlanEnd)
 	}
 	start := time.Now()
@@ -451,7 +451,7 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 		if !ok || lp.window < 0 {
 			return queen.ErrPartitionGone.With("transaction: partition %q of queue %q was deleted (its queue was deleted); retry", p.batch.Items[0].Partition, p.batch.Items[0].Queue)
 		}
-		p.out = PushOutcome{Results: make([]queen.Result, len(p.batch.Items)), LastOffset: -1, Window: lp.window, FullProbe: true}
+		p.out = queen.PushOutcome{Results: make([]queen.Result, len(p.batch.Items)), LastOffset: -1, Window: lp.window, FullProbe: true}
 		msgIDs, frames, hashes, keys, clean := s.assign(&p.batch, lp.window, lp.last, hits[pid], &p.out)
 		if clean > 0 {
 			p.seg = &txnSegment{msgIDs: msgIDs, frames: frames, hashes: hashes, keys: keys, retained: lp.retained}

@@ -109,7 +109,7 @@ func TestTxnAckAndPushCommitTogether(t *testing.T) {
 	require.Equal(t, []string{"x"}, txnStored(t, s, "out", "o"))
 	require.Equal(t, int64(0), txnCursor(t, s, in, g))
 	next, st := pop(t, s, in, g, 1)
-	require.Equal(t, PopDelivered, st, "the ack released the lease")
+	require.Equal(t, queen.PopDelivered, st, "the ack released the lease")
 	require.Equal(t, []string{"m2"}, txns(next))
 
 	// The pushed message is consumable like any other.

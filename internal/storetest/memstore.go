@@ -122,7 +122,7 @@ func (s *MemStore) queueLocked(name string) (*memQueue, bool) {
 // EnsurePartitions returns the partitions' ids in the order of keys,
 // creating queues (default options) and partitions on first use, like
 // persistence.Store.EnsurePartitions.
-func (s *MemStore) EnsurePartitions(_ context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error) {
+func (s *MemStore) EnsurePartitions(_ context.Context, keys []queen.PartitionKey) ([]uuid.UUID, error) {
 	s.ensures.Add(int64(len(keys)))
 	ids := make([]uuid.UUID, len(keys))
 	if s.Stateless {
@@ -161,11 +161,11 @@ func (s *MemStore) partitionLocked(queueName, name string) *memPartition {
 // decides the rest. A batch
 // of a partition EnsurePartitions never returned is answered
 // queen.ErrPartitionGone for the whole bundle, nothing written.
-func (s *MemStore) CommitBundle(_ context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error) {
+func (s *MemStore) CommitBundle(_ context.Context, bs []*queen.PushBatch) ([]queen.PushOutcome, error) {
 	s.commits.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	outs := make([]persistence.PushOutcome, len(bs))
+	outs := make([]queen.PushOutcome, len(bs))
 	parts := make([]*memPartition, len(bs))
 	for k, b := range bs {
 		p := s.parts[b.PartitionID]
@@ -175,7 +175,7 @@ func (s *MemStore) CommitBundle(_ context.Context, bs []*persistence.PushBatch) 
 		if p == nil {
 			err := queen.ErrPartitionGone.With("partition %s does not exist", b.PartitionID)
 			for i := range outs {
-				outs[i] = persistence.PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), Err: err}
+				outs[i] = queen.PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), Err: err}
 				for j := range outs[i].Results {
 					outs[i].Results[j] = queen.FailedResult(bs[i].PartitionID, err)
 				}
@@ -192,13 +192,13 @@ func (s *MemStore) CommitBundle(_ context.Context, bs []*persistence.PushBatch) 
 }
 
 // commitLocked commits one batch to p at time now. s.mu held.
-func (s *MemStore) commitLocked(p *memPartition, b *persistence.PushBatch, now time.Time) persistence.PushOutcome {
+func (s *MemStore) commitLocked(p *memPartition, b *queen.PushBatch, now time.Time) queen.PushOutcome {
 	window := p.queue.opts.DedupWindowSeconds
 	last := int64(len(p.msgs)) - 1
 	if n := len(p.msgs); n > 0 && !now.After(p.msgs[n-1].created) {
 		now = p.msgs[n-1].created.Add(time.Microsecond) // monotone per partition, as under the row lock
 	}
-	out := persistence.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: window, FullProbe: b.Watermark < 0}
+	out := queen.PushOutcome{Results: make([]queen.Result, len(b.Items)), Window: window, FullProbe: b.Watermark < 0}
 	cut := now.Add(-time.Duration(window) * time.Second)
 	clean := rules.Assign(out.Results, b.Items, b.LeaderOf, p.id, window, last, func(h queen.Hash) (rules.Original, bool) {
 		for _, off := range p.byHash[h] {
@@ -442,21 +442,21 @@ func (s *MemStore) LeaseStats() LeaseStats {
 
 // PopPartition pops up to spec.Batch messages of one partition for a
 // consumer group, like persistence.Store.PopPartition (SPEC.md §4).
-func (s *MemStore) PopPartition(_ context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error) {
+func (s *MemStore) PopPartition(_ context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.parts[spec.PartitionID]
 	if p == nil {
-		return queen.PopResult{}, persistence.PopBusy, nil
+		return queen.PopResult{}, queen.PopBusy, nil
 	}
 	now := time.Now()
 	c, _ := s.consumerLocked(p, spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
 	if c.live(now) {
-		return queen.PopResult{}, persistence.PopBusy, nil
+		return queen.PopResult{}, queen.PopBusy, nil
 	}
 	s.expireLocked(p, spec.Group, c, now)
 	res, state := s.claimLocked(p, spec, c, spec.Batch, now)
-	if state == persistence.PopDelivered && !spec.AutoAck {
+	if state == queen.PopDelivered && !spec.AutoAck {
 		lease := spec.LeaseID
 		if lease == uuid.Nil {
 			lease = uuid.Must(uuid.NewV7())
@@ -471,8 +471,8 @@ func (s *MemStore) PopPartition(_ context.Context, spec persistence.PopSpec) (qu
 // persistence.Store.PopPartitions: partitions pids in order, claimed until
 // most (<= 0: no bound), spec.Batch messages or spec.MaxBytes are reached,
 // every claimed span leased under one id.
-func (s *MemStore) PopPartitions(_ context.Context, spec persistence.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []persistence.PopState, error) {
-	states := make([]persistence.PopState, len(pids))
+func (s *MemStore) PopPartitions(_ context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error) {
+	states := make([]queen.PopState, len(pids))
 	if len(pids) == 0 {
 		return queen.PopResult{}, states, nil
 	}
@@ -491,7 +491,7 @@ func (s *MemStore) PopPartitions(_ context.Context, spec persistence.PopSpec, pi
 	var exp time.Time
 	size, claimed := 0, 0
 	for i, pid := range pids {
-		states[i] = persistence.PopBusy
+		states[i] = queen.PopBusy
 		p := s.parts[pid]
 		if p == nil {
 			continue
@@ -502,15 +502,15 @@ func (s *MemStore) PopPartitions(_ context.Context, spec persistence.PopSpec, pi
 		}
 		s.expireLocked(p, spec.Group, c, now)
 		left := spec.Batch - len(out.Messages)
-		if left <= 0 || (most > 0 && claimed >= most) || size+persistence.PopMessageOverhead > maxBytes {
-			states[i] = persistence.PopNotYet
+		if left <= 0 || (most > 0 && claimed >= most) || size+queen.PopMessageOverhead > maxBytes {
+			states[i] = queen.PopNotYet
 			continue
 		}
 		ps := spec
 		ps.PartitionID, ps.MaxBytes, ps.BytesStrict = pid, maxBytes-size, len(out.Messages) > 0
 		res, st := s.claimLocked(p, ps, c, left, now)
 		states[i] = st
-		if st != persistence.PopDelivered {
+		if st != queen.PopDelivered {
 			continue
 		}
 		if !spec.AutoAck {
@@ -522,7 +522,7 @@ func (s *MemStore) PopPartitions(_ context.Context, spec persistence.PopSpec, pi
 			out.Messages = append(out.Messages, res.Messages...)
 		}
 		for _, m := range res.Messages {
-			size += len(m.Data) + persistence.PopMessageOverhead
+			size += len(m.Data) + queen.PopMessageOverhead
 		}
 		claimed++
 	}
@@ -535,7 +535,7 @@ func (s *MemStore) PopPartitions(_ context.Context, spec persistence.PopSpec, pi
 // claimLocked builds the messages (at most batch, within the row's
 // bisection and spec.MaxBytes) of p above c's cursor that are visible at
 // now, and with spec.AutoAck moves the cursor past them. s.mu held.
-func (s *MemStore) claimLocked(p *memPartition, spec persistence.PopSpec, c *memConsumer, batch int, now time.Time) (queen.PopResult, persistence.PopState) {
+func (s *MemStore) claimLocked(p *memPartition, spec queen.PopSpec, c *memConsumer, batch int, now time.Time) (queen.PopResult, queen.PopState) {
 	limit, stall, changed := c.bisect.Deliver(c.cursor, batch, now)
 	if changed && !c.bisect.Active {
 		s.leases.Stalls++
@@ -543,11 +543,11 @@ func (s *MemStore) claimLocked(p *memPartition, spec persistence.PopSpec, c *mem
 	}
 	last := int64(len(p.msgs)) - 1
 	if c.cursor >= last {
-		return queen.PopResult{}, persistence.PopEmpty
+		return queen.PopResult{}, queen.PopEmpty
 	}
 	opts := p.queue.opts
 	if opts.WindowBuffer > 0 && p.msgs[last].created.After(now.Add(-time.Duration(opts.WindowBuffer)*time.Second)) {
-		return queen.PopResult{}, persistence.PopNotYet
+		return queen.PopResult{}, queen.PopNotYet
 	}
 	visible := now.Add(-time.Duration(opts.DelayedProcessing) * time.Second)
 	maxBytes := spec.MaxBytes
@@ -562,7 +562,7 @@ func (s *MemStore) claimLocked(p *memPartition, spec persistence.PopSpec, c *mem
 		if m.created.After(visible) {
 			break
 		}
-		if size += len(m.payload) + persistence.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+		if size += len(m.payload) + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
 			break
 		}
 		res.Messages = append(res.Messages, queen.Message{
@@ -572,7 +572,7 @@ func (s *MemStore) claimLocked(p *memPartition, spec persistence.PopSpec, c *mem
 		})
 	}
 	if len(res.Messages) == 0 {
-		return queen.PopResult{}, persistence.PopNotYet
+		return queen.PopResult{}, queen.PopNotYet
 	}
 	res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = p.queue.name, p.name, pidText, spec.Group
 	if spec.AutoAck {
@@ -584,7 +584,7 @@ func (s *MemStore) claimLocked(p *memPartition, spec persistence.PopSpec, c *mem
 			}
 		}
 	}
-	return res, persistence.PopDelivered
+	return res, queen.PopDelivered
 }
 
 // leaseLocked leases c's span up to last under id for the queue's
@@ -744,11 +744,11 @@ func (s *MemStore) ackRowLocked(k consKey, items []queen.AckItem, idx []int, out
 // none for a partition it created).
 func (s *MemStore) Push(queueName, partition string, txns ...string) (uuid.UUID, []queen.Result) {
 	ctx := context.Background()
-	ids, err := s.EnsurePartitions(ctx, []persistence.PartitionKey{{Queue: queueName, Partition: partition}})
+	ids, err := s.EnsurePartitions(ctx, []queen.PartitionKey{{Queue: queueName, Partition: partition}})
 	if err != nil {
 		panic(err)
 	}
-	outs, err := s.CommitBundle(ctx, []*persistence.PushBatch{batch(ids[0], queueName, partition, txns...)})
+	outs, err := s.CommitBundle(ctx, []*queen.PushBatch{batch(ids[0], queueName, partition, txns...)})
 	if err != nil {
 		panic(err)
 	}

@@ -19,11 +19,11 @@ import (
 // cases need to set up and to make time pass (AgePartitions, ExpireLeases:
 // test hooks, never called in production).
 type Store interface {
-	EnsurePartitions(ctx context.Context, keys []persistence.PartitionKey) ([]uuid.UUID, error)
-	CommitBundle(ctx context.Context, bs []*persistence.PushBatch) ([]persistence.PushOutcome, error)
+	EnsurePartitions(ctx context.Context, keys []queen.PartitionKey) ([]uuid.UUID, error)
+	CommitBundle(ctx context.Context, bs []*queen.PushBatch) ([]queen.PushOutcome, error)
 	Configure(ctx context.Context, req queen.ConfigureRequest) (queen.ConfigureResult, error)
-	PopPartition(ctx context.Context, spec persistence.PopSpec) (queen.PopResult, persistence.PopState, error)
-	PopPartitions(ctx context.Context, spec persistence.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []persistence.PopState, error)
+	PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error)
+	PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error)
 	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
 	Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error)
@@ -74,25 +74,25 @@ type fixture struct {
 
 // pid returns (queue, partition)'s id, creating it.
 func (f *fixture) pid(queue, partition string) uuid.UUID {
-	ids, err := f.s.EnsurePartitions(f.ctx, []persistence.PartitionKey{{Queue: queue, Partition: partition}})
+	ids, err := f.s.EnsurePartitions(f.ctx, []queen.PartitionKey{{Queue: queue, Partition: partition}})
 	require.NoError(f.t, err)
 	return ids[0]
 }
 
 // batch builds a push batch of txns for partition pid (payload {"n":i}).
-func batch(pid uuid.UUID, queue, partition string, txns ...string) *persistence.PushBatch {
+func batch(pid uuid.UUID, queue, partition string, txns ...string) *queen.PushBatch {
 	items := make([]*queen.Item, len(txns))
 	for i, txn := range txns {
 		items[i] = &queen.Item{Queue: queue, Partition: partition, TransactionID: txn,
 			Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)), Hash: queen.HashTxn(txn)}
 	}
-	return &persistence.PushBatch{PartitionID: pid, Items: items, LeaderOf: rules.Leaders(items), Watermark: -1}
+	return &queen.PushBatch{PartitionID: pid, Items: items, LeaderOf: rules.Leaders(items), Watermark: -1}
 }
 
 // push commits txns to (queue, partition) in one batch.
-func (f *fixture) push(queue, partition string, txns ...string) persistence.PushOutcome {
+func (f *fixture) push(queue, partition string, txns ...string) queen.PushOutcome {
 	f.t.Helper()
-	outs, err := f.s.CommitBundle(f.ctx, []*persistence.PushBatch{batch(f.pid(queue, partition), queue, partition, txns...)})
+	outs, err := f.s.CommitBundle(f.ctx, []*queen.PushBatch{batch(f.pid(queue, partition), queue, partition, txns...)})
 	require.NoError(f.t, err)
 	require.Len(f.t, outs, 1)
 	require.Len(f.t, outs[0].Results, len(txns))
@@ -109,9 +109,9 @@ func (f *fixture) configure(queue string, p queen.OptionsPatch) {
 func i64(v int64) *int64 { return &v }
 
 // pop pops pid for group, leased, up to batch messages.
-func (f *fixture) pop(pid uuid.UUID, group string, batch int) (queen.PopResult, persistence.PopState) {
+func (f *fixture) pop(pid uuid.UUID, group string, batch int) (queen.PopResult, queen.PopState) {
 	f.t.Helper()
-	res, st, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: group, Batch: batch})
+	res, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: group, Batch: batch})
 	require.NoError(f.t, err)
 	return res, st
 }
@@ -191,7 +191,7 @@ var cases = []suiteCase{
 	{"push/bundle-verdicts-are-independent", func(t *testing.T, f *fixture) {
 		f.push("q", "p1", "a")
 		p1, p2 := f.pid("q", "p1"), f.pid("q", "p2")
-		outs, err := f.s.CommitBundle(f.ctx, []*persistence.PushBatch{batch(p1, "q", "p1", "a", "b"), batch(p2, "q", "p2", "a", "b")})
+		outs, err := f.s.CommitBundle(f.ctx, []*queen.PushBatch{batch(p1, "q", "p1", "a", "b"), batch(p2, "q", "p2", "a", "b")})
 		require.NoError(t, err)
 		require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, []queen.Verdict{outs[0].Results[0].Verdict, outs[0].Results[1].Verdict})
 		require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued}, []queen.Verdict{outs[1].Results[0].Verdict, outs[1].Results[1].Verdict})
@@ -230,7 +230,7 @@ var cases = []suiteCase{
 		require.Equal(t, int64(0), out.Results[0].Offset, "the oldest original inside the window")
 	}},
 	{"ensure/ids-are-stable", func(t *testing.T, f *fixture) {
-		ids, err := f.s.EnsurePartitions(f.ctx, []persistence.PartitionKey{{Queue: "q", Partition: "a"}, {Queue: "q", Partition: "b"}, {Queue: "q", Partition: "a"}})
+		ids, err := f.s.EnsurePartitions(f.ctx, []queen.PartitionKey{{Queue: "q", Partition: "a"}, {Queue: "q", Partition: "b"}, {Queue: "q", Partition: "a"}})
 		require.NoError(t, err)
 		require.Equal(t, ids[0], ids[2])
 		require.NotEqual(t, ids[0], ids[1])
@@ -245,7 +245,7 @@ var cases = []suiteCase{
 		f.push("q", "p", "a", "b", "c", "d", "e")
 		pid := f.pid("q", "p")
 		res, st := f.pop(pid, "g", 3)
-		require.Equal(t, persistence.PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		require.Equal(t, []int64{0, 1, 2}, offsets(res.Messages))
 		require.Equal(t, "a", res.Messages[0].TransactionID)
 		require.JSONEq(t, `{"n":0}`, string(res.Messages[0].Data))
@@ -263,18 +263,18 @@ var cases = []suiteCase{
 			require.Equal(t, 0, m.RetryCount)
 		}
 		_, st = f.pop(pid, "g", 3)
-		require.Equal(t, persistence.PopBusy, st, "one consumer per (partition, group)")
+		require.Equal(t, queen.PopBusy, st, "one consumer per (partition, group)")
 		res, st = f.pop(pid, "other", 10)
-		require.Equal(t, persistence.PopDelivered, st, "groups are independent")
+		require.Equal(t, queen.PopDelivered, st, "groups are independent")
 		require.Equal(t, []int64{0, 1, 2, 3, 4}, offsets(res.Messages))
 	}},
 	{"pop/auto-ack-moves-the-cursor", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b", "c")
 		pid := f.pid("q", "p")
-		spec := persistence.PopSpec{PartitionID: pid, Group: "g", Batch: 2, AutoAck: true}
+		spec := queen.PopSpec{PartitionID: pid, Group: "g", Batch: 2, AutoAck: true}
 		res, st, err := f.s.PopPartition(f.ctx, spec)
 		require.NoError(t, err)
-		require.Equal(t, persistence.PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		require.Nil(t, res.LeaseID)
 		require.Equal(t, []int64{0, 1}, offsets(res.Messages))
 		res, _, err = f.s.PopPartition(f.ctx, spec)
@@ -282,22 +282,22 @@ var cases = []suiteCase{
 		require.Equal(t, []int64{2}, offsets(res.Messages))
 		_, st, err = f.s.PopPartition(f.ctx, spec)
 		require.NoError(t, err)
-		require.Equal(t, persistence.PopEmpty, st)
+		require.Equal(t, queen.PopEmpty, st)
 	}},
 	{"pop/unknown-partition-is-busy", func(t *testing.T, f *fixture) {
-		_, st, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: uuid.New(), Group: "g", Batch: 1})
+		_, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: uuid.New(), Group: "g", Batch: 1})
 		require.NoError(t, err)
-		require.Equal(t, persistence.PopBusy, st)
+		require.Equal(t, queen.PopBusy, st)
 	}},
 	{"pop/max-bytes-keeps-the-first-message", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b", "c")
 		pid := f.pid("q", "p")
-		res, _, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: "g", Batch: 3, MaxBytes: 1})
+		res, _, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 3, MaxBytes: 1})
 		require.NoError(t, err)
 		require.Equal(t, []int64{0}, offsets(res.Messages), "the first message always fits")
-		res, st, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: "h", Batch: 3, MaxBytes: 1, BytesStrict: true})
+		res, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "h", Batch: 3, MaxBytes: 1, BytesStrict: true})
 		require.NoError(t, err)
-		require.Equal(t, persistence.PopNotYet, st)
+		require.Equal(t, queen.PopNotYet, st)
 		require.Empty(t, res.Messages)
 	}},
 	{"pop/delayed-processing", func(t *testing.T, f *fixture) {
@@ -305,10 +305,10 @@ var cases = []suiteCase{
 		f.push("q", "p", "a")
 		pid := f.pid("q", "p")
 		_, st := f.pop(pid, "g", 1)
-		require.Equal(t, persistence.PopNotYet, st)
+		require.Equal(t, queen.PopNotYet, st)
 		require.NoError(t, f.s.AgePartitions(f.ctx, []uuid.UUID{pid}, 3601*time.Second))
 		res, st := f.pop(pid, "g", 1)
-		require.Equal(t, persistence.PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		require.Equal(t, []int64{0}, offsets(res.Messages))
 	}},
 	{"pop/window-buffer", func(t *testing.T, f *fixture) {
@@ -316,10 +316,10 @@ var cases = []suiteCase{
 		f.push("q", "p", "a")
 		pid := f.pid("q", "p")
 		_, st := f.pop(pid, "g", 1)
-		require.Equal(t, persistence.PopNotYet, st)
+		require.Equal(t, queen.PopNotYet, st)
 		require.NoError(t, f.s.AgePartitions(f.ctx, []uuid.UUID{pid}, 3601*time.Second))
 		_, st = f.pop(pid, "g", 1)
-		require.Equal(t, persistence.PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 	}},
 	{"ack/offset-commit", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b", "c", "d", "e")
@@ -338,11 +338,11 @@ var cases = []suiteCase{
 		require.Equal(t, queen.Unresolvable, r.Result)
 		require.False(t, r.Success)
 		_, st := f.pop(pid, "g", 3)
-		require.Equal(t, persistence.PopBusy, st, "the lease still holds offset 2")
+		require.Equal(t, queen.PopBusy, st, "the lease still holds offset 2")
 		r = f.ackOne(pid, "g", 2, queen.AckCompleted, lease)
 		require.Equal(t, queen.Acked, r.Result)
 		res, st = f.pop(pid, "g", 3)
-		require.Equal(t, persistence.PopDelivered, st, "a cursor at the span's end releases the lease")
+		require.Equal(t, queen.PopDelivered, st, "a cursor at the span's end releases the lease")
 		require.Equal(t, []int64{3, 4}, offsets(res.Messages))
 	}},
 	{"ack/by-transaction-id", func(t *testing.T, f *fixture) {
@@ -394,7 +394,7 @@ var cases = []suiteCase{
 		require.Equal(t, queen.RetryScheduled, r.Result)
 		require.Equal(t, int64(-1), *r.Cursor)
 		res, st := f.pop(pid, "g", 1)
-		require.Equal(t, persistence.PopDelivered, st, "a failure ends the lease")
+		require.Equal(t, queen.PopDelivered, st, "a failure ends the lease")
 		require.Equal(t, []int64{0}, offsets(res.Messages))
 		require.Equal(t, 1, res.Messages[0].RetryCount)
 		res2, err := f.s.Ack(f.ctx, []queen.AckItem{{PartitionID: pid, Offset: 0, Status: queen.AckFailed, Error: "boom", ConsumerGroup: "g", LeaseID: leaseOf(t, res)}})
@@ -432,7 +432,7 @@ var cases = []suiteCase{
 		require.Equal(t, []int64{0}, offsets(res.Messages))
 		require.NoError(t, f.s.ExpireLeases(f.ctx))
 		res, st := f.pop(pid, "g", 1)
-		require.Equal(t, persistence.PopDelivered, st)
+		require.Equal(t, queen.PopDelivered, st)
 		require.Equal(t, []int64{0}, offsets(res.Messages))
 		require.Equal(t, 1, res.Messages[0].RetryCount, "one failed delivery counted")
 		require.NoError(t, f.s.ExpireLeases(f.ctx))
@@ -467,10 +467,10 @@ var cases = []suiteCase{
 		for _, p := range []string{"p1", "p2", "p3"} {
 			f.push("q", p, p+"a", p+"b")
 		}
-		spec := persistence.PopSpec{Group: "g", Batch: 10}
+		spec := queen.PopSpec{Group: "g", Batch: 10}
 		res, states, err := f.s.PopPartitions(f.ctx, spec, pids, 2)
 		require.NoError(t, err)
-		require.Equal(t, []persistence.PopState{persistence.PopDelivered, persistence.PopDelivered, persistence.PopNotYet}, states)
+		require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered, queen.PopNotYet}, states)
 		require.Len(t, res.Messages, 4)
 		require.Equal(t, "p1", res.Partition, "the reply names the first claimed partition")
 		lease := leaseOf(t, res)
@@ -480,7 +480,7 @@ var cases = []suiteCase{
 		}
 		res, states, err = f.s.PopPartitions(f.ctx, spec, pids, 0)
 		require.NoError(t, err)
-		require.Equal(t, []persistence.PopState{persistence.PopBusy, persistence.PopBusy, persistence.PopDelivered}, states)
+		require.Equal(t, []queen.PopState{queen.PopBusy, queen.PopBusy, queen.PopDelivered}, states)
 		require.Equal(t, "p3", res.Partition)
 		r := f.ackOne(pids[1], "g", 1, queen.AckCompleted, lease)
 		require.Equal(t, queen.Acked, r.Result, "one lease id serves every claimed partition")
@@ -489,15 +489,15 @@ var cases = []suiteCase{
 		pids := []uuid.UUID{f.pid("q", "p1"), f.pid("q", "p2"), f.pid("q", "p3")}
 		f.push("q", "p1", "a", "b")
 		f.push("q", "p3", "a", "b")
-		res, states, err := f.s.PopPartitions(f.ctx, persistence.PopSpec{Group: "g", Batch: 3, AutoAck: true}, pids, 0)
+		res, states, err := f.s.PopPartitions(f.ctx, queen.PopSpec{Group: "g", Batch: 3, AutoAck: true}, pids, 0)
 		require.NoError(t, err)
-		require.Equal(t, []persistence.PopState{persistence.PopDelivered, persistence.PopEmpty, persistence.PopDelivered}, states)
+		require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopEmpty, queen.PopDelivered}, states)
 		require.Len(t, res.Messages, 3)
 		require.Nil(t, res.LeaseID)
 		require.Equal(t, []int64{0, 1, 0}, offsets(res.Messages))
-		_, states, err = f.s.PopPartitions(f.ctx, persistence.PopSpec{Group: "g", Batch: 3, AutoAck: true}, pids, 0)
+		_, states, err = f.s.PopPartitions(f.ctx, queen.PopSpec{Group: "g", Batch: 3, AutoAck: true}, pids, 0)
 		require.NoError(t, err)
-		require.Equal(t, []persistence.PopState{persistence.PopEmpty, persistence.PopEmpty, persistence.PopDelivered}, states)
+		require.Equal(t, []queen.PopState{queen.PopEmpty, queen.PopEmpty, queen.PopDelivered}, states)
 	}},
 	{"candidates/partitions-with-work-and-no-live-lease", func(t *testing.T, f *fixture) {
 		for _, p := range []string{"p1", "p2", "p3"} {
@@ -510,7 +510,7 @@ var cases = []suiteCase{
 		require.NoError(t, err)
 		require.ElementsMatch(t, []uuid.UUID{p1, p2, p3}, got)
 		f.pop(p1, "g", 1)
-		_, _, err = f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: p2, Group: "g", Batch: 1, AutoAck: true})
+		_, _, err = f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: p2, Group: "g", Batch: 1, AutoAck: true})
 		require.NoError(t, err)
 		got, err = f.s.Candidates(f.ctx, "q", "g", 10)
 		require.NoError(t, err)
@@ -525,9 +525,9 @@ var cases = []suiteCase{
 		require.NoError(t, err)
 		require.True(t, exists)
 		pid := f.pid("q", "p")
-		_, st, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
+		_, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
 		require.NoError(t, err)
-		require.Equal(t, persistence.PopEmpty, st)
+		require.Equal(t, queen.PopEmpty, st)
 		f.push("q", "p", "c")
 		res, _ := f.pop(pid, "g", 5)
 		require.Equal(t, []int64{2}, offsets(res.Messages))
@@ -545,7 +545,7 @@ var cases = []suiteCase{
 		exists, err = f.s.Subscribe(f.ctx, "q", "g", nil, true)
 		require.NoError(t, err)
 		require.True(t, exists, "subscribed already: a no-op")
-		res, _, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
+		res, _, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
 		require.NoError(t, err)
 		require.Equal(t, []int64{0, 1}, offsets(res.Messages), "the first subscription (all) holds")
 		exists, err = f.s.Subscribe(f.ctx, "nope", "g", nil, true)
@@ -558,16 +558,16 @@ var cases = []suiteCase{
 		require.NoError(t, f.s.AgePartitions(f.ctx, []uuid.UUID{pid}, time.Hour))
 		f.push("q", "p", "b")
 		from := time.Now().Add(-time.Minute)
-		res, _, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionFrom: &from})
+		res, _, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionFrom: &from})
 		require.NoError(t, err)
 		require.Equal(t, []int64{1}, offsets(res.Messages))
 	}},
 	{"subscription/new-recorded-by-the-first-pop", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b")
 		pid := f.pid("q", "p")
-		_, st, err := f.s.PopPartition(f.ctx, persistence.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
+		_, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
 		require.NoError(t, err)
-		require.Equal(t, persistence.PopEmpty, st, "the pop subscribes the group at its own moment")
+		require.Equal(t, queen.PopEmpty, st, "the pop subscribes the group at its own moment")
 		f.push("q", "p", "c")
 		res, _ := f.pop(pid, "g", 5)
 		require.Equal(t, []int64{2}, offsets(res.Messages))

@@ -56,7 +56,7 @@ func (e *auditEnv) item(seq uint64) *queen.Item {
 
 // commit runs one push transaction of items to partition part without
 // recording anything.
-func (e *auditEnv) commit(t *testing.T, part int, its ...*queen.Item) persistence.PushOutcome {
+func (e *auditEnv) commit(t *testing.T, part int, its ...*queen.Item) queen.PushOutcome {
 	t.Helper()
 	ctx := context.Background()
 	pid, err := e.s.EnsurePartition(ctx, e.queue, e.parts[part])
@@ -64,7 +64,7 @@ func (e *auditEnv) commit(t *testing.T, part int, its ...*queen.Item) persistenc
 	for _, it := range its {
 		it.Partition = e.parts[part]
 	}
-	out, err := e.s.Commit(ctx, &persistence.PushBatch{PartitionID: pid, Items: its, Watermark: -1})
+	out, err := e.s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, Watermark: -1})
 	require.NoError(t, err)
 	return out
 }

@@ -448,7 +448,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 	registerLeaseMetrics(b.metrics, b.store)
 	b.svc = transport.NewService(transport.Config{
 		Pusher: b.router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
-		Consumer: consumer{pops: b.cons, store: b.store}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
+		Consumer: consumer{Store: b.store, pops: b.cons}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
 		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes, BodyIdleTimeout: cfg.BodyIdleTimeout,
 		Partitions: func() any { return b.host.PartitionStats() }, Build: b.Build(),

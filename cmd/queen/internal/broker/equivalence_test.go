@@ -204,7 +204,7 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp, passivateEvery i
 			window = op.window
 			eqConfigure(t, envs[0], queue, window)
 		case "advance":
-			// The brokers' caches read the same clock (persistence.Span):
+			// The brokers' caches read the same clock (queen.Span):
 			// they are held while the stored created_at moves back.
 			caches := make([]*actors.Cache, len(envs))
 			for k, e := range envs {

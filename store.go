@@ -1,0 +1,127 @@
+package queen
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The store protocol: what the drivers of the store ask of it and what it
+// answers. The partition actors commit pushes (actors.Store: PushBatch in,
+// PushOutcome out, caches hydrated from SidecarSegments), the pop
+// coordinator pops partitions (consume.Store: PopSpec in, PopState out);
+// persistence.Store implements both against PostgreSQL and
+// internal/storetest's MemStore in memory. Plain values, no I/O.
+
+// PushBatch is one partition's share of a commit: the items of one or more
+// fused push requests, in mailbox arrival order (SPEC.md §1).
+type PushBatch struct {
+	PartitionID uuid.UUID
+	Items       []*Item
+	// LeaderOf[i] is i for an item whose hash does not occur earlier in Items
+	// (a leader), else the index of the leader with the same hash (a follower,
+	// SPEC.md §3). It is applied only when the window is > 0. nil means every
+	// item is a leader.
+	LeaderOf []int32
+	// Watermark: none of the leaders' hashes outside Suspects occurs inside
+	// the window at or below this offset (SPEC.md §8); -1 probes the whole
+	// window. It is always a segment boundary (the last offset of a segment
+	// the cache saw, or -1): the probe then reads only the sidecar rows of
+	// later segments, plus one index lookup per suspect.
+	Watermark int64
+	// Suspects are hashes the cache may have seen in the partition: each is
+	// looked up in the window, whatever the watermark, among the sidecar
+	// rows created within its Span (the zero Span: the whole window).
+	Suspects map[Hash]Span
+	// AssumedWindow is the window (seconds) the cache's knowledge covers: if
+	// the window read under the lock is larger (a configure widened it), the
+	// watermark is ignored and every hash is looked up.
+	AssumedWindow int64
+}
+
+// Span bounds the created_at of the sidecar rows that may hold a suspect
+// (both ends included): the generations of the cache whose filters match
+// it (SPEC.md §8). A zero end is unbounded. The probe then descends only
+// the time ranges of log_txn_hashes that overlap the span.
+type Span struct {
+	Since, Until time.Time
+}
+
+// PushOutcome is the result of one PushBatch's commit
+// (persistence.Store.CommitBundle): one Result per item, in order.
+type PushOutcome struct {
+	Results []Result
+	// Window is the dedup window read under the row lock, in seconds.
+	Window int64
+	// FirstOffset and LastOffset span the new segment; LastOffset < FirstOffset
+	// when nothing was written.
+	FirstOffset, LastOffset int64
+	// CreatedAt is the segment's created_at (zero when nothing was written).
+	CreatedAt time.Time
+	// FullProbe reports that the probe covered the whole window (watermark -1).
+	FullProbe bool
+	// Err is set when this batch alone was answered failed while the
+	// bundle's other batches got their verdicts: its partition's row lock
+	// was held by another session (ErrLockTimeout).
+	Err error
+}
+
+// SidecarSegment is one log_txns row: the 16-byte hashes of a segment's
+// frames in frame order, the first at offset First. A partition's hash
+// cache hydrates from them (SPEC.md §8).
+type SidecarSegment struct {
+	First     int64
+	CreatedAt time.Time
+	Hashes    []byte
+}
+
+// PopState says why a partition pop returned what it returned.
+type PopState int
+
+// The pop states.
+const (
+	// PopDelivered: messages were returned.
+	PopDelivered PopState = iota
+	// PopEmpty: nothing above the group's cursor; the partition is drained
+	// for the group until the next push.
+	PopEmpty
+	// PopBusy: a live lease of another consumer holds the partition for the
+	// group, or another request is popping or acking it right now.
+	PopBusy
+	// PopNotYet: messages exist above the cursor but are not visible yet
+	// (delayedProcessing, windowBuffer), or are all leased.
+	PopNotYet
+)
+
+// PopSpec is one partition pop.
+type PopSpec struct {
+	PartitionID uuid.UUID
+	Group       string
+	// Batch is the most messages returned (>= 1).
+	Batch   int
+	AutoAck bool
+	// SkipLocked makes a pop skip a consumer row another request holds
+	// (wildcard pops) instead of waiting for it.
+	SkipLocked bool
+	// SubscriptionFrom / SubscriptionNew record the group's subscription of
+	// the queue on its first pop (PopRequest).
+	SubscriptionFrom *time.Time
+	SubscriptionNew  bool
+	// LeaseID, when not uuid.Nil, is the lease id to take instead of a new
+	// one: a multi-partition pop leases every partition it claims under one
+	// id, so one extension renews them all (PopRequest.Partitions).
+	LeaseID uuid.UUID
+	// MaxBytes bounds the bytes returned, each message counted as its
+	// payload plus PopMessageOverhead (the first message is always
+	// returned unless BytesStrict); <= 0 means MaxPopReplyBytes. It
+	// keeps a reply of large messages below the NATS max_payload (SPEC.md §11).
+	MaxBytes int
+	// BytesStrict makes MaxBytes bind the first message too (a
+	// multi-partition pop's later claims): when it does not fit, nothing is
+	// returned or leased (PopNotYet).
+	BytesStrict bool
+}
+
+// PopMessageOverhead is what one message adds to a pop reply besides its
+// payload (ids, names, offsets and keys), counted against PopSpec.MaxBytes.
+const PopMessageOverhead = 512
