@@ -2,7 +2,6 @@ package actors
 
 import (
 	"errors"
-
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
 	queen "github.com/queen-mq/queen-go"
 )
 

@@ -3,8 +3,9 @@ package loadtest
 import (
 	"testing"
 
-	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/stretchr/testify/require"
+
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 func TestStoragePerMessage(t *testing.T) {

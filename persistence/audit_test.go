@@ -7,8 +7,9 @@ import (
 	"sort"
 	"testing"
 
-	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 func TestAuditMessages(t *testing.T) {

@@ -7,8 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // TestEnsurePartitions creates partitions in bulk: existing ones keep their

@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	queen "github.com/queen-mq/queen-go"
-
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 

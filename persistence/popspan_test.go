@@ -5,8 +5,9 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // TestSpanMessages: the messages a pop builds from the segments it read,

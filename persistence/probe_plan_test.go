@@ -1,21 +1,20 @@
 package persistence
 
 import (
-	"time"
-
 	"context"
 	"fmt"
-	"github.com/google/uuid"
-	queen "github.com/queen-mq/queen-go"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 

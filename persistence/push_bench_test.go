@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
 	queen "github.com/queen-mq/queen-go"
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+
 	queen "github.com/queen-mq/queen-go"
 )
 

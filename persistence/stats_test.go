@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	queen "github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // TestAnalyzeDue: an analyze is due once at least analyzeMinCreated

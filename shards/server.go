@@ -16,11 +16,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
-	"github.com/queen-mq/queen-go/actors"
-	"github.com/queen-mq/queen-go/transport/wire"
-
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/actors"
 	"github.com/queen-mq/queen-go/lifecycle"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // PartitionPusher hands one partition's items to that partition's actor

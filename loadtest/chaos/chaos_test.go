@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/stretchr/testify/require"
+
+	"github.com/queen-mq/queen-go/loadtest/report"
 )
 
 // Mixed chaos injects one fault of each kind per round, in an order drawn

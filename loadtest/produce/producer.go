@@ -3,7 +3,6 @@ package produce
 import (
 	"context"
 	"encoding/json"
-
 	"math/rand/v2"
 	"sync/atomic"
 	"time"

@@ -7,8 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/queen-mq/queen-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/queen-mq/queen-go"
 )
 
 func TestDecodeTransaction(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
 	"github.com/queen-mq/queen-go/internal/browsertest"
 )
 
