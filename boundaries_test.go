@@ -90,7 +90,7 @@ func goTool(t *testing.T) string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	p := filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // SA1019: a fallback only; the test binary is built and run on one machine
 	if _, err := exec.LookPath(p); err != nil {
 		t.Skip("no go tool on PATH or in GOROOT: the import boundaries are not checked")
 	}

@@ -160,8 +160,8 @@ func TestStopDrainsInFlightPushes(t *testing.T) {
 		return errors.Is(err, queen.ErrShuttingDown)
 	}, 5*time.Second, time.Millisecond)
 	select {
-	case <-stopped:
-		t.Fatal("Stop returned before the in-flight commit finished")
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) before the in-flight commit finished", err)
 	default:
 	}
 	close(st.gate) // release this commit and any "late" push enqueued before the drain began

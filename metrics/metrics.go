@@ -3,7 +3,10 @@
 // in cmd/queen (which adds the cache, partition and cluster gauges to it).
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
 
 // Set is the broker's Prometheus metrics, registered on their own
 // registry (served at GET /metrics).
@@ -112,7 +115,7 @@ func New() *Set {
 	}
 	r.MustRegister(m.PushRequests, m.PushItems, m.QueueItems, m.DedupPayloadMismatch, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads, m.StalledBodies, m.PollsRefused,
 		m.PopMessages, m.AckItems, m.TracesDiscarded, m.LockWaitSeconds, m.LockTimeouts,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{"push", "ack", "transaction"} {
 		m.LockTimeouts.WithLabelValues(op) // exported at 0 before the first timeout
 	}

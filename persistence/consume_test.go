@@ -238,11 +238,11 @@ func TestSubscriptionModes(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid))
 	commit(t, s, pid, items("q", "p", "mid1"))
 
-	res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "new", Batch: 10, SubscriptionNew: true})
+	_, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "new", Batch: 10, SubscriptionNew: true})
 	require.NoError(t, err)
 	require.Equal(t, queen.PopEmpty, st, "new skips the backlog")
 	commit(t, s, pid, items("q", "p", "new1"))
-	res, _ = pop(t, s, pid, "new", 10) // the subscription is fixed by the first pop
+	res, _ := pop(t, s, pid, "new", 10) // the subscription is fixed by the first pop
 	require.Equal(t, []string{"new1"}, txns(res))
 
 	res, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "from", Batch: 10, SubscriptionFrom: &mid})

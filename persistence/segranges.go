@@ -42,9 +42,6 @@ var (
 	sqlSessionLockTimeoutRestore = q("session_lock_timeout_restore")
 )
 
-// maxSegmentSpan bounds the span of a segment range (queen.segment_span_minutes).
-const maxSegmentSpan = 1024 * time.Minute
-
 // segmentLead is how far ahead of now ranges are made for a span: four
 // spans and at least 5 minutes, plus the span, so a range exists long
 // before its time even when several ticks in a row find the table busy.

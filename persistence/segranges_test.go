@@ -341,7 +341,9 @@ func TestInterruptedSegmentRangeDetachIsFinalized(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the detach never waited for the reader")
 		time.Sleep(10 * time.Millisecond)
 	}
-	<-done // the cancelled detach fails the step
+	if err := <-done; err != nil {
+		t.Logf("the cancelled detach fails the step: %v", err)
+	}
 	var pending bool
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits
 		WHERE inhrelid = to_regclass($1) AND inhdetachpending)`, old).Scan(&pending))

@@ -34,9 +34,9 @@ func TestAnalyzeDue(t *testing.T) {
 // TestAnalyzerRetriesAfterFailure: a failed analyze keeps its count, so
 // the next creation runs it again; one runs at a time; close waits.
 func TestAnalyzerRetriesAfterFailure(t *testing.T) {
-	runs := make(chan error, 4)
+	runs := make(chan struct{}, 4)
 	results := make(chan error)
-	a := newAnalyzer(func(context.Context) error { runs <- nil; return <-results })
+	a := newAnalyzer(func(context.Context) error { runs <- struct{}{}; return <-results })
 	a.add(analyzeMinCreated)
 	<-runs
 	a.add(1) // one is running: not another

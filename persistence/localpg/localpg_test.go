@@ -412,7 +412,7 @@ func TestStalePostmasterPid(t *testing.T) {
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }) // best effort: the sleeper is killed, Wait only reaps it
 
 	// A pid that is gone: a finished and reaped child.
 	done := exec.Command("true")
@@ -476,7 +476,7 @@ func TestMissingBinaries(t *testing.T) {
 	c, err := Start(context.Background(), Config{DataDir: dataDir, Logger: testLogger(t)})
 	took := time.Since(began)
 	if err == nil {
-		c.Stop()
+		_ = c.Stop() // cleanup only: the test fails on the next line
 		t.Fatal("Start succeeded without binaries")
 	}
 	if !errors.Is(err, ErrNoBinaries) {

@@ -72,10 +72,10 @@ func TestClusterNodeLossKeepsSubscriptions(t *testing.T) {
 	require.NoError(t, err)
 	defer srvConn.Close()
 	svc, err := micro.AddService(srvConn, micro.Config{Name: "queen-test", Version: "0.0.1",
-		Endpoint: &micro.EndpointConfig{Subject: "test.echo", Handler: micro.HandlerFunc(func(r micro.Request) { r.Respond(r.Data()) })}})
+		Endpoint: &micro.EndpointConfig{Subject: "test.echo", Handler: micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(r.Data()) })}})
 	require.NoError(t, err)
-	defer svc.Stop() //nolint:errcheck
-	_, err = srvConn.QueueSubscribe("test.shard.1", "q", func(m *nats.Msg) { m.Respond(append([]byte("shard:"), m.Data...)) })
+	defer svc.Stop() //nolint:errcheck // cleanup at the test's end
+	_, err = srvConn.QueueSubscribe("test.shard.1", "q", func(m *nats.Msg) { _ = m.Respond(append([]byte("shard:"), m.Data...)) })
 	require.NoError(t, err)
 	require.NoError(t, srvConn.Flush())
 
@@ -113,7 +113,7 @@ func TestLameDuckNodeMovesClientsAway(t *testing.T) {
 	nc, err := ConnectNATS(nodes[0].ClientURL(), "ldm")
 	require.NoError(t, err)
 	defer nc.Close()
-	_, err = nc.Subscribe("test.ldm", func(m *nats.Msg) { m.Respond([]byte("ok")) })
+	_, err = nc.Subscribe("test.ldm", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }) // a lost reply fails the request below
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 	// The client learns the other nodes from the cluster's INFO.

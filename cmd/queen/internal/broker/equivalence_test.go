@@ -89,12 +89,11 @@ type eqModel struct {
 }
 
 type eqMsg struct {
-	txn      string
-	at       int
-	id       string // canonical: "m<k>"
-	segment  bool   // the segment still exists
-	sidecar  bool   // the sidecar row still exists
-	position int
+	txn     string
+	at      int
+	id      string // canonical: "m<k>"
+	segment bool   // the segment still exists
+	sidecar bool   // the sidecar row still exists
 }
 
 func newEqModel() *eqModel { return &eqModel{window: 3600, msgs: map[string][]*eqMsg{}} }
