@@ -120,10 +120,8 @@ func (s *Service) tooManyPolls(client string) reply {
 	s.pollMu.Lock()
 	all, mine := s.polling, s.pollsOf[client]
 	s.pollMu.Unlock()
-	rep := errReply(queen.ErrTooManyPolls.With("%d long polls are waiting on this broker (limit %d), %d of them this client's (limit %d); retry after a pause",
+	return errReply(queen.ErrTooManyPolls.With("%d long polls are waiting on this broker (limit %d), %d of them this client's (limit %d); retry after a pause",
 		all, s.cfg.MaxParkedPolls, mine, s.cfg.MaxParkedPollsPerClient))
-	rep.retryAfter = true
-	return rep
 }
 
 // ack answers a single ack: 200 with its result object. A result that is not

@@ -202,7 +202,7 @@ type reply struct {
 
 func errReply(err error) reply {
 	e := queen.AsError(err)
-	return reply{status: e.Status, body: e, retryAfter: e.Retryable && e.Status == http.StatusServiceUnavailable}
+	return reply{status: e.Status, body: e, retryAfter: e.Retryable && (e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests)}
 }
 
 // admit takes n more bytes of the in-flight body budget for a request that
