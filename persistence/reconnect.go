@@ -206,8 +206,8 @@ func notCommitted(tx querier) {
 // the round trip that carries its COMMIT. When attempt failed with its
 // connection closed before that (the connection was dead when handed out,
 // or a restart, a failover or pg_terminate_backend ended it mid-way) and
-// ctx is still live, nothing was committed: attempt runs once more, on a
-// connection the pool has checked (connCheck). An error acquiring a
+// ctx is still live, nothing was committed: attempt runs again (up to
+// brokenRetries times), on a connection the pool has checked (connCheck). An error acquiring a
 // connection is queen.ErrUnavailable. A round trip that met a full disk is
 // noted (Store.StorageFull); while the disk is known to be full, a lost
 // sidecar range (QS001), which cannot be rebuilt until space is freed, is
@@ -221,6 +221,12 @@ func (s *Store) inSession(ctx context.Context, attempt func(*session) error) err
 		c := &session{pooled: conn}
 		err = attempt(c)
 		conn.Release()
+		if err != nil && brokenConn(err) {
+			// The session is gone though no noted round trip saw the
+			// connection closed: a FATAL 57P01 answered to a batch's
+			// prepare is read by the batch's first result, not its Close.
+			c.broken = true
+		}
 		if c.full || storageFull(err) {
 			s.full.mark()
 		}
@@ -230,7 +236,7 @@ func (s *Store) inSession(ctx context.Context, attempt func(*session) error) err
 				return queen.ErrStorageFull.With("the database is out of disk space: a sidecar range emptied by the database's restart cannot be rebuilt until space is freed; nothing was written, retry with the same transaction ids (%v)", err)
 			}
 		}
-		if err == nil || !c.broken || c.commitSent || ctx.Err() != nil || try > 0 {
+		if err == nil || !c.broken || c.commitSent || ctx.Err() != nil || try >= brokenRetries {
 			return err
 		}
 		s.conns.markBroken()
@@ -238,17 +244,24 @@ func (s *Store) inSession(ctx context.Context, attempt func(*session) error) err
 	}
 }
 
-// retryBroken runs op, a read or an idempotent write on the pool, and once
-// more when it failed because its connection was dead (brokenConn) and ctx
-// is still live. op's error is returned as it is.
+// brokenRetries is how many times an attempt that met a dead connection
+// (and committed nothing) runs again: a restart or a failover can end the
+// fresh connection of a retry too while the server's sessions are being
+// terminated.
+const brokenRetries = 3
+
+// retryBroken runs op, a read or an idempotent write on the pool, and again
+// (up to brokenRetries times) when it failed because its connection was dead
+// (brokenConn) and ctx is still live. op's error is returned as it is.
 func (s *Store) retryBroken(ctx context.Context, op func() error) error {
-	err := op()
-	if err == nil || ctx.Err() != nil || !brokenConn(err) {
-		return err
+	for try := 0; ; try++ {
+		err := op()
+		if err == nil || ctx.Err() != nil || !brokenConn(err) || try >= brokenRetries {
+			return err
+		}
+		s.conns.markBroken()
+		s.conns.retried.Add(1)
 	}
-	s.conns.markBroken()
-	s.conns.retried.Add(1)
-	return op()
 }
 
 // brokenConn reports whether err says the connection it ran on is gone:
