@@ -66,13 +66,18 @@ type PushOutcome struct {
 	Err error
 }
 
-// SidecarSegment is one log_txns row: the 16-byte hashes of a segment's
-// frames in frame order, the first at offset First. A partition's hash
-// cache hydrates from them (SPEC.md §8).
+// SidecarSegment is one segment's transaction-id hashes: 16 bytes per
+// frame in frame order, the first at offset First, stored at CreatedAt. A
+// partition's hash cache hydrates from them (SPEC.md §8). With Gone set it
+// stands instead for segments that retention removed while their hashes may
+// still be inside the window: what they held, stored at or before CreatedAt
+// (zero: not known, as late as the newest commit), is unknown to the cache,
+// which then probes in full until that time leaves the window.
 type SidecarSegment struct {
 	First     int64
 	CreatedAt time.Time
 	Hashes    []byte
+	Gone      bool
 }
 
 // PopState says why a partition pop returned what it returned.

@@ -683,6 +683,20 @@ func (p *partitionCache) hydrate(epoch uint64) {
 				return
 			}
 			for _, sg := range segs {
+				if sg.Gone {
+					// Retention removed segments whose hashes may still be
+					// inside the window: not vouched for until they leave it.
+					t := sg.CreatedAt
+					if t.IsZero() {
+						// Not known: no later than the commit that showed
+						// the gap, which newest covers.
+						t = p.newest
+					}
+					if t.After(p.unknownUntil) {
+						p.unknownUntil = t
+					}
+					continue
+				}
 				gen := p.genAt(&read, sg.CreatedAt)
 				for i := 0; i+16 <= len(sg.Hashes); i += 16 {
 					gen.add((*queen.Hash)(sg.Hashes[i : i+16]))

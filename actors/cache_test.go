@@ -61,18 +61,57 @@ func (d *simDB) advance(by time.Duration) {
 	d.mu.Unlock()
 }
 
-// SidecarRange is the hydration query over the model.
+// SidecarRange is the hydration query over the model, holes included as
+// persistence reports them: a Gone marker before a segment whose
+// predecessor is missing (retention removed it), or for a range ending at
+// upTo whose last segment is gone.
 func (d *simDB) SidecarRange(_ context.Context, pid uuid.UUID, after, upTo, window int64) ([]queen.SidecarSegment, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reads++
+	segs := d.part(pid).segs
+	last := func(s queen.SidecarSegment) int64 { return s.First + int64(len(s.Hashes)/16) - 1 }
 	var out []queen.SidecarSegment
-	for _, s := range d.part(pid).segs {
+	below := int64(-1)
+	for i, s := range segs {
 		if s.First > after && s.First <= upTo && s.CreatedAt.After(d.now.Add(-time.Duration(window)*time.Second)) {
+			if len(out) == 0 && i > 0 {
+				below = last(segs[i-1])
+			}
+			if s.First != below+1 {
+				out = append(out, queen.SidecarSegment{Gone: true, CreatedAt: s.CreatedAt})
+			}
 			out = append(out, queen.SidecarSegment{First: s.First, CreatedAt: s.CreatedAt, Hashes: append([]byte(nil), s.Hashes...)})
+			below = last(s)
 		}
 	}
-	return out, nil
+	if len(out) > 0 || upTo < 0 {
+		return out, nil
+	}
+	end := int64(-1)
+	for _, s := range segs {
+		if s.First <= upTo {
+			end = last(s)
+		}
+	}
+	if end < upTo {
+		return []queen.SidecarSegment{{Gone: true}}, nil
+	}
+	return nil, nil
+}
+
+// retain removes partition pid's segments stored at or before now - keep,
+// as retention does (their hashes stay in the sidecar: a repeat inside the
+// window is still a duplicate).
+func (d *simDB) retain(pid uuid.UUID, keep time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.part(pid)
+	k := 0
+	for k < len(p.segs) && !p.segs[k].CreatedAt.After(d.now.Add(-keep)) {
+		k++
+	}
+	p.segs = p.segs[k:]
 }
 
 // inWindow returns the offset of h's original inside the window, or -1.
@@ -204,7 +243,8 @@ func waitHydrated(t *testing.T, caches []HashCache) {
 }
 
 // TestCacheWatermarkIsAPromise drives random pushes, repeats, writes by
-// another broker, window changes, budget evictions and time through caches
+// another broker, window changes, retention removing segments inside the
+// window (hydration then meets holes), budget evictions and time through caches
 // of several partitions, and checks every watermark against the model.
 func TestCacheWatermarkIsAPromise(t *testing.T) {
 	for _, budget := range []int64{512 << 20, 4 << 10, 1 << 10} {
@@ -240,6 +280,15 @@ func TestCacheWatermarkIsAPromise(t *testing.T) {
 					d.mu.Lock()
 					d.part(pids[k]).window = []int64{0, 30, 60, 120}[r.Intn(4)]
 					d.mu.Unlock()
+				case x < 86:
+					// Retention shorter than the window: segments go while
+					// their hashes may still be inside it.
+					d.retain(pids[k], time.Duration(r.Intn(60))*time.Second)
+				case x < 87:
+					// The partition's actor stops and starts again: the new
+					// cache hydrates, across holes retention left.
+					caches[k].Passivate()
+					caches[k] = c.New()
 				case x < 99:
 					d.advance(time.Duration(r.Intn(5000)) * time.Millisecond)
 				default:
@@ -254,6 +303,37 @@ func TestCacheWatermarkIsAPromise(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCacheDoesNotVouchAcrossARetainedHole (SPEC.md §3, §8): retention
+// removed segments whose hashes are still inside the window (a queue whose
+// retentionSeconds is shorter than its dedupWindowSeconds). A cache that
+// hydrates afterwards cannot read them back (persistence marks the hole
+// Gone), so it probes in full until they leave the window: a repeat of one
+// is still a duplicate. Then it vouches again.
+func TestCacheDoesNotVouchAcrossARetainedHole(t *testing.T) {
+	d := newSimDB()
+	c := NewCache(CacheConfig{BudgetBytes: 512 << 20, Source: d, Logger: quiet()})
+	pid, pc := uuid.New(), c.New()
+	for i := range 10 {
+		push(t, d, pc, pid, []string{fmt.Sprintf("t%d", i)})
+		d.advance(time.Second)
+	}
+	d.retain(pid, 5*time.Second)       // t0..t5 go; the window is 60 s
+	pc = c.New()                       // the partition activated again (another broker, a restart)
+	push(t, d, pc, pid, []string{"x"}) // hydrates (-1, 9]
+	waitHydrated(t, []HashCache{pc})
+	b := batchOf(pid, []string{"t1"})
+	pc.Prepare(b)
+	require.Equal(t, int64(-1), b.Watermark, "no watermark across the hole")
+	require.Equal(t, queen.Duplicate, d.commit(t, b).Results[0].Verdict)
+
+	d.advance(61 * time.Second) // the hole left the window
+	push(t, d, pc, pid, []string{"y"})
+	waitHydrated(t, []HashCache{pc})
+	b = batchOf(pid, []string{"z"})
+	pc.Prepare(b)
+	require.GreaterOrEqual(t, b.Watermark, int64(0), "vouches again")
 }
 
 // TestCacheDegradesWithoutThrashing: 64 equally busy partitions whose

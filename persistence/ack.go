@@ -244,7 +244,7 @@ type consumerAcks struct {
 	known, forgot bool
 	// hashAt holds the transactionId hash stored at the offsets of the
 	// items that name both an offset and a transactionId (consume_hash_at);
-	// an offset whose log_txns row is gone is absent.
+	// an offset whose segment is gone (retention) is absent.
 	hashAt map[int64]queen.Hash
 }
 
@@ -464,8 +464,7 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 // checkNamed refuses, with 400 invalid_field naming the item, an ack whose
 // offset and transactionId name different messages (the transactionId's
 // hash is not the one stored at the offset): nothing of the call is
-// applied. When the offset's hash is no longer known (its log_txns row was
-// purged) the offset decides alone and the reply does not echo the
+// applied. When the offset's hash is no longer known (its segment is gone) the offset decides alone and the reply does not echo the
 // transactionId, which could not be checked.
 func (a *consumerAcks) checkNamed(items []queen.AckItem, out []queen.AckResult) error {
 	for _, i := range a.idx {

@@ -19,7 +19,6 @@ var (
 	sqlAdminListQueues  = q("admin_list_queues")
 	sqlAdminDeleteGroup = q("admin_delete_group")
 	sqlAdminSeek        = q("admin_seek")
-	sqlAdminPurgeSide   = q("admin_purge_sidecar")
 )
 
 // DeadLetters lists the dead letters f selects, oldest first, at most
@@ -138,16 +137,6 @@ func (s *Store) Seek(ctx context.Context, queueName, group string, req queen.See
 		return 0, unavailable(err)
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// PurgeSidecar deletes the sidecar of the segment of partition pid starting
-// at firstOffset (its log_txns row; its per-hash rows then count for nothing
-// and go with their time range), as the retention loop does once it ages
-// out. Acks by transactionId of its messages become
-// unresolvable; acks by offset still work.
-func (s *Store) PurgeSidecar(ctx context.Context, pid uuid.UUID, firstOffset int64) error {
-	_, err := s.pool.Exec(ctx, sqlAdminPurgeSide, pid, firstOffset)
-	return unavailable(err)
 }
 
 var (

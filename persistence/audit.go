@@ -172,7 +172,7 @@ func (a *Audit) eachAfter(ctx context.Context, sql, queue string, names []string
 type DBStats struct {
 	// DatabaseBytes is pg_database_size of the database.
 	DatabaseBytes int64
-	// SidecarBytes is pg_total_relation_size summed over queen.log_txns and
+	// SidecarBytes is pg_total_relation_size summed over
 	// queen.log_txn_hashes and queen.hash_blocks, every partition of a partitioned table included
 	// (indexes and TOAST too).
 	SidecarBytes int64

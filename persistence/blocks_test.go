@@ -11,12 +11,12 @@ import (
 	queen "github.com/queen-mq/queen-go"
 )
 
-// lastStamp is the created_at of partition pid's newest log_txns row.
+// lastStamp is the created_at of partition pid's newest segment.
 func lastStamp(t testing.TB, s *Store, pid uuid.UUID) time.Time {
 	t.Helper()
 	var at time.Time
 	require.NoError(t, s.pool.QueryRow(context.Background(),
-		`SELECT max(created_at) FROM queen.log_txns WHERE partition_id = $1`, pid).Scan(&at))
+		`SELECT max(created_at) FROM queen.segments WHERE partition_id = $1`, pid).Scan(&at))
 	return at
 }
 
@@ -83,7 +83,7 @@ func TestSidecarCompactionKeepsEveryAnswer(t *testing.T) {
 	require.Equal(t, int64(2), *insp.Offset)
 
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "b", queen.AckCompleted, nil)))
-	require.Equal(t, rowCounts{Segments: 2, Messages: 4, Txns: 2, Hashes: 4}, counts(t, s, pid))
+	require.Equal(t, rowCounts{Segments: 2, Messages: 4, Hashes: 4}, counts(t, s, pid))
 }
 
 // TestSidecarCompactionIgnoresOtherPartitions: a level-1 bucket holds the
@@ -118,7 +118,8 @@ func crash(t testing.TB, s *Store) {
 // TestSidecarLostRangeFailsUntilRefilled (SPEC.md §3, §9): after a database
 // crash empties the open level-0 range, a push that must look a hash up is
 // answered failed (retryable), never queued twice; the compaction step
-// re-fills the range from log_txns, and the repeat is then a duplicate.
+// re-fills the range from the segments' hashes, and the repeat is then a
+// duplicate.
 // A warm cache's narrowed probe needs no lookup and goes on meanwhile.
 func TestSidecarLostRangeFailsUntilRefilled(t *testing.T) {
 	t.Parallel()
@@ -173,10 +174,10 @@ func TestSidecarLostRangeRebuiltOnDemand(t *testing.T) {
 	require.Equal(t, first.Results[0].MessageID, again.Results[0].MessageID)
 }
 
-// TestSidecarLostClosedRangeIsCompactedFromLogTxns: a closed range a crash
-// emptied is compacted from its log_txns rows (the authority), so no hash
-// of it is lost.
-func TestSidecarLostClosedRangeIsCompactedFromLogTxns(t *testing.T) {
+// TestSidecarLostClosedRangeIsCompactedFromSegments: a closed range a crash
+// emptied is compacted from its segments' hashes (the authority, migration
+// 0017), so no hash of it is lost.
+func TestSidecarLostClosedRangeIsCompactedFromSegments(t *testing.T) {
 	t.Parallel()
 	s := setupSpan(t, time.Second)
 	pid := partition(t, s, "k", "p")
@@ -236,7 +237,7 @@ SELECT $1, h.hash, h.o, 0, t.now FROM t, (VALUES (encode($2, 'hex')::uuid, 0), (
 
 	// The old range compacted: still a duplicate, from level 1.
 	var lo, hi time.Time
-	require.NoError(t, conn.QueryRow(ctx, `SELECT lo, hi FROM queen.sidecar_ranges WHERE lo = date_trunc('minute', (SELECT created_at FROM queen.log_txns WHERE first_offset = 0))`).Scan(&lo, &hi))
+	require.NoError(t, conn.QueryRow(ctx, `SELECT lo, hi FROM queen.sidecar_ranges WHERE lo = date_trunc('minute', (SELECT created_at FROM queen.segments WHERE first_offset = 0))`).Scan(&lo, &hi))
 	var n int64
 	require.NoError(t, conn.QueryRow(ctx, `SELECT queen.sidecar_compact($1, $2)`, lo, hi).Scan(&n))
 	require.GreaterOrEqual(t, n, int64(2))

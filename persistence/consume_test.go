@@ -102,7 +102,7 @@ func TestAckUnresolvable(t *testing.T) {
 	commit(t, s, pid, items("q", "p", "m1"))
 	res, _ := pop(t, s, pid, g, 1)
 	require.Len(t, res.Messages, 1)
-	require.NoError(t, s.PurgeSidecar(ctx, pid, 0))
+	require.NoError(t, s.ForgetHashes(ctx, pid, 0))
 	out, err := s.Ack(ctx, []queen.AckItem{ackTxn(pid, g, "m1", queen.AckCompleted, res.LeaseID)})
 	require.NoError(t, err)
 	require.Equal(t, queen.Unresolvable, out[0].Result)
@@ -314,7 +314,7 @@ func TestSeekDeleteGroupDeleteQueue(t *testing.T) {
 	require.True(t, existed)
 	require.Equal(t, int64(1), parts)
 	var left int
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.segments) + (SELECT count(*) FROM queen.log_txns) + (SELECT count(*) FROM queen.log_txn_hashes) + (SELECT count(*) FROM queen.partitions)`).Scan(&left))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.segments) + (SELECT count(*) FROM queen.log_txn_hashes) + (SELECT count(*) FROM queen.partitions)`).Scan(&left))
 	require.Zero(t, left)
 	existed, _, err = s.DeleteQueue(ctx, "q")
 	require.NoError(t, err)

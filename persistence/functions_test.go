@@ -30,12 +30,25 @@ func functionDefs(t *testing.T, conn *pgx.Conn) map[string]string {
 	return defs
 }
 
+// evolved lists the functions whose bodies changed after the move of
+// migration 0016, and why: the files define them anew, the migrations keep
+// the definitions they applied, as history.
+var evolved = map[string]string{
+	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns",
+	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash",
+	"sidecar_refill":        "migration 0017: level 0 rebuilt from the segments' hashes",
+	"sidecar_expire":        "migration 0017: ranges expire by time alone",
+	"segment_range_keepers": "migration 0017: a range is kept until the sidecar compacted its time",
+	"segment_storage":       "migration 0017: hashes stored EXTERNAL",
+}
+
 // TestFunctionsAsMigrated: persistence/functions holds exactly the functions
-// the migrations left in the schema, with the same definitions, so moving
-// their bodies out of the migrations (issue 42) changed nothing: a database
-// migrated by the migrations alone and the same database after the
-// functions are applied define the same functions, byte for byte as
-// PostgreSQL prints them.
+// the migrations left in the schema, and, but for those listed in evolved
+// (which must differ), with the same definitions, so moving their bodies
+// out of the migrations (issue 42) changed nothing: a database migrated by
+// the migrations alone and the same database after the functions are
+// applied define the same functions, byte for byte as PostgreSQL prints
+// them.
 func TestFunctionsAsMigrated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -55,7 +68,14 @@ func TestFunctionsAsMigrated(t *testing.T) {
 	applied, err := applyFunctions(ctx, conn, embeddedFunctions, functionsDigest, SchemaVersion())
 	require.NoError(t, err)
 	require.True(t, applied)
-	require.Equal(t, before, functionDefs(t, conn), "the files redefine the functions as the migrations did")
+	after := functionDefs(t, conn)
+	for _, name := range names {
+		if why, ok := evolved[name]; ok {
+			require.NotEqual(t, before[name], after[name], "%s is listed as evolved (%s)", name, why)
+			continue
+		}
+		require.Equal(t, before[name], after[name], "the file redefines %s as the migrations did", name)
+	}
 }
 
 // TestFunctionsAppliedOnce: Migrate applies the functions when the database

@@ -300,43 +300,78 @@ func TestMigrateLogsWhileWaitingForTheLock(t *testing.T) {
 	t.Log(logs.String())
 }
 
-// TestUpgradeFromPreviousRelease (issue 38): the previous release (0.1.0,
-// schema 14) stored messages; this release migrates its database in place
-// and every verdict holds across the upgrade: the stored ids, repeated in
-// their window, are duplicates naming the original message, new ids are
-// queued at the next offsets, and the same ids in another partition are
-// independent. The push statements are the previous release's own (no
-// migration since schema 14 changes what a push reads), so the store writes
-// what 0.1.0 wrote.
+// TestUpgradeFromPreviousRelease (issues 38, 42): the previous release
+// (0.2.0, schema 16, storage layout 0) stored messages — a segment, its
+// log_txns row and its per-hash rows, as its push statement wrote them; x1
+// in a closed range compacted to level 1 by its own compaction, x2 and x3
+// in the open range's level 0 — and this release migrates its database in
+// place (migration 0017, layout 1: the hashes move into the segments, the
+// level-1 blocks are rebuilt self-contained, log_txns goes). Every verdict
+// holds across the upgrade: the stored ids, repeated in their window, are
+// duplicates naming the original message, new ids are queued at the next
+// offsets, and the same ids in another partition are independent.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, _ := databaseAt(t, 14)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url})
-		require.NoError(t, err)
-		return s
+	url, conn := databaseAt(t, 16)
+	const pa, pb = "01a22cb6-e34c-7283-bd05-8abc3fa7ac10", "01a22cb6-e34c-7283-bd05-8abc3fa7ac11"
+	ids := [3]uuid.UUID{uuid.MustParse("01a22cb6-0000-7000-8000-000000000001"), uuid.MustParse("01a22cb6-0000-7000-8000-000000000002"), uuid.MustParse("01a22cb6-0000-7000-8000-000000000003")}
+	for _, q := range []string{
+		`INSERT INTO queen.queues (name) VALUES ('up')`,
+		`INSERT INTO queen.partitions (id, queue_id, name, last_offset) SELECT '` + pa + `', id, 'a', 2 FROM queen.queues`,
+		`INSERT INTO queen.partitions (id, queue_id, name) SELECT '` + pb + `', id, 'b' FROM queen.queues`,
+		// The range of three minutes ago (closed) and the open one.
+		`SELECT queen.sidecar_create_range(date_trunc('minute', clock_timestamp()) - interval '3 minutes', date_trunc('minute', clock_timestamp()) - interval '2 minutes')`,
+		`SELECT queen.sidecar_create_range(date_trunc('minute', clock_timestamp()), date_trunc('minute', clock_timestamp()) + interval '1 minute')`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
 	}
-	before := open()
-	pa, err := before.EnsurePartition(ctx, "up", "a")
-	require.NoError(t, err)
-	pb, err := before.EnsurePartition(ctx, "up", "b")
-	require.NoError(t, err)
-	old := commit(t, before, pa, items("up", "a", "x1", "x2", "x3"))
-	require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued, queen.Queued}, verdicts(old))
-	before.Close()
+	// 0.2.0's bundle_insert, one segment per call (x1 stamped in the closed
+	// range, x2 and x3 now).
+	write := func(first int64, at string, txns ...string) {
+		var msgIDs, hashes, frames []byte
+		rowHashes := make([]uuid.UUID, len(txns))
+		for i, txn := range txns {
+			msgIDs = append(msgIDs, ids[int(first)+i][:]...)
+			h := queen.HashTxn(txn)
+			hashes = append(hashes, h[:]...)
+			rowHashes[i] = uuid.UUID(h)
+			frames = AppendFrame(frames, txn, nil, []byte(`{}`))
+		}
+		_, err := conn.Exec(ctx, `
+WITH t AS (SELECT `+at+` AS now),
+s AS (INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
+      SELECT $1, $2, $3, t.now, $4, $5 FROM t),
+l AS (INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+      SELECT $1, $2, $3, t.now, $6 FROM t)
+INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
+SELECT $1, h.hash, $2 + h.i - 1, $2, t.now FROM t, unnest($7::uuid[]) WITH ORDINALITY AS h (hash, i)`,
+			pa, first, first+int64(len(txns))-1, msgIDs, frames, hashes, rowHashes)
+		require.NoError(t, err)
+	}
+	write(0, `date_trunc('minute', clock_timestamp()) - interval '150 seconds'`, "x1")
+	write(1, `clock_timestamp()`, "x2", "x3")
+	var compacted int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT queen.sidecar_compact(lo, hi) FROM queen.sidecar_ranges WHERE hi <= clock_timestamp()`).Scan(&compacted))
+	require.Equal(t, int64(1), compacted, "x1 in level 1, by 0.2.0's compaction")
 
 	applied, err := Migrate(ctx, url)
 	require.NoError(t, err)
-	require.Equal(t, versionsUpTo(math.MaxInt)[len(versionsUpTo(14)):], applied)
+	require.Equal(t, versionsUpTo(math.MaxInt)[len(versionsUpTo(16)):], applied)
+	require.False(t, tableExists(t, url, "log_txns"), "an older broker's push fails: it writes log_txns")
 
-	after := open()
+	after, err := Open(ctx, Config{URL: url})
+	require.NoError(t, err)
 	defer after.Close()
-	out := commit(t, after, pa, items("up", "a", "x2", "n1", "x1"))
+	a, b := uuid.MustParse(pa), uuid.MustParse(pb)
+	out := commit(t, after, a, items("up", "a", "x2", "n1", "x1"))
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued, queen.Duplicate}, verdicts(out))
-	require.Equal(t, old.Results[1].MessageID, out.Results[0].MessageID, "the duplicate names the original")
-	require.Equal(t, old.Results[0].MessageID, out.Results[2].MessageID)
+	require.Equal(t, ids[1], uuid.UUID(out.Results[0].MessageID), "the duplicate names the original (level 0)")
+	require.Equal(t, ids[0], uuid.UUID(out.Results[2].MessageID), "from the rebuilt level 1")
 	require.Equal(t, int64(3), out.FirstOffset, "the new id takes the next offset")
-	other := commit(t, after, pb, items("up", "b", "x1"))
+	other := commit(t, after, b, items("up", "b", "x1"))
 	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(other), "another partition is independent")
+	// The hashes moved into the segments: an ack by offset checks them.
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, after, ackTxn(a, g, "x3", queen.AckCompleted, nil)))
 }

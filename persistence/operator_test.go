@@ -50,7 +50,7 @@ func TestInspectDedup(t *testing.T) {
 	require.Equal(t, queen.ZeroUUID, dup.Results[0].MessageID)
 
 	// Its sidecar row purged: unknown, and the push agrees (queued).
-	require.NoError(t, s.PurgeSidecar(ctx, pid, 0))
+	require.NoError(t, s.ForgetHashes(ctx, pid, 0))
 	d, err = s.InspectDedup(ctx, "iq", "p", queen.HashTxn("b"))
 	require.NoError(t, err)
 	require.Equal(t, queen.Unknown, d.State)
@@ -58,8 +58,6 @@ func TestInspectDedup(t *testing.T) {
 
 	// c's window closes (its rows moved back two hours): expired.
 	_, err = s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 hours', timed = false WHERE partition_id = $1 AND first_offset = 2`, pid)
-	require.NoError(t, err)
-	_, err = s.pool.Exec(ctx, `UPDATE queen.log_txns SET created_at = created_at - interval '2 hours' WHERE partition_id = $1 AND first_offset = 2`, pid)
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, `UPDATE queen.log_txn_hashes SET created_at = created_at - interval '2 hours' WHERE partition_id = $1 AND segment = 2`, pid)
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ import (
 
 // fillMany inserts partitions p<from>..p<to> of queue q (ids md5 of their
 // names), each with a consumer row of group g at cursor 4 and five old
-// two-message segments (offsets 0..9) with their log_txns rows.
+// two-message segments (offsets 0..9) with their hashes.
 func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 	t.Helper()
 	ctx := context.Background()
@@ -26,12 +26,8 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 	_, err = conn.Exec(ctx, `INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, "cursor")
 		SELECT md5('p' || g)::uuid, 'g', q.id, 4 FROM generate_series($1::int, $2::int) g, queen.queues q`, from, to)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
-		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', ''::bytea, ''::bytea
-		  FROM generate_series($1::int, $2::int) g, generate_series(0, 8, 2) o`, from, to)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
-		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', decode(repeat('cd', 32), 'hex')
+	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', ''::bytea, ''::bytea, decode(repeat('cd', 32), 'hex')
 		  FROM generate_series($1::int, $2::int) g, generate_series(0, 8, 2) o`, from, to)
 	require.NoError(t, err)
 }

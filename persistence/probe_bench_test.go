@@ -11,8 +11,8 @@ import (
 	queen "github.com/queen-mq/queen-go"
 )
 
-// fillWindow puts n in-window hashes into the partition's log_txns, 100 per
-// row as a push of 100 items would, with the GIN index rebuilt afterwards
+// fillWindow puts n in-window hashes into the partition's segments, 100 per
+// segment as a push of 100 items would, with the GIN index rebuilt afterwards
 // (a bulk build is much faster than n index inserts).
 func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 	b.Helper()
@@ -20,16 +20,16 @@ func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 	rows := n / 100
 	stmts := []string{
 		`DROP INDEX queen.log_txn_hashes_lookup`,
-		fmt.Sprintf(`INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
-		 SELECT $1, g*100, g*100+99, clock_timestamp(),
+		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+		 SELECT $1, g*100, g*100+99, clock_timestamp(), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
 		   FROM generate_series(0, %d) g`, rows-1),
 		`INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
 		 SELECT l.partition_id, encode(substring(l.hashes FROM i*16+1 FOR 16), 'hex')::uuid, l.first_offset + i, l.first_offset, l.created_at
-		   FROM queen.log_txns l, generate_series(0, 99) i WHERE l.partition_id = $1`,
+		   FROM queen.segments l, generate_series(0, 99) i WHERE l.partition_id = $1`,
 		fmt.Sprintf(`UPDATE queen.partitions SET last_offset = %d WHERE id = $1`, rows*100-1),
 		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (hash)`,
-		`VACUUM ANALYZE queen.log_txns`,
+		`VACUUM ANALYZE queen.segments`,
 		`VACUUM ANALYZE queen.log_txn_hashes`,
 	}
 	for _, q := range stmts {
@@ -45,10 +45,10 @@ func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 	}
 }
 
-// fillCompacted puts n in-window hashes into the partition's log_txns as
+// fillCompacted puts n in-window hashes into the partition's segments as
 // fillWindow does, but stamped over the ten closed one-minute ranges that
 // end a minute ago, and compacts those ranges into level 1 (migration 0011)
-// from log_txns: a cold lookup then reads one level-1 row per range.
+// from the segments' hashes: a cold lookup then reads one level-1 row per range.
 func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n int) {
 	b.Helper()
 	ctx := context.Background()
@@ -57,15 +57,15 @@ func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n int) {
 		`SELECT queen.sidecar_create_range(to_timestamp((m - k) * 60), to_timestamp((m - k + 1) * 60))
 		   FROM (SELECT floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 AS m) x, generate_series(0, 9) k`,
 		`DELETE FROM queen.sidecar_alive WHERE lo < to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 1) * 60)`,
-		fmt.Sprintf(`INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
+		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
 		 SELECT $1, g*100, g*100+99,
-		        to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 - g %% 10) * 60 + 30),
+		        to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 - g %% 10) * 60 + 30), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
 		   FROM generate_series(0, %d) g`, rows-1),
 		fmt.Sprintf(`UPDATE queen.partitions SET last_offset = %d WHERE id = $1`, rows*100-1),
 		`SELECT queen.sidecar_compact(r.lo, r.hi) FROM queen.sidecar_ranges r
 		  WHERE r.hi <= to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 1) * 60) AND r.bits IS NULL ORDER BY r.lo`,
-		`VACUUM ANALYZE queen.log_txns`,
+		`VACUUM ANALYZE queen.segments`,
 	}
 	for _, q := range stmts {
 		var err error
@@ -85,7 +85,7 @@ func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n int) {
 // partition in the window. The issue's bar: the 1M figure within 2x of the 1k
 // one. "level=0" keeps them in the open range's per-hash index, "level=1"
 // in ten compacted one-minute ranges. "probe" is the probe statement alone; "push" is a whole push
-// transaction (lock, probe, segment + log_txns insert, durable commit). The
+// transaction (lock, probe, segment insert, durable commit). The
 // "-narrowed" variants send a warm cache's watermark (SPEC.md §8).
 func BenchmarkColdProbe(b *testing.B) {
 	for _, level := range []int{0, 1} {

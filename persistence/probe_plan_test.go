@@ -34,12 +34,8 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 		_, err := conn.Exec(ctx, `INSERT INTO queen.log_txn_hashes
 			SELECT $1, md5(g::text)::uuid, g, (g / 100) * 100, clock_timestamp() FROM generate_series($2::int, $3::int) g`, pid, from, to)
 		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
-			SELECT $1, g, g + 99, clock_timestamp(), decode(repeat('ab', 1600), 'hex'), ''::bytea
-			  FROM generate_series($2::int, $3::int, 100) g`, pid, from, to)
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
-			SELECT $1, g, g + 99, clock_timestamp(), decode(repeat('cd', 1600), 'hex')
+		_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+			SELECT $1, g, g + 99, clock_timestamp(), decode(repeat('ab', 1600), 'hex'), ''::bytea, decode(repeat('cd', 1600), 'hex')
 			  FROM generate_series($2::int, $3::int, 100) g`, pid, from, to)
 		require.NoError(t, err)
 	}
@@ -85,7 +81,7 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 	require.Less(t, buffers, 1000, text)
 
 	// A warm cache's watermark (the last offset): the probe reads the
-	// log_txns rows after it through the primary key (none here) and looks
+	// segments after it through segments_offset (none here) and looks
 	// nothing up by hash.
 	narrowed := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{199999}', '{1}', '{100}', array_fill(false, ARRAY[100]), '{3600}', array_fill('-infinity'::timestamptz, ARRAY[100]), array_fill('infinity'::timestamptz, ARRAY[100]), '{q}')`
 	rows, err = conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+narrowed)
@@ -93,8 +89,8 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 	plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	text = strings.Join(plan, "\n")
-	require.Contains(t, text, "Index Scan using log_txns_pkey", text)
-	require.NotContains(t, text, "Seq Scan on log_txns", text)
+	require.Regexp(t, `Index Scan using segments_kept_\w+ on segments_kept`, text, text)
+	require.NotContains(t, text, "Seq Scan on segments", text)
 	require.NotContains(t, text, "Seq Scan on partitions", text)
 	m = regexp.MustCompile(`Buffers: shared hit=(\d+)`).FindStringSubmatch(text)
 	require.NotNil(t, m, text)
@@ -177,10 +173,9 @@ func TestProbePrunesRangesOutsideTheWindow(t *testing.T) {
 			require.NotContains(t, scans[name], "(never executed)", "%s: %s is inside the window\n%s", mode, name, text)
 			require.Contains(t, scans[name], "Index Scan using log_txn_hashes_", "%s: %s\n%s", mode, name, text)
 		}
-		// A hit's log_txns row is one primary-key lookup, not a semi-join
-		// reading the partition's every log_txns row.
+		// A hit is self-contained (migration 0017): no other row is read
+		// to count it.
 		require.NotContains(t, text, "Join Filter: (x.segment = t.first_offset)", text)
-		require.Contains(t, text, "Index Only Scan using log_txns_pkey on log_txns t", text)
 		t.Logf("%s:\n%s", mode, text)
 	}
 }
@@ -202,10 +197,10 @@ func TestProbePrunesRangesOutsideASuspectsSpan(t *testing.T) {
 	pid := partition(t, s, "ps", "p")
 	commitEach(t, s, pid, "ps", "p", "young")
 	// The "old" row: a segment 6 minutes back, inside the window.
-	// One stamp for the three tables, as a push writes them.
+	// One stamp for both tables, as a push writes them.
 	var back time.Time
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp() - interval '6 minutes'`).Scan(&back))
-	for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
+	for _, table := range []string{"segments", "log_txn_hashes"} {
 		_, err := s.pool.Exec(ctx, `UPDATE queen.`+table+` SET created_at = $2 WHERE partition_id = $1`, pid, back)
 		require.NoError(t, err)
 	}

@@ -43,7 +43,7 @@ func (s *Store) Commit(ctx context.Context, b *queen.PushBatch) (queen.PushOutco
 // at once, in one PostgreSQL transaction (DESIGN.md: throughput comes from
 // fewer commits): row locks in ascending partition id order, one window probe
 // above each partition's watermark, offsets for the clean items only, one
-// segment and one log_txns row per partition, commit. A duplicate writes
+// segment per partition (its frames, ids and hashes), commit. A duplicate writes
 // nothing. Verdicts stay independent per partition. Each batch must name a
 // distinct partition.
 //

@@ -138,8 +138,8 @@ func TestCommitWindowZero(t *testing.T) {
 		require.Equal(t, int64(0), out.Window)
 	}
 	var n int64
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT sum(length(hashes)/16) FROM queen.log_txns WHERE partition_id=$1`, pid).Scan(&n))
-	require.Equal(t, int64(6), n, "log_txns is written with dedup off")
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT sum(length(hashes)/16) FROM queen.segments WHERE partition_id=$1`, pid).Scan(&n))
+	require.Equal(t, int64(6), n, "the hashes are written with dedup off")
 
 	// Back to the default window: the next push checks again.
 	_, err = s.Configure(ctx, queen.ConfigureRequest{Queue: "z"})

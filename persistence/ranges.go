@@ -17,14 +17,16 @@ import (
 // partition of log_txn_hashes named log_txn_hashes_YYYYMMDD_HHMMSS after lo
 // (one per-hash row and index entry per stored message, no WAL); a few
 // seconds after it closes the retention leader compacts it into level 1,
-// hash_blocks_YYYYMMDD_HHMMSS (packed hash blocks built from its log_txns
-// rows, 28 bytes a hash), and drops its level-0 table. A DEFAULT partition
+// hash_blocks_YYYYMMDD_HHMMSS (packed blocks of self-contained entries built
+// from its level-0 rows: hash, partition, created_at, segment and index, 52
+// bytes a hash, migration 0017), and drops its level-0 table. A DEFAULT partition
 // (logged) takes a row whose range does not exist (a push never fails for a
 // missing range). Every broker creates the ranges covering now through now +
 // 2 spans when its store opens and on every retention tick; the retention
-// leader drops a range once none of its entries counts any more (its
-// log_txns rows are purged), and re-fills from log_txns a level-0 range that
-// a database crash emptied. Range DDL waits at most sidecarLockTimeout for the
+// leader drops a range once it is older than every queue's sidecar floor,
+// and re-fills from the segments' hashes a level-0 range that a database
+// crash emptied (retention keeps those segments until the range is
+// compacted). Range DDL waits at most sidecarLockTimeout for the
 // parent table's lock, which pushes need too, and is retried on the next
 // tick when it could not have it.
 
@@ -34,7 +36,6 @@ var (
 	sqlSidecarRangesExpired = q("sidecar_ranges_expired")
 	sqlSidecarRangeDrop     = q("sidecar_range_drop")
 	sqlSidecarLockTimeout   = q("sidecar_lock_timeout")
-	sqlRetentionDefault     = q("retention_default")
 	sqlTestAge              = q("test_age")
 	sqlSidecarCompactable   = q("sidecar_compactable")
 	sqlSidecarCompact       = q("sidecar_compact")
@@ -93,7 +94,7 @@ type SidecarRanges struct {
 	Dropped int
 	// Compacted is the level-0 ranges compacted into level 1, Hashes the
 	// hashes they held; Refilled the level-0 ranges a crash had emptied and
-	// that were filled again from log_txns (compactSidecarRanges).
+	// that were filled again from the segments' hashes (compactSidecarRanges).
 	Compacted int
 	Hashes    int64
 	Refilled  int
@@ -149,8 +150,8 @@ func ensureSidecarRanges(ctx context.Context, db txBeginner, span time.Duration)
 
 // dropSidecarRanges drops the ranges none of whose rows counts any more:
 // older than the largest sidecar floor over all queues (floorSeconds at
-// least) with no log_txns row older than their upper bound. The retention
-// leader only.
+// least): entries are self-contained (migration 0017). The retention leader
+// only.
 func dropSidecarRanges(ctx context.Context, db txBeginner, floorSeconds float64) (SidecarRanges, error) {
 	var r SidecarRanges
 	rows, err := db.Query(ctx, sqlSidecarRangesExpired, pgx.QueryExecModeExec, floorSeconds, sidecarDropsPerPass)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
@@ -163,10 +162,11 @@ func TestSidecarRangeDDLGivesUpOnABusyTable(t *testing.T) {
 }
 
 // TestSidecarRangeDropKeepsWhatCounts (SPEC.md §3, §4, §7): a range is
-// dropped only once none of its rows counts any more — not while a queue's
-// window (or the largest floor) could still need it, not while a log_txns
-// row of its time is left — and a window widened after the log_txns purge
-// does not bring a purged id back: it is queued.
+// dropped only once none of its entries can count any more — past the
+// largest floor over all queues, GREATEST(dedupWindowSeconds,
+// completedRetentionSeconds, the floor) — and until then its entries count
+// for every queue (migration 0017: they are self-contained), so a window
+// widened meanwhile finds them.
 func TestSidecarRangeDropKeepsWhatCounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -186,46 +186,39 @@ func TestSidecarRangeDropKeepsWhatCounts(t *testing.T) {
 		require.Equal(t, [2]int64{1, 0}, [2]int64{all, inDefault}, "aged rows moved to a past range")
 	}
 
-	// Nothing is dropped while a log_txns row of the range's time is left,
-	// even when every queue's floor has passed it (the log_txns purge has
-	// not run yet).
+	// long's window (600 s) is the largest floor: nothing is dropped.
 	r, err := dropSidecarRanges(ctx, s.pool, 1)
 	require.NoError(t, err)
 	require.Zero(t, r.Dropped)
 	require.Equal(t, 3, pastRangeCount(t, s))
-
-	// The pass purges w's log_txns row (180 s > 30 s) but not long's
-	// (600 s): the range holding both stays.
 	c := step(t, s, low)
-	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 1, Messages: 1}, c.Sidecar)
 	require.Zero(t, c.Ranges.Dropped)
 	require.Equal(t, 3, c.Ranges.Compacted, "the closed past ranges went to level 1")
-	require.Equal(t, rowCounts{Segments: 1, Messages: 1}, counts(t, s, w), "w's hash counts for nothing")
-	require.Equal(t, []queen.AckOutcome{queen.Unresolvable}, ack(t, s, ackTxn(w, g, "m0", queen.AckCompleted, nil)))
+	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Hashes: 1}, counts(t, s, w), "w's entry stays in level 1")
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(long, g, "l0", queen.AckCompleted, nil)))
 	again := commit(t, s, long, items("long", "p", "l0"))
 	require.Equal(t, queen.Duplicate, again.Results[0].Verdict, "long's window (600 s) holds l0")
-
-	// A window widened after the purge: m0's stored per-hash row is inside
-	// it, but its log_txns row is gone, so m0 is a new message.
-	configure(t, s, "w", `{"dedupWindowSeconds":3600}`)
-	out := commit(t, s, w, items("w", "p", "m0"))
+	out := commit(t, s, w, items("w", "p", "m1"))
 	require.Equal(t, queen.Queued, out.Results[0].Verdict)
 	require.Equal(t, int64(1), out.Results[0].Offset)
-	again = commit(t, s, w, items("w", "p", "m0"))
-	require.Equal(t, queen.Duplicate, again.Results[0].Verdict, "the new m0 counts")
-	require.Equal(t, int64(1), again.Results[0].Offset)
 
-	// The largest floor over all queues (w's 3600 s) keeps the range even
-	// once long's log_txns row is purged.
+	// A window widened while the entry lives finds it: m0 is a duplicate of
+	// offset 0 (level 1 names its partition, so long's entries match nothing
+	// of w's).
+	configure(t, s, "w", `{"dedupWindowSeconds":3600}`)
+	again = commit(t, s, w, items("w", "p", "m0", "l0"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(again))
+	require.Equal(t, int64(0), again.Results[0].Offset)
+	require.Equal(t, int64(2), again.Results[1].Offset)
+
+	// The largest floor is w's 3600 s: the ranges stay.
 	configure(t, s, "long", `{"dedupWindowSeconds":30}`)
 	c = step(t, s, low)
-	require.Equal(t, int64(1), c.Sidecar.Rows, "l0's log_txns row")
-	require.Zero(t, c.Ranges.Dropped, "w's window (3600 s) may still need the range")
+	require.Zero(t, c.Ranges.Dropped, "w's window (3600 s) may still need the ranges")
 	require.Equal(t, 3, pastRangeCount(t, s))
 
-	// Every queue at 30 s: the past ranges go (hi < now - 30 s, no log_txns
-	// row older), the current ones stay, and the young m0 still counts.
+	// Every queue at 30 s: the past ranges go (hi < now - 30 s), the current
+	// ones stay, and what is young still counts.
 	configure(t, s, "w", `{"dedupWindowSeconds":30}`)
 	c = step(t, s, low)
 	require.Equal(t, 3, c.Ranges.Dropped, "the three past ranges")
@@ -233,11 +226,12 @@ func TestSidecarRangeDropKeepsWhatCounts(t *testing.T) {
 	require.GreaterOrEqual(t, len(ranges(t, s)), 3, "the current ones stay")
 	for _, pid := range []uuid.UUID{w, long} {
 		all, _ := physicalHashes(t, s, pid)
-		require.Equal(t, counts(t, s, pid).Hashes, all, "only counting rows are left")
+		require.Equal(t, counts(t, s, pid).Hashes, all, "only level-0 rows are left")
 	}
-	again = commit(t, s, w, items("w", "p", "m0"))
-	require.Equal(t, queen.Duplicate, again.Results[0].Verdict)
+	again = commit(t, s, w, items("w", "p", "m1", "m0"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(again))
 	require.Equal(t, int64(1), again.Results[0].Offset)
+	require.Equal(t, int64(3), again.Results[1].Offset)
 
 	// Nothing left to drop.
 	c = step(t, s, low)
@@ -246,7 +240,7 @@ func TestSidecarRangeDropKeepsWhatCounts(t *testing.T) {
 
 // TestSidecarDefaultPartition: a row whose range does not exist lands in
 // the DEFAULT partition (the push does not fail), counts there like
-// anywhere else, and is deleted once its log_txns row is purged.
+// anywhere else, and is deleted once past the largest floor over all queues.
 func TestSidecarDefaultPartition(t *testing.T) {
 	t.Parallel()
 	s := setupSpan(t, time.Minute)
@@ -269,15 +263,14 @@ func TestSidecarDefaultPartition(t *testing.T) {
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(pid, g, "x1", queen.AckCompleted, nil)))
 
 	// Retention recreates the ranges, keeps what counts, and deletes the
-	// dead rows of DEFAULT once their log_txns rows are purged.
+	// rows of DEFAULT once past every queue's floor.
 	c := step(t, s, low)
 	require.Equal(t, 3, c.Ranges.Created+c.Ranges.Deferred)
 	require.GreaterOrEqual(t, c.Ranges.Created, 2, "the range of now holds rows in DEFAULT (x2, x3): deferred, not failed")
-	require.Zero(t, c.Sidecar.Rows+c.Default.Rows, "the window (7200 s) holds every row")
+	require.Zero(t, c.Sidecar.Rows, "the window (7200 s) holds every row")
 	configure(t, s, "d", `{"dedupWindowSeconds":1800}`)
 	c = step(t, s, low)
 	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 2, Messages: 2}, c.Sidecar, "x0 and x1, an hour old")
-	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 2, Messages: 2}, c.Default)
 	all, inDefault = physicalHashes(t, s, pid)
 	require.Equal(t, [2]int64{2, 2}, [2]int64{all, inDefault}, "x2 and x3, young, counting, still in DEFAULT")
 	require.Equal(t, int64(2), counts(t, s, pid).Hashes)
@@ -291,18 +284,9 @@ func TestSidecarDefaultPartition(t *testing.T) {
 func TestMigrationMovesExistingSidecarRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
+	url, conn := databaseAt(t, 5)
 	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac10"
 	for _, q := range []string{
-		// Back to the 0005 shape.
-		`DROP TABLE queen.log_txn_hashes`,
-		`DROP FUNCTION IF EXISTS queen.sidecar_create_range, queen.sidecar_drop_range, queen.sidecar_range_name`,
-		`DELETE FROM queen.schema_migrations WHERE version = 6`,
-		`CREATE TABLE queen.log_txn_hashes (partition_id uuid NOT NULL, hash uuid NOT NULL, "offset" bigint NOT NULL, segment bigint NOT NULL, created_at timestamptz NOT NULL)`,
-		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (partition_id, hash) INCLUDE ("offset", segment, created_at)`,
 		// 30 segments of 10 frames, one every 40 s, 20 minutes back; the
 		// first 5 segments' log_txns rows are gone.
 		`INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
@@ -315,7 +299,7 @@ func TestMigrationMovesExistingSidecarRows(t *testing.T) {
 		_, err := conn.Exec(ctx, q)
 		require.NoError(t, err, q)
 	}
-	applied, err := Migrate(ctx, url)
+	applied, err := migrateTo(ctx, url, 6)
 	require.NoError(t, err)
 	require.Equal(t, []int{6}, applied)
 
@@ -329,7 +313,10 @@ func TestMigrationMovesExistingSidecarRows(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, `SELECT "offset" FROM queen.log_txn_hashes WHERE partition_id = $1 AND hash = md5('123')::uuid`, pid).Scan(&off))
 	require.Equal(t, int64(123), off)
 
-	// The store opens on it and creates the ranges of now.
+	// Migrated to the end, the store opens on it and creates the ranges of
+	// now.
+	_, err = Migrate(ctx, url)
+	require.NoError(t, err)
 	s, err := Open(ctx, Config{URL: url})
 	require.NoError(t, err)
 	defer s.Close()

@@ -18,14 +18,15 @@ import (
 // Retention (SPEC.md §6, §7): one broker at a time deletes segments older
 // than their queue's retentionSeconds, segments older than
 // completedRetentionSeconds that every consumer group has committed past,
-// and log_txns rows older than GREATEST(dedupWindowSeconds,
-// completedRetentionSeconds, the floor). Every such statement deletes a
-// bounded batch and commits on its own; none locks a partition row, so
-// pushes never wait for retention. The per-hash rows (log_txn_hashes) count
-// only while their log_txns row exists; they go by whole time ranges
-// (ranges.go), dropped once none of their rows counts, and by bounded
-// deletes of dead rows in the DEFAULT partition. The lease rows of
-// consumer_leases (migration 0014) go once expired, in bounded deletes.
+// never one whose hash sidecar range is not compacted yet (migration 0017:
+// a crash rebuilds level 0 from the segments' hashes). Every such statement
+// deletes a bounded batch and commits on its own; none locks a partition
+// row, so pushes never wait for retention. The sidecar's entries are
+// self-contained and go by whole time ranges (ranges.go) once older than
+// GREATEST(dedupWindowSeconds, completedRetentionSeconds, the floor) of
+// every queue, and by bounded deletes of such rows in level 0 (the
+// DEFAULT partition, or a range not compacted in time). The lease rows of consumer_leases (migration 0014) go once
+// expired, in bounded deletes.
 
 var (
 	sqlRetentionExpired   = q("retention_expired")
@@ -42,7 +43,7 @@ const (
 	DefaultRetentionInterval = 5 * time.Second
 	// DefaultRetentionBatch bounds one statement (QUEEN_RETENTION_BATCH).
 	DefaultRetentionBatch = 1000
-	// DefaultTxnsFloor is the least age of a purged sidecar row: acks by
+	// DefaultTxnsFloor is the least age of an expired sidecar entry: acks by
 	// transactionId resolve through the sidecar for at least this long
 	// whatever a queue's window (SPEC.md §7).
 	DefaultTxnsFloor = 900 * time.Second
@@ -66,14 +67,14 @@ type RetentionConfig struct {
 	// Interval is the pause between the end of one pass and the start of the
 	// next; 0 (or less) takes the default, 5 s (DefaultRetentionInterval).
 	Interval time.Duration
-	// Batch bounds each statement: at most Batch segments (or log_txns rows,
-	// dead rows of the sidecar's DEFAULT partition, or expired lease rows of
+	// Batch bounds each statement: at most Batch segments (or
+	// expired level-0 rows of the sidecar, or expired lease rows of
 	// consumer_leases), and, for segments, no
 	// further segment once those taken hold Batch messages (a segment is
 	// never split, so a single segment of more messages goes whole).
 	// 0 (or less) takes the default, 1000 (DefaultRetentionBatch).
 	Batch int
-	// TxnsFloor is the least age of a purged sidecar row; default and
+	// TxnsFloor is the least age of an expired sidecar entry; default and
 	// production value 900 s (DefaultTxnsFloor). Only tests lower it
 	// (QUEEN_TEST_TXNS_FLOOR); nothing in production sets it.
 	TxnsFloor time.Duration
@@ -117,10 +118,10 @@ type RetentionStepCount struct {
 	// Statements is how many bounded statements (each its own transaction)
 	// the step ran.
 	Statements int
-	// Rows is the segments (or log_txns rows) deleted.
+	// Rows is the segments (or sidecar rows, or lease rows) deleted.
 	Rows int64
-	// Messages is the messages those segments held; for the sidecar step, the
-	// log_txn_hashes rows deleted (one per message).
+	// Messages is the messages those segments held; for the sidecar step,
+	// the rows deleted (one per message).
 	Messages int64
 }
 
@@ -137,13 +138,9 @@ type RetentionCounts struct {
 	// Completed: segments older than completedRetentionSeconds that every
 	// consumer group committed past.
 	Completed RetentionStepCount
-	// Sidecar: log_txns rows (Rows) older than GREATEST(dedupWindowSeconds,
-	// completedRetentionSeconds, floor), and the frames they held
-	// (Messages): their per-hash rows count for nothing from then on.
-	Sidecar RetentionStepCount
-	// Default: dead per-hash rows (their log_txns row is gone) deleted from
+	// Sidecar: level-0 rows past every queue's sidecar floor deleted from
 	// the DEFAULT partition of log_txn_hashes (Rows and Messages alike).
-	Default RetentionStepCount
+	Sidecar RetentionStepCount
 	// Leases: expired rows of queen.consumer_leases, the index of leases
 	// by id (Rows and Messages alike; migration 0014).
 	Leases RetentionStepCount
@@ -160,7 +157,6 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 	c.Expired.add(o.Expired)
 	c.Completed.add(o.Completed)
 	c.Sidecar.add(o.Sidecar)
-	c.Default.add(o.Default)
 	c.Leases.add(o.Leases)
 	c.Ranges.Created += o.Ranges.Created
 	c.Ranges.Dropped += o.Ranges.Dropped
@@ -175,7 +171,7 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 
 // Deleted reports whether anything was deleted.
 func (c RetentionCounts) Deleted() bool {
-	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Default.Rows+c.Leases.Rows+int64(c.Ranges.Dropped+c.SegmentRanges.Dropped) > 0
+	return c.Expired.Rows+c.Completed.Rows+c.Sidecar.Rows+c.Leases.Rows+int64(c.Ranges.Dropped+c.SegmentRanges.Dropped) > 0
 }
 
 // rowQuerier is what a pass runs its statements on: the pool, or the loop's
@@ -220,7 +216,6 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		{"expired segments", sqlRetentionExpired, []any{batch, rangeGrace(cfg)}, &c.Expired},
 		{"completed segments", sqlRetentionCompleted, []any{batch}, &c.Completed},
 		{"sidecar", sqlRetentionSidecar, []any{batch, floor}, &c.Sidecar},
-		{"sidecar default partition", sqlRetentionDefault, []any{batch}, &c.Default},
 		{"expired leases", sqlRetentionLeases, []any{batch}, &c.Leases},
 	}
 	var errs []error
@@ -295,12 +290,12 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 			st.count.Rows += rows
 			st.count.Messages += msgs
 			cfg.Logger.Debug("retention statement", "step", st.name, "rows", rows, "messages", msgs)
-			if rows < batch && (msgs < batch || st.count == &c.Sidecar) {
+			if rows < batch && msgs < batch {
 				break // not a full batch: the step is done
 			}
 		}
 	}
-	// After the log_txns purge: the ranges it emptied of live rows go.
+	// Last, the sidecar ranges past every queue's floor go.
 	if !stopped(stop) {
 		sctx := ctx
 		if timeout > 0 {
@@ -534,8 +529,7 @@ func (r *Retention) tick(stopCtx context.Context, conn *pgx.Conn) *pgx.Conn {
 		r.log.Debug("retention pass",
 			"expired_segments", counts.Expired.Rows, "expired_messages", counts.Expired.Messages,
 			"completed_segments", counts.Completed.Rows, "completed_messages", counts.Completed.Messages,
-			"sidecar_rows", counts.Sidecar.Rows, "sidecar_hashes", counts.Sidecar.Messages,
-			"sidecar_default_rows", counts.Default.Rows, "expired_leases", counts.Leases.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped, "segment_ranges_dropped", counts.SegmentRanges.Dropped)
+			"sidecar_rows", counts.Sidecar.Rows, "expired_leases", counts.Leases.Rows, "sidecar_ranges_dropped", counts.Ranges.Dropped, "segment_ranges_dropped", counts.SegmentRanges.Dropped)
 	}
 	if err != nil {
 		r.store.full.note(err)
@@ -571,7 +565,7 @@ func (r *Retention) release(conn *pgx.Conn) {
 }
 
 // AgePartitions (tests only) moves the stored time of partitions pids back
-// by d: their segments, log_txns and sidecar rows then look d older to the
+// by d: their segments and sidecar entries then look d older to the
 // window check and retention, which run on PostgreSQL's clock. Hashes in
 // compacted sidecar ranges are written to level 0 again under the moved
 // time (sql/test_age.sql). Callers hold the brokers' caches meanwhile

@@ -26,9 +26,10 @@ func age(t testing.TB, s *Store, pid uuid.UUID, d time.Duration) {
 	require.NoError(t, s.AgePartitions(context.Background(), []uuid.UUID{pid}, d))
 }
 
-// rowCounts counts partition pid's segments, messages in them, log_txns rows
-// and the hashes of those rows that the sidecar index finds (level 0 or 1).
-type rowCounts struct{ Segments, Messages, Txns, Hashes int64 }
+// rowCounts counts partition pid's segments, the messages in them and the
+// offsets the sidecar index holds an entry for (level 0 or 1; migration
+// 0017: entries are self-contained and live with their time range).
+type rowCounts struct{ Segments, Messages, Hashes int64 }
 
 func counts(t testing.TB, s *Store, pid uuid.UUID) rowCounts {
 	t.Helper()
@@ -36,13 +37,12 @@ func counts(t testing.TB, s *Store, pid uuid.UUID) rowCounts {
 	require.NoError(t, s.pool.QueryRow(context.Background(), `
 SELECT (SELECT count(*) FROM queen.segments WHERE partition_id = $1),
        (SELECT COALESCE(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_id = $1),
-       (SELECT count(*) FROM queen.log_txns WHERE partition_id = $1),
-       (SELECT count(*) FROM queen.log_txns t
-         CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
-         WHERE t.partition_id = $1
-           AND EXISTS (SELECT 1 FROM queen.sidecar_find($1, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
-                                                        '-infinity', '-infinity', 'infinity', false) f
-                        WHERE f."offset" = t.first_offset + g.i))`, pid).Scan(&c.Segments, &c.Messages, &c.Txns, &c.Hashes))
+       (SELECT count(DISTINCT z.o) FROM (
+            SELECT x."offset" AS o FROM queen.log_txn_hashes x WHERE x.partition_id = $1
+            UNION ALL
+            SELECT k.firsts[i] + k.idxs[i] FROM queen.hash_blocks k
+             CROSS JOIN LATERAL generate_subscripts(k.parts, 1) AS i
+             WHERE k.parts[i] = $1) z)`, pid).Scan(&c.Segments, &c.Messages, &c.Hashes))
 	return c
 }
 
@@ -109,10 +109,10 @@ func TestRetentionSecondsDeletesOldSegments(t *testing.T) {
 	c := step(t, s, RetentionConfig{})
 	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 3, Messages: 3}, c.Expired)
 	require.Zero(t, c.Completed.Rows)
-	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 1, Messages: 1}, c.Sidecar, "only keep's sidecar row is older than the window (3600 s)")
+	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 1, Messages: 1}, c.Sidecar, "only keep's sidecar entry is older than every window (3600 s)")
 	require.Equal(t, []int64{3, 4}, segmentOffsets(t, s, pid), "nothing younger than retentionSeconds goes")
 	require.Equal(t, rowCounts{Segments: 1, Messages: 1}, counts(t, s, keep), "keep's segment stays; its sidecar row aged out")
-	require.Equal(t, int64(5), counts(t, s, pid).Txns, "segments go, their sidecar rows stay")
+	require.Equal(t, int64(5), counts(t, s, pid).Hashes, "segments go, their sidecar entries stay")
 
 	// Consumers skip the gap: a group that consumed nothing starts at m3.
 	res, st := pop(t, s, pid, "late", 10)
@@ -177,66 +177,58 @@ func TestCompletedRetentionDeletesOnlyWhatEveryGroupCommitted(t *testing.T) {
 	require.Equal(t, []int64{0}, segmentOffsets(t, s, s2), "g3 has not consumed s2")
 }
 
-func TestSidecarPurgeHonoursWindowCompletedRetentionAndFloor(t *testing.T) {
+// TestSidecarExpiresPastEveryQueuesFloor: the sidecar's entries are
+// self-contained (migration 0017) and go by time alone, once older than the
+// largest floor over all queues, GREATEST(dedupWindowSeconds,
+// completedRetentionSeconds, the floor): the rows of the DEFAULT partition
+// one by one (here: aged 600 s, a time no range covers), the ranges whole.
+// Until then an ack by transactionId resolves; a repeat outside its own
+// queue's window is a new message all the same.
+func TestSidecarExpiresPastEveryQueuesFloor(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	ctx := context.Background()
 	low := RetentionConfig{TxnsFloor: time.Second}
-	configure(t, s, "w", `{"dedupWindowSeconds":30}`)                                  // cutoff 30 s
-	configure(t, s, "cr", `{"dedupWindowSeconds":30,"completedRetentionSeconds":300}`) // cutoff 300 s
-	configure(t, s, "long", `{"dedupWindowSeconds":3000}`)                             // cutoff 3000 s
-	configure(t, s, "zero", `{"dedupWindowSeconds":0}`)                                // the floor
+	configure(t, s, "w", `{"dedupWindowSeconds":30}`)
+	configure(t, s, "cr", `{"dedupWindowSeconds":30,"completedRetentionSeconds":300}`)
+	configure(t, s, "long", `{"dedupWindowSeconds":3000}`)
+	configure(t, s, "zero", `{"dedupWindowSeconds":0}`)
 	w := partition(t, s, "w", "p")
 	cr := partition(t, s, "cr", "p")
 	long := partition(t, s, "long", "p")
 	zero := partition(t, s, "zero", "p")
 	commitEach(t, s, w, "w", "p", "m0", "m1")
-	commit(t, s, w, items("w", "p", "m2", "m3", "m4")) // one segment of 3
 	commitEach(t, s, cr, "cr", "p", "c0")
 	commitEach(t, s, long, "long", "p", "l0")
 	commitEach(t, s, zero, "zero", "p", "z0")
 	for _, pid := range []uuid.UUID{w, cr, long, zero} {
-		age(t, s, pid, 60*time.Second)
+		age(t, s, pid, 600*time.Second)
 	}
 
-	// The production floor (900 s) keeps every row younger than 900 s.
+	// long's window (3000 s) is the largest floor: every entry stays, the
+	// production floor (900 s) or not.
 	c := step(t, s, RetentionConfig{})
 	require.Zero(t, c.Sidecar.Rows)
-
 	c = step(t, s, low)
-	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 4, Messages: 6}, c.Sidecar, "w (30 s) and zero (the 1 s floor)")
-	require.Equal(t, rowCounts{Segments: 3, Messages: 5}, counts(t, s, w), "segments stay; log_txns and log_txn_hashes go together")
-	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Txns: 1, Hashes: 1}, counts(t, s, cr), "completedRetentionSeconds 300 keeps it")
-	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Txns: 1, Hashes: 1}, counts(t, s, long), "the window 3000 keeps it")
+	require.Zero(t, c.Sidecar.Rows)
+	require.Equal(t, rowCounts{Segments: 2, Messages: 2, Hashes: 2}, counts(t, s, w))
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(w, g, "m0", queen.AckCompleted, nil)))
+	out := commit(t, s, w, items("w", "p", "m1"))
+	require.Equal(t, queen.Queued, out.Results[0].Verdict, "600 s is outside w's window (30 s)")
+	require.Equal(t, int64(2), out.Results[0].Offset)
 
-	// After the purge: an ack by transactionId is unresolvable, by offset it
-	// still commits.
-	require.Equal(t, []queen.AckOutcome{queen.Unresolvable}, ack(t, s, ackTxn(w, g, "m1", queen.AckCompleted, nil)))
-	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackAt(w, g, 1)))
-	// A repeat of a purged id is a new message.
-	out := commit(t, s, w, items("w", "p", "m0"))
-	require.Equal(t, queen.Queued, out.Results[0].Verdict)
-	require.Equal(t, int64(5), out.Results[0].Offset)
-
-	for _, pid := range []uuid.UUID{cr, long} {
-		age(t, s, pid, 300*time.Second) // 360 s old
+	// The largest floor is now cr's completedRetentionSeconds (300 s): the
+	// entries aged 600 s go, the new one stays.
+	configure(t, s, "long", `{"dedupWindowSeconds":30}`)
+	c = step(t, s, low)
+	require.Equal(t, int64(5), c.Sidecar.Rows, "m0, m1, c0, l0 and z0")
+	require.Equal(t, rowCounts{Segments: 3, Messages: 3, Hashes: 1}, counts(t, s, w))
+	for _, pid := range []uuid.UUID{cr, long, zero} {
+		require.Equal(t, rowCounts{Segments: 1, Messages: 1}, counts(t, s, pid))
 	}
-	c = step(t, s, low)
-	require.Equal(t, int64(1), c.Sidecar.Rows, "cr is past 300 s, long is not past 3000 s")
-	require.Equal(t, int64(0), counts(t, s, cr).Txns)
-	require.Equal(t, int64(1), counts(t, s, long).Txns)
-	age(t, s, long, 2700*time.Second) // 3060 s old
-	c = step(t, s, low)
-	require.Equal(t, int64(1), c.Sidecar.Rows)
-
-	// Rows older than the production floor go without the test setting.
-	commitEach(t, s, zero, "zero", "p", "z1")
-	age(t, s, zero, 901*time.Second)
-	c = step(t, s, RetentionConfig{})
-	require.Equal(t, int64(1), c.Sidecar.Rows)
-	var orphans int64
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.log_txn_hashes_default h WHERE NOT EXISTS (SELECT 1 FROM queen.log_txns t WHERE t.partition_id = h.partition_id AND t.first_offset = h.segment)`).Scan(&orphans))
-	require.Zero(t, orphans, "no row of the DEFAULT partition outlives its log_txns row (rows of a time range go with the range, TestSidecarRangeDropKeepsWhatCounts)")
+	// An ack by transactionId of an expired entry is unresolvable; by offset
+	// it still commits.
+	require.Equal(t, []queen.AckOutcome{queen.Unresolvable}, ack(t, s, ackTxn(long, g, "l0", queen.AckCompleted, nil)))
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackAt(long, g, 0)))
 }
 
 func TestDuplicateOfRetainedOriginalHasZeroID(t *testing.T) {
@@ -250,15 +242,15 @@ func TestDuplicateOfRetainedOriginalHasZeroID(t *testing.T) {
 
 	c := step(t, s, RetentionConfig{})
 	require.Equal(t, int64(1), c.Expired.Rows)
-	require.Zero(t, c.Sidecar.Rows, "the sidecar row is inside the window")
-	require.Equal(t, rowCounts{Txns: 1, Hashes: 1}, counts(t, s, pid))
+	require.Zero(t, c.Sidecar.Rows, "the sidecar entry is inside the window")
+	require.Equal(t, rowCounts{Hashes: 1}, counts(t, s, pid))
 
 	again := commit(t, s, pid, items("dz", "p", "m1", "m2"))
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(again))
 	require.Equal(t, queen.ZeroUUID, again.Results[0].MessageID, "the original's segment is gone")
 	require.Equal(t, int64(0), again.Results[0].Offset)
 	require.Equal(t, int64(1), again.Results[1].Offset, "the duplicate allocated nothing")
-	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Txns: 2, Hashes: 2}, counts(t, s, pid), "only m2 was written")
+	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Hashes: 2}, counts(t, s, pid), "only m2 was written")
 }
 
 func TestRetentionBoundedBatches(t *testing.T) {
@@ -293,9 +285,8 @@ func TestRetentionBoundedBatches(t *testing.T) {
 	age(t, s, big, 120*time.Second)
 	c = step(t, s, cfg)
 	require.Equal(t, RetentionStepCount{Statements: 3, Rows: 6, Messages: 24}, c.Expired)
-	// The sidecar step counts log_txns rows only (one per segment, the same
-	// cost whatever its frames): all six in one statement.
-	require.Equal(t, RetentionStepCount{Statements: 1, Rows: 6, Messages: 24}, c.Sidecar)
+	// The sidecar's DEFAULT partition holds one row per message.
+	require.Equal(t, RetentionStepCount{Statements: 3, Rows: 24, Messages: 24}, c.Sidecar)
 
 	// One segment larger than the batch goes whole, in one statement.
 	commit(t, s, big, items("bb", "big", "e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9", "e10", "e11"))
@@ -368,7 +359,7 @@ func TestRetentionNeverBlocksPushes(t *testing.T) {
 	require.NoError(t, pushCtx.Err(), "every push finished before its deadline")
 	require.Equal(t, RetentionStepCount{Statements: 21, Rows: 200, Messages: 200}, c.Expired)
 	require.Equal(t, RetentionStepCount{Statements: 21, Rows: 200, Messages: 200}, c.Sidecar)
-	require.Equal(t, rowCounts{Segments: int64(n), Messages: int64(n), Txns: int64(n), Hashes: int64(n)}, counts(t, s, pid), "the young pushes stay")
+	require.Equal(t, rowCounts{Segments: int64(n), Messages: int64(n), Hashes: int64(n)}, counts(t, s, pid), "the young pushes stay")
 	t.Logf("%d pushes committed during the step", n)
 }
 

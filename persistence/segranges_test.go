@@ -72,7 +72,7 @@ func pastSegmentRange(t testing.TB, s *Store, pids ...uuid.UUID) string {
 	require.NoError(t, s.pool.QueryRow(ctx, sqlSegmentRangeCreate, lo, hi).Scan(&created))
 	require.True(t, created)
 	for _, pid := range pids {
-		for _, table := range []string{"segments", "log_txns", "log_txn_hashes"} {
+		for _, table := range []string{"segments", "log_txn_hashes"} {
 			_, err := s.pool.Exec(ctx, `UPDATE queen.`+table+` SET created_at = $2 WHERE partition_id = $1`, pid, hi.Add(-5*time.Second))
 			require.NoError(t, err)
 		}

@@ -28,11 +28,11 @@ type Config struct {
 	MaxConns int32
 	// SidecarRange is the time span of one range of the per-hash sidecar
 	// index (log_txn_hashes, partitioned on created_at; SPEC.md §7): whole
-	// seconds from 1 s to 24 h, 0 takes the default, 5 min
+	// seconds from 1 s to 24 h, 0 takes the default, 1 min
 	// (DefaultSidecarRange; QUEEN_SIDECAR_RANGE). Shorter ranges are dropped
 	// sooner after they expire and keep the btree a push inserts into
 	// smaller; a cold probe descends one index per range overlapping the
-	// window (3600 s / 5 min = 13). Brokers sharing a database should use
+	// window (3600 s / 1 min = 60 compacted ranges, one block row each). Brokers sharing a database should use
 	// one span: a range overlapping another span's is not created (its rows
 	// go to the DEFAULT partition).
 	SidecarRange time.Duration

@@ -45,8 +45,8 @@ type txnSegment struct {
 //
 // Pushes keep the push path's semantics (partitions and queues created on
 // first use, the window read from the queue row under the row lock, a window
-// of 0 checks nothing, offsets in request order, one segment and one
-// log_txns row per partition, UUIDv7 message ids), except that a duplicate
+// of 0 checks nothing, offsets in request order, one segment per
+// partition, UUIDv7 message ids), except that a duplicate
 // is not a verdict: a push whose transactionId is inside its partition's
 // window, or repeats an earlier push of the same partition in this
 // transaction (window > 0), aborts everything with a *queen.TxnConflict
@@ -375,7 +375,7 @@ func commitTxn(ctx context.Context, tx pgx.Tx) error {
 
 // txnPush locks lockPIDs (ascending) and writes the pushes of parts (keyed
 // by the ascending pushPIDs): the window probe, verdicts under the locks (a
-// duplicate aborts), one segment and one log_txns row per partition.
+// duplicate aborts), one segment per partition.
 func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
 	locked, hits, err := s.lockAndProbe(ctx, tx, lockPIDs, pushPIDs, parts)
 	if err != nil {
@@ -474,7 +474,7 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 	return nil
 }
 
-// writeTxnSegments writes the segment and log_txns rows of every pushed
+// writeTxnSegments writes the segment (frames, ids and hashes) of every pushed
 // partition that has one, in one statement, and stamps their outcomes with
 // its created_at.
 func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {

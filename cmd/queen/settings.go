@@ -196,7 +196,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	f.IntVar(&cfg.Retention.Batch, "retention-batch", persistence.DefaultRetentionBatch, "most rows (and about most messages) one retention statement deletes (env QUEEN_RETENTION_BATCH)")
 	f.DurationVar(&cfg.SidecarRange, "sidecar-range", persistence.DefaultSidecarRange, "time span of one range of the per-hash sidecar index, whole seconds from 1s to 24h; expired ranges are dropped whole (env QUEEN_SIDECAR_RANGE)")
 	f.DurationVar(&cfg.LockTimeout, "lock-timeout", persistence.DefaultLockTimeout, "longest wait for one row lock (a partition's in a push or transaction, a consumer row's in an ack), a Go duration from 1ms to 10m; a push whose partition's lock is held longer answers that partition's items failed with code lock_timeout and commits its other partitions (env QUEEN_LOCK_TIMEOUT)")
-	f.DurationVar(&cfg.Retention.TxnsFloor, "test-txns-floor", persistence.DefaultTxnsFloor, "TEST ONLY: least age of a purged log_txns row; production keeps the default (env QUEEN_TEST_TXNS_FLOOR)")
+	f.DurationVar(&cfg.Retention.TxnsFloor, "test-txns-floor", persistence.DefaultTxnsFloor, "TEST ONLY: least age of an expired sidecar entry; production keeps the default (env QUEEN_TEST_TXNS_FLOOR)")
 	_ = f.MarkHidden("test-txns-floor")
 	f.DurationVar(&cfg.ShardLease, "shard-lease", shards.DefaultLease, "how long a shard lease lives without renewal, a Go duration; renewed every third of it, and a dead broker's shards move after it (env QUEEN_SHARD_LEASE)")
 	f.DurationVar(&cfg.PartitionIdle, "partition-idle", broker.DefaultPartitionIdle, "a partition actor with no push for this long is passivated (stopped, its memory freed; the next push spawns it again), a Go duration from 1s to 24h, or 0 to keep every partition active (env QUEEN_PARTITION_IDLE)")
@@ -355,7 +355,7 @@ func retentionSettings(cmd *cobra.Command, rc *persistence.RetentionConfig) erro
 		return fmt.Errorf("retention batch %d (--retention-batch, QUEEN_RETENTION_BATCH): want 1 to 1000000 rows", rc.Batch)
 	}
 	if rc.TxnsFloor <= 0 {
-		return fmt.Errorf("log_txns floor %v (QUEEN_TEST_TXNS_FLOOR, test only): want a positive duration", rc.TxnsFloor)
+		return fmt.Errorf("sidecar floor %v (QUEEN_TEST_TXNS_FLOOR, test only): want a positive duration", rc.TxnsFloor)
 	}
 	return nil
 }

@@ -3,7 +3,10 @@
 -- reaches past hi (t - retentionSeconds < hi). Found by a skip scan over
 -- the range's distinct partitions (one index descent each); the queue rows
 -- are read FOR SHARE, so a configure that changes a retention waits for
--- the caller's transaction (and the drop it decides).
+-- the caller's transaction (and the drop it decides). Plus one while the
+-- hash sidecar has not compacted the range's time (a level-0 range below
+-- hi is still open): its rows are the logged source a crash's rebuild of
+-- level 0 reads (migration 0017).
 CREATE OR REPLACE FUNCTION queen.segment_range_keepers(n text, hi timestamptz, t timestamptz) RETURNS bigint
     LANGUAGE plpgsql
 AS $$
@@ -26,6 +29,9 @@ BEGIN
         )
         SELECT count(*) FROM qs WHERE qs.r <= 0 OR $1 - make_interval(secs => qs.r) < $2
     $q$, n) INTO k USING t, hi;
+    IF EXISTS (SELECT 1 FROM queen.sidecar_ranges r WHERE r.bits IS NULL AND r.lo < segment_range_keepers.hi) THEN
+        k := k + 1;
+    END IF;
     RETURN k;
 END
 $$;

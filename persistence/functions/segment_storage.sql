@@ -9,12 +9,14 @@
 -- The storage of a column is set on every leaf table (migration 0010): on
 -- segments_kept, on each range of segments_timed attached now, and, through
 -- segment_storage, on the ranges segment_create_range makes from now on.
--- A range detached and awaiting its drop is left as it is.
+-- A range detached and awaiting its drop is left as it is. hashes (migration
+-- 0017) is stored like message_ids.
 CREATE OR REPLACE FUNCTION queen.segment_storage(n text) RETURNS void
     LANGUAGE plpgsql
 AS $$
 BEGIN
     EXECUTE format('ALTER TABLE queen.%I ALTER COLUMN message_ids SET STORAGE EXTERNAL', n);
     EXECUTE format('ALTER TABLE queen.%I ALTER COLUMN frames SET STORAGE EXTERNAL', n);
+    EXECUTE format('ALTER TABLE queen.%I ALTER COLUMN hashes SET STORAGE EXTERNAL', n);
 END
 $$;

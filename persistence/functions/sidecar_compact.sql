@@ -1,6 +1,8 @@
 -- Compacts the closed range [lo, hi): waits for the writers of its level-0
--- table (EXCLUSIVE lock: readers go on), builds its level-1 table from the
--- range's log_txns rows, attaches it, marks the range compacted and drops
+-- table (EXCLUSIVE lock: readers go on), builds its level-1 table (blocks
+-- of self-contained entries: hash, partition, created_at, segment and index,
+-- migration 0017) from its level-0 rows, or from the hashes of the
+-- range's segments when a crash emptied level 0, attaches it, marks the range compacted and drops
 -- the level-0 table, all in the caller's transaction (a short lock_timeout:
 -- the DROP needs log_txn_hashes' lock for a moment). A push stamped inside
 -- the range that had not inserted yet fails (its range is gone) or, once
@@ -26,16 +28,17 @@ BEGIN
     END IF;
     -- From the level-0 table when it is complete (its rows carry the hash
     -- as a uuid: no unpacking, about 0.7 µs a hash), else (a crash emptied
-    -- it) from the range's log_txns rows (about 1.2 µs a hash). Either way
-    -- the rows are projected narrow before the sort (OFFSET 0): a sort of
-    -- the unprojected join carried each log_txns row's hashes per hash.
+    -- it) from the range's segments (retention leaves them until the range
+    -- is compacted). Either way the rows are projected narrow before the
+    -- sort (OFFSET 0): a sort of the unprojected join carried each
+    -- segment's hashes per hash.
     l0 := to_regclass(format('queen.%I', n)) IS NOT NULL
           AND EXISTS (SELECT 1 FROM queen.sidecar_alive a WHERE a.lo = sidecar_compact.lo);
     IF l0 THEN
         EXECUTE format('SELECT count(*) FROM queen.%I', n) INTO cnt;
     ELSE
         SELECT COALESCE(sum(length(t.hashes) / 16), 0) INTO cnt
-          FROM queen.log_txns t
+          FROM queen.segments t
          WHERE t.created_at >= lo AND t.created_at < hi;
     END IF;
     k := CASE WHEN cnt <= 48 THEN 0 ELSE least(30, ceil(log(2, cnt / 48.0))::int) END;
@@ -47,9 +50,11 @@ BEGIN
     EXECUTE format('CREATE TABLE queen.%I (LIKE queen.hash_blocks) WITH (autovacuum_enabled = false)', b);
     IF l0 THEN
         EXECUTE format($q$
-            INSERT INTO queen.%I (lo, bucket, hashes, firsts, idxs)
-            SELECT $1, e.bucket, array_agg(e.hash), array_agg(e.first), array_agg(e.idx)
+            INSERT INTO queen.%I (lo, bucket, hashes, firsts, idxs, parts, stamps)
+            SELECT $1, e.bucket, array_agg(e.hash), array_agg(e.first), array_agg(e.idx),
+                   array_agg(e.partition_id), array_agg(e.created_at)
               FROM (SELECT x.hash, x.segment AS first, (x."offset" - x.segment)::int AS idx,
+                           x.partition_id, x.created_at,
                            ('x' || substr(x.hash::text, 1, 8))::bit(32)::bigint >> (32 - $2) AS bucket
                       FROM queen.%I x
                     OFFSET 0) e
@@ -57,12 +62,13 @@ BEGIN
         $q$, b, n) USING lo, k;
     ELSE
         EXECUTE format($q$
-            INSERT INTO queen.%I (lo, bucket, hashes, firsts, idxs)
-            SELECT $1, e.bucket, array_agg(e.hash), array_agg(e.first), array_agg(e.idx)
+            INSERT INTO queen.%I (lo, bucket, hashes, firsts, idxs, parts, stamps)
+            SELECT $1, e.bucket, array_agg(e.hash), array_agg(e.first), array_agg(e.idx),
+                   array_agg(e.partition_id), array_agg(e.created_at)
               FROM (SELECT encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid AS hash,
-                           t.first_offset AS first, g.i AS idx,
+                           t.first_offset AS first, g.i AS idx, t.partition_id, t.created_at,
                            ('x' || encode(substring(t.hashes FROM g.i * 16 + 1 FOR 4), 'hex'))::bit(32)::bigint >> (32 - $3) AS bucket
-                      FROM queen.log_txns t
+                      FROM queen.segments t
                      CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
                      WHERE t.created_at >= $1 AND t.created_at < $2
                     OFFSET 0) e

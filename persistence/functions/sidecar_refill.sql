@@ -1,7 +1,9 @@
--- Re-fills the level-0 range [lo, hi) from its log_txns rows after a crash
--- emptied it (the current range, or one ahead of it) and lists it alive.
--- Rows pushed since the crash are there already: a hash twice in level 0
--- is harmless (a lookup takes the lowest offset). Returns the rows written.
+-- Re-fills the level-0 range [lo, hi) from the hashes of its segments after
+-- a crash emptied it (the current range, or one ahead of it) and lists it
+-- alive. Rows pushed since the crash are there already: a hash twice in
+-- level 0 is harmless (a lookup takes the lowest offset). Retention leaves
+-- the segments of a range alone until it is compacted (migration 0017), so
+-- every hash of the range is there. Returns the rows written.
 CREATE OR REPLACE FUNCTION queen.sidecar_refill(lo timestamptz, hi timestamptz) RETURNS bigint
     LANGUAGE plpgsql
 AS $$
@@ -11,7 +13,7 @@ BEGIN
     INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
     SELECT t.partition_id, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
            t.first_offset + g.i, t.first_offset, t.created_at
-      FROM queen.log_txns t
+      FROM queen.segments t
      CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
      WHERE t.created_at >= lo AND t.created_at < hi;
     GET DIAGNOSTICS cnt = ROW_COUNT;

@@ -11,8 +11,6 @@ WITH q AS (
     SELECT id FROM queen.partitions WHERE queue_id IN (SELECT id FROM q) ORDER BY id FOR UPDATE
 ), s AS (
     DELETE FROM queen.segments WHERE partition_id IN (SELECT id FROM p)
-), t AS (
-    DELETE FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)
 ), h AS (
     DELETE FROM queen.log_txn_hashes WHERE partition_id IN (SELECT id FROM p)
 )

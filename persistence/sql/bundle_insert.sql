@@ -1,6 +1,7 @@
--- Writes a bundle: one segment and one log_txns row per partition, one
--- log_txn_hashes row per frame, and bumps each allocator, all stamped with one
--- clock_timestamp() while the row locks are held.
+-- Writes a bundle: one segment per partition (its frames, message ids and
+-- transaction-id hashes, migration 0017), one level-0 log_txn_hashes row per
+-- frame, and bumps each allocator, all stamped with one clock_timestamp()
+-- while the row locks are held.
 -- Per partition (parallel arrays): $1 id, $2 first offset, $3 last offset,
 -- $4 message ids (16 bytes each), $5 packed frames, $6 packed hashes,
 -- $11 whether its queue has retentionSeconds (read by bundle_probe under
@@ -22,14 +23,10 @@ seg AS (
         AS u (partition_id, first_offset, last_offset, message_ids, frames, hashes, retained)
 ),
 s AS (
-    INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, timed)
-    SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.message_ids, seg.frames,
+    INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes, timed)
+    SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.message_ids, seg.frames, seg.hashes,
            seg.retained AND t.ranged
       FROM seg, t
-),
-l AS (
-    INSERT INTO queen.log_txns (partition_id, first_offset, last_offset, created_at, hashes)
-    SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.hashes FROM seg, t
 ),
 x AS (
     INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)

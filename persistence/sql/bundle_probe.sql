@@ -18,7 +18,7 @@
 --
 -- Two ways to find hits, both limited to rows inside the window:
 --  * narrowed (the watermark is >= 0 and the window is not wider than the
---    cache assumed): the sidecar rows of segments after the watermark, the
+--    cache assumed): the hashes of the segments after the watermark, the
 --    writes the cache has not seen (usually none: one primary-key range
 --    probe), unpacked and matched against the incoming hashes; plus one
 --    index lookup per suspect, in the window and within its span (the
@@ -35,7 +35,8 @@
 -- A lookup is queen.sidecar_find (migration 0011): one index descent per
 -- level-0 range of log_txn_hashes (and the DEFAULT partition) and one
 -- primary-key descent per compacted range of hash_blocks in the window (or
--- the suspect's span), never the older ones; it raises QS001 while a range
+-- the suspect's span), never the older ones (both levels self-contained,
+-- migration 0017); it raises QS001 while a range
 -- it needs is being rebuilt after a crash. A range is planned while it is
 -- young and small (a new one every span); pushes and transactions run this
 -- statement with enable_seqscan off (probe_plan_begin / probe_plan_end), so
@@ -127,14 +128,18 @@ SELECT w.partition_id,
   FROM w
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes, t.created_at
-      FROM queen.log_txns t
+      FROM queen.segments t
      WHERE w.narrowed AND w.seconds > 0
        AND t.partition_id = w.partition_id
        -- A two-sided range on parameters is estimated narrow, so this
-       -- stays a primary-key range scan (a one-sided one was planned as a
+       -- stays an index range scan (a one-sided one was planned as a
        -- scan of the table when one partition held most of it).
        AND t.first_offset > w.watermark
        AND t.first_offset < w.watermark + 4611686018427387904
+       -- statement_timestamp() is stable: the time ranges of
+       -- segments_timed older than the window are pruned when the scan
+       -- starts (clock_timestamp() is volatile and prunes nothing).
+       AND t.created_at > statement_timestamp() - make_interval(secs => w.seconds)
        AND t.created_at > clock_timestamp() - make_interval(secs => w.seconds)
     OFFSET 0
  ) t

@@ -1,21 +1,21 @@
 -- consume_hash_at for many (partition, offset) pairs in one statement (an
 -- ack naming many partitions): per element of the parallel arrays $1
 -- (uuid[]) and $2 (bigint[]), its 1-based position and the transaction-id
--- hash stored at that offset of that partition, read from the log_txns row
--- of the offset's segment (16 bytes per frame, in frame order). An offset
--- whose log_txns row is gone (purged past its floor) or never allocated
--- has no row. Keep in step with consume_hash_at.
+-- hash stored at that offset of that partition, read from the offset's
+-- segment (16 bytes per frame, in frame order). An offset whose segment is
+-- gone (retention) or never allocated has no row. Keep in step with
+-- consume_hash_at.
 --
--- Each element is one primary-key descent of log_txns inside a LATERAL
+-- Each element is one segments_offset descent (per time range) inside a LATERAL
 -- subquery keyed by it (ORDER BY first_offset DESC LIMIT 1), never a join
 -- of the arrays with a scan of the table.
 SELECT u.i, substring(l.hashes FROM ((u.o - l.first_offset) * 16 + 1)::int FOR 16)
   FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS u (pid, o, i)
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.last_offset, t.hashes
-      FROM queen.log_txns t
+      FROM queen.segments t
      WHERE t.partition_id = u.pid AND t.first_offset <= u.o
      ORDER BY t.first_offset DESC
      LIMIT 1
  ) l
- WHERE l.last_offset >= u.o
+ WHERE l.last_offset >= u.o AND l.hashes IS NOT NULL

@@ -2,7 +2,7 @@
 -- (SPEC.md §4): per hash, the lowest offset above the group's cursor (read
 -- under the consumer row lock this transaction holds; $3 the group), or NULL,
 -- and whether the hash is in the sidecar at all (queen.sidecar_find: an
--- entry counts only while its segment's log_txns row exists).
+-- entry counts while its time range lives).
 SELECT k.hash,
        min(x."offset") FILTER (WHERE x."offset" > c."cursor"),
        max(x."offset")

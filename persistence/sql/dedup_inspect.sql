@@ -9,8 +9,8 @@
 -- sliced from its covering segment (NULL when that segment is gone).
 --
 -- The lookup is the push probe's (queen.sidecar_find, the whole-window
--- branch: levels 0 and 1, an entry counting only while its segment's
--- log_txns row exists), and "inside the window" is
+-- branch: levels 0 and 1, an entry counting while its time range lives),
+-- and "inside the window" is
 -- the probe's own test, created_at > clock_timestamp() - window (a window of
 -- 0 checks nothing, so nothing is inside it). Unlike the probe it does not
 -- stop at the window's edge: a row past it is the `expired` answer.

@@ -13,9 +13,15 @@
 -- primary key, stopping at the first segment too young or not yet consumed
 -- by every group); deletes by (tableoid, ctid) (a ctid alone is not unique across the partitions
 -- of segments, migration 0010); no partition or consumer row lock.
+--
+-- Never past the sidecar's compaction (migration 0017): a segment stored at
+-- or after the lower bound of the oldest level-0 range of the hash sidecar
+-- that is not compacted yet stays, because a crash rebuilds that range from
+-- the segments' hashes (queen.sidecar_refill).
 WITH RECURSIVE q AS MATERIALIZED (
     SELECT q.id,
-           clock_timestamp() - make_interval(secs => (q.options ->> 'completedRetentionSeconds')::float8) AS cutoff
+           LEAST(clock_timestamp() - make_interval(secs => (q.options ->> 'completedRetentionSeconds')::float8),
+                 (SELECT COALESCE(min(r.lo), 'infinity'::timestamptz) FROM queen.sidecar_ranges r WHERE r.bits IS NULL)) AS cutoff
       FROM queen.queues q
      WHERE COALESCE((q.options ->> 'completedRetentionSeconds')::bigint, 0) > 0
 ), grp AS MATERIALIZED (

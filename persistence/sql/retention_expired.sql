@@ -16,9 +16,15 @@
 -- not unique across partitions. The sidecar is left alone: a repeat of a deleted
 -- message's transactionId inside the window is still a duplicate (with the
 -- zero message id), and acks by transactionId still resolve.
+--
+-- Never past the sidecar's compaction (migration 0017): a segment stored at
+-- or after the lower bound of the oldest level-0 range of the hash sidecar
+-- that is not compacted yet stays, because a crash rebuilds that range from
+-- the segments' hashes (queen.sidecar_refill).
 WITH RECURSIVE part AS MATERIALIZED (
     SELECT p.id,
-           clock_timestamp() - make_interval(secs => (q.options ->> 'retentionSeconds')::float8) AS cutoff,
+           LEAST(clock_timestamp() - make_interval(secs => (q.options ->> 'retentionSeconds')::float8),
+                 (SELECT COALESCE(min(r.lo), 'infinity'::timestamptz) FROM queen.sidecar_ranges r WHERE r.bits IS NULL)) AS cutoff,
            make_interval(secs => COALESCE(60 * queen.segment_span_minutes((q.options ->> 'retentionSeconds')::float8) + $2::float8, 0)) AS grace
       FROM queen.queues q
       JOIN queen.partitions p ON p.queue_id = q.id

@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) {
 					}
 					eq(t, false, *eb.Retryable, "retryable")
 					eq(t, stats{}, e.stats(t, q), "database holds nothing for %s", q)
-					eq(t, before, e.totalRows(t), "segment/log_txns/queue rows")
+					eq(t, before, e.totalRows(t), "segment/sidecar/queue rows")
 				})
 			}
 

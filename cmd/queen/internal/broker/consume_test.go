@@ -159,8 +159,12 @@ func TestConsumeUnresolvableAndAckByOffset(t *testing.T) {
 	e.pushOK(t, "http", items(it("ur", "p", "m1")), 1)
 	got := e.popHTTP(t, "ur", "p", nil)
 	m := got.Messages[0]
-	// The retention loop's step: the segment's log_txns row goes.
-	if _, err := e.db.Exec(context.Background(), `DELETE FROM queen.log_txns WHERE partition_id = $1`, m.PartitionID); err != nil {
+	// Its hashes age out of the sidecar (the segment's and the per-hash
+	// rows, as if past every floor).
+	if _, err := e.db.Exec(context.Background(), `UPDATE queen.segments SET hashes = NULL WHERE partition_id = $1`, m.PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(context.Background(), `DELETE FROM queen.log_txn_hashes WHERE partition_id = $1`, m.PartitionID); err != nil {
 		t.Fatal(err)
 	}
 	res = ackBatch(t, e, "", ackOf(m, "completed"))

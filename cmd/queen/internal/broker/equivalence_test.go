@@ -17,8 +17,9 @@ package broker
 // Retention: a step of the real retention loop (persistence.RetentionStep)
 // with the queue's retentionSeconds = retainSeconds and the test-only
 // sidecar floor lowered to floorSeconds: segments older than retainSeconds
-// go (the original's id becomes the zero UUID), sidecar rows older than
-// GREATEST(window, floorSeconds) are purged (the id is forgotten); the step
+// go (the original's id becomes the zero UUID), sidecar entries older than
+// GREATEST(window, floorSeconds) are purged (the id is forgotten; the
+// queue is alone in its database, whose largest floor is then its own); the step
 // runs with NoRangeGrace, so a segment in a time range goes at the cutoff
 // too, not when its range is dropped. The
 // brokers' own loops are slowed to once an hour so only these steps act.
@@ -224,6 +225,12 @@ func eqRun(t *testing.T, queue string, envs []*env, ops []eqOp, passivateEvery i
 				t.Fatal(err)
 			}
 		}
+	}
+	// The sidecar's entries expire past the largest floor over all queues
+	// (migration 0017): the next seed's queue must be alone in the database
+	// for the model's floor to be the database's.
+	if _, _, err := store.DeleteQueue(ctx, queue); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -328,7 +328,7 @@ SELECT (SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x.id), '')) FROM qu
        (SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x.queue_id, x.consumer_group), '')) FROM queen.subscriptions x),
        (SELECT count(*) || '/' || coalesce(max(id), 0) FROM queen.dead_letters),
        (SELECT count(*) || '/' || coalesce(sum(last_offset - first_offset + 1), 0) || '/' || coalesce(max(created_at)::text, '') FROM queen.segments),
-       (SELECT count(*) || '/' || coalesce(max(created_at)::text, '') FROM queen.log_txns)`).
+       (SELECT count(*) || '/' || coalesce(max(created_at)::text, '') FROM queen.log_txn_hashes)`).
 		Scan(&fp[0], &fp[1], &fp[2], &fp[3], &fp[4], &fp[5], &fp[6])
 	if err != nil {
 		t.Fatalf("fingerprint: %v", err)

@@ -378,7 +378,7 @@ func it(queue, partition, txn string) item {
 
 // stats is what the database holds for one queue.
 type stats struct {
-	Queues, Partitions, Segments, Messages, LogTxns, Hashes, LastOffsets int64
+	Queues, Partitions, Segments, Messages, SidecarSegments, Hashes, LastOffsets int64
 }
 
 func (e *env) stats(t testing.TB, queue string) stats {
@@ -390,41 +390,57 @@ func dbStats(t testing.TB, db *pgxpool.Pool, queue string) stats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// log_txns.hashes is bytea[] (one element per frame) or packed bytea
-	// (16 bytes per frame), depending on the schema version.
+	// The sidecar, by schema version: log_txns rows (hashes bytea[], one
+	// element per frame, or packed bytea, 16 bytes per frame) before
+	// migration 0017; the entries of its two levels (per-hash rows and
+	// self-contained level-1 blocks) from then on.
 	var typ string
-	if err := db.QueryRow(ctx, `SELECT data_type FROM information_schema.columns WHERE table_schema = 'queen' AND table_name = 'log_txns' AND column_name = 'hashes'`).Scan(&typ); err != nil {
+	if err := db.QueryRow(ctx, `SELECT COALESCE((SELECT data_type FROM information_schema.columns WHERE table_schema = 'queen' AND table_name = 'log_txns' AND column_name = 'hashes'), '')`).Scan(&typ); err != nil {
 		t.Fatalf("read the type of log_txns.hashes: %v", err)
 	}
-	hashCount := "octet_length(hashes) / 16"
-	if typ == "ARRAY" {
-		hashCount = "cardinality(hashes)"
+	sidecar := `
+       (SELECT count(DISTINCT (z.partition_id, z.segment)) FROM sc z),
+       (SELECT count(*) FROM sc),`
+	entries := `,
+     sc AS (SELECT x.partition_id, x.segment, x."offset" FROM queen.log_txn_hashes x WHERE x.partition_id IN (SELECT id FROM p)
+            UNION
+            SELECT k.parts[i], k.firsts[i], k.firsts[i] + k.idxs[i]
+              FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(k.parts, 1) AS i
+             WHERE k.parts[i] IN (SELECT id FROM p))`
+	if typ != "" {
+		hashCount := "octet_length(hashes) / 16"
+		if typ == "ARRAY" {
+			hashCount = "cardinality(hashes)"
+		}
+		sidecar = `
+       (SELECT count(*) FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)),
+       (SELECT coalesce(sum(` + hashCount + `), 0)::bigint FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)),`
+		entries = ""
 	}
 	var s stats
 	err := db.QueryRow(ctx, `
 WITH q AS (SELECT id FROM queen.queues WHERE name = $1),
-     p AS (SELECT id, last_offset FROM queen.partitions WHERE queue_id IN (SELECT id FROM q))
+     p AS (SELECT id, last_offset FROM queen.partitions WHERE queue_id IN (SELECT id FROM q))`+entries+`
 SELECT (SELECT count(*) FROM q),
        (SELECT count(*) FROM p),
        (SELECT count(*) FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),
-       (SELECT coalesce(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),
-       (SELECT count(*) FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)),
-       (SELECT coalesce(sum(`+hashCount+`), 0)::bigint FROM queen.log_txns WHERE partition_id IN (SELECT id FROM p)),
+       (SELECT coalesce(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),`+sidecar+`
        (SELECT coalesce(sum(last_offset + 1), 0)::bigint FROM p)`, queue).
-		Scan(&s.Queues, &s.Partitions, &s.Segments, &s.Messages, &s.LogTxns, &s.Hashes, &s.LastOffsets)
+		Scan(&s.Queues, &s.Partitions, &s.Segments, &s.Messages, &s.SidecarSegments, &s.Hashes, &s.LastOffsets)
 	if err != nil {
 		t.Fatalf("read stats of queue %q: %v", queue, err)
 	}
 	return s
 }
 
-// totalSegments counts every segment and log_txns row in the database.
+// totalRows counts every segment, level-0 sidecar row and queue in the
+// database.
 func (e *env) totalRows(t testing.TB) [3]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n [3]int64
-	if err := e.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.segments), (SELECT count(*) FROM queen.log_txns), (SELECT count(*) FROM queen.queues)`).Scan(&n[0], &n[1], &n[2]); err != nil {
+	if err := e.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.segments), (SELECT count(*) FROM queen.log_txn_hashes), (SELECT count(*) FROM queen.queues)`).Scan(&n[0], &n[1], &n[2]); err != nil {
 		t.Fatalf("count rows: %v", err)
 	}
 	return n

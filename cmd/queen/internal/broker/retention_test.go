@@ -20,7 +20,7 @@ import (
 )
 
 // retentionEnv starts a broker whose retention loop runs every 20 ms with
-// the log_txns floor lowered to 1 s (QUEEN_TEST_TXNS_FLOOR).
+// the sidecar floor lowered to 1 s (QUEEN_TEST_TXNS_FLOOR).
 func retentionEnv(t *testing.T) *env {
 	t.Helper()
 	return startEnv(t, func(c *Config) {
@@ -66,8 +66,8 @@ func TestRetentionLoopDeletesAndDuplicatesKeepTheZeroID(t *testing.T) {
 		s := e.stats(t, "ret")
 		return s.Segments == 0, "segments " + itoa(s.Segments)
 	})
-	if s := e.stats(t, "ret"); s.LogTxns != 1 || s.Hashes != 2 {
-		t.Fatalf("the sidecar row is inside the window and stays: %+v", s)
+	if s := e.stats(t, "ret"); s.SidecarSegments != 1 || s.Hashes != 2 {
+		t.Fatalf("the sidecar entries are inside the window and stay: %+v", s)
 	}
 	for _, via := range transports {
 		got := e.pushOK(t, via, items(it("ret", "p", "m1")), 1)
@@ -75,7 +75,7 @@ func TestRetentionLoopDeletesAndDuplicatesKeepTheZeroID(t *testing.T) {
 		eq(t, zeroUUID, got[0].MessageID, "a duplicate of a retained-away original via %s", via)
 		eq(t, orig[0].PartitionID, got[0].PartitionID, "partition id")
 	}
-	if s := e.stats(t, "ret"); s.Segments != 0 || s.LastOffsets != 2 || s.LogTxns != 1 {
+	if s := e.stats(t, "ret"); s.Segments != 0 || s.LastOffsets != 2 || s.SidecarSegments != 1 {
 		t.Fatalf("a duplicate writes nothing: %+v", s)
 	}
 }
@@ -87,21 +87,14 @@ func TestRetentionLoopPurgesTheSidecar(t *testing.T) {
 	orig := e.pushOK(t, "http", items(it("side", "p", "m1"), it("side", "p", "m2")), 2)
 	pid := orig[0].PartitionID
 	e.ageQueue(t, "side", 10*time.Second) // inside the window (30 s), past the floor (1 s)
-	if s := e.stats(t, "side"); s.LogTxns != 1 {
+	if s := e.stats(t, "side"); s.SidecarSegments != 1 {
 		t.Fatalf("purged inside the window: %+v", s)
 	}
 	e.ageQueue(t, "side", 60*time.Second)
 	eventually(t, 20*time.Second, 10*time.Millisecond, "the loop purges the sidecar", func() (bool, string) {
 		s := e.stats(t, "side")
-		return s.LogTxns == 0, "log_txns " + itoa(s.LogTxns)
+		return s.SidecarSegments == 0 && s.Hashes == 0, "sidecar entries " + itoa(s.Hashes)
 	})
-	// The per-hash rows count only while their log_txns row exists; they
-	// go later with their time range (or from the DEFAULT partition).
-	var hashes int64
-	if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM queen.log_txn_hashes h WHERE partition_id = $1
-		AND EXISTS (SELECT 1 FROM queen.log_txns t WHERE t.partition_id = h.partition_id AND t.first_offset = h.segment)`, pid).Scan(&hashes); err != nil || hashes != 0 {
-		t.Fatalf("log_txn_hashes rows that count left: %d (%v)", hashes, err)
-	}
 	if s := e.stats(t, "side"); s.Segments != 1 || s.Messages != 2 {
 		t.Fatalf("the segment stays (no retentionSeconds): %+v", s)
 	}

@@ -86,7 +86,7 @@ func TestPushVerdicts(t *testing.T) {
 				eq(t, rs[1].MessageID, rs[3].MessageID, "L3 follower")
 				st := e.stats(t, q)
 				eq(t, int64(3), st.Messages, "messages")
-				eq(t, int64(3), st.Hashes, "log_txns hashes")
+				eq(t, int64(3), st.Hashes, "sidecar entries")
 				eq(t, st.Messages, st.LastOffsets, "allocator matches stored messages")
 			})
 
@@ -121,7 +121,7 @@ func TestPushVerdicts(t *testing.T) {
 				eq(t, "queued", r.Status, "window 0: later repeat")
 				st := e.stats(t, q)
 				eq(t, int64(3), st.Messages, "stored after the third X")
-				eq(t, int64(3), st.Hashes, "log_txns is written with the check off")
+				eq(t, int64(3), st.Hashes, "the sidecar is written with the check off")
 				eq(t, 3, txnCounts(e.frames(t, q, "p"))["X"], "frames of X")
 			})
 
@@ -332,7 +332,7 @@ func TestJSONEscapes(t *testing.T) {
 }
 
 // TestDuplicateOfDeletedSegment: the original's segment is gone but its
-// log_txns row is in the window → duplicate with the zero UUID (SPEC.md §3).
+// sidecar entries are in the window → duplicate with the zero UUID (SPEC.md §3).
 func TestDuplicateOfDeletedSegment(t *testing.T) {
 	e := startEnv(t, nil)
 	for _, via := range transports {
@@ -347,7 +347,7 @@ func TestDuplicateOfDeletedSegment(t *testing.T) {
 			eq(t, int64(1), tag.RowsAffected(), "segments deleted")
 			before := e.stats(t, q)
 			eq(t, int64(0), before.Segments, "segments left")
-			eq(t, int64(1), before.LogTxns, "log_txns rows kept")
+			eq(t, int64(1), before.SidecarSegments, "sidecar entries kept")
 			rs := e.pushOK(t, via, items(it(q, "p", "gone-1"), it(q, "p", "kept")), 2)
 			wantStatuses(t, rs, "duplicate", "duplicate")
 			for _, r := range rs {
@@ -420,7 +420,7 @@ func TestConcurrentSameTransactionID(t *testing.T) {
 				eq(t, queued[0].MessageID, fs[0].MessageID.String(), "stored id is the winner's")
 				st := e.stats(t, q)
 				eq(t, int64(0), st.LastOffsets-1, "allocator: one offset allocated")
-				eq(t, int64(1), st.Hashes, "log_txns hashes")
+				eq(t, int64(1), st.Hashes, "sidecar entries")
 			}
 		})
 	}
