@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -457,15 +456,9 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 		if e := queen.ValidateItem(i, it.Queue, it.Partition, it.TransactionID, trace); e != nil {
 			return e
 		}
-		switch {
-		case len(it.Payload) > maxPayload:
-			return at(queen.ErrPayloadTooLarge.With("items[%d].payload is %d bytes of JSON; the limit is %d", i, len(it.Payload), maxPayload), "payload")
-		case !utf8.Valid(it.Payload):
-			return at(queen.ErrInvalidUTF8.With("items[%d].payload is not valid UTF-8", i), "payload")
-		case !json.Valid(it.Payload):
-			return at(queen.ErrInvalidJSON.With("items[%d].payload is not one JSON value", i), "payload")
-		case wire.HasLoneSurrogate(it.Payload):
-			return at(queen.ErrInvalidUTF8.With("items[%d].payload holds a lone surrogate escape", i), "payload")
+		// The one payload rule, shared with the front door's decoder.
+		if e := queen.ValidatePayload(i, "payload", it.Payload, maxPayload); e != nil {
+			return e
 		}
 	}
 	return nil
