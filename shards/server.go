@@ -54,13 +54,7 @@ type ServerConfig struct {
 	// router answers the items failed with queen.ErrTimeout (outcome unknown,
 	// retryable, SPEC.md §3). Dropped counts them.
 	PendingMsgs, PendingBytes int
-	// Direct answers clients' pushes on the shard subjects (messages with
-	// the header Content-Type: application/json) as queen.v1.push does (the
-	// same validation, routing, replies and errors; SPEC.md §9, §11): the
-	// broker gives transport.NATSService.ShardPush. Nil: such a message is
-	// answered 503 unavailable (retryable; shard-aware clients then use
-	// queen.v1.push).
-	Direct nats.MsgHandler
+
 	Logger *slog.Logger
 }
 
@@ -79,6 +73,8 @@ type Server struct {
 	mu     sync.Mutex
 	subs   map[int]*nats.Subscription
 	closed bool
+	// direct is SetDirect's handler (nil until it is set).
+	direct nats.MsgHandler
 	// dropped counts the messages the NATS client dropped on subscriptions
 	// no longer in subs (see Dropped).
 	dropped uint64
@@ -125,6 +121,21 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.PendingBytes = DefaultPendingBytes
 	}
 	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}, nil
+}
+
+// SetDirect gives the Server the handler of clients' pushes on the shard
+// subjects (messages with the header Content-Type: application/json, from a
+// shard-aware client), which answers them as queen.v1.push does (the same
+// validation, routing, replies and errors; SPEC.md §9, §11): the broker's
+// NATS front door, transport.NATSService.ShardPush. The front door is built
+// on the router and membership that are built on this Server, so the
+// broker sets it once that front door exists, before the membership serves
+// any shard. Until it is set such a push is answered 503 unavailable
+// (retryable; shard-aware clients then use queen.v1.push).
+func (s *Server) SetDirect(h nats.MsgHandler) {
+	s.mu.Lock()
+	s.direct = h
+	s.mu.Unlock()
 }
 
 // Start does nothing: a Server subscribes shard by shard as it is told to
@@ -290,7 +301,7 @@ func (s *Server) handlePush(m *nats.Msg) {
 	}
 	if m.Header != nil && m.Header.Get(wire.HeaderContentType) == wire.ContentTypeJSON {
 		s.mu.Lock()
-		h, closed := s.cfg.Direct, s.closed
+		h, closed := s.direct, s.closed
 		s.mu.Unlock()
 		switch {
 		case closed:
