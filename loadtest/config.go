@@ -161,7 +161,9 @@ type Config struct {
 	// (whole seconds): segments are deleted while the run goes on, so the
 	// audit reads partitions' new segments during the run (every 2s, or
 	// SampleEvery when shorter), before retention can delete them (at least
-	// 30s and 4×SampleEvery; not with consumers).
+	// 30s and 4×SampleEvery). With consumers, a message retention deleted
+	// before a group acked it counts in that group's expired_before_acked
+	// (the consume audit), not as lost.
 	Retention time.Duration
 	// SampleEvery is the timeline's interval (default 10s, at least 1s):
 	// every SampleEvery the run records a point (Report.Timeline); its

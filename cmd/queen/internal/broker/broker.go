@@ -75,7 +75,8 @@ type Config struct {
 	// take persistence's defaults. Its Logger defaults to Logger.
 	Retention persistence.RetentionConfig
 	// SidecarRange is the time span of one range of the per-hash sidecar
-	// index (QUEEN_SIDECAR_RANGE, default 5m; persistence.Config.SidecarRange).
+	// index (QUEEN_SIDECAR_RANGE, default persistence.DefaultSidecarRange,
+	// 1m; persistence.Config.SidecarRange).
 	SidecarRange time.Duration
 	// LockTimeout bounds each wait for a row lock (QUEEN_LOCK_TIMEOUT,
 	// default 5s; persistence.Config.LockTimeout): a push whose partition's
@@ -123,7 +124,8 @@ type Config struct {
 	// push is answered 503 overloaded. Tests use tiny budgets.
 	MaxInFlightBodyBytes int64
 	// BodyIdleTimeout cuts off an HTTP body from which nothing arrives for
-	// this long (transport.Config.BodyIdleTimeout; default 5 s).
+	// this long (transport.Config.BodyIdleTimeout; default
+	// transport.DefaultBodyIdleTimeout, 5s).
 	BodyIdleTimeout time.Duration
 	// Version is the release, reported by the NATS micro service and
 	// advertised (with Revision, the schema version and the layout
