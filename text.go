@@ -1,6 +1,7 @@
 package queen
 
 import (
+	"encoding/json"
 	"fmt"
 	"unicode"
 	"unicode/utf8"
@@ -219,6 +220,90 @@ func ValidateItem(i int, queue, partition, transactionID, traceID string) *Error
 		return at(tooLong(traceID, MaxTraceIDBytes, itemField(i, "traceId")), i, "traceId")
 	}
 	return nil
+}
+
+// ValidatePayload is the payload rule (SPEC.md §10): an item's payload,
+// the JSON text the client sent for "payload" (or its alias "data", which
+// field names), is at most maxBytes bytes (QUEEN_MAX_PAYLOAD_BYTES, default
+// DefaultMaxPayloadBytes), valid UTF-8, one JSON value, and escapes no half
+// of a UTF-16 surrogate pair alone (\ud800 without its low half, or a low
+// half first). It returns, in that order, ErrPayloadTooLarge, ErrInvalidUTF8,
+// ErrInvalidJSON or ErrInvalidUTF8 (all 400), or nil. The shards check items
+// on their subjects with it and the shard-aware client vouches for an item
+// with it; the push decoder, which has walked the whole body, calls
+// CheckPayload. i names the item as in ValidateItem.
+func ValidatePayload(i int, field string, payload []byte, maxBytes int) *Error {
+	if e := CheckPayload(i, field, payload, maxBytes); e != nil {
+		return e
+	}
+	switch {
+	case !utf8.Valid(payload):
+		return at(ErrInvalidUTF8.With("%s is not valid UTF-8", itemField(i, field)), i, field)
+	case !json.Valid(payload):
+		return at(ErrInvalidJSON.With("%s is not one JSON value", itemField(i, field)), i, field)
+	case hasLoneSurrogate(payload):
+		return at(ErrInvalidUTF8.With("%s holds a lone surrogate escape", itemField(i, field)), i, field)
+	}
+	return nil
+}
+
+// CheckPayload is the payload rule of ValidatePayload for a payload known to
+// be one JSON value in valid UTF-8 without a lone surrogate escape (the push
+// decoder has checked the whole body): ErrPayloadTooLarge when it is over
+// maxBytes bytes, else nil.
+func CheckPayload(i int, field string, payload []byte, maxBytes int) *Error {
+	if len(payload) > maxBytes {
+		return at(ErrPayloadTooLarge.With("%s is %d bytes of JSON; the limit is %d", itemField(i, field), len(payload), maxBytes), i, field)
+	}
+	return nil
+}
+
+// hasLoneSurrogate reports whether the valid JSON b escapes half of a UTF-16
+// surrogate pair alone: a low half (\udc00-\udfff) first, or a high half
+// (\ud800-\udbff) not followed by a low one.
+func hasLoneSurrogate(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] != 'u' {
+			i++ // an escaped character
+			continue
+		}
+		switch r := hexUnit(b[i+2:]); {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true
+		case r >= 0xd800 && r <= 0xdbff:
+			if i+11 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+				return true
+			}
+			if lo := hexUnit(b[i+8:]); lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// hexUnit is the UTF-16 code unit of the four hex digits b starts with, as
+// valid JSON has them after \u.
+func hexUnit(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c >= 'a':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // itemText checks field name of item i (a name, or the transactionId); the

@@ -81,6 +81,76 @@ func TestValidateItem(t *testing.T) {
 	}
 }
 
+// TestValidatePayload: the payload rule refuses, in its order, a payload
+// over the limit, invalid UTF-8, text that is not one JSON value and a lone
+// surrogate escape, with the broker's code, index and field; CheckPayload,
+// for a payload whose encoding is known good, checks only the size.
+func TestValidatePayload(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		payload string
+		code    string // "" accepted
+	}{
+		{"object", `{"n":1}`, ""},
+		{"null", `null`, ""},
+		{"at_the_limit", `"` + strings.Repeat("x", 62) + `"`, ""},
+		{"pair_and_escapes", `{"a":"\ud83d\ude00\\ud800\n\u00e9\uDBFF\uDFFF"}`, ""},
+		{"escaped_backslash_before_u", `"\\udc00"`, ""},
+		{"non_ascii", `"日本 😀"`, ""},
+
+		{"over_the_limit", `"` + strings.Repeat("x", 63) + `"`, "payload_too_large"},
+		{"too_large_beats_utf8", "\"" + strings.Repeat("\xff", 63) + "\"", "payload_too_large"},
+		{"invalid_utf8", "\"\xff\"", "invalid_utf8"},
+		{"utf8_beats_json", "{\xff", "invalid_utf8"},
+		{"empty", ``, "invalid_json"},
+		{"two_values", `1 2`, "invalid_json"},
+		{"unterminated", `{"a":`, "invalid_json"},
+		{"lone_high", `"\ud800"`, "invalid_utf8"},
+		{"lone_high_at_end", `["\uDBFF"]`, "invalid_utf8"},
+		{"high_then_char", `"\ud800x"`, "invalid_utf8"},
+		{"high_then_bmp_escape", `"\ud800\u0041"`, "invalid_utf8"},
+		{"two_highs", `"\ud800\ud800"`, "invalid_utf8"},
+		{"lone_low", `{"\udfff":1}`, "invalid_utf8"},
+		{"low_then_high", `["\udc00\ud800"]`, "invalid_utf8"},
+	} {
+		for _, field := range []string{"payload", "data"} {
+			e := ValidatePayload(3, field, []byte(tc.payload), 64)
+			if tc.code == "" {
+				if e != nil {
+					t.Errorf("%s: refused: %v", tc.name, e)
+				}
+				continue
+			}
+			want := "items[3]." + field
+			if e == nil {
+				t.Errorf("%s: accepted, want %s", tc.name, tc.code)
+				continue
+			}
+			if e.Code != tc.code || e.Field != want || e.Index == nil || *e.Index != 3 || e.Status != 400 || e.Retryable ||
+				!strings.HasPrefix(e.Message, want+" ") {
+				t.Errorf("%s: got %s %q index %v status %d (%s), want %s %q index 3", tc.name, e.Code, e.Field, e.Index, e.Status, e.Message, tc.code, want)
+			}
+			// Alone: the bare field, no index.
+			if a := ValidatePayload(-1, field, []byte(tc.payload), 64); a == nil || a.Code != tc.code || a.Index != nil ||
+				a.Field != field || !strings.HasPrefix(a.Message, field+" ") {
+				t.Errorf("%s alone: got %+v", tc.name, a)
+			}
+		}
+	}
+	e := ValidatePayload(0, "payload", []byte(`"`+strings.Repeat("x", 15)+`"`), 16)
+	if e == nil || e.Message != "items[0].payload is 17 bytes of JSON; the limit is 16" {
+		t.Fatalf("got %v", e)
+	}
+	// CheckPayload: the size part only.
+	if e := CheckPayload(2, "data", []byte(`"\ud800"`), 16); e != nil {
+		t.Fatalf("CheckPayload looked past the size: %v", e)
+	}
+	if e := CheckPayload(2, "data", []byte(strings.Repeat("1", 17)), 16); e == nil || e.Code != "payload_too_large" || e.Field != "items[2].data" {
+		t.Fatalf("CheckPayload over the limit: %v", e)
+	}
+}
+
 // TestValidateNameRules: ValidateName, CheckName and ValidateNameToDelete
 // agree with the rule written out from Unicode's categories, over every
 // rune of the BMP and the supplementary planes' format characters.

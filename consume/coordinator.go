@@ -32,8 +32,9 @@ type Options struct {
 	// means 1s (the broker's Config.PollRecheck).
 	Recheck time.Duration
 	// OnAvailable, when set, is told of partitions whose messages became
-	// deliverable again (a failed or retry ack), so other brokers' parked
-	// polls wake too (transport.Notifier.Available).
+	// deliverable again (a failed or retry ack), after the coordinator
+	// woke its own polls, so other brokers' parked polls wake too
+	// (transport.Announcer.Announce).
 	OnAvailable func(queue string, pids []uuid.UUID)
 }
 

@@ -83,34 +83,19 @@ type Config struct {
 	// min(n, Partitions) distinct partitions (a run that must touch every
 	// one of a million partitions).
 	Spread string
-	// Batch is the number of items per request (default 100, 1..10000). With
-	// ProducerMode async it is the async producer's MaxBatchItems unless
-	// MaxBatch is set, and 1 means single items batched up to 100.
-	Batch int
 	// ProducerMode is how producers send (default ProducerSync): sync
 	// requests of Batch items, one in flight per producer; or async, single
 	// items through the Go client's async producer (client.Producer),
 	// which batches them and retries them with the same transactionIds.
 	// Async needs a broker and no Chaos.
 	ProducerMode string
-	// InFlight bounds each async producer's outstanding items: published,
-	// not yet resolved (its BufferItems; default 1000, 1..1,000,000).
-	InFlight int
-	// MaxBatch is the async producer's MaxBatchItems (default: Batch when
-	// above 1, else 100; 1..10000).
-	MaxBatch int
-	// Linger is the async producer's Linger (default 5 ms; negative: none).
-	Linger time.Duration
-	// PayloadBytes is the size of each item's JSON payload in bytes (default
-	// 200; the smallest payload is about 40 bytes).
-	PayloadBytes int
-	// DupRatio is the fraction of items that re-send a transactionId already
-	// sent to the same partition, like a producer retrying after a timeout
-	// (default 0.1, 0..1).
-	DupRatio float64
 	// Duration is how long new items are sent (default 30s). Retries of
 	// failed items may continue for up to DrainTimeout after it.
 	Duration time.Duration
+	// Load is the producers' own settings (loadtest/produce): Batch,
+	// PayloadBytes, DupRatio, MaxAttempts and the async producer's Linger,
+	// MaxBatch and InFlight, promoted here.
+	produce.Load
 
 	// Queue is the queue pushed to; default loadtest-<unix nanos> (a fresh
 	// queue per run).
@@ -121,9 +106,6 @@ type Config struct {
 	// DropTable drops the raw table after counting it (Compare sets it).
 	DropTable bool
 
-	// MaxAttempts bounds the sends of one item answered failed (or lost with
-	// its request) before the producer gives up on it (default 8).
-	MaxAttempts int
 	// RequestTimeout bounds one request (default 30s); a timed-out request's
 	// items are retried with the same transactionIds.
 	RequestTimeout time.Duration
@@ -131,60 +113,11 @@ type Config struct {
 	// (default 15s).
 	DrainTimeout time.Duration
 
-	// Consumers is the number of consumers per consumer group (default 0:
-	// no consume phase). Consumers long-poll the run's queue (any
-	// partition) from the start, over the same target as the producers,
-	// and keep going after the producers stop until every group's cursor
-	// reaches every partition's last offset (or ConsumeDrainTimeout).
-	Consumers int
-	// Groups is the number of consumer groups, named <queue>-g0, -g1, ...
-	// (default 1 when Consumers > 0).
-	Groups int
-	// FailRatio is the fraction of messages that are poison: chosen by a
-	// hash of the transactionId, failed by the handler on every delivery,
-	// so each must be delivered RetryLimit+1 times per group and land in
-	// each group's DLQ once (default 0, 0..1).
-	FailRatio float64
-	// FailMode is how a consumer fails a poison message (default
-	// FailNack): FailNack acks it failed, with the messages before it
-	// completed in the same call, so the broker counts the failure at once;
-	// FailCrash acks the messages before it completed and then abandons
-	// the batch and its lease without acking the poison message or anything
-	// after it, as a consumer that crashes on it would, so the broker
-	// counts the failure when the lease expires (SPEC.md §4) and dead-letters
-	// it with "lease expired"; FailCrashBatch acks nothing of a batch that
-	// holds a poison message (a handler that acks its batch at the end), so
-	// the broker bisects the redeliveries until the poison message expires
-	// alone.
-	FailMode string
-	// ConsumeBatch is the most messages per pop (default 100, 1..10000).
-	ConsumeBatch int
-	// ConsumePartitions is the most partitions one pop may claim (the
-	// pop's partitions=N, 1..100; 0 takes AutoConsumePartitions of the
-	// run's partitions): above 1 a consumer's pop fills its batch at
-	// several partitions in one request.
-	ConsumePartitions int
-	// RetryLimit is the queue's retryLimit, configured before the load
-	// when Consumers > 0 (DefaultConfig: 3, the broker's default; 0..100).
-	RetryLimit int
-	// LeaseSeconds is the queue's leaseTime, configured with RetryLimit
-	// (default 30 s; 2 s with FailCrash and FailCrashBatch, where every failed delivery waits
-	// for its lease to expire, and a consumer must still pop, handle and ack
-	// a batch within it on a busy machine): how long an unanswered ack
-	// holds a span back.
-	LeaseSeconds int
-	// PollTimeout is the consumers' long-poll timeout (default 2s).
-	PollTimeout time.Duration
-	// ConsumeDrainTimeout bounds how long the consumption after the
-	// producers stop may go without moving any group's cursor (default
-	// 60s); running out of it fails the audit. A drain that keeps moving
-	// is waited for.
-	ConsumeDrainTimeout time.Duration
-	// WakeProbes is how many rounds the wake-latency probe runs after the
-	// consume phase (DefaultConfig: 50; 0: no probe): a long poll parks on a
-	// fresh queue, one message is pushed, and the time from its commit to
-	// the pop's reply is measured.
-	WakeProbes int
+	// Consumption is the consume phase's own settings (loadtest/consumers):
+	// Consumers (default 0: no consume phase), Groups, FailRatio, FailMode,
+	// ConsumeBatch, ConsumePartitions, RetryLimit, LeaseSeconds,
+	// PollTimeout, ConsumeDrainTimeout and WakeProbes, promoted here.
+	consumers.Consumption
 
 	// Progress receives a progress line (nil: none). With ProgressLive the
 	// line is rewritten in place about twice a second (a terminal);
@@ -208,35 +141,14 @@ type Config struct {
 	// (README, Settings); pushes, pops and acks never carry it. Default:
 	// none (queen loadtest passes --token, default QUEEN_ADMIN_TOKEN).
 	AdminToken string
-	// Cluster, when set, is the cluster of broker processes the run drives
-	// (chaos.StartCluster): the run watches its shard ownership, applies Chaos,
-	// and reports both (Report.Cluster, Report.Chaos).
-	Cluster *chaos.Cluster
-	// Chaos is the faults injected while the producers run (Report.Chaos):
-	// chaos.None ("" too); chaos.Kill (SIGKILL a random broker, restart it
-	// after ChaosPause), chaos.Stop (SIGSTOP a random broker for ChaosPause,
-	// then SIGCONT) and chaos.Mixed (one of each kind per round, in an order
-	// drawn from ChaosSeed), which need Cluster; chaos.NATSKill (SIGKILL a
-	// NATS node, restart it after ChaosPause), which needs Cluster with
-	// NATSNodes at least 2; chaos.PGRestart (a fast
-	// restart of the managed PostgreSQL on the same port), which needs
-	// Cluster or RestartPostgres. The first fault comes half an interval
-	// into the load, then one every ChaosInterval (default
-	// chaos.DefaultInterval: 20 s for kill, 10 s for the others; with Cluster
-	// at least twice the brokers' shard lease), none after Duration.
-	Chaos         string
-	ChaosInterval time.Duration
-	// ChaosPause is how long a killed broker stays down, a stopped one
-	// frozen and a killed NATS node down (default 1 s for a kill, 5 s for a
-	// stop and a nats-kill; below the interval).
-	ChaosPause time.Duration
-	// ChaosSeed draws the brokers hit and (mixed) the order of the faults
-	// (0: from the clock; the report gives the seed used).
-	ChaosSeed uint64
-	// RestartPostgres restarts the broker's PostgreSQL in place and returns
-	// once it accepts connections again (chaos.PGRestart without Cluster:
-	// --embedded passes the embedded broker's).
-	RestartPostgres func(ctx context.Context) error
+
+	// Chaos is the faults injected while the producers run and the cluster
+	// of broker processes they hit (loadtest/chaos, Report.Chaos and
+	// Report.Cluster): Chaos.Mode (chaos.None, "" too, by default), its
+	// Interval, Pause and Seed, the Cluster the run drives and watches, and
+	// RestartPostgres. Not promoted: its fields are named for the chaos
+	// room (Mode, Interval), not for the run.
+	Chaos chaos.Faults
 
 	// DedupWindow, when > 0, is configured as the queue's
 	// dedupWindowSeconds before the load (whole seconds, at least 1s); 0
@@ -249,7 +161,9 @@ type Config struct {
 	// (whole seconds): segments are deleted while the run goes on, so the
 	// audit reads partitions' new segments during the run (every 2s, or
 	// SampleEvery when shorter), before retention can delete them (at least
-	// 30s and 4×SampleEvery; not with consumers).
+	// 30s and 4×SampleEvery). With consumers, a message retention deleted
+	// before a group acked it counts in that group's expired_before_acked
+	// (the consume audit), not as lost.
 	Retention time.Duration
 	// SampleEvery is the timeline's interval (default 10s, at least 1s):
 	// every SampleEvery the run records a point (Report.Timeline); its
@@ -274,22 +188,26 @@ func DefaultConfig() Config {
 		Target:         "nats://127.0.0.1:4222",
 		Producers:      8,
 		Partitions:     64,
-		Batch:          100,
-		PayloadBytes:   200,
-		DupRatio:       0.1,
 		Duration:       30 * time.Second,
-		MaxAttempts:    8,
 		RequestTimeout: 30 * time.Second,
 		DrainTimeout:   15 * time.Second,
 		ProgressEvery:  2 * time.Second,
-		ConsumeBatch:   100,
-		RetryLimit:     3,
-		WakeProbes:     50,
 		SampleEvery:    10 * time.Second,
 		ProducerMode:   report.ProducerSync,
 		Spread:         SpreadRandom,
-		InFlight:       1000,
-		Linger:         client.DefaultLinger,
+		Load: produce.Load{
+			Batch:        100,
+			PayloadBytes: 200,
+			DupRatio:     0.1,
+			MaxAttempts:  8,
+			InFlight:     1000,
+			Linger:       client.DefaultLinger,
+		},
+		Consumption: consumers.Consumption{
+			ConsumeBatch: 100,
+			RetryLimit:   3,
+			WakeProbes:   50,
+		},
 	}
 }
 
@@ -365,7 +283,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("producer mode %q: want sync or async", c.ProducerMode)
 	case c.ProducerMode == report.ProducerAsync && c.Mode != report.ModeBroker:
 		return errors.New("producer mode async needs a broker (mode broker)")
-	case c.ProducerMode == report.ProducerAsync && chaos.On(c.Chaos):
+	case c.ProducerMode == report.ProducerAsync && chaos.On(c.Chaos.Mode):
 		return errors.New("producer mode async with chaos: not supported yet (the chaos report counts sync requests); drop --chaos or use --producer-mode sync")
 	case c.InFlight < 1 || c.InFlight > 1_000_000:
 		return fmt.Errorf("in flight %d: want 1..1000000", c.InFlight)
@@ -402,40 +320,39 @@ func (c *Config) Validate() error {
 // validateChaos checks the chaos settings (after withDefaults): a known
 // mode, a broker to hit, then chaos.Config.Validate.
 func (c *Config) validateChaos() error {
-	if !chaos.On(c.Chaos) {
+	if !chaos.On(c.Chaos.Mode) {
 		return nil
 	}
-	if err := chaos.CheckMode(c.Chaos); err != nil {
+	if err := chaos.CheckMode(c.Chaos.Mode); err != nil {
 		return err
 	}
 	if c.Mode != report.ModeBroker {
-		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos)
+		return fmt.Errorf("chaos %s needs a broker (mode broker)", c.Chaos.Mode)
 	}
 	cc := c.chaosConfig()
 	return cc.Validate()
 }
 
-// chaosConfig is the chaos room's share of c.
+// chaosConfig is the chaos room's share of c: its Faults, and the run's
+// duration, request timeout and progress.
 func (c *Config) chaosConfig() chaos.Config {
-	return chaos.Config{Mode: c.Chaos, Interval: c.ChaosInterval, Pause: c.ChaosPause, Seed: c.ChaosSeed,
-		Cluster: c.Cluster, RestartPostgres: c.RestartPostgres, Duration: c.Duration,
-		RequestTimeout: c.RequestTimeout, Progress: c.Progress}
+	return chaos.Config{Faults: c.Chaos, Duration: c.Duration, RequestTimeout: c.RequestTimeout, Progress: c.Progress}
 }
 
-// produceConfig is the producers' share of c (after withDefaults).
+// produceConfig is the producers' share of c (after withDefaults): their
+// Load, with MaxBatch resolved, and what the run derives for them.
 func (c *Config) produceConfig() produce.Config {
-	return produce.Config{Queue: c.Queue, Batch: c.Batch, PayloadBytes: c.PayloadBytes, DupRatio: c.DupRatio,
-		MaxAttempts: c.MaxAttempts, RequestTimeout: c.RequestTimeout, Sequential: c.Spread == SpreadSequential,
-		Window: c.window(), Linger: c.Linger, MaxBatch: c.maxBatch(), InFlight: c.InFlight}
+	pc := produce.Config{Load: c.Load, Queue: c.Queue, RequestTimeout: c.RequestTimeout,
+		Sequential: c.Spread == SpreadSequential, Window: c.window()}
+	pc.MaxBatch = c.maxBatch()
+	return pc
 }
 
-// consumersConfig is the consumers' share of c (after withDefaults).
+// consumersConfig is the consumers' share of c (after withDefaults): their
+// Consumption, and the run's queue, targets and timeouts.
 func (c *Config) consumersConfig() consumers.Config {
-	return consumers.Config{Queue: c.Queue, Target: c.Target, Targets: c.Targets, AdminToken: c.AdminToken,
-		Chaos: chaos.On(c.Chaos), RequestTimeout: c.RequestTimeout, Consumers: c.Consumers, Groups: c.Groups,
-		FailRatio: c.FailRatio, FailMode: c.FailMode, ConsumeBatch: c.ConsumeBatch, ConsumePartitions: c.ConsumePartitions,
-		RetryLimit: c.RetryLimit, LeaseSeconds: c.LeaseSeconds, PollTimeout: c.PollTimeout,
-		ConsumeDrainTimeout: c.ConsumeDrainTimeout, WakeProbes: c.WakeProbes, MetricsURLs: c.MetricsURLs}
+	return consumers.Config{Consumption: c.Consumption, Queue: c.Queue, Target: c.Target, Targets: c.Targets,
+		AdminToken: c.AdminToken, Chaos: chaos.On(c.Chaos.Mode), RequestTimeout: c.RequestTimeout, MetricsURLs: c.MetricsURLs}
 }
 
 // The values of Config.Spread.
@@ -492,8 +409,8 @@ func (c Config) withDefaults() Config {
 	if c.PollTimeout <= 0 {
 		c.PollTimeout = 2 * time.Second
 	}
-	if chaos.On(c.Chaos) && c.ChaosInterval <= 0 {
-		c.ChaosInterval = chaos.DefaultInterval(c.Chaos)
+	if chaos.On(c.Chaos.Mode) && c.Chaos.Interval <= 0 {
+		c.Chaos.Interval = chaos.DefaultInterval(c.Chaos.Mode)
 	}
 	if c.SampleEvery == 0 {
 		c.SampleEvery = d.SampleEvery

@@ -93,15 +93,15 @@ func TestChaosConfig(t *testing.T) {
 		{chaos.PGFailover, true, "pass --brokers N --pg-standby"},
 	} {
 		c := base
-		c.Chaos = tc.chaos
+		c.Chaos.Mode = tc.chaos
 		if tc.restart {
-			c.RestartPostgres = func(context.Context) error { return nil }
+			c.Chaos.RestartPostgres = func(context.Context) error { return nil }
 		}
 		c = c.withDefaults()
 		err := c.Validate()
 		if tc.want == "" {
 			require.NoError(t, err, tc.chaos)
-			require.Equal(t, 10*time.Second, c.ChaosInterval)
+			require.Equal(t, 10*time.Second, c.Chaos.Interval)
 			continue
 		}
 		require.ErrorContains(t, err, tc.want, tc.chaos)

@@ -31,7 +31,7 @@
 // faults marked, several runs overlaid); it imports only loadtest/report and
 // the chart library, and cmd/queen uses it (--report, queen loadtest report).
 //
-// This package keeps the run (Run, Compare and the Config that fills each
-// room's config), the timeline, the storage figures and the progress
-// line.
+// This package keeps the run (Run, Compare and the Config that embeds each
+// room's settings: produce.Load, consumers.Consumption and chaos.Faults),
+// the timeline, the storage figures and the progress line.
 package loadtest

@@ -245,7 +245,7 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	r.readStart(ctx)
 	start := time.Now()
 	var faults *chaos.Run
-	if cfg.Mode == report.ModeBroker && (cfg.Cluster != nil || chaos.On(cfg.Chaos)) {
+	if cfg.Mode == report.ModeBroker && (cfg.Chaos.Cluster != nil || chaos.On(cfg.Chaos.Mode)) {
 		stats := clientstats.New(start)
 		c.Obs = stats
 		if cp != nil {

@@ -9,5 +9,5 @@
 // the rest, and any shard no broker answers for, are served locally. A
 // shard subject also takes a shard-aware client's push (the public push
 // body, marked Content-Type: application/json), handed to the broker's
-// front door (ServerConfig.Direct). It knows neither SQL nor HTTP.
+// front door (Server.SetDirect). It knows neither SQL nor HTTP.
 package shards

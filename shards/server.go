@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -55,13 +54,7 @@ type ServerConfig struct {
 	// router answers the items failed with queen.ErrTimeout (outcome unknown,
 	// retryable, SPEC.md §3). Dropped counts them.
 	PendingMsgs, PendingBytes int
-	// Direct answers clients' pushes on the shard subjects (messages with
-	// the header Content-Type: application/json) as queen.v1.push does (the
-	// same validation, routing, replies and errors; SPEC.md §9, §11): the
-	// broker gives transport.NATSService.ShardPush. Nil: such a message is
-	// answered 503 unavailable (retryable; shard-aware clients then use
-	// queen.v1.push).
-	Direct nats.MsgHandler
+
 	Logger *slog.Logger
 }
 
@@ -80,6 +73,8 @@ type Server struct {
 	mu     sync.Mutex
 	subs   map[int]*nats.Subscription
 	closed bool
+	// direct is SetDirect's handler (nil until it is set).
+	direct nats.MsgHandler
 	// dropped counts the messages the NATS client dropped on subscriptions
 	// no longer in subs (see Dropped).
 	dropped uint64
@@ -126,6 +121,21 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.PendingBytes = DefaultPendingBytes
 	}
 	return &Server{cfg: cfg, subs: map[int]*nats.Subscription{}}, nil
+}
+
+// SetDirect gives the Server the handler of clients' pushes on the shard
+// subjects (messages with the header Content-Type: application/json, from a
+// shard-aware client), which answers them as queen.v1.push does (the same
+// validation, routing, replies and errors; SPEC.md §9, §11): the broker's
+// NATS front door, transport.NATSService.ShardPush. The front door is built
+// on the router and membership that are built on this Server, so the
+// broker sets it once that front door exists, before the membership serves
+// any shard. Until it is set such a push is answered 503 unavailable
+// (retryable; shard-aware clients then use queen.v1.push).
+func (s *Server) SetDirect(h nats.MsgHandler) {
+	s.mu.Lock()
+	s.direct = h
+	s.mu.Unlock()
 }
 
 // Start does nothing: a Server subscribes shard by shard as it is told to
@@ -291,7 +301,7 @@ func (s *Server) handlePush(m *nats.Msg) {
 	}
 	if m.Header != nil && m.Header.Get(wire.HeaderContentType) == wire.ContentTypeJSON {
 		s.mu.Lock()
-		h, closed := s.cfg.Direct, s.closed
+		h, closed := s.direct, s.closed
 		s.mu.Unlock()
 		switch {
 		case closed:
@@ -457,15 +467,9 @@ func checkItems(items []*queen.Item, maxPayload int) *queen.Error {
 		if e := queen.ValidateItem(i, it.Queue, it.Partition, it.TransactionID, trace); e != nil {
 			return e
 		}
-		switch {
-		case len(it.Payload) > maxPayload:
-			return at(queen.ErrPayloadTooLarge.With("items[%d].payload is %d bytes of JSON; the limit is %d", i, len(it.Payload), maxPayload), "payload")
-		case !utf8.Valid(it.Payload):
-			return at(queen.ErrInvalidUTF8.With("items[%d].payload is not valid UTF-8", i), "payload")
-		case !json.Valid(it.Payload):
-			return at(queen.ErrInvalidJSON.With("items[%d].payload is not one JSON value", i), "payload")
-		case wire.HasLoneSurrogate(it.Payload):
-			return at(queen.ErrInvalidUTF8.With("items[%d].payload holds a lone surrogate escape", i), "payload")
+		// The one payload rule, shared with the front door's decoder.
+		if e := queen.ValidatePayload(i, "payload", it.Payload, maxPayload); e != nil {
+			return e
 		}
 	}
 	return nil

@@ -191,11 +191,7 @@ func TestShardSubjectRefusesUnvalidatedItems(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "503", msg.Header.Get(ErrorCodeHeader), "%s", msg.Data)
 	require.Contains(t, string(msg.Data), `"code":"unavailable"`)
-	require.NoError(t, s.Stop(context.Background()))
-	s = newServer(t, ServerConfig{Conn: nc, Pusher: rec, Count: 1, MaxPayloadBytes: 64,
-		Direct: func(m *nats.Msg) { m.Respond([]byte("direct " + string(m.Data))) }}) //nolint:errcheck
-	require.NoError(t, s.ServeAll())
-	defer s.Stop(context.Background()) //nolint:errcheck
+	s.SetDirect(func(m *nats.Msg) { m.Respond([]byte("direct " + string(m.Data))) }) //nolint:errcheck
 	msg, err = nc.RequestMsg(req, 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, `direct {"items":[{"queue":"q"}]}`, string(msg.Data))

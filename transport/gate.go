@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // Gate is the HTTP handler of a broker's listener from the moment the port
@@ -42,13 +43,6 @@ func (g *Gate) Phase() string { return *g.phase.Load() }
 // the broker is ready; a second call replaces h.
 func (g *Gate) Open(h http.Handler) { g.open.Store(&h) }
 
-// startingReply is GET /health while the broker starts.
-type startingReply struct {
-	Status string `json:"status"`
-	Phase  string `json:"phase"`
-	queen.Build
-}
-
 // ServeHTTP passes r to the handler Open gave, or answers it as a starting
 // broker (Gate).
 func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -58,7 +52,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Retry-After", "1")
 	if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		writeReply(w, reply{status: http.StatusServiceUnavailable, body: startingReply{Status: "starting", Phase: g.Phase(), Build: g.build}})
+		writeReply(w, reply{status: http.StatusServiceUnavailable, body: wire.StartingReply{Status: "starting", Phase: g.Phase(), Build: g.build}})
 		return
 	}
 	writeReply(w, errReply(queen.ErrStarting.With("the broker is starting (%s); retry shortly with the same transaction ids", g.Phase())))

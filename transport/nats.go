@@ -66,7 +66,7 @@ type NATSService struct {
 // (queen.v1.shard.<n>.push with the header Content-Type: application/json,
 // sent by a shard-aware Client) exactly as queen.v1.push answers it: the
 // same body, validation, errors (SPEC.md §10, §11) and replies, counted in
-// the push endpoint's stats. The broker gives it as shards.ServerConfig.Direct;
+// the push endpoint's stats. The broker gives it to shards.Server.SetDirect;
 // its router then serves the items here, since this broker owns the shard.
 func (ns *NATSService) ShardPush(m *nats.Msg) { ns.push(m) }
 

@@ -61,8 +61,8 @@ func TestNotifierGathersNotices(t *testing.T) {
 	nc := natsConn(t)
 	log := slog.New(slog.DiscardHandler)
 	var here, there wakes
-	a := startNotifier(t, NotifierConfig{Conn: nc, Local: &here, Logger: log, Linger: time.Hour}) // published by Stop only
-	startNotifier(t, NotifierConfig{Conn: nc, Local: &there, Logger: log})
+	a, out := startNotifier(t, AnnouncerConfig{Conn: nc, Logger: log, Linger: time.Hour}, &here) // published by Stop only
+	startNotifier(t, AnnouncerConfig{Conn: nc, Logger: log}, &there)
 	var msgs sync.Map
 	raw, err := nc.Subscribe(SubjectNotify, func(m *nats.Msg) { msgs.Store(string(m.Data), true) })
 	require.NoError(t, err)
@@ -79,7 +79,8 @@ func TestNotifierGathersNotices(t *testing.T) {
 	require.Equal(t, 14, here.count("q"), "local polls wake at once")
 	require.Zero(t, there.count("q"), "nothing published before the linger ends")
 
-	require.NoError(t, a.Stop(context.Background())) // publishes what was gathered
+	require.NoError(t, a.Stop(context.Background()))
+	require.NoError(t, out.Stop(context.Background())) // publishes what was gathered
 	require.Eventually(t, func() bool { return there.count("q") == 14 && there.count("r") == 10 }, 10*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		n := 0
@@ -97,16 +98,22 @@ func TestNotifierGathersNotices(t *testing.T) {
 	}
 	here.mu.Unlock()
 
-	// After Stop: local wakes only.
+	// After its Announcer's Stop: local wakes only.
 	a.Available("s", pids[:1])
 	require.Equal(t, 1, here.count("s"))
 	require.NoError(t, nc.Flush())
 	require.Zero(t, there.count("s"))
 
 	// With the default linger the notices reach the other broker unprompted.
-	c := startNotifier(t, NotifierConfig{Conn: nc, Local: &wakes{}, Logger: log})
+	var own wakes
+	c, cOut := startNotifier(t, AnnouncerConfig{Conn: nc, Logger: log}, &own)
 	c.Available("t", pids[:3])
 	require.Eventually(t, func() bool { return there.count("t") == 3 }, 10*time.Second, 5*time.Millisecond)
+	// An announcement alone (the pop coordinator's, which woke its own
+	// polls) reaches the other brokers and wakes nothing here.
+	cOut.Announce("u", pids[:2])
+	require.Eventually(t, func() bool { return there.count("u") == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Zero(t, own.count("u"))
 }
 
 // TestNotifierPushedWakesQueuedPartitions: only queued items wake, grouped
@@ -114,7 +121,7 @@ func TestNotifierGathersNotices(t *testing.T) {
 func TestNotifierPushedWakesQueuedPartitions(t *testing.T) {
 	nc := natsConn(t)
 	var here wakes
-	n := startNotifier(t, NotifierConfig{Conn: nc, Local: &here, Logger: slog.New(slog.DiscardHandler)})
+	n, _ := startNotifier(t, AnnouncerConfig{Conn: nc, Logger: slog.New(slog.DiscardHandler)}, &here)
 	p1, p2, p3 := uuid.New(), uuid.New(), uuid.New()
 	items := []*queen.Item{{Queue: "a"}, {Queue: "b"}, {Queue: "a"}, {Queue: "a"}, {Queue: "c"}}
 	results := []queen.Result{
@@ -127,12 +134,16 @@ func TestNotifierPushedWakesQueuedPartitions(t *testing.T) {
 	require.Equal(t, map[string]map[uuid.UUID]int{"a": {p1: 1, p3: 1}, "b": {p2: 1}}, here.got)
 }
 
-// startNotifier starts a Notifier that stops with the test.
-func startNotifier(t *testing.T, cfg NotifierConfig) *Notifier {
+// startNotifier starts a Notifier waking local on an Announcer of cfg;
+// both stop with the test.
+func startNotifier(t *testing.T, cfg AnnouncerConfig, local Waker) (*Notifier, *Announcer) {
 	t.Helper()
-	n, err := NewNotifier(cfg)
+	a, err := NewAnnouncer(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Stop(context.Background()) }) //nolint:errcheck
+	n, err := NewNotifier(NotifierConfig{Announcer: a, Local: local})
 	require.NoError(t, err)
 	require.NoError(t, n.Start(context.Background()))
 	t.Cleanup(func() { n.Stop(context.Background()) }) //nolint:errcheck
-	return n
+	return n, a
 }

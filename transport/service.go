@@ -485,18 +485,6 @@ func (s *Service) queueCounts() map[string][2]int64 {
 	return out
 }
 
-// configureReply is the configure reply of SPEC.md §6.
-type configureReply struct {
-	Configured  bool                    `json:"configured"`
-	Queue       string                  `json:"queue"`
-	Namespace   string                  `json:"namespace"`
-	Task        string                  `json:"task"`
-	Options     queen.Options           `json:"options"`
-	Changed     map[string]queen.Change `json:"changed"`
-	NotEnforced []string                `json:"notEnforced"`
-	Created     bool                    `json:"created"`
-}
-
 // configure answers POST /api/v1/configure and queen.v1.configure (SPEC.md
 // §6). admin reports that the request carries the admin token (always true
 // without QUEEN_ADMIN_TOKEN). Without it, a configure of an existing queue
@@ -527,16 +515,7 @@ func (s *Service) configure(ctx context.Context, body []byte, admin bool) reply 
 	if err != nil {
 		return errReply(err)
 	}
-	ne := []string{}
-	for _, k := range queen.NotEnforcedOptions {
-		if _, ok := res.Options.NotEnforced[k]; ok {
-			ne = append(ne, k)
-		}
-	}
-	return reply{status: http.StatusOK, body: configureReply{
-		Configured: true, Queue: res.Queue, Namespace: res.Namespace, Task: res.Task,
-		Options: res.Options, Changed: res.Changed, NotEnforced: ne, Created: res.Created,
-	}}
+	return reply{status: http.StatusOK, body: wire.NewConfigureReply(res)}
 }
 
 func (s *Service) queue(ctx context.Context, name string) reply {
@@ -575,21 +554,6 @@ type CacheSwitch interface {
 	Stats() any
 }
 
-// healthReply is GET /health: the status ("healthy", "degraded" or
-// "unhealthy"), the database ("ok" or "down"), the NATS connections and the
-// database's disk (Config.NATS, Config.StorageFull), then the broker's build
-// (release, revision, schema, layout) whatever the status.
-type healthReply struct {
-	Status   string `json:"status"`
-	Database string `json:"database"`
-	NATS     string `json:"nats,omitempty"`
-	Storage  string `json:"storage,omitempty"`
-	Error    string `json:"error,omitempty"`
-	queen.Build
-	DedupCache any `json:"dedupCache,omitempty"`
-	Partitions any `json:"partitions,omitempty"`
-}
-
 // dedupCache answers GET (body nil) and POST {"enabled":bool} on the
 // cache's admin route: the stats after the change.
 func (s *Service) dedupCache(body []byte) reply {
@@ -597,19 +561,12 @@ func (s *Service) dedupCache(body []byte) reply {
 		return errReply(queen.ErrNotFound.With("this broker has no dedup cache"))
 	}
 	if body != nil {
-		var in struct {
-			Enabled *bool `json:"enabled"`
-		}
-		if err := wire.DecodeObject(body, &in); err != nil {
+		on, err := wire.DecodeCacheSwitch(body)
+		if err != nil {
 			return errReply(err)
 		}
-		if in.Enabled == nil {
-			e := queen.ErrMissingField.With("enabled is required (true or false)")
-			e.Field = "enabled"
-			return errReply(e)
-		}
-		s.cfg.DedupCache.SetEnabled(*in.Enabled)
-		s.cfg.Logger.Info("dedup cache switched", "enabled", *in.Enabled)
+		s.cfg.DedupCache.SetEnabled(on)
+		s.cfg.Logger.Info("dedup cache switched", "enabled", on)
 	}
 	return reply{status: http.StatusOK, body: s.cfg.DedupCache.Stats()}
 }
@@ -623,7 +580,7 @@ func (s *Service) dedupCache(body []byte) reply {
 func (s *Service) health(ctx context.Context) reply {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	h := healthReply{Status: "healthy", Database: "ok", Build: s.cfg.Build}
+	h := wire.HealthReply{Status: "healthy", Database: "ok", Build: s.cfg.Build}
 	if s.cfg.NATS != nil {
 		if h.NATS = s.cfg.NATS(); h.NATS != "ok" {
 			h.Status = "degraded"

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // statsWindow is how far back GET /api/v1/stats looks for the sample its
@@ -28,38 +30,6 @@ type statsSample struct {
 	bounds, buckets []float64
 }
 
-// statsReply is the body of GET /api/v1/stats.
-type statsReply struct {
-	// At is when the registry was read.
-	At time.Time `json:"at"`
-	// WindowSeconds is the time the rates are averaged over: from the
-	// oldest sample kept within statsWindow to now (0 on the first call).
-	WindowSeconds float64 `json:"windowSeconds"`
-	// Push items answered per second, by verdict (queen_push_items_total):
-	// queued, duplicate, and failed (every other verdict).
-	QueuedPerSecond    float64 `json:"queuedPerSecond"`
-	DuplicatePerSecond float64 `json:"duplicatePerSecond"`
-	FailedPerSecond    float64 `json:"failedPerSecond"`
-	// PopPerSecond is messages returned by pops per second; AckPerSecond ack
-	// items per second.
-	PopPerSecond float64 `json:"popPerSecond"`
-	AckPerSecond float64 `json:"ackPerSecond"`
-	// CommitP99Ms is the 99th percentile of one push transaction's latency
-	// over the window (queen_push_commit_seconds, the bucket's upper bound),
-	// milliseconds; null when no push committed in the window.
-	CommitP99Ms *float64 `json:"commitP99Ms"`
-	// Totals since the broker started.
-	Queued    int64 `json:"queued"`
-	Duplicate int64 `json:"duplicate"`
-	Failed    int64 `json:"failed"`
-	// RSSBytes is process_resident_memory_bytes (0 where the OS gives none).
-	RSSBytes int64 `json:"rssBytes"`
-	// CacheBytes is queen_dedup_cache_bytes, the dedup cache's memory.
-	CacheBytes int64 `json:"cacheBytes"`
-	// MailboxDepth is queen_mailbox_depth_items.
-	MailboxDepth int64 `json:"mailboxDepth"`
-}
-
 // statsRing keeps the samples of GET /api/v1/stats.
 type statsRing struct {
 	mu      sync.Mutex
@@ -68,8 +38,8 @@ type statsRing struct {
 
 // stats answers GET /api/v1/stats: live rates and gauges read from the
 // broker's Prometheus registry (the ones the console's overview draws), 200
-// with a statsReply. It keeps the samples it reads for a minute, so rates are
-// averages over the last few seconds of calls.
+// with a wire.StatsReply. It keeps the samples it reads for a minute, so
+// rates are averages over the last few seconds of calls.
 func (s *Service) stats() reply {
 	mfs, err := s.cfg.Metrics.Registry.Gather()
 	if err != nil && len(mfs) == 0 {
@@ -77,7 +47,7 @@ func (s *Service) stats() reply {
 	}
 	now := time.Now()
 	cur := statsSample{at: now}
-	out := statsReply{At: now.UTC()}
+	out := wire.StatsReply{At: now.UTC()}
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case "queen_push_items_total":

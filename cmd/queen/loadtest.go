@@ -60,8 +60,8 @@ func loadtestCmd() *cobra.Command {
 	f := cmd.Flags()
 	lf.runFlags(f)
 	produceFlags(f, &lf.cfg)
-	consumersFlags(f, &lf.cfg)
-	chaosFlags(f, &lf.cfg, &lf.cluster)
+	consumersFlags(f, &lf.cfg.Consumption)
+	chaosFlags(f, &lf.cfg.Chaos, &lf.cluster)
 	timelineFlags(f, &lf.cfg)
 	return cmd
 }
@@ -96,15 +96,15 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		return errors.New("--nats-nodes gives the brokers of --brokers N a NATS cluster: pass --brokers N")
 	}
 	switch {
-	case lf.cfg.Chaos == "" || lf.cfg.Chaos == chaos.None:
-	case lf.cfg.Chaos == chaos.PGRestart && lf.embedded && !lf.compare:
+	case lf.cfg.Chaos.Mode == "" || lf.cfg.Chaos.Mode == chaos.None:
+	case lf.cfg.Chaos.Mode == chaos.PGRestart && lf.embedded && !lf.compare:
 		chaosClients(cmd, &lf.cfg, 0)
-	case lf.cfg.Chaos == chaos.PGRestart:
+	case lf.cfg.Chaos.Mode == chaos.PGRestart:
 		return errors.New("--chaos pg-restart needs a PostgreSQL of its own: pass --brokers N or --embedded (without --compare)")
-	case lf.cfg.Chaos == chaos.NATSKill:
+	case lf.cfg.Chaos.Mode == chaos.NATSKill:
 		return errors.New("--chaos nats-kill kills a node of a NATS cluster of its own: pass --brokers N --nats-nodes M (M at least 2)")
 	default:
-		return fmt.Errorf("--chaos %s needs brokers of its own: pass --brokers N", lf.cfg.Chaos)
+		return fmt.Errorf("--chaos %s needs brokers of its own: pass --brokers N", lf.cfg.Chaos.Mode)
 	}
 	if lf.embedded {
 		log, err := newLogger(lf.logLevel)
@@ -122,8 +122,8 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 			// The broker's /metrics is this process's: its RSS
 			// includes the harness.
 			lf.cfg.MetricsURLs, lf.cfg.SelfRSS = []string{b.HTTPURL()}, true
-			if lf.cfg.Chaos == chaos.PGRestart {
-				lf.cfg.RestartPostgres = b.RestartPostgres
+			if lf.cfg.Chaos.Mode == chaos.PGRestart {
+				lf.cfg.Chaos.RestartPostgres = b.RestartPostgres
 			}
 			return runLoadtest(ctx, cmd.OutOrStdout(), lf.cfg, lf.compare, lf.out)
 		})
@@ -270,16 +270,16 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	pgBin, logLevel string, o loadtestOutput) (err error) {
 	stderr := cmd.ErrOrStderr()
 	lease := ccfg.Lease
-	if cfg.Chaos == chaos.PGFailover && !ccfg.PGStandby {
+	if cfg.Chaos.Mode == chaos.PGFailover && !ccfg.PGStandby {
 		return errors.New("--chaos pg-failover promotes a standby: pass --pg-standby")
 	}
 	if ccfg.NATSNodes < 0 || ccfg.NATSNodes > 9 {
 		return fmt.Errorf("--nats-nodes %d: want 0 (one NATS server in this process) to 9", ccfg.NATSNodes)
 	}
-	if cfg.Chaos == chaos.NATSKill && ccfg.NATSNodes < 2 {
+	if cfg.Chaos.Mode == chaos.NATSKill && ccfg.NATSNodes < 2 {
 		return fmt.Errorf("--chaos nats-kill kills a node of a NATS cluster and needs at least 2 (--nats-nodes %d): pass --nats-nodes 3", ccfg.NATSNodes)
 	}
-	withChaos := chaos.On(cfg.Chaos)
+	withChaos := chaos.On(cfg.Chaos.Mode)
 	if withChaos {
 		if lease == 0 {
 			lease = 5 * time.Second
@@ -294,11 +294,11 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 	if eff == 0 {
 		eff = 10 * time.Second
 	}
-	if withChaos && cfg.ChaosInterval < 2*eff {
-		return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", cfg.ChaosInterval, 2*eff)
+	if withChaos && cfg.Chaos.Interval < 2*eff {
+		return fmt.Errorf("chaos interval %s: want at least twice the shard lease (%s)", cfg.Chaos.Interval, 2*eff)
 	}
-	if withChaos && cfg.ChaosPause >= cfg.ChaosInterval {
-		return fmt.Errorf("chaos pause %s: want less than the chaos interval %s", cfg.ChaosPause, cfg.ChaosInterval)
+	if withChaos && cfg.Chaos.Pause >= cfg.Chaos.Interval {
+		return fmt.Errorf("chaos pause %s: want less than the chaos interval %s", cfg.Chaos.Pause, cfg.Chaos.Interval)
 	}
 	ccfg.PGBin, ccfg.Lease, ccfg.LogLevel, ccfg.TempParent, ccfg.Status = pgBin, lease, logLevel, embeddedTempParent, stderr
 	cl, err := chaos.StartCluster(ctx, ccfg)
@@ -310,7 +310,7 @@ func runClusterLoadtest(ctx context.Context, cmd *cobra.Command, cfg loadtest.Co
 			err = errors.Join(err, fmt.Errorf("stop the cluster: %w", cerr))
 		}
 	}()
-	cfg.Cluster = cl
+	cfg.Chaos.Cluster = cl
 	cfg.DatabaseURL = cl.DatabaseURL()
 	cfg.MetricsURLs = cl.HTTPURLs()
 	if strings.HasPrefix(cfg.Target, "http") {
@@ -337,9 +337,9 @@ func chaosClients(cmd *cobra.Command, cfg *loadtest.Config, lease time.Duration)
 		cfg.RequestTimeout = 5 * time.Second
 	}
 	cfg.MaxAttempts = 255
-	cfg.DrainTimeout = max(15*time.Second, 2*lease+cfg.RequestTimeout+max(cfg.ChaosPause, 5*time.Second)+5*time.Second)
-	if cfg.ChaosInterval <= 0 {
-		cfg.ChaosInterval = chaos.DefaultInterval(cfg.Chaos)
+	cfg.DrainTimeout = max(15*time.Second, 2*lease+cfg.RequestTimeout+max(cfg.Chaos.Pause, 5*time.Second)+5*time.Second)
+	if cfg.Chaos.Interval <= 0 {
+		cfg.Chaos.Interval = chaos.DefaultInterval(cfg.Chaos.Mode)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/queen-mq/queen-go/loadtest"
 	"github.com/queen-mq/queen-go/loadtest/chaos"
+	"github.com/queen-mq/queen-go/loadtest/consumers"
 )
 
 // runFlags: what to drive, how long, and what to print.
@@ -43,9 +44,10 @@ func produceFlags(f *pflag.FlagSet, cfg *loadtest.Config) {
 	f.Float64Var(&cfg.DupRatio, "dup-ratio", cfg.DupRatio, "fraction of items that re-send a transactionId already sent to the same partition")
 }
 
-// consumersFlags: the consume phase and its poison messages, the fields of
-// cfg that fill the consumers room's config (loadtest/consumers).
-func consumersFlags(f *pflag.FlagSet, cfg *loadtest.Config) {
+// consumersFlags: the consume phase and its poison messages, bound into the
+// consumers room's settings (loadtest/consumers), which loadtest.Config
+// embeds.
+func consumersFlags(f *pflag.FlagSet, cfg *consumers.Consumption) {
 	f.IntVar(&cfg.Consumers, "consumers", cfg.Consumers, "consumers per consumer group (0: no consume phase)")
 	f.IntVar(&cfg.Groups, "groups", cfg.Groups, "consumer groups, named <queue>-g0, -g1, ... (default 1 with --consumers)")
 	f.Float64Var(&cfg.FailRatio, "fail-ratio", cfg.FailRatio, "fraction of messages whose every delivery the consumers fail (chosen by a hash of the transactionId)")
@@ -60,16 +62,16 @@ func consumersFlags(f *pflag.FlagSet, cfg *loadtest.Config) {
 
 // chaosFlags: the chaos room's (loadtest/chaos) — broker processes of this
 // binary, their NATS cluster and PostgreSQL standby, bound into cl (its
-// ClusterConfig), and the faults injected into them, bound into the fields
-// of cfg that fill its chaos.Config.
-func chaosFlags(f *pflag.FlagSet, cfg *loadtest.Config, cl *chaos.ClusterConfig) {
+// ClusterConfig), and the faults injected into them, bound into fa
+// (loadtest.Config's Chaos).
+func chaosFlags(f *pflag.FlagSet, fa *chaos.Faults, cl *chaos.ClusterConfig) {
 	f.IntVar(&cl.Brokers, "brokers", 0, "start this many broker processes sharing one managed PostgreSQL and one NATS server, and drive them (0: none)")
-	f.StringVar(&cfg.Chaos, "chaos", chaos.None, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, with nats-kill when --nats-nodes is 2 or more, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby; nats-kill (SIGKILL a NATS node in turn, restart it after --chaos-pause) with --brokers N --nats-nodes M (M at least 2)")
+	f.StringVar(&fa.Mode, "chaos", chaos.None, "faults during the load: none; with --brokers kill (SIGKILL a random broker, restart it), stop (SIGSTOP a random broker, SIGCONT after --chaos-pause) or mixed (one of each per round, with nats-kill when --nats-nodes is 2 or more, and pg-failover once with --pg-standby); pg-restart (fast restart of the managed PostgreSQL) with --brokers or --embedded; pg-failover (SIGKILL the PostgreSQL primary, promote its standby) with --brokers N --pg-standby; nats-kill (SIGKILL a NATS node in turn, restart it after --chaos-pause) with --brokers N --nats-nodes M (M at least 2)")
 	f.IntVar(&cl.NATSNodes, "nats-nodes", 0, "with --brokers: run the NATS server as a cluster of this many node processes routed on loopback (0: one NATS server in this process); brokers and clients get every node's URL")
 	f.BoolVar(&cl.PGStandby, "pg-standby", false, "with --brokers: give the managed PostgreSQL a synchronous streaming standby on loopback; the brokers' DATABASE_URL lists both servers (target_session_attrs=read-write)")
-	f.DurationVar(&cfg.ChaosInterval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
-	f.DurationVar(&cfg.ChaosPause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s), a stopped one frozen before SIGCONT (default 5s) and a killed NATS node down before its restart (default 5s)")
-	f.Uint64Var(&cfg.ChaosSeed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
+	f.DurationVar(&fa.Interval, "chaos-interval", 0, "time between faults, the first half of it into the load (default 20s for kill, 10s for the others; with --brokers at least twice --shard-lease)")
+	f.DurationVar(&fa.Pause, "chaos-pause", 0, "how long a killed broker stays down before its restart (default 1s), a stopped one frozen before SIGCONT (default 5s) and a killed NATS node down before its restart (default 5s)")
+	f.Uint64Var(&fa.Seed, "chaos-seed", 0, "seed of the brokers hit and of mixed's order of faults (0: from the clock; the report gives it)")
 	f.DurationVar(&cl.Lease, "shard-lease", 0, "with --brokers: the brokers' QUEEN_SHARD_LEASE (default 5s with --chaos, else the brokers' default)")
 }
 

@@ -10,30 +10,10 @@ import (
 
 // Config is the chaos of one run: the faults injected while the producers
 // run (report.ChaosReport) and, with Cluster, the watch of its shard
-// ownership (report.ClusterReport). The load harness fills it from its
-// flags (loadtest.Config's Chaos* fields).
+// ownership (report.ClusterReport). Its Faults are loadtest.Config's Chaos
+// (the flags of queen loadtest set them); the rest comes from the run.
 type Config struct {
-	// Mode is the faults injected: None ("" too), Kill, Stop, PGRestart,
-	// PGFailover, NATSKill or Mixed (see each for what it needs).
-	Mode string
-	// Interval is the time between faults (DefaultInterval(Mode) when 0;
-	// with Cluster at least twice the brokers' shard lease, else at least
-	// 1 s). The first fault comes half an interval into the load.
-	Interval time.Duration
-	// Pause is how long a killed broker stays down, a stopped one frozen
-	// and a killed NATS node down (0: 1 s for a kill, 5 s for a stop and a
-	// nats-kill; below Interval).
-	Pause time.Duration
-	// Seed draws the brokers hit and (Mixed) the order of the faults (0:
-	// from the clock; the report gives the seed used).
-	Seed uint64
-	// Cluster is the broker processes of the run (StartCluster; nil: a
-	// broker of the caller's, which only PGRestart with RestartPostgres can
-	// hit).
-	Cluster *Cluster
-	// RestartPostgres restarts the broker's PostgreSQL in place and returns
-	// once it accepts connections again (PGRestart without Cluster).
-	RestartPostgres func(ctx context.Context) error
+	Faults
 	// Duration is how long the load runs: no fault starts after it.
 	Duration time.Duration
 	// RequestTimeout is the clients' request timeout: a request a fault
@@ -43,6 +23,41 @@ type Config struct {
 	// Progress receives the status lines without Cluster (nil: none; a
 	// Cluster writes its own).
 	Progress io.Writer
+}
+
+// Faults is what a run's chaos injects, how often, and into what: the
+// field Chaos of loadtest.Config, and the heart of Config.
+type Faults struct {
+	// Mode is the faults injected while the producers run: None ("" too);
+	// Kill (SIGKILL a random broker, restart it after Pause), Stop (SIGSTOP
+	// a random broker for Pause, then SIGCONT), PGFailover (SIGKILL the
+	// PostgreSQL primary, promote its standby) and Mixed (one of each kind
+	// per round, in an order drawn from Seed), which need Cluster;
+	// NATSKill (SIGKILL a NATS node, restart it after Pause), which needs
+	// Cluster with NATSNodes at least 2; PGRestart (a fast restart of the
+	// managed PostgreSQL on the same port), which needs Cluster or
+	// RestartPostgres.
+	Mode string
+	// Interval is the time between faults (DefaultInterval(Mode) when 0:
+	// 20 s for Kill, 10 s for the others; with Cluster at least twice the
+	// brokers' shard lease, else at least 1 s). The first fault comes half
+	// an interval into the load, none after the load.
+	Interval time.Duration
+	// Pause is how long a killed broker stays down, a stopped one frozen
+	// and a killed NATS node down (0: 1 s for a kill, 5 s for a stop and a
+	// nats-kill; below Interval).
+	Pause time.Duration
+	// Seed draws the brokers hit and (Mixed) the order of the faults (0:
+	// from the clock; the report gives the seed used).
+	Seed uint64
+	// Cluster is the broker processes the run drives (StartCluster; nil: a
+	// broker of the caller's, which only PGRestart with RestartPostgres can
+	// hit): the run watches its shard ownership, with or without faults.
+	Cluster *Cluster
+	// RestartPostgres restarts the broker's PostgreSQL in place and returns
+	// once it accepts connections again (PGRestart without Cluster:
+	// queen loadtest --embedded passes the embedded broker's).
+	RestartPostgres func(ctx context.Context) error
 }
 
 // CheckMode refuses a mode that is not one of the chaos modes ("" and None

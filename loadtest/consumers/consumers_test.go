@@ -393,8 +393,8 @@ func newFakeConsumeRun(t *testing.T, tune func(*Config, *fakeConsumeBroker)) *fa
 	t.Helper()
 	// `queen loadtest`'s defaults (loadtest.DefaultConfig), a small run.
 	cfg := Config{Queue: "q", Target: "nats://127.0.0.1:4222", RequestTimeout: 30 * time.Second,
-		Consumers: 3, Groups: 2, FailRatio: 0.05, FailMode: txnid.FailNack, ConsumeBatch: 7, ConsumePartitions: 1,
-		RetryLimit: 3, PollTimeout: 200 * time.Millisecond, ConsumeDrainTimeout: 20 * time.Second}
+		Consumption: Consumption{Consumers: 3, Groups: 2, FailRatio: 0.05, FailMode: txnid.FailNack, ConsumeBatch: 7,
+			ConsumePartitions: 1, RetryLimit: 3, PollTimeout: 200 * time.Millisecond, ConsumeDrainTimeout: 20 * time.Second}}
 	parts := txnid.PartitionNames(4)
 	f := newFakeConsumeBroker(cfg.Queue, parts, 0)
 	if tune != nil {

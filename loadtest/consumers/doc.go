@@ -7,7 +7,7 @@
 // records against the stored messages, the dead letters and the cursors,
 // and the consume report.
 //
-// It has a Config of its own, which loadtest.Config fills, and imports only
-// the harness's leaves (txnid, report, clientstats, target) and
-// persistence's read-only audit types.
+// It has a Config of its own, whose Consumption loadtest.Config embeds,
+// and imports only the harness's leaves (txnid, report, clientstats,
+// target) and persistence's read-only audit types.
 package consumers

@@ -6,7 +6,7 @@
 // §6, §12), booking every send and answer in a Ledger for the audit, and
 // counting into the run's Counters (with the push latency, a report.Histogram).
 //
-// It has a Config of its own, which loadtest.Config fills, and imports
+// It has a Config of its own, whose Load loadtest.Config embeds, and imports
 // only the harness's leaves (txnid, report, clientstats, target): the
 // audit's Ledger and DirtySet come in through interfaces of its own.
 package produce

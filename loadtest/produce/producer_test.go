@@ -95,9 +95,9 @@ func (r *recordLedger) WrongReply(bad string) { r.wrong = append(r.wrong, bad) }
 
 // testConfig is `queen loadtest`'s defaults for queue q.
 func testConfig() Config {
-	return Config{Queue: "q", Batch: 100, PayloadBytes: 200, DupRatio: 0.1, MaxAttempts: 8,
-		RequestTimeout: 30 * time.Second, Window: time.Hour, Linger: client.DefaultLinger,
-		MaxBatch: 100, InFlight: 1000}
+	return Config{Load: Load{Batch: 100, PayloadBytes: 200, DupRatio: 0.1, MaxAttempts: 8,
+		Linger: client.DefaultLinger, MaxBatch: 100, InFlight: 1000},
+		Queue: "q", RequestTimeout: 30 * time.Second, Window: time.Hour}
 }
 
 func TestProducerRepeatsAndRetries(t *testing.T) {

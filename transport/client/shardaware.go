@@ -2,14 +2,12 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/wire"
@@ -165,10 +163,8 @@ func vouch(it *PushItem) bool {
 	if it.Validate(-1) != nil { // Push has checked them; the same rule
 		return false
 	}
-	if p := it.Payload; len(p) > 0 {
-		if !utf8.Valid(p) || !json.Valid(p) || wire.HasLoneSurrogate(p) {
-			return false
-		}
+	if p := it.Payload; len(p) > 0 && queen.ValidatePayload(-1, "payload", p, queen.DefaultMaxPayloadBytes) != nil {
+		return false
 	}
 	return true
 }

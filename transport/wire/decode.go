@@ -404,8 +404,9 @@ func (p *pushDecoder) parseItem(idx int) bool {
 		field, span = "data", data
 	}
 	if seen&(keyPayload|keyData) != 0 {
-		if n := span[1] - span[0]; n > p.maxPayload {
-			fail(queen.ErrPayloadTooLarge.With("items[%d].%s is %d bytes of JSON; the limit is %d", idx, field, n, p.maxPayload), field)
+		// The payload rule, whose encoding part the walk has checked.
+		if e := queen.CheckPayload(idx, field, p.b[span[0]:span[1]], p.maxPayload); e != nil {
+			p.semantic(e)
 			return true
 		}
 		// Point into the body for now; finish copies every payload at once.

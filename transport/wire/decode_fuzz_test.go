@@ -106,6 +106,10 @@ func checkItem(t *testing.T, i int, it queen.Item, maxPayload int) {
 	if len(it.Payload) == 0 || len(it.Payload) > max(maxPayload, 2) || !json.Valid(it.Payload) || !utf8.Valid(it.Payload) {
 		t.Fatalf("item %d: bad payload %q", i, it.Payload)
 	}
+	// The kernel's payload rule, which the shards apply again, agrees.
+	if e := queen.ValidatePayload(i, "payload", it.Payload, max(maxPayload, 2)); e != nil {
+		t.Fatalf("item %d: ValidatePayload refuses a payload DecodePush took: %v", i, e)
+	}
 	if it.Hash != queen.HashTxn(it.TransactionID) {
 		t.Fatalf("item %d: Hash is not HashTxn(TransactionID)", i)
 	}

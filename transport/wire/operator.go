@@ -64,6 +64,22 @@ func dedupQuery(queue, partition, txn *string) (DedupQuery, error) {
 	return d, nil
 }
 
+// DecodeCacheSwitch reads the body of POST /api/v1/admin/dedup-cache,
+// {"enabled":true|false}, with DecodeObject's checks: 400 missing_field
+// without enabled.
+func DecodeCacheSwitch(body []byte) (bool, error) {
+	var in struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := DecodeObject(body, &in); err != nil {
+		return false, err
+	}
+	if in.Enabled == nil {
+		return false, fieldErr(queen.ErrMissingField.With("enabled is required (true or false)"), "enabled")
+	}
+	return *in.Enabled, nil
+}
+
 // DecodeReplay validates a DLQ replay body (SPEC.md §13):
 // {"queue","consumerGroup","ids":[...]} or {"queue","consumerGroup",
 // "partition","from","to","limit"}. queue is required; ids (1 to

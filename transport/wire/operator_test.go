@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/queen-mq/queen-go"
@@ -55,5 +57,60 @@ func TestDecodeReplay(t *testing.T) {
 		if _, err := DecodeReplay([]byte(body)); err == nil || queen.AsError(err).Status != 400 {
 			t.Errorf("%s: %v, want a 400", body, err)
 		}
+	}
+}
+
+// TestDecodeTraceAndCacheSwitch: the trace event is validated as upstream
+// Queen does, and the dedup cache's switch needs its one field.
+func TestDecodeTraceAndCacheSwitch(t *testing.T) {
+	const pid = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	if err := DecodeTrace([]byte(`{"transactionId":"t","partitionId":"` + pid + `","traceNames":["a"],"data":{"n":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		body  string
+		err   *queen.Error
+		field string
+	}{
+		{`{"partitionId":"` + pid + `","data":{}}`, queen.ErrMissingField, "transactionId"},
+		{`{"transactionId":"t","data":{}}`, queen.ErrMissingField, "partitionId"},
+		{`{"transactionId":"t","partitionId":"` + pid + `"}`, queen.ErrMissingField, "data"},
+		{`{"transactionId":"t","partitionId":"p-1","data":{}}`, queen.ErrInvalidField, "partitionId"},
+		{`{"transactionId":5,"partitionId":"` + pid + `","data":{}}`, queen.ErrInvalidField, ""},
+		{`[]`, queen.ErrInvalidJSON, ""},
+	} {
+		err := DecodeTrace([]byte(c.body))
+		if !errors.Is(err, c.err) || (c.field != "" && queen.AsError(err).Field != c.field) {
+			t.Errorf("trace %s: %v, want %s at %q", c.body, err, c.err.Code, c.field)
+		}
+	}
+
+	for body, want := range map[string]bool{`{"enabled":true}`: true, `{"enabled":false}`: false} {
+		if on, err := DecodeCacheSwitch([]byte(body)); err != nil || on != want {
+			t.Errorf("%s: %v %v", body, on, err)
+		}
+	}
+	for body, want := range map[string]*queen.Error{`{}`: queen.ErrMissingField, `{"enabled":null}`: queen.ErrMissingField,
+		`{"enabled":"yes"}`: queen.ErrInvalidField, `{`: queen.ErrInvalidJSON} {
+		if _, err := DecodeCacheSwitch([]byte(body)); !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %s", body, err, want.Code)
+		}
+	}
+}
+
+// TestNewConfigureReply: notEnforced lists the set options of
+// queen.NotEnforcedOptions in that order, and is [] (not null) when none.
+func TestNewConfigureReply(t *testing.T) {
+	var o queen.Options
+	if err := json.Unmarshal([]byte(`{"ttl":5,"priority":1,"leaseTime":60}`), &o); err != nil {
+		t.Fatal(err)
+	}
+	r := NewConfigureReply(queen.ConfigureResult{Queue: "q", Options: o, Created: true})
+	if !r.Configured || r.Queue != "q" || !r.Created || len(r.NotEnforced) != 2 || r.NotEnforced[0] != "priority" || r.NotEnforced[1] != "ttl" {
+		t.Fatalf("%+v", r)
+	}
+	b, err := json.Marshal(NewConfigureReply(queen.ConfigureResult{Queue: "q"}))
+	if err != nil || !strings.Contains(string(b), `"notEnforced":[]`) {
+		t.Fatalf("%s %v", b, err)
 	}
 }

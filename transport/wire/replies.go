@@ -12,6 +12,34 @@ import (
 // (package transport/client): one shape per route, the same over HTTP and
 // NATS.
 
+// ConfigureReply answers a configure (SPEC.md §6: POST /api/v1/configure,
+// queen.v1.configure): the queue's options after the call, the options it
+// Changed (old and new values), NotEnforced the queue's options of
+// queen.NotEnforcedOptions that are set (stored and echoed, not acted on),
+// in that order ([] when none), and whether the call Created the queue.
+type ConfigureReply struct {
+	Configured  bool                    `json:"configured"`
+	Queue       string                  `json:"queue"`
+	Namespace   string                  `json:"namespace"`
+	Task        string                  `json:"task"`
+	Options     queen.Options           `json:"options"`
+	Changed     map[string]queen.Change `json:"changed"`
+	NotEnforced []string                `json:"notEnforced"`
+	Created     bool                    `json:"created"`
+}
+
+// NewConfigureReply is the ConfigureReply of a configure's outcome.
+func NewConfigureReply(res queen.ConfigureResult) ConfigureReply {
+	ne := []string{}
+	for _, k := range queen.NotEnforcedOptions {
+		if _, ok := res.Options.NotEnforced[k]; ok {
+			ne = append(ne, k)
+		}
+	}
+	return ConfigureReply{Configured: true, Queue: res.Queue, Namespace: res.Namespace, Task: res.Task,
+		Options: res.Options, Changed: res.Changed, NotEnforced: ne, Created: res.Created}
+}
+
 // LeaseReply answers a lease extension (POST /api/v1/lease/{lease}/extend,
 // queen.v1.lease.extend): the lease and its new expiry (PostgreSQL's clock).
 type LeaseReply struct {

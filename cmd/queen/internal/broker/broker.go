@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -76,7 +75,8 @@ type Config struct {
 	// take persistence's defaults. Its Logger defaults to Logger.
 	Retention persistence.RetentionConfig
 	// SidecarRange is the time span of one range of the per-hash sidecar
-	// index (QUEEN_SIDECAR_RANGE, default 5m; persistence.Config.SidecarRange).
+	// index (QUEEN_SIDECAR_RANGE, default persistence.DefaultSidecarRange,
+	// 1m; persistence.Config.SidecarRange).
 	SidecarRange time.Duration
 	// LockTimeout bounds each wait for a row lock (QUEEN_LOCK_TIMEOUT,
 	// default 5s; persistence.Config.LockTimeout): a push whose partition's
@@ -124,7 +124,8 @@ type Config struct {
 	// push is answered 503 overloaded. Tests use tiny budgets.
 	MaxInFlightBodyBytes int64
 	// BodyIdleTimeout cuts off an HTTP body from which nothing arrives for
-	// this long (transport.Config.BodyIdleTimeout; default 5 s).
+	// this long (transport.Config.BodyIdleTimeout; default
+	// transport.DefaultBodyIdleTimeout, 5s).
 	BodyIdleTimeout time.Duration
 	// Version is the release, reported by the NATS micro service and
 	// advertised (with Revision, the schema version and the layout
@@ -233,9 +234,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 // the reverse order. So the order below is also the shutdown's, read
 // backwards: the shard leases go first (the other brokers take the shards
 // while this one still answers what is routed to it), then retention, then
-// the front doors drain, then the notifier, the shard server, the partition
-// actors (their commits finish), the NATS connections, the pool, the
-// managed PostgreSQL and the embedded NATS server.
+// the front doors drain, then the notifier, its announcer (which publishes
+// the notices still gathered), the shard server, the partition actors
+// (their commits finish), the NATS connections, the pool, the managed
+// PostgreSQL and the embedded NATS server.
 func (b *Broker) start(ctx context.Context) error {
 	for _, phase := range []func(context.Context) error{b.startEngines, b.startActors, b.startShards, b.startFrontDoors} {
 		if err := phase(ctx); err != nil {
@@ -385,12 +387,12 @@ func (b *Broker) startActors(ctx context.Context) (err error) {
 func (b *Broker) startShards(ctx context.Context) (err error) {
 	cfg := b.cfg
 	b.setPhase("shards")
+	// Shard-aware clients' pushes on the shard subjects (SPEC.md §9) go to
+	// the NATS front door, built on this server's router and membership:
+	// startFrontDoors gives it to the server (SetDirect) before the
+	// membership serves any shard.
 	if b.shardSrv, err = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount,
-		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log,
-		// Shard-aware clients push on the shard subjects (SPEC.md §9). The
-		// shards are served only once the membership starts, after the
-		// NATS service exists.
-		Direct: func(m *nats.Msg) { b.natsSvc.ShardPush(m) }}); err != nil {
+		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log}); err != nil {
 		return err
 	}
 	if err = b.run(ctx, "the shard server", b.shardSrv); err != nil {
@@ -430,12 +432,21 @@ func (b *Broker) startShards(ctx context.Context) (err error) {
 func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 	cfg := b.cfg
 	b.setPhase("front-doors")
-	// The notifier wakes this broker's polls through the coordinator; the
-	// coordinator tells the notifier of retry acks so other brokers' polls
-	// wake too (b.notifier is set below, before any ack can arrive).
-	b.cons = consume.New(b.store, consume.Options{Recheck: cfg.PollRecheck,
-		OnAvailable: func(queue string, pids []uuid.UUID) { b.notifier.Available(queue, pids) }})
-	if b.notifier, err = transport.NewNotifier(transport.NotifierConfig{Conn: b.ncShards, Local: b.cons, Logger: b.log}); err != nil {
+	// Wake-ups, in the order they depend on each other: the announcer
+	// publishes this broker's notices to the other brokers; the
+	// coordinator announces through it the partitions retry acks made
+	// deliverable again (having woken its own polls); the notifier wakes
+	// the coordinator's polls for pushes here and for the other brokers'
+	// notices, and announces the pushes through the announcer.
+	ann, err := transport.NewAnnouncer(transport.AnnouncerConfig{Conn: b.ncShards, Logger: b.log})
+	if err != nil {
+		return err
+	}
+	if err = b.run(ctx, "the notice announcer", ann); err != nil {
+		return err
+	}
+	b.cons = consume.New(b.store, consume.Options{Recheck: cfg.PollRecheck, OnAvailable: ann.Announce})
+	if b.notifier, err = transport.NewNotifier(transport.NotifierConfig{Announcer: ann, Local: b.cons}); err != nil {
 		return err
 	}
 	if err = b.run(ctx, "the notifier", b.notifier); err != nil {
@@ -456,6 +467,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 	if b.natsSvc, err = b.svc.NewNATS(transport.NATSConfig{Conn: b.nc, Version: cfg.Version}); err != nil {
 		return err
 	}
+	b.shardSrv.SetDirect(b.natsSvc.ShardPush)
 	if err = b.run(ctx, "the NATS and HTTP front doors", &frontDoors{svc: b.svc, nats: b.natsSvc, http: b.httpSrv, gate: b.gate, log: b.log}); err != nil {
 		return err
 	}

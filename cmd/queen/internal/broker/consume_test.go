@@ -506,6 +506,34 @@ func TestConsumeLongPollWakesAcrossBrokers(t *testing.T) {
 	}
 }
 
+// TestConsumeRetryAckWakesAcrossBrokers: a failed ack on one broker makes
+// its message deliverable again, and a long poll parked on another broker
+// wakes for it (the coordinator announces it through the announcer).
+func TestConsumeRetryAckWakesAcrossBrokers(t *testing.T) {
+	t.Parallel()
+	a := startEnv(t, func(c *Config) { c.PollRecheck = time.Hour })
+	b := startEnvOn(t, a.url, func(c *Config) { c.NATSURL = a.b.NATSURL() })
+	b.pushOK(t, "http", items(it("xr", "p", "again")), 1)
+	got := b.popHTTP(t, "xr", "", vals())
+	done := make(chan popReply, 1)
+	go func() { done <- a.popHTTP(t, "xr", "", vals("wait", "true", "timeout", "60000")) }()
+	waitParked(t, a)
+	if res := results(ackBatch(t, b, "", ackOf(got.Messages[0], "failed"))); !equalOutcomes(res, []queen.AckOutcome{queen.RetryScheduled}) {
+		t.Fatalf("ack: %v", res)
+	}
+	// a never re-checks on its own before the poll's timeout (when it
+	// looks once more): the message can only come sooner from the wake-up
+	// that crossed brokers.
+	select {
+	case r := <-done:
+		if txnsOf(r.Messages) != "again" || r.Messages[0].RetryCount != 1 {
+			t.Fatalf("long poll returned %q", txnsOf(r.Messages))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the retry ack on the other broker did not wake the long poll")
+	}
+}
+
 // Several consumers of one group popping any partition at once: every
 // message is delivered exactly once and everything gets acked.
 func TestConsumeConcurrentConsumersExactlyOnce(t *testing.T) {
