@@ -7,6 +7,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	queen "github.com/queen-mq/queen-go"
 )
 
 // statsWindow is how far back GET /api/v1/stats looks for the sample its
@@ -21,7 +23,7 @@ const statsKeep = time.Minute
 type statsSample struct {
 	at                      time.Time
 	queued, duplicate, fail float64
-	pops, acks              float64
+	pops, acks, acked       float64
 	commits                 float64
 	// buckets are queen_push_commit_seconds' cumulative bucket counts, by
 	// upper bound in seconds.
@@ -41,12 +43,16 @@ type statsReply struct {
 	DuplicatePerSecond float64 `json:"duplicatePerSecond"`
 	FailedPerSecond    float64 `json:"failedPerSecond"`
 	// PopPerSecond is messages returned by pops per second; AckPerSecond ack
-	// items per second.
-	PopPerSecond float64 `json:"popPerSecond"`
-	AckPerSecond float64 `json:"ackPerSecond"`
-	// CommitP99Ms is the 99th percentile of one push transaction's latency
-	// over the window (queen_push_commit_seconds, the bucket's upper bound),
-	// milliseconds; null when no push committed in the window.
+	// items per second, AckedPerSecond those answered acked
+	// (queen_ack_items_total{result="acked"}).
+	PopPerSecond   float64 `json:"popPerSecond"`
+	AckPerSecond   float64 `json:"ackPerSecond"`
+	AckedPerSecond float64 `json:"ackedPerSecond"`
+	// CommitP50Ms and CommitP99Ms are the 50th and 99th percentiles of one
+	// push transaction's latency over the window (queen_push_commit_seconds,
+	// the upper bound of the bucket holding the percentile), milliseconds;
+	// null when no push committed in the window.
+	CommitP50Ms *float64 `json:"commitP50Ms"`
 	CommitP99Ms *float64 `json:"commitP99Ms"`
 	// Totals since the broker started.
 	Queued    int64 `json:"queued"`
@@ -96,6 +102,11 @@ func (s *Service) stats() reply {
 			cur.pops = sum(mf)
 		case "queen_ack_items_total":
 			cur.acks = sum(mf)
+			for _, m := range mf.GetMetric() {
+				if label(m, "result") == string(queen.Acked) {
+					cur.acked += m.GetCounter().GetValue()
+				}
+			}
 		case "queen_push_commit_seconds":
 			for _, m := range mf.GetMetric() {
 				h := m.GetHistogram()
@@ -153,21 +164,29 @@ func (s *Service) stats() reply {
 	out.FailedPerSecond = rate(cur.fail, prev.fail)
 	out.PopPerSecond = rate(cur.pops, prev.pops)
 	out.AckPerSecond = rate(cur.acks, prev.acks)
-	if n := cur.commits - prev.commits; n > 0 && len(cur.buckets) == len(prev.buckets) {
-		p := math.Inf(1)
-		for i := range cur.buckets {
-			if cur.buckets[i]-prev.buckets[i] >= 0.99*n {
-				p = cur.bounds[i]
-				break
-			}
-		}
-		if math.IsInf(p, 1) && len(cur.bounds) > 0 { // beyond the last bucket: report its bound
-			p = cur.bounds[len(cur.bounds)-1]
-		}
-		ms := p * 1000
-		out.CommitP99Ms = &ms
-	}
+	out.AckedPerSecond = rate(cur.acked, prev.acked)
+	out.CommitP50Ms = commitQuantileMs(cur, prev, 0.5)
+	out.CommitP99Ms = commitQuantileMs(cur, prev, 0.99)
 	return reply{status: http.StatusOK, body: out}
+}
+
+// commitQuantileMs is the q-quantile of the push commits between prev and
+// cur: the upper bound of the first bucket holding it (the last bucket's
+// bound beyond it), milliseconds; nil when no push committed between them.
+func commitQuantileMs(cur, prev statsSample, q float64) *float64 {
+	n := cur.commits - prev.commits
+	if n <= 0 || len(cur.buckets) != len(prev.buckets) || len(cur.bounds) == 0 {
+		return nil
+	}
+	p := cur.bounds[len(cur.bounds)-1]
+	for i := range cur.buckets {
+		if cur.buckets[i]-prev.buckets[i] >= q*n {
+			p = cur.bounds[i]
+			break
+		}
+	}
+	ms := p * 1000
+	return &ms
 }
 
 func label(m *dto.Metric, name string) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/internal/browsertest"
 )
 
@@ -276,7 +277,10 @@ func TestConsoleRoutes(t *testing.T) {
 		DuplicatePerSecond float64  `json:"duplicatePerSecond"`
 		QueuedTotal        int64    `json:"queued"`
 		DuplicateTotal     int64    `json:"duplicate"`
+		CommitP50Ms        *float64 `json:"commitP50Ms"`
 		CommitP99Ms        *float64 `json:"commitP99Ms"`
+		AckedPerSecond     float64  `json:"ackedPerSecond"`
+		AckPerSecond       float64  `json:"ackPerSecond"`
 		CacheBytes         int64    `json:"cacheBytes"`
 		RSSBytes           int64    `json:"rssBytes"`
 	}
@@ -292,8 +296,22 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 	e.pushOK(t, "http", items(it("st", "p", "c"), it("st", "p", "c")), 2)
 	get()
-	if s.WindowSeconds <= 0 || s.QueuedPerSecond <= 0 || s.DuplicatePerSecond <= 0 || s.CommitP99Ms == nil || *s.CommitP99Ms <= 0 {
+	if s.WindowSeconds <= 0 || s.QueuedPerSecond <= 0 || s.DuplicatePerSecond <= 0 || s.CommitP99Ms == nil || *s.CommitP99Ms <= 0 ||
+		s.CommitP50Ms == nil || *s.CommitP50Ms <= 0 || *s.CommitP50Ms > *s.CommitP99Ms {
 		t.Fatalf("stats rates: %+v", s)
+	}
+	// Acks: one acked, one failed (retry scheduled): ackedPerSecond counts
+	// the acked one only.
+	got := e.popHTTP(t, "st", "p", vals("consumerGroup", "sg", "batch", "2"))
+	if len(got.Messages) != 2 {
+		t.Fatalf("pop: %+v", got)
+	}
+	if r := results(ackBatch(t, e, "sg", ackOf(got.Messages[0], "completed"), ackOf(got.Messages[1], "failed"))); r[0] != queen.Acked || r[1] != queen.RetryScheduled {
+		t.Fatalf("acks: %v", r)
+	}
+	get()
+	if s.AckedPerSecond <= 0 || s.AckPerSecond < 2*s.AckedPerSecond*0.999 {
+		t.Fatalf("stats ack rates after one acked and one failed ack: %+v", s)
 	}
 	if st, _ := e.httpDo(t, http.MethodPost, "/api/v1/stats", nil); st != http.StatusMethodNotAllowed {
 		t.Fatalf("POST /api/v1/stats: %d", st)
