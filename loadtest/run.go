@@ -276,7 +276,11 @@ func (r *loadRun) load(ctx context.Context) time.Duration {
 	}
 	prog := startProgress(cfg, c, cc, start, cfg.Mode == report.ModeBroker)
 	if au != nil {
-		smp = startSampler(ctx, cfg, c, au, db, ledgers, prog, start, r.dbStart)
+		var backlog func([]persistence.Cursor, int64) []report.GroupBacklog
+		if cp != nil {
+			backlog = cp.Backlog
+		}
+		smp = startSampler(ctx, cfg, c, au, db, ledgers, prog, start, r.dbStart, backlog)
 	}
 	var wg sync.WaitGroup
 	for _, p := range producers {

@@ -34,6 +34,10 @@ type sampler struct {
 	walAt   string
 	out     io.Writer
 	prog    *progress
+	// backlog is the consumer groups' backlog from a reading of the
+	// cursors and the stored count (consumers.Phase.Backlog; nil without
+	// consumers).
+	backlog func(cursors []persistence.Cursor, stored int64) []report.GroupBacklog
 
 	points  []report.TimelinePoint
 	lastErr string
@@ -52,9 +56,11 @@ type sampler struct {
 }
 
 // startSampler starts the timeline; rs is the database's figures before the
-// run's first push.
-func startSampler(ctx context.Context, cfg *Config, c *produce.Counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart) *sampler {
-	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second},
+// run's first push, backlog the consumer groups' backlog (sampler.backlog;
+// nil without consumers).
+func startSampler(ctx context.Context, cfg *Config, c *produce.Counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart,
+	backlog func([]persistence.Cursor, int64) []report.GroupBacklog) *sampler {
+	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second}, backlog: backlog,
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
 		lastAt: start, lastHist: make([]int64, report.HistBuckets), lastE2E: make([]int64, report.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
 	if len(s.urls) == 0 {
@@ -142,6 +148,13 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	} else {
 		s.lastErr = "database stats: " + err.Error()
 	}
+	if s.backlog != nil {
+		if cur, err := s.a.Cursors(qctx, []string{s.cfg.Queue}); err == nil {
+			p.Backlog = s.backlog(cur, stored)
+		} else {
+			s.lastErr = "cursors: " + err.Error()
+		}
+	}
 	pm := storagePerMessage(s.last, p)
 	p.WALBytesPerMessage, p.DBBytesPerMessage, p.SidecarBytesPerMessage = pm.WAL, pm.DB, pm.Sidecar
 	for _, u := range s.urls {
@@ -184,6 +197,13 @@ func (s *sampler) writeLine(now time.Time, p report.TimelinePoint) {
 		p.T, report.Commas(int64(p.StoredPerSecond)), report.Commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.RSSText(mib), mib(p.DBBytes),
 		mib(p.SidecarBytes), mib(p.WALBytes), report.PerMessageText(p.WALBytesPerMessage, " B"), report.PerMessageText(p.DBBytesPerMessage, " B"),
 		report.PerMessageText(p.SidecarBytesPerMessage, " B"), cache, mib(p.LedgerBytes))
+	if len(p.Backlog) > 0 {
+		parts := make([]string, len(p.Backlog))
+		for i, b := range p.Backlog {
+			parts[i] = b.Group + " " + report.Commas(b.Messages)
+		}
+		line += " · backlog " + strings.Join(parts, ", ")
+	}
 	switch {
 	case s.prog != nil && s.prog.live:
 		fmt.Fprint(s.out, "\r\x1b[K"+line+"\n")

@@ -142,7 +142,7 @@ func (s *Service) routes() []route {
 			q, err := wire.DecodePeekQuery(r.PathValue("queue"), r.URL.Query())
 			return s.peek(r.Context(), q, err)
 		})},
-		{"GET", "/api/v1/stats", true, "live push/pop rates, commit p99, RSS, dedup-cache bytes (the console's overview; stats.go)", get(func(*http.Request) reply { return s.stats() })},
+		{"GET", "/api/v1/stats", true, "live push/pop/ack rates, commit p50 and p99, RSS, dedup-cache bytes (the console's overview and timeline; stats.go)", get(func(*http.Request) reply { return s.stats() })},
 		{"GET", "/ui/", false, "the web console (package transport/console)", console.Handler("/ui/")},
 		{"GET", "/{$}", false, "redirects to /ui/", http.RedirectHandler("/ui/", http.StatusFound)},
 		{"GET", "/health", false, "200 when PostgreSQL answers (status degraded while NATS is down or the database's disk is full), else 503", get(func(r *http.Request) reply { return s.health(r.Context()) })},

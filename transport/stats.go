@@ -8,6 +8,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -23,7 +24,7 @@ const statsKeep = time.Minute
 type statsSample struct {
 	at                      time.Time
 	queued, duplicate, fail float64
-	pops, acks              float64
+	pops, acks, acked       float64
 	commits                 float64
 	// buckets are queen_push_commit_seconds' cumulative bucket counts, by
 	// upper bound in seconds.
@@ -66,6 +67,11 @@ func (s *Service) stats() reply {
 			cur.pops = sum(mf)
 		case "queen_ack_items_total":
 			cur.acks = sum(mf)
+			for _, m := range mf.GetMetric() {
+				if label(m, "result") == string(queen.Acked) {
+					cur.acked += m.GetCounter().GetValue()
+				}
+			}
 		case "queen_push_commit_seconds":
 			for _, m := range mf.GetMetric() {
 				h := m.GetHistogram()
@@ -123,21 +129,29 @@ func (s *Service) stats() reply {
 	out.FailedPerSecond = rate(cur.fail, prev.fail)
 	out.PopPerSecond = rate(cur.pops, prev.pops)
 	out.AckPerSecond = rate(cur.acks, prev.acks)
-	if n := cur.commits - prev.commits; n > 0 && len(cur.buckets) == len(prev.buckets) {
-		p := math.Inf(1)
-		for i := range cur.buckets {
-			if cur.buckets[i]-prev.buckets[i] >= 0.99*n {
-				p = cur.bounds[i]
-				break
-			}
-		}
-		if math.IsInf(p, 1) && len(cur.bounds) > 0 { // beyond the last bucket: report its bound
-			p = cur.bounds[len(cur.bounds)-1]
-		}
-		ms := p * 1000
-		out.CommitP99Ms = &ms
-	}
+	out.AckedPerSecond = rate(cur.acked, prev.acked)
+	out.CommitP50Ms = commitQuantileMs(cur, prev, 0.5)
+	out.CommitP99Ms = commitQuantileMs(cur, prev, 0.99)
 	return reply{status: http.StatusOK, body: out}
+}
+
+// commitQuantileMs is the q-quantile of the push commits between prev and
+// cur: the upper bound of the first bucket holding it (the last bucket's
+// bound beyond it), milliseconds; nil when no push committed between them.
+func commitQuantileMs(cur, prev statsSample, q float64) *float64 {
+	n := cur.commits - prev.commits
+	if n <= 0 || len(cur.buckets) != len(prev.buckets) || len(cur.bounds) == 0 {
+		return nil
+	}
+	p := cur.bounds[len(cur.bounds)-1]
+	for i := range cur.buckets {
+		if cur.buckets[i]-prev.buckets[i] >= q*n {
+			p = cur.bounds[i]
+			break
+		}
+	}
+	ms := p * 1000
+	return &ms
 }
 
 func label(m *dto.Metric, name string) string {

@@ -48,6 +48,8 @@ type pageChart struct {
 	Values [][]float64 `json:"values"`
 	// Labels: the fault labels drawn in the SVG.
 	Labels []string `json:"labels"`
+	// Lines: the series with a line drawn in their colour in the SVG.
+	Lines int `json:"lines"`
 }
 
 // chartsInBrowser opens a report page in Chromium and reads its charts.
@@ -61,7 +63,9 @@ func chartsInBrowser(t *testing.T, b *browsertest.Browser, file string) []pageCh
 		return {id: f.dataset.chart, points: f.dataset.points, faults: +f.dataset.faults, width: r.width, height: r.height,
 			series: d.series.map(s => s.run + " " + s.name), lens: d.series.map(s => s.y.length), times: d.series[0].t,
 			values: d.series.map(s => s.y.map(v => v === null ? -1 : v)),
-			labels: svg ? [...svg.querySelectorAll("text")].map(x => x.textContent).filter(x => /kill|stop|pg-/.test(x)) : []};
+			labels: svg ? [...svg.querySelectorAll("text")].map(x => x.textContent).filter(x => /kill|stop|pg-/.test(x)) : [],
+			lines: svg ? d.series.filter(s => [...svg.querySelectorAll("path")].some(p =>
+				(p.getAttribute("style") || "").toLowerCase().includes("stroke:" + s.colour.toLowerCase()))).length : 0};
 	})`)
 	b.NoJSErrors(t, "opening the report")
 	return charts
@@ -87,6 +91,7 @@ func TestLoadtestReportInChromium(t *testing.T) {
 	require.GreaterOrEqual(t, n, 3, "a 4 s run sampled every second")
 	for _, p := range rep.Timeline {
 		require.NotNil(t, p.AckedPerSecond, "the timeline has acked/s with consumers")
+		require.Len(t, p.Backlog, 2, "the timeline has each group's backlog with consumers")
 	}
 
 	charts := chartsInBrowser(t, br, page)
@@ -98,6 +103,7 @@ func TestLoadtestReportInChromium(t *testing.T) {
 		require.Equal(t, strconv.Itoa(n), c.Points, c.ID)
 		require.Zero(t, c.Faults, c.ID)
 		require.NotEmpty(t, c.Lens, c.ID)
+		require.Equal(t, len(c.Series), c.Lines, "%s: a line drawn for each series", c.ID)
 		for i, l := range c.Lens {
 			require.Equal(t, n, l, "%s: %s", c.ID, c.Series[i])
 		}
@@ -105,7 +111,7 @@ func TestLoadtestReportInChromium(t *testing.T) {
 			require.Equal(t, p.T, c.Times[i], "%s point %d", c.ID, i)
 		}
 	}
-	require.Equal(t, []string{"rates", "push-latency", "e2e-latency", "memory", "bytes-per-message", "storage"}, ids)
+	require.Equal(t, []string{"rates", "push-latency", "e2e-latency", "memory", "bytes-per-message", "storage", "backlog"}, ids)
 	rates := charts[0]
 	require.Equal(t, []string{"run stored/s", "run acked/s (all groups)", "run items sent/s"}, rates.Series)
 	for i, p := range rep.Timeline {
@@ -113,6 +119,15 @@ func TestLoadtestReportInChromium(t *testing.T) {
 		require.Equal(t, *p.AckedPerSecond, rates.Values[1][i])
 	}
 	require.Equal(t, "run broker RSS", charts[3].Series[0], "an HTTP target's /metrics gives the broker's RSS")
+	// Backlog per group: one line per group, a value at every point (the
+	// lens above), the timeline's.
+	backlog := charts[6]
+	require.Equal(t, []string{"run g0", "run g1"}, backlog.Series)
+	for i, p := range rep.Timeline {
+		for g := range 2 {
+			require.Equal(t, float64(p.Backlog[g].Messages), backlog.Values[g][i], "group %d point %d", g, i)
+		}
+	}
 
 	// The same report through `queen loadtest report`, twice: overlaid.
 	js := filepath.Join(dir, "a.json")

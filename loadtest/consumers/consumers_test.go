@@ -925,6 +925,61 @@ func TestConsumeAuditForgetsWhatEveryGroupPassed(t *testing.T) {
 	})
 }
 
+// TestBacklogPerGroup: a group's backlog (the timeline's) is the stored
+// messages past its cursors: whole partitions where it has no consumer row,
+// the stored count beyond the partitions any group has a row in.
+func TestBacklogPerGroup(t *testing.T) {
+	t.Parallel()
+	r := newFakeConsumeRun(t, nil)
+	want := func(g0, g1 int64) []report.GroupBacklog {
+		return []report.GroupBacklog{{Group: "q-g0", Messages: g0}, {Group: "q-g1", Messages: g1}}
+	}
+	row := func(group, part string, cursor, last int64) persistence.Cursor {
+		return persistence.Cursor{Queue: "q", Partition: part, ConsumerGroup: group, Cursor: cursor, LastOffset: last}
+	}
+	require.Equal(t, want(0, 0), r.cp.Backlog(nil, 0))
+	require.Equal(t, want(120, 120), r.cp.Backlog(nil, 120), "no group has popped: everything stored")
+	rows := []persistence.Cursor{
+		row("q-g0", "p-00", 9, 49),  // 40 behind
+		row("q-g0", "p-01", -1, 29), // nothing committed: 30
+		row("q-g1", "p-00", 49, 49), // at the end
+		row("q-g1", "p-02", 5, 4),   // a cursor past a last offset read a moment earlier
+		row("other", "p-03", 0, 99), // another group: its partition counts
+		{Queue: "other-queue", Partition: "p-03", ConsumerGroup: "q-g0", Cursor: 0, LastOffset: 1000},
+	}
+	// Partitions with a row hold 50 + 30 + 5 + 100 = 185; 200 stored: 15
+	// in partitions no group has popped.
+	require.Equal(t, want(15+40+30+5+100, 15+0+30+0+100), r.cp.Backlog(rows, 200))
+	require.Equal(t, want(40+30+5+100, 30+100), r.cp.Backlog(rows, 100), "the stored count trails the cursors")
+
+	// Against the fake broker: everything before the consumers run, nothing
+	// after the drain.
+	for b := range 8 {
+		var txns []string
+		for i := range 25 {
+			txns = append(txns, string(txnid.AppendTxn(nil, 0, uint64(b*25+i))))
+			r.messages++
+		}
+		r.f.push(b%len(r.parts), txns...)
+		r.cp.touched[b%len(r.parts)].Store(true)
+	}
+	ctx := context.Background()
+	cursors := func() []persistence.Cursor {
+		c, err := r.f.Cursors(ctx, nil)
+		require.NoError(t, err)
+		return c
+	}
+	require.Equal(t, want(200, 200), r.cp.Backlog(cursors(), 200))
+	r.cp.Run(ctx, time.Now())
+	r.cp.StartAudit(ctx, r.f, 5*time.Millisecond)
+	r.cp.Drain(ctx, r.f)
+	r.f.stored(r.read, r.ca.Stored)
+	require.Equal(t, want(0, 0), r.cp.Backlog(cursors(), 200), "drained")
+	a, err := r.cp.FinishAudit(ctx, r.f, true)
+	require.NoError(t, err)
+	require.True(t, a.Passed, "issues %v, examples %v", a.Issues, a.Examples)
+}
+
 // caughtUp reports whether every group's cursor is at every partition's
 // last offset and the audit has checked every stored message.
 func (r *fakeConsumeRun) caughtUp() bool {

@@ -504,6 +504,52 @@ func (cp *Phase) NewAuditor(retention time.Duration) *Auditor {
 	return ca
 }
 
+// Backlog is each group's backlog (report.GroupBacklog), in group order,
+// from one reading of the queue's cursors (Store.Cursors: a row per group
+// and partition it has popped) and stored, the messages the storage audit
+// has read so far. In a partition some group has a row in, a group's
+// backlog is the partition's last offset less its cursor (the whole
+// partition, last offset + 1, when it has no row there yet); stored beyond
+// the messages of those partitions is in partitions no group has popped yet,
+// and in every group's backlog. Rows of other queues or groups are ignored.
+func (cp *Phase) Backlog(cursors []persistence.Cursor, stored int64) []report.GroupBacklog {
+	last := map[string]int64{} // partition → its last offset
+	at := make([]map[string]int64, len(cp.groups))
+	gi := make(map[string]int, len(cp.groups))
+	for i, g := range cp.groups {
+		gi[g.name] = i
+		at[i] = map[string]int64{}
+	}
+	for _, c := range cursors {
+		if c.Queue != cp.cfg.Queue {
+			continue
+		}
+		if lo, ok := last[c.Partition]; !ok || c.LastOffset > lo {
+			last[c.Partition] = c.LastOffset
+		}
+		if i, ok := gi[c.ConsumerGroup]; ok {
+			at[i][c.Partition] = c.Cursor
+		}
+	}
+	var inRows int64
+	for _, lo := range last {
+		inRows += lo + 1
+	}
+	out := make([]report.GroupBacklog, len(cp.groups))
+	for i, g := range cp.groups {
+		n := max(0, stored-inRows)
+		for p, lo := range last {
+			if c, ok := at[i][p]; ok {
+				n += max(0, lo-c)
+			} else {
+				n += lo + 1
+			}
+		}
+		out[i] = report.GroupBacklog{Group: g.name, Messages: n}
+	}
+	return out
+}
+
 // cursorReading is one look at the cursors for the audit loop: read at
 // `at`, applicable once every consumer's call started before epoch is
 // booked.

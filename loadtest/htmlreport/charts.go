@@ -35,6 +35,9 @@ type chartSpec struct {
 	// fromZero: the y axis starts at 0 (unless a value is negative).
 	fromZero bool
 	series   []series
+	// seriesOf, when set, gives the series from the runs instead (one per
+	// consumer group, say).
+	seriesOf func(runs []Run) []series
 }
 
 func always(f func(report.TimelinePoint) float64) func(report.TimelinePoint) (float64, bool) {
@@ -91,6 +94,51 @@ var specs = []chartSpec{
 		{"sidecar", sized(func(p report.TimelinePoint) int64 { return p.SidecarBytes })},
 		{"WAL written", sized(func(p report.TimelinePoint) int64 { return p.WALBytes })},
 	}},
+	{id: "backlog", title: "Backlog per consumer group: stored, not yet acked", yLabel: "messages", fromZero: true, seriesOf: backlogSeries},
+}
+
+// backlogSeries is one series per consumer group of the runs' timelines
+// (TimelinePoint.Backlog), in the order the groups first appear. A group is
+// named by its short name (groupKey), so the same group of several runs
+// (g0 of loadtest-1 and of loadtest-2) is one series of each.
+func backlogSeries(runs []Run) []series {
+	var out []series
+	seen := map[string]bool{}
+	for _, r := range runs {
+		for _, p := range r.Report.Timeline {
+			for _, b := range p.Backlog {
+				key := groupKey(b.Group)
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				out = append(out, series{name: key, value: func(p report.TimelinePoint) (float64, bool) {
+					for _, b := range p.Backlog {
+						if groupKey(b.Group) == key {
+							return float64(b.Messages), true
+						}
+					}
+					return 0, false
+				}})
+			}
+		}
+	}
+	return out
+}
+
+// groupKey is a consumer group's short name: the harness names its groups
+// <queue>-g<n>, and the key is g<n>; any other name is its own key.
+func groupKey(group string) string {
+	i := strings.LastIndexByte(group, '-')
+	if i < 0 || !strings.HasPrefix(group[i+1:], "g") || len(group) < i+3 {
+		return group
+	}
+	for _, c := range group[i+2:] {
+		if c < '0' || c > '9' {
+			return group
+		}
+	}
+	return group[i+1:]
 }
 
 // Palettes: a run's series (one run) or the runs (several) by colour; the
@@ -245,6 +293,9 @@ func buildCharts(runs []Run) ([]chart, error) {
 	}
 	var out []chart
 	for _, spec := range specs {
+		if spec.seriesOf != nil {
+			spec.series = spec.seriesOf(runs)
+		}
 		// Which series some run has, and the largest value.
 		var maxAbs float64
 		has := make([]bool, len(spec.series))

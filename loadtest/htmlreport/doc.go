@@ -1,4 +1,4 @@
-// Package htmlreport renders load-test reports (loadtest/report) as one self-contained HTML page: the run's settings, its summary and charts of its timeline (rates, latency, memory, bytes per message, database and WAL) with every fault of its chaos section marked where it happened; several runs' timelines overlaid for comparison. The charts are SVG drawn by gonum.org/v1/plot and inlined, so the page needs no network, no script and no font to open.
+// Package htmlreport renders load-test reports (loadtest/report) as one self-contained HTML page: the run's settings, its summary and charts of its timeline (rates, latency, memory, bytes per message, database and WAL, backlog per consumer group) with every fault of its chaos section marked where it happened; several runs' timelines overlaid for comparison. The charts are SVG drawn by gonum.org/v1/plot and inlined, so the page needs no network, no script and no font to open.
 //
 // Every chart's container (figure.chart) carries data-points, the number of
 // timeline points of each run (space-separated), and data-faults, the faults

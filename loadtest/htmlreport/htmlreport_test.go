@@ -34,7 +34,8 @@ func fakeRun(n int, rate float64) *report.Report {
 		p := report.TimelinePoint{T: float64(10 * (i + 1)), StoredPerSecond: rate + float64(i), ItemsPerSecond: rate * 1.1,
 			P50: 3, P99: 9, BrokerRSS: 300 << 20, BrokerMetrics: true, DBBytes: int64(i+1) << 28, SidecarBytes: int64(i+1) << 26,
 			WALBytes: int64(i+1) << 28, WALBytesPerMessage: &wal, DBBytesPerMessage: &db, SidecarBytesPerMessage: &side,
-			LedgerBytes: 1 << 20, HarnessHeap: 40 << 20, AckedPerSecond: &acked, E2EP50: &e50, E2EP99: &e99}
+			LedgerBytes: 1 << 20, HarnessHeap: 40 << 20, AckedPerSecond: &acked, E2EP50: &e50, E2EP99: &e99,
+			Backlog: []report.GroupBacklog{{Group: r.Queue + "-g0", Messages: int64(100 * i)}, {Group: r.Queue + "-g1", Messages: 50}}}
 		r.Timeline = append(r.Timeline, p)
 	}
 	return r
@@ -80,6 +81,7 @@ func TestOneRun(t *testing.T) {
 		"memory":            {"broker RSS", "harness heap", "audit records"},
 		"bytes-per-message": {"WAL", "database", "sidecar"},
 		"storage":           {"database", "sidecar", "WAL written"},
+		"backlog":           {"g0", "g1"},
 	}
 	require.Len(t, charts, len(want))
 	for id, names := range want {
@@ -111,6 +113,8 @@ func TestOneRun(t *testing.T) {
 	require.Equal(t, 50000.0+16, *charts["rates"].Series[0].Y[16])
 	require.Equal(t, "MiB", charts["memory"].YUnit)
 	require.Equal(t, 300.0, *charts["memory"].Series[0].Y[0])
+	require.Equal(t, 1600.0, *charts["backlog"].Series[0].Y[16])
+	require.Equal(t, "messages", charts["backlog"].YUnit)
 	// The settings, the summary (the text report too) and the fault table.
 	for _, s := range []string{"audit passed · consume audit passed · 1 of 1 faults recovered", "8 sync, batch 100", "3 per group × 2 groups",
 		"queued 0 · duplicate 0", "<th>sustained ratio</th>", "broker 1", "after 4.0 s", "queen loadtest: broker at nats://127.0.0.1:4222"} {
@@ -126,7 +130,7 @@ func TestGaps(t *testing.T) {
 	r.Chaos, r.Consume = nil, nil
 	for i := range r.Timeline {
 		p := &r.Timeline[i]
-		p.AckedPerSecond, p.E2EP50, p.E2EP99 = nil, nil, nil
+		p.AckedPerSecond, p.E2EP50, p.E2EP99, p.Backlog = nil, nil, nil, nil
 		p.BrokerRSS, p.BrokerMetrics = 0, false
 		if i == 2 {
 			p.WALBytesPerMessage = nil
@@ -135,6 +139,7 @@ func TestGaps(t *testing.T) {
 	page := render(t, Run{Name: "nats", Report: r})
 	charts := parseCharts(t, page)
 	require.NotContains(t, charts, "e2e-latency")
+	require.NotContains(t, charts, "backlog", "no backlog without consumers")
 	require.Len(t, charts["rates"].Series, 2, "no acked/s without consumers")
 	require.Equal(t, "harness heap", charts["memory"].Series[0].Name, "no broker RSS without /metrics")
 	wal := charts["bytes-per-message"].Series[0]
@@ -149,11 +154,17 @@ func TestGaps(t *testing.T) {
 func TestCompare(t *testing.T) {
 	t.Parallel()
 	a, b := fakeRun(12, 50000), fakeRun(20, 40000)
+	for i := range b.Timeline { // another run's queue: its groups are g0 and g1 too
+		for j := range b.Timeline[i].Backlog {
+			b.Timeline[i].Backlog[j].Group = strings.Replace(b.Timeline[i].Backlog[j].Group, "loadtest-1", "loadtest-2", 1)
+		}
+	}
 	b.Chaos.Events = append(b.Chaos.Events, report.FaultReport{Kind: report.FaultPGFailover, Broker: -1, AtSeconds: 120, RecoveredAfterSeconds: 9})
 	b.Chaos.Faults, b.Chaos.PGFailovers, b.Chaos.Recovered = 2, 1, 2
 	page := render(t, Run{Name: "before", Report: a}, Run{Name: "after", Report: b})
 	charts := parseCharts(t, page)
-	require.Len(t, charts, 6)
+	require.Len(t, charts, 7)
+	require.Equal(t, []string{"g0", "g1", "g0", "g1"}, seriesNames(charts["backlog"]))
 	for id, d := range charts {
 		runs := map[string]int{}
 		for _, s := range d.Series {
@@ -202,6 +213,21 @@ func TestWriteRefuses(t *testing.T) {
 	page := render(t, Run{Name: "short", Report: &report.Report{Mode: report.ModeBroker}})
 	require.Contains(t, page, "No timeline points in short")
 	require.Empty(t, parseCharts(t, page))
+}
+
+func seriesNames(d chartData) []string {
+	var out []string
+	for _, s := range d.Series {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+func TestGroupKey(t *testing.T) {
+	t.Parallel()
+	for g, want := range map[string]string{"loadtest-17-g0": "g0", "q-g12": "g12", "orders": "orders", "a-b": "a-b", "q-g": "q-g", "q-gx1": "q-gx1", "q-": "q-", "g3": "g3"} {
+		require.Equal(t, want, groupKey(g), g)
+	}
 }
 
 func TestHuman(t *testing.T) {

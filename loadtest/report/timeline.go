@@ -26,6 +26,10 @@ type TimelinePoint struct {
 	AckedPerSecond *float64 `json:"acked_per_second,omitempty"`
 	E2EP50         *float64 `json:"e2e_p50_ms,omitempty"`
 	E2EP99         *float64 `json:"e2e_p99_ms,omitempty"`
+	// Backlog is each consumer group's backlog at the sample, in the
+	// groups' order: the messages stored it has not acked yet. Omitted
+	// without consumers, and at a sample whose cursors could not be read.
+	Backlog []GroupBacklog `json:"backlog,omitempty"`
 	// BrokerRSS is process_resident_memory_bytes from the brokers'
 	// /metrics (summed over the brokers that answered; with --embedded the
 	// broker is this process, harness included); 0 when none answered.
@@ -69,6 +73,16 @@ type TimelinePoint struct {
 	// heap too).
 	LedgerBytes int64 `json:"ledger_bytes"`
 	HarnessHeap int64 `json:"harness_heap_bytes"`
+}
+
+// GroupBacklog is one consumer group's backlog at a timeline point: the
+// messages stored in the run's queue past its committed cursors, leased
+// ones included (the lag the console's queue page shows, summed over the
+// partitions), read from the database's cursors at the sample
+// (consumers.Phase.Backlog).
+type GroupBacklog struct {
+	Group    string `json:"group"`
+	Messages int64  `json:"messages"`
 }
 
 // RSSText is the broker's RSS through format, or "n/a" when no broker's

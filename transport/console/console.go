@@ -4,8 +4,10 @@
 //
 // The page is a one-page app with hash routes — #/overview, #/queues,
 // #/queues/{queue}, #/dedup, #/dlq, #/cluster — that calls the broker's JSON
-// routes from the browser: GET /api/v1/stats (rates, p99, RSS, dedup-cache
-// bytes, polled every 1.5 s), /api/v1/resources/queues[/{queue}] (with
+// routes from the browser: GET /api/v1/stats (rates, commit p50 and p99,
+// RSS, dedup-cache bytes; polled every 1.5 s on every page, its replies of
+// the last 10 minutes kept in the tab for the overview's timeline charts),
+// /api/v1/resources/queues[/{queue}] (with
 // each queue's duplicate rate), /api/v1/queues/{queue} (a queue page's
 // partitions and consumer groups with cursor and lag, polled every 2 s) and
 // /api/v1/queues/{queue}/messages (its recent messages, a read-only peek),

@@ -54,12 +54,16 @@ type StatsReply struct {
 	DuplicatePerSecond float64 `json:"duplicatePerSecond"`
 	FailedPerSecond    float64 `json:"failedPerSecond"`
 	// PopPerSecond is messages returned by pops per second; AckPerSecond ack
-	// items per second.
-	PopPerSecond float64 `json:"popPerSecond"`
-	AckPerSecond float64 `json:"ackPerSecond"`
-	// CommitP99Ms is the 99th percentile of one push transaction's latency
-	// over the window (queen_push_commit_seconds, the bucket's upper bound),
-	// milliseconds; null when no push committed in the window.
+	// items per second, AckedPerSecond those answered acked
+	// (queen_ack_items_total{result="acked"}).
+	PopPerSecond   float64 `json:"popPerSecond"`
+	AckPerSecond   float64 `json:"ackPerSecond"`
+	AckedPerSecond float64 `json:"ackedPerSecond"`
+	// CommitP50Ms and CommitP99Ms are the 50th and 99th percentiles of one
+	// push transaction's latency over the window (queen_push_commit_seconds,
+	// the upper bound of the bucket holding the percentile), milliseconds;
+	// null when no push committed in the window.
+	CommitP50Ms *float64 `json:"commitP50Ms"`
 	CommitP99Ms *float64 `json:"commitP99Ms"`
 	// Totals since the broker started.
 	Queued    int64 `json:"queued"`

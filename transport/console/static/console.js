@@ -103,10 +103,162 @@ function kv(pairs, id) {
   return d;
 }
 
+// ---- the timeline: GET /api/v1/stats polled every POLL_MS on every page,
+// its replies kept for the last 10 minutes (the overview draws them)
+
+const TIMELINE_MS = 10 * 60 * 1000;
+// The ring's hard bound, beside its age: timers can fire in a burst after
+// the tab was in the background.
+const TIMELINE_MAX = Math.ceil(TIMELINE_MS / POLL_MS) + 20;
+const timeline = [];   // oldest first: {t: this tab's clock (ms), s: the stats reply, or null for a failed poll (a gap)}
+let onStats = null;    // the overview's redraw while it is shown: onStats(reply or null, error)
+let statsBusy = false; // a poll is under way (a slow broker: no pile-up)
+
+async function pollStats() {
+  if (statsBusy) return;
+  statsBusy = true;
+  let s = null, err = null;
+  try {
+    s = await api("GET", "/api/v1/stats");
+  } catch (e) {
+    err = e;
+  } finally {
+    statsBusy = false;
+  }
+  const t = Date.now();
+  timeline.push({ t, s });
+  while (timeline.length > TIMELINE_MAX || timeline[0].t < t - TIMELINE_MS) timeline.shift();
+  if (onStats) onStats(s, err);
+}
+
+// A rate of the reply, null on the broker's first sample (no window yet).
+const rateOf = (k) => (s) => (s.windowSeconds > 0 && typeof s[k] === "number" ? s[k] : null);
+const valueOf = (k) => (s) => (typeof s[k] === "number" ? s[k] : null);
+function fmtMs(v) { return v >= 100 ? Math.round(v) + " ms" : (Math.round(v * 100) / 100) + " ms"; }
+
+// The timeline's charts: each series' value of a stats reply (null: none),
+// fmt its values' text (axis: on the value axis, when not fmt), unit what
+// the value axis counts in round numbers of, dash a series' dashes (so a
+// line on top of another shows both).
+// End-to-end latency and WAL or database bytes per stored message are not
+// among the broker's metrics (queen loadtest --report charts them).
+const TIMELINE_CHARTS = [
+  { id: "tl-rates", title: "Messages/s", fmt: fmtRate, series: [
+    { key: "stored", name: "stored/s", color: "#2563eb", v: rateOf("queuedPerSecond") },
+    { key: "acked", name: "acked/s", color: "#16a34a", v: rateOf("ackedPerSecond") },
+    { key: "popped", name: "popped/s", color: "#9333ea", dash: "5 4", v: rateOf("popPerSecond") }] },
+  { id: "tl-latency", title: "Push commit latency", fmt: fmtMs, series: [
+    { key: "p50", name: "p50", color: "#0891b2", v: valueOf("commitP50Ms") },
+    { key: "p99", name: "p99", color: "#d97706", v: valueOf("commitP99Ms") }] },
+  { id: "tl-rss", title: "Broker RSS", fmt: fmtBytes, axis: (v) => fmtBytes(v).replace(".0 ", " "), unit: 1 << 20, series: [
+    { key: "rss", name: "RSS", color: "#4b5563", v: valueOf("rssBytes") }] },
+];
+
+// niceCeil is the smallest round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6
+// or 8 × 10^k) at or above v; 1 for v <= 0.
+function niceCeil(v) {
+  if (!(v > 0)) return 1;
+  const e = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * e >= v * (1 - 1e-9)) return m * e;
+  return 10 * e;
+}
+
+function svgEl(tag, attrs, text) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// timeChart draws spec's series over the timeline as an SVG width pixels
+// wide: time across (now at the right; the last 10 minutes, or since the
+// first sample when that is sooner, at least a minute), values up from 0. A
+// missing value or a failed poll breaks the line.
+function timeChart(spec, width, now) {
+  const W = Math.max(240, Math.round(width)), H = 150, L = 62, R = 10, T = 8, B = 20;
+  const first = timeline.length ? timeline[0].t : now;
+  const t0 = Math.max(now - TIMELINE_MS, Math.min(first, now - 60 * 1000));
+  let max = 0;
+  for (const p of timeline) {
+    if (!p.s) continue;
+    for (const sr of spec.series) { const v = sr.v(p.s); if (v !== null && isFinite(v)) max = Math.max(max, v); }
+  }
+  const unit = spec.unit || 1; // the axis is in round numbers of this (MiB)
+  const top = niceCeil(max / unit) * unit;
+  const x = (t) => L + ((t - t0) / Math.max(1, now - t0)) * (W - L - R);
+  const y = (v) => T + (1 - v / top) * (H - T - B);
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": spec.title });
+  for (const v of [0, top / 2, top]) {
+    svg.append(svgEl("line", { x1: L, y1: y(v), x2: W - R, y2: y(v), stroke: "#e3e6eb", "stroke-dasharray": v ? "3 3" : "" }),
+      svgEl("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", "font-size": "11", fill: "#6b7280" }, v ? (spec.axis || spec.fmt)(v) : "0"));
+  }
+  // Time ticks: a step giving at most six of them, labelled back from now.
+  const span = (now - t0) / 1000;
+  const step = [10, 15, 30, 60, 120, 300].find((st) => span / st <= 6) || 600;
+  for (let a = 0; a <= span + 0.001; a += step) {
+    const tx = x(now - a * 1000);
+    svg.append(svgEl("line", { x1: tx, y1: H - B, x2: tx, y2: H - B + 4, stroke: "#9ca3af" }),
+      svgEl("text", { x: tx, y: H - 4, "text-anchor": a ? "middle" : "end", "font-size": "11", fill: "#6b7280" },
+        a === 0 ? "now" : "−" + (a >= 60 ? a / 60 + " min" : a + " s")));
+  }
+  for (const sr of spec.series) {
+    let seg = [];
+    const flush = () => {
+      if (seg.length === 1) svg.append(svgEl("circle", { cx: seg[0][0], cy: seg[0][1], r: 2.5, fill: sr.color, "data-series": sr.key }));
+      else if (seg.length > 1) svg.append(svgEl("polyline", { points: seg.map((p) => p[0].toFixed(1) + "," + p[1].toFixed(1)).join(" "),
+        fill: "none", stroke: sr.color, "stroke-width": "2", "stroke-linejoin": "round", "stroke-dasharray": sr.dash || "none", "data-series": sr.key }));
+      seg = [];
+    };
+    for (const p of timeline) {
+      const v = p.s ? sr.v(p.s) : null;
+      if (v === null || !isFinite(v) || p.t < t0) { flush(); continue; }
+      seg.push([x(p.t), y(v)]);
+    }
+    flush();
+  }
+  return svg;
+}
+
+// timelineFigure is one chart's box: its title, a legend with each series'
+// latest value, and the drawing (drawTimeline fills both).
+function timelineFigure(spec) {
+  const keys = spec.series.map((sr) => {
+    const sw = el("i");
+    sw.style.background = sr.color;
+    return el("span", { class: "tl-key", "data-series": sr.key }, sw, sr.name + " ", el("b", null, "—"));
+  });
+  return el("div", { class: "chart tl-chart", id: spec.id, "data-points": "0" },
+    el("div", { class: "tl-head" }, el("span", { class: "tl-title" }, spec.title), el("span", { class: "legend" }, ...keys)),
+    el("div", { class: "tl-plot" }));
+}
+
+// drawTimeline redraws the timeline's charts on the overview. Each chart
+// carries data-points (the samples with a reply), each legend entry
+// data-points (that series' values) and data-value (its latest, "" when
+// the latest sample has none).
+function drawTimeline() {
+  const now = Date.now();
+  const answered = timeline.filter((p) => p.s);
+  const latest = answered.length ? timeline[timeline.length - 1].s : null;
+  for (const spec of TIMELINE_CHARTS) {
+    const fig = document.getElementById(spec.id);
+    if (!fig) continue;
+    fig.dataset.points = String(answered.length);
+    for (const sr of spec.series) {
+      const key = fig.querySelector(`.tl-key[data-series="${sr.key}"]`);
+      const v = latest ? sr.v(latest) : null;
+      key.dataset.points = String(answered.filter((p) => sr.v(p.s) !== null).length);
+      key.dataset.value = v === null ? "" : String(v);
+      key.querySelector("b").textContent = v === null ? "—" : spec.fmt(v);
+    }
+    const plot = fig.querySelector(".tl-plot");
+    plot.replaceChildren(timeChart(spec, plot.clientWidth, now));
+  }
+}
+
 // ---- overview
 
-const rateHistory = [];  // {t, queued, duplicate, failed}
-const HISTORY_N = 60;
+const HISTORY_N = 60; // the verdict chart's samples (90 s)
 
 function chart(points) {
   const W = 800, H = 220, P = 30;
@@ -135,6 +287,12 @@ function chart(points) {
   return svg;
 }
 
+// rateHistory is the verdict chart's points: the timeline's last HISTORY_N
+// answered samples.
+function rateHistory() {
+  return timeline.filter((p) => p.s).slice(-HISTORY_N).map((p) => ({ queued: p.s.queuedPerSecond, duplicate: p.s.duplicatePerSecond, failed: p.s.failedPerSecond }));
+}
+
 function card(id, cls, label) {
   return el("div", { class: "card " + cls }, el("div", { class: "label" }, label), el("div", { class: "value", id }, "—"));
 }
@@ -147,6 +305,7 @@ function pageOverview(gen) {
       card("rate-duplicate", "dup", "duplicate items/s"),
       card("rate-failed", "failed", "failed items/s"),
       card("rate-pop", "", "popped msgs/s"),
+      card("rate-acked", "", "acked msgs/s"),
       card("p99", "", "commit p99"),
       card("rss", "", "broker RSS"),
       card("cache", "", "dedup cache")),
@@ -156,36 +315,41 @@ function pageOverview(gen) {
         el("span", null, el("i", { class: "sw-dup" }), "duplicate"),
         el("span", null, el("i", { class: "sw-failed" }), "failed")),
       el("div", { id: "chart" })),
-    el("p", { class: "muted", id: "totals" }));
+    el("p", { class: "muted", id: "totals" }),
+    el("h3", null, "Timeline"),
+    el("p", { class: "muted" }, "This broker over the last 10 minutes, sampled every " + POLL_MS / 1000 +
+      " s while the console is open on any page: push items it answered queued (stored/s), acks answered acked, messages popped; " +
+      "push commit latency (bucket upper bounds of queen_push_commit_seconds); its resident memory. A failed poll is a gap. " +
+      "End-to-end latency and WAL or database bytes per message are not in the broker's metrics (queen loadtest --report charts them)."),
+    el("div", { class: "timeline", id: "timeline" }, ...TIMELINE_CHARTS.map(timelineFigure)));
   document.querySelector(".sw-queued").style.background = "var(--queued)";
   document.querySelector(".sw-dup").style.background = "var(--dup)";
   document.querySelector(".sw-failed").style.background = "var(--failed)";
-  document.getElementById("chart").append(chart(rateHistory));
-  const tick = async () => {
-    try {
-      const s = await api("GET", "/api/v1/stats");
-      if (gen !== generation) return;
-      showError("");
-      rateHistory.push({ t: s.at, queued: s.queuedPerSecond, duplicate: s.duplicatePerSecond, failed: s.failedPerSecond });
-      while (rateHistory.length > HISTORY_N) rateHistory.shift();
-      const set = (id, v) => { const e = document.getElementById(id); if (e) e.textContent = v; };
-      set("rate-queued", fmtRate(s.queuedPerSecond));
-      set("rate-duplicate", fmtRate(s.duplicatePerSecond));
-      set("rate-failed", fmtRate(s.failedPerSecond));
-      set("rate-pop", fmtRate(s.popPerSecond));
-      set("p99", s.commitP99Ms === null ? "—" : s.commitP99Ms.toFixed(1) + " ms");
-      set("rss", fmtBytes(s.rssBytes));
-      set("cache", fmtBytes(s.cacheBytes));
-      set("totals", `since start: ${s.queued.toLocaleString("en")} queued, ${s.duplicate.toLocaleString("en")} duplicate, ${s.failed.toLocaleString("en")} failed · mailbox ${s.mailboxDepth} items · rates over ${s.windowSeconds.toFixed(1)} s`);
-      const c = document.getElementById("chart");
-      if (c) c.replaceChildren(chart(rateHistory));
-      statusBox.textContent = "updated " + new Date().toLocaleTimeString();
-    } catch (e) {
-      if (gen === generation) showError(e.message);
+  document.getElementById("chart").append(chart(rateHistory()));
+  drawTimeline();
+  onStats = (s, err) => {
+    if (gen !== generation) return;
+    drawTimeline();
+    if (!s) {
+      showError(err.message);
+      return;
     }
+    showError("");
+    const set = (id, v) => { const e = document.getElementById(id); if (e) e.textContent = v; };
+    set("rate-queued", fmtRate(s.queuedPerSecond));
+    set("rate-duplicate", fmtRate(s.duplicatePerSecond));
+    set("rate-failed", fmtRate(s.failedPerSecond));
+    set("rate-pop", fmtRate(s.popPerSecond));
+    set("rate-acked", fmtRate(s.ackedPerSecond));
+    set("p99", s.commitP99Ms === null ? "—" : s.commitP99Ms.toFixed(1) + " ms");
+    set("rss", fmtBytes(s.rssBytes));
+    set("cache", fmtBytes(s.cacheBytes));
+    set("totals", `since start: ${s.queued.toLocaleString("en")} queued, ${s.duplicate.toLocaleString("en")} duplicate, ${s.failed.toLocaleString("en")} failed · mailbox ${s.mailboxDepth} items · rates over ${s.windowSeconds.toFixed(1)} s`);
+    const c = document.getElementById("chart");
+    if (c) c.replaceChildren(chart(rateHistory()));
+    statusBox.textContent = "updated " + new Date().toLocaleTimeString();
   };
-  tick();
-  timer = setInterval(tick, POLL_MS);
+  pollStats();
 }
 
 // ---- queues
@@ -454,6 +618,7 @@ function pageCluster(gen) {
 
 async function route() {
   if (timer) { clearInterval(timer); timer = null; }
+  onStats = null;
   const gen = ++generation;
   showError("");
   statusBox.textContent = "";
@@ -482,3 +647,4 @@ async function route() {
 
 window.addEventListener("hashchange", route);
 route();
+setInterval(pollStats, POLL_MS);

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/internal/browsertest"
 )
 
@@ -276,7 +277,10 @@ func TestConsoleRoutes(t *testing.T) {
 		DuplicatePerSecond float64  `json:"duplicatePerSecond"`
 		QueuedTotal        int64    `json:"queued"`
 		DuplicateTotal     int64    `json:"duplicate"`
+		CommitP50Ms        *float64 `json:"commitP50Ms"`
 		CommitP99Ms        *float64 `json:"commitP99Ms"`
+		AckedPerSecond     float64  `json:"ackedPerSecond"`
+		AckPerSecond       float64  `json:"ackPerSecond"`
 		CacheBytes         int64    `json:"cacheBytes"`
 		RSSBytes           int64    `json:"rssBytes"`
 	}
@@ -292,8 +296,22 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 	e.pushOK(t, "http", items(it("st", "p", "c"), it("st", "p", "c")), 2)
 	get()
-	if s.WindowSeconds <= 0 || s.QueuedPerSecond <= 0 || s.DuplicatePerSecond <= 0 || s.CommitP99Ms == nil || *s.CommitP99Ms <= 0 {
+	if s.WindowSeconds <= 0 || s.QueuedPerSecond <= 0 || s.DuplicatePerSecond <= 0 || s.CommitP99Ms == nil || *s.CommitP99Ms <= 0 ||
+		s.CommitP50Ms == nil || *s.CommitP50Ms <= 0 || *s.CommitP50Ms > *s.CommitP99Ms {
 		t.Fatalf("stats rates: %+v", s)
+	}
+	// Acks: one acked, one failed (retry scheduled): ackedPerSecond counts
+	// the acked one only.
+	got := e.popHTTP(t, "st", "p", vals("consumerGroup", "sg", "batch", "2"))
+	if len(got.Messages) != 2 {
+		t.Fatalf("pop: %+v", got)
+	}
+	if r := results(ackBatch(t, e, "sg", ackOf(got.Messages[0], "completed"), ackOf(got.Messages[1], "failed"))); r[0] != queen.Acked || r[1] != queen.RetryScheduled {
+		t.Fatalf("acks: %v", r)
+	}
+	get()
+	if s.AckedPerSecond <= 0 || s.AckPerSecond < 2*s.AckedPerSecond*0.999 {
+		t.Fatalf("stats ack rates after one acked and one failed ack: %+v", s)
 	}
 	if st, _ := e.httpDo(t, http.MethodPost, "/api/v1/stats", nil); st != http.StatusMethodNotAllowed {
 		t.Fatalf("POST /api/v1/stats: %d", st)
@@ -308,5 +326,106 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 	if st, _, _ := et.httpAuth(t, http.MethodGet, "/ui/", "", nil); st != http.StatusOK {
 		t.Fatalf("the console's page without the token: %d", st)
+	}
+}
+
+// timelineState is what the overview's live timeline shows (console.js,
+// drawTimeline): the samples with a reply, each series' latest value and
+// its values, and the lines drawn.
+type timelineState struct {
+	Points        int     `json:"points"`
+	Stored        float64 `json:"stored"`
+	StoredPoints  int     `json:"storedPoints"`
+	Acked         float64 `json:"acked"`
+	P50, P99, RSS float64
+	StoredLines   int `json:"storedLines"`
+	RSSLines      int `json:"rssLines"`
+}
+
+const timelineExpr = `(() => {
+	const key = (chart, s) => document.querySelector("#" + chart + ' .tl-key[data-series="' + s + '"]');
+	const val = (chart, s) => { const k = key(chart, s); return k && k.dataset.value ? Number(k.dataset.value) : 0; };
+	const f = document.getElementById("tl-rates");
+	return {points: f ? Number(f.dataset.points) : 0, stored: val("tl-rates", "stored"),
+		storedPoints: key("tl-rates", "stored") ? Number(key("tl-rates", "stored").dataset.points || 0) : 0,
+		acked: val("tl-rates", "acked"), P50: val("tl-latency", "p50"), P99: val("tl-latency", "p99"), RSS: val("tl-rss", "rss"),
+		storedLines: document.querySelectorAll('#tl-rates polyline[data-series="stored"]').length,
+		rssLines: document.querySelectorAll('#tl-rss polyline[data-series="rss"]').length};
+})()`
+
+// TestConsoleTimeline (issue 40): the overview's live timeline against a
+// real broker. Pushes, pops and acks while the page polls: the charts gain
+// points, stored/s and acked/s read above 0, the commit latency and the RSS
+// have values, and the timeline outlives a visit to another page.
+// QUEEN_CONSOLE_TIMELINE_SCREENSHOT=/path/timeline.png writes a picture of
+// the overview after a 60 s load.
+func TestConsoleTimeline(t *testing.T) {
+	b := startBrowser(t)
+	e := startEnv(t, nil)
+	b.run(t, "open the console", chromedp.Navigate(e.base+"/ui/#/overview"))
+	b.waitFor(t, "the timeline's charts", `document.getElementById("tl-rates") && document.getElementById("tl-latency") && document.getElementById("tl-rss")`)
+
+	// One round of load: 30 fresh messages over 3 partitions, then what
+	// group tl gets of them in one pop, acked.
+	n := 0
+	load := func(size int) {
+		var its []item
+		for range size {
+			n++
+			its = append(its, it("timeline", "p"+strconv.Itoa(n%3), "m-"+strconv.Itoa(n)))
+		}
+		e.pushOK(t, "http", items(its...), size)
+		got := e.popHTTP(t, "timeline", "", vals("consumerGroup", "tl", "batch", strconv.Itoa(size)))
+		if len(got.Messages) == 0 {
+			return
+		}
+		var acks []map[string]any
+		for _, m := range got.Messages {
+			acks = append(acks, ackOf(m, "completed"))
+		}
+		for i, r := range ackBatch(t, e, "tl", acks...) {
+			if r.Result != queen.Acked {
+				t.Fatalf("ack %d of %s: %+v", i, got.Messages[i].TransactionID, r)
+			}
+		}
+	}
+	state := func() timelineState { return browsertest.Eval[timelineState](t, b.Browser, timelineExpr) }
+	var st timelineState
+	eventually(t, 60*time.Second, 200*time.Millisecond, "two timeline points and a stored rate above 0", func() (bool, string) {
+		load(30)
+		st = state()
+		return st.Points >= 2 && st.StoredPoints >= 2 && st.Stored > 0, fmt.Sprintf("%+v", st)
+	})
+	eventually(t, 60*time.Second, 200*time.Millisecond, "an acked rate above 0, the latency and the RSS", func() (bool, string) {
+		load(30)
+		st = state()
+		return st.Acked > 0 && st.P50 > 0 && st.P99 >= st.P50 && st.RSS > 0 && st.StoredLines > 0 && st.RSSLines > 0, fmt.Sprintf("%+v", st)
+	})
+	b.noJSErrors(t, "the timeline")
+
+	// Another page and back: the ring kept polling meanwhile.
+	before := st.Points
+	b.goHash(t, "#/cluster")
+	b.waitFor(t, "the cluster page", `document.querySelector('#cluster-brokers tr[data-broker]')`)
+	b.goHash(t, "#/overview")
+	b.waitFor(t, "the timeline again, with what it had", `document.getElementById("tl-rates") && Number(document.getElementById("tl-rates").dataset.points) > `+strconv.Itoa(before))
+
+	if p := os.Getenv("QUEEN_CONSOLE_TIMELINE_SCREENSHOT"); p != "" {
+		// A minute of load whose size changes every 15 s, then the picture.
+		start := time.Now()
+		for time.Since(start) < 60*time.Second {
+			load([]int{40, 120, 60, 200}[int(time.Since(start)/(15*time.Second))%4])
+		}
+		b.waitFor(t, "the load on the chart", `Number(document.getElementById("tl-rates").dataset.points) > 40`)
+		ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b.noJSErrors(t, "the screenshot's load")
 	}
 }
