@@ -175,7 +175,7 @@ func TestOperatorVerbs(t *testing.T) {
 	var cv queen.ClusterView
 	require.NoError(t, json.Unmarshal([]byte(out), &cv), out)
 	require.Len(t, cv.Brokers, 1)
-	require.Equal(t, queen.Build{Release: "0.2.0", Revision: "unknown", Schema: persistence.SchemaVersion(), Layout: persistence.LayoutGeneration()}, cv.Brokers[0].Build, out)
+	require.Equal(t, queen.Build{Release: broker.Release, Revision: "unknown", Schema: persistence.SchemaVersion(), Layout: persistence.LayoutGeneration()}, cv.Brokers[0].Build, out)
 
 	// queen dlq list, then replay: moved, then gone; a replay already in the
 	// window is a duplicate.
