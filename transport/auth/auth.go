@@ -399,6 +399,8 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (Identity, 
 	const scheme = "bearer "
 	if len(raw) >= len(scheme) && strings.EqualFold(raw[:len(scheme)], scheme) {
 		raw = strings.TrimSpace(raw[len(scheme):])
+	} else if strings.EqualFold(raw, strings.TrimSpace(scheme)) {
+		raw = ""
 	}
 	if raw == "" {
 		return Identity{}, unauthorized("no token after Bearer: send the header Authorization: Bearer <JWT>")
@@ -503,6 +505,10 @@ func (v *Verifier) why(tok *jwt.Token, claims jwt.MapClaims, err error) *queen.E
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
 		iss, _ := claims.GetIssuer()
 		return unauthorized("the token's issuer %q is not JWT_ISSUER %q", iss, v.cfg.Issuer)
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing) && v.cfg.Issuer != "" && claims["iss"] == nil:
+		return unauthorized("the token has no issuer (iss): JWT_ISSUER %q is required", v.cfg.Issuer)
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing) && v.cfg.Audience != "" && claims["aud"] == nil:
+		return unauthorized("the token has no audience (aud): it does not include JWT_AUDIENCE %q", v.cfg.Audience)
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
 		aud, _ := claims.GetAudience()
 		return unauthorized("the token's audience %q does not include JWT_AUDIENCE %q", []string(aud), v.cfg.Audience)
