@@ -34,9 +34,9 @@ import (
 // forbidden. Both are answered before the body is read, so nothing is
 // written. QUEEN_ADMIN_TOKEN is then not consulted.
 //
-// With JWT off and Config.AdminToken set, the admin routes (admin in the table: every
-// /api/v1/resources/queues route, the /api/v1/consumer-groups routes,
-// /api/v1/admin/dedup-cache, /api/v1/cluster, /api/v1/stats, the
+// With JWT off and Config.AdminToken set, the admin routes (admin in the
+// table: every /api/v1/resources/queues route, the /api/v1/consumer-groups
+// routes, /api/v1/admin/dedup-cache, /api/v1/cluster, /api/v1/stats, the
 // /api/v1/queues routes, the DLQ listing /api/v1/dlq and the operator routes
 // of SPEC.md §13) answer 401 unauthorized without "Authorization: Bearer
 // <token>"; so does a configure of an existing queue that deletes data
@@ -118,7 +118,7 @@ func (s *Service) routes() []route {
 			defer release()
 			writeReply(w, s.pushAdmitted(r.Context(), b))
 		})},
-		{"POST", "/api/v1/configure", false, auth.ReadWrite, "configure a queue (SPEC.md §6); a change of an existing queue that deletes data needs the admin token", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		{"POST", "/api/v1/configure", false, auth.ReadWrite, "configure a queue (SPEC.md §6); a change of an existing queue that deletes data needs the admin token (JWT on: the admin level)", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if b, ok := readBody(w, r); ok {
 				rep := s.configure(r.Context(), b, s.mayDeleteData(r.Context(), r.Header.Get("Authorization")))
 				setChallenge(w, rep)
