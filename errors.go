@@ -62,8 +62,14 @@ var (
 	ErrBodyStalled     = reg(408, "body_stalled", true, "the request body stopped arriving; nothing was written, send it again")
 	ErrNotFound        = reg(404, "not_found", false, "not found")
 	// ErrUnauthorized: an admin route (SPEC.md §13) without the bearer token
-	// QUEEN_ADMIN_TOKEN asks for, or with another one.
-	ErrUnauthorized     = reg(401, "unauthorized", false, "this route needs Authorization: Bearer <QUEEN_ADMIN_TOKEN>")
+	// QUEEN_ADMIN_TOKEN asks for, or with another one; with JWT on (SPEC.md
+	// §14), a request without a valid token, the message saying why
+	// (missing, malformed, expired, not yet valid, wrong issuer or
+	// audience, bad signature, unknown key id, algorithm not accepted).
+	ErrUnauthorized = reg(401, "unauthorized", false, "this route needs Authorization: Bearer <QUEEN_ADMIN_TOKEN>")
+	// ErrForbidden: with JWT on (SPEC.md §14), a valid token whose roles do
+	// not reach the route's access level; nothing was read or written.
+	ErrForbidden        = reg(403, "forbidden", false, "the token's role does not allow this route")
 	ErrMethodNotAllowed = reg(405, "method_not_allowed", false, "method not allowed")
 	ErrOverloaded       = reg(503, "overloaded", true, "the broker is overloaded; retry with the same transaction ids")
 	ErrTooManyPolls     = reg(429, "too_many_polls", true, "too many long polls are waiting; retry after a pause or poll without wait")

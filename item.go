@@ -38,6 +38,13 @@ type Item struct {
 	Payload       json.RawMessage `json:"payload"`
 	// Hash is HashTxn(TransactionID); not sent on the wire.
 	Hash Hash `json:"-"`
+	// ProducerSub is the producer's identity (SPEC.md §14): with JWT on,
+	// the "sub" of the token that pushed the item, set by the front door
+	// from the verified token (and carried to a shard's owner in the hop's
+	// header), never from the request body; "" with JWT off. Every item of
+	// one request has the same. Not decoded from the wire: the store is to
+	// stamp it on the stored message as its producerSub.
+	ProducerSub string `json:"-"`
 }
 
 // Verdict is the outcome of one push item (SPEC.md §3).

@@ -134,12 +134,15 @@ type Config struct {
 	// Target stays the first (the wake probe, the configure call).
 	Targets []string
 
-	// AdminToken, when not empty, is the brokers' QUEEN_ADMIN_TOKEN: the
-	// harness sends it (Authorization: Bearer) on its operator calls, the
-	// configure of the run's queue, which the token guards when it
-	// shortens the window or lowers retention of an existing queue
-	// (README, Settings); pushes, pops and acks never carry it. Default:
-	// none (queen loadtest passes --token, default QUEEN_ADMIN_TOKEN).
+	// AdminToken, when not empty, is the bearer token the harness sends
+	// (Authorization: Bearer) on every request, pushes, pops and acks
+	// included: the brokers' QUEEN_ADMIN_TOKEN, which guards the configure
+	// of the run's queue when it shortens the window or lowers retention
+	// of an existing queue (README, Settings), or with JWT on (SPEC.md §14)
+	// a JWT whose role allows what the run does (read-write; admin to
+	// shorten the window or lower retention of an existing queue).
+	// Default: none (queen loadtest passes --token, default
+	// QUEEN_ADMIN_TOKEN).
 	AdminToken string
 
 	// Chaos is the faults injected while the producers run and the cluster

@@ -159,7 +159,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		// Each async producer has up to MaxInFlight requests open.
 		ahc := target.NewHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
 		for i := range r.asyncs {
-			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i)
+			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i, cfg.AdminToken)
 			if err != nil {
 				return err
 			}
@@ -173,19 +173,19 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		if n := cfg.Connections; n > 0 && strings.HasPrefix(cfg.Target, "nats://") {
 			// Shared round robin.
 			if owner = shared[i%n] == nil; owner {
-				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n); err != nil {
+				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n, cfg.AdminToken); err != nil {
 					return err
 				}
 			}
 			s = shared[i%n]
 		} else if strings.HasPrefix(cfg.Target, "nats://") {
-			if s, err = target.NewNATSSender(cfg.Target, i); err != nil {
+			if s, err = target.NewNATSSender(cfg.Target, i, cfg.AdminToken); err != nil {
 				return err
 			}
 		} else if len(cfg.Targets) > 1 {
-			s = target.NewFailoverSender(hc, cfg.Targets, i)
+			s = target.NewFailoverSender(hc, cfg.Targets, i, cfg.AdminToken)
 		} else {
-			s = target.NewHTTPSender(hc, cfg.Target)
+			s = target.NewHTTPSender(hc, cfg.AdminToken, cfg.Target)
 		}
 		if owner {
 			r.senders = append(r.senders, s)

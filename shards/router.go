@@ -175,8 +175,8 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 			if it.TraceID != nil {
 				sz += len(*it.TraceID)
 			}
-			if end > start && size+sz > r.chunk {
-				break
+			if end > start && (size+sz > r.chunk || it.ProducerSub != items[idx[start]].ProducerSub) {
+				break // a hop carries one producer (wire.HeaderProducerSub)
 			}
 			size += sz
 			end++
@@ -279,6 +279,9 @@ func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]que
 		defer cancel()
 	}
 	req := hopMsg(ctx, wire.ShardPushSubject(n), body)
+	if sub := chunk[0].ProducerSub; sub != "" {
+		req.Header.Set(wire.HeaderProducerSub, sub)
+	}
 	msg, err := r.nc.RequestMsgWithContext(ctx, req)
 	switch {
 	case err == nil:

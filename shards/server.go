@@ -318,6 +318,11 @@ func (s *Server) handlePush(m *nats.Msg) {
 		respondError(m, queen.ErrInvalidJSON.With("%s carries the brokers' internal encoding or, with the header Content-Type: %s, the push body of queen.v1.push: %v", m.Subject, wire.ContentTypeJSON, err))
 		return
 	}
+	if sub := m.Header.Get(wire.HeaderProducerSub); sub != "" {
+		for _, it := range items {
+			it.ProducerSub = sub
+		}
+	}
 	if e := checkItems(items, s.cfg.MaxPayloadBytes); e != nil {
 		// The subject is reachable by any NATS client: refused whole with
 		// the front door's error, nothing written (SPEC.md §10). From a

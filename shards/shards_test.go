@@ -381,3 +381,45 @@ func TestShardSubscriptionPendingIsBounded(t *testing.T) {
 		"10 published to a busy subscription holding at most 2")
 	require.LessOrEqual(t, s.Dropped(), uint64(10))
 }
+
+// subRecorder is a PartitionPusher recording each item's ProducerSub.
+type subRecorder struct {
+	mu   sync.Mutex
+	subs map[string]string // transactionId → ProducerSub
+}
+
+func (r *subRecorder) Enqueue(_, _ string, items []*queen.Item) (Waiter, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(done, len(items))
+	for i, it := range items {
+		r.subs[it.TransactionID] = it.ProducerSub
+		out[i] = queen.Result{Verdict: queen.Queued}
+	}
+	return out, nil
+}
+
+// TestHopCarriesTheProducer: the producer identity of a push (SPEC.md §14,
+// queen.Item.ProducerSub) reaches the shard's owner in the hop header
+// wire.HeaderProducerSub; items without one arrive without one.
+func TestHopCarriesTheProducer(t *testing.T) {
+	nc := connectNATS(t, 1<<20)
+	rec := &subRecorder{subs: map[string]string{}}
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: rec, Count: 4})
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 4})
+	var items []*queen.Item
+	for i := 0; i < 8; i++ {
+		items = append(items, &queen.Item{Queue: "q", Partition: fmt.Sprintf("p%d", i), TransactionID: fmt.Sprintf("a%d", i), Payload: []byte(`1`), ProducerSub: "svc-a"})
+	}
+	items = append(items, &queen.Item{Queue: "q", Partition: "p0", TransactionID: "anon", Payload: []byte(`1`)})
+	for _, res := range r.Push(context.Background(), items) {
+		require.Equal(t, queen.Queued, res.Verdict)
+	}
+	for i := 0; i < 8; i++ {
+		require.Equal(t, "svc-a", rec.subs[fmt.Sprintf("a%d", i)])
+	}
+	require.Contains(t, rec.subs, "anon")
+	require.Empty(t, rec.subs["anon"])
+}

@@ -19,6 +19,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/lifecycle"
+	"github.com/queen-mq/queen-go/transport/auth"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -134,6 +135,17 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // unauthorized unless the request carries the message header
 // "Authorization: Bearer <token>"; so does a queen.v1.configure of an
 // existing queue that deletes data (Service.configure).
+//
+// With JWT on (Config.JWT, SPEC.md §14) every subject needs the message
+// header "Authorization: Bearer <JWT>" (wire.HeaderAuthorization) reaching
+// its level, as the HTTP routes do: read-only for queen.v1.queue,
+// queen.v1.cluster, queen.v1.peek and queen.v1.queue.detail; read-write for
+// push (a shard-aware client's push on a shard subject too), configure,
+// pop, ack, ack.batch, lease.extend and transaction; admin for
+// queen.v1.dedup and queen.v1.dlq.replay, and for a configure that deletes
+// data. A refusal is the HTTP one (401 unauthorized saying why, 403
+// forbidden) in the micro error headers and the JSON error body, answered
+// before the body is decoded.
 func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 	var bad error
 	if !semVer.MatchString(cfg.Version) {
@@ -146,12 +158,12 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 		started: time.Now().UTC(), sem: make(chan struct{}, maxConcurrentRequests)}
 	// Handlers answer on their own goroutine, so one slow push does not hold
 	// up the endpoint's subscription.
-	async := func(ep *natsEndpoint, h func(ctx context.Context, data []byte) reply, admin bool) nats.MsgHandler {
+	async := func(ep *natsEndpoint, h func(ctx context.Context, data []byte) reply, admin bool, level auth.Level) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			start := time.Now()
 			subject, data := m.Reply, m.Data
 			ns.received.Add(1)
-			if admin && !s.authorized(m.Header.Get("Authorization")) {
+			if s.cfg.JWT == nil && admin && !s.authorized(m.Header.Get("Authorization")) {
 				ns.answer(ep, subject, unauthorized(), start)
 				return
 			}
@@ -167,8 +179,17 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 			go (func() {
 				defer func() { <-ns.sem; ns.wg.Done() }()
 				ctx := context.Background()
-				if auth := m.Header.Get("Authorization"); auth != "" {
-					ctx = context.WithValue(ctx, authorizationKey{}, auth)
+				authz := m.Header.Get(wire.HeaderAuthorization)
+				if authz != "" {
+					ctx = context.WithValue(ctx, authorizationKey{}, authz)
+				}
+				// The JWT check runs here, off the subscription's
+				// goroutine: an RS256 verification (or a JWK Set fetch for
+				// an unknown key id) holds up no other request.
+				ctx, refused := s.checkNATS(ctx, authz, level, ep.subject)
+				if refused != nil {
+					ns.answer(ep, subject, *refused, start)
+					return
 				}
 				ctx = context.WithValue(ctx, clientKey{}, natsClient(m.Reply))
 				ns.answer(ep, subject, h(ctx, data), start)
@@ -178,37 +199,38 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 	eps := []struct {
 		name, subject string
 		h             func(ctx context.Context, data []byte) reply
-		admin         bool // guarded by Config.AdminToken
+		admin         bool       // guarded by Config.AdminToken (JWT off)
+		level         auth.Level // needed with JWT on (Config.JWT)
 	}{
-		{"push", wire.SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }, false},
+		{"push", wire.SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }, false, auth.ReadWrite},
 		{"configure", wire.SubjectConfigure, func(ctx context.Context, b []byte) reply {
-			auth, _ := ctx.Value(authorizationKey{}).(string)
-			return s.configure(ctx, b, s.authorized(auth))
-		}, false},
-		{"queue", wire.SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true},
+			authz, _ := ctx.Value(authorizationKey{}).(string)
+			return s.configure(ctx, b, s.mayDeleteData(ctx, authz))
+		}, false, auth.ReadWrite},
+		{"queue", wire.SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true, auth.ReadOnly},
 		{"pop", wire.SubjectPop, func(ctx context.Context, b []byte) reply {
 			req, err := wire.DecodePop(b)
 			return s.pop(ctx, req, err)
-		}, false},
-		{"ack", wire.SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }, false},
-		{"ack_batch", wire.SubjectAckBatch, func(ctx context.Context, b []byte) reply { return s.ackBatch(ctx, b) }, false},
-		{"lease_extend", wire.SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }, false},
-		{"transaction", wire.SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }, false},
-		{"cluster", wire.SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }, true},
+		}, false, auth.ReadWrite},
+		{"ack", wire.SubjectAck, func(ctx context.Context, b []byte) reply { return s.ack(ctx, b) }, false, auth.ReadWrite},
+		{"ack_batch", wire.SubjectAckBatch, func(ctx context.Context, b []byte) reply { return s.ackBatch(ctx, b) }, false, auth.ReadWrite},
+		{"lease_extend", wire.SubjectLeaseExtend, func(ctx context.Context, b []byte) reply { return s.extendLeaseNATS(ctx, b) }, false, auth.ReadWrite},
+		{"transaction", wire.SubjectTransaction, func(ctx context.Context, b []byte) reply { return s.transaction(ctx, b) }, false, auth.ReadWrite},
+		{"cluster", wire.SubjectCluster, func(ctx context.Context, _ []byte) reply { return s.cluster(ctx) }, true, auth.ReadOnly},
 		{"dedup", wire.SubjectDedup, func(ctx context.Context, b []byte) reply {
 			q, err := wire.DecodeDedup(b)
 			return s.dedup(ctx, q, err)
-		}, true},
-		{"dlq_replay", wire.SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true},
+		}, true, auth.Admin},
+		{"dlq_replay", wire.SubjectDLQReplay, func(ctx context.Context, b []byte) reply { return s.replay(ctx, b) }, true, auth.Admin},
 		{"peek", wire.SubjectPeek, func(ctx context.Context, b []byte) reply {
 			q, err := wire.DecodePeek(b)
 			return s.peek(ctx, q, err)
-		}, true},
-		{"queue_detail", wire.SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true},
+		}, true, auth.ReadOnly},
+		{"queue_detail", wire.SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true, auth.ReadOnly},
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}
-		ep.h = async(ep, e.h, e.admin)
+		ep.h = async(ep, e.h, e.admin, e.level)
 		if e.subject == wire.SubjectPush {
 			ns.push = ep.h
 		}

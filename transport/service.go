@@ -19,6 +19,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/metrics"
+	"github.com/queen-mq/queen-go/transport/auth"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -62,6 +63,12 @@ type Config struct {
 	// ack, lease extension, transaction, configure, DLQ listing, traces,
 	// /health, /metrics) never asks for it.
 	AdminToken string
+	// JWT, when set, turns on JWT authentication and roles (JWT_ENABLED,
+	// SPEC.md §14): every route and subject but the public ones needs a
+	// bearer token reaching its level (Handler, NewNATS), pushes carry the
+	// token's "sub" as their items' queen.Item.ProducerSub, and AdminToken
+	// is not consulted. Nil: JWT off, AdminToken as above.
+	JWT *auth.Verifier
 	// Partitions, when set, returns the partition actors' counts (active,
 	// passivated) for /health, as JSON-encodable value.
 	Partitions func() any
@@ -384,8 +391,10 @@ func (s *Service) pushAdmitted(ctx context.Context, body []byte) reply {
 	if len(items) == 0 {
 		return reply{status: http.StatusCreated, body: []wire.PushReply{}}
 	}
+	sub := producerOf(ctx)
 	ptrs := make([]*queen.Item, len(items))
 	for i := range items {
+		items[i].ProducerSub = sub
 		ptrs[i] = &items[i]
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
@@ -486,25 +495,26 @@ func (s *Service) queueCounts() map[string][2]int64 {
 }
 
 // configure answers POST /api/v1/configure and queen.v1.configure (SPEC.md
-// §6). admin reports that the request carries the admin token (always true
-// without QUEEN_ADMIN_TOKEN). Without it, a configure of an existing queue
+// §6). refuse, when not nil, is the refusal of a change that deletes data
+// for a caller who may not delete (Service.mayDeleteData: the admin token
+// missing or wrong with JWT off, 401; a token below the admin level with
+// JWT on, 403); nil when the caller may. A configure of an existing queue
 // whose change deletes data or gives up dedup over stored messages
 // (queen.Options.DataLoss: retentionSeconds or completedRetentionSeconds
-// set or lowered, dedupWindowSeconds lowered or off) is refused with the
-// 401 unauthorized of the admin routes and writes nothing; creating a queue
-// and changes that keep or widen stay open. The check runs under the
-// queue's row lock (ConfigureRequest.Guard), so a queue created meanwhile
-// by a push is an existing queue.
-func (s *Service) configure(ctx context.Context, body []byte, admin bool) reply {
+// set or lowered, dedupWindowSeconds lowered or off) is then refused with
+// that error, naming the first such option in its field, and writes
+// nothing; creating a queue and changes that keep or widen stay open. The
+// check runs under the queue's row lock (ConfigureRequest.Guard), so a
+// queue created meanwhile by a push is an existing queue.
+func (s *Service) configure(ctx context.Context, body []byte, refuse func(queue string, loss []string) *queen.Error) reply {
 	req, err := wire.DecodeConfigure(body)
 	if err != nil {
 		return errReply(err)
 	}
-	if !admin {
+	if refuse != nil {
 		req.Guard = func(created bool, old, next queen.Options) error {
 			if loss := old.DataLoss(next); !created && len(loss) > 0 {
-				e := queen.ErrUnauthorized.With("this configure of the existing queue %q deletes data or gives up dedup (%s): it needs the header Authorization: Bearer <token>, the broker's QUEEN_ADMIN_TOKEN (missing or wrong)",
-					req.Queue, strings.Join(loss, ", "))
+				e := refuse(req.Queue, loss)
 				e.Field = "options." + strings.Fields(loss[0])[0]
 				return e
 			}

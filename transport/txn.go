@@ -48,6 +48,13 @@ func (s *Service) transactionAdmitted(ctx context.Context, body []byte) reply {
 	if err != nil {
 		return txnErrReply(errReply(err))
 	}
+	if sub := producerOf(ctx); sub != "" {
+		for i := range req.Ops {
+			for j := range req.Ops[i].Items {
+				req.Ops[i].Items[j].ProducerSub = sub
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	res, err := s.cfg.Consumer.Transaction(ctx, &req)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/loadtest"
@@ -494,6 +495,14 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 		return err
 	}
 	if err := partitionMemorySettings(nil, &bcfg.PartitionMemoryMB); err != nil {
+		removeAll()
+		return err
+	}
+	// JWT_ENABLED and the other JWT_* variables, as serve reads them: the
+	// run's clients then send --token.
+	var jf jwtFlags
+	jf.register(pflag.NewFlagSet("jwt", pflag.ContinueOnError))
+	if bcfg.JWT, err = jf.settings(nil); err != nil {
 		removeAll()
 		return err
 	}

@@ -114,6 +114,7 @@ func serveCmd() *cobra.Command {
 	var cfg broker.Config
 	var db dbFlags
 	var logLevel, dedupCache string
+	var jwt jwtFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a broker (embedded NATS and managed PostgreSQL unless NATS_URL / DATABASE_URL are set)",
@@ -161,6 +162,9 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			cfg.DatabaseURL, cfg.DataDir, cfg.PGBin = db.databaseURL, db.dataDir, db.pgBin
 			cfg.Version = version
 			cfg.AdminToken = os.Getenv("QUEEN_ADMIN_TOKEN")
+			if cfg.JWT, err = jwt.settings(cmd); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			b, err := broker.Start(ctx, cfg)
 			if err != nil {
@@ -185,6 +189,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	}
 	db.register(cmd)
 	f := cmd.Flags()
+	jwt.register(f)
 	f.StringVar(&cfg.HTTPAddr, "http-addr", envOr("QUEEN_HTTP_ADDR", "127.0.0.1:6632"), "HTTP listen address (env QUEEN_HTTP_ADDR)")
 	f.StringVar(&cfg.NATSListen, "nats-listen", envOr("QUEEN_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (env QUEEN_NATS_LISTEN)")
 	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one, or a comma-separated list of a NATS cluster's servers (env NATS_URL)")

@@ -17,8 +17,8 @@ type Config struct {
 	Queue string
 	// Target is the broker the clients reach (nats://... or http://...),
 	// Targets the HTTP brokers of a cluster the consumers spread over
-	// (several: round robin with failover), AdminToken the token sent on
-	// the configure call (target.NewConsumeClient).
+	// (several: round robin with failover), AdminToken the bearer token
+	// sent on every request (target.NewConsumeClient).
 	Target     string
 	Targets    []string
 	AdminToken string

@@ -407,7 +407,7 @@ func (cp *Phase) Probe(ctx context.Context) {
 	}
 	var snd target.Sender
 	if strings.HasPrefix(cp.cfg.Target, "nats://") {
-		s, err := target.NewNATSSender(cp.cfg.Target, 0)
+		s, err := target.NewNATSSender(cp.cfg.Target, 0, cp.cfg.AdminToken)
 		if err != nil {
 			cp.wake = &report.WakeReport{Queue: cp.cfg.Queue + "-probe", Rounds: cp.cfg.WakeProbes, LastError: err.Error()}
 			return
@@ -415,7 +415,7 @@ func (cp *Phase) Probe(ctx context.Context) {
 		defer s.Close()
 		snd = s
 	} else {
-		snd = target.NewHTTPSender(target.NewHTTPClient(2), cp.cfg.Target)
+		snd = target.NewHTTPSender(target.NewHTTPClient(2), cp.cfg.AdminToken, cp.cfg.Target)
 	}
 	cp.wake = wakeProbe(ctx, cp.admin, snd, cp.cfg.Queue+"-probe", cp.cfg.WakeProbes)
 }

@@ -43,15 +43,16 @@ type PopReq struct {
 
 // NewConsumeClient connects client i to target (nats:// or http://; a
 // list of NATS servers is spread by i, ConnectSpread); name names the NATS
-// connection; token (the harness's admin token), when not empty, goes with
-// configure (pushes, pops and acks never carry it).
+// connection; token (the harness's --token), when not empty, goes with
+// every request (client.Token and client.AdminToken): the JWT of a broker
+// with JWT on, or its QUEEN_ADMIN_TOKEN, which guards configure.
 func NewConsumeClient(target string, i int, name, token string, hc *http.Client) (ConsumeClient, error) {
 	if strings.HasPrefix(target, "nats://") {
 		nc, err := ConnectSpread(target, i, name)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}
-		return &NATSConsumer{ClientConsumer{c: client.NewNATS(nc, client.AdminToken(token)), closeFn: nc.Close}}, nil
+		return &NATSConsumer{ClientConsumer{c: client.NewNATS(nc, client.AdminToken(token), client.Token(token)), closeFn: nc.Close}}, nil
 	}
 	return NewHTTPConsumer(hc, token, target), nil
 }
@@ -65,7 +66,7 @@ type NATSConsumer struct{ ClientConsumer }
 // the next after a transport failure, client.HTTPConfig); token as
 // NewConsumeClient's.
 func NewHTTPConsumer(hc *http.Client, token string, urls ...string) *ClientConsumer {
-	return &ClientConsumer{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc}, client.AdminToken(token)), closeFn: func() {}}
+	return &ClientConsumer{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc}, client.AdminToken(token), client.Token(token)), closeFn: func() {}}
 }
 
 // ClientConsumer uses the Go client (transport/client), over NATS or HTTP.

@@ -6,9 +6,10 @@ import "net/http"
 // at its own broker (producers are spread round robin) and moves to the
 // next one when a request fails in transport (the broker is down or did not
 // answer; client.HTTPConfig). The failed request's items are retried by the
-// producer with the same transactionIds, wherever they go next.
-func NewFailoverSender(hc *http.Client, urls []string, start int) *HTTPSender {
-	return NewHTTPSender(hc, rotate(urls, start)...)
+// producer with the same transactionIds, wherever they go next. token as
+// NewNATSSender's.
+func NewFailoverSender(hc *http.Client, urls []string, start int, token string) *HTTPSender {
+	return NewHTTPSender(hc, token, rotate(urls, start)...)
 }
 
 // NewFailoverConsumer is a consumer's HTTP client over several brokers: it

@@ -46,13 +46,15 @@ type NATSSender struct {
 }
 
 // NewNATSSender connects producer's own NATS connection to url (one
-// server or a cluster's list, spread by producer: ConnectSpread).
-func NewNATSSender(url string, producer int) (*NATSSender, error) {
+// server or a cluster's list, spread by producer: ConnectSpread); token,
+// when not empty, goes with every push (client.Token: the JWT of a broker
+// with JWT on, SPEC.md §14).
+func NewNATSSender(url string, producer int, token string) (*NATSSender, error) {
 	nc, err := ConnectSpread(url, producer, fmt.Sprintf("queen-loadtest-%d", producer))
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
-	return &NATSSender{nc: nc, c: client.NewNATS(nc)}, nil
+	return &NATSSender{nc: nc, c: client.NewNATS(nc, client.Token(token))}, nil
 }
 
 // ConnectSpread connects client i to urls, one NATS URL or a
@@ -102,9 +104,10 @@ func pushWith(ctx context.Context, c *client.Client, items []client.PushItem, ou
 type HTTPSender struct{ c *client.Client }
 
 // NewHTTPSender pushes over the HTTP gateway of urls with hc (several:
-// it moves to the next after a transport failure, client.HTTPConfig).
-func NewHTTPSender(hc *http.Client, urls ...string) *HTTPSender {
-	return &HTTPSender{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc})}
+// it moves to the next after a transport failure, client.HTTPConfig);
+// token as NewNATSSender's.
+func NewHTTPSender(hc *http.Client, token string, urls ...string) *HTTPSender {
+	return &HTTPSender{c: client.NewHTTP(client.HTTPConfig{URLs: urls, Client: hc}, client.Token(token))}
 }
 
 // NewHTTPClient is the HTTP client the producers (and consumers) of a run
@@ -127,10 +130,11 @@ func (s *HTTPSender) Close() {}
 
 // AsyncPush is the push function of async producer i: its own NATS
 // connection (nats://), or its HTTP target (several targets: round robin by
-// producer, without failover; the async producer retries).
-func AsyncPush(target string, targets []string, hc *http.Client, i int) (client.PushFunc, func(), error) {
+// producer, without failover; the async producer retries); token as
+// NewNATSSender's.
+func AsyncPush(target string, targets []string, hc *http.Client, i int, token string) (client.PushFunc, func(), error) {
 	if strings.HasPrefix(target, "nats://") {
-		s, err := NewNATSSender(target, i)
+		s, err := NewNATSSender(target, i, token)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -139,7 +143,7 @@ func AsyncPush(target string, targets []string, hc *http.Client, i int) (client.
 	if len(targets) > 1 {
 		target = targets[i%len(targets)]
 	}
-	return NewHTTPSender(hc, target).c.Push, func() {}, nil
+	return NewHTTPSender(hc, token, target).c.Push, func() {}, nil
 }
 
 // fillResults turns a broker's reply elements into results, checking each

@@ -28,6 +28,8 @@ type Client struct {
 	nc *nats.Conn
 	// token is sent on admin routes (AdminToken).
 	token string
+	// bearer is sent on every request that carries no other token (Token).
+	bearer string
 	// shard is set by ShardAware.
 	shard *shardState
 }
@@ -40,6 +42,16 @@ type Option func(*Client)
 // view, a configure that deletes data), for brokers with QUEEN_ADMIN_TOKEN
 // set. Empty (the default): no header.
 func AdminToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// Token makes the client send "Authorization: Bearer <token>" on every
+// request (an HTTP header, or a NATS message header on every subject,
+// shard subjects included): the JWT of a broker with JWT on (SPEC.md §14),
+// whose roles must allow the calls made (read-write for push, pop, ack,
+// lease extension and transactions; admin for the operator calls and a
+// configure that deletes data). On the admin routes the AdminToken, when
+// given too, is sent instead. A broker with JWT off ignores it on the
+// message plane. Empty (the default): no header.
+func Token(token string) Option { return func(c *Client) { c.bearer = token } }
 
 // New returns a client over t with opts.
 func New(t Transport, opts ...Option) *Client {
@@ -66,11 +78,22 @@ func NewHTTP(cfg HTTPConfig, opts ...Option) *Client { return New(HTTP(cfg), opt
 // *NoAnswerError when no broker answered. The typed calls below are built
 // on it; use it for a body the caller already holds (queen push --file).
 func (c *Client) Do(ctx context.Context, r *Request) (Reply, error) {
-	rep, err := c.t.RoundTrip(ctx, r)
+	rep, err := c.roundTrip(ctx, r)
 	if err != nil {
 		return rep, err
 	}
 	return rep, rep.Err()
+}
+
+// roundTrip sends r over the client's transport, with the client's Token
+// when r carries no token of its own (r itself is not changed).
+func (c *Client) roundTrip(ctx context.Context, r *Request) (Reply, error) {
+	if r.Token == "" && c.bearer != "" {
+		rc := *r
+		rc.Token = c.bearer
+		r = &rc
+	}
+	return c.t.RoundTrip(ctx, r)
 }
 
 // PushItem is one item to push (SPEC.md §3). An empty TransactionID makes the
@@ -164,7 +187,7 @@ func PushRequest(body []byte) *Request {
 // pushPublic sends items whole to queen.v1.push (POST /api/v1/push); the
 // replies answer items in order, or the error is the request's.
 func (c *Client) pushPublic(ctx context.Context, items []PushItem) ([]wire.PushReply, error) {
-	rep, err := c.t.RoundTrip(ctx, PushRequest(AppendPushRequest(make([]byte, 0, 64+len(items)*(itemOverhead+64)), items)))
+	rep, err := c.roundTrip(ctx, PushRequest(AppendPushRequest(make([]byte, 0, 64+len(items)*(itemOverhead+64)), items)))
 	if err != nil {
 		return nil, err
 	}

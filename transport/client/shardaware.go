@@ -312,7 +312,7 @@ func (c *Client) pushShard(ctx context.Context, n int, items []PushItem) ([]wire
 	st := c.shard
 	body := AppendPushRequest(make([]byte, 0, 64+len(items)*(itemOverhead+64)), items)
 	sctx, cancel := context.WithTimeout(ctx, st.opts.Timeout)
-	rep, err := c.t.RoundTrip(sctx, &Request{Subject: wire.ShardPushSubject(n), Body: body, ContentType: wire.ContentTypeJSON})
+	rep, err := c.roundTrip(sctx, &Request{Subject: wire.ShardPushSubject(n), Body: body, ContentType: wire.ContentTypeJSON})
 	cancel()
 	if err != nil {
 		if errors.Is(err, queen.ErrUnavailable) {

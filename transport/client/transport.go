@@ -42,7 +42,8 @@ type Request struct {
 	// or the query).
 	Body, NATSBody []byte
 	// Token, when not empty, is sent as "Authorization: Bearer <token>"
-	// (an admin route under QUEEN_ADMIN_TOKEN, SPEC.md §13).
+	// (an admin route under QUEEN_ADMIN_TOKEN, SPEC.md §13; any route of a
+	// broker with JWT on, SPEC.md §14).
 	Token string
 	// ContentType, when not empty, is sent as the NATS Content-Type header
 	// (wire.ContentTypeJSON marks a client's push on a shard subject);

@@ -96,7 +96,7 @@ func (t *TxnBuilder) Commit(ctx context.Context) ([]wire.TxnOpReply, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep, err := t.c.t.RoundTrip(ctx, &Request{Subject: wire.SubjectTransaction, Method: http.MethodPost, Path: "/api/v1/transaction", Body: body})
+	rep, err := t.c.roundTrip(ctx, &Request{Subject: wire.SubjectTransaction, Method: http.MethodPost, Path: "/api/v1/transaction", Body: body})
 	if err != nil {
 		return nil, err
 	}

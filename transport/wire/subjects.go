@@ -39,6 +39,7 @@ const (
 	// HeaderError carries an error reply's status sentence.
 	HeaderError = "Nats-Service-Error"
 	// HeaderAuthorization carries "Bearer <QUEEN_ADMIN_TOKEN>" on an admin
+	// subject, or with JWT on (SPEC.md §14) "Bearer <JWT>" on every client
 	// subject.
 	HeaderAuthorization = "Authorization"
 	// HeaderContentType set to ContentTypeJSON marks a client's push on a
@@ -53,6 +54,13 @@ const (
 	// (SPEC.md §9). Absent: no deadline. A value that is not a decimal
 	// int64 is refused 400 invalid_field.
 	HeaderDeadline = "Queen-Deadline"
+	// HeaderProducerSub carries, on a shard subject's internal hop
+	// (ShardPushSubject), the producer identity of the hop's items (SPEC.md
+	// §14, queen.Item.ProducerSub: the pushing token's "sub" with JWT on),
+	// so the shard's owner stamps the same producerSub as the broker the
+	// client pushed to. Absent: no identity (JWT off). One hop carries the
+	// items of one producer.
+	HeaderProducerSub = "Queen-Producer-Sub"
 	// ContentTypeJSON is the Content-Type of a request body in JSON; on a
 	// shard subject it marks the public push body (SPEC.md §3, §11), not
 	// the internal encoding brokers send each other.

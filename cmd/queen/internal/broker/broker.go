@@ -27,6 +27,7 @@ import (
 	"github.com/queen-mq/queen-go/persistence/localpg"
 	"github.com/queen-mq/queen-go/shards"
 	"github.com/queen-mq/queen-go/transport"
+	"github.com/queen-mq/queen-go/transport/auth"
 	"github.com/queen-mq/queen-go/transport/client"
 )
 
@@ -101,6 +102,12 @@ type Config struct {
 	// the admin routes and the operator API require (SPEC.md §13,
 	// transport.Config.AdminToken); the message plane never asks for it.
 	AdminToken string
+	// JWT, when set, turns on JWT authentication and roles on the HTTP and
+	// NATS front doors (JWT_ENABLED=true and the other JWT_* variables,
+	// SPEC.md §14; transport.Config.JWT): AdminToken is then not
+	// consulted. Its Logger defaults to Logger. Settings it refuses
+	// (auth.New) stop the start before anything else runs. Nil: JWT off.
+	JWT *auth.Config
 	// PartitionIdle is how long a partition actor may go without a push
 	// before it is passivated (stopped, its memory freed; the next push
 	// spawns it again): QUEEN_PARTITION_IDLE / --partition-idle, whose
@@ -196,11 +203,13 @@ type Broker struct {
 	members       *shards.Membership
 	router        *shards.Router
 	svc           *transport.Service
-	cons          *consume.Coordinator
-	notifier      *transport.Notifier
-	natsSvc       *transport.NATSService
-	httpSrv       *http.Server
-	httpLn        net.Listener
+	// jwt verifies bearer tokens with JWT on (Config.JWT); nil: off.
+	jwt      *auth.Verifier
+	cons     *consume.Coordinator
+	notifier *transport.Notifier
+	natsSvc  *transport.NATSService
+	httpSrv  *http.Server
+	httpLn   net.Listener
 	// gate is httpSrv's handler: /health answers "starting" with the
 	// phase (setPhase) until the front doors open it.
 	gate    *transport.Gate
@@ -260,6 +269,23 @@ func (b *Broker) setPhase(phase string) {
 // PostgreSQL, migrates the database and opens the store and retention.
 func (b *Broker) startEngines(ctx context.Context) (err error) {
 	cfg := b.cfg
+	if cfg.JWT != nil {
+		// First: a JWT setting the verifier refuses stops the start
+		// before a port is taken or a database started.
+		jc := *cfg.JWT
+		if jc.Logger == nil {
+			jc.Logger = b.log
+		}
+		if b.jwt, err = auth.New(jc); err != nil {
+			return fmt.Errorf("broker: JWT settings: %w", err)
+		}
+		b.onStop("the JWT verifier", func(context.Context) error { b.jwt.Close(); return nil })
+		if cfg.AdminToken != "" {
+			b.log.Warn("QUEEN_ADMIN_TOKEN is set with JWT on: it is not consulted; the admin routes need a JWT with the admin role")
+		}
+		b.log.Info("JWT authentication on", "algorithms", b.jwt.Algorithms(), "issuer", jc.Issuer, "audience", jc.Audience,
+			"jwks", jc.JWKSURL, "skip_paths", jc.SkipPaths)
+	}
 	// Ports first: a clash fails at once, before any database work.
 	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
@@ -460,7 +486,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 		Pusher: b.router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{Store: b.store, pops: b.cons}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,
 		DedupCache: cacheSwitch{b.cache}, Cluster: b.members, Operator: b.store,
-		AdminToken: cfg.AdminToken, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes, BodyIdleTimeout: cfg.BodyIdleTimeout,
+		AdminToken: cfg.AdminToken, JWT: b.jwt, MaxInFlightBodyBytes: cfg.MaxInFlightBodyBytes, BodyIdleTimeout: cfg.BodyIdleTimeout,
 		Partitions: func() any { return b.host.PartitionStats() }, Build: b.Build(),
 		NATS: b.natsState, StorageFull: b.store.StorageFull,
 	})
