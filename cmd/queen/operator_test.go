@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,7 +170,7 @@ func TestOperatorVerbs(t *testing.T) {
 	require.Contains(t, out, "BROKER")
 	require.Contains(t, out, base)
 	require.Regexp(t, `\s0-63\n`, out, "the only broker owns every shard")
-	require.Regexp(t, `\s0\.2\.0\s+unknown\s+`+strconv.Itoa(persistence.SchemaVersion())+`\s+`+strconv.Itoa(persistence.LayoutGeneration())+`\s+0-63\n`, out,
+	require.Regexp(t, `\s`+regexp.QuoteMeta(broker.Release)+`\s+unknown\s+`+strconv.Itoa(persistence.SchemaVersion())+`\s+`+strconv.Itoa(persistence.LayoutGeneration())+`\s+0-63\n`, out,
 		"release, revision, schema version and layout generation")
 	out, _, _ = runOp(t, "cluster", "--server", base, "-o", "json")
 	var cv queen.ClusterView

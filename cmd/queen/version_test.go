@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/queen-mq/queen-go/cmd/queen/internal/broker"
 	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
@@ -43,7 +44,7 @@ func runQueen(t *testing.T, args ...string) (string, string, int) {
 func TestVersion(t *testing.T) {
 	out, _, code := runQueen(t, "--version")
 	require.Equal(t, 0, code)
-	require.Equal(t, "queen 0.2.0 (revision unknown, schema "+strconv.Itoa(persistence.SchemaVersion())+
+	require.Equal(t, "queen "+broker.Release+" (revision unknown, schema "+strconv.Itoa(persistence.SchemaVersion())+
 		", layout "+strconv.Itoa(persistence.LayoutGeneration())+")\n", out)
 }
 
