@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"sync"
 	"testing"
@@ -76,7 +77,7 @@ func TestBrokerAdvertisesItsBuild(t *testing.T) {
 	eq(t, want, got, "queen.brokers row")
 
 	require.Contains(t, logs.String(), `msg="broker ready"`)
-	require.Regexp(t, `msg="broker ready".* release=0\.2\.0 revision=0123456789abcdef\+dirty schema=\d+ layout=\d+`, logs.String())
+	require.Regexp(t, `msg="broker ready".* release=`+regexp.QuoteMeta(Release)+` revision=0123456789abcdef\+dirty schema=\d+ layout=\d+`, logs.String())
 
 	get := func(path string, v any) {
 		t.Helper()
