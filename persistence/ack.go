@@ -107,7 +107,7 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 // (ascending) and the resolution of its items; the second every row's
 // update and COMMIT. With several rows the statements do not grow with
 // them: consume_plan_begin (no sequential scans), one ack_lock_many, one
-// consume_hash_at_many, and one consume_update_many per consumer group (one
+// consume_hash_at, and one consume_update_many per consumer group (one
 // consume_resolve per row acked by transactionId alone); one row uses
 // ack_lock, consume_hash_at and consume_update, as a transaction's acks do. Settling an expired lease or writing a DLQ copy (rare) adds its
 // own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
@@ -272,34 +272,22 @@ func (a *consumerAcks) queueLock(b *pgx.Batch, items []queen.AckItem) {
 		return err
 	})
 	a.queueResolve(b, items)
-	var both []int64
+	var hp []uuid.UUID
+	var ho []int64
+	var owner []*consumerAcks
 	for _, i := range a.idx {
 		if items[i].Offset >= 0 && items[i].TransactionID != "" {
-			both = append(both, items[i].Offset)
+			hp, ho, owner = append(hp, a.key.pid), append(ho, items[i].Offset), append(owner, a)
 		}
 	}
-	if len(both) > 0 {
-		b.Queue(sqlConsumeHashAt, a.key.pid, both).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var off int64
-				var h []byte
-				if err := rows.Scan(&off, &h); err != nil {
-					return err
-				}
-				if len(h) == len(queen.Hash{}) {
-					a.hashAt[off] = queen.Hash(h)
-				}
-			}
-			return rows.Err()
-		})
-	}
+	queueHashesAt(b, hp, ho, owner)
 }
 
 // lockAcks queues on b, after what the caller queued there (BEGIN,
 // consumer rows to create), what queueLock queues for each of rows (in lock
 // order), in as few statements as the rows allow: every row's lock in one
 // ack_lock_many, the hashes at the offsets of every item naming both an
-// offset and a transactionId in one consume_hash_at_many, and one
+// offset and a transactionId in one consume_hash_at, and one
 // consume_resolve per row with items acked by transactionId alone.
 func lockAcks(b *pgx.Batch, rows []*consumerAcks, items []queen.AckItem) {
 	pids := make([]uuid.UUID, len(rows))
@@ -332,10 +320,19 @@ func lockAcks(b *pgx.Batch, rows []*consumerAcks, items []queen.AckItem) {
 			}
 		}
 	}
+	queueHashesAt(b, hp, ho, owner)
+}
+
+// queueHashesAt queues on b, when hp is not empty, the transactionId hashes
+// stored at offsets ho of partitions hp (parallel arrays, one element per
+// ack item naming both an offset and a transactionId; consume_hash_at),
+// each landing in its owner's hashAt. An offset whose segment is gone, or
+// that was never allocated, lands nowhere.
+func queueHashesAt(b *pgx.Batch, hp []uuid.UUID, ho []int64, owner []*consumerAcks) {
 	if len(hp) == 0 {
 		return
 	}
-	b.Queue(sqlConsumeHashAtMany, hp, ho).Query(func(res pgx.Rows) error {
+	b.Queue(sqlConsumeHashAt, hp, ho).Query(func(res pgx.Rows) error {
 		for res.Next() {
 			var i int64
 			var h []byte
@@ -343,7 +340,7 @@ func lockAcks(b *pgx.Batch, rows []*consumerAcks, items []queen.AckItem) {
 				return err
 			}
 			if i < 1 || i > int64(len(hp)) {
-				return fmt.Errorf("persistence: consume_hash_at_many returned position %d of %d", i, len(hp))
+				return fmt.Errorf("persistence: consume_hash_at returned position %d of %d", i, len(hp))
 			}
 			if len(h) == len(queen.Hash{}) {
 				owner[i-1].hashAt[ho[i-1]] = queen.Hash(h)

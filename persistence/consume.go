@@ -18,7 +18,6 @@ var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeForget     = q("consume_forget")
 	sqlConsumeHashAt     = q("consume_hash_at")
-	sqlConsumeHashAtMany = q("consume_hash_at_many")
 	sqlAckLockMany       = q("ack_lock_many")
 	sqlConsumeLock       = q("consume_lock")
 	sqlConsumeLockSkip   = q("consume_lock_skip")

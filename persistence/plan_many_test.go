@@ -35,7 +35,7 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 // TestManyPlansStayIndexed: the array statements of a multi-partition pop
 // (consume_lock_many, consume_lock_many_skip, consume_segments_many,
 // consume_update_many, releasing or taking a lease) and of an ack
-// (ack_lock_many, consume_hash_at_many), run as the pop runs them (after consume_plan_begin), keep one keyed lookup
+// (ack_lock_many, consume_hash_at), run as the pop runs them (after consume_plan_begin), keep one keyed lookup
 // per partition with a generic plan cached while the tables were tiny and
 // used once they hold 10,000 partitions: no scan of queen.consumers,
 // queen.partitions or queen.segments, no hash join, a bounded number of
@@ -63,7 +63,7 @@ func TestManyPlansStayIndexed(t *testing.T) {
 		{"lock_many_skip", sqlConsumeLockManySk, "uuid[], text", arr + ", 'g'"},
 		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
 		{"ack_lock_many", sqlAckLockMany, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
-		{"hash_at_many", sqlConsumeHashAtMany, "uuid[], bigint[]", arr + ", array_fill(7::bigint, ARRAY[32])"},
+		{"hash_at", sqlConsumeHashAt, "uuid[], bigint[]", arr + ", array_fill(7::bigint, ARRAY[32])"},
 		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
 			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +
 				" array_fill(NULL::bigint, ARRAY[32]), array_fill('{}'::jsonb, ARRAY[32]), array_fill(NULL::jsonb, ARRAY[32])"},
