@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,8 +114,11 @@ type embeddedNATS struct {
 }
 
 // newEmbeddedNATS refuses a listen address that is not host:port
-// (QUEEN_NATS_LISTEN).
-func newEmbeddedNATS(listen string) (*embeddedNATS, error) {
+// (QUEEN_NATS_LISTEN) and a configuration file (QUEEN_NATS_CONFIG,
+// Config.NATSConfigFile; "" none) nats-server refuses. The file's
+// authorization and tls apply; the listen address, the payload and
+// buffer limits, signals and logging are the broker's.
+func newEmbeddedNATS(listen, configFile string) (*embeddedNATS, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("broker: bad NATS listen address %q: %w", listen, err)
@@ -126,19 +130,22 @@ func newEmbeddedNATS(listen string) (*embeddedNATS, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	return &embeddedNATS{listen: listen, opts: &server.Options{
-		ServerName: "queen-embedded",
-		Host:       host,
-		Port:       port,
-		// 16 MiB bodies plus room for headers (SPEC.md §11).
-		MaxPayload: queen.MaxBodyBytes + 64<<10,
-		// Per-connection outbound buffer: the broker's connections carry many
-		// 16 MiB bodies at once; a smaller one made the server drop them
-		// as slow consumers under large-payload load.
-		MaxPending: 1 << 30,
-		NoSigs:     true,
-		NoLog:      true,
-	}}, nil
+	opts := &server.Options{}
+	if configFile != "" {
+		if opts, err = server.ProcessConfigFile(configFile); err != nil {
+			return nil, fmt.Errorf("broker: NATS configuration QUEEN_NATS_CONFIG=%s: %w", configFile, err)
+		}
+	}
+	opts.ServerName = cmp.Or(opts.ServerName, "queen-embedded")
+	opts.Host, opts.Port = host, port
+	// 16 MiB bodies plus room for headers (SPEC.md §11).
+	opts.MaxPayload = queen.MaxBodyBytes + 64<<10
+	// Per-connection outbound buffer: the broker's connections carry many
+	// 16 MiB bodies at once; a smaller one made the server drop them as
+	// slow consumers under large-payload load.
+	opts.MaxPending = 1 << 30
+	opts.NoSigs, opts.NoLog = true, true
+	return &embeddedNATS{listen: listen, opts: opts}, nil
 }
 
 // Start starts the server and returns once it takes connections (at most
