@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -144,6 +145,10 @@ type Config struct {
 	// Default: none (queen loadtest passes --token, default
 	// QUEEN_ADMIN_TOKEN).
 	AdminToken string
+
+	// TLS, when not nil, is the TLS configuration of https:// targets
+	// (queen loadtest --ca-file: client.TrustCA); nil: the system's roots.
+	TLS *tls.Config
 
 	// Chaos is the faults injected while the producers run and the cluster
 	// of broker processes they hit (loadtest/chaos, Report.Chaos and
@@ -355,7 +360,7 @@ func (c *Config) produceConfig() produce.Config {
 // Consumption, and the run's queue, targets and timeouts.
 func (c *Config) consumersConfig() consumers.Config {
 	return consumers.Config{Consumption: c.Consumption, Queue: c.Queue, Target: c.Target, Targets: c.Targets,
-		AdminToken: c.AdminToken, Chaos: chaos.On(c.Chaos.Mode), RequestTimeout: c.RequestTimeout, MetricsURLs: c.MetricsURLs}
+		AdminToken: c.AdminToken, TLS: c.TLS, Chaos: chaos.On(c.Chaos.Mode), RequestTimeout: c.RequestTimeout, MetricsURLs: c.MetricsURLs}
 }
 
 // The values of Config.Spread.

@@ -148,7 +148,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		rep.ProducerMode, rep.InFlight, rep.MaxBatch = report.ProducerAsync, cfg.InFlight, cfg.maxBatch()
 		rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
 	}
-	hc := target.NewHTTPClient(cfg.Producers)
+	hc := target.NewHTTPClient(cfg.Producers, cfg.TLS)
 	r.ledgers = make([]*audit.Ledger, cfg.Producers)
 	for i := range r.ledgers {
 		r.ledgers[i] = audit.NewLedger(i, cfg.Queue, parts, cfg.Spread == SpreadSequential)
@@ -157,7 +157,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		r.asyncs = make([]*produce.Async, cfg.Producers)
 		r.producers = nil
 		// Each async producer has up to MaxInFlight requests open.
-		ahc := target.NewHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
+		ahc := target.NewHTTPClient(cfg.Producers*client.DefaultMaxInFlight, cfg.TLS)
 		for i := range r.asyncs {
 			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i, cfg.AdminToken)
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/queen-mq/queen-go/loadtest"
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // loadtestOutput is what a run writes besides its progress: the report
@@ -36,6 +37,7 @@ type loadtestFlags struct {
 	cfg                   loadtest.Config
 	targetFrom            string // which setting named the target
 	mode, pgBin, logLevel string
+	caFile                string // --ca-file
 	embedded, compare     bool
 	out                   loadtestOutput
 	// cluster is the chaos room's cluster of broker processes (--brokers,
@@ -72,6 +74,13 @@ func loadtestCmd() *cobra.Command {
 func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 	ctx := cmd.Context()
 	lf.cfg.Mode = loadtest.Mode(lf.mode)
+	if lf.caFile != "" {
+		tc, err := client.TrustCA(lf.caFile)
+		if err != nil {
+			return fmt.Errorf("--ca-file: %w", err)
+		}
+		lf.cfg.TLS = tc
+	}
 	if (lf.cfg.FailMode == loadtest.FailCrash || lf.cfg.FailMode == loadtest.FailCrashBatch) && !cmd.Flags().Changed("consume-lease") {
 		lf.cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
 	}

@@ -1,6 +1,7 @@
 package consumers
 
 import (
+	"crypto/tls"
 	"time"
 
 	"github.com/queen-mq/queen-go/loadtest/txnid"
@@ -22,6 +23,9 @@ type Config struct {
 	Target     string
 	Targets    []string
 	AdminToken string
+	// TLS is the TLS configuration of https:// targets (nil: the
+	// system's roots; loadtest.Config.TLS).
+	TLS *tls.Config
 	// Chaos: faults are injected during the run (chaos.On), so a NATS pop
 	// gives up after min(10 s, RequestTimeout) as a push would.
 	Chaos bool

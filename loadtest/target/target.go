@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -112,9 +113,13 @@ func NewHTTPSender(hc *http.Client, token string, urls ...string) *HTTPSender {
 
 // NewHTTPClient is the HTTP client the producers (and consumers) of a run
 // share: idle connections for twice producers (no request timeout of its
-// own: each request has its context).
-func NewHTTPClient(producers int) *http.Client {
+// own: each request has its context); tc, when not nil, is the TLS
+// configuration of https:// targets (client.TrustCA: --ca-file).
+func NewHTTPClient(producers int, tc *tls.Config) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if tc != nil {
+		tr.TLSClientConfig = tc.Clone() // the transport adds its ALPN protocols to it
+	}
 	tr.MaxIdleConns = producers * 2
 	tr.MaxIdleConnsPerHost = producers * 2
 	return &http.Client{Transport: tr}
