@@ -465,7 +465,7 @@ func (b *Broker) startShards(ctx context.Context) (err error) {
 	// The shards this broker serves are those it holds leases on (SPEC.md
 	// §9); a broker alone holds them all once Start returns.
 	if b.members, err = shards.NewMembership(shards.MembershipConfig{
-		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(), Build: b.Build(),
+		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: b.HTTPURL(), Build: b.Build(),
 		Count: cfg.ShardCount, Lease: cfg.ShardLease, Logger: b.log,
 		// The partitions of shards that moved away are released at once.
 		OnLost: func(lost []int, count int) {
