@@ -174,7 +174,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			}
 			hupCtx, hupStop := context.WithCancel(ctx)
 			defer hupStop()
-			reloadOnHangup(hupCtx, b, log, cfg.TLSCertFile != "")
+			reloadOnHangup(hupCtx, b, log, cfg.TLSCertFile != "", cfg.NATSConfigFile != "" && cfg.NATSURL == "")
 			select {
 			case <-ctx.Done():
 				log.Info("signal received, draining (a second signal stops at once)")

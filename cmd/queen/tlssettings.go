@@ -46,11 +46,12 @@ func (s *securityFlags) apply(cfg *broker.Config) {
 }
 
 // reloadOnHangup makes SIGHUP read the broker's HTTPS certificate and key
-// again (broker.ReloadTLS) until ctx ends; a pair that does not load is
-// logged and the current one kept. Without HTTPS SIGHUP keeps its default
-// (it ends the process), as before.
-func reloadOnHangup(ctx context.Context, b *broker.Broker, log *slog.Logger, https bool) {
-	if !https {
+// again (broker.ReloadTLS) when https, and the embedded NATS server's
+// configuration file (broker.ReloadNATSConfig) when natsConfig, until ctx
+// ends; what does not load is logged and the running one kept. With
+// neither, SIGHUP keeps its default (it ends the process), as before.
+func reloadOnHangup(ctx context.Context, b *broker.Broker, log *slog.Logger, https, natsConfig bool) {
+	if !https && !natsConfig {
 		return
 	}
 	hup := make(chan os.Signal, 1)
@@ -62,8 +63,15 @@ func reloadOnHangup(ctx context.Context, b *broker.Broker, log *slog.Logger, htt
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if err := b.ReloadTLS(); err != nil {
-					log.Error("SIGHUP: the HTTPS certificate was not reloaded; the current one stays", "err", err)
+				if https {
+					if err := b.ReloadTLS(); err != nil {
+						log.Error("SIGHUP: the HTTPS certificate was not reloaded; the current one stays", "err", err)
+					}
+				}
+				if natsConfig {
+					if err := b.ReloadNATSConfig(); err != nil {
+						log.Error("SIGHUP: the NATS configuration was not reloaded; the running one stays", "err", err)
+					}
 				}
 			}
 		}

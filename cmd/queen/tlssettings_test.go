@@ -100,7 +100,7 @@ func TestLoadtestOverHTTPS(t *testing.T) {
 	ca.Issue(t, 2, certFile, keyFile)
 	hup, stop := context.WithCancel(context.Background())
 	defer stop()
-	reloadOnHangup(hup, b, slog.New(slog.NewTextHandler(io.Discard, nil)), true)
+	reloadOnHangup(hup, b, slog.New(slog.NewTextHandler(io.Discard, nil)), true, false)
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 	require.Eventually(t, func() bool {
 		tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone()}

@@ -213,14 +213,17 @@ type Broker struct {
 	// natsInProcess is the embedded NATS server, which the broker's own
 	// connections reach in process (no loopback socket); nil with NATSURL.
 	natsInProcess nats.InProcessConnProvider
-	nc            *nats.Conn
-	ncShards      *nats.Conn
-	host          *actors.Host
-	cache         *actors.Cache
-	shardSrv      *shards.Server
-	members       *shards.Membership
-	router        *shards.Router
-	svc           *transport.Service
+	// natsEmbedded is the embedded NATS server (ReloadNATSConfig); nil
+	// with NATSURL.
+	natsEmbedded *embeddedNATS
+	nc           *nats.Conn
+	ncShards     *nats.Conn
+	host         *actors.Host
+	cache        *actors.Cache
+	shardSrv     *shards.Server
+	members      *shards.Membership
+	router       *shards.Router
+	svc          *transport.Service
 	// jwt verifies bearer tokens with JWT on (Config.JWT); nil: off.
 	jwt      *auth.Verifier
 	cons     *consume.Coordinator
@@ -363,6 +366,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 		}
 		b.natsURL = ns.URL()
 		b.natsInProcess = ns.srv
+		b.natsEmbedded = ns
 	}
 
 	b.dbURL = cfg.DatabaseURL

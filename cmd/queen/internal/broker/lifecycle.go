@@ -108,9 +108,10 @@ func (p *managedPG) Stop(context.Context) error {
 
 // embeddedNATS is the embedded NATS server as a lifecycle.Service.
 type embeddedNATS struct {
-	listen string
-	opts   *server.Options
-	srv    *server.Server
+	listen     string
+	configFile string
+	opts       *server.Options
+	srv        *server.Server
 }
 
 // newEmbeddedNATS refuses a listen address that is not host:port
@@ -130,7 +131,17 @@ func newEmbeddedNATS(listen, configFile string) (*embeddedNATS, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{}
+	opts, err := embeddedOptions(host, port, configFile)
+	if err != nil {
+		return nil, err
+	}
+	return &embeddedNATS{listen: listen, configFile: configFile, opts: opts}, nil
+}
+
+// embeddedOptions are the embedded server's options on host:port: the
+// configuration file's (none when ""), then the broker's own.
+func embeddedOptions(host string, port int, configFile string) (opts *server.Options, err error) {
+	opts = &server.Options{}
 	if configFile != "" {
 		if opts, err = server.ProcessConfigFile(configFile); err != nil {
 			return nil, fmt.Errorf("broker: NATS configuration QUEEN_NATS_CONFIG=%s: %w", configFile, err)
@@ -145,7 +156,31 @@ func newEmbeddedNATS(listen, configFile string) (*embeddedNATS, error) {
 	// slow consumers under large-payload load.
 	opts.MaxPending = 1 << 30
 	opts.NoSigs, opts.NoLog = true, true
-	return &embeddedNATS{listen: listen, opts: opts}, nil
+	return opts, nil
+}
+
+// reload reads the configuration file again and applies it to the running
+// server with nats-server's own reload (server.ReloadOptions): changed
+// users and permissions hold for new connections, and connections whose
+// user is gone or no longer allowed are closed by the server. A file that
+// does not load, or a change nats-server cannot apply live, is an error and
+// the running configuration stays.
+func (n *embeddedNATS) reload() error {
+	if n.configFile == "" || n.srv == nil {
+		return errors.New("broker: no embedded NATS configuration to reload (QUEEN_NATS_CONFIG is not set)")
+	}
+	addr, ok := n.srv.Addr().(*net.TCPAddr)
+	if !ok {
+		return errors.New("broker: the embedded NATS server has no listener")
+	}
+	opts, err := embeddedOptions(n.opts.Host, addr.Port, n.configFile)
+	if err != nil {
+		return err
+	}
+	if err := n.srv.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("broker: NATS configuration QUEEN_NATS_CONFIG=%s not applied: %w", n.configFile, err)
+	}
+	return nil
 }
 
 // Start starts the server and returns once it takes connections (at most

@@ -242,6 +242,34 @@ func TestEmbeddedNATSUsersAndPermissions(t *testing.T) {
 		t.Fatal("the server did not refuse the producer's publish to " + wire.SubjectPop)
 	}
 	push("t-2") // the broker and the producer's connection go on
+
+	// A user added to the file may connect once the configuration is
+	// reloaded (SIGHUP); the producer's connection and the broker go on.
+	late := nats.UserInfo("late", "late-secret")
+	if _, err := nats.Connect(b.NATSURL(), nats.Secure(tc), late); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("connect as a user not yet configured: %v, want %v", err, nats.ErrAuthorization)
+	}
+	withLate := strings.Replace(natsAuthConfig, "users = [", "users = [\n    { user: late, password: late-secret }", 1)
+	if err := os.WriteFile(conf, []byte(tlsBlock+withLate), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReloadNATSConfig(); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := nats.Connect(b.NATSURL(), nats.Secure(tc), late)
+	if err != nil {
+		t.Fatalf("connect as the user added by the reload: %v", err)
+	}
+	lc.Close()
+	push("t-3")
+
+	if err := os.WriteFile(conf, []byte("authorization { users = [ "), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReloadNATSConfig(); err == nil || !strings.Contains(err.Error(), "QUEEN_NATS_CONFIG") {
+		t.Fatalf("reload of a broken file: %v, want an error naming QUEEN_NATS_CONFIG", err)
+	}
+	push("t-4")
 }
 
 // TestExternalNATSWithUserAndTLS: the broker reaches an external NATS

@@ -75,3 +75,22 @@ func (b *Broker) ReloadTLS() error {
 		"not_after", leaf.NotAfter.Format(time.RFC3339))
 	return nil
 }
+
+// ReloadNATSConfig reads the embedded NATS server's configuration file
+// (Config.NATSConfigFile) again and applies it with nats-server's own
+// reload (`queen serve` does on SIGHUP): added users may connect at once,
+// a removed user's or a narrowed permission's connections are refused or
+// closed by the server; the broker's own connections stay. A file that does
+// not load or a change nats-server cannot make live (the listen address)
+// is an error and the running configuration stays. Without an embedded
+// server configured by a file: an error.
+func (b *Broker) ReloadNATSConfig() error {
+	if b.natsEmbedded == nil {
+		return errors.New("broker: no embedded NATS server (NATS_URL is set)")
+	}
+	if err := b.natsEmbedded.reload(); err != nil {
+		return err
+	}
+	b.log.Info("embedded NATS configuration reloaded", "file", b.natsEmbedded.configFile)
+	return nil
+}
