@@ -159,7 +159,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		// Each async producer has up to MaxInFlight requests open.
 		ahc := target.NewHTTPClient(cfg.Producers*client.DefaultMaxInFlight, cfg.TLS)
 		for i := range r.asyncs {
-			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i, cfg.AdminToken)
+			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i, cfg.AdminToken, cfg.NATSOptions...)
 			if err != nil {
 				return err
 			}
@@ -173,13 +173,13 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		if n := cfg.Connections; n > 0 && strings.HasPrefix(cfg.Target, "nats://") {
 			// Shared round robin.
 			if owner = shared[i%n] == nil; owner {
-				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n, cfg.AdminToken); err != nil {
+				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n, cfg.AdminToken, cfg.NATSOptions...); err != nil {
 					return err
 				}
 			}
 			s = shared[i%n]
 		} else if strings.HasPrefix(cfg.Target, "nats://") {
-			if s, err = target.NewNATSSender(cfg.Target, i, cfg.AdminToken); err != nil {
+			if s, err = target.NewNATSSender(cfg.Target, i, cfg.AdminToken, cfg.NATSOptions...); err != nil {
 				return err
 			}
 		} else if len(cfg.Targets) > 1 {

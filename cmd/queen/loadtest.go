@@ -38,8 +38,11 @@ type loadtestFlags struct {
 	targetFrom            string // which setting named the target
 	mode, pgBin, logLevel string
 	caFile                string // --ca-file
-	embedded, compare     bool
-	out                   loadtestOutput
+	// natsCreds, natsNkey, natsUser: --nats-creds, --nats-nkey,
+	// --nats-user (the password from NATS_PASSWORD).
+	natsCreds, natsNkey, natsUser string
+	embedded, compare             bool
+	out                           loadtestOutput
 	// cluster is the chaos room's cluster of broker processes (--brokers,
 	// --nats-nodes, --pg-standby, --shard-lease); Brokers 0: none.
 	cluster chaos.ClusterConfig
@@ -81,6 +84,15 @@ func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 		}
 		lf.cfg.TLS = tc
 	}
+	auth := client.NATSAuth{Creds: lf.natsCreds, NkeySeed: lf.natsNkey, User: lf.natsUser, Password: os.Getenv("NATS_PASSWORD")}
+	if strings.HasPrefix(lf.cfg.Target, "nats://") {
+		auth.CAFile = lf.caFile // a NATS target with TLS
+	}
+	opts, err := auth.Options(false)
+	if err != nil {
+		return err
+	}
+	lf.cfg.NATSOptions = opts
 	if (lf.cfg.FailMode == loadtest.FailCrash || lf.cfg.FailMode == loadtest.FailCrashBatch) && !cmd.Flags().Changed("consume-lease") {
 		lf.cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
 	}

@@ -119,3 +119,44 @@ func TestLoadtestOverHTTPS(t *testing.T) {
 	cmd.SetErr(io.Discard)
 	require.ErrorContains(t, cmd.ExecuteContext(context.Background()), "--ca-file")
 }
+
+// TestLoadtestWithNATSCredentials: against a broker whose embedded NATS
+// server has users (QUEEN_NATS_CONFIG), a loadtest over NATS without
+// credentials is refused by the server; with a user allowed queen.v1.>
+// (Config.NATSOptions, queen loadtest --nats-user) it pushes, consumes and
+// passes its audit.
+func TestLoadtestWithNATSCredentials(t *testing.T) {
+	t.Parallel()
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`authorization { users = [
+  { user: queen, password: broker-secret }
+  { user: loader, password: loader-secret,
+    permissions: { publish: { allow: ["queen.v1.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
+] }`), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := broker.Start(ctx, broker.Config{
+		DatabaseURL: pgtest.NewDatabase(t), HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:0",
+		DataDir: t.TempDir(), NATSConfigFile: conf, NATSAuth: client.NATSAuth{User: "queen", Password: "broker-secret"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, b.Stop(ctx))
+	})
+
+	cfg := smallRun(b, b.NATSURL())
+	cfg.Queue, cfg.Consumers = "lt-nats-auth", 1
+	_, err = loadtest.Run(context.Background(), cfg)
+	require.ErrorContains(t, err, "Authorization Violation")
+
+	cfg.Queue = "lt-nats-auth-2"
+	cfg.NATSOptions, err = client.NATSAuth{User: "loader", Password: "loader-secret"}.Options(false)
+	require.NoError(t, err)
+	rep, err := loadtest.Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
+	require.Positive(t, rep.Verdicts.Queued)
+}

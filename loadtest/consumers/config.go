@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 )
 
@@ -26,6 +28,9 @@ type Config struct {
 	// TLS is the TLS configuration of https:// targets (nil: the
 	// system's roots; loadtest.Config.TLS).
 	TLS *tls.Config
+	// NATSOptions are more options of the clients' NATS connections (the
+	// credentials and CA; loadtest.Config.NATSOptions).
+	NATSOptions []nats.Option
 	// Chaos: faults are injected during the run (chaos.On), so a NATS pop
 	// gives up after min(10 s, RequestTimeout) as a push would.
 	Chaos bool

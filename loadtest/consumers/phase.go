@@ -112,7 +112,7 @@ func TargetDialer(cfg *Config) Dialer {
 	n := 0
 	return func(name string) (target.ConsumeClient, error) {
 		n++
-		cl, err := target.NewConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc)
+		cl, err := target.NewConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc, cfg.NATSOptions...)
 		if nc, ok := cl.(*target.NATSConsumer); ok && cfg.Chaos {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.
@@ -407,7 +407,7 @@ func (cp *Phase) Probe(ctx context.Context) {
 	}
 	var snd target.Sender
 	if strings.HasPrefix(cp.cfg.Target, "nats://") {
-		s, err := target.NewNATSSender(cp.cfg.Target, 0, cp.cfg.AdminToken)
+		s, err := target.NewNATSSender(cp.cfg.Target, 0, cp.cfg.AdminToken, cp.cfg.NATSOptions...)
 		if err != nil {
 			cp.wake = &report.WakeReport{Queue: cp.cfg.Queue + "-probe", Rounds: cp.cfg.WakeProbes, LastError: err.Error()}
 			return
