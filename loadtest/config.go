@@ -2,12 +2,15 @@ package loadtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/consumers"
@@ -144,6 +147,15 @@ type Config struct {
 	// Default: none (queen loadtest passes --token, default
 	// QUEEN_ADMIN_TOKEN).
 	AdminToken string
+
+	// TLS, when not nil, is the TLS configuration of https:// targets
+	// (queen loadtest --ca-file: client.TrustCA); nil: the system's roots.
+	TLS *tls.Config
+
+	// NATSOptions are more options of every NATS connection of the
+	// harness (queen loadtest --nats-creds, --nats-nkey, --nats-user and
+	// --ca-file for a nats:// target: client.NATSAuth.Options); nil: none.
+	NATSOptions []nats.Option
 
 	// Chaos is the faults injected while the producers run and the cluster
 	// of broker processes they hit (loadtest/chaos, Report.Chaos and
@@ -355,7 +367,7 @@ func (c *Config) produceConfig() produce.Config {
 // Consumption, and the run's queue, targets and timeouts.
 func (c *Config) consumersConfig() consumers.Config {
 	return consumers.Config{Consumption: c.Consumption, Queue: c.Queue, Target: c.Target, Targets: c.Targets,
-		AdminToken: c.AdminToken, Chaos: chaos.On(c.Chaos.Mode), RequestTimeout: c.RequestTimeout, MetricsURLs: c.MetricsURLs}
+		AdminToken: c.AdminToken, TLS: c.TLS, NATSOptions: c.NATSOptions, Chaos: chaos.On(c.Chaos.Mode), RequestTimeout: c.RequestTimeout, MetricsURLs: c.MetricsURLs}
 }
 
 // The values of Config.Spread.

@@ -148,7 +148,7 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		rep.ProducerMode, rep.InFlight, rep.MaxBatch = report.ProducerAsync, cfg.InFlight, cfg.maxBatch()
 		rep.LingerMs = float64(cfg.Linger) / float64(time.Millisecond)
 	}
-	hc := target.NewHTTPClient(cfg.Producers)
+	hc := target.NewHTTPClient(cfg.Producers, cfg.TLS)
 	r.ledgers = make([]*audit.Ledger, cfg.Producers)
 	for i := range r.ledgers {
 		r.ledgers[i] = audit.NewLedger(i, cfg.Queue, parts, cfg.Spread == SpreadSequential)
@@ -157,9 +157,9 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		r.asyncs = make([]*produce.Async, cfg.Producers)
 		r.producers = nil
 		// Each async producer has up to MaxInFlight requests open.
-		ahc := target.NewHTTPClient(cfg.Producers * client.DefaultMaxInFlight)
+		ahc := target.NewHTTPClient(cfg.Producers*client.DefaultMaxInFlight, cfg.TLS)
 		for i := range r.asyncs {
-			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i, cfg.AdminToken)
+			push, closeFn, err := target.AsyncPush(cfg.Target, cfg.Targets, ahc, i, cfg.AdminToken, cfg.NATSOptions...)
 			if err != nil {
 				return err
 			}
@@ -173,13 +173,13 @@ func (r *loadRun) setupBroker(ctx context.Context) error {
 		if n := cfg.Connections; n > 0 && strings.HasPrefix(cfg.Target, "nats://") {
 			// Shared round robin.
 			if owner = shared[i%n] == nil; owner {
-				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n, cfg.AdminToken); err != nil {
+				if shared[i%n], err = target.NewNATSSender(cfg.Target, i%n, cfg.AdminToken, cfg.NATSOptions...); err != nil {
 					return err
 				}
 			}
 			s = shared[i%n]
 		} else if strings.HasPrefix(cfg.Target, "nats://") {
-			if s, err = target.NewNATSSender(cfg.Target, i, cfg.AdminToken); err != nil {
+			if s, err = target.NewNATSSender(cfg.Target, i, cfg.AdminToken, cfg.NATSOptions...); err != nil {
 				return err
 			}
 		} else if len(cfg.Targets) > 1 {

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
@@ -60,7 +61,7 @@ type sampler struct {
 // nil without consumers).
 func startSampler(ctx context.Context, cfg *Config, c *produce.Counters, au *audit.Auditor, a *persistence.Audit, ledgers []*audit.Ledger, prog *progress, start time.Time, rs runStart,
 	backlog func([]persistence.Cursor, int64) []report.GroupBacklog) *sampler {
-	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: &http.Client{Timeout: 5 * time.Second}, backlog: backlog,
+	s := &sampler{cfg: cfg, c: c, au: au, a: a, ledgers: ledgers, hc: sampleClient(cfg.TLS), backlog: backlog,
 		urls: cfg.MetricsURLs, start: start, prog: prog, stop: make(chan struct{}), done: make(chan struct{}),
 		lastAt: start, lastHist: make([]int64, report.HistBuckets), lastE2E: make([]int64, report.HistBuckets), walAt: rs.walAt, lastErr: rs.err, last: rs.sizes}
 	if len(s.urls) == 0 {
@@ -248,4 +249,15 @@ func selfRSS() int64 {
 		return 0
 	}
 	return pages * int64(os.Getpagesize())
+}
+
+// sampleClient is the timeline's client of the brokers' /metrics: 5 s per
+// request, tc (Config.TLS) for https:// brokers.
+func sampleClient(tc *tls.Config) *http.Client {
+	if tc == nil {
+		return &http.Client{Timeout: 5 * time.Second}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc.Clone() // the transport adds its ALPN protocols to it
+	return &http.Client{Timeout: 5 * time.Second, Transport: tr}
 }

@@ -20,6 +20,10 @@ type clientFlags struct {
 	natsURL string // --nats-url
 	server  string // --server
 	via     string // --via
+	caFile  string // --ca-file
+	// natsCreds, natsNkey, natsUser: --nats-creds, --nats-nkey,
+	// --nats-user (the password from NATS_PASSWORD).
+	natsCreds, natsNkey, natsUser string
 }
 
 // defaultNATSURL is where serve's NATS is, and which setting says so:
@@ -66,6 +70,16 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 	f.StringVar(&c.natsURL, "nats-url", natsURL, "NATS server of the broker, or a comma-separated list of a NATS cluster's servers (env NATS_URL, else nats://<QUEEN_NATS_LISTEN>)")
 	f.StringVar(&c.server, "server", server, "HTTP gateway of the broker, for --via http; giving it implies --via http (env: http://<QUEEN_HTTP_ADDR>)")
 	f.StringVar(&c.via, "via", "nats", "how to reach the broker: nats or http (--server given: http)")
+	f.StringVar(&c.caFile, "ca-file", envOr("QUEEN_CA_FILE", os.Getenv("NATS_CA_FILE")), "PEM CA to trust for an https:// --server or a NATS server with TLS, besides the system's (env QUEEN_CA_FILE, else NATS_CA_FILE)")
+	f.StringVar(&c.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (user JWT and nkey seed) (env NATS_CREDS)")
+	f.StringVar(&c.natsNkey, "nats-nkey", os.Getenv("NATS_NKEY"), "file holding a NATS user's nkey seed (env NATS_NKEY)")
+	f.StringVar(&c.natsUser, "nats-user", os.Getenv("NATS_USER"), "NATS user; its password from env NATS_PASSWORD (env NATS_USER)")
+}
+
+// natsAuth is the NATS credentials and CA of the flags.
+func (c *clientFlags) natsAuth() client.NATSAuth {
+	return client.NATSAuth{Creds: c.natsCreds, NkeySeed: c.natsNkey, User: c.natsUser,
+		Password: os.Getenv("NATS_PASSWORD"), CAFile: c.caFile}
 }
 
 // transport resolves --via: "nats" or "http".
@@ -117,9 +131,19 @@ func (c *clientFlags) request(ctx context.Context, cmd *cobra.Command, r *client
 	}
 	var cl *client.Client
 	if via == "http" {
-		cl = client.NewHTTP(client.HTTPConfig{URLs: []string{c.server}})
+		hc := client.HTTPConfig{URLs: []string{c.server}}
+		if c.caFile != "" {
+			if hc.TLS, err = client.TrustCA(c.caFile); err != nil {
+				return clientReply{}, fmt.Errorf("--ca-file: %w", err)
+			}
+		}
+		cl = client.NewHTTP(hc)
 	} else {
-		nc, err := client.ConnectNATS(c.natsURL, "queen-cli")
+		auth, err := c.natsAuth().Options(false)
+		if err != nil {
+			return clientReply{}, err
+		}
+		nc, err := client.ConnectNATS(c.natsURL, "queen-cli", auth...)
 		if err != nil {
 			return clientReply{}, fmt.Errorf("connect to NATS at %s (from %s): %w; is `queen serve` running there? Its embedded NATS listens on QUEEN_NATS_LISTEN (default 127.0.0.1:4222); give --nats-url, or --server http://<QUEEN_HTTP_ADDR> for the HTTP gateway",
 				c.natsURL, c.natsSource(cmd), err)

@@ -20,6 +20,7 @@ import (
 	"github.com/queen-mq/queen-go/loadtest"
 	"github.com/queen-mq/queen-go/loadtest/chaos"
 	"github.com/queen-mq/queen-go/loadtest/report"
+	"github.com/queen-mq/queen-go/transport/client"
 )
 
 // loadtestOutput is what a run writes besides its progress: the report
@@ -36,8 +37,12 @@ type loadtestFlags struct {
 	cfg                   loadtest.Config
 	targetFrom            string // which setting named the target
 	mode, pgBin, logLevel string
-	embedded, compare     bool
-	out                   loadtestOutput
+	caFile                string // --ca-file
+	// natsCreds, natsNkey, natsUser: --nats-creds, --nats-nkey,
+	// --nats-user (the password from NATS_PASSWORD).
+	natsCreds, natsNkey, natsUser string
+	embedded, compare             bool
+	out                           loadtestOutput
 	// cluster is the chaos room's cluster of broker processes (--brokers,
 	// --nats-nodes, --pg-standby, --shard-lease); Brokers 0: none.
 	cluster chaos.ClusterConfig
@@ -72,6 +77,22 @@ func loadtestCmd() *cobra.Command {
 func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 	ctx := cmd.Context()
 	lf.cfg.Mode = loadtest.Mode(lf.mode)
+	if lf.caFile != "" {
+		tc, err := client.TrustCA(lf.caFile)
+		if err != nil {
+			return fmt.Errorf("--ca-file: %w", err)
+		}
+		lf.cfg.TLS = tc
+	}
+	auth := client.NATSAuth{Creds: lf.natsCreds, NkeySeed: lf.natsNkey, User: lf.natsUser, Password: os.Getenv("NATS_PASSWORD")}
+	if strings.HasPrefix(lf.cfg.Target, "nats://") {
+		auth.CAFile = lf.caFile // a NATS target with TLS
+	}
+	opts, err := auth.Options(false)
+	if err != nil {
+		return err
+	}
+	lf.cfg.NATSOptions = opts
 	if (lf.cfg.FailMode == loadtest.FailCrash || lf.cfg.FailMode == loadtest.FailCrashBatch) && !cmd.Flags().Changed("consume-lease") {
 		lf.cfg.LeaseSeconds = 0 // the crash-mode default (2 s)
 	}

@@ -25,6 +25,10 @@ func (lf *loadtestFlags) runFlags(f *pflag.FlagSet) {
 	f.StringVar(&lf.out.cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the load to this file (go tool pprof); with --embedded it covers the broker")
 	f.DurationVar(&lf.cfg.RequestTimeout, "request-timeout", 30*time.Second, "bound of one request; a timed-out request's items are retried with the same transactionIds (default 5s with --chaos)")
 	f.StringVar(&lf.cfg.AdminToken, "token", os.Getenv("QUEEN_ADMIN_TOKEN"), "bearer token sent as Authorization: Bearer on every request of the run: a JWT with a read-write role (admin to shorten the window or lower retention of an existing queue) for brokers with JWT on, or the brokers' QUEEN_ADMIN_TOKEN, which guards that configure (env QUEEN_ADMIN_TOKEN)")
+	f.StringVar(&lf.caFile, "ca-file", os.Getenv("QUEEN_CA_FILE"), "PEM CA to trust for an https:// target, or a nats:// target whose server requires TLS, besides the system's roots (env QUEEN_CA_FILE)")
+	f.StringVar(&lf.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (user JWT and nkey seed) of the run's NATS connections (env NATS_CREDS)")
+	f.StringVar(&lf.natsNkey, "nats-nkey", os.Getenv("NATS_NKEY"), "file holding the NATS user nkey seed of the run's NATS connections (env NATS_NKEY)")
+	f.StringVar(&lf.natsUser, "nats-user", os.Getenv("NATS_USER"), "NATS user of the run's NATS connections; its password from env NATS_PASSWORD (env NATS_USER)")
 	f.StringVar(&lf.logLevel, "log-level", envOr("QUEEN_LOG_LEVEL", "warn"), "log level of the --embedded broker: debug, info, warn, error")
 }
 

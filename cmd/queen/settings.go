@@ -115,6 +115,7 @@ func serveCmd() *cobra.Command {
 	var db dbFlags
 	var logLevel, dedupCache string
 	var jwt jwtFlags
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a broker (embedded NATS and managed PostgreSQL unless NATS_URL / DATABASE_URL are set)",
@@ -165,11 +166,15 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if cfg.JWT, err = jwt.settings(cmd); err != nil {
 				return err
 			}
+			sec.apply(&cfg)
 			ctx := cmd.Context()
 			b, err := broker.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
+			hupCtx, hupStop := context.WithCancel(ctx)
+			defer hupStop()
+			reloadOnHangup(hupCtx, b, log, cfg.TLSCertFile != "", cfg.NATSConfigFile != "" && cfg.NATSURL == "")
 			select {
 			case <-ctx.Done():
 				log.Info("signal received, draining (a second signal stops at once)")
@@ -190,6 +195,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	db.register(cmd)
 	f := cmd.Flags()
 	jwt.register(f)
+	sec.register(f)
 	f.StringVar(&cfg.HTTPAddr, "http-addr", envOr("QUEEN_HTTP_ADDR", "127.0.0.1:6632"), "HTTP listen address (env QUEEN_HTTP_ADDR)")
 	f.StringVar(&cfg.NATSListen, "nats-listen", envOr("QUEEN_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (env QUEEN_NATS_LISTEN)")
 	f.StringVar(&cfg.NATSURL, "nats-url", os.Getenv("NATS_URL"), "external NATS server URL instead of the embedded one, or a comma-separated list of a NATS cluster's servers (env NATS_URL)")

@@ -1,7 +1,10 @@
 package consumers
 
 import (
+	"crypto/tls"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 )
@@ -22,6 +25,12 @@ type Config struct {
 	Target     string
 	Targets    []string
 	AdminToken string
+	// TLS is the TLS configuration of https:// targets (nil: the
+	// system's roots; loadtest.Config.TLS).
+	TLS *tls.Config
+	// NATSOptions are more options of the clients' NATS connections (the
+	// credentials and CA; loadtest.Config.NATSOptions).
+	NATSOptions []nats.Option
 	// Chaos: faults are injected during the run (chaos.On), so a NATS pop
 	// gives up after min(10 s, RequestTimeout) as a push would.
 	Chaos bool

@@ -65,7 +65,7 @@ func (cp *Phase) scrapeLeases(ctx context.Context) *target.BrokerMetrics {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	hc := target.NewHTTPClient(1)
+	hc := target.NewHTTPClient(1, cp.cfg.TLS)
 	var sum *target.BrokerMetrics
 	for _, u := range cp.cfg.MetricsURLs {
 		m, err := target.ScrapeMetrics(qctx, hc, u)
@@ -100,7 +100,7 @@ type Dialer func(name string) (target.ConsumeClient, error)
 // TargetDialer connects clients to cfg.Target: one NATS connection each,
 // like independent clients, or one shared HTTP client.
 func TargetDialer(cfg *Config) Dialer {
-	hc := target.NewHTTPClient(cfg.Groups*cfg.Consumers + 2)
+	hc := target.NewHTTPClient(cfg.Groups*cfg.Consumers+2, cfg.TLS)
 	if len(cfg.Targets) > 1 && !strings.HasPrefix(cfg.Target, "nats://") {
 		// Spread over the brokers round robin (the admin client first).
 		n := 0
@@ -112,7 +112,7 @@ func TargetDialer(cfg *Config) Dialer {
 	n := 0
 	return func(name string) (target.ConsumeClient, error) {
 		n++
-		cl, err := target.NewConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc)
+		cl, err := target.NewConsumeClient(cfg.Target, n-1, name, cfg.AdminToken, hc, cfg.NATSOptions...)
 		if nc, ok := cl.(*target.NATSConsumer); ok && cfg.Chaos {
 			// A pop that went to a killed or frozen broker is never
 			// answered (or late): give up on it as on a push.
@@ -407,7 +407,7 @@ func (cp *Phase) Probe(ctx context.Context) {
 	}
 	var snd target.Sender
 	if strings.HasPrefix(cp.cfg.Target, "nats://") {
-		s, err := target.NewNATSSender(cp.cfg.Target, 0, cp.cfg.AdminToken)
+		s, err := target.NewNATSSender(cp.cfg.Target, 0, cp.cfg.AdminToken, cp.cfg.NATSOptions...)
 		if err != nil {
 			cp.wake = &report.WakeReport{Queue: cp.cfg.Queue + "-probe", Rounds: cp.cfg.WakeProbes, LastError: err.Error()}
 			return
@@ -415,7 +415,7 @@ func (cp *Phase) Probe(ctx context.Context) {
 		defer s.Close()
 		snd = s
 	} else {
-		snd = target.NewHTTPSender(target.NewHTTPClient(2), cp.cfg.AdminToken, cp.cfg.Target)
+		snd = target.NewHTTPSender(target.NewHTTPClient(2, cp.cfg.TLS), cp.cfg.AdminToken, cp.cfg.Target)
 	}
 	cp.wake = wakeProbe(ctx, cp.admin, snd, cp.cfg.Queue+"-probe", cp.cfg.WakeProbes)
 }

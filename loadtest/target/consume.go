@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/client"
 )
@@ -46,9 +48,9 @@ type PopReq struct {
 // connection; token (the harness's --token), when not empty, goes with
 // every request (client.Token and client.AdminToken): the JWT of a broker
 // with JWT on, or its QUEEN_ADMIN_TOKEN, which guards configure.
-func NewConsumeClient(target string, i int, name, token string, hc *http.Client) (ConsumeClient, error) {
+func NewConsumeClient(target string, i int, name, token string, hc *http.Client, extra ...nats.Option) (ConsumeClient, error) {
 	if strings.HasPrefix(target, "nats://") {
-		nc, err := ConnectSpread(target, i, name)
+		nc, err := ConnectSpread(target, i, name, extra...)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", target, err)
 		}

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -48,9 +49,10 @@ type NATSSender struct {
 // NewNATSSender connects producer's own NATS connection to url (one
 // server or a cluster's list, spread by producer: ConnectSpread); token,
 // when not empty, goes with every push (client.Token: the JWT of a broker
-// with JWT on, SPEC.md §14).
-func NewNATSSender(url string, producer int, token string) (*NATSSender, error) {
-	nc, err := ConnectSpread(url, producer, fmt.Sprintf("queen-loadtest-%d", producer))
+// with JWT on, SPEC.md §14); extra are more connection options (the NATS
+// credentials and CA, client.NATSAuth).
+func NewNATSSender(url string, producer int, token string, extra ...nats.Option) (*NATSSender, error) {
+	nc, err := ConnectSpread(url, producer, fmt.Sprintf("queen-loadtest-%d", producer), extra...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
@@ -62,15 +64,15 @@ func NewNATSSender(url string, producer int, token string) (*NATSSender, error) 
 // With a list, client i starts at server i mod len and moves on in list
 // order (the list rotated by i, not shuffled: nats.DontRandomize), so the
 // load's clients are spread evenly over the nodes and a node's loss hits
-// a known share of them.
-func ConnectSpread(urls string, i int, name string) (*nats.Conn, error) {
+// a known share of them. extra are more connection options.
+func ConnectSpread(urls string, i int, name string, extra ...nats.Option) (*nats.Conn, error) {
 	list, err := client.ParseNATSURLs(urls)
 	if err != nil || len(list) < 2 {
-		return client.ConnectNATS(urls, name)
+		return client.ConnectNATS(urls, name, extra...)
 	}
 	k := i % len(list)
 	rotated := append(append([]string{}, list[k:]...), list[:k]...)
-	return client.ConnectNATS(strings.Join(rotated, ","), name, nats.DontRandomize())
+	return client.ConnectNATS(strings.Join(rotated, ","), name, append([]nats.Option{nats.DontRandomize()}, extra...)...)
 }
 
 // Send is Sender.Send.
@@ -112,9 +114,13 @@ func NewHTTPSender(hc *http.Client, token string, urls ...string) *HTTPSender {
 
 // NewHTTPClient is the HTTP client the producers (and consumers) of a run
 // share: idle connections for twice producers (no request timeout of its
-// own: each request has its context).
-func NewHTTPClient(producers int) *http.Client {
+// own: each request has its context); tc, when not nil, is the TLS
+// configuration of https:// targets (client.TrustCA: --ca-file).
+func NewHTTPClient(producers int, tc *tls.Config) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if tc != nil {
+		tr.TLSClientConfig = tc.Clone() // the transport adds its ALPN protocols to it
+	}
 	tr.MaxIdleConns = producers * 2
 	tr.MaxIdleConnsPerHost = producers * 2
 	return &http.Client{Transport: tr}
@@ -131,10 +137,10 @@ func (s *HTTPSender) Close() {}
 // AsyncPush is the push function of async producer i: its own NATS
 // connection (nats://), or its HTTP target (several targets: round robin by
 // producer, without failover; the async producer retries); token as
-// NewNATSSender's.
-func AsyncPush(target string, targets []string, hc *http.Client, i int, token string) (client.PushFunc, func(), error) {
+// NewNATSSender's, as are extra.
+func AsyncPush(target string, targets []string, hc *http.Client, i int, token string, extra ...nats.Option) (client.PushFunc, func(), error) {
 	if strings.HasPrefix(target, "nats://") {
-		s, err := NewNATSSender(target, i, token)
+		s, err := NewNATSSender(target, i, token, extra...)
 		if err != nil {
 			return nil, nil, err
 		}

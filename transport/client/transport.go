@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net/http"
@@ -142,6 +143,11 @@ type HTTPConfig struct {
 	// Client sends the requests (default http.DefaultClient); its
 	// Transport's pool bounds the connections per broker.
 	Client *http.Client
+	// TLS, when Client is nil, is the TLS configuration of https:// URLs
+	// (TrustCA: a private CA's broker certificates): requests then go
+	// through a clone of http.DefaultTransport using it. Nil: the system's
+	// roots.
+	TLS *tls.Config
 }
 
 // httpTransport is Transport over the HTTP gateway.
@@ -155,6 +161,11 @@ type httpTransport struct {
 // An empty URL list answers every request queen.ErrUnavailable.
 func HTTP(cfg HTTPConfig) Transport {
 	t := &httpTransport{hc: cfg.Client}
+	if t.hc == nil && cfg.TLS != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = cfg.TLS.Clone() // the transport adds its ALPN protocols to it
+		t.hc = &http.Client{Transport: tr}
+	}
 	if t.hc == nil {
 		t.hc = http.DefaultClient
 	}

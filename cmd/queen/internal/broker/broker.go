@@ -44,6 +44,24 @@ type Config struct {
 	NATSListen string
 	// NATSURL uses an external NATS server instead of the embedded one.
 	NATSURL string
+	// NATSConfigFile is a nats-server configuration file for the embedded
+	// server (QUEEN_NATS_CONFIG), read with nats-server's own
+	// server.ProcessConfigFile: its authorization (users with subject
+	// permissions, nkeys, accounts) and its tls block (TLS on the NATS
+	// listener) apply; the listen address stays NATSListen and the broker
+	// keeps its own payload, buffer, signal and log settings. Unused with
+	// NATSURL. Empty: no authorization, any client may connect.
+	NATSConfigFile string
+	// NATSAuth is the broker's own NATS credentials (NATS_CREDS, NATS_NKEY,
+	// NATS_USER/NATS_PASSWORD) and, for an external server, the CA its
+	// certificate is checked against (NATS_CA_FILE): its connections to
+	// NATSURL, or in process to the embedded server when NATSConfigFile
+	// gives it users. Empty: none.
+	NATSAuth client.NATSAuth
+	// TLSCertFile and TLSKeyFile, both set, make the gateway serve HTTPS
+	// with this PEM certificate (chain) and key (QUEEN_TLS_CERT,
+	// QUEEN_TLS_KEY); ReloadTLS reads them again (SIGHUP). Empty: HTTP.
+	TLSCertFile, TLSKeyFile string
 	// DatabaseURL uses an external PostgreSQL instead of the managed one.
 	DatabaseURL string
 	// PGBin is where the managed PostgreSQL's binaries are (QUEEN_PG_BIN).
@@ -195,14 +213,17 @@ type Broker struct {
 	// natsInProcess is the embedded NATS server, which the broker's own
 	// connections reach in process (no loopback socket); nil with NATSURL.
 	natsInProcess nats.InProcessConnProvider
-	nc            *nats.Conn
-	ncShards      *nats.Conn
-	host          *actors.Host
-	cache         *actors.Cache
-	shardSrv      *shards.Server
-	members       *shards.Membership
-	router        *shards.Router
-	svc           *transport.Service
+	// natsEmbedded is the embedded NATS server (ReloadNATSConfig); nil
+	// with NATSURL.
+	natsEmbedded *embeddedNATS
+	nc           *nats.Conn
+	ncShards     *nats.Conn
+	host         *actors.Host
+	cache        *actors.Cache
+	shardSrv     *shards.Server
+	members      *shards.Membership
+	router       *shards.Router
+	svc          *transport.Service
 	// jwt verifies bearer tokens with JWT on (Config.JWT); nil: off.
 	jwt      *auth.Verifier
 	cons     *consume.Coordinator
@@ -210,6 +231,8 @@ type Broker struct {
 	natsSvc  *transport.NATSService
 	httpSrv  *http.Server
 	httpLn   net.Listener
+	// cert is the HTTPS certificate (Config.TLSCertFile); nil: plain HTTP.
+	cert *certificate
 	// gate is httpSrv's handler: /health answers "starting" with the
 	// phase (setPhase) until the front doors open it.
 	gate    *transport.Gate
@@ -286,6 +309,16 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 		b.log.Info("JWT authentication on", "algorithms", b.jwt.Algorithms(), "issuer", jc.Issuer, "audience", jc.Audience,
 			"jwks", jc.JWKSURL, "skip_paths", jc.SkipPaths)
 	}
+	// NATS credentials and a CA file that cannot work stop the start
+	// here too, before a port is taken.
+	if _, err = cfg.NATSAuth.Options(false); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		if b.cert, err = newCertificate(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return err
+		}
+	}
 	// Ports first: a clash fails at once, before any database work.
 	if b.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("broker: HTTP listen on %s: %w", cfg.HTTPAddr, err)
@@ -307,8 +340,16 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 		IdleTimeout: 2 * time.Minute,
 	}
 	srv := b.httpSrv
+	serve := srv.Serve
+	if b.cert != nil {
+		srv.TLSConfig = b.cert.config()
+		// Failed handshakes (a client that does not trust the
+		// certificate, a port scanner) are the client's affair: debug.
+		srv.ErrorLog = slog.NewLogLogger(b.log.Handler(), slog.LevelDebug)
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			b.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
@@ -316,7 +357,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 	b.natsURL = cfg.NATSURL
 	if b.natsURL == "" {
 		b.setPhase("nats")
-		ns, err := newEmbeddedNATS(cfg.NATSListen)
+		ns, err := newEmbeddedNATS(cfg.NATSListen, cfg.NATSConfigFile)
 		if err != nil {
 			return err
 		}
@@ -325,6 +366,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 		}
 		b.natsURL = ns.URL()
 		b.natsInProcess = ns.srv
+		b.natsEmbedded = ns
 	}
 
 	b.dbURL = cfg.DatabaseURL
@@ -427,7 +469,7 @@ func (b *Broker) startShards(ctx context.Context) (err error) {
 	// The shards this broker serves are those it holds leases on (SPEC.md
 	// §9); a broker alone holds them all once Start returns.
 	if b.members, err = shards.NewMembership(shards.MembershipConfig{
-		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: "http://" + b.httpLn.Addr().String(), Build: b.Build(),
+		Store: b.store, Server: b.shardSrv, Conn: b.ncShards, HTTPURL: b.HTTPURL(), Build: b.Build(),
 		Count: cfg.ShardCount, Lease: cfg.ShardLease, Logger: b.log,
 		// The partitions of shards that moved away are released at once.
 		OnLost: func(lost []int, count int) {
@@ -505,7 +547,7 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 		return err
 	}
 	build := b.Build()
-	b.log.Info("broker ready", "http", "http://"+b.httpLn.Addr().String(), "nats", b.natsURL, "shards", cfg.ShardCount,
+	b.log.Info("broker ready", "http", b.HTTPURL(), "nats", b.natsURL, "shards", cfg.ShardCount,
 		"release", build.Release, "revision", build.Revision, "schema", build.Schema, "layout", build.Layout)
 	return nil
 }
@@ -566,10 +608,22 @@ func (b *Broker) connectNATS(name string) (*nats.Conn, error) {
 			}
 			b.log.Warn("NATS error", "connection", name, "subject", subject, "err", err)
 		})}
+	url := b.natsURL
 	if b.natsInProcess != nil {
 		opts = append(opts, nats.InProcessServer(b.natsInProcess))
+		// In process there is no socket to secure: the tls:// URL of an
+		// embedded server with a tls block would make nats.go wrap the
+		// pipe in TLS.
+		if rest, ok := strings.CutPrefix(url, "tls://"); ok {
+			url = "nats://" + rest
+		}
 	}
-	nc, err := client.ConnectNATS(b.natsURL, name, opts...)
+	auth, err := b.cfg.NATSAuth.Options(b.natsInProcess != nil)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	opts = append(opts, auth...)
+	nc, err := client.ConnectNATS(url, name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: connect to NATS at %s: %w", b.natsURL, err)
 	}
@@ -677,8 +731,14 @@ func (b *Broker) Build() queen.Build {
 	return queen.Build{Release: b.cfg.Version, Revision: b.cfg.Revision, Schema: persistence.SchemaVersion(), Layout: persistence.LayoutGeneration()}
 }
 
-// HTTPURL is the base URL of the HTTP gateway, e.g. http://127.0.0.1:6632.
-func (b *Broker) HTTPURL() string { return "http://" + b.httpLn.Addr().String() }
+// HTTPURL is the base URL of the HTTP gateway, e.g. http://127.0.0.1:6632
+// (https:// with Config.TLSCertFile).
+func (b *Broker) HTTPURL() string {
+	if b.cert != nil {
+		return "https://" + b.httpLn.Addr().String()
+	}
+	return "http://" + b.httpLn.Addr().String()
+}
 
 // NATSURL is the URL of the NATS server the broker uses.
 func (b *Broker) NATSURL() string { return b.natsURL }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,14 +108,18 @@ func (p *managedPG) Stop(context.Context) error {
 
 // embeddedNATS is the embedded NATS server as a lifecycle.Service.
 type embeddedNATS struct {
-	listen string
-	opts   *server.Options
-	srv    *server.Server
+	listen     string
+	configFile string
+	opts       *server.Options
+	srv        *server.Server
 }
 
 // newEmbeddedNATS refuses a listen address that is not host:port
-// (QUEEN_NATS_LISTEN).
-func newEmbeddedNATS(listen string) (*embeddedNATS, error) {
+// (QUEEN_NATS_LISTEN) and a configuration file (QUEEN_NATS_CONFIG,
+// Config.NATSConfigFile; "" none) nats-server refuses. The file's
+// authorization and tls apply; the listen address, the payload and
+// buffer limits, signals and logging are the broker's.
+func newEmbeddedNATS(listen, configFile string) (*embeddedNATS, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("broker: bad NATS listen address %q: %w", listen, err)
@@ -126,19 +131,56 @@ func newEmbeddedNATS(listen string) (*embeddedNATS, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	return &embeddedNATS{listen: listen, opts: &server.Options{
-		ServerName: "queen-embedded",
-		Host:       host,
-		Port:       port,
-		// 16 MiB bodies plus room for headers (SPEC.md §11).
-		MaxPayload: queen.MaxBodyBytes + 64<<10,
-		// Per-connection outbound buffer: the broker's connections carry many
-		// 16 MiB bodies at once; a smaller one made the server drop them
-		// as slow consumers under large-payload load.
-		MaxPending: 1 << 30,
-		NoSigs:     true,
-		NoLog:      true,
-	}}, nil
+	opts, err := embeddedOptions(host, port, configFile)
+	if err != nil {
+		return nil, err
+	}
+	return &embeddedNATS{listen: listen, configFile: configFile, opts: opts}, nil
+}
+
+// embeddedOptions are the embedded server's options on host:port: the
+// configuration file's (none when ""), then the broker's own.
+func embeddedOptions(host string, port int, configFile string) (opts *server.Options, err error) {
+	opts = &server.Options{}
+	if configFile != "" {
+		if opts, err = server.ProcessConfigFile(configFile); err != nil {
+			return nil, fmt.Errorf("broker: NATS configuration QUEEN_NATS_CONFIG=%s: %w", configFile, err)
+		}
+	}
+	opts.ServerName = cmp.Or(opts.ServerName, "queen-embedded")
+	opts.Host, opts.Port = host, port
+	// 16 MiB bodies plus room for headers (SPEC.md §11).
+	opts.MaxPayload = queen.MaxBodyBytes + 64<<10
+	// Per-connection outbound buffer: the broker's connections carry many
+	// 16 MiB bodies at once; a smaller one made the server drop them as
+	// slow consumers under large-payload load.
+	opts.MaxPending = 1 << 30
+	opts.NoSigs, opts.NoLog = true, true
+	return opts, nil
+}
+
+// reload reads the configuration file again and applies it to the running
+// server with nats-server's own reload (server.ReloadOptions): changed
+// users and permissions hold for new connections, and connections whose
+// user is gone or no longer allowed are closed by the server. A file that
+// does not load, or a change nats-server cannot apply live, is an error and
+// the running configuration stays.
+func (n *embeddedNATS) reload() error {
+	if n.configFile == "" || n.srv == nil {
+		return errors.New("broker: no embedded NATS configuration to reload (QUEEN_NATS_CONFIG is not set)")
+	}
+	addr, ok := n.srv.Addr().(*net.TCPAddr)
+	if !ok {
+		return errors.New("broker: the embedded NATS server has no listener")
+	}
+	opts, err := embeddedOptions(n.opts.Host, addr.Port, n.configFile)
+	if err != nil {
+		return err
+	}
+	if err := n.srv.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("broker: NATS configuration QUEEN_NATS_CONFIG=%s not applied: %w", n.configFile, err)
+	}
+	return nil
 }
 
 // Start starts the server and returns once it takes connections (at most

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -23,11 +24,13 @@ func TestLifecycleRefusesInvalidSettings(t *testing.T) {
 		{"4222", `bad NATS listen address "4222"`},
 		{"127.0.0.1:x", `bad NATS listen port "x"`},
 	} {
-		_, err := newEmbeddedNATS(c.listen)
+		_, err := newEmbeddedNATS(c.listen, "")
 		require.ErrorContains(t, err, c.want)
 	}
-	_, err = newEmbeddedNATS("127.0.0.1:0")
+	_, err = newEmbeddedNATS("127.0.0.1:0", "")
 	require.NoError(t, err)
+	_, err = newEmbeddedNATS("127.0.0.1:0", filepath.Join(t.TempDir(), "missing.conf"))
+	require.ErrorContains(t, err, "QUEEN_NATS_CONFIG")
 }
 
 // svcFunc is a lifecycle.Service from two functions.
