@@ -83,6 +83,10 @@ type Message struct {
 	ConsumerGroup string          `json:"consumerGroup"`
 	// RetryCount is how many times this message failed before this delivery.
 	RetryCount int `json:"retryCount"`
+	// ProducerSub is the producer's identity stored with the message
+	// (SPEC.md §14): the "sub" of the JWT that pushed it; nil (the field
+	// left out) when it was pushed with JWT off.
+	ProducerSub *string `json:"producerSub,omitempty"`
 }
 
 // PopResult is a pop's answer: no messages means HTTP 204.
@@ -182,6 +186,9 @@ type DeadLetter struct {
 	// deliveries after the first), under the names upstream Queen SDKs read.
 	ErrorMessage string `json:"errorMessage"`
 	RetryCount   int    `json:"retryCount"`
+	// ProducerSub is the dead-lettered message's producer identity, as
+	// Message.ProducerSub; a replay pushes the message back with it.
+	ProducerSub *string `json:"producerSub,omitempty"`
 }
 
 // DLQFilter selects dead letters: by queue, group and partition name ("" =

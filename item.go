@@ -42,8 +42,11 @@ type Item struct {
 	// the "sub" of the token that pushed the item, set by the front door
 	// from the verified token (and carried to a shard's owner in the hop's
 	// header), never from the request body; "" with JWT off. Every item of
-	// one request has the same. Not decoded from the wire: the store is to
-	// stamp it on the stored message as its producerSub.
+	// one request has the same. Not decoded from the wire. The store keeps
+	// it once per segment (segments.producer_sub; a commit
+	// fusing requests of several producers writes one segment per run of
+	// the same producer), and pops, peeks and the DLQ show it as the
+	// message's producerSub.
 	ProducerSub string `json:"-"`
 }
 

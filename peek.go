@@ -38,6 +38,9 @@ type PeekMessage struct {
 	TraceID       *string         `json:"traceId"`
 	CreatedAt     time.Time       `json:"createdAt"`
 	Data          json.RawMessage `json:"data"`
+	// ProducerSub is the message's producer identity, as
+	// Message.ProducerSub (left out when it has none).
+	ProducerSub *string `json:"producerSub,omitempty"`
 }
 
 // PeekResult is the answer of a peek.

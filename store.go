@@ -117,7 +117,8 @@ type PopSpec struct {
 	// id, so one extension renews them all (PopRequest.Partitions).
 	LeaseID uuid.UUID
 	// MaxBytes bounds the bytes returned, each message counted as its
-	// payload plus PopMessageOverhead (the first message is always
+	// payload and its producer (Message.ProducerSub) plus
+	// PopMessageOverhead (the first message is always
 	// returned unless BytesStrict); <= 0 means MaxPopReplyBytes. It
 	// keeps a reply of large messages below the NATS max_payload (SPEC.md §11).
 	MaxBytes int

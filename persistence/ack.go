@@ -542,7 +542,8 @@ func expireLease(ctx context.Context, tx querier, k ackKey, st *consumerState) (
 	var first int64
 	var created time.Time
 	var ids, frames []byte
-	err := tx.QueryRow(ctx, sqlConsumeFirstAbove, k.pid, st.cursor).Scan(&first, &created, &ids, &frames)
+	var producer *string
+	err := tx.QueryRow(ctx, sqlConsumeFirstAbove, k.pid, st.cursor).Scan(&first, &created, &ids, &frames, &producer)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return true, nil // retention took the span
 	}
@@ -563,7 +564,7 @@ func expireLease(ctx context.Context, tx querier, k ackKey, st *consumerState) (
 	}
 	st.failCounts[off]++
 	if attempts := st.failCounts[off]; int64(attempts) > st.retryLimit {
-		if err := deadLetterFrom(ctx, tx, k, off, first, created, ids, frames, LeaseExpiredError, attempts); err != nil {
+		if err := deadLetterFrom(ctx, tx, k, off, first, created, ids, frames, producer, LeaseExpiredError, attempts); err != nil {
 			return false, err
 		}
 		st.leases.DeadLettered++

@@ -61,7 +61,7 @@ func scanDeadLetter(r pgx.CollectableRow, total *int64) (queen.DeadLetter, error
 	var pid, mid uuid.UUID
 	var frame []byte
 	if err := r.Scan(&d.ID, &d.Queue, &d.Partition, &pid, &d.ConsumerGroup, &d.Offset, &mid, &frame,
-		&d.CreatedAt, &d.Error, &d.Attempts, &d.DeadAt, total); err != nil {
+		&d.CreatedAt, &d.Error, &d.Attempts, &d.DeadAt, &d.ProducerSub, total); err != nil {
 		return d, err
 	}
 	fs, err := UnpackFrames(mid[:], frame)
@@ -71,6 +71,7 @@ func scanDeadLetter(r pgx.CollectableRow, total *int64) (queen.DeadLetter, error
 	d.PartitionID, d.MessageID = pid.String(), mid.String()
 	d.TransactionID, d.TraceID, d.Data = fs[0].TransactionID, fs[0].TraceID, fs[0].Payload
 	d.ErrorMessage, d.RetryCount = d.Error, max(d.Attempts-1, 0) // retries: deliveries after the first
+	d.ProducerSub = producerSub(d.ProducerSub)
 	return d, nil
 }
 

@@ -45,8 +45,9 @@ func (s *Store) Peek(ctx context.Context, p queen.PeekQuery) (queen.PeekResult, 
 			created *time.Time
 			ids     []byte
 			frames  []byte
+			sub     *string
 		)
-		if err := rows.Scan(&pid, &last, &first, &created, &ids, &frames); err != nil {
+		if err := rows.Scan(&pid, &last, &first, &created, &ids, &frames, &sub); err != nil {
 			return out, unavailable(err)
 		}
 		found = true
@@ -71,7 +72,7 @@ func (s *Store) Peek(ctx context.Context, p queen.PeekQuery) (queen.PeekResult, 
 			}
 			out.Messages = append(out.Messages, queen.PeekMessage{
 				Partition: p.Partition, Offset: off, ID: fs[i].MessageID.String(), TransactionID: fs[i].TransactionID,
-				TraceID: fs[i].TraceID, CreatedAt: created.UTC(), Data: data,
+				TraceID: fs[i].TraceID, CreatedAt: created.UTC(), Data: data, ProducerSub: producerSub(sub),
 			})
 		}
 	}

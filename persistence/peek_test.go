@@ -206,8 +206,8 @@ func TestPeekPlanUsesOffsetIndex(t *testing.T) {
 	require.NoError(t, err)
 	var firsts []int64
 	for res.Next() {
-		var pidv, last, first, created, ids, frames any
-		require.NoError(t, res.Scan(&pidv, &last, &first, &created, &ids, &frames))
+		var pidv, last, first, created, ids, frames, producer any
+		require.NoError(t, res.Scan(&pidv, &last, &first, &created, &ids, &frames, &producer))
 		firsts = append(firsts, first.(int64))
 	}
 	require.NoError(t, res.Err())

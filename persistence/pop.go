@@ -120,12 +120,23 @@ func popTx(ctx context.Context, tx querier, spec queen.PopSpec, settled *LeaseSt
 }
 
 // popSegment is one segment read for a pop: its first offset, when it was
-// stored, and its packed message ids and frames (UnpackFrames).
+// stored, its packed message ids and frames (UnpackFrames), and its
+// messages' producer (nil: none).
 type popSegment struct {
-	first   int64
-	created time.Time
-	ids     []byte
-	frames  []byte
+	first    int64
+	created  time.Time
+	ids      []byte
+	frames   []byte
+	producer *string
+}
+
+// producerSub is a stored producer (segments.producer_sub, empty or NULL for
+// none, migration 0018) as messages carry it: nil for none.
+func producerSub(stored *string) *string {
+	if stored == nil || *stored == "" {
+		return nil
+	}
+	return stored
 }
 
 // readSegments returns a consume_segments row reader that appends to *segs.
@@ -134,9 +145,10 @@ func readSegments(segs *[]popSegment) func(pgx.Rows) error {
 		for rows.Next() {
 			var sg popSegment
 			var last int64
-			if err := rows.Scan(&sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
+			if err := rows.Scan(&sg.first, &last, &sg.created, &sg.ids, &sg.frames, &sg.producer); err != nil {
 				return err
 			}
+			sg.producer = producerSub(sg.producer)
 			*segs = append(*segs, sg)
 		}
 		return rows.Err()
@@ -232,9 +244,10 @@ func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
 		for rows.Next() {
 			var i, last int64
 			var sg popSegment
-			if err := rows.Scan(&i, &sg.first, &last, &sg.created, &sg.ids, &sg.frames); err != nil {
+			if err := rows.Scan(&i, &sg.first, &last, &sg.created, &sg.ids, &sg.frames, &sg.producer); err != nil {
 				return err
 			}
+			sg.producer = producerSub(sg.producer)
 			if i < 1 || i > int64(len(segs)) {
 				return fmt.Errorf("persistence: consume_segments_many returned position %d of %d", i, len(segs))
 			}
@@ -307,6 +320,10 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 	}
 	full := false
 	for _, sg := range segs {
+		producer := 0 // the producer's bytes in each message (a token's sub may be long)
+		if sg.producer != nil {
+			producer = len(*sg.producer)
+		}
 		fs, err := UnpackFrames(sg.ids, sg.frames)
 		if err != nil {
 			return queen.PopResult{}, 0, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
@@ -316,14 +333,14 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 			if off <= st.cursor || full || len(res.Messages) >= spec.Batch {
 				continue
 			}
-			if size += len(fs[i].Payload) + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+			if size += len(fs[i].Payload) + producer + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
 				full = true // the rest stays unleased for the next pop
 				continue
 			}
 			m := queen.Message{
 				ID: fs[i].MessageID.String(), TransactionID: fs[i].TransactionID, TraceID: fs[i].TraceID,
 				Data: fs[i].Payload, CreatedAt: sg.created, PartitionID: pidText, Partition: st.partition,
-				Queue: st.queue, Offset: off, ConsumerGroup: spec.Group,
+				Queue: st.queue, Offset: off, ConsumerGroup: spec.Group, ProducerSub: sg.producer,
 			}
 			m.RetryCount = int(st.failCounts[off])
 			res.Messages = append(res.Messages, m)

@@ -309,15 +309,17 @@ func (s *Store) skipBusy(bs []*queen.PushBatch, outs []queen.PushOutcome, order 
 }
 
 // bundleRows is a bundle's writes as bundle_insert's parallel arrays: per
-// segment (one per partition with queued items) and per frame (its sidecar
-// row); written lists the batches (indexes into bs) that have a segment;
-// want the segments holding originals to compare payloads with, whose
-// frames fill originals after the commit.
+// segment (one per run of queued items with the same producer in a
+// partition, newSegment) and per frame (its sidecar row); written lists the
+// batches (indexes into bs) that have a segment; want the segments holding
+// originals to compare payloads with, whose frames fill originals after the
+// commit.
 type bundleRows struct {
 	segPIDs                      []pgtype.UUID
 	segFirst, segLast            []int64
 	segIDs, segFrames, segHashes [][]byte
 	segRetained                  []bool
+	segProducers                 []string
 	rowPIDs                      []pgtype.UUID
 	rowHashes                    []pgtype.UUID
 	rowOffsets                   []int64
@@ -325,6 +327,33 @@ type bundleRows struct {
 	written                      []int
 	want                         map[segmentKey]struct{}
 	originals                    map[segmentKey][]byte
+}
+
+// addSegments adds partition pid's new segments (assign) to the rows, each
+// with its frames' sidecar rows; retained: its queue has retentionSeconds.
+func (w *bundleRows) addSegments(pid [16]byte, segs []newSegment, retained bool) {
+	for _, sg := range segs {
+		w.segPIDs = append(w.segPIDs, pgUUID(pid))
+		w.segFirst = append(w.segFirst, sg.first)
+		w.segLast = append(w.segLast, sg.last)
+		w.segIDs = append(w.segIDs, sg.msgIDs)
+		w.segFrames = append(w.segFrames, sg.frames)
+		w.segHashes = append(w.segHashes, sg.hashes)
+		w.segRetained = append(w.segRetained, retained)
+		w.segProducers = append(w.segProducers, sg.producer)
+		for j, k := range sg.keys {
+			w.rowPIDs = append(w.rowPIDs, pgUUID(pid))
+			w.rowHashes = append(w.rowHashes, pgUUID(k))
+			w.rowOffsets = append(w.rowOffsets, sg.first+int64(j))
+			w.rowSegments = append(w.rowSegments, sg.first)
+		}
+	}
+}
+
+// insertArgs are bundle_insert's arguments, $1 to $12.
+func (w *bundleRows) insertArgs() []any {
+	return []any{w.segPIDs, w.segFirst, w.segLast, w.segIDs, w.segFrames, w.segHashes,
+		w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments, w.segRetained, w.segProducers}
 }
 
 // bundleWrites assigns each locked partition's verdicts and offsets
@@ -337,7 +366,7 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 		lp := lk.locked[b.PartitionID]
 		out.Window = lp.window
 		out.FullProbe = b.Watermark < 0
-		msgIDs, frames, hashes, keys, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], out)
+		segs, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], out)
 		if lp.checkPayload {
 			wantOriginals(b, out, lk.hits[b.PartitionID], w.want)
 		}
@@ -345,19 +374,7 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 			continue
 		}
 		w.written = append(w.written, i)
-		w.segPIDs = append(w.segPIDs, pgUUID(b.PartitionID))
-		w.segFirst = append(w.segFirst, out.FirstOffset)
-		w.segLast = append(w.segLast, out.LastOffset)
-		w.segIDs = append(w.segIDs, msgIDs)
-		w.segFrames = append(w.segFrames, frames)
-		w.segHashes = append(w.segHashes, hashes)
-		w.segRetained = append(w.segRetained, lp.retained)
-		for j, k := range keys {
-			w.rowPIDs = append(w.rowPIDs, pgUUID(b.PartitionID))
-			w.rowHashes = append(w.rowHashes, pgUUID(k))
-			w.rowOffsets = append(w.rowOffsets, out.FirstOffset+int64(j))
-			w.rowSegments = append(w.rowSegments, out.FirstOffset)
-		}
+		w.addSegments(b.PartitionID, segs, lp.retained)
 	}
 	return w
 }
@@ -372,7 +389,7 @@ func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.Pus
 	var created time.Time
 	committed := false
 	ib := &pgx.Batch{}
-	ib.Queue(sqlBundleInsert, w.segPIDs, w.segFirst, w.segLast, w.segIDs, w.segFrames, w.segHashes, w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments, w.segRetained).Query(func(rows pgx.Rows) error {
+	ib.Queue(sqlBundleInsert, w.insertArgs()...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&created); err != nil {
 				return err
@@ -513,31 +530,65 @@ func markMismatches(bs []*queen.PushBatch, outs []queen.PushOutcome, locked map[
 	}
 }
 
+// newSegment is one segment a commit writes: a run of consecutive queued
+// items of one batch with the same producer (queen.Item.ProducerSub), their
+// message ids, frames (as segments.frames stores them) and hashes, and the
+// producer, stored once per segment (segments.producer_sub, "" for none).
+type newSegment struct {
+	first, last            int64
+	msgIDs, frames, hashes []byte
+	keys                   [][16]byte
+	producer               string
+}
+
 // assign gives verdicts under the lock (rules.Assign: leaders found by the
 // probe are duplicates of the original, clean leaders get consecutive
 // offsets after last in item order, followers echo their leader; with
 // window 0 every item is clean) and packs the clean items' ids, frames and
 // hashes for the insert, the frames as segments.frames stores them
 // (packSegment: compressed when that saves bytes).
-func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Hash]hit, out *queen.PushOutcome) (msgIDs, frames, hashes []byte, keys [][16]byte, clean int) {
+//
+// A segment stores one producer, so the clean items are split into
+// segments at each change of producer, in offset order: one segment when
+// they share it (always with JWT off, and for the items of one request),
+// one per run when the actor fused requests of different producers into
+// this commit. The segments are consecutive offset ranges of the
+// partition, like those of consecutive commits: readers see nothing
+// different.
+func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Hash]hit, out *queen.PushOutcome) (segs []newSegment, clean int) {
 	clean = rules.Assign(out.Results, b.Items, b.LeaderOf, b.PartitionID, window, last, func(h queen.Hash) (rules.Original, bool) {
 		x, ok := hits[h]
 		return rules.Original{Offset: x.offset, MessageID: x.id}, ok
 	}, newMessageID)
-	msgIDs = make([]byte, 0, 16*clean)
-	frames = make([]byte, 0, 64*clean)
-	hashes = make([]byte, 0, 16*clean)
-	keys = make([][16]byte, 0, clean)
-	for i, it := range b.Items {
-		if r := &out.Results[i]; r.Verdict == queen.Queued {
-			msgIDs = append(msgIDs, r.MessageID[:]...)
-			frames = AppendFrame(frames, it.TransactionID, it.TraceID, it.Payload)
-			hashes = append(hashes, it.Hash[:]...)
-			keys = append(keys, it.Hash)
-		}
-	}
 	out.FirstOffset, out.LastOffset = last+1, last+int64(clean)
-	return msgIDs, packSegment(frames), hashes, keys, clean
+	packed := 0 // clean items placed so far
+	for i, it := range b.Items {
+		r := &out.Results[i]
+		if r.Verdict != queen.Queued {
+			continue
+		}
+		if len(segs) == 0 || segs[len(segs)-1].producer != it.ProducerSub {
+			if len(segs) > 0 {
+				sg := &segs[len(segs)-1]
+				sg.frames = packSegment(sg.frames)
+			}
+			n := clean - packed
+			segs = append(segs, newSegment{first: r.Offset, producer: it.ProducerSub,
+				msgIDs: make([]byte, 0, 16*n), frames: make([]byte, 0, 64*n), hashes: make([]byte, 0, 16*n), keys: make([][16]byte, 0, n)})
+		}
+		sg := &segs[len(segs)-1]
+		sg.last = r.Offset
+		sg.msgIDs = append(sg.msgIDs, r.MessageID[:]...)
+		sg.frames = AppendFrame(sg.frames, it.TransactionID, it.TraceID, it.Payload)
+		sg.hashes = append(sg.hashes, it.Hash[:]...)
+		sg.keys = append(sg.keys, it.Hash)
+		packed++
+	}
+	if len(segs) > 0 {
+		sg := &segs[len(segs)-1]
+		sg.frames = packSegment(sg.frames)
+	}
+	return segs, clean
 }
 
 // scanLocked reads bundle_lock's rows: each locked partition's allocator,

@@ -29,14 +29,11 @@ type txnPartition struct {
 	batch queen.PushBatch
 	refs  []txnRef
 	out   queen.PushOutcome
-	seg   *txnSegment // what assign made to write; nil when nothing
-}
-
-// txnSegment is one partition's new segment, as assign builds it.
-type txnSegment struct {
-	msgIDs, frames, hashes []byte
-	keys                   [][16]byte
-	retained               bool // the queue has retentionSeconds (bundle_insert)
+	// segs is what assign made to write (one segment unless the items'
+	// producers differ); nil when nothing.
+	segs []newSegment
+	// retained: the queue has retentionSeconds (bundle_insert).
+	retained bool
 }
 
 // Transaction runs the operations of req in one PostgreSQL transaction
@@ -452,10 +449,8 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 			return queen.ErrPartitionGone.With("transaction: partition %q of queue %q was deleted (its queue was deleted); retry", p.batch.Items[0].Partition, p.batch.Items[0].Queue)
 		}
 		p.out = queen.PushOutcome{Results: make([]queen.Result, len(p.batch.Items)), LastOffset: -1, Window: lp.window, FullProbe: true}
-		msgIDs, frames, hashes, keys, clean := s.assign(&p.batch, lp.window, lp.last, hits[pid], &p.out)
-		if clean > 0 {
-			p.seg = &txnSegment{msgIDs: msgIDs, frames: frames, hashes: hashes, keys: keys, retained: lp.retained}
-		}
+		p.segs, _ = s.assign(&p.batch, lp.window, lp.last, hits[pid], &p.out)
+		p.retained = lp.retained
 		// refs are in request order: the partition's first duplicate is its
 		// lowest.
 		for n, r := range p.out.Results {
@@ -474,45 +469,25 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 	return nil
 }
 
-// writeTxnSegments writes the segment (frames, ids and hashes) of every pushed
-// partition that has one, in one statement, and stamps their outcomes with
-// its created_at.
+// writeTxnSegments writes the segments (frames, ids and hashes) of every
+// pushed partition that has any, in one statement, and stamps their outcomes
+// with its created_at.
 func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
-	var (
-		segPIDs                      []pgtype.UUID
-		segFirst, segLast            []int64
-		segIDs, segFrames, segHashes [][]byte
-		segRetained                  []bool
-		rowPIDs, rowHashes           []pgtype.UUID
-		rowOffsets, rowSegments      []int64
-		written                      []*txnPartition
-	)
+	w := &bundleRows{}
+	var written []*txnPartition
 	for _, pid := range pushPIDs {
 		p := parts[pid]
-		sg := p.seg
-		if sg == nil {
+		if len(p.segs) == 0 {
 			continue
 		}
 		written = append(written, p)
-		segPIDs = append(segPIDs, pgUUID(pid))
-		segFirst = append(segFirst, p.out.FirstOffset)
-		segLast = append(segLast, p.out.LastOffset)
-		segIDs = append(segIDs, sg.msgIDs)
-		segFrames = append(segFrames, sg.frames)
-		segHashes = append(segHashes, sg.hashes)
-		segRetained = append(segRetained, sg.retained)
-		for j, k := range sg.keys {
-			rowPIDs = append(rowPIDs, pgUUID(pid))
-			rowHashes = append(rowHashes, pgUUID(k))
-			rowOffsets = append(rowOffsets, p.out.FirstOffset+int64(j))
-			rowSegments = append(rowSegments, p.out.FirstOffset)
-		}
+		w.addSegments(pid, p.segs, p.retained)
 	}
 	if len(written) == 0 {
 		return nil
 	}
 	var created time.Time
-	rows, err := tx.Query(ctx, sqlBundleInsert, segPIDs, segFirst, segLast, segIDs, segFrames, segHashes, rowPIDs, rowHashes, rowOffsets, rowSegments, segRetained)
+	rows, err := tx.Query(ctx, sqlBundleInsert, w.insertArgs()...)
 	if err != nil {
 		return unavailable(err)
 	}

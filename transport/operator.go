@@ -213,8 +213,14 @@ func (s *Service) replayLetters(ctx context.Context, dls []queen.DeadLetter, out
 		pushed[r.ID] = true
 		txn := wire.ReplayTransactionID(r.ID)
 		r.Queue, r.Partition, r.TransactionID = d.Queue, d.Partition, txn
+		// The message goes back as its producer pushed it: with that
+		// producer's identity, not the operator's (SPEC.md §14).
+		var producer string
+		if d.ProducerSub != nil {
+			producer = *d.ProducerSub
+		}
 		items = append(items, &queen.Item{Queue: d.Queue, Partition: d.Partition, TransactionID: txn,
-			TraceID: d.TraceID, Payload: d.Data, Hash: queen.HashTxn(txn)})
+			TraceID: d.TraceID, Payload: d.Data, Hash: queen.HashTxn(txn), ProducerSub: producer})
 		at = append(at, i)
 	}
 	if len(items) == 0 {

@@ -69,6 +69,9 @@ type memMessage struct {
 	payload []byte
 	hash    queen.Hash
 	created time.Time
+	// producer is the item's queen.Item.ProducerSub (nil for ""), as the
+	// real store keeps it per segment.
+	producer *string
 }
 
 type consKey struct {
@@ -218,7 +221,7 @@ func (s *MemStore) commitLocked(p *memPartition, b *queen.PushBatch, now time.Ti
 		if r.Verdict != queen.Queued {
 			continue
 		}
-		p.msgs = append(p.msgs, memMessage{id: r.MessageID, txn: it.TransactionID, trace: it.TraceID, payload: it.Payload, hash: it.Hash, created: now})
+		p.msgs = append(p.msgs, memMessage{id: r.MessageID, txn: it.TransactionID, trace: it.TraceID, payload: it.Payload, hash: it.Hash, created: now, producer: producerOf(it)})
 		p.byHash[it.Hash] = append(p.byHash[it.Hash], r.Offset)
 	}
 	return out
@@ -406,6 +409,15 @@ func (s *MemStore) expireLocked(p *memPartition, group string, c *memConsumer, n
 	}
 }
 
+// producerOf is the stored form of it's producer: nil when it has none.
+func producerOf(it *queen.Item) *string {
+	if it.ProducerSub == "" {
+		return nil
+	}
+	sub := it.ProducerSub
+	return &sub
+}
+
 // deadLetterLocked copies the message at off to the DLQ. s.mu held.
 func (s *MemStore) deadLetterLocked(p *memPartition, group string, off int64, errText string, attempts int32, now time.Time) {
 	m := p.msgs[off]
@@ -413,7 +425,7 @@ func (s *MemStore) deadLetterLocked(p *memPartition, group string, off int64, er
 		ID: int64(len(s.dead) + 1), Queue: p.queue.name, Partition: p.name, PartitionID: p.id.String(),
 		ConsumerGroup: group, Offset: off, MessageID: m.id.String(), TransactionID: m.txn, TraceID: m.trace,
 		Data: m.payload, Error: errText, Attempts: int(attempts), CreatedAt: m.created, DeadAt: now,
-		ErrorMessage: errText, RetryCount: int(attempts) - 1,
+		ErrorMessage: errText, RetryCount: int(attempts) - 1, ProducerSub: m.producer,
 	})
 }
 
@@ -562,13 +574,17 @@ func (s *MemStore) claimLocked(p *memPartition, spec queen.PopSpec, c *memConsum
 		if m.created.After(visible) {
 			break
 		}
-		if size += len(m.payload) + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+		producer := 0
+		if m.producer != nil {
+			producer = len(*m.producer)
+		}
+		if size += len(m.payload) + producer + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
 			break
 		}
 		res.Messages = append(res.Messages, queen.Message{
 			ID: m.id.String(), TransactionID: m.txn, TraceID: m.trace, Data: m.payload, CreatedAt: m.created,
 			PartitionID: pidText, Partition: p.name, Queue: p.queue.name, Offset: off, ConsumerGroup: spec.Group,
-			RetryCount: int(c.failCounts[off]),
+			RetryCount: int(c.failCounts[off]), ProducerSub: m.producer,
 		})
 	}
 	if len(res.Messages) == 0 {

@@ -108,6 +108,8 @@ func (f *fixture) configure(queue string, p queen.OptionsPatch) {
 
 func i64(v int64) *int64 { return &v }
 
+func str(v string) *string { return &v }
+
 // pop pops pid for group, leased, up to batch messages.
 func (f *fixture) pop(pid uuid.UUID, group string, batch int) (queen.PopResult, queen.PopState) {
 	f.t.Helper()
@@ -411,6 +413,64 @@ var cases = []suiteCase{
 		require.Equal(t, "p", dl[0].Partition)
 		res, _ = f.pop(pid, "g", 5)
 		require.Equal(t, []int64{1}, offsets(res.Messages))
+	}},
+	{"producer/kept-per-message-through-pop-and-dlq", func(t *testing.T, f *fixture) {
+		// One commit fusing items of several producers (the actor fuses
+		// requests): each message keeps its own, "" is none.
+		pid := f.pid("q", "p")
+		b := batch(pid, "q", "p", "a", "b", "a", "c", "d", "e")
+		for i, sub := range []string{"alice", "alice", "bob", "bob", "", "alice"} {
+			b.Items[i].ProducerSub = sub
+		}
+		outs, err := f.s.CommitBundle(f.ctx, []*queen.PushBatch{b})
+		require.NoError(t, err)
+		require.Equal(t, queen.Duplicate, outs[0].Results[2].Verdict, "a repeat of a by bob")
+		require.Equal(t, int64(0), outs[0].FirstOffset)
+		require.Equal(t, int64(4), outs[0].LastOffset)
+		want := []*string{str("alice"), str("alice"), str("bob"), nil, str("alice")}
+		producers := func(ms []queen.Message) []*string {
+			out := make([]*string, len(ms))
+			for i, m := range ms {
+				out[i] = m.ProducerSub
+			}
+			return out
+		}
+		res, _ := f.pop(pid, "g", 10)
+		require.Equal(t, []int64{0, 1, 2, 3, 4}, offsets(res.Messages))
+		require.Equal(t, want, producers(res.Messages))
+		res, states, err := f.s.PopPartitions(f.ctx, queen.PopSpec{Group: "m", Batch: 10}, []uuid.UUID{pid}, 0)
+		require.NoError(t, err)
+		require.Equal(t, []queen.PopState{queen.PopDelivered}, states)
+		require.Equal(t, want, producers(res.Messages), "a multi-partition pop")
+
+		// A dead letter keeps its message's producer: by an ack (alice at
+		// offset 0, none at offset 3) and by expired leases (bob at 2).
+		r := f.ackOne(pid, "g", 0, queen.AckDLQ, nil)
+		require.Equal(t, queen.DeadLettered, r.Result)
+		f.pop(pid, "d", 10)
+		for _, off := range []int64{0, 1, 2} {
+			require.Equal(t, queen.Acked, f.ackOne(pid, "d", off, queen.AckCompleted, nil).Result)
+		}
+		require.Equal(t, queen.DeadLettered, f.ackOne(pid, "d", 3, queen.AckDLQ, nil).Result)
+		f.configure("q", queen.OptionsPatch{RetryLimit: i64(1)})
+		xb := batch(f.pid("q", "x2"), "q", "x2", "y0")
+		xb.Items[0].ProducerSub = "bob"
+		_, err = f.s.CommitBundle(f.ctx, []*queen.PushBatch{xb})
+		require.NoError(t, err)
+		xpid := f.pid("q", "x2")
+		f.pop(xpid, "e", 1)
+		require.NoError(t, f.s.ExpireLeases(f.ctx))
+		f.pop(xpid, "e", 1)
+		require.NoError(t, f.s.ExpireLeases(f.ctx))
+		f.pop(xpid, "e", 1) // past retryLimit: dead-lettered
+		dl, _, err := f.s.DeadLetters(f.ctx, queen.DLQFilter{Queue: "q", Limit: 100})
+		require.NoError(t, err)
+		require.Len(t, dl, 3)
+		byGroup := map[string]*string{}
+		for _, d := range dl {
+			byGroup[d.ConsumerGroup] = d.ProducerSub
+		}
+		require.Equal(t, map[string]*string{"g": str("alice"), "d": nil, "e": str("bob")}, byGroup)
 	}},
 	{"ack/dlq-at-once-and-retry-without-count", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b")

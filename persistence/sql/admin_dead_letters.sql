@@ -8,7 +8,7 @@
 -- never read.
 WITH page AS MATERIALIZED (
     SELECT d.id, q.name AS queue, COALESCE(p.name, '') AS partition, d.partition_id, d.consumer_group,
-           d."offset", d.message_id, d.frame, d.created_at, d.error, d.attempts, d.dead_at,
+           d."offset", d.message_id, d.frame, d.created_at, d.error, d.attempts, d.dead_at, d.producer_sub,
            count(*) OVER () AS total,
            octet_length(d.frame) + octet_length(d.error) AS size
       FROM queen.dead_letters d
@@ -21,7 +21,7 @@ WITH page AS MATERIALIZED (
      LIMIT $3 OFFSET $4
 )
 SELECT x.id, x.queue, x.partition, x.partition_id, x.consumer_group, x."offset", x.message_id,
-       x.frame, x.created_at, x.error, x.attempts, x.dead_at, x.total
+       x.frame, x.created_at, x.error, x.attempts, x.dead_at, x.producer_sub, x.total
   FROM (SELECT page.*, sum(page.size) OVER (ORDER BY page.id ROWS UNBOUNDED PRECEDING) AS acc FROM page) x
  WHERE x.acc - x.size < $8::bigint
  ORDER BY x.id

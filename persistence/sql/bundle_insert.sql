@@ -1,12 +1,16 @@
--- Writes a bundle: one segment per partition (its frames, message ids and
--- transaction-id hashes, migration 0017), one level-0 log_txn_hashes row per
--- frame, and bumps each allocator, all stamped with one clock_timestamp()
--- while the row locks are held.
--- Per partition (parallel arrays): $1 id, $2 first offset, $3 last offset,
--- $4 message ids (16 bytes each), $5 packed frames, $6 packed hashes,
--- $11 whether its queue has retentionSeconds (read by bundle_probe under
--- the row locks). Per frame (parallel arrays): $7 partition id, $8 hash
--- (uuid), $9 offset, $10 the first offset of its segment.
+-- Writes a bundle: its segments (their frames, message ids and
+-- transaction-id hashes, migration 0017, and producer, migration 0018), one
+-- level-0 log_txn_hashes row per frame, and bumps each allocator to its
+-- partition's last new offset, all stamped with one clock_timestamp() while
+-- the row locks are held. A partition has one segment, or one per run of
+-- items with the same producer (persistence.Store.assign): consecutive
+-- offset ranges.
+-- Per segment (parallel arrays): $1 partition id, $2 first offset, $3 last
+-- offset, $4 message ids (16 bytes each), $5 packed frames, $6 packed
+-- hashes, $11 whether its queue has retentionSeconds (read by bundle_probe
+-- under the row locks), $12 its producer ('' = none). Per frame
+-- (parallel arrays): $7 partition id, $8 hash (uuid), $9 offset, $10 the
+-- first offset of its segment.
 --
 -- A segment goes to segments_timed (dropped whole by time range) when its
 -- queue has retentionSeconds and a listed range holds now, else to
@@ -19,13 +23,13 @@ WITH t AS MATERIALIZED (
       FROM (SELECT clock_timestamp() AS now) c
 ),
 seg AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[], $6::bytea[], $11::boolean[])
-        AS u (partition_id, first_offset, last_offset, message_ids, frames, hashes, retained)
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[], $6::bytea[], $11::boolean[], $12::text[])
+        AS u (partition_id, first_offset, last_offset, message_ids, frames, hashes, retained, producer_sub)
 ),
 s AS (
-    INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes, timed)
+    INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes, timed, producer_sub)
     SELECT seg.partition_id, seg.first_offset, seg.last_offset, t.now, seg.message_ids, seg.frames, seg.hashes,
-           seg.retained AND t.ranged
+           seg.retained AND t.ranged, seg.producer_sub
       FROM seg, t
 ),
 x AS (
@@ -34,7 +38,7 @@ x AS (
       FROM unnest($7::uuid[], $8::uuid[], $9::bigint[], $10::bigint[]) AS u (partition_id, hash, "offset", segment), t
 )
 UPDATE queen.partitions p
-   SET last_offset = seg.last_offset
-  FROM seg
- WHERE p.id = seg.partition_id
+   SET last_offset = n.last_offset
+  FROM (SELECT partition_id, max(last_offset) AS last_offset FROM seg GROUP BY partition_id) n
+ WHERE p.id = n.partition_id
 RETURNING (SELECT now FROM t)

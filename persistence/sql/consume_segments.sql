@@ -24,13 +24,13 @@ WITH c AS (
         OR (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = $1 ORDER BY s.first_offset DESC LIMIT 1)
            <= clock_timestamp() - make_interval(secs => c.buffer)
 )
-SELECT first_offset, last_offset, created_at, message_ids, frames
+SELECT first_offset, last_offset, created_at, message_ids, frames, producer_sub
 FROM (
     SELECT s.*, sum(s.last_offset - GREATEST(s.first_offset, ok."cursor" + 1) + 1) OVER (ORDER BY s.first_offset) AS acc,
            s.last_offset - GREATEST(s.first_offset, ok."cursor" + 1) + 1 AS n
     FROM ok
     CROSS JOIN LATERAL (
-        SELECT first_offset, last_offset, created_at, message_ids, frames
+        SELECT first_offset, last_offset, created_at, message_ids, frames, producer_sub
         FROM queen.segments
         WHERE partition_id = $1 AND last_offset > ok."cursor" AND created_at <= ok.visible
           -- An index bound: the segment holding the cursor's next offset

@@ -3,7 +3,7 @@
 -- $2. Same columns as admin_dead_letters (the last one, the count, over the
 -- rows returned). One primary-key lookup per id.
 SELECT d.id, q.name, COALESCE(p.name, ''), d.partition_id, d.consumer_group, d."offset", d.message_id,
-       d.frame, d.created_at, d.error, d.attempts, d.dead_at, count(*) OVER ()
+       d.frame, d.created_at, d.error, d.attempts, d.dead_at, d.producer_sub, count(*) OVER ()
 FROM queen.dead_letters d
 JOIN queen.queues q ON q.id = d.queue_id
 LEFT JOIN queen.partitions p ON p.id = d.partition_id

@@ -6,7 +6,8 @@
 -- No row when the queue does not exist. Otherwise the partition's id (NULL
 -- when the queue has no such partition) and last allocated offset on every
 -- row, then one segment per row in offset order (all NULL when none holds a
--- message above $3): its first offset, created_at, message ids and frames.
+-- message above $3): its first offset, created_at, message ids, frames and
+-- producer (migration 0018).
 --
 -- The segments are read as consume_segments reads them: an index bound on
 -- (partition_id, first_offset) — the segment holding offset $3 + 1 starts
@@ -30,16 +31,16 @@ WITH p AS MATERIALIZED (
                       LIMIT 1), -1) AS lo
       FROM p
 )
-SELECT b.partition_id, b.last_offset, s.first_offset, s.created_at, s.message_ids, s.frames
+SELECT b.partition_id, b.last_offset, s.first_offset, s.created_at, s.message_ids, s.frames, s.producer_sub
   FROM b
   LEFT JOIN LATERAL (
-    SELECT x.first_offset, x.created_at, x.message_ids, x.frames
+    SELECT x.first_offset, x.created_at, x.message_ids, x.frames, x.producer_sub
       FROM (
-        SELECT g.first_offset, g.created_at, g.message_ids, g.frames,
+        SELECT g.first_offset, g.created_at, g.message_ids, g.frames, g.producer_sub,
                sum(g.last_offset - GREATEST(g.first_offset, $3::bigint + 1) + 1) OVER (ORDER BY g.first_offset) AS acc,
                g.last_offset - GREATEST(g.first_offset, $3::bigint + 1) + 1 AS n
           FROM (
-            SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
+            SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames, s.producer_sub
               FROM queen.segments s
              WHERE s.partition_id = b.partition_id
                AND s.first_offset >= b.lo

@@ -428,7 +428,8 @@ async function pageQueue(gen, name, params) {
     if (gen !== generation) return;
     const msgRows = ((msgs && msgs.messages) || []).slice().reverse().map((m) => el("tr", { "data-offset": m.offset },
       el("td", { class: "num" }, m.offset), el("td", null, fmtTime(m.createdAt)), el("td", null, m.id), el("td", null, truncate(m.transactionId, 80)),
-      el("td", null, m.traceId ? truncate(m.traceId, 40) : "—"), el("td", { class: "payload" }, payloadText(m.data))));
+      el("td", null, m.traceId ? truncate(m.traceId, 40) : "—"), el("td", { class: "producer" }, m.producerSub ? truncate(m.producerSub, 40) : "—"),
+      el("td", { class: "payload" }, payloadText(m.data))));
     live.replaceChildren(...[
       el("h3", null, "Partitions" + (d.truncated ? ` (first ${parts.length} of ${d.partitionCount})` : "")),
       partRows.length ? table(["partition", "messages", "last offset", "created"], partRows, "partitions-table") : el("p", { class: "muted", id: "partitions-empty" }, "No partitions yet."),
@@ -438,7 +439,7 @@ async function pageQueue(gen, name, params) {
         : el("p", { class: "muted", id: "groups-empty" }, "No consumer group has popped this queue yet."),
       el("h3", null, sel ? `Recent messages in partition ${sel} (newest first; a read-only peek, nothing is leased or acked)` : "Recent messages"),
       peekErr ? el("p", { class: "muted", id: "messages-error" }, "Nothing to show: " + peekErr.message)
-        : msgRows.length ? table(["offset", "created", "message id", "transactionId", "traceId", "payload"], msgRows, "messages-table")
+        : msgRows.length ? table(["offset", "created", "message id", "transactionId", "traceId", "producer", "payload"], msgRows, "messages-table")
           : el("p", { class: "muted", id: "messages-empty" }, "No stored messages.")].filter(Boolean));
     if (peekErr) showError(peekErr.message);
   };
@@ -497,9 +498,10 @@ function dlqTable(msgs, replayable) {
   const rows = msgs.map((m) => el("tr", { "data-id": m.id },
     el("td", { class: "num" }, m.id), el("td", null, m.queue), el("td", null, m.partition), el("td", null, m.consumerGroup),
     el("td", { class: "num" }, m.offset), el("td", null, m.transactionId), el("td", null, truncate(m.error || m.errorMessage || "", 80)),
-    el("td", { class: "num" }, m.attempts), el("td", null, fmtTime(m.deadLetteredAt)), el("td", { class: "payload" }, payloadText(m.data)),
+    el("td", { class: "num" }, m.attempts), el("td", null, fmtTime(m.deadLetteredAt)),
+    el("td", { class: "producer" }, m.producerSub ? truncate(m.producerSub, 40) : "—"), el("td", { class: "payload" }, payloadText(m.data)),
     replayable ? el("td", null, el("button", { class: "small replay-one", type: "button", "data-id": m.id }, "replay")) : null));
-  const h = ["id", "queue", "partition", "group", "offset", "transactionId", "error", "attempts", "dead since", "payload"];
+  const h = ["id", "queue", "partition", "group", "offset", "transactionId", "error", "attempts", "dead since", "producer", "payload"];
   if (replayable) h.push("");
   return rows.length ? table(h, rows, "dlq-table") : el("p", { class: "muted", id: "dlq-empty" }, "No dead letters match.");
 }

@@ -157,6 +157,10 @@ func TestConsoleBrowser(t *testing.T) {
 	if txt := b.eval(t, `document.querySelector('#messages-table tr[data-offset="1"]').textContent`); !strings.Contains(txt, orig[1].MessageID) || !strings.Contains(txt, "k2") {
 		t.Fatalf("k2's row: %s", txt)
 	}
+	// JWT off: no producer.
+	if txt := b.eval(t, `document.querySelector('#messages-table tr[data-offset="1"] td.producer').textContent`); txt != "—" {
+		t.Fatalf("k2's producer shown as %q, want — (JWT off)", txt)
+	}
 	// A payload with markup is text, never HTML.
 	if n := b.eval(t, `document.querySelectorAll('#messages-table img').length`); n != "0" {
 		t.Fatalf("the payload became %s element(s)", n)
@@ -208,6 +212,9 @@ func TestConsoleBrowser(t *testing.T) {
 	id := strconv.FormatInt(dls[0].ID, 10)
 	b.goHash(t, "#/dlq?queue=dl&consumerGroup=g1")
 	b.waitFor(t, "the dead letter listed", `document.querySelector('#dlq-table tr[data-id="`+id+`"] button.replay-one')`)
+	if txt := b.eval(t, `document.querySelector('#dlq-table tr[data-id="`+id+`"] td.producer').textContent`); txt != "—" {
+		t.Fatalf("the dead letter's producer shown as %q, want — (JWT off)", txt)
+	}
 	b.eval(t, `document.querySelector('#dlq-table button.replay-one').click(); true`)
 	b.waitFor(t, "the replay moved", `document.querySelector('#replay-table tr[data-id="`+id+`"][data-result="moved"]') && document.getElementById("dlq-empty")`)
 	if left := e.dlq(t, "dl"); len(left) != 0 {
