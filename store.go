@@ -131,3 +131,36 @@ type PopSpec struct {
 // PopMessageOverhead is what one message adds to a pop reply besides its
 // payload (ids, names, offsets and keys), counted against PopSpec.MaxBytes.
 const PopMessageOverhead = 512
+
+// LeaseStats counts what a store settled of expired leases (SPEC.md §4,
+// rules.Bisection) in committed pops, acks and transactions, since it was
+// opened: for the consume report and /metrics.
+type LeaseStats struct {
+	// Expiries is expired leases settled that still held unacked messages.
+	Expiries int64
+	// Bisections is those whose span held several unacked messages: none
+	// was charged and the next deliveries were bisected.
+	Bisections int64
+	// DeadLettered is single-message expiries that dead-lettered their
+	// message (error text LeaseExpiredError).
+	DeadLettered int64
+	// Stalls is bisections that ended (the cursor passed the expired
+	// range), and StallSeconds the seconds they held their partitions,
+	// each from the settling of its first expiry to the pop that found the
+	// range passed (PostgreSQL's clock).
+	Stalls       int64
+	StallSeconds float64
+}
+
+// Add adds o's counts to l.
+func (l *LeaseStats) Add(o LeaseStats) {
+	l.Expiries += o.Expiries
+	l.Bisections += o.Bisections
+	l.DeadLettered += o.DeadLettered
+	l.Stalls += o.Stalls
+	l.StallSeconds += o.StallSeconds
+}
+
+// LeaseExpiredError is the error text of a failed delivery counted for an
+// expired lease, and of the dead letter it may cause (SPEC.md §4).
+const LeaseExpiredError = "lease expired"

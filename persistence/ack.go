@@ -200,7 +200,7 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 // inside tx, a transaction the caller began and commits, whose locks come
 // before this row's in the lock order. The answers go to out[idx]; what it
 // settled of an expired lease is added to *settled.
-func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, settled *LeaseStats) error {
+func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, settled *queen.LeaseStats) error {
 	a := &consumerAcks{key: k, idx: idx}
 	b := &pgx.Batch{}
 	a.queueLock(b, items)
@@ -211,7 +211,7 @@ func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.Ack
 	if err := a.settle(ctx, tx, items, out, b, nil); err != nil {
 		return err
 	}
-	settled.add(a.st.leases)
+	settled.Add(a.st.leases)
 	return sendAcks(ctx, tx, b)
 }
 
@@ -524,7 +524,7 @@ func (a *consumerAcks) targets(items []queen.AckItem, out []queen.AckResult) (ta
 // stored offset above the cursor to the lease's end) charges none of them
 // and bisects the next deliveries; a span of one message counts one failed
 // delivery of it, like a failed ack, and past the queue's retryLimit it is
-// dead-lettered with the error text LeaseExpiredError and the cursor moves
+// dead-lettered with the error text queen.LeaseExpiredError and the cursor moves
 // past it. The lease is released in st (lease id, span end cleared), so
 // the caller's write of the row records the expiry once: a later pop or
 // ack, on any broker, finds no lease to settle. What it settled is added
@@ -564,7 +564,7 @@ func expireLease(ctx context.Context, tx querier, k ackKey, st *consumerState) (
 	}
 	st.failCounts[off]++
 	if attempts := st.failCounts[off]; int64(attempts) > st.retryLimit {
-		if err := deadLetterFrom(ctx, tx, k, off, first, created, ids, frames, producer, LeaseExpiredError, attempts); err != nil {
+		if err := deadLetterFrom(ctx, tx, k, off, first, created, ids, frames, producer, queen.LeaseExpiredError, attempts); err != nil {
 			return false, err
 		}
 		st.leases.DeadLettered++

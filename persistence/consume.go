@@ -37,10 +37,6 @@ var (
 	sqlConsumeFirstAbove = q("consume_first_above")
 )
 
-// LeaseExpiredError is the error text of a failed delivery counted for an
-// expired lease, and of the dead letter it may cause (SPEC.md §4).
-const LeaseExpiredError = "lease expired"
-
 // querier is what the consume paths need of a connection or transaction.
 type querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults

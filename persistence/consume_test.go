@@ -481,7 +481,7 @@ func TestExpiredLeaseCountsAFailedDelivery(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), total)
 	require.Equal(t, "poison", dl[0].TransactionID)
-	require.Equal(t, LeaseExpiredError, dl[0].Error)
+	require.Equal(t, queen.LeaseExpiredError, dl[0].Error)
 	require.Equal(t, 3, dl[0].Attempts)
 	require.Equal(t, int64(0), dl[0].Offset)
 }
@@ -504,7 +504,7 @@ func TestExpiredSpanChargesNone(t *testing.T) {
 	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m2"}, txns(res), "half of the expired span m2,m3")
 	require.Equal(t, 0, res.Messages[0].RetryCount, "a message of a multi-message expired span is not charged")
-	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats())
+	require.Equal(t, queen.LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats())
 
 	// An extended lease is live: nothing settles, and its ack completes the span.
 	long, err := s.ExtendLease(ctx, uuid.MustParse(*res.LeaseID), 600)
@@ -589,10 +589,10 @@ func TestBisectionDeadLettersOnlyThePoison(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), total)
 	require.Equal(t, "m037", dl[0].TransactionID)
-	require.Equal(t, LeaseExpiredError, dl[0].Error)
+	require.Equal(t, queen.LeaseExpiredError, dl[0].Error)
 	require.Equal(t, 4, dl[0].Attempts)
 	ls := s.LeaseStats()
-	require.Equal(t, LeaseStats{Expiries: 10, Bisections: 6, DeadLettered: 1, Stalls: 1, StallSeconds: ls.StallSeconds}, ls)
+	require.Equal(t, queen.LeaseStats{Expiries: 10, Bisections: 6, DeadLettered: 1, Stalls: 1, StallSeconds: ls.StallSeconds}, ls)
 }
 
 func TestExpiredLeaseCountsOnce(t *testing.T) {
@@ -635,7 +635,7 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 		require.Equal(t, queen.PopBusy, o.st)
 	}
 	require.Equal(t, 1, delivered)
-	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats(), "the expiry is settled once")
+	require.Equal(t, queen.LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats(), "the expiry is settled once")
 
 	// m1 alone expires: charged once.
 	runOutLease(t, s, pid, g)
@@ -655,7 +655,7 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	require.Equal(t, int64(1), total)
 	require.Equal(t, "m1", dl[0].TransactionID)
 	require.Equal(t, 2, dl[0].Attempts)
-	require.Equal(t, LeaseStats{Expiries: 3, Bisections: 1, DeadLettered: 1}, s.LeaseStats(), "m2 is still in the expired range")
+	require.Equal(t, queen.LeaseStats{Expiries: 3, Bisections: 1, DeadLettered: 1}, s.LeaseStats(), "m2 is still in the expired range")
 }
 
 // TestDeadLettersByteBudget: a page of the DLQ listing stops once its

@@ -37,8 +37,8 @@ type consumerState struct {
 	// the pop change it, every write of the row stores it.
 	bisect rules.Bisection
 	// leases is what this transaction settled of expired leases and
-	// bisections, counted in the Store's LeaseStats once it commits.
-	leases LeaseStats
+	// bisections, counted in the Store's queen.LeaseStats once it commits.
+	leases queen.LeaseStats
 }
 
 func (c *consumerState) scan(row pgx.Row) error { return c.scanRow(row, false) }

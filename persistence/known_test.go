@@ -22,7 +22,7 @@ func knownPop(t *testing.T, s *Store, spec queen.PopSpec, pids []uuid.UUID) (que
 	defer conn.Release()
 	cq := &countingQuerier{q: conn}
 	states := make([]queen.PopState, len(pids))
-	var settled LeaseStats
+	var settled queen.LeaseStats
 	res, err := popManyTx(ctx, cq, spec, pids, 0, states, &settled, s.known)
 	require.NoError(t, err)
 	require.Equal(t, 2, cq.trips, "claim and commit")

@@ -28,12 +28,12 @@ import (
 func (s *Store) PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
 	var res queen.PopResult
 	var state queen.PopState
-	var settled LeaseStats
+	var settled queen.LeaseStats
 	var err error
 	for try := 0; ; try++ {
 		err = s.inSession(ctx, func(conn *session) error {
 			var err error
-			settled = LeaseStats{} // a retried attempt settles afresh
+			settled = queen.LeaseStats{} // a retried attempt settles afresh
 			res, state, err = popTx(ctx, conn, spec, &settled, s.known)
 			if err != nil {
 				rollback(conn)
@@ -59,7 +59,7 @@ func (s *Store) PopPartition(ctx context.Context, spec queen.PopSpec) (queen.Pop
 // expired leases and bisections is added to *settled once committed. On an
 // error the caller rolls back. A committed pop that found its consumer row
 // adds it to known (nil: none).
-func popTx(ctx context.Context, tx querier, spec queen.PopSpec, settled *LeaseStats, known *knownRows) (_ queen.PopResult, _ queen.PopState, err error) {
+func popTx(ctx context.Context, tx querier, spec queen.PopSpec, settled *queen.LeaseStats, known *knownRows) (_ queen.PopResult, _ queen.PopState, err error) {
 	st, found, segs, err := claimSpan(ctx, tx, spec, known)
 	if err != nil {
 		return queen.PopResult{}, queen.PopBusy, err
@@ -95,7 +95,7 @@ func popTx(ctx context.Context, tx querier, spec queen.PopSpec, settled *LeaseSt
 		if err := commitPop(ctx, tx, write); err != nil {
 			return queen.PopResult{}, queen.PopBusy, err
 		}
-		settled.add(st.leases)
+		settled.Add(st.leases)
 		return queen.PopResult{}, state, nil
 	}
 	if st.cursor >= st.lastOffset {
@@ -114,7 +114,7 @@ func popTx(ctx context.Context, tx querier, spec queen.PopSpec, settled *LeaseSt
 		err = takeLease(ctx, tx, spec, &st, last, &res)
 	}
 	if err == nil {
-		settled.add(st.leases)
+		settled.Add(st.leases)
 	}
 	return res, queen.PopDelivered, err
 }

@@ -45,12 +45,12 @@ func (s *Store) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uu
 		return queen.PopResult{}, states, nil
 	}
 	var res queen.PopResult
-	var settled LeaseStats
+	var settled queen.LeaseStats
 	var err error
 	for try := 0; ; try++ {
 		err = s.inSession(ctx, func(conn *session) error {
 			var err error
-			settled = LeaseStats{} // a retried attempt settles afresh
+			settled = queen.LeaseStats{} // a retried attempt settles afresh
 			res, err = popManyTx(ctx, conn, spec, pids, most, states, &settled, s.known)
 			if err != nil {
 				rollback(conn)
@@ -78,7 +78,7 @@ func (s *Store) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uu
 // created (see knownRows): one found missing is dropped from known and
 // answers queen.PopBusy with spec.SkipLocked, else the call fails with
 // errStaleKnown. Once committed, every row found is added to known.
-func popManyTx(ctx context.Context, tx querier, spec queen.PopSpec, pids []uuid.UUID, most int, states []queen.PopState, settled *LeaseStats, known *knownRows) (queen.PopResult, error) {
+func popManyTx(ctx context.Context, tx querier, spec queen.PopSpec, pids []uuid.UUID, most int, states []queen.PopState, settled *queen.LeaseStats, known *knownRows) (queen.PopResult, error) {
 	n := len(pids)
 	for i := range states {
 		states[i] = queen.PopBusy
@@ -113,7 +113,7 @@ func popManyTx(ctx context.Context, tx querier, spec queen.PopSpec, pids []uuid.
 		return queen.PopResult{}, unavailable(err)
 	}
 	for i := range pm.sts {
-		settled.add(pm.sts[i].leases)
+		settled.Add(pm.sts[i].leases)
 		if pm.found[i] {
 			known.add(ackKey{pids[i], spec.Group})
 		}

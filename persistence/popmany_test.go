@@ -86,7 +86,7 @@ func countedPop(t *testing.T, s *Store, spec queen.PopSpec, pids []uuid.UUID, mo
 	defer conn.Release()
 	cq := &countingQuerier{q: conn}
 	states := make([]queen.PopState, len(pids))
-	var settled LeaseStats
+	var settled queen.LeaseStats
 	res, err := popManyTx(ctx, cq, spec, pids, most, states, &settled, nil)
 	require.NoError(t, err)
 	return res, states, cq
@@ -258,7 +258,7 @@ func TestPopPartitionsBisects(t *testing.T) {
 	for _, m := range res.Messages {
 		require.Zero(t, m.RetryCount)
 	}
-	require.Equal(t, LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats())
+	require.Equal(t, queen.LeaseStats{Expiries: 1, Bisections: 1}, s.LeaseStats())
 	runOutLease(t, s, pids[0], "g")
 	res, _, err = s.PopPartitions(ctx, spec, pids[:1], 0)
 	require.NoError(t, err)

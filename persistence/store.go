@@ -86,53 +86,24 @@ type LockEvent struct {
 	TimedOut bool
 }
 
-// LeaseStats counts what this Store settled of expired leases (SPEC.md §4,
-// rules.Bisection) in committed pops, acks and transactions, since it was
-// opened: for the consume report and /metrics.
-type LeaseStats struct {
-	// Expiries is expired leases settled that still held unacked messages.
-	Expiries int64
-	// Bisections is those whose span held several unacked messages: none
-	// was charged and the next deliveries were bisected.
-	Bisections int64
-	// DeadLettered is single-message expiries that dead-lettered their
-	// message (error text LeaseExpiredError).
-	DeadLettered int64
-	// Stalls is bisections that ended (the cursor passed the expired
-	// range), and StallSeconds the seconds they held their partitions,
-	// each from the settling of its first expiry to the pop that found the
-	// range passed (PostgreSQL's clock).
-	Stalls       int64
-	StallSeconds float64
-}
-
-// add adds o to l.
-func (l *LeaseStats) add(o LeaseStats) {
-	l.Expiries += o.Expiries
-	l.Bisections += o.Bisections
-	l.DeadLettered += o.DeadLettered
-	l.Stalls += o.Stalls
-	l.StallSeconds += o.StallSeconds
-}
-
-// leaseCounter is the Store's running LeaseStats.
+// leaseCounter is the Store's running queen.LeaseStats.
 type leaseCounter struct {
 	mu sync.Mutex
-	n  LeaseStats
+	n  queen.LeaseStats
 }
 
-func (c *leaseCounter) add(o LeaseStats) {
-	if o == (LeaseStats{}) {
+func (c *leaseCounter) add(o queen.LeaseStats) {
+	if o == (queen.LeaseStats{}) {
 		return
 	}
 	c.mu.Lock()
-	c.n.add(o)
+	c.n.Add(o)
 	c.mu.Unlock()
 }
 
-// LeaseStats returns what the Store has settled of expired leases and
+// queen.LeaseStats returns what the Store has settled of expired leases and
 // bisections since it was opened (committed work only).
-func (s *Store) LeaseStats() LeaseStats {
+func (s *Store) LeaseStats() queen.LeaseStats {
 	s.leases.mu.Lock()
 	defer s.leases.mu.Unlock()
 	return s.leases.n

@@ -123,7 +123,7 @@ type txnPlan struct {
 	lockPIDs []uuid.UUID
 	keys     []ackKey
 	// leases is what the acks settled of expired leases (Store.LeaseStats).
-	leases LeaseStats
+	leases queen.LeaseStats
 }
 
 // planTxn groups the operations of req (creating the queues and partitions

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
 )
 
@@ -41,12 +40,8 @@ type MemStore struct {
 	cons   map[consKey]*memConsumer
 	subs   map[[2]string]*time.Time // (queue, group) -> from (nil: from the oldest)
 	dead   []queen.DeadLetter
-	leases LeaseStats
+	leases queen.LeaseStats
 }
-
-// LeaseStats is persistence.LeaseStats (what pops and acks settled of
-// expired leases), counted by the MemStore.
-type LeaseStats = persistence.LeaseStats
 
 type memQueue struct {
 	name, namespace, task string
@@ -397,7 +392,7 @@ func (s *MemStore) expireLocked(p *memPartition, group string, c *memConsumer, n
 	}
 	c.failCounts[off]++
 	if attempts := c.failCounts[off]; int64(attempts) > p.queue.opts.RetryLimit {
-		s.deadLetterLocked(p, group, off, persistence.LeaseExpiredError, attempts, now)
+		s.deadLetterLocked(p, group, off, queen.LeaseExpiredError, attempts, now)
 		s.leases.DeadLettered++
 		c.cursor = off
 		c.bisect.Mark = off
@@ -445,8 +440,8 @@ func (s *MemStore) DeadLetters(_ context.Context, f queen.DLQFilter) ([]queen.De
 	return out, int64(len(out)), nil
 }
 
-// LeaseStats returns what pops and acks settled of expired leases.
-func (s *MemStore) LeaseStats() LeaseStats {
+// queen.LeaseStats returns what pops and acks settled of expired leases.
+func (s *MemStore) LeaseStats() queen.LeaseStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.leases

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence"
 	"github.com/queen-mq/queen-go/rules"
 )
 
@@ -501,7 +500,7 @@ var cases = []suiteCase{
 		dl, _, err := f.s.DeadLetters(f.ctx, queen.DLQFilter{Queue: "q", Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, dl, 1)
-		require.Equal(t, persistence.LeaseExpiredError, dl[0].Error)
+		require.Equal(t, queen.LeaseExpiredError, dl[0].Error)
 	}},
 	{"lease/expired-span-is-bisected", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b", "c", "d", "e", "f", "g", "h")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/loadtest/report"
 	"github.com/queen-mq/queen-go/loadtest/txnid"
 	"github.com/queen-mq/queen-go/persistence"
@@ -384,9 +385,9 @@ func (a *Auditor) finishPoison(gi int) {
 func (a *Auditor) dlqErrorOK(text string) bool {
 	switch a.failMode {
 	case txnid.FailNack:
-		return text == txnid.PoisonError || text == persistence.LeaseExpiredError
+		return text == txnid.PoisonError || text == queen.LeaseExpiredError
 	case txnid.FailCrash, txnid.FailCrashBatch:
-		return text == persistence.LeaseExpiredError
+		return text == queen.LeaseExpiredError
 	}
 	return true
 }

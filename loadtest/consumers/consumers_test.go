@@ -313,7 +313,7 @@ func (f *fakeConsumeBroker) expire(group string, p int, c *fakeCursor) {
 	c.retryCount++
 	if c.retryCount > f.retryLimit {
 		f.dead = append(f.dead, persistence.StoredDeadLetter{Queue: f.queue, Partition: f.parts[p], ConsumerGroup: group,
-			Offset: off, TransactionID: f.msgs[p][off].txn, Attempts: c.retryCount, Error: persistence.LeaseExpiredError})
+			Offset: off, TransactionID: f.msgs[p][off].txn, Attempts: c.retryCount, Error: queen.LeaseExpiredError})
 		c.cursor = off
 		c.bisect.Mark = off
 	}

@@ -683,22 +683,22 @@ func registerCacheMetrics(m *metrics.Set, c *actors.Cache) {
 }
 
 // registerLeaseMetrics exposes what this broker's store settled of expired
-// leases and poison isolation (persistence.LeaseStats, SPEC.md §4).
+// leases and poison isolation (queen.LeaseStats, SPEC.md §4).
 func registerLeaseMetrics(m *metrics.Set, st *persistence.Store) {
-	counter := func(name, help string, f func(persistence.LeaseStats) float64) prometheus.Collector {
+	counter := func(name, help string, f func(queen.LeaseStats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(st.LeaseStats()) })
 	}
 	m.Registry.MustRegister(
 		counter("queen_lease_expiries_total", "Expired leases settled that still held unacked messages.",
-			func(s persistence.LeaseStats) float64 { return float64(s.Expiries) }),
+			func(s queen.LeaseStats) float64 { return float64(s.Expiries) }),
 		counter("queen_lease_bisections_total", "Expired leases over several unacked messages: none charged, the next deliveries bisected.",
-			func(s persistence.LeaseStats) float64 { return float64(s.Bisections) }),
+			func(s queen.LeaseStats) float64 { return float64(s.Bisections) }),
 		counter("queen_lease_expiry_dead_letters_total", "Messages dead-lettered by their (retryLimit+1)-th single-message lease expiry (error text \"lease expired\").",
-			func(s persistence.LeaseStats) float64 { return float64(s.DeadLettered) }),
+			func(s queen.LeaseStats) float64 { return float64(s.DeadLettered) }),
 		counter("queen_poison_stalls_total", "Bisections ended: a (partition, group) passed the range of its expired leases.",
-			func(s persistence.LeaseStats) float64 { return float64(s.Stalls) }),
+			func(s queen.LeaseStats) float64 { return float64(s.Stalls) }),
 		counter("queen_poison_stall_seconds_total", "Seconds (partition, group) pairs spent bisecting an expired range, from its first expiry to the pop that found it passed.",
-			func(s persistence.LeaseStats) float64 { return s.StallSeconds }),
+			func(s queen.LeaseStats) float64 { return s.StallSeconds }),
 	)
 }
 
