@@ -98,7 +98,10 @@ func startEnv(t testing.TB, mod func(*Config)) *env {
 	return startEnvOn(t, url, mod)
 }
 
-func startEnvOn(t testing.TB, url string, mod func(*Config)) *env {
+// startBrokerOn starts a broker on the database at url (loopback ports, a
+// temporary data folder, a quiet logger; mod adjusts its Config) and stops
+// it when the test ends.
+func startBrokerOn(t testing.TB, url string, mod func(*Config)) *Broker {
 	t.Helper()
 	cfg := Config{
 		DatabaseURL: url,
@@ -123,6 +126,14 @@ func startEnvOn(t testing.TB, url string, mod func(*Config)) *env {
 			t.Logf("broker.Stop: %v", err)
 		}
 	})
+	return b
+}
+
+func startEnvOn(t testing.TB, url string, mod func(*Config)) *env {
+	t.Helper()
+	b := startBrokerOn(t, url, mod)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	nc, err := nats.Connect(b.NATSURL(), nats.Name("queen-e2e-test"))
 	if err != nil {
 		t.Fatalf("connect to NATS: %v", err)

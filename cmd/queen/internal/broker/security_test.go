@@ -26,23 +26,7 @@ import (
 // settings (mod), without the test env's unauthenticated NATS client.
 func startSecured(t *testing.T, mod func(*Config)) *Broker {
 	t.Helper()
-	cfg := Config{DatabaseURL: pgtest.NewDatabase(t), HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:0",
-		DataDir: t.TempDir(), Logger: quietLogger()}
-	mod(&cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	b, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("broker.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := b.Stop(ctx); err != nil {
-			t.Logf("broker.Stop: %v", err)
-		}
-	})
-	return b
+	return startBrokerOn(t, pgtest.NewDatabase(t), mod)
 }
 
 // TestHTTPSReloadsItsCertificate: with QUEEN_TLS_CERT/QUEEN_TLS_KEY the
