@@ -103,7 +103,8 @@ func TestSidecarCompactionIgnoresOtherPartitions(t *testing.T) {
 }
 
 // crash empties what PostgreSQL's crash recovery empties: every unlogged
-// table of the sidecar (the level-0 ranges and sidecar_alive).
+// table (the sidecar's level-0 ranges and sidecar_alive, and the
+// partitions' allocator rows, migration 0019).
 func crash(t testing.TB, s *Store) {
 	t.Helper()
 	ctx := context.Background()
@@ -111,7 +112,7 @@ func crash(t testing.TB, s *Store) {
 		_, err := s.pool.Exec(ctx, `TRUNCATE queen.`+r.Name)
 		require.NoError(t, err)
 	}
-	_, err := s.pool.Exec(ctx, `TRUNCATE queen.sidecar_alive`)
+	_, err := s.pool.Exec(ctx, `TRUNCATE queen.sidecar_alive, queen.partition_ends`)
 	require.NoError(t, err)
 }
 

@@ -59,7 +59,7 @@ func TestStorageFullErrorMapping(t *testing.T) {
 }
 
 // diskFullTrigger makes PostgreSQL answer every row written by when
-// (e.g. "BEFORE UPDATE ON queen.partitions") with the error a full disk
+// (e.g. "BEFORE UPDATE ON queen.partition_ends") with the error a full disk
 // gives: SQLSTATE 53100, "could not extend file ...: No space left on
 // device". It returns the trigger's removal (space freed).
 func diskFullTrigger(t *testing.T, s *Store, name, when string) func() {
@@ -133,7 +133,7 @@ func TestFullDiskIsNamedAsSuch(t *testing.T) {
 	}, 30*time.Second, 5*time.Millisecond, "the repeat is a duplicate once the range is rebuilt")
 
 	// A push whose own write needs space.
-	freeWrites := diskFullTrigger(t, s, "test_full_writes", "BEFORE UPDATE ON queen.partitions")
+	freeWrites := diskFullTrigger(t, s, "test_full_writes", "BEFORE UPDATE ON queen.partition_ends")
 	out = push("b")
 	require.Equal(t, queen.Failed, out.Results[0].Verdict)
 	require.Equal(t, queen.ErrStorageFull.Code, out.Results[0].Err.Code, "%s", out.Results[0].Err.Message)

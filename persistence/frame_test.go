@@ -229,7 +229,7 @@ func TestRawSegmentsStillRead(t *testing.T) {
 	_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
 		VALUES ($1, 0, 18, clock_timestamp(), $2, $3)`, pid, ids, packed)
 	require.NoError(t, err)
-	_, err = s.pool.Exec(ctx, `UPDATE queen.partitions SET last_offset = 18 WHERE id = $1`, pid)
+	_, err = s.pool.Exec(ctx, `UPDATE queen.partition_ends SET last_offset = 18 WHERE partition_id = $1`, pid)
 	require.NoError(t, err)
 	require.False(t, compressedSegment(storedFrames(t, s, pid, 0)))
 

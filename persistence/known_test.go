@@ -71,8 +71,9 @@ func TestKnownConsumerRowsSkipCreation(t *testing.T) {
 	require.NoError(t, err)
 	cq := &countingQuerier{q: conn}
 	out, rows := groupByConsumerRow(acks)
-	require.NoError(t, ackTx(ctx, cq, acks, out, rows, nil, s.known))
-	conn.Release()
+	err = ackTx(ctx, cq, acks, out, rows, nil, s.known)
+	conn.Release() // before any failure: the Store's cleanup waits for it
+	require.NoError(t, err)
 	require.Equal(t, 2, cq.trips)
 	require.Zero(t, cq.count(sqlConsumeEnsure), "ack of known rows")
 	for i, r := range out {

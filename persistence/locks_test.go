@@ -99,7 +99,7 @@ func TestPushStuckPartitionLock(t *testing.T) {
 	free, err := s.EnsurePartition(ctx, "q", "free")
 	require.NoError(t, err)
 
-	release := holdLock(t, url, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, stuck)
+	release := holdLock(t, url, `SELECT 1 FROM queen.partition_ends WHERE partition_id = $1 FOR UPDATE`, stuck)
 
 	// Alone.
 	its := items("q", "stuck", "s1", "s2")
@@ -162,8 +162,8 @@ func TestPushBundleAllStuck(t *testing.T) {
 		its := items("q", name, "x", "y")
 		bs = append(bs, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 	}
-	holdLock(t, url, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, pids[0])
-	holdLock(t, url, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, pids[1])
+	holdLock(t, url, `SELECT 1 FROM queen.partition_ends WHERE partition_id = $1 FOR UPDATE`, pids[0])
+	holdLock(t, url, `SELECT 1 FROM queen.partition_ends WHERE partition_id = $1 FOR UPDATE`, pids[1])
 	outs, err := s.CommitBundle(ctx, bs)
 	require.NoError(t, err, "the second attempt ran; it had nothing to commit")
 	requireLockTimeout(t, outs[0])

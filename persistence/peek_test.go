@@ -160,7 +160,7 @@ func TestPeekPlanUsesOffsetIndex(t *testing.T) {
 			  FROM generate_series(0, 39999) g`, p, lo.Add(10*time.Second))
 		require.NoError(t, err)
 	}
-	_, err = s.pool.Exec(ctx, `UPDATE queen.partitions SET last_offset = 399999`)
+	_, err = s.pool.Exec(ctx, `UPDATE queen.partition_ends SET last_offset = 399999`)
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, `ANALYZE queen.segments_kept; ANALYZE queen.segments_timed; ANALYZE queen.partitions; ANALYZE queen.queues`)
 	require.NoError(t, err)

@@ -20,8 +20,11 @@ import (
 func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := conn.Exec(ctx, `INSERT INTO queen.partitions (id, queue_id, name, last_offset)
-		SELECT md5('p' || g)::uuid, q.id, 'p' || g, 9 FROM generate_series($1::int, $2::int) g, queen.queues q`, from, to)
+	_, err := conn.Exec(ctx, `INSERT INTO queen.partitions (id, queue_id, name)
+		SELECT md5('p' || g)::uuid, q.id, 'p' || g FROM generate_series($1::int, $2::int) g, queen.queues q`, from, to)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.partition_ends (partition_id, last_offset)
+		SELECT md5('p' || g)::uuid, 9 FROM generate_series($1::int, $2::int) g`, from, to)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, "cursor")
 		SELECT md5('p' || g)::uuid, 'g', q.id, 4 FROM generate_series($1::int, $2::int) g, queen.queues q`, from, to)

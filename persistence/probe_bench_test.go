@@ -27,7 +27,7 @@ func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 		`INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
 		 SELECT l.partition_id, encode(substring(l.hashes FROM i*16+1 FOR 16), 'hex')::uuid, l.first_offset + i, l.first_offset, l.created_at
 		   FROM queen.segments l, generate_series(0, 99) i WHERE l.partition_id = $1`,
-		fmt.Sprintf(`UPDATE queen.partitions SET last_offset = %d WHERE id = $1`, rows*100-1),
+		fmt.Sprintf(`UPDATE queen.partition_ends SET last_offset = %d WHERE partition_id = $1`, rows*100-1),
 		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (hash)`,
 		`VACUUM ANALYZE queen.segments`,
 		`VACUUM ANALYZE queen.log_txn_hashes`,
@@ -62,7 +62,7 @@ func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n int) {
 		        to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 - g %% 10) * 60 + 30), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
 		   FROM generate_series(0, %d) g`, rows-1),
-		fmt.Sprintf(`UPDATE queen.partitions SET last_offset = %d WHERE id = $1`, rows*100-1),
+		fmt.Sprintf(`UPDATE queen.partition_ends SET last_offset = %d WHERE partition_id = $1`, rows*100-1),
 		`SELECT queen.sidecar_compact(r.lo, r.hi) FROM queen.sidecar_ranges r
 		  WHERE r.hi <= to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 1) * 60) AND r.bits IS NULL ORDER BY r.lo`,
 		`VACUUM ANALYZE queen.segments`,

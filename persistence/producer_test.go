@@ -107,7 +107,7 @@ func TestProducerSubOncePerSegment(t *testing.T) {
 	require.Equal(t, int64(10), outs[0].FirstOffset)
 	require.Equal(t, []segProducer{{0, 1, strp("y")}, {2, 2, strp("x")}}, segmentProducers(t, s, p2))
 	var last1, last2 int64
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT (SELECT last_offset FROM queen.partitions WHERE id = $1), (SELECT last_offset FROM queen.partitions WHERE id = $2)`, pid, p2).Scan(&last1, &last2))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT (SELECT last_offset FROM queen.partition_ends WHERE partition_id = $1), (SELECT last_offset FROM queen.partition_ends WHERE partition_id = $2)`, pid, p2).Scan(&last1, &last2))
 	require.Equal(t, [2]int64{11, 2}, [2]int64{last1, last2})
 
 	// A transaction's pushes carry their request's producer.

@@ -168,6 +168,19 @@ func (s *Store) commitBundle(ctx context.Context, bs []*queen.PushBatch, outs []
 // in lock order.
 func (s *Store) commitOn(ctx context.Context, conn *session, bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, skipLocked bool) error {
 	lk, err := s.lockBundle(ctx, conn, bs, order, skipLocked)
+	var lost *lostEnds
+	if errors.As(err, &lost) {
+		// A crash or a failover emptied some allocator rows (UNLOGGED,
+		// migration 0019): rebuild them from what is logged, then lock
+		// again. A partition still without one was deleted.
+		if _, err := conn.Exec(ctx, sqlPartitionEndsEnsure, lost.ids); err != nil {
+			return unavailable(err)
+		}
+		lk, err = s.lockBundle(ctx, conn, bs, order, skipLocked)
+	}
+	if errors.As(err, &lost) {
+		return lost.gone
+	}
 	if err != nil {
 		return err
 	}
@@ -285,10 +298,30 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 	}
 	if len(lk.locked)+len(lk.busy) != len(order) {
 		rollback(conn)
-		return nil, queen.ErrPartitionGone.With("push: %d of %d partitions were deleted (their queue was deleted); retry with the same transaction ids", len(order)-len(lk.locked)-len(lk.busy), len(order))
+		lost := &lostEnds{gone: queen.ErrPartitionGone.With("push: %d of %d partitions were deleted (their queue was deleted); retry with the same transaction ids", len(order)-len(lk.locked)-len(lk.busy), len(order))}
+		for _, i := range order {
+			pid := bs[i].PartitionID
+			if _, ok := lk.locked[pid]; !ok && !lk.busy[pid] {
+				lost.ids = append(lost.ids, pgUUID(pid))
+			}
+		}
+		return nil, lost
 	}
 	return lk, nil
 }
+
+// lostEnds is lockBundle's answer when some partitions had no allocator row
+// to lock (queen.partition_ends, migration 0019): deleted, or emptied by a
+// crash (commitOn rebuilds those and locks again). gone is the error when
+// they were deleted.
+type lostEnds struct {
+	ids  []pgtype.UUID
+	gone error
+}
+
+func (e *lostEnds) Error() string { return e.gone.Error() }
+
+func (e *lostEnds) Unwrap() error { return e.gone }
 
 // skipBusy answers the partitions another session held (skipLocked)
 // lock_timeout, not committed, and returns order without them.

@@ -168,7 +168,7 @@ func TestWindowIsReadAfterTheLock(t *testing.T) {
 	holder, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer holder.Rollback(ctx) //nolint:errcheck
-	_, err = holder.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, pid)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM queen.partition_ends WHERE partition_id = $1 FOR UPDATE`, pid)
 	require.NoError(t, err)
 
 	type res struct {

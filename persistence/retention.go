@@ -151,6 +151,9 @@ type RetentionCounts struct {
 	// SegmentRanges: time ranges of segments_timed (the segments of queues
 	// with retentionSeconds) created, dropped whole, or deferred.
 	SegmentRanges SidecarRanges
+	// Ends: rows of queen.partition_ends (the partitions' allocators,
+	// UNLOGGED) rebuilt after a crash or a failover emptied them.
+	Ends int64
 }
 
 func (c *RetentionCounts) add(o RetentionCounts) {
@@ -167,6 +170,7 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 	c.SegmentRanges.Created += o.SegmentRanges.Created
 	c.SegmentRanges.Dropped += o.SegmentRanges.Dropped
 	c.SegmentRanges.Deferred += o.SegmentRanges.Deferred
+	c.Ends += o.Ends
 }
 
 // Deleted reports whether anything was deleted.
@@ -219,7 +223,17 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		{"expired leases", sqlRetentionLeases, []any{batch}, &c.Leases},
 	}
 	var errs []error
-	// First, the closed level-0 sidecar ranges go to level 1 (and a range a
+	// First, the allocator rows a crash or a failover emptied (UNLOGGED,
+	// migration 0019) are rebuilt; brokers rebuild their own pushes' rows,
+	// this covers the partitions nobody pushes to.
+	if !stopped(stop) {
+		n, err := rebuildPartitionEnds(ctx, db)
+		c.Ends += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retention: %w", err))
+		}
+	}
+	// Then the closed level-0 sidecar ranges go to level 1 (and a range a
 	// crash emptied is rebuilt: lookups that need it fail until then).
 	if !stopped(stop) {
 		sctx := ctx

@@ -295,7 +295,7 @@ func TestRetentionBoundedBatches(t *testing.T) {
 	require.Equal(t, RetentionStepCount{Statements: 2, Rows: 1, Messages: 12}, c.Expired)
 }
 
-// TestRetentionNeverBlocksPushes: retention takes no partition row lock,
+// TestRetentionNeverBlocksPushes: retention takes no partition write lock,
 // so it runs while a push holds one, and pushes run while it steps.
 func TestRetentionNeverBlocksPushes(t *testing.T) {
 	t.Parallel()
@@ -307,10 +307,11 @@ func TestRetentionNeverBlocksPushes(t *testing.T) {
 	commitEach(t, s, pid, "nb", "p", "old-a", "old-b", "old-c")
 	age(t, s, pid, 120*time.Second)
 
-	// A transaction holds the partition's row lock, as a push in flight does.
+	// A transaction holds the partition's write lock, as a push in flight does.
 	holder, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = holder.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`, pid)
+	defer holder.Rollback(ctx) //nolint:errcheck // a failing step must not leave the Store's cleanup waiting
+	_, err = holder.Exec(ctx, `SELECT 1 FROM queen.partition_ends WHERE partition_id = $1 FOR UPDATE`, pid)
 	require.NoError(t, err)
 	c := step(t, s, cfg) // under a 30 s deadline: it would hang on the lock
 	require.NoError(t, holder.Rollback(ctx))

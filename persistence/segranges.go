@@ -35,6 +35,7 @@ var (
 	sqlSegmentRangeDrop          = q("segment_range_drop")
 	sqlSegmentRangeKeepers       = q("segment_range_keepers")
 	sqlSegmentRangeDetach        = q("segment_range_detach")
+	sqlSegmentRangeFloor         = q("segment_range_floor")
 	sqlSegmentRangeFinalize      = q("segment_range_finalize")
 	sqlSegmentRangePending       = q("segment_range_pending")
 	sqlSessionLockTimeout        = q("session_lock_timeout")
@@ -263,7 +264,14 @@ func dropSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error
 		}
 		detach := sqlSegmentRangeDetach
 		if pending[x.name] {
+			// Its floors were raised before the detach began.
 			detach = sqlSegmentRangeFinalize
+		} else if _, err := conn.Exec(ctx, strings.ReplaceAll(sqlSegmentRangeFloor, "{{range}}", pgx.Identifier{"queen", x.name}.Sanitize())); err != nil {
+			if deferrable(err) || isUndefinedTable(err) {
+				r.Deferred++
+				continue
+			}
+			return r, unavailable(fmt.Errorf("floors of segment range %s: %w", x.name, err))
 		}
 		if err := detachSegmentRange(ctx, conn, x.name, detach); err != nil {
 			if deferrable(err) || isUndefinedTable(err) {

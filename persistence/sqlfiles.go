@@ -35,6 +35,7 @@ var (
 	sqlGetPartitions       = q("get_partitions")
 	sqlBundleLock          = q("bundle_lock")
 	sqlBundleLockSkip      = q("bundle_lock_skip")
+	sqlPartitionEndsEnsure = q("partition_ends_ensure")
 	sqlAckLock             = q("ack_lock")
 	sqlBundleProbe         = q("bundle_probe")
 	sqlProbePlanBegin      = q("probe_plan_begin")

@@ -177,7 +177,28 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	// Likewise the partitions' allocator rows (UNLOGGED, migration 0019):
+	// rebuilt now, so readers do not compute every partition's end from its
+	// segments until the next push to it.
+	if _, err := rebuildPartitionEnds(ctx, s.pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// rebuildPartitionEnds rebuilds every row of queen.partition_ends that a
+// crash or a failover emptied (partition_ends_ensure; migration 0019) and
+// returns how many it inserted. Cheap when none is missing: one anti-join
+// over the partitions.
+func rebuildPartitionEnds(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, sqlPartitionEndsEnsure, nil).Scan(&n); err != nil {
+		return 0, unavailable(fmt.Errorf("rebuild partition ends: %w", err))
+	}
+	return n, nil
 }
 
 // openPool connects a pool of up to maxConns connections to url, with extra

@@ -384,7 +384,7 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	return writeTxnSegments(ctx, tx, pushPIDs, parts)
 }
 
-// lockAndProbe locks the partition rows lockPIDs (ascending) and looks up
+// lockAndProbe locks the allocator rows of lockPIDs (ascending) and looks up
 // the leaders' hashes of each pushed partition in its whole window, in one
 // round trip; it returns the locked rows and the hashes found, by partition.
 func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) (map[[16]byte]lockedPartition, map[[16]byte]map[queen.Hash]hit, error) {
@@ -416,6 +416,10 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 	hits := map[[16]byte]map[queen.Hash]hit{}
 	var wait float64
 	pb := &pgx.Batch{}
+	// A transaction is rare: it rebuilds any allocator row a crash emptied
+	// (queen.partition_ends, migration 0019) before it locks them, in the
+	// same round trip (a row it inserts is its own until it commits).
+	pb.Queue(sqlPartitionEndsEnsure, ids)
 	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked, &wait))
 	if len(pushPIDs) > 0 {
 		// A transaction does not pass through the actors' caches: no

@@ -147,7 +147,7 @@ func TestTxnDuplicateInWindowRollsBack(t *testing.T) {
 	require.Equal(t, []string{"x"}, txnStored(t, s, "out", "o"), "y was not written")
 	require.Equal(t, int64(-1), txnCursor(t, s, in, g), "the ack was not applied")
 	var last int64
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT last_offset FROM queen.partitions WHERE id = $1`, outPID).Scan(&last))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT last_offset FROM queen.partition_ends WHERE partition_id = $1`, outPID).Scan(&last))
 	require.Equal(t, int64(0), last, "no offset was allocated")
 
 	// The same transaction without the duplicate commits.

@@ -106,9 +106,10 @@ func TestLoadtestAudit(t *testing.T) {
 			// fresh offsets.
 			n := dbExec(t, ctx, b.DatabaseURL(), `
 				INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
-				SELECT s.partition_id, p.last_offset + 1, p.last_offset + 1 + s.last_offset - s.first_offset, s.created_at, s.message_ids, s.frames
+				SELECT s.partition_id, e.last_offset + 1, e.last_offset + 1 + s.last_offset - s.first_offset, s.created_at, s.message_ids, s.frames
 				FROM queen.segments s
 				JOIN queen.partitions p ON p.id = s.partition_id
+				JOIN queen.partition_ends e ON e.partition_id = p.id
 				JOIN queen.queues q ON q.id = p.queue_id
 				WHERE q.name = $1
 				ORDER BY s.partition_id, s.first_offset

@@ -27,7 +27,7 @@ SELECT z.i, z."cursor", z.lease_id, z.live, z.lease_to, z.fail_counts, z.last_of
                COALESCE(c.lease_expires_at > clock_timestamp(), false) AS live,
                c.lease_to,
                c.fail_counts,
-               p.last_offset,
+               COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) AS last_offset,
                p.name AS partition_name,
                q.name AS queue_name,
                COALESCE((q.options ->> 'leaseTime')::bigint, 300) AS lease_time,
@@ -38,6 +38,7 @@ SELECT z.i, z."cursor", z.lease_id, z.live, z.lease_to, z.fail_counts, z.last_of
                c.bisect
           FROM queen.consumers c
           JOIN queen.partitions p ON p.id = c.partition_id
+          LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
           JOIN queen.queues q ON q.id = p.queue_id
          WHERE c.partition_id = u.pid AND c.consumer_group = u.grp
            FOR UPDATE OF c

@@ -1,4 +1,5 @@
--- Deletes queue $1 with everything it owns: segments, sidecar rows (no
+-- Deletes queue $1 with everything it owns: segments, sidecar rows, the
+-- partitions' allocator rows (no
 -- foreign keys, for insert speed) and, by cascade, partitions, consumer
 -- rows, subscriptions and dead letters. Takes the partitions' row locks
 -- first, in the global order, so an in-flight push finishes or fails
@@ -13,5 +14,10 @@ WITH q AS (
     DELETE FROM queen.segments WHERE partition_id IN (SELECT id FROM p)
 ), h AS (
     DELETE FROM queen.log_txn_hashes WHERE partition_id IN (SELECT id FROM p)
+), e AS (
+    -- The allocator rows (migration 0019): a push holds its partitions'
+    -- until it commits, so this waits for the pushes in flight, and a push
+    -- that comes after finds no row and no partition (ErrPartitionGone).
+    DELETE FROM queen.partition_ends WHERE partition_id IN (SELECT id FROM p)
 )
 DELETE FROM queen.queues WHERE id IN (SELECT id FROM q) RETURNING id, (SELECT count(*) FROM p)

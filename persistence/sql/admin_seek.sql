@@ -5,12 +5,13 @@
 INSERT INTO queen.consumers AS c (partition_id, consumer_group, queue_id, "cursor")
 SELECT p.id, $2, p.queue_id,
        CASE WHEN $4::boolean THEN -1
-            WHEN $3::timestamptz IS NULL THEN p.last_offset
+            WHEN $3::timestamptz IS NULL THEN COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset))
             ELSE COALESCE((SELECT s.first_offset - 1 FROM queen.segments s
                            WHERE s.partition_id = p.id AND s.created_at >= $3::timestamptz
-                           ORDER BY s.first_offset LIMIT 1), p.last_offset)
+                           ORDER BY s.first_offset LIMIT 1), COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)))
        END
 FROM queen.partitions p
+LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
 JOIN queen.queues q ON q.id = p.queue_id
 WHERE q.name = $1
 ON CONFLICT (partition_id, consumer_group) DO UPDATE

@@ -7,8 +7,9 @@
 -- row (audit_cursors), so polling it stays cheap at thousands of
 -- partitions.
 WITH p AS (
-    SELECT p.id, p.name, p.last_offset
+    SELECT p.id, p.name, COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) AS last_offset
     FROM queen.partitions p
+    LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
     JOIN queen.queues q ON q.id = p.queue_id
     -- A join, not p.name = ANY ($3): ANY compares each row with every
     -- name (10,000 partitions: 10^8 comparisons).

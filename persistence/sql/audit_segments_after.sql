@@ -19,6 +19,7 @@ SELECT p.name,
        s.frames
 FROM queen.queues q
 JOIN queen.partitions p ON p.queue_id = q.id
+LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
 LEFT JOIN unnest($2::text[], $3::bigint[]) AS r(name, after) ON r.name = p.name
 CROSS JOIN LATERAL (
     SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
@@ -31,5 +32,5 @@ WHERE q.name = $1
   -- Partitions with nothing new (their allocator is at or below the bound)
   -- are skipped before their segments are looked at: with hundreds of
   -- thousands of partitions, most have nothing new in a pass.
-  AND p.last_offset > COALESCE(r.after, -1)
+  AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > COALESCE(r.after, -1)
 ORDER BY p.id, s.first_offset

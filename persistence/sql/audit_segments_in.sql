@@ -21,6 +21,7 @@ FROM unnest($2::text[], $3::bigint[]) AS r(name, after)
 JOIN queen.partitions p
   ON p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = $1)
  AND p.name = r.name
+ LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
 CROSS JOIN LATERAL (
     SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
     FROM queen.segments s
@@ -29,5 +30,5 @@ CROSS JOIN LATERAL (
     ORDER BY s.first_offset
 ) s
 -- Nothing new where the allocator is at or below the bound.
-WHERE p.last_offset > r.after
+WHERE COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > r.after
 ORDER BY p.id, s.first_offset

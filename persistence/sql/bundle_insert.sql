@@ -1,8 +1,8 @@
 -- Writes a bundle: its segments (their frames, message ids and
 -- transaction-id hashes, migration 0017, and producer, migration 0018), one
--- level-0 log_txn_hashes row per frame, and bumps each allocator to its
--- partition's last new offset, all stamped with one clock_timestamp() while
--- the row locks are held. A partition has one segment, or one per run of
+-- level-0 log_txn_hashes row per frame, and bumps each allocator (its row of
+-- queen.partition_ends, migration 0019) to its partition's last new offset,
+-- all stamped with one clock_timestamp() while the row locks are held. A partition has one segment, or one per run of
 -- items with the same producer (persistence.Store.assign): consecutive
 -- offset ranges.
 -- Per segment (parallel arrays): $1 partition id, $2 first offset, $3 last
@@ -37,8 +37,8 @@ x AS (
     SELECT u.partition_id, u.hash, u."offset", u.segment, t.now
       FROM unnest($7::uuid[], $8::uuid[], $9::bigint[], $10::bigint[]) AS u (partition_id, hash, "offset", segment), t
 )
-UPDATE queen.partitions p
+UPDATE queen.partition_ends e
    SET last_offset = n.last_offset
   FROM (SELECT partition_id, max(last_offset) AS last_offset FROM seg GROUP BY partition_id) n
- WHERE p.id = n.partition_id
+ WHERE e.partition_id = n.partition_id
 RETURNING (SELECT now FROM t)

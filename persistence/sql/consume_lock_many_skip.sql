@@ -27,7 +27,7 @@ SELECT u.i,
            COALESCE(c.lease_expires_at > clock_timestamp(), false),
            c.lease_to,
            c.fail_counts,
-           p.last_offset,
+           COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)),
            p.name,
            q.name,
            COALESCE((q.options ->> 'leaseTime')::bigint, 300),
@@ -38,6 +38,7 @@ SELECT u.i,
            c.bisect
       FROM queen.consumers c
       JOIN queen.partitions p ON p.id = c.partition_id
+      LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
       JOIN queen.queues q ON q.id = p.queue_id
      WHERE c.partition_id = u.pid AND c.consumer_group = $2
        FOR UPDATE OF c SKIP LOCKED

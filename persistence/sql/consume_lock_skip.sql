@@ -7,7 +7,7 @@ SELECT c."cursor",
        COALESCE(c.lease_expires_at > clock_timestamp(), false),
        c.lease_to,
        c.fail_counts,
-       p.last_offset,
+       COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)),
        p.name,
        q.name,
        COALESCE((q.options ->> 'leaseTime')::bigint, 300),
@@ -18,6 +18,7 @@ SELECT c."cursor",
        c.bisect
 FROM queen.consumers c
 JOIN queen.partitions p ON p.id = c.partition_id
+LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
 JOIN queen.queues q ON q.id = p.queue_id
 WHERE c.partition_id = $1 AND c.consumer_group = $2
 FOR UPDATE OF c SKIP LOCKED

@@ -14,10 +14,11 @@ WITH c AS (
            COALESCE((q.options ->> 'windowBuffer')::bigint, 0) AS buffer
       FROM queen.consumers c
       JOIN queen.partitions p ON p.id = c.partition_id
+      LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
       JOIN queen.queues q ON q.id = p.queue_id
      WHERE c.partition_id = $1 AND c.consumer_group = $2
        AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
-       AND p.last_offset > c."cursor"
+       AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > c."cursor"
 ), ok AS (
     SELECT c.* FROM c
      WHERE c.buffer = 0

@@ -22,10 +22,11 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
            clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'delayedProcessing')::bigint, 0)) AS visible
       FROM queen.consumers c
       JOIN queen.partitions p ON p.id = c.partition_id
+      LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
       JOIN queen.queues q ON q.id = p.queue_id
      WHERE c.partition_id = u.pid AND c.consumer_group = $2
        AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
-       AND p.last_offset > c."cursor"
+       AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > c."cursor"
        AND (COALESCE((q.options ->> 'windowBuffer')::bigint, 0) = 0
             OR (SELECT w.created_at FROM queen.segments w WHERE w.partition_id = u.pid ORDER BY w.first_offset DESC LIMIT 1)
                <= clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'windowBuffer')::bigint, 0)))

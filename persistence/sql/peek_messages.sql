@@ -17,9 +17,10 @@
 -- segments whatever the partition holds (one index descent per leaf table
 -- of the partitioned segments table).
 WITH p AS MATERIALIZED (
-    SELECT p.id AS partition_id, p.last_offset
+    SELECT p.id AS partition_id, COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) AS last_offset
       FROM queen.queues q
       LEFT JOIN queen.partitions p ON p.queue_id = q.id AND p.name = $2
+      LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
      WHERE q.name = $1
 ), b AS MATERIALIZED (
     -- The bound: the last segment starting at or below $3 + 1 (it may hold

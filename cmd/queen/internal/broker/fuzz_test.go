@@ -341,7 +341,7 @@ func (fz *fuzzEnv) lastOffsets(t testing.TB) map[[2]string]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := fz.db.Query(ctx, `SELECT q.name, p.name, p.last_offset FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id`)
+	rows, err := fz.db.Query(ctx, `SELECT q.name, p.name, e.last_offset FROM queen.partitions p JOIN queen.partition_ends e ON e.partition_id = p.id JOIN queen.queues q ON q.id = p.queue_id`)
 	if err != nil {
 		t.Fatalf("last offsets: %v", err)
 	}

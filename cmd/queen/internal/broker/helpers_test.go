@@ -431,7 +431,7 @@ func dbStats(t testing.TB, db *pgxpool.Pool, queue string) stats {
 	var s stats
 	err := db.QueryRow(ctx, `
 WITH q AS (SELECT id FROM queen.queues WHERE name = $1),
-     p AS (SELECT id, last_offset FROM queen.partitions WHERE queue_id IN (SELECT id FROM q))`+entries+`
+     p AS (SELECT p.id, e.last_offset FROM queen.partitions p JOIN queen.partition_ends e ON e.partition_id = p.id WHERE p.queue_id IN (SELECT id FROM q))`+entries+`
 SELECT (SELECT count(*) FROM q),
        (SELECT count(*) FROM p),
        (SELECT count(*) FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),

@@ -1,0 +1,21 @@
+-- Rebuilds the queen.partition_ends rows (migration 0019) that a crash or a
+-- failover emptied, from what is logged (queen.partition_cold_end): for the
+-- partitions $1 (uuid[]), or for every partition when $1 is NULL (each
+-- broker's start and retention pass). A row another session inserts
+-- meanwhile wins (its writer held it locked, so its value is newer). With
+-- $1 NULL it also deletes the rows whose partition is gone (a rebuild that
+-- raced the queue's deletion). Returns the number of rows inserted.
+WITH gone AS (
+    DELETE FROM queen.partition_ends e
+     WHERE $1::uuid[] IS NULL
+       AND NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = e.partition_id)
+), ins AS (
+    INSERT INTO queen.partition_ends (partition_id, last_offset)
+    SELECT p.id, queen.partition_cold_end(p.id, p.floor_offset)
+      FROM queen.partitions p
+     WHERE ($1::uuid[] IS NULL OR p.id = ANY ($1::uuid[]))
+       AND NOT EXISTS (SELECT 1 FROM queen.partition_ends e WHERE e.partition_id = p.id)
+    ON CONFLICT (partition_id) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM ins
