@@ -54,10 +54,10 @@ func TestStuckPartitionLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	tag, err := tx.Exec(ctx, `SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE q.name = 'locks' AND p.name = 'stuck' FOR UPDATE OF p`)
+	tag, err := tx.Exec(ctx, `SELECT 1 FROM queen.partition_ends e JOIN queen.partitions p ON p.id = e.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.name = 'locks' AND p.name = 'stuck' FOR UPDATE OF e`)
 	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("hold the partition's row lock: %v (%d rows)", err, tag.RowsAffected())
+		t.Fatalf("hold the partition's write lock: %v (%d rows)", err, tag.RowsAffected())
 	}
 
 	bodies := map[string][]byte{}

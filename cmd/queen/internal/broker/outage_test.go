@@ -121,7 +121,7 @@ func TestFullDiskAnswersStorageFull(t *testing.T) {
 BEGIN
     RAISE EXCEPTION 'could not extend file "base/16384/24576": No space left on device' USING ERRCODE = 'disk_full';
 END $$`,
-		`CREATE TRIGGER test_disk_full BEFORE UPDATE ON queen.partitions FOR EACH ROW EXECUTE FUNCTION public.test_disk_full()`,
+		`CREATE TRIGGER test_disk_full BEFORE UPDATE ON queen.partition_ends FOR EACH ROW EXECUTE FUNCTION public.test_disk_full()`,
 	} {
 		if _, err := e.db.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -136,7 +136,7 @@ END $$`,
 	if st, h := e.healthOf(t); st != http.StatusOK || h["status"] != "degraded" || h["storage"] != "full" || h["database"] != "ok" {
 		t.Fatalf("/health on a full disk: %d %v", st, h)
 	}
-	if _, err := e.db.Exec(ctx, `DROP TRIGGER test_disk_full ON queen.partitions`); err != nil {
+	if _, err := e.db.Exec(ctx, `DROP TRIGGER test_disk_full ON queen.partition_ends`); err != nil {
 		t.Fatal(err)
 	}
 	wantStatuses(t, e.pushOK(t, "http", items(it("full", "p", "b")), 1), "queued")
