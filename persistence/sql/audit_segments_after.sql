@@ -17,20 +17,27 @@ SELECT p.name,
        s.created_at,
        s.message_ids,
        s.frames
-FROM queen.queues q
-JOIN queen.partitions p ON p.queue_id = q.id
-LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
-LEFT JOIN unnest($2::text[], $3::bigint[]) AS r(name, after) ON r.name = p.name
+FROM (
+    -- Partitions with nothing new (their end is at or below the bound) are
+    -- skipped before their segments are looked at: with hundreds of
+    -- thousands of partitions, most have nothing new in a pass. OFFSET 0
+    -- keeps this a subquery, so the filter runs before the segments' scan
+    -- (the end comes from a join, which the planner could otherwise place
+    -- after it).
+    SELECT p.id, p.name, COALESCE(r.after, -1) AS after
+      FROM queen.queues q
+      JOIN queen.partitions p ON p.queue_id = q.id
+      LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
+      LEFT JOIN unnest($2::text[], $3::bigint[]) AS r(name, after) ON r.name = p.name
+     WHERE q.name = $1
+       AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > COALESCE(r.after, -1)
+    OFFSET 0
+) p
 CROSS JOIN LATERAL (
     SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
     FROM queen.segments s
     WHERE s.partition_id = p.id
-      AND s.first_offset > COALESCE(r.after, -1)
+      AND s.first_offset > p.after
     ORDER BY s.first_offset
 ) s
-WHERE q.name = $1
-  -- Partitions with nothing new (their allocator is at or below the bound)
-  -- are skipped before their segments are looked at: with hundreds of
-  -- thousands of partitions, most have nothing new in a pass.
-  AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > COALESCE(r.after, -1)
 ORDER BY p.id, s.first_offset

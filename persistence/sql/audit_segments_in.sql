@@ -17,18 +17,24 @@ SELECT p.name,
        s.created_at,
        s.message_ids,
        s.frames
-FROM unnest($2::text[], $3::bigint[]) AS r(name, after)
-JOIN queen.partitions p
-  ON p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = $1)
- AND p.name = r.name
- LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
+FROM (
+    -- A partition whose end is at or below its bound is skipped before its
+    -- segments are looked at; OFFSET 0 keeps the filter below the scan (as
+    -- audit_segments_after).
+    SELECT p.id, p.name, r.after
+      FROM unnest($2::text[], $3::bigint[]) AS r(name, after)
+      JOIN queen.partitions p
+        ON p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = $1)
+       AND p.name = r.name
+      LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
+     WHERE COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > r.after
+    OFFSET 0
+) p
 CROSS JOIN LATERAL (
     SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
     FROM queen.segments s
     WHERE s.partition_id = p.id
-      AND s.first_offset > r.after
+      AND s.first_offset > p.after
     ORDER BY s.first_offset
 ) s
--- Nothing new where the allocator is at or below the bound.
-WHERE COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > r.after
 ORDER BY p.id, s.first_offset
