@@ -79,10 +79,20 @@ func scanDeadLetter(r pgx.CollectableRow, total *int64) (queen.DeadLetter, error
 // cursors, subscriptions and dead letters, in one transaction. existed is
 // false when there was no such queue (not an error).
 func (s *Store) DeleteQueue(ctx context.Context, queueName string) (existed bool, partitions int64, err error) {
-	var id int64
-	err = s.pool.QueryRow(ctx, sqlAdminDeleteQueue, queueName).Scan(&id, &partitions)
+	// Two statements in one transaction: the locks, then the deletes with
+	// a snapshot taken once the pushes in flight have committed
+	// (admin_delete_queue_lock).
+	var id *int64
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var locked, ends int64
+		if err := tx.QueryRow(ctx, sqlAdminDeleteQueueLock, queueName).Scan(&id, &locked, &ends); err != nil || id == nil {
+			return err
+		}
+		var gone int64
+		return tx.QueryRow(ctx, sqlAdminDeleteQueue, queueName).Scan(&gone, &partitions)
+	})
 	s.known.reset() // its consumer rows are gone (or may be)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && id == nil) {
 		return false, 0, nil
 	}
 	if err != nil {

@@ -133,25 +133,41 @@ func TestFloorKeepsOffsetsWhenARangeIsDropped(t *testing.T) {
 }
 
 // TestDeletedQueueLeavesNoAllocator: deleting a queue deletes its
-// partitions' allocator rows. A push that still names a deleted partition
-// never writes to it, not even through a stale allocator row (a rebuild
-// that raced the deletion): it finds the partition gone and goes to the
-// partition created again under the same name, at offset 0. The retention
-// pass deletes stale rows.
+// partitions' allocator rows, also one a rebuild (after a crash) inserts
+// while the deletion waits for it, so no row outlives its partition and a
+// push that still names a deleted partition never writes to it: it finds
+// the partition gone and goes to the partition created again under the
+// same name, at offset 0.
 func TestDeletedQueueLeavesNoAllocator(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := setup(t)
 	pid := partition(t, s, "dq", "p")
 	commitEach(t, s, pid, "dq", "p", "a", "b")
-	existed, _, err := s.DeleteQueue(ctx, "dq")
-	require.NoError(t, err)
-	require.True(t, existed)
-	last, _ := end(t, s, pid)
-	require.Equal(t, int64(-2), last, "the allocator row went with the queue")
+	crashAndRefill(t, s)
 
-	_, err = s.pool.Exec(ctx, `INSERT INTO queen.partition_ends VALUES ($1, 1)`, pid) // stale
+	// A rebuild in flight (its transaction open) when the deletion starts.
+	rebuild, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
+	defer rebuild.Rollback(ctx) //nolint:errcheck
+	var n int64
+	require.NoError(t, rebuild.QueryRow(ctx, sqlPartitionEndsEnsure, []uuid.UUID{pid}).Scan(&n))
+	require.Equal(t, int64(1), n)
+	deleted := make(chan error, 1)
+	go func() {
+		_, _, err := s.DeleteQueue(ctx, "dq")
+		deleted <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('transactionid', 'tuple')`).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "the deletion waits for the rebuild")
+	require.NoError(t, rebuild.Commit(ctx))
+	require.NoError(t, <-deleted)
+	last, _ := end(t, s, pid)
+	require.Equal(t, int64(-2), last, "the rebuilt row went with the queue")
+
 	its := items("dq", "p", "b")
 	b := &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}
 	out, err := s.Commit(ctx, b)
@@ -160,10 +176,6 @@ func TestDeletedQueueLeavesNoAllocator(t *testing.T) {
 	require.NotEqual(t, pid, b.PartitionID, "the push went to the partition created again")
 	require.Equal(t, int64(0), out.Results[0].Offset)
 	require.Empty(t, segmentOffsets(t, s, pid), "nothing written under the deleted id")
-
-	step(t, s, RetentionConfig{})
-	last, _ = end(t, s, pid)
-	require.Equal(t, int64(-2), last, "the pass deleted the stale row")
 	last, _ = end(t, s, b.PartitionID)
 	require.Equal(t, int64(0), last)
 }

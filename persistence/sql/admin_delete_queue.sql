@@ -1,9 +1,9 @@
 -- Deletes queue $1 with everything it owns: segments, sidecar rows, the
--- partitions' allocator rows (no
--- foreign keys, for insert speed) and, by cascade, partitions, consumer
--- rows, subscriptions and dead letters. Takes the partitions' row locks
--- first, in the global order, so an in-flight push finishes or fails
--- cleanly. Returns the queue id when it existed. Its rows of
+-- partitions' allocator rows (no foreign keys, for insert speed) and, by
+-- cascade, partitions, consumer rows, subscriptions and dead letters. Runs
+-- after admin_delete_queue_lock in the same transaction (its locks are held
+-- already, so an in-flight push has finished, and this statement's
+-- snapshot sees what it wrote). Returns the queue id when it existed. Its rows of
 -- queen.consumer_leases are left to the retention pass (they match no
 -- consumer row any more).
 WITH q AS (
@@ -15,9 +15,8 @@ WITH q AS (
 ), h AS (
     DELETE FROM queen.log_txn_hashes WHERE partition_id IN (SELECT id FROM p)
 ), e AS (
-    -- The allocator rows (migration 0019): a push holds its partitions'
-    -- until it commits, so this waits for the pushes in flight, and a push
-    -- that comes after finds no row and no partition (ErrPartitionGone).
+    -- The allocator rows (migration 0019): a push that comes after finds
+    -- no row and no partition (ErrPartitionGone).
     DELETE FROM queen.partition_ends WHERE partition_id IN (SELECT id FROM p)
 )
 DELETE FROM queen.queues WHERE id IN (SELECT id FROM q) RETURNING id, (SELECT count(*) FROM p)

@@ -4,8 +4,9 @@
 -- queen.partition_ends (migration 0019, UNLOGGED: the lock and the update
 -- write no WAL). $1 partition ids. A partition with no row here is either
 -- deleted or has lost its row to a crash (partition_ends_ensure rebuilds
--- it; Store.lockBundle then locks again); a row whose partition is gone (a
--- rebuild raced the queue's deletion) is not locked.
+-- it; Store.lockBundle then locks again). No row outlives its partition
+-- (admin_delete_queue_lock, partition_ends_ensure), so the lock reads
+-- nothing else.
 -- The window is read by bundle_probe, whose snapshot is taken after the
 -- locks are granted: a row read here through a join could predate a
 -- configure that committed while this statement waited for a lock.
@@ -15,10 +16,9 @@
 WITH l AS (
     SELECT e.partition_id AS id, e.last_offset
       FROM queen.partition_ends e
-      JOIN queen.partitions p ON p.id = e.partition_id
      WHERE e.partition_id = ANY ($1::uuid[])
      ORDER BY e.partition_id
-       FOR NO KEY UPDATE OF e
+       FOR NO KEY UPDATE
 )
 SELECT l.id, l.last_offset,
        EXTRACT(epoch FROM clock_timestamp() - statement_timestamp())::float8

@@ -10,15 +10,13 @@
 WITH l AS (
     SELECT e.partition_id AS id, e.last_offset
       FROM queen.partition_ends e
-      JOIN queen.partitions p ON p.id = e.partition_id
      WHERE e.partition_id = ANY ($1::uuid[])
      ORDER BY e.partition_id
-       FOR NO KEY UPDATE OF e SKIP LOCKED
+       FOR NO KEY UPDATE SKIP LOCKED
 )
 SELECT e.partition_id, l.last_offset,
        EXTRACT(epoch FROM clock_timestamp() - statement_timestamp())::float8,
        l.id IS NOT NULL
 FROM queen.partition_ends e
-JOIN queen.partitions p ON p.id = e.partition_id
 LEFT JOIN l ON l.id = e.partition_id
 WHERE e.partition_id = ANY ($1::uuid[])

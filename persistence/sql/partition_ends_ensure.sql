@@ -3,18 +3,27 @@
 -- partitions $1 (uuid[]), or for every partition when $1 is NULL (each
 -- broker's start and retention pass). A row another session inserts
 -- meanwhile wins (its writer held it locked, so its value is newer). With
--- $1 NULL it also deletes the rows whose partition is gone (a rebuild that
--- raced the queue's deletion). Returns the number of rows inserted.
+-- $1 NULL it also deletes any row whose partition is gone. Returns the number of rows inserted.
 WITH gone AS (
     DELETE FROM queen.partition_ends e
      WHERE $1::uuid[] IS NULL
        AND NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = e.partition_id)
-), ins AS (
-    INSERT INTO queen.partition_ends (partition_id, last_offset)
-    SELECT p.id, queen.partition_cold_end(p.id, p.floor_offset)
+), l AS (
+    -- FOR KEY SHARE: a queue's deletion (admin_delete_queue_lock, FOR
+    -- UPDATE) waits for this rebuild and then deletes the row it inserted,
+    -- or this finds the partition gone and inserts nothing; so no row
+    -- outlives its partition, and a push's lock (bundle_lock) needs no
+    -- check that the partition exists. Rows are rebuilt rarely: the lock
+    -- record costs nothing measurable.
+    SELECT p.id, p.floor_offset
       FROM queen.partitions p
      WHERE ($1::uuid[] IS NULL OR p.id = ANY ($1::uuid[]))
        AND NOT EXISTS (SELECT 1 FROM queen.partition_ends e WHERE e.partition_id = p.id)
+       FOR KEY SHARE OF p
+), ins AS (
+    INSERT INTO queen.partition_ends (partition_id, last_offset)
+    SELECT l.id, queen.partition_cold_end(l.id, l.floor_offset)
+      FROM l
     ON CONFLICT (partition_id) DO NOTHING
     RETURNING 1
 )
