@@ -16,7 +16,6 @@ import (
 // PostgreSQL, internal/storetest's MemStore in memory. Declared here, by
 // its caller, so consume compiles without the database driver.
 type Store interface {
-	PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error)
 	PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error)
 	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
@@ -283,6 +282,9 @@ func (c *Coordinator) Pop(ctx context.Context, req queen.PopRequest) (queen.PopR
 
 // tryOnce makes one pop attempt; soon reports that a partition was skipped
 // because another request held it, so a long poll should look again shortly.
+// Every pop, of a named partition, of any partition or of several, is a
+// Store.PopPartitions call over a list of partitions (SPEC.md §4): a pop of
+// one partition is a pop of several with most = 1.
 func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.PopResult, bool, error) {
 	if req.Queue == "" {
 		return c.tryLabels(ctx, req)
@@ -297,43 +299,74 @@ func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.
 		if err != nil || pid == uuid.Nil {
 			return queen.PopResult{}, false, err
 		}
-		spec.PartitionID = pid
-		res, _, err := c.store.PopPartition(ctx, spec)
-		if err == nil && len(res.Messages) > 0 {
+		res, states, err := c.store.PopPartitions(ctx, spec, []uuid.UUID{pid}, 1)
+		if err == nil && states[0] == queen.PopDelivered {
 			c.learn(req.Queue, pid)
 		}
 		return res, false, err
 	}
 	spec.SkipLocked = true
-	if req.Partitions > 1 {
-		return c.tryMany(ctx, req, spec)
-	}
+	return c.tryAny(ctx, req, spec, max(req.Partitions, 1))
+}
+
+// tryAny makes one attempt to claim up to want partitions of req's queue
+// (req.Partitions > 1: up to req.Batch messages or MaxPopReplyBytes, all
+// leased under one id, upstream Queen's v4 pop): first over hinted
+// partitions, then, when they deliver nothing, over PostgreSQL's
+// candidates, at most max(want, 2*maxTries) of them. A pop of one partition
+// tries up to maxTries hinted partitions, one transaction each, so it holds
+// one consumer row at a time; a pop of several tries want hinted partitions
+// in one transaction, then the candidates in one more.
+func (c *Coordinator) tryAny(ctx context.Context, req queen.PopRequest, spec queen.PopSpec, want int) (queen.PopResult, bool, error) {
 	soon := false
 	tried := map[uuid.UUID]bool{}
-	try := func(pids []uuid.UUID) (queen.PopResult, error) {
+	try := func(pids []uuid.UUID, limit int) (queen.PopResult, error) {
+		var fresh []uuid.UUID
 		for _, pid := range pids {
-			if tried[pid] || len(tried) >= 2*maxTries {
-				continue
+			if len(fresh) < limit && !tried[pid] {
+				tried[pid] = true
+				fresh = append(fresh, pid)
 			}
-			tried[pid] = true
-			spec.PartitionID = pid
-			res, st, err := c.store.PopPartition(ctx, spec)
+		}
+		step := len(fresh)
+		if want == 1 {
+			step = 1
+		}
+		for len(fresh) > 0 {
+			call := fresh[:step]
+			fresh = fresh[step:]
+			res, states, err := c.store.PopPartitions(ctx, spec, call, want)
 			if err != nil {
 				return queen.PopResult{}, err
 			}
-			switch st {
-			case queen.PopDelivered:
-				c.learn(req.Queue, pid)
+			claimed := 0
+			for i, st := range states {
+				pid := call[i]
+				switch st {
+				case queen.PopDelivered:
+					c.learn(req.Queue, pid)
+					claimed++
+				case queen.PopEmpty:
+					c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
+				case queen.PopBusy:
+					soon = true
+				}
+			}
+			if len(res.Messages) > 0 {
+				if want > 1 {
+					res.PartitionsClaimed = claimed
+				}
 				return res, nil
-			case queen.PopEmpty:
-				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
-			case queen.PopBusy:
-				soon = true
 			}
 		}
 		return queen.PopResult{}, nil
 	}
-	if res, err := try(c.pick(req.Queue, req.ConsumerGroup, maxTries, 1)); err != nil || len(res.Messages) > 0 {
+	hinted, step := want, want
+	if want == 1 {
+		hinted, step = maxTries, 1
+	}
+	res, err := try(c.pick(req.Queue, req.ConsumerGroup, hinted, step), hinted)
+	if err != nil || len(res.Messages) > 0 {
 		return res, false, err
 	}
 	// Nothing through the hint: PostgreSQL corrects it.
@@ -341,7 +374,7 @@ func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.
 	if err != nil {
 		return queen.PopResult{}, false, err
 	}
-	res, err := try(cands)
+	res, err = try(cands, max(want, 2*maxTries))
 	return res, soon && len(res.Messages) == 0, err
 }
 
@@ -358,67 +391,6 @@ func (c *Coordinator) candidates(ctx context.Context, req queen.PopRequest) ([]u
 		}
 	})
 	return cands, nil
-}
-
-// tryMany makes one multi-partition pop attempt (req.Partitions > 1): it
-// claims up to req.Partitions partitions, req.Batch messages or
-// MaxPopReplyBytes, all leased under one id (upstream Queen's v4 pop), in
-// one Store.PopPartitions call (one transaction, two round trips) over
-// req.Partitions hinted partitions; when they deliver nothing, once more
-// over up to max(req.Partitions, 2*maxTries) of PostgreSQL's candidates.
-func (c *Coordinator) tryMany(ctx context.Context, req queen.PopRequest, spec queen.PopSpec) (queen.PopResult, bool, error) {
-	if !req.AutoAck {
-		lease, err := uuid.NewV7()
-		if err != nil {
-			return queen.PopResult{}, false, err
-		}
-		spec.LeaseID = lease
-	}
-	soon := false
-	tried := map[uuid.UUID]bool{}
-	try := func(pids []uuid.UUID, n int) (queen.PopResult, error) {
-		var fresh []uuid.UUID
-		for _, pid := range pids {
-			if len(fresh) < n && !tried[pid] {
-				tried[pid] = true
-				fresh = append(fresh, pid)
-			}
-		}
-		if len(fresh) == 0 {
-			return queen.PopResult{}, nil
-		}
-		res, states, err := c.store.PopPartitions(ctx, spec, fresh, req.Partitions)
-		if err != nil {
-			return queen.PopResult{}, err
-		}
-		claimed := 0
-		for i, st := range states {
-			pid := fresh[i]
-			switch st {
-			case queen.PopDelivered:
-				c.learn(req.Queue, pid)
-				claimed++
-			case queen.PopEmpty:
-				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) { g.drop(pid) })
-			case queen.PopBusy:
-				soon = true
-			}
-		}
-		if claimed > 0 {
-			res.PartitionsClaimed = claimed
-		}
-		return res, nil
-	}
-	res, err := try(c.pick(req.Queue, req.ConsumerGroup, req.Partitions, req.Partitions), req.Partitions)
-	if err != nil || len(res.Messages) > 0 {
-		return res, false, err
-	}
-	cands, err := c.candidates(ctx, req)
-	if err != nil {
-		return queen.PopResult{}, false, err
-	}
-	res, err = try(cands, max(req.Partitions, 2*maxTries))
-	return res, soon && len(res.Messages) == 0, err
 }
 
 // tryLabels makes one attempt on every queue labelled req.Namespace /

@@ -22,21 +22,22 @@ import (
 type countingStore struct {
 	*storetest.MemStore
 	mu         sync.Mutex
-	pops       []uuid.UUID // partitions PopPartition was called for
+	pops       []uuid.UUID // partitions popped alone (most = 1)
 	candidates int
-	popMany    [][]uuid.UUID
-}
-
-func (s *countingStore) PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
-	s.mu.Lock()
-	s.pops = append(s.pops, spec.PartitionID)
-	s.mu.Unlock()
-	return s.MemStore.PopPartition(ctx, spec)
+	popMany    [][]uuid.UUID // the partitions of each pop of several
+	wide       int           // pops of one partition that named several
 }
 
 func (s *countingStore) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error) {
 	s.mu.Lock()
-	s.popMany = append(s.popMany, append([]uuid.UUID(nil), pids...))
+	if most == 1 {
+		if len(pids) != 1 {
+			s.wide++
+		}
+		s.pops = append(s.pops, pids...)
+	} else {
+		s.popMany = append(s.popMany, append([]uuid.UUID(nil), pids...))
+	}
 	s.mu.Unlock()
 	return s.MemStore.PopPartitions(ctx, spec, pids, most)
 }
@@ -128,6 +129,7 @@ func TestPopDrainedPartitionsLeaveTheHint(t *testing.T) {
 	require.Empty(t, pop(t, c, queen.PopRequest{Queue: "q", AutoAck: true}).Messages)
 	require.Equal(t, 1, st.candidates)
 	require.Empty(t, st.pops, "nothing hinted, no candidate")
+	require.Zero(t, st.wide, "a pop of one partition holds one consumer row at a time")
 }
 
 // A wildcard pop rotates where it starts in the group's hint, so

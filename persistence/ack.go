@@ -105,26 +105,20 @@ func groupByConsumerRow(items []queen.AckItem) ([]queen.AckResult, []*consumerAc
 // key-share locks, ascending, before any consumer row is locked, as
 // transactions do, so the two cannot deadlock), every row's lock
 // (ascending) and the resolution of its items; the second every row's
-// update and COMMIT. With several rows the statements do not grow with
-// them: consume_plan_begin (no sequential scans), one ack_lock_many, one
+// update and COMMIT. The statements do not grow with the rows:
+// consume_plan_begin (no sequential scans), one consumer_lock, one
 // consume_hash_at, and one consume_update_many per consumer group (one
-// consume_resolve per row acked by transactionId alone); one row uses
-// ack_lock, consume_hash_at and consume_update, as a transaction's acks do. Settling an expired lease or writing a DLQ copy (rare) adds its
-// own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
+// consume_resolve per row acked by transactionId alone), the same for one
+// row as for many. Settling an expired lease or writing a DLQ copy (rare)
+// adds its own round trips. A failed COMMIT round trip is queen.ErrCommitUnknown,
 // unless the server answered an error (the transaction rolled back); on any
 // error the caller rolls back. A row in known is not created (see
 // knownRows); found missing, it is dropped from known and the call fails
 // with errStaleKnown before anything is written.
 func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen.AckResult, rows []*consumerAcks, obs func(LockEvent), known *knownRows) error {
-	// One row (the common ack of a one-partition pop): its own statements,
-	// planned as usual; several: the array statements, without sequential
-	// scans (consume_plan_begin).
-	many := len(rows) > 1
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	if many {
-		b.Queue(sqlConsumePlanBegin)
-	}
+	b.Queue(sqlConsumePlanBegin)
 	for _, a := range rows {
 		if a.known = known.has(a.key); a.known {
 			continue
@@ -135,13 +129,7 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 			return nil
 		})
 	}
-	if many {
-		lockAcks(b, rows, items)
-	} else {
-		for _, a := range rows {
-			a.queueLock(b, items)
-		}
-	}
+	lockAcks(b, rows, items)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if obs != nil && lockTimedOut(err) {
@@ -167,18 +155,13 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 		}
 	}
 	b = &pgx.Batch{}
-	var ws *groupWrites // nil: settle queues consume_update
-	if many {
-		ws = &groupWrites{}
-	}
+	var ws groupWrites
 	for _, a := range rows {
-		if err := a.settle(ctx, conn, items, out, b, ws); err != nil {
+		if err := a.settle(ctx, conn, items, out, b, &ws); err != nil {
 			return err
 		}
 	}
-	if ws != nil {
-		ws.queue(b)
-	}
+	ws.queue(b)
 	b.Queue("COMMIT")
 	willCommit(conn)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -203,14 +186,20 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 func ackConsumerRow(ctx context.Context, tx querier, k ackKey, items []queen.AckItem, idx []int, out []queen.AckResult, settled *queen.LeaseStats) error {
 	a := &consumerAcks{key: k, idx: idx}
 	b := &pgx.Batch{}
-	a.queueLock(b, items)
+	// The array statements run with enable_seqscan off, as an ack's do
+	// (consume_plan_begin), until plan_end.
+	b.Queue(sqlConsumePlanBegin)
+	lockAcks(b, []*consumerAcks{a}, items)
 	if err := sendAcks(ctx, tx, b); err != nil {
 		return err
 	}
 	b = &pgx.Batch{}
-	if err := a.settle(ctx, tx, items, out, b, nil); err != nil {
+	var ws groupWrites
+	if err := a.settle(ctx, tx, items, out, b, &ws); err != nil {
 		return err
 	}
+	ws.queue(b)
+	b.Queue(sqlPlanEnd)
 	settled.Add(a.st.leases)
 	return sendAcks(ctx, tx, b)
 }
@@ -256,58 +245,20 @@ type resolvedTxn struct {
 	any   bool
 }
 
-// queueLock queues on b, for one row (a transaction's acks,
-// ackConsumerRow; an ack call's rows go through lockAcks), after what the
-// caller queued there, the row's lock (ack_lock),
-// the resolution of its items acked by transactionId (consume_resolve) and
-// the hashes at the offsets of items that name both (consume_hash_at). The
-// results land in a once the caller has sent b.
-func (a *consumerAcks) queueLock(b *pgx.Batch, items []queen.AckItem) {
-	b.Queue(sqlAckLock, a.key.pid, a.key.group).QueryRow(func(row pgx.Row) error {
-		err := a.st.scanRow(row, true)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		a.found = err == nil
-		return err
-	})
-	a.queueResolve(b, items)
-	var hp []uuid.UUID
-	var ho []int64
-	var owner []*consumerAcks
-	for _, i := range a.idx {
-		if items[i].Offset >= 0 && items[i].TransactionID != "" {
-			hp, ho, owner = append(hp, a.key.pid), append(ho, items[i].Offset), append(owner, a)
-		}
-	}
-	queueHashesAt(b, hp, ho, owner)
-}
-
 // lockAcks queues on b, after what the caller queued there (BEGIN,
-// consumer rows to create), what queueLock queues for each of rows (in lock
-// order), in as few statements as the rows allow: every row's lock in one
-// ack_lock_many, the hashes at the offsets of every item naming both an
-// offset and a transactionId in one consume_hash_at, and one
-// consume_resolve per row with items acked by transactionId alone.
+// consumer rows to create), the locks of rows (in lock order) and what
+// their acks need to read, in as few statements as the rows allow: every
+// row's lock in one consumer_lock, the hashes at the offsets of every item
+// naming both an offset and a transactionId in one consume_hash_at, and
+// one consume_resolve per row with items acked by transactionId alone. The
+// results land in rows once the caller has sent b.
 func lockAcks(b *pgx.Batch, rows []*consumerAcks, items []queen.AckItem) {
-	pids := make([]uuid.UUID, len(rows))
-	groups := make([]string, len(rows))
+	keys := make([]ackKey, len(rows))
 	for k, a := range rows {
-		pids[k], groups[k] = a.key.pid, a.key.group
+		keys[k] = a.key
 	}
-	b.Queue(sqlAckLockMany, pids, groups).Query(func(res pgx.Rows) error {
-		for res.Next() {
-			var i int64
-			var st consumerState
-			if err := st.scanAfter(res, []any{&i}, true); err != nil {
-				return err
-			}
-			if i < 1 || i > int64(len(rows)) || rows[i-1].found {
-				return fmt.Errorf("persistence: ack_lock_many returned position %d of %d", i, len(rows))
-			}
-			rows[i-1].st, rows[i-1].found = st, true
-		}
-		return res.Err()
+	lockRows(b, keys, false, func(k int, st *consumerState) {
+		rows[k].st, rows[k].found = *st, true
 	})
 	var hp []uuid.UUID
 	var ho []int64
@@ -383,12 +334,12 @@ func (a *consumerAcks) readResolved(rows pgx.Rows) error {
 // them in out: an expired lease nobody released counts its failed delivery
 // first (expireLease), so a late ack cannot make the expiry go uncounted;
 // every item is resolved to an offset or answered now (targets); rules.Ack
-// decides the rest. The DLQ copies are written at once; the row's update
-// (cursor, lease, failure counts) is queued on b, which the caller sends,
-// with COMMIT or not; with ws the update is gathered there instead (the
-// caller queues ws on b before COMMIT). The answers stand once b is sent. A
-// partition that does not exist answers every item unresolvable and queues
-// nothing.
+// decides the rest. The DLQ copies are written at once; statements the
+// acks need (forgetting a row this call created) are queued on b, and the
+// row's update (cursor, lease, failure counts) is gathered in ws; the
+// caller queues ws on b and sends b, with COMMIT or not. The answers stand
+// once b is sent. A partition that does not exist answers every item
+// unresolvable and queues nothing.
 func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.AckItem, out []queen.AckResult, b *pgx.Batch, ws *groupWrites) error {
 	if !a.found {
 		for _, i := range a.idx {
@@ -438,19 +389,11 @@ func (a *consumerAcks) settle(ctx context.Context, tx querier, items []queen.Ack
 	if err != nil {
 		return err
 	}
-	var lease any
+	kept := uuid.Nil
 	if d.KeepLease {
-		lease = uuid.UUID(st.leaseID.Bytes)
+		kept = uuid.UUID(st.leaseID.Bytes)
 	}
-	if ws != nil {
-		kept := uuid.Nil
-		if d.KeepLease {
-			kept = uuid.UUID(st.leaseID.Bytes)
-		}
-		ws.add(a.key.group, a.key.pid, d.Cursor, kept, nil, st.leaseTo, counts, bisect)
-	} else {
-		b.Queue(sqlConsumeUpdate, a.key.pid, a.key.group, d.Cursor, lease, nil, st.leaseTo, counts, bisect)
-	}
+	ws.add(a.key.group, a.key.pid, d.Cursor, kept, nil, st.leaseTo, counts, bisect)
 	for _, i := range a.idx {
 		c := d.Cursor
 		out[i].Cursor = &c

@@ -1,14 +1,17 @@
-// The consume paths (SPEC.md §4), by concern: pop.go (a partition pop: the
-// span above the cursor, its messages, the lease or the autoAck cursor),
-// popmany.go (one statement set for many partitions), consumer.go (consumer
-// rows: their lock, state, subscription, candidates, lease extension), ack.go
-// (acks and the sweep rules.Ack decides) and deadletter.go (DLQ writes).
-// This file holds their statements and the connection they share.
+// The consume paths (SPEC.md §4), by concern: pop.go (the pop, of one
+// partition or several: one statement set whatever their number),
+// popspan.go (a partition's span above the cursor and its messages),
+// consumer.go (consumer rows: their lock, state, writes, subscription,
+// candidates, lease extension), ack.go (acks and the sweep rules.Ack
+// decides) and deadletter.go (DLQ writes). This file holds their statements
+// and the connection they share. Each statement takes arrays, one element
+// per consumer row, and serves one row as well as many.
 
 package persistence
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,15 +21,10 @@ var (
 	sqlConsumeEnsure     = q("consume_ensure")
 	sqlConsumeForget     = q("consume_forget")
 	sqlConsumeHashAt     = q("consume_hash_at")
-	sqlAckLockMany       = q("ack_lock_many")
-	sqlConsumeLock       = q("consume_lock")
-	sqlConsumeLockSkip   = q("consume_lock_skip")
-	sqlConsumeLockMany   = q("consume_lock_many")
-	sqlConsumeLockManySk = q("consume_lock_many_skip")
-	sqlConsumeSegments   = q("consume_segments")
+	sqlConsumerLock      = q("consumer_lock")
+	sqlConsumerLockSkip  = skipLocked(sqlConsumerLock)
 	sqlConsumeSegsMany   = q("consume_segments_many")
 	sqlConsumePlanBegin  = q("consume_plan_begin")
-	sqlConsumeUpdate     = q("consume_update")
 	sqlConsumeUpdateMany = q("consume_update_many")
 	sqlConsumeResolve    = q("consume_resolve")
 	sqlConsumeSegmentAt  = q("consume_segment_at")
@@ -42,4 +40,16 @@ type querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// skipLocked returns lock, a statement holding one FOR UPDATE OF c, with
+// SKIP LOCKED added: the same statement for a pop that skips a row another
+// request holds instead of waiting for it. It panics when lock holds no
+// such clause or several (a statement edited out of shape), at start.
+func skipLocked(lock string) string {
+	const clause = "FOR UPDATE OF c"
+	if strings.Count(lock, clause) != 1 {
+		panic("persistence: a consumer lock statement must hold exactly one " + clause)
+	}
+	return strings.Replace(lock, clause, clause+" SKIP LOCKED", 1)
 }

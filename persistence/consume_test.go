@@ -16,9 +16,16 @@ import (
 
 func pop(t *testing.T, s *Store, pid uuid.UUID, group string, batch int) (queen.PopResult, queen.PopState) {
 	t.Helper()
-	res, st, err := s.PopPartition(context.Background(), queen.PopSpec{PartitionID: pid, Group: group, Batch: batch})
+	res, st, err := popOne(context.Background(), s, queen.PopSpec{PartitionID: pid, Group: group, Batch: batch})
 	require.NoError(t, err)
 	return res, st
+}
+
+// popOne pops spec.PartitionID alone: a pop of one partition is
+// PopPartitions over that one, most 1.
+func popOne(ctx context.Context, s *Store, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
+	res, states, err := s.PopPartitions(ctx, spec, []uuid.UUID{spec.PartitionID}, 1)
+	return res, states[0], err
 }
 
 func txns(res queen.PopResult) []string {
@@ -238,14 +245,14 @@ func TestSubscriptionModes(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid))
 	commit(t, s, pid, items("q", "p", "mid1"))
 
-	_, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "new", Batch: 10, SubscriptionNew: true})
+	_, st, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "new", Batch: 10, SubscriptionNew: true})
 	require.NoError(t, err)
 	require.Equal(t, queen.PopEmpty, st, "new skips the backlog")
 	commit(t, s, pid, items("q", "p", "new1"))
 	res, _ := pop(t, s, pid, "new", 10) // the subscription is fixed by the first pop
 	require.Equal(t, []string{"new1"}, txns(res))
 
-	res, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "from", Batch: 10, SubscriptionFrom: &mid})
+	res, _, err = popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "from", Batch: 10, SubscriptionFrom: &mid})
 	require.NoError(t, err)
 	require.Equal(t, []string{"mid1", "new1"}, txns(res))
 
@@ -365,7 +372,7 @@ func TestAutoAckAndDLQStatus(t *testing.T) {
 	pid, err := s.EnsurePartition(ctx, "q", "p")
 	require.NoError(t, err)
 	commit(t, s, pid, items("q", "p", "a", "b", "c"))
-	res, _, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: g, Batch: 1, AutoAck: true})
+	res, _, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: g, Batch: 1, AutoAck: true})
 	require.NoError(t, err)
 	require.Nil(t, res.LeaseID, "autoAck leases nothing")
 	res, _ = pop(t, s, pid, g, 2)
@@ -618,7 +625,7 @@ func TestExpiredLeaseCountsOnce(t *testing.T) {
 	outs := make(chan out, racers)
 	for i := range racers {
 		go func() {
-			res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: g, Batch: 2, SkipLocked: i%2 == 1})
+			res, st, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: g, Batch: 2, SkipLocked: i%2 == 1})
 			outs <- out{res, st, err}
 		}()
 	}

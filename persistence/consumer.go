@@ -1,10 +1,12 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
@@ -32,7 +34,7 @@ type consumerState struct {
 	delayed      int64
 	windowBuffer int64
 	now          time.Time
-	lockWait     float64 // seconds, read by ack_lock only
+	lockWait     float64 // seconds this row's lock waited (consumer_lock)
 	// bisect is the row's poison isolation (SPEC.md §4); expireLease and
 	// the pop change it, every write of the row stores it.
 	bisect rules.Bisection
@@ -41,21 +43,12 @@ type consumerState struct {
 	leases queen.LeaseStats
 }
 
-func (c *consumerState) scan(row pgx.Row) error { return c.scanRow(row, false) }
-
-// scanRow reads consume_lock's columns, and with wait ack_lock's lock wait.
-func (c *consumerState) scanRow(row pgx.Row, wait bool) error { return c.scanAfter(row, nil, wait) }
-
-// scanAfter reads the columns pre (a many statement's position column),
-// then consume_lock's, and with wait ack_lock's lock wait.
-func (c *consumerState) scanAfter(row pgx.Row, pre []any, wait bool) error {
+// scan reads one consumer_lock row: its position (into *i), then the
+// consumer row's state and the lock's wait.
+func (c *consumerState) scan(row pgx.Row, i *int64) error {
 	var counts, bisect []byte
-	dst := append(pre, &c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts,
-		&c.lastOffset, &c.partition, &c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect)
-	if wait {
-		dst = append(dst, &c.lockWait)
-	}
-	if err := row.Scan(dst...); err != nil {
+	if err := row.Scan(i, &c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts, &c.lastOffset, &c.partition,
+		&c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect, &c.lockWait); err != nil {
 		return err
 	}
 	var m map[string]int32
@@ -108,7 +101,7 @@ func encodeBisection(b rules.Bisection) ([]byte, error) {
 }
 
 // rowState encodes the failure counts and the bisection of st for
-// consume_update ($7, $8).
+// consume_update_many ($7, $8).
 func rowState(st *consumerState) (counts, bisect []byte, err error) {
 	if counts, err = encodeCounts(st.failCounts); err != nil {
 		return nil, nil, err
@@ -126,14 +119,6 @@ func encodeCounts(counts map[int64]int32) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// lockConsumer queues, on b, the statements that create (partition, group)'s
-// consumer row on first use and lock it; *found reports whether the lock
-// statement returned the row.
-func lockConsumer(b *pgx.Batch, pid uuid.UUID, group string, skipLocked, subscribe bool, from *time.Time, isNew bool, st *consumerState, found *bool) {
-	ensureConsumer(b, pid, group, subscribe, from, isNew)
-	lockOnly(b, pid, group, skipLocked, st, found)
-}
-
 // ensureConsumer queues the statement that creates (partition, group)'s
 // consumer row on first use. Creating one takes a key-share lock on the
 // partition row (the foreign key), so a call that creates several does it
@@ -142,47 +127,55 @@ func ensureConsumer(b *pgx.Batch, pid uuid.UUID, group string, subscribe bool, f
 	b.Queue(sqlConsumeEnsure, pid, group, from, isNew, subscribe)
 }
 
-// lockOnly queues the consumer row lock (see lockConsumer): consume_lock,
-// or with skipLocked consume_lock_skip, which finds no row when another
-// request holds it.
-func lockOnly(b *pgx.Batch, pid uuid.UUID, group string, skipLocked bool, st *consumerState, found *bool) {
-	lock := sqlConsumeLock
-	if skipLocked {
-		lock = sqlConsumeLockSkip
+// lockRows queues on b the lock of the consumer rows keys, in keys' order
+// (the caller's lock order: ascending partition id, then group), in one
+// consumer_lock statement, or with skip its SKIP LOCKED form, which returns
+// no row another request holds. Each row found is passed to got with its
+// index in keys; a row that does not exist (or was skipped) is not.
+func lockRows(b *pgx.Batch, keys []ackKey, skip bool, got func(k int, st *consumerState)) {
+	pids := make([]uuid.UUID, len(keys))
+	groups := make([]string, len(keys))
+	for k, key := range keys {
+		pids[k], groups[k] = key.pid, key.group
 	}
-	b.Queue(lock, pid, group).QueryRow(func(row pgx.Row) error {
-		err := st.scan(row)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+	lock := sqlConsumerLock
+	if skip {
+		lock = sqlConsumerLockSkip
+	}
+	seen := make([]bool, len(keys))
+	b.Queue(lock, pids, groups).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i int64
+			var st consumerState
+			if err := st.scan(rows, &i); err != nil {
+				return err
+			}
+			if i < 1 || i > int64(len(keys)) || seen[i-1] {
+				return fmt.Errorf("persistence: consumer_lock returned position %d of %d", i, len(keys))
+			}
+			seen[i-1] = true
+			got(int(i-1), &st)
 		}
-		*found = err == nil
-		return err
+		return rows.Err()
 	})
 }
 
 // lockMany queues the lock of the consumer rows of pids (distinct) for
-// group in one statement (consume_lock_many, or with skipLocked
-// consume_lock_many_skip, which finds no row another request holds): the
-// rows are locked in ascending partition id whatever pids' order; sts[i]
-// and found[i] receive pids[i]'s row (found false: no row, or skipped).
-func lockMany(b *pgx.Batch, pids []uuid.UUID, group string, skipLocked bool, sts []consumerState, found []bool) {
-	lock := sqlConsumeLockMany
-	if skipLocked {
-		lock = sqlConsumeLockManySk
+// group (lockRows): the rows are locked in ascending partition id whatever
+// pids' order; sts[i] and found[i] receive pids[i]'s row (found false: no
+// row, or skipped).
+func lockMany(b *pgx.Batch, pids []uuid.UUID, group string, skip bool, sts []consumerState, found []bool) {
+	order := make([]int, len(pids))
+	for i := range order {
+		order[i] = i
 	}
-	b.Queue(lock, pids, group).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var i int64
-			var st consumerState
-			if err := st.scanAfter(rows, []any{&i}, false); err != nil {
-				return err
-			}
-			if i < 1 || i > int64(len(pids)) || found[i-1] {
-				return fmt.Errorf("persistence: consume_lock_many returned position %d of %d", i, len(pids))
-			}
-			sts[i-1], found[i-1] = st, true
-		}
-		return rows.Err()
+	sort.Slice(order, func(x, y int) bool { return bytes.Compare(pids[order[x]][:], pids[order[y]][:]) < 0 })
+	keys := make([]ackKey, len(pids))
+	for k, i := range order {
+		keys[k] = ackKey{pids[i], group}
+	}
+	lockRows(b, keys, skip, func(k int, st *consumerState) {
+		sts[order[k]], found[order[k]] = *st, true
 	})
 }
 
@@ -261,4 +254,86 @@ func (s *Store) ExtendLease(ctx context.Context, id uuid.UUID, seconds int64) (t
 		return t, queen.ErrLeaseInvalid.With("lease %s is not live (expired, released or unknown)", id)
 	}
 	return t, unavailable(err)
+}
+
+// rowWrites gathers writes of consumer rows of one group, each as
+// one consume_update_many statement writes them.
+type rowWrites struct {
+	pids    []uuid.UUID
+	cursors []int64
+	leases  []pgtype.UUID
+	secs    []*float64
+	leaseTo []*int64
+	counts  [][]byte
+	bisects [][]byte
+}
+
+// add gathers the write of pid's row: consume_update_many's $3..$8 (lease
+// uuid.Nil releases the lease; secs nil keeps the expiry).
+func (w *rowWrites) add(pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
+	w.pids = append(w.pids, pid)
+	w.cursors = append(w.cursors, cursor)
+	w.leases = append(w.leases, pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil})
+	w.secs = append(w.secs, secs)
+	w.leaseTo = append(w.leaseTo, leaseTo)
+	w.counts = append(w.counts, counts)
+	w.bisects = append(w.bisects, bisect)
+}
+
+// queue queues the gathered writes on b as one consume_update_many (none
+// when nothing was gathered); expires, when not nil, receives the earliest
+// lease expiry written (nil when no row holds a lease).
+func (w *rowWrites) queue(b *pgx.Batch, group string, expires **time.Time) {
+	if len(w.pids) == 0 {
+		return
+	}
+	b.Queue(sqlConsumeUpdateMany, w.pids, group, w.cursors, w.leases, w.secs, w.leaseTo, w.counts, w.bisects).Query(func(rows pgx.Rows) error {
+		n := 0
+		for rows.Next() {
+			var i int64
+			var at *time.Time
+			if err := rows.Scan(&i, &at); err != nil {
+				return err
+			}
+			n++
+			if expires != nil && at != nil && (*expires == nil || at.Before(**expires)) {
+				*expires = at
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n != len(w.pids) {
+			return fmt.Errorf("persistence: consume_update_many wrote %d of %d consumer rows", n, len(w.pids))
+		}
+		return nil
+	})
+}
+
+// groupWrites gathers consumer row writes per consumer group (an ack's
+// rows may belong to several), each group's for one consume_update_many.
+type groupWrites struct {
+	groups []string
+	by     map[string]*rowWrites
+}
+
+// add gathers the write of (pid, group)'s row (see rowWrites.add).
+func (g *groupWrites) add(group string, pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
+	if g.by == nil {
+		g.by = map[string]*rowWrites{}
+	}
+	w := g.by[group]
+	if w == nil {
+		w = &rowWrites{}
+		g.by[group] = w
+		g.groups = append(g.groups, group)
+	}
+	w.add(pid, cursor, lease, secs, leaseTo, counts, bisect)
+}
+
+// queue queues one consume_update_many per group gathered on b.
+func (g *groupWrites) queue(b *pgx.Batch) {
+	for _, group := range g.groups {
+		g.by[group].queue(b, group, nil)
+	}
 }

@@ -146,14 +146,14 @@ func TestKnownConsumerRowsDeletedElsewhere(t *testing.T) {
 	// A pop naming its partition (waits for the lock): delivered in the
 	// same call.
 	one := queen.PopSpec{Group: "h", Batch: 1000, PartitionID: pids[0]}
-	res, _, err = s.PopPartition(ctx, one)
+	res, _, err = popOne(ctx, s, one)
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 2)
 	_, err = s.Ack(ctx, acksOf(res))
 	require.NoError(t, err)
 	_, err = other.DeleteGroup(ctx, "h")
 	require.NoError(t, err)
-	res, state, err := s.PopPartition(ctx, one)
+	res, state, err := popOne(ctx, s, one)
 	require.NoError(t, err)
 	require.Equal(t, queen.PopDelivered, state)
 	require.Len(t, res.Messages, 2, "the recreated row starts at the beginning")
@@ -181,7 +181,7 @@ func TestConsumerRowCreationBesidePush(t *testing.T) {
 	rows.Close()
 	require.NoError(t, rows.Err())
 
-	res, _, err := s.PopPartition(ctx, queen.PopSpec{Group: "g", Batch: 10, PartitionID: pid})
+	res, _, err := popOne(ctx, s, queen.PopSpec{Group: "g", Batch: 10, PartitionID: pid})
 	require.NoError(t, err, "the consumer row's creation did not wait for the push's lock")
 	require.Len(t, res.Messages, 2)
 	out, err := s.Ack(ctx, []queen.AckItem{{PartitionID: pid, Offset: 0, Status: queen.AckCompleted, ConsumerGroup: "h"}})

@@ -199,7 +199,7 @@ func TestAckStuckConsumerLock(t *testing.T) {
 	require.Equal(t, 1, log.timeouts("ack"))
 }
 
-// A pop with SkipLocked (consume_lock_skip) answers busy at once when
+// A pop with SkipLocked (consumer_lock's SKIP LOCKED form) answers busy at once when
 // another session holds the group's consumer row; without it the pop waits
 // for the row and fails with lock_timeout.
 func TestPopSkipsHeldConsumerRow(t *testing.T) {
@@ -213,15 +213,15 @@ func TestPopSkipsHeldConsumerRow(t *testing.T) {
 	require.NoError(t, err) // creates the consumer row
 
 	release := holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, pid)
-	res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
+	res, st, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
 	require.NoError(t, err)
 	require.Equal(t, queen.PopBusy, st)
 	require.Empty(t, res.Messages)
-	_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1})
+	_, _, err = popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1})
 	require.ErrorIs(t, err, queen.ErrLockTimeout)
 
 	release()
-	res, st, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
+	res, st, err = popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, SkipLocked: true})
 	require.NoError(t, err)
 	require.Equal(t, queen.PopDelivered, st)
 	require.Equal(t, []string{"m1"}, txns(res))

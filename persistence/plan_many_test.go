@@ -35,10 +35,10 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 	require.NoError(t, err)
 }
 
-// TestManyPlansStayIndexed: the array statements of a multi-partition pop
-// (consume_lock_many, consume_lock_many_skip, consume_segments_many,
-// consume_update_many, releasing or taking a lease) and of an ack
-// (ack_lock_many, consume_hash_at), run as the pop runs them (after consume_plan_begin), keep one keyed lookup
+// TestManyPlansStayIndexed: the consumer statements of pops, acks and
+// transactions (consumer_lock and its SKIP LOCKED form,
+// consume_segments_many, consume_update_many releasing or taking a lease,
+// consume_hash_at), run as they run them (after consume_plan_begin), keep one keyed lookup
 // per partition with a generic plan cached while the tables were tiny and
 // used once they hold 10,000 partitions: no scan of queen.consumers,
 // queen.partitions or queen.segments, no hash join, a bounded number of
@@ -62,10 +62,9 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	}
 	arr := "ARRAY[" + strings.Join(ids, ",") + "]"
 	cases := []struct{ name, sql, args, exec string }{
-		{"lock_many", sqlConsumeLockMany, "uuid[], text", arr + ", 'g'"},
-		{"lock_many_skip", sqlConsumeLockManySk, "uuid[], text", arr + ", 'g'"},
+		{"lock", sqlConsumerLock, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
+		{"lock_skip", sqlConsumerLockSkip, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
 		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
-		{"ack_lock_many", sqlAckLockMany, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
 		{"hash_at", sqlConsumeHashAt, "uuid[], bigint[]", arr + ", array_fill(7::bigint, ARRAY[32])"},
 		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
 			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +

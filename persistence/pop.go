@@ -1,40 +1,62 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"fmt"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	queen "github.com/queen-mq/queen-go"
 )
 
-// PopPartition pops up to spec.Batch messages of one partition for a
-// consumer group (SPEC.md §4), in one transaction under the group's consumer
-// row lock: from just above the cursor, only messages stored at least
-// delayedProcessing seconds ago, and only once the partition's newest message
-// is windowBuffer seconds old. Without AutoAck the returned span is leased
-// for the queue's leaseTime; with it the cursor moves past the span. An
-// expired lease's unacked rest is delivered again (see expireLease): a
-// single unacked message counts one failed delivery first, several are
-// bisected, so the delivery holds fewer than spec.Batch until the expired
-// range is passed (rules.Bisection). On an error the transaction is rolled
-// back and the result is empty, queen.PopBusy.
-func (s *Store) PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
+// PopPartitions is the pop (SPEC.md §4), of one partition or of several
+// (queen.PopRequest.Partitions): it tries the partitions pids of one queue,
+// in that order, for consumer group spec.Group, and claims of each the span
+// above its cursor that is deliverable, under the group's consumer row
+// lock: only messages stored at least delayedProcessing seconds ago, and
+// only once the partition's newest message is windowBuffer seconds old; an
+// expired lease's unacked rest is delivered again (see expireLease), a
+// single unacked message counting one failed delivery first and several
+// bisected (rules.Bisection), so a delivery holds fewer than spec.Batch
+// until the expired range is passed. It claims until most partitions are claimed (<= 0: no bound), spec.Batch messages
+// or spec.MaxBytes are reached. Every claimed span is leased under one id
+// (spec.LeaseID, or a new UUIDv7), or with spec.AutoAck the cursors move
+// past them. The messages come partition by partition, each naming its
+// partition; the reply's Queue, Partition and PartitionID name the first
+// claimed partition.
+//
+// It is one transaction of two round trips whatever len(pids): the first
+// creates the consumer rows on first use (in ascending partition id order,
+// as Ack does), locks them (skipping a row another request holds when
+// spec.SkipLocked, else waiting in ascending order) and reads every
+// partition's segments; the second writes the claimed rows and commits.
+// The locks, the reads and the writes are one statement each whatever
+// len(pids) (consumer_lock, consume_segments_many, consume_update_many),
+// run with enable_seqscan off (consume_plan_begin); only the creation of
+// rows not yet known is a statement per partition. An
+// expired lease to settle (see expireLease) costs its settlement's round
+// trips. states has one queen.PopState per pid: PopDelivered, PopEmpty,
+// PopBusy (another consumer's live lease or a skipped lock), PopNotYet
+// (nothing visible, or not tried because the pop was full). On an error nothing is
+// claimed.
+func (s *Store) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error) {
+	states := make([]queen.PopState, len(pids))
+	if len(pids) == 0 {
+		return queen.PopResult{}, states, nil
+	}
 	var res queen.PopResult
-	var state queen.PopState
 	var settled queen.LeaseStats
 	var err error
 	for try := 0; ; try++ {
 		err = s.inSession(ctx, func(conn *session) error {
 			var err error
 			settled = queen.LeaseStats{} // a retried attempt settles afresh
-			res, state, err = popTx(ctx, conn, spec, &settled, s.known)
+			res, err = popManyTx(ctx, conn, spec, pids, most, states, &settled, s.known)
 			if err != nil {
 				rollback(conn)
 			}
@@ -45,358 +67,243 @@ func (s *Store) PopPartition(ctx context.Context, spec queen.PopSpec) (queen.Pop
 		}
 	}
 	if err != nil {
-		err = unavailable(err)
-		return queen.PopResult{}, queen.PopBusy, err
+		for i := range states {
+			states[i] = queen.PopBusy
+		}
+		return queen.PopResult{}, states, unavailable(err)
 	}
 	s.leases.add(settled)
-	return res, state, nil
+	return res, states, nil
 }
 
-// popTx runs PopPartition's transaction on tx: claim the consumer row and
-// read the span above its cursor (claimSpan), build the messages that fit
-// (spanMessages, at most what the row's bisection allows), then move the
-// cursor (autoAck) or take the lease, and commit. What it settled of
-// expired leases and bisections is added to *settled once committed. On an
-// error the caller rolls back. A committed pop that found its consumer row
-// adds it to known (nil: none).
-func popTx(ctx context.Context, tx querier, spec queen.PopSpec, settled *queen.LeaseStats, known *knownRows) (_ queen.PopResult, _ queen.PopState, err error) {
-	st, found, segs, err := claimSpan(ctx, tx, spec, known)
+// popManyTx runs PopPartitions' transaction on tx (a connection outside a
+// transaction) and fills states (queen.PopBusy unless found otherwise);
+// what it settled of expired leases and bisections is added to *settled
+// once committed. On an error the caller rolls back. pids must be distinct. Consumer rows in known are not
+// created (see knownRows): one found missing is dropped from known and
+// answers queen.PopBusy with spec.SkipLocked, else the call fails with
+// errStaleKnown. Once committed, every row found is added to known.
+func popManyTx(ctx context.Context, tx querier, spec queen.PopSpec, pids []uuid.UUID, most int, states []queen.PopState, settled *queen.LeaseStats, known *knownRows) (queen.PopResult, error) {
+	n := len(pids)
+	for i := range states {
+		states[i] = queen.PopBusy
+	}
+	pm := &popMany{spec: spec, pids: pids, states: states, known: known,
+		sts: make([]consumerState, n), found: make([]bool, n), segs: make([][]popSegment, n)}
+	if err := pm.read(ctx, tx); err != nil {
+		return queen.PopResult{}, err
+	}
+	if err := pm.settleExpired(ctx, tx); err != nil {
+		return queen.PopResult{}, err
+	}
+	lease := spec.LeaseID
+	if lease == uuid.Nil && !spec.AutoAck {
+		var err error
+		if lease, err = uuid.NewV7(); err != nil {
+			return queen.PopResult{}, err
+		}
+	}
+	// Round trip 2: write the claimed rows (and the bisections a pop that
+	// delivers nothing changed) in one statement (consume_update_many) and
+	// commit.
+	var w rowWrites
+	out, claimed, err := pm.claim(&w, lease, most)
 	if err != nil {
-		return queen.PopResult{}, queen.PopBusy, err
+		return queen.PopResult{}, err
 	}
-	defer func() {
-		if found && err == nil {
-			known.add(ackKey{spec.PartitionID, spec.Group})
+	if err := commitPop(ctx, tx, func(b *pgx.Batch) { w.queue(b, spec.Group, &pm.expires) }); err != nil {
+		return queen.PopResult{}, err
+	}
+	for i := range pm.sts {
+		settled.Add(pm.sts[i].leases)
+		if pm.found[i] {
+			known.add(ackKey{pids[i], spec.Group})
 		}
-	}()
-	if !found || st.live {
-		return queen.PopResult{}, queen.PopBusy, commitPop(ctx, tx, nil)
 	}
-	limit, stall, changed := st.bisect.Deliver(st.cursor, spec.Batch, st.now)
-	if changed && !st.bisect.Active {
-		st.leases.Stalls++
-		st.leases.StallSeconds += stall.Seconds()
-	}
-	spec.Batch = limit
-	// A pop that delivers nothing still stores a bisection it changed (one
-	// that ended above all): the row holds no lease here (claimSpan
-	// released an expired one).
-	idle := func(state queen.PopState) (queen.PopResult, queen.PopState, error) {
-		var write func(b *pgx.Batch)
-		if changed {
-			counts, bisect, err := rowState(&st)
-			if err != nil {
-				return queen.PopResult{}, queen.PopBusy, err
-			}
-			write = func(b *pgx.Batch) {
-				b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
-			}
+	if claimed > 0 && !spec.AutoAck {
+		ls := lease.String()
+		out.LeaseID, out.LeaseExpiresAt = &ls, pm.expires
+		for i := range out.Messages {
+			out.Messages[i].LeaseID = &ls
 		}
-		if err := commitPop(ctx, tx, write); err != nil {
-			return queen.PopResult{}, queen.PopBusy, err
-		}
-		settled.Add(st.leases)
-		return queen.PopResult{}, state, nil
 	}
-	if st.cursor >= st.lastOffset {
-		return idle(queen.PopEmpty)
-	}
-	res, last, err := spanMessages(spec, &st, segs)
-	if err != nil {
-		return queen.PopResult{}, queen.PopBusy, err
-	}
-	if len(res.Messages) == 0 {
-		return idle(queen.PopNotYet)
-	}
-	if spec.AutoAck {
-		err = moveCursor(ctx, tx, spec, &st, last)
-	} else {
-		err = takeLease(ctx, tx, spec, &st, last, &res)
-	}
-	if err == nil {
-		settled.Add(st.leases)
-	}
-	return res, queen.PopDelivered, err
+	return out, nil
 }
 
-// popSegment is one segment read for a pop: its first offset, when it was
-// stored, its packed message ids and frames (UnpackFrames), and its
-// messages' producer (nil: none).
-type popSegment struct {
-	first    int64
-	created  time.Time
-	ids      []byte
-	frames   []byte
-	producer *string
-}
-
-// producerSub is a stored producer (segments.producer_sub, empty or NULL for
-// none, migration 0018) as messages carry it: nil for none.
-func producerSub(stored *string) *string {
-	if stored == nil || *stored == "" {
-		return nil
-	}
-	return stored
-}
-
-// readSegments returns a consume_segments row reader that appends to *segs.
-func readSegments(segs *[]popSegment) func(pgx.Rows) error {
-	return func(rows pgx.Rows) error {
-		for rows.Next() {
-			var sg popSegment
-			var last int64
-			if err := rows.Scan(&sg.first, &last, &sg.created, &sg.ids, &sg.frames, &sg.producer); err != nil {
-				return err
-			}
-			sg.producer = producerSub(sg.producer)
-			*segs = append(*segs, sg)
-		}
-		return rows.Err()
-	}
-}
-
-// rowWrites gathers writes of consumer rows of one group, each as
-// consume_update writes it, for one consume_update_many statement.
-type rowWrites struct {
+// popMany is one PopPartitions transaction's state: per partition (by
+// index into pids) its consumer row, whether it was locked, and its span's
+// segments.
+type popMany struct {
+	spec    queen.PopSpec
 	pids    []uuid.UUID
-	cursors []int64
-	leases  []pgtype.UUID
-	secs    []*float64
-	leaseTo []*int64
-	counts  [][]byte
-	bisects [][]byte
+	states  []queen.PopState
+	sts     []consumerState
+	found   []bool
+	segs    [][]popSegment
+	expires *time.Time // the lease's expiry: the earliest of the leased rows'
+	known   *knownRows // consumer rows not to create (see knownRows)
 }
 
-// add gathers the write of pid's row: consume_update's $3..$8 (lease
-// uuid.Nil releases the lease; secs nil keeps the expiry).
-func (w *rowWrites) add(pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
-	w.pids = append(w.pids, pid)
-	w.cursors = append(w.cursors, cursor)
-	w.leases = append(w.leases, pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil})
-	w.secs = append(w.secs, secs)
-	w.leaseTo = append(w.leaseTo, leaseTo)
-	w.counts = append(w.counts, counts)
-	w.bisects = append(w.bisects, bisect)
-}
-
-// queue queues the gathered writes on b as one consume_update_many (none
-// when nothing was gathered); expires, when not nil, receives the earliest
-// lease expiry written (nil when no row holds a lease).
-func (w *rowWrites) queue(b *pgx.Batch, group string, expires **time.Time) {
-	if len(w.pids) == 0 {
-		return
+// read is round trip 1: BEGIN and consume_plan_begin (no sequential
+// scans in this transaction), then create the consumer rows (unless known,
+// one statement per partition, ascending partition id), lock them (one
+// statement, consumer_lock: ascending partition id) and read every
+// partition's span (one statement, consume_segments_many).
+func (pm *popMany) read(ctx context.Context, tx querier) error {
+	order := make([]int, len(pm.pids))
+	for i := range order {
+		order[i] = i
 	}
-	b.Queue(sqlConsumeUpdateMany, w.pids, group, w.cursors, w.leases, w.secs, w.leaseTo, w.counts, w.bisects).Query(func(rows pgx.Rows) error {
-		n := 0
-		for rows.Next() {
-			var i int64
-			var at *time.Time
-			if err := rows.Scan(&i, &at); err != nil {
-				return err
-			}
-			n++
-			if expires != nil && at != nil && (*expires == nil || at.Before(**expires)) {
-				*expires = at
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if n != len(w.pids) {
-			return fmt.Errorf("persistence: consume_update_many wrote %d of %d consumer rows", n, len(w.pids))
-		}
-		return nil
-	})
-}
-
-// groupWrites gathers consumer row writes per consumer group (an ack's
-// rows may belong to several), each group's for one consume_update_many.
-type groupWrites struct {
-	groups []string
-	by     map[string]*rowWrites
-}
-
-// add gathers the write of (pid, group)'s row (see rowWrites.add).
-func (g *groupWrites) add(group string, pid uuid.UUID, cursor int64, lease uuid.UUID, secs *float64, leaseTo *int64, counts, bisect []byte) {
-	if g.by == nil {
-		g.by = map[string]*rowWrites{}
-	}
-	w := g.by[group]
-	if w == nil {
-		w = &rowWrites{}
-		g.by[group] = w
-		g.groups = append(g.groups, group)
-	}
-	w.add(pid, cursor, lease, secs, leaseTo, counts, bisect)
-}
-
-// queue queues one consume_update_many per group gathered on b.
-func (g *groupWrites) queue(b *pgx.Batch) {
-	for _, group := range g.groups {
-		g.by[group].queue(b, group, nil)
-	}
-}
-
-// readSegmentsMany returns a consume_segments_many row reader that appends
-// each row to segs[position-1].
-func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
-	return func(rows pgx.Rows) error {
-		for rows.Next() {
-			var i, last int64
-			var sg popSegment
-			if err := rows.Scan(&i, &sg.first, &last, &sg.created, &sg.ids, &sg.frames, &sg.producer); err != nil {
-				return err
-			}
-			sg.producer = producerSub(sg.producer)
-			if i < 1 || i > int64(len(segs)) {
-				return fmt.Errorf("persistence: consume_segments_many returned position %d of %d", i, len(segs))
-			}
-			segs[i-1] = append(segs[i-1], sg)
-		}
-		return rows.Err()
-	}
-}
-
-// claimSpan begins the pop's transaction and, in one round trip, creates
-// (partition, group)'s consumer row on first use, locks it (skipping it
-// when another request holds it and spec.SkipLocked) and reads the segments
-// to deliver (the statement sees the locked row). found is false when the
-// lock was skipped. An expired lease is settled first (expireLease): the row
-// is written and the segments read again from its cursor, in this
-// transaction. A row in known is not created (see knownRows): found
-// missing, it is dropped from known, and without spec.SkipLocked the call
-// fails with errStaleKnown (the caller rolls back and runs it again).
-func claimSpan(ctx context.Context, tx querier, spec queen.PopSpec, known *knownRows) (st consumerState, found bool, segs []popSegment, err error) {
-	key := ackKey{spec.PartitionID, spec.Group}
-	skipped := known.has(key)
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(pm.pids[order[a]][:], pm.pids[order[b]][:]) < 0 })
+	spec := pm.spec
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	if !skipped {
-		ensureConsumer(b, spec.PartitionID, spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
-	}
-	lockOnly(b, spec.PartitionID, spec.Group, spec.SkipLocked, &st, &found)
-	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments(&segs))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return st, false, nil, unavailable(err)
-	}
-	if skipped && !found {
-		known.drop(key)
-		if !spec.SkipLocked {
-			return st, false, nil, errStaleKnown
+	b.Queue(sqlConsumePlanBegin)
+	skipped := make([]bool, len(pm.pids))
+	for _, i := range order {
+		if skipped[i] = pm.known.has(ackKey{pm.pids[i], spec.Group}); !skipped[i] {
+			ensureConsumer(b, pm.pids[i], spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
 		}
 	}
-	if !found || st.live {
-		return st, found, segs, nil
-	}
-	expired, err := expireLease(ctx, tx, ackKey{spec.PartitionID, spec.Group}, &st)
-	if err != nil || !expired {
-		return st, found, segs, err
-	}
-	counts, bisect, err := rowState(&st)
-	if err != nil {
-		return st, found, nil, err
-	}
-	segs = segs[:0]
-	b = &pgx.Batch{}
-	b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, nil, nil, nil, counts, bisect)
-	b.Queue(sqlConsumeSegments, spec.PartitionID, spec.Group, spec.Batch).Query(readSegments(&segs))
+	lockMany(b, pm.pids, spec.Group, spec.SkipLocked, pm.sts, pm.found)
+	b.Queue(sqlConsumeSegsMany, pm.pids, spec.Group, spec.Batch).Query(readSegmentsMany(pm.segs))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return st, found, nil, unavailable(err)
+		return unavailable(err)
 	}
-	return st, found, segs, nil
+	stale := false
+	for i, pid := range pm.pids {
+		if skipped[i] && !pm.found[i] {
+			pm.known.drop(ackKey{pid, spec.Group})
+			stale = true
+		}
+	}
+	if stale && !spec.SkipLocked {
+		return errStaleKnown
+	}
+	return nil
 }
 
-// spanMessages builds the messages of segs above st's cursor, in offset
-// order: at most spec.Batch, and within spec.MaxBytes (each message counted
-// as its payload plus queen.PopMessageOverhead; the first always fits unless
-// spec.BytesStrict), the rest left unleased for the next pop. The reply's
-// queue, partition and group are set when it holds any message; last is
-// the offset of its last message. It reads no database.
-func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res queen.PopResult, last int64, err error) {
-	pidText := spec.PartitionID.String()
-	maxBytes, size := spec.MaxBytes, 0
+// settleExpired settles the expired leases nobody released (rare): their
+// rows are written and their segments read again, in one more round trip
+// (one consume_update_many and one consume_segments_many for them all).
+func (pm *popMany) settleExpired(ctx context.Context, tx querier) error {
+	var w rowWrites
+	var again []int
+	for i, pid := range pm.pids {
+		st := &pm.sts[i]
+		if !pm.found[i] || st.live {
+			continue
+		}
+		expired, err := expireLease(ctx, tx, ackKey{pid, pm.spec.Group}, st)
+		if err != nil {
+			return err
+		}
+		if !expired {
+			continue
+		}
+		counts, bisect, err := rowState(st)
+		if err != nil {
+			return err
+		}
+		w.add(pid, st.cursor, uuid.Nil, nil, nil, counts, bisect)
+		again = append(again, i)
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	pids := make([]uuid.UUID, len(again))
+	segs := make([][]popSegment, len(again))
+	for k, i := range again {
+		pids[k] = pm.pids[i]
+	}
+	b := &pgx.Batch{}
+	w.queue(b, pm.spec.Group, nil)
+	b.Queue(sqlConsumeSegsMany, pids, pm.spec.Group, pm.spec.Batch).Query(readSegmentsMany(segs))
+	if err := sendAcks(ctx, tx, b); err != nil {
+		return err
+	}
+	for k, i := range again {
+		pm.segs[i] = segs[k]
+	}
+	return nil
+}
+
+// claim takes, partition by partition in pids' order, the messages that
+// fit (the batch, most partitions, the reply's bytes, each row's
+// bisection), gathers each claimed row's write in w, and sets states.
+func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResult, int, error) {
+	spec := pm.spec
+	maxBytes := spec.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = queen.MaxPopReplyBytes
 	}
-	full := false
-	for _, sg := range segs {
-		producer := 0 // the producer's bytes in each message (a token's sub may be long)
-		if sg.producer != nil {
-			producer = len(*sg.producer)
+	var out queen.PopResult
+	size, claimed := 0, 0
+	for i, pid := range pm.pids {
+		st := &pm.sts[i]
+		if !pm.found[i] || st.live {
+			continue // queen.PopBusy
 		}
-		fs, err := UnpackFrames(sg.ids, sg.frames)
+		left := spec.Batch - len(out.Messages)
+		if left <= 0 || (most > 0 && claimed >= most) || (len(out.Messages) > 0 && size+queen.PopMessageOverhead > maxBytes) {
+			pm.states[i] = queen.PopNotYet
+			continue
+		}
+		limit, stall, changed := st.bisect.Deliver(st.cursor, left, st.now)
+		if changed && !st.bisect.Active {
+			st.leases.Stalls++
+			st.leases.StallSeconds += stall.Seconds()
+		}
+		counts, bisect, err := rowState(st)
 		if err != nil {
-			return queen.PopResult{}, 0, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
+			return out, 0, err
 		}
-		for i := range fs {
-			off := sg.first + int64(i)
-			if off <= st.cursor || full || len(res.Messages) >= spec.Batch {
-				continue
+		idle := func(state queen.PopState) {
+			pm.states[i] = state
+			if changed {
+				w.add(pid, st.cursor, uuid.Nil, nil, nil, counts, bisect)
 			}
-			if size += len(fs[i].Payload) + producer + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
-				full = true // the rest stays unleased for the next pop
-				continue
+		}
+		if st.cursor >= st.lastOffset {
+			idle(queen.PopEmpty)
+			continue
+		}
+		ps := spec
+		ps.PartitionID, ps.Batch, ps.MaxBytes, ps.BytesStrict = pid, limit, maxBytes-size, spec.BytesStrict || len(out.Messages) > 0
+		res, last, err := spanMessages(ps, st, pm.segs[i])
+		if err != nil {
+			return out, 0, err
+		}
+		if len(res.Messages) == 0 {
+			idle(queen.PopNotYet)
+			continue
+		}
+		pm.states[i] = queen.PopDelivered
+		if spec.AutoAck {
+			for off := range st.failCounts {
+				if off <= last {
+					delete(st.failCounts, off)
+				}
 			}
-			m := queen.Message{
-				ID: fs[i].MessageID.String(), TransactionID: fs[i].TransactionID, TraceID: fs[i].TraceID,
-				Data: fs[i].Payload, CreatedAt: sg.created, PartitionID: pidText, Partition: st.partition,
-				Queue: st.queue, Offset: off, ConsumerGroup: spec.Group, ProducerSub: sg.producer,
+			if counts, err = encodeCounts(st.failCounts); err != nil {
+				return out, 0, err
 			}
-			m.RetryCount = int(st.failCounts[off])
-			res.Messages = append(res.Messages, m)
-			last = off
+			w.add(pid, last, uuid.Nil, nil, nil, counts, bisect)
+		} else {
+			secs, to := float64(st.leaseTime), last
+			w.add(pid, st.cursor, lease, &secs, &to, counts, bisect)
 		}
-	}
-	if len(res.Messages) > 0 {
-		res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
-	}
-	return res, last, nil
-}
-
-// moveCursor acknowledges an autoAck pop's span: the cursor moves to last,
-// the failure counts at or below it go, and the transaction commits.
-func moveCursor(ctx context.Context, tx querier, spec queen.PopSpec, st *consumerState, last int64) error {
-	for off := range st.failCounts {
-		if off <= last {
-			delete(st.failCounts, off)
+		if claimed == 0 {
+			out = res
+		} else {
+			out.Messages = append(out.Messages, res.Messages...)
 		}
-	}
-	counts, bisect, err := rowState(st)
-	if err != nil {
-		return err
-	}
-	return commitPop(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, last, nil, nil, nil, counts, bisect)
-	})
-}
-
-// takeLease leases the span up to last for the queue's leaseTime under
-// spec.LeaseID (a new UUIDv7 when nil), commits, and writes the lease id
-// and its expiry into res and its messages.
-func takeLease(ctx context.Context, tx querier, spec queen.PopSpec, st *consumerState, last int64, res *queen.PopResult) error {
-	counts, bisect, err := rowState(st)
-	if err != nil {
-		return err
-	}
-	lease := spec.LeaseID
-	if lease == uuid.Nil {
-		if lease, err = uuid.NewV7(); err != nil {
-			return err
+		for _, m := range res.Messages {
+			size += len(m.Data) + queen.PopMessageOverhead
 		}
+		claimed++
 	}
-	var expires *time.Time
-	if err := commitPop(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(sqlConsumeUpdate, spec.PartitionID, spec.Group, st.cursor, lease, float64(st.leaseTime), last, counts, bisect).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&expires) })
-	}); err != nil {
-		return err
-	}
-	ls := lease.String()
-	res.LeaseID, res.LeaseExpiresAt = &ls, expires
-	for i := range res.Messages {
-		res.Messages[i].LeaseID = &ls
-	}
-	return nil
+	return out, claimed, nil
 }
 
 // commitPop sends the statements extra queues (when not nil) and COMMIT in

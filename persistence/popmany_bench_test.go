@@ -10,34 +10,38 @@ import (
 	queen "github.com/queen-mq/queen-go"
 )
 
-// BenchmarkDrainPopAck measures the drain at many partitions (issue 28):
-// each op is one multi-partition pop of 32 partitions holding 3 messages
-// each (their consumer rows exist and are known, as in a running group)
-// and the ack of its 96 messages by offset and transactionId, as the load
-// test's consumers do. It reports pg-µs/partition: the CPU time of the
-// PostgreSQL server (postmaster and backends, from /proc) over the timed
-// loop per partition drained, less sensitive to a busy machine than the
-// wall time.
+// BenchmarkDrainPopAck measures the drain (issue 28): each op is one pop of
+// per partitions holding 3 messages each (their consumer rows exist and are
+// known, as in a running group; per = 1 is a one-partition pop) and the ack
+// of its messages by offset and transactionId, as the load test's
+// consumers do. It reports pg-µs/partition: the CPU time of the PostgreSQL
+// server (postmaster and backends, from /proc) over the timed loop per
+// partition drained, less sensitive to a busy machine than the wall time.
 //
 //	go test -run '^$' -bench DrainPopAck -benchtime 100x ./persistence/
 func BenchmarkDrainPopAck(b *testing.B) {
+	for _, per := range []int{1, 32} {
+		b.Run(fmt.Sprintf("partitions=%d", per), func(b *testing.B) { benchDrain(b, per) })
+	}
+}
+
+func benchDrain(b *testing.B, per int) {
 	s := setup(b)
 	ctx := context.Background()
-	const per = 32
 	parts := b.N * per
 	pids := make([]uuid.UUID, parts)
 	for i := range pids {
 		name := fmt.Sprintf("p%d", i)
-		pid, err := s.EnsurePartition(ctx, "drain", name)
+		pid, err := s.EnsurePartition(ctx, fmt.Sprintf("drain%d", per), name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		its := items("drain", name, name+"-0", name+"-1", name+"-2", name+"-3")
+		its := items(fmt.Sprintf("drain%d", per), name, name+"-0", name+"-1", name+"-2", name+"-3")
 		if _, err := s.Commit(ctx, &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: -1}); err != nil {
 			b.Fatal(err)
 		}
 		// The group's row exists (one message consumed), as in a running group.
-		if _, _, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, AutoAck: true}); err != nil {
+		if _, _, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 1, AutoAck: true}); err != nil {
 			b.Fatal(err)
 		}
 		pids[i] = pid
@@ -46,7 +50,7 @@ func BenchmarkDrainPopAck(b *testing.B) {
 	b.ResetTimer()
 	cpuSince := serverCPU(b, s)
 	for n := 0; n < b.N; n++ {
-		res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids[n*per:(n+1)*per], 0)
+		res, _, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids[n*per:(n+1)*per], per)
 		if err != nil {
 			b.Fatal(err)
 		}

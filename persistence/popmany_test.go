@@ -96,7 +96,7 @@ func countedPop(t *testing.T, s *Store, spec queen.PopSpec, pids []uuid.UUID, mo
 // partition it tries in one round trip and commits in a second, whatever
 // the number of partitions tried (1 to 50), and a pop that finds them all
 // leased makes the same two. The consumer rows are locked by one statement
-// (consume_lock_many_skip), their spans read by one (consume_segments_many)
+// (consumer_lock's SKIP LOCKED form), their spans read by one (consume_segments_many)
 // and the claimed rows written by one (consume_update_many), not one each
 // per partition.
 func TestPopPartitionsOneRoundTrip(t *testing.T) {
@@ -106,13 +106,10 @@ func TestPopPartitionsOneRoundTrip(t *testing.T) {
 		pids := spanPartitions(t, s, q, n, 3)
 		res, states, cq := countedPop(t, s, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
 		require.Equal(t, 2, cq.trips, "%d partitions: claim and commit", n)
-		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d partitions: one lock statement", n)
-		require.Zero(t, cq.count(sqlConsumeLockSkip)+cq.count(sqlConsumeLock))
+		require.Equal(t, 1, cq.count(sqlConsumerLockSkip), "%d partitions: one lock statement", n)
 		require.Equal(t, 1, cq.count(sqlConsumeSegsMany), "%d partitions: one segments statement", n)
-		require.Zero(t, cq.count(sqlConsumeSegments))
 		require.Equal(t, 1, cq.count(sqlConsumePlanBegin))
 		require.Equal(t, 1, cq.count(sqlConsumeUpdateMany), "%d partitions: one write statement", n)
-		require.Zero(t, cq.count(sqlConsumeUpdate))
 		require.Len(t, res.Messages, 3*n)
 		require.NotNil(t, res.LeaseID)
 		for i, st := range states {
@@ -120,7 +117,7 @@ func TestPopPartitionsOneRoundTrip(t *testing.T) {
 		}
 		_, states, cq = countedPop(t, s, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
 		require.Equal(t, 2, cq.trips, "%d leased partitions", n)
-		require.Equal(t, 1, cq.count(sqlConsumeLockManySk), "%d leased partitions: one lock statement", n)
+		require.Equal(t, 1, cq.count(sqlConsumerLockSkip), "%d leased partitions: one lock statement", n)
 		for _, st := range states {
 			require.Equal(t, queen.PopBusy, st)
 		}
@@ -273,8 +270,8 @@ func TestPopPartitionsBisects(t *testing.T) {
 // TestAckOneRoundTripPerSide: an ack of a multi-partition pop's messages
 // locks every consumer row it touches in one round trip and writes them and
 // commits in a second, whatever the number of partitions (1 to 50), each
-// side one statement for all rows (ack_lock_many and consume_hash_at,
-// consume_update_many; one row: ack_lock, consume_hash_at, consume_update);
+// side one statement for all rows, one row as many (consumer_lock and
+// consume_hash_at, consume_update_many);
 // every ack is applied and the next pop starts after the acked spans.
 func TestAckOneRoundTripPerSide(t *testing.T) {
 	s := setup(t)
@@ -298,15 +295,10 @@ func TestAckOneRoundTripPerSide(t *testing.T) {
 		require.NoError(t, ackTx(ctx, cq, acks, out, rows, nil, nil))
 		conn.Release()
 		require.Equal(t, 2, cq.trips, "%d partitions: lock and commit", n)
-		many, one := 1, 0 // one row: the single-row statements
-		if n == 1 {
-			many, one = 0, 1
-		}
 		for _, c := range []struct {
 			sql  string
 			want int
-		}{{sqlAckLockMany, many}, {sqlConsumeUpdateMany, many}, {sqlConsumePlanBegin, many},
-			{sqlAckLock, one}, {sqlConsumeUpdate, one}, {sqlConsumeHashAt, 1}} {
+		}{{sqlConsumerLock, 1}, {sqlConsumeUpdateMany, 1}, {sqlConsumePlanBegin, 1}, {sqlConsumeHashAt, 1}} {
 			require.Equal(t, c.want, cq.count(c.sql), "%d partitions: %.60s", n, c.sql)
 		}
 		for i, r := range out {
@@ -325,14 +317,14 @@ func byID(pids []uuid.UUID) []uuid.UUID {
 	return out
 }
 
-// TestLockManyAscendingOrder: consume_lock_many locks the consumer rows in
-// ascending partition id whatever the order it is given (the order every
-// pop and ack locks in, so none can deadlock), and answers each row with
-// its position in the request. With the middle row held by another
-// session, a lock of [hi, lo, mid] waits holding lo's row and not hi's;
-// once released, it returns all three at their positions. A partition
-// without a consumer row returns no row. ack_lock_many locks in the order
-// it is given (the ack's lock order), the same way.
+// TestLockManyAscendingOrder: a pop's lock (lockMany) locks the consumer
+// rows in ascending partition id whatever the order it is given (the order
+// every pop and ack locks in, so none can deadlock), and answers each row
+// at its position in the request. With the middle row held by another
+// session, a lock of [hi, lo, missing, mid] waits holding lo's row and not
+// hi's; once released, it returns all three at their positions. A
+// partition without a consumer row returns no row. consumer_lock itself
+// locks in the order it is given (the ack's lock order), the same way.
 func TestLockManyAscendingOrder(t *testing.T) {
 	t.Parallel()
 	s, _, url := setupLocks(t)
@@ -359,21 +351,21 @@ func TestLockManyAscendingOrder(t *testing.T) {
 	}
 	done := make(chan got, 1)
 	go func() {
-		rows, err := tx.Query(ctx, sqlConsumeLockMany, []uuid.UUID{hi, lo, missing, mid}, "g")
-		if err != nil {
+		asked := []uuid.UUID{hi, lo, missing, mid}
+		sts, found := make([]consumerState, len(asked)), make([]bool, len(asked))
+		b := &pgx.Batch{}
+		lockMany(b, asked, "g", false, sts, found)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			done <- got{err: err}
 			return
 		}
 		var pos []int64
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				done <- got{err: err}
-				return
+		for i := range asked {
+			if found[i] {
+				pos = append(pos, int64(i+1))
 			}
-			pos = append(pos, vals[0].(int64))
 		}
-		done <- got{pos: pos, err: rows.Err()}
+		done <- got{pos: pos}
 	}()
 
 	// Wait (polling, with a deadline) until the lock statement waits for mid.
@@ -402,17 +394,17 @@ func TestLockManyAscendingOrder(t *testing.T) {
 	release()
 	r := <-done
 	require.NoError(t, r.err)
-	require.Equal(t, []int64{2, 4, 1}, r.pos, "lo, mid, hi at their positions in the request; missing has no row")
+	require.Equal(t, []int64{1, 2, 4}, r.pos, "hi, lo and mid at their positions in the request; missing has no row")
 	require.Empty(t, free(), "all three locked")
 	require.NoError(t, tx.Rollback(ctx))
 
-	// ack_lock_many locks in the order given (the ack's: ascending
+	// consumer_lock locks in the order given (the ack's: ascending
 	// partition id, then group), each row with its lock wait.
 	release = holdLock(t, url, `SELECT 1 FROM queen.consumers WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`, mid)
 	tx, err = conn.Begin(ctx)
 	require.NoError(t, err)
 	go func() {
-		rows, err := tx.Query(ctx, sqlAckLockMany, []uuid.UUID{lo, missing, mid, hi}, []string{"g", "g", "g", "g"})
+		rows, err := tx.Query(ctx, sqlConsumerLock, []uuid.UUID{lo, missing, mid, hi}, []string{"g", "g", "g", "g"})
 		if err != nil {
 			done <- got{err: err}
 			return
@@ -466,34 +458,31 @@ func TestPopPartitionsSkipsHeldRow(t *testing.T) {
 	require.Equal(t, []string{"p0-1"}, txns(res))
 }
 
-// segFirsts runs one segments statement and returns, per position (1 for
-// consume_segments), the first offsets of the rows.
-func segFirsts(t *testing.T, s *Store, sql string, many bool, args ...any) map[int64][]int64 {
+// segFirsts runs consume_segments_many over pids and returns, per
+// position, the first offsets of the rows.
+func segFirsts(t *testing.T, s *Store, pids []uuid.UUID, group string, batch int) map[int64][]int64 {
 	t.Helper()
-	rows, err := s.pool.Query(context.Background(), sql, args...)
+	rows, err := s.pool.Query(context.Background(), sqlConsumeSegsMany, pids, group, batch)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[int64][]int64{}
 	for rows.Next() {
 		vals, err := rows.Values()
 		require.NoError(t, err)
-		i := int64(1)
-		if many {
-			i, vals = vals[0].(int64), vals[1:]
-		}
-		out[i] = append(out[i], vals[0].(int64))
+		i := vals[0].(int64)
+		out[i] = append(out[i], vals[1].(int64))
 	}
 	require.NoError(t, rows.Err())
 	return out
 }
 
-// TestSegmentsManyMatchesSingle: consume_segments_many returns, for each
-// partition of its array, exactly the segments consume_segments returns for
-// it alone, at every batch size: cursors inside and between segments, a
+// TestSegmentsManyMatchesAlone: consume_segments_many returns, for each
+// partition of its array, exactly the segments it returns for that
+// partition alone (a one-partition pop), at every batch size: cursors inside and between segments, a
 // drained row, a live lease, no consumer row, no segments, delayedProcessing
 // (an old and a new segment) and windowBuffer (an old and a new partition),
 // across queues.
-func TestSegmentsManyMatchesSingle(t *testing.T) {
+func TestSegmentsManyMatchesAlone(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
@@ -503,7 +492,7 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 		return pid
 	}
 	autoAck := func(pid uuid.UUID, n int) {
-		res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: n, AutoAck: true})
+		res, st, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "g", Batch: n, AutoAck: true})
 		require.NoError(t, err)
 		require.Equal(t, queen.PopDelivered, st)
 		require.Len(t, res.Messages, n)
@@ -531,14 +520,14 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 	pids = append(pids, p)
 	p = part("eq", "leased")
 	commitEach(t, s, p, "eq", "leased", "l0", "l1")
-	_, _, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	_, _, err := popOne(ctx, s, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1})
 	require.NoError(t, err)
 	pids = append(pids, p)
 	p = part("eq", "norow")
 	commitEach(t, s, p, "eq", "norow", "n0")
 	pids = append(pids, p)
 	p = part("eq", "empty")
-	_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1})
+	_, _, err = popOne(ctx, s, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1})
 	require.NoError(t, err)
 	pids = append(pids, p)
 	// delayedProcessing 60 s: an old segment and a new one.
@@ -547,7 +536,7 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 	commitEach(t, s, p, "delayed", "d", "d0", "d1")
 	backdate(p, 0)
 	commitEach(t, s, p, "delayed", "d", "d2")
-	_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+	_, _, err = popOne(ctx, s, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
 	require.NoError(t, err)
 	pids = append(pids, p)
 	// windowBuffer 60 s: a partition whose newest segment is old, one whose is new.
@@ -558,7 +547,7 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 		if name == "old" {
 			backdate(p, 0)
 		}
-		_, _, err = s.PopPartition(ctx, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
+		_, _, err = popOne(ctx, s, queen.PopSpec{PartitionID: p, Group: "g", Batch: 1, AutoAck: true})
 		require.NoError(t, err)
 		pids = append(pids, p)
 	}
@@ -568,15 +557,15 @@ func TestSegmentsManyMatchesSingle(t *testing.T) {
 	for _, batch := range []int{1, 2, 3, 100} {
 		order := append([]uuid.UUID(nil), pids...)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		many := segFirsts(t, s, sqlConsumeSegsMany, true, order, "g", batch)
+		many := segFirsts(t, s, order, "g", batch)
 		for i, pid := range order {
-			single := segFirsts(t, s, sqlConsumeSegments, false, pid, "g", batch)[1]
+			single := segFirsts(t, s, []uuid.UUID{pid}, "g", batch)[1]
 			require.Equal(t, single, many[int64(i+1)], "batch %d, partition %d", batch, i)
 			if len(single) > 0 {
 				nonEmpty++
 			}
 		}
-		require.Len(t, many, len(segFirsts(t, s, sqlConsumeSegsMany, true, pids, "g", batch)))
+		require.Len(t, many, len(segFirsts(t, s, pids, "g", batch)))
 	}
 	require.Equal(t, 4*4, nonEmpty, "singles, mixed, delayed's old segment and the old buffered partition have segments at every batch")
 }

@@ -90,7 +90,7 @@ func TestProducerSubOncePerSegment(t *testing.T) {
 
 	require.Equal(t, []*string{nil, nil, strp("alice"), strp("alice"), strp("alice"), strp("bob"), strp("bob"), nil, strp("alice"), nil},
 		peekProducers(t, s, "ps", "p"))
-	res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 100})
+	res, st, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 100})
 	require.NoError(t, err)
 	require.Equal(t, queen.PopDelivered, st)
 	require.Len(t, res.Messages, 10)

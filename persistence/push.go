@@ -280,7 +280,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 	}
 	pb.Queue(sqlProbePlanBegin)
 	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil, probeQueues).Query(scanProbe(lk.locked, lk.hits))
-	pb.Queue(sqlProbePlanEnd)
+	pb.Queue(sqlPlanEnd)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		if lockTimedOut(err) {

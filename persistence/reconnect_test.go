@@ -163,7 +163,7 @@ func TestTerminatedSessionsUnderLoadAnswerNoUnavailable(t *testing.T) {
 				default:
 				}
 				pid := pids[(n+w)%partitions]
-				res, st, err := s.PopPartition(ctx, queen.PopSpec{PartitionID: pid, Group: g, Batch: 10, SkipLocked: true})
+				res, st, err := popOne(ctx, s, queen.PopSpec{PartitionID: pid, Group: g, Batch: 10, SkipLocked: true})
 				ops.Add(1)
 				if err != nil {
 					fail("pop", err)

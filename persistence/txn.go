@@ -293,14 +293,16 @@ func lockConsumerRows(ctx context.Context, tx pgx.Tx, keys []ackKey, byKey map[a
 		return rows, nil
 	}
 	b := &pgx.Batch{}
-	for n, k := range keys {
-		r := &rows[n]
+	b.Queue(sqlConsumePlanBegin)
+	for _, k := range keys {
 		if _, ok := byKey[k]; ok {
-			lockConsumer(b, k.pid, k.group, false, false, nil, false, &r.state, &r.found)
-		} else {
-			lockOnly(b, k.pid, k.group, false, &r.state, &r.found)
+			ensureConsumer(b, k.pid, k.group, false, nil, false)
 		}
 	}
+	lockRows(b, keys, false, func(n int, st *consumerState) {
+		rows[n].state, rows[n].found = *st, true
+	})
+	b.Queue(sqlPlanEnd)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, unavailable(err)
 	}
@@ -426,7 +428,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 		// watermark, no suspects, every hash looked up in the whole window.
 		pb.Queue(sqlProbePlanBegin)
 		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), pgSince(queen.Span{})), unbounded(len(probeHashes), pgUntil(queen.Span{})), probeQueues).Query(scanProbe(locked, hits))
-		pb.Queue(sqlProbePlanEnd)
+		pb.Queue(sqlPlanEnd)
 	}
 	start := time.Now()
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {

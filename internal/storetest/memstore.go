@@ -447,33 +447,6 @@ func (s *MemStore) LeaseStats() queen.LeaseStats {
 	return s.leases
 }
 
-// PopPartition pops up to spec.Batch messages of one partition for a
-// consumer group, like persistence.Store.PopPartition (SPEC.md §4).
-func (s *MemStore) PopPartition(_ context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.parts[spec.PartitionID]
-	if p == nil {
-		return queen.PopResult{}, queen.PopBusy, nil
-	}
-	now := time.Now()
-	c, _ := s.consumerLocked(p, spec.Group, true, spec.SubscriptionFrom, spec.SubscriptionNew)
-	if c.live(now) {
-		return queen.PopResult{}, queen.PopBusy, nil
-	}
-	s.expireLocked(p, spec.Group, c, now)
-	res, state := s.claimLocked(p, spec, c, spec.Batch, now)
-	if state == queen.PopDelivered && !spec.AutoAck {
-		lease := spec.LeaseID
-		if lease == uuid.Nil {
-			lease = uuid.Must(uuid.NewV7())
-		}
-		exp := s.leaseLocked(p, c, lease, res.Messages[len(res.Messages)-1].Offset, now)
-		setLease(&res, lease, exp)
-	}
-	return res, state, nil
-}
-
 // PopPartitions is a multi-partition pop, like
 // persistence.Store.PopPartitions: partitions pids in order, claimed until
 // most (<= 0: no bound), spec.Batch messages or spec.MaxBytes are reached,
@@ -509,12 +482,12 @@ func (s *MemStore) PopPartitions(_ context.Context, spec queen.PopSpec, pids []u
 		}
 		s.expireLocked(p, spec.Group, c, now)
 		left := spec.Batch - len(out.Messages)
-		if left <= 0 || (most > 0 && claimed >= most) || size+queen.PopMessageOverhead > maxBytes {
+		if left <= 0 || (most > 0 && claimed >= most) || (len(out.Messages) > 0 && size+queen.PopMessageOverhead > maxBytes) {
 			states[i] = queen.PopNotYet
 			continue
 		}
 		ps := spec
-		ps.PartitionID, ps.MaxBytes, ps.BytesStrict = pid, maxBytes-size, len(out.Messages) > 0
+		ps.PartitionID, ps.MaxBytes, ps.BytesStrict = pid, maxBytes-size, spec.BytesStrict || len(out.Messages) > 0
 		res, st := s.claimLocked(p, ps, c, left, now)
 		states[i] = st
 		if st != queen.PopDelivered {

@@ -21,7 +21,6 @@ type Store interface {
 	EnsurePartitions(ctx context.Context, keys []queen.PartitionKey) ([]uuid.UUID, error)
 	CommitBundle(ctx context.Context, bs []*queen.PushBatch) ([]queen.PushOutcome, error)
 	Configure(ctx context.Context, req queen.ConfigureRequest) (queen.ConfigureResult, error)
-	PopPartition(ctx context.Context, spec queen.PopSpec) (queen.PopResult, queen.PopState, error)
 	PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error)
 	PartitionID(ctx context.Context, queue, partition string) (uuid.UUID, error)
 	Candidates(ctx context.Context, queue, group string, limit int) ([]uuid.UUID, error)
@@ -110,9 +109,16 @@ func i64(v int64) *int64 { return &v }
 func str(v string) *string { return &v }
 
 // pop pops pid for group, leased, up to batch messages.
+// popOne pops spec.PartitionID alone: a pop of one partition is
+// PopPartitions over that one, most 1.
+func (f *fixture) popOne(spec queen.PopSpec) (queen.PopResult, queen.PopState, error) {
+	res, states, err := f.s.PopPartitions(f.ctx, spec, []uuid.UUID{spec.PartitionID}, 1)
+	return res, states[0], err
+}
+
 func (f *fixture) pop(pid uuid.UUID, group string, batch int) (queen.PopResult, queen.PopState) {
 	f.t.Helper()
-	res, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: group, Batch: batch})
+	res, st, err := f.popOne(queen.PopSpec{PartitionID: pid, Group: group, Batch: batch})
 	require.NoError(f.t, err)
 	return res, st
 }
@@ -273,30 +279,30 @@ var cases = []suiteCase{
 		f.push("q", "p", "a", "b", "c")
 		pid := f.pid("q", "p")
 		spec := queen.PopSpec{PartitionID: pid, Group: "g", Batch: 2, AutoAck: true}
-		res, st, err := f.s.PopPartition(f.ctx, spec)
+		res, st, err := f.popOne(spec)
 		require.NoError(t, err)
 		require.Equal(t, queen.PopDelivered, st)
 		require.Nil(t, res.LeaseID)
 		require.Equal(t, []int64{0, 1}, offsets(res.Messages))
-		res, _, err = f.s.PopPartition(f.ctx, spec)
+		res, _, err = f.popOne(spec)
 		require.NoError(t, err)
 		require.Equal(t, []int64{2}, offsets(res.Messages))
-		_, st, err = f.s.PopPartition(f.ctx, spec)
+		_, st, err = f.popOne(spec)
 		require.NoError(t, err)
 		require.Equal(t, queen.PopEmpty, st)
 	}},
 	{"pop/unknown-partition-is-busy", func(t *testing.T, f *fixture) {
-		_, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: uuid.New(), Group: "g", Batch: 1})
+		_, st, err := f.popOne(queen.PopSpec{PartitionID: uuid.New(), Group: "g", Batch: 1})
 		require.NoError(t, err)
 		require.Equal(t, queen.PopBusy, st)
 	}},
 	{"pop/max-bytes-keeps-the-first-message", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b", "c")
 		pid := f.pid("q", "p")
-		res, _, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 3, MaxBytes: 1})
+		res, _, err := f.popOne(queen.PopSpec{PartitionID: pid, Group: "g", Batch: 3, MaxBytes: 1})
 		require.NoError(t, err)
 		require.Equal(t, []int64{0}, offsets(res.Messages), "the first message always fits")
-		res, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "h", Batch: 3, MaxBytes: 1, BytesStrict: true})
+		res, st, err := f.popOne(queen.PopSpec{PartitionID: pid, Group: "h", Batch: 3, MaxBytes: 1, BytesStrict: true})
 		require.NoError(t, err)
 		require.Equal(t, queen.PopNotYet, st)
 		require.Empty(t, res.Messages)
@@ -569,7 +575,7 @@ var cases = []suiteCase{
 		require.NoError(t, err)
 		require.ElementsMatch(t, []uuid.UUID{p1, p2, p3}, got)
 		f.pop(p1, "g", 1)
-		_, _, err = f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: p2, Group: "g", Batch: 1, AutoAck: true})
+		_, _, err = f.popOne(queen.PopSpec{PartitionID: p2, Group: "g", Batch: 1, AutoAck: true})
 		require.NoError(t, err)
 		got, err = f.s.Candidates(f.ctx, "q", "g", 10)
 		require.NoError(t, err)
@@ -584,7 +590,7 @@ var cases = []suiteCase{
 		require.NoError(t, err)
 		require.True(t, exists)
 		pid := f.pid("q", "p")
-		_, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
+		_, st, err := f.popOne(queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
 		require.NoError(t, err)
 		require.Equal(t, queen.PopEmpty, st)
 		f.push("q", "p", "c")
@@ -604,7 +610,7 @@ var cases = []suiteCase{
 		exists, err = f.s.Subscribe(f.ctx, "q", "g", nil, true)
 		require.NoError(t, err)
 		require.True(t, exists, "subscribed already: a no-op")
-		res, _, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
+		res, _, err := f.popOne(queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
 		require.NoError(t, err)
 		require.Equal(t, []int64{0, 1}, offsets(res.Messages), "the first subscription (all) holds")
 		exists, err = f.s.Subscribe(f.ctx, "nope", "g", nil, true)
@@ -617,14 +623,14 @@ var cases = []suiteCase{
 		require.NoError(t, f.s.AgePartitions(f.ctx, []uuid.UUID{pid}, time.Hour))
 		f.push("q", "p", "b")
 		from := time.Now().Add(-time.Minute)
-		res, _, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionFrom: &from})
+		res, _, err := f.popOne(queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionFrom: &from})
 		require.NoError(t, err)
 		require.Equal(t, []int64{1}, offsets(res.Messages))
 	}},
 	{"subscription/new-recorded-by-the-first-pop", func(t *testing.T, f *fixture) {
 		f.push("q", "p", "a", "b")
 		pid := f.pid("q", "p")
-		_, st, err := f.s.PopPartition(f.ctx, queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
+		_, st, err := f.popOne(queen.PopSpec{PartitionID: pid, Group: "g", Batch: 5, SubscriptionNew: true})
 		require.NoError(t, err)
 		require.Equal(t, queen.PopEmpty, st, "the pop subscribes the group at its own moment")
 		f.push("q", "p", "c")

@@ -39,7 +39,7 @@
 -- migration 0017); it raises QS001 while a range
 -- it needs is being rebuilt after a crash. A range is planned while it is
 -- young and small (a new one every span); pushes and transactions run this
--- statement with enable_seqscan off (probe_plan_begin / probe_plan_end), so
+-- statement with enable_seqscan off (probe_plan_begin / plan_end), so
 -- no plan scans a range that fills up later.
 --
 -- Every lookup is an equality on a primary key or on both columns of

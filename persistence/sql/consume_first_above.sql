@@ -4,7 +4,7 @@
 SELECT first_offset, created_at, message_ids, frames, producer_sub
 FROM queen.segments
 WHERE partition_id = $1 AND last_offset > $2
-  -- An index bound (see consume_segments).
+  -- An index bound (see consume_segments_many).
   AND first_offset >= COALESCE((SELECT s.first_offset FROM queen.segments s
                                  WHERE s.partition_id = $1 AND s.first_offset <= $2 + 1
                                  ORDER BY s.first_offset DESC LIMIT 1), -1)

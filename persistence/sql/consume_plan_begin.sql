@@ -1,9 +1,19 @@
--- The first statement of a multi-partition pop's transaction (after
--- BEGIN), for that transaction only: no sequential scan. Its array
--- statements (consume_lock_many, consume_segments_many) look every
--- partition up by key inside LATERAL subqueries; a generic plan cached
--- while queen.consumers or queen.partitions was nearly empty (a broker's
--- first pops) would repeat a scan of the table per partition once it holds
--- 10,000 rows. Every lookup of the transaction has an index; COMMIT or
--- ROLLBACK restores the setting.
-SELECT set_config('enable_seqscan', 'off', true)
+-- The first statement of a pop's or an ack's transaction (after BEGIN), for
+-- that transaction only (a transaction's consumer rows: until plan_end): no
+-- sequential scan, and the cached generic plan of every prepared statement.
+-- The consumer statements (consumer_lock, consume_segments_many,
+-- consume_update_many) take arrays and look every row up by key inside
+-- LATERAL subqueries:
+--   - a generic plan cached while queen.consumers or queen.partitions was
+--     nearly empty (a broker's first pops) would repeat a scan of the table
+--     per element once it holds 10,000 rows; every lookup of the
+--     transaction has an index, so without sequential scans the plan stays
+--     one keyed lookup per element (TestManyPlansStayIndexed);
+--   - left to choose (plan_cache_mode auto), PostgreSQL compares the generic
+--     plan's cost, estimated for an array of unknown length, with the custom
+--     plans of the arrays it was given, and for one-element arrays (a pop or
+--     an ack of one partition, the common case) keeps planning every call
+--     afresh: that planning cost 2.5x the PostgreSQL CPU of a one-partition
+--     pop and ack (BenchmarkDrainPopAck).
+-- COMMIT or ROLLBACK restores both settings.
+SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)

@@ -1,13 +1,15 @@
--- consume_segments for many partitions in one statement (a multi-partition
--- pop, PopPartitions): per partition id in $1 (uuid[]), the segments holding
--- the next messages of group $2 above its cursor, each row led by the
--- partition's 1-based position in $1, ordered by position then offset. The
--- visibility rules are consume_segments' (keep the two in step): only when
--- no live lease holds the consumer row, only messages stored at least
--- delayedProcessing seconds ago, only once the partition's newest segment is
--- windowBuffer seconds old (SPEC.md §6), and per partition at most as many
--- segments as fill a batch of $3 messages. A partition without a consumer
--- row, or with nothing to deliver, has no row.
+-- The segments to deliver (SPEC.md §4, §6): per partition id in $1
+-- (uuid[]), the segments holding the next messages of group $2 above its
+-- cursor (read from the consumer row, which this transaction has just
+-- locked), each row led by the partition's 1-based position in $1, ordered
+-- by position then offset: only when no live lease holds the consumer row,
+-- only messages stored at least delayedProcessing seconds ago, only once
+-- the partition's newest segment is windowBuffer seconds old, and per
+-- partition at most as many segments as fill a batch of $3 messages (each
+-- segment holds at least one message above the cursor, so at most $3 are
+-- read, and the running count stops earlier when segments hold many). A
+-- partition without a consumer row, or with nothing to deliver, has no
+-- row. One partition's pop passes one element.
 --
 -- Every lookup is per partition inside a LATERAL subquery keyed by the outer
 -- row (the consumer row and its partition by primary key, the segments by

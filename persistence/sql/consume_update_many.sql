@@ -1,12 +1,10 @@
--- consume_update for many consumer rows of group $2 in one statement (a
--- multi-partition pop's claimed rows, an ack's rows): parallel arrays, one
--- element per row, partition ids $1 (uuid[], distinct), $3 cursor
--- (bigint[]), $4 lease id (uuid[], NULL releases the lease), $5 lease
--- seconds from now (float8[], NULL keeps the current expiry), $6 lease_to
--- (bigint[]), $7 the failure counts of the messages above the cursor
--- (jsonb[]), $8 the bisection (jsonb[], NULL: none; SPEC.md §4); each
--- element is written as consume_update writes one row (keep the two in
--- step). The caller holds the rows' locks. Returns each written row's
+-- Writes consumer rows of group $2 after a pop or an ack (SPEC.md §4), in
+-- one statement: parallel arrays, one element per row, partition ids $1
+-- (uuid[], distinct), $3 cursor (bigint[]), $4 lease id (uuid[], NULL
+-- releases the lease), $5 lease seconds from now (float8[], NULL keeps the
+-- current expiry), $6 lease_to (bigint[]), $7 the failure counts of the
+-- messages above the cursor (jsonb[]), $8 the bisection (jsonb[], NULL:
+-- none). The caller holds the rows' locks. Returns each written row's
 -- 1-based position in $1 and its lease expiry.
 --
 -- Each row is found by its primary key inside a LATERAL subquery keyed by
@@ -22,7 +20,9 @@
 -- The rows that take a lease (lease and secs not NULL: a pop's claimed
 -- rows) are recorded in queen.consumer_leases in the same statement
 -- (migration 0014), one row per lease id naming the group, the partitions
--- and the greatest of their expiries, as consume_update records one.
+-- and the greatest of their expiries (an existing row of the same lease
+-- gains the partitions); an ack that keeps the lease ($5 NULL) or releases
+-- it writes no lease row.
 WITH w AS (
     UPDATE queen.consumers c
        SET "cursor"         = v.cur,

@@ -9,7 +9,7 @@
 -- message above $3): its first offset, created_at, message ids, frames and
 -- producer (migration 0018).
 --
--- The segments are read as consume_segments reads them: an index bound on
+-- The segments are read as consume_segments_many reads them: an index bound on
 -- (partition_id, first_offset) — the segment holding offset $3 + 1 starts
 -- at or after the last segment starting at or below it — then at most $4
 -- segments in order (each holds a message above $3), cut by a running count

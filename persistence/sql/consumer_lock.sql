@@ -1,18 +1,24 @@
--- ack_lock for many consumer rows in one statement (an ack naming many
--- partitions, persistence.Ack): locks the rows (partition $1[k], group
--- $2[k]) (parallel arrays, in the caller's lock order: ascending partition
--- id, then group) and reads each as ack_lock does, prefixed by its 1-based
--- position k. A row that does not exist has no row. The last column is the
--- seconds this row's lock waited: from the previous row's lock being
--- granted (the statement's start for the first) to this one's, so a wait is
--- counted once, by the row that waited (the /metrics ack lock wait). The
--- session's lock_timeout bounds each wait. Keep the columns as ack_lock's.
+-- Locks the consumer rows (partition $1[k], group $2[k]) (parallel arrays,
+-- in the caller's lock order: ascending partition id, then group) and reads
+-- each row's state with its partition's end, names and queue options and the
+-- database's clock, prefixed by its 1-based position k. The one lock of
+-- consumer rows (SPEC.md §4): pops, acks and transactions. A row that does
+-- not exist has no row. persistence.sqlConsumerLockSkip is this statement
+-- with SKIP LOCKED (a pop that skips a row another request holds: that row
+-- has no row either). The last column is the seconds this row's lock
+-- waited: from the previous row's lock being granted (the statement's start
+-- for the first) to this one's, so a wait is counted once, by the row that
+-- waited (the /metrics ack lock wait). The session's lock_timeout bounds
+-- each wait.
 --
 -- Rows are locked in the order of their positions (WITH ORDINALITY, sorted;
 -- a sorted subquery is not flattened, and the LATERAL subquery is the inner
 -- side of a nested loop, run once per position in order), each by a
--- primary-key lookup keyed by its element (see consume_lock_many; the ack
--- runs it with enable_seqscan off, consume_plan_begin).
+-- primary-key lookup keyed by its element: a join of the arrays with
+-- queen.consumers could be planned as a hash join over a scan of the whole
+-- table when a generic plan was cached while it was small. Callers run it
+-- with enable_seqscan off (consume_plan_begin); TestManyPlansStayIndexed
+-- checks the cached plan.
 SELECT z.i, z."cursor", z.lease_id, z.live, z.lease_to, z.fail_counts, z.last_offset, z.partition_name,
        z.queue_name, z.lease_time, z.retry_limit, z.delayed, z.window_buffer, z.now, z.bisect,
        EXTRACT(epoch FROM z.granted - COALESCE(lag(z.granted) OVER (ORDER BY z.i), statement_timestamp()))::float8

@@ -1,0 +1,97 @@
+package persistence
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	queen "github.com/queen-mq/queen-go"
+)
+
+// popSegment is one segment read for a pop: its first offset, when it was
+// stored, its packed message ids and frames (UnpackFrames), and its
+// messages' producer (nil: none).
+type popSegment struct {
+	first    int64
+	created  time.Time
+	ids      []byte
+	frames   []byte
+	producer *string
+}
+
+// producerSub is a stored producer (segments.producer_sub, empty or NULL for
+// none, migration 0018) as messages carry it: nil for none.
+func producerSub(stored *string) *string {
+	if stored == nil || *stored == "" {
+		return nil
+	}
+	return stored
+}
+
+// readSegmentsMany returns a consume_segments_many row reader that appends
+// each row to segs[position-1].
+func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i, last int64
+			var sg popSegment
+			if err := rows.Scan(&i, &sg.first, &last, &sg.created, &sg.ids, &sg.frames, &sg.producer); err != nil {
+				return err
+			}
+			sg.producer = producerSub(sg.producer)
+			if i < 1 || i > int64(len(segs)) {
+				return fmt.Errorf("persistence: consume_segments_many returned position %d of %d", i, len(segs))
+			}
+			segs[i-1] = append(segs[i-1], sg)
+		}
+		return rows.Err()
+	}
+}
+
+// spanMessages builds the messages of segs above st's cursor, in offset
+// order: at most spec.Batch, and within spec.MaxBytes (each message counted
+// as its payload plus queen.PopMessageOverhead; the first always fits unless
+// spec.BytesStrict), the rest left unleased for the next pop. The reply's
+// queue, partition and group are set when it holds any message; last is
+// the offset of its last message. It reads no database.
+func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res queen.PopResult, last int64, err error) {
+	pidText := spec.PartitionID.String()
+	maxBytes, size := spec.MaxBytes, 0
+	if maxBytes <= 0 {
+		maxBytes = queen.MaxPopReplyBytes
+	}
+	full := false
+	for _, sg := range segs {
+		producer := 0 // the producer's bytes in each message (a token's sub may be long)
+		if sg.producer != nil {
+			producer = len(*sg.producer)
+		}
+		fs, err := UnpackFrames(sg.ids, sg.frames)
+		if err != nil {
+			return queen.PopResult{}, 0, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
+		}
+		for i := range fs {
+			off := sg.first + int64(i)
+			if off <= st.cursor || full || len(res.Messages) >= spec.Batch {
+				continue
+			}
+			if size += len(fs[i].Payload) + producer + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+				full = true // the rest stays unleased for the next pop
+				continue
+			}
+			m := queen.Message{
+				ID: fs[i].MessageID.String(), TransactionID: fs[i].TransactionID, TraceID: fs[i].TraceID,
+				Data: fs[i].Payload, CreatedAt: sg.created, PartitionID: pidText, Partition: st.partition,
+				Queue: st.queue, Offset: off, ConsumerGroup: spec.Group, ProducerSub: sg.producer,
+			}
+			m.RetryCount = int(st.failCounts[off])
+			res.Messages = append(res.Messages, m)
+			last = off
+		}
+	}
+	if len(res.Messages) > 0 {
+		res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
+	}
+	return res, last, nil
+}
