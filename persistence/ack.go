@@ -45,20 +45,14 @@ type ackKey struct {
 func (s *Store) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {
 	var out []queen.AckResult
 	var rows []*consumerAcks
-	var err error
-	for try := 0; ; try++ {
-		err = s.inSession(ctx, func(conn *session) error {
-			out, rows = groupByConsumerRow(items) // afresh for a retried attempt
-			if err := ackTx(ctx, conn, items, out, rows, s.observe, s.known); err != nil {
-				rollback(conn)
-				return err
-			}
-			return nil
-		})
-		if !errors.Is(err, errStaleKnown) || try >= staleRetries {
-			break
+	err := s.inKnownSession(ctx, func(conn *session) error {
+		out, rows = groupByConsumerRow(items) // afresh for a retried attempt
+		if err := ackTx(ctx, conn, items, out, rows, s.observe, s.known); err != nil {
+			rollback(conn)
+			return err
 		}
-	}
+		return nil
+	})
 	if err != nil {
 		return nil, unavailable(err)
 	}

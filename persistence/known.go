@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"context"
 	"errors"
 	"sync"
 )
@@ -79,3 +80,18 @@ func (k *knownRows) reset() {
 // staleRetries bounds how often a call runs again after errStaleKnown: each
 // run drops the stale keys it met, so a second run creates them.
 const staleRetries = 3
+
+// inKnownSession runs attempt, one transaction that skips creating the
+// consumer rows in s.known, as inSession does, and again (up to
+// staleRetries times) when it failed with errStaleKnown: a row known was
+// deleted meanwhile (a group's deletion, retention), and the next run
+// creates it. attempt must start afresh each run. It returns the last
+// run's error.
+func (s *Store) inKnownSession(ctx context.Context, attempt func(*session) error) error {
+	for try := 0; ; try++ {
+		err := s.inSession(ctx, attempt)
+		if !errors.Is(err, errStaleKnown) || try >= staleRetries {
+			return err
+		}
+	}
+}

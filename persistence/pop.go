@@ -51,21 +51,15 @@ func (s *Store) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uu
 	}
 	var res queen.PopResult
 	var settled queen.LeaseStats
-	var err error
-	for try := 0; ; try++ {
-		err = s.inSession(ctx, func(conn *session) error {
-			var err error
-			settled = queen.LeaseStats{} // a retried attempt settles afresh
-			res, err = popManyTx(ctx, conn, spec, pids, most, states, &settled, s.known)
-			if err != nil {
-				rollback(conn)
-			}
-			return err
-		})
-		if !errors.Is(err, errStaleKnown) || try >= staleRetries {
-			break
+	err := s.inKnownSession(ctx, func(conn *session) error {
+		settled = queen.LeaseStats{} // a retried attempt settles afresh
+		var err error
+		res, err = popManyTx(ctx, conn, spec, pids, most, states, &settled, s.known)
+		if err != nil {
+			rollback(conn)
 		}
-	}
+		return err
+	})
 	if err != nil {
 		for i := range states {
 			states[i] = queen.PopBusy

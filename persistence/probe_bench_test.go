@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	queen "github.com/queen-mq/queen-go"
 )
@@ -164,4 +165,14 @@ func BenchmarkColdProbe(b *testing.B) {
 			})
 		}
 	}
+}
+
+// unbounded returns n copies of end, the probe's span bounds for hashes
+// looked up in the whole window.
+func unbounded(n int, end pgtype.Timestamptz) []pgtype.Timestamptz {
+	out := make([]pgtype.Timestamptz, n)
+	for i := range out {
+		out[i] = end
+	}
+	return out
 }

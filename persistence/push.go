@@ -221,6 +221,50 @@ func bundleOrder(bs []*queen.PushBatch) []int {
 	return order
 }
 
+// probeArgs gathers bundle_probe's parallel arrays for the partitions of a
+// bundle or a transaction, one partition at a time (add), in the order
+// their rows are locked.
+type probeArgs struct {
+	pids, hashes []pgtype.UUID
+	wms, assumed []int64
+	lo, hi       []int32
+	suspect      []bool
+	since, until []pgtype.Timestamptz
+	queues       []string
+}
+
+// add gathers b's partition: its leaders' hashes (b.Suspects marks the
+// cache's suspects, with the span each was seen in), looked up above
+// offset wm (-1: the whole window) under the window the cache assumed
+// (seconds; 0: none).
+func (p *probeArgs) add(b *queen.PushBatch, wm, assumed int64) {
+	lo := len(p.hashes) + 1
+	for j, it := range b.Items {
+		if leaderOf(b, j) == j {
+			p.hashes = append(p.hashes, pgUUID(it.Hash))
+			sp, sus := b.Suspects[it.Hash]
+			p.suspect = append(p.suspect, sus)
+			p.since = append(p.since, pgSince(sp))
+			p.until = append(p.until, pgUntil(sp))
+		}
+	}
+	p.pids = append(p.pids, pgUUID(b.PartitionID))
+	p.queues = append(p.queues, b.Items[0].Queue)
+	p.wms = append(p.wms, wm)
+	p.assumed = append(p.assumed, assumed)
+	p.lo = append(p.lo, int32(lo))
+	p.hi = append(p.hi, int32(len(p.hashes)))
+}
+
+// queue queues on pb the window probe of the partitions gathered
+// (bundle_probe, between probe_plan_begin and plan_end), its rows read by
+// scan.
+func (p *probeArgs) queue(pb *pgx.Batch, scan func(pgx.Rows) error) {
+	pb.Queue(sqlProbePlanBegin)
+	pb.Queue(sqlBundleProbe, p.pids, p.hashes, p.wms, p.lo, p.hi, p.suspect, p.assumed, p.since, p.until, p.queues).Query(scan)
+	pb.Queue(sqlPlanEnd)
+}
+
 // bundleLocks is what the first round trip of a bundle learnt: each locked
 // partition's allocator, window and payload option; the window's hits by
 // partition and hash; with skipLocked, the partitions another session held.
@@ -240,32 +284,11 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
 	ids := make([]pgtype.UUID, len(order))
-	var probePIDs []pgtype.UUID
-	var probeWMs, probeAssumed []int64
-	var probeLo, probeHi []int32
-	var probeHashes []pgtype.UUID
-	var probeSuspect []bool
-	var probeSince, probeUntil []pgtype.Timestamptz
-	probeQueues := make([]string, 0, len(order))
+	var probe probeArgs
 	for k, i := range order {
 		b := bs[i]
 		ids[k] = pgUUID(b.PartitionID)
-		lo := len(probeHashes) + 1
-		for j, it := range b.Items {
-			if leaderOf(b, j) == j {
-				probeHashes = append(probeHashes, pgUUID(it.Hash))
-				sp, sus := b.Suspects[it.Hash]
-				probeSuspect = append(probeSuspect, sus)
-				probeSince = append(probeSince, pgSince(sp))
-				probeUntil = append(probeUntil, pgUntil(sp))
-			}
-		}
-		probePIDs = append(probePIDs, pgUUID(b.PartitionID))
-		probeQueues = append(probeQueues, b.Items[0].Queue)
-		probeWMs = append(probeWMs, b.Watermark)
-		probeAssumed = append(probeAssumed, b.AssumedWindow)
-		probeLo = append(probeLo, int32(lo))
-		probeHi = append(probeHi, int32(len(probeHashes)))
+		probe.add(b, b.Watermark, b.AssumedWindow)
 	}
 
 	lk := &bundleLocks{locked: make(map[[16]byte]lockedPartition, len(order)), hits: make(map[[16]byte]map[queen.Hash]hit)}
@@ -278,9 +301,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 	} else {
 		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
-	pb.Queue(sqlProbePlanBegin)
-	pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, probeSuspect, probeAssumed, probeSince, probeUntil, probeQueues).Query(scanProbe(lk.locked, lk.hits))
-	pb.Queue(sqlPlanEnd)
+	probe.queue(pb, scanProbe(lk.locked, lk.hits))
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		if lockTimedOut(err) {

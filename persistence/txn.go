@@ -394,24 +394,11 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 	for k, pid := range lockPIDs {
 		ids[k] = pgUUID(pid)
 	}
-	var probePIDs, probeHashes []pgtype.UUID
-	var probeQueues []string
-	var probeLo, probeHi []int32
-	var probeWMs, probeAssumed []int64
+	// A transaction does not pass through the actors' caches: no watermark,
+	// no suspects, every hash looked up in the whole window.
+	var probe probeArgs
 	for _, pid := range pushPIDs {
-		b := &parts[pid].batch
-		lo := len(probeHashes) + 1
-		for j, it := range b.Items {
-			if leaderOf(b, j) == j {
-				probeHashes = append(probeHashes, pgUUID(it.Hash))
-			}
-		}
-		probePIDs = append(probePIDs, pgUUID(pid))
-		probeQueues = append(probeQueues, b.Items[0].Queue)
-		probeWMs = append(probeWMs, -1) // no cache: the whole window
-		probeAssumed = append(probeAssumed, 0)
-		probeLo = append(probeLo, int32(lo))
-		probeHi = append(probeHi, int32(len(probeHashes)))
+		probe.add(&parts[pid].batch, -1, 0)
 	}
 
 	locked := make(map[[16]byte]lockedPartition, len(lockPIDs))
@@ -424,11 +411,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 	pb.Queue(sqlPartitionEndsEnsure, ids)
 	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked, &wait))
 	if len(pushPIDs) > 0 {
-		// A transaction does not pass through the actors' caches: no
-		// watermark, no suspects, every hash looked up in the whole window.
-		pb.Queue(sqlProbePlanBegin)
-		pb.Queue(sqlBundleProbe, probePIDs, probeHashes, probeWMs, probeLo, probeHi, make([]bool, len(probeHashes)), probeAssumed, unbounded(len(probeHashes), pgSince(queen.Span{})), unbounded(len(probeHashes), pgUntil(queen.Span{})), probeQueues).Query(scanProbe(locked, hits))
-		pb.Queue(sqlPlanEnd)
+		probe.queue(pb, scanProbe(locked, hits))
 	}
 	start := time.Now()
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
@@ -539,14 +522,4 @@ func ackConflict(op int, a queen.AckItem, r queen.AckResult) *queen.TxnConflict 
 
 func sortUUIDs(ids []uuid.UUID) {
 	sort.Slice(ids, func(a, b int) bool { return bytes.Compare(ids[a][:], ids[b][:]) < 0 })
-}
-
-// unbounded returns n copies of end, the probe's span bounds for hashes
-// looked up in the whole window.
-func unbounded(n int, end pgtype.Timestamptz) []pgtype.Timestamptz {
-	out := make([]pgtype.Timestamptz, n)
-	for i := range out {
-		out[i] = end
-	}
-	return out
 }
