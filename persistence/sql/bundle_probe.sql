@@ -19,10 +19,13 @@
 -- Two ways to find hits, both limited to rows inside the window:
 --  * narrowed (the watermark is >= 0 and the window is not wider than the
 --    cache assumed): the hashes of the segments after the watermark, the
---    writes the cache has not seen (usually none: one primary-key range
---    probe), unpacked and matched against the incoming hashes; plus one
---    index lookup per suspect, in the window and within its span (the
---    time of the cache's generations that may hold it).
+--    writes the cache has not seen, unpacked and matched against the
+--    incoming hashes (usually there are none, and the partition's end on
+--    its allocator row, queen.partition_ends, which the caller has locked,
+--    says so: then no segment is read; the end is exact under that lock,
+--    and a row a crash emptied reads as unknown, so the segments are read);
+--    plus one index lookup per suspect, in the window and within its span
+--    (the time of the cache's generations that may hold it).
 --  * otherwise: one index lookup per incoming hash, in the whole window.
 -- The watermark is a segment boundary (persistence.PushBatch), so "segments
 -- after it" is first_offset > watermark.
@@ -61,12 +64,22 @@ WITH qo AS MATERIALIZED (
       FROM queen.queues q
      WHERE q.name = ANY ($10::text[])
 ), w0 AS MATERIALIZED (
-    SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed, qo.seconds, qo.check_payload, qo.retained
+    SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed, qo.seconds, qo.check_payload, qo.retained,
+           e.last_offset AS "end"
       FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[], $7::bigint[], $10::text[]) AS i (partition_id, watermark, lo, hi, assumed, queue)
       LEFT JOIN qo ON qo.name = i.queue
+      LEFT JOIN LATERAL (
+        SELECT e.last_offset FROM queen.partition_ends e WHERE e.partition_id = i.partition_id OFFSET 0
+      ) e ON true
 ), w AS MATERIALIZED (
     SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload, w0.retained,
            (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed,
+           -- Whether a segment may start after the watermark: the
+           -- partition's end (its allocator row, which the caller holds
+           -- locked, migration 0019) is past it, or unknown (a row a crash
+           -- emptied). At the end, the cache has seen every write and the
+           -- segments are not read.
+           (w0."end" IS NULL OR w0."end" > w0.watermark) AS unseen,
            -- The window's lower edge at the probe, on PostgreSQL's clock: a
            -- column, so queen.sidecar_find is inlined (a volatile argument
            -- would make it a separate plan per call).
@@ -129,7 +142,7 @@ SELECT w.partition_id,
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes, t.created_at
       FROM queen.segments t
-     WHERE w.narrowed AND w.seconds > 0
+     WHERE w.narrowed AND w.unseen AND w.seconds > 0
        AND t.partition_id = w.partition_id
        -- A two-sided range on parameters is estimated narrow, so this
        -- stays an index range scan (a one-sided one was planned as a
