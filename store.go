@@ -132,6 +132,35 @@ type PopSpec struct {
 // payload (ids, names, offsets and keys), counted against PopSpec.MaxBytes.
 const PopMessageOverhead = 512
 
+// PopMessageBytes is what one message counts against PopSpec.MaxBytes: its
+// payload (payload bytes), its producer's identity (Message.ProducerSub,
+// nil: none) and PopMessageOverhead.
+func PopMessageBytes(payload int, producer *string) int {
+	n := payload + PopMessageOverhead
+	if producer != nil {
+		n += len(*producer)
+	}
+	return n
+}
+
+// Join adds span, the messages claimed at one partition of a
+// multi-partition pop (PopRequest.Partitions), to r and returns what they
+// count against PopSpec.MaxBytes (PopMessageBytes): the first span joined
+// gives r its names (Queue, Partition, PartitionID, ConsumerGroup), later
+// ones add their messages. A span without messages changes nothing.
+func (r *PopResult) Join(span PopResult) int {
+	n := 0
+	for i := range span.Messages {
+		n += PopMessageBytes(len(span.Messages[i].Data), span.Messages[i].ProducerSub)
+	}
+	if len(r.Messages) == 0 {
+		*r = span
+	} else {
+		r.Messages = append(r.Messages, span.Messages...)
+	}
+	return n
+}
+
 // LeaseStats counts what a store settled of expired leases (SPEC.md §4,
 // rules.Bisection) in committed pops, acks and transactions, since it was
 // opened: for the consume report and /metrics.

@@ -287,14 +287,7 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 			secs, to := float64(st.leaseTime), last
 			w.add(pid, st.cursor, lease, &secs, &to, counts, bisect)
 		}
-		if claimed == 0 {
-			out = res
-		} else {
-			out.Messages = append(out.Messages, res.Messages...)
-		}
-		for _, m := range res.Messages {
-			size += len(m.Data) + queen.PopMessageOverhead
-		}
+		size += out.Join(res)
 		claimed++
 	}
 	return out, claimed, nil

@@ -51,7 +51,7 @@ func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
 
 // spanMessages builds the messages of segs above st's cursor, in offset
 // order: at most spec.Batch, and within spec.MaxBytes (each message counted
-// as its payload plus queen.PopMessageOverhead; the first always fits unless
+// as queen.PopMessageBytes; the first always fits unless
 // spec.BytesStrict), the rest left unleased for the next pop. The reply's
 // queue, partition and group are set when it holds any message; last is
 // the offset of its last message. It reads no database.
@@ -63,10 +63,6 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 	}
 	full := false
 	for _, sg := range segs {
-		producer := 0 // the producer's bytes in each message (a token's sub may be long)
-		if sg.producer != nil {
-			producer = len(*sg.producer)
-		}
 		fs, err := UnpackFrames(sg.ids, sg.frames)
 		if err != nil {
 			return queen.PopResult{}, 0, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
@@ -76,7 +72,7 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 			if off <= st.cursor || full || len(res.Messages) >= spec.Batch {
 				continue
 			}
-			if size += len(fs[i].Payload) + producer + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+			if size += queen.PopMessageBytes(len(fs[i].Payload), sg.producer); size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
 				full = true // the rest stays unleased for the next pop
 				continue
 			}

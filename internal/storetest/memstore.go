@@ -496,14 +496,7 @@ func (s *MemStore) PopPartitions(_ context.Context, spec queen.PopSpec, pids []u
 		if !spec.AutoAck {
 			exp = s.leaseLocked(p, c, lease, res.Messages[len(res.Messages)-1].Offset, now)
 		}
-		if claimed == 0 {
-			out = res
-		} else {
-			out.Messages = append(out.Messages, res.Messages...)
-		}
-		for _, m := range res.Messages {
-			size += len(m.Data) + queen.PopMessageOverhead
-		}
+		size += out.Join(res)
 		claimed++
 	}
 	if claimed > 0 && !spec.AutoAck {
@@ -542,11 +535,7 @@ func (s *MemStore) claimLocked(p *memPartition, spec queen.PopSpec, c *memConsum
 		if m.created.After(visible) {
 			break
 		}
-		producer := 0
-		if m.producer != nil {
-			producer = len(*m.producer)
-		}
-		if size += len(m.payload) + producer + queen.PopMessageOverhead; size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
+		if size += queen.PopMessageBytes(len(m.payload), m.producer); size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
 			break
 		}
 		res.Messages = append(res.Messages, queen.Message{
