@@ -7,6 +7,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/auth"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // jwtGuard wraps an HTTP route's handler with the JWT check of its level
@@ -95,4 +96,48 @@ func (s *Service) mayDeleteData(ctx context.Context, authorization string) func(
 func producerOf(ctx context.Context) string {
 	id, _ := auth.FromContext(ctx)
 	return id.Subject
+}
+
+// whoami answers GET /api/v1/auth/whoami: 200 with a wire.WhoamiReply
+// describing the credential the request presented, so that a client (the
+// console) shows who is signed in and what its level allows, as the broker
+// decides it rather than by decoding the token itself.
+//
+//   - JWT on: the token's sub, level, roles and expiry. The route's guard
+//     (jwtGuard, level read-only: any valid token) has verified it; on a
+//     JWT_SKIP_PATHS path it is verified here. Without a valid token: 401
+//     unauthorized saying why (auth.Verifier.Verify), as on every route.
+//   - JWT off, QUEEN_ADMIN_TOKEN set: role admin, access "admin-token"; the
+//     admin guard has answered 401 unauthorized without the token.
+//   - JWT off, no admin token: role admin, access "open" (no access control).
+//
+// It reads nothing but the Authorization header.
+func (s *Service) whoami(w http.ResponseWriter, r *http.Request) {
+	out := wire.WhoamiReply{Role: auth.Admin.String(), Roles: []string{}}
+	switch {
+	case s.cfg.JWT != nil:
+		id, ok := auth.FromContext(r.Context())
+		if !ok {
+			var e *queen.Error
+			if id, e = s.cfg.JWT.Verify(r.Context(), r.Header.Get("Authorization")); e != nil {
+				rep := errReply(e)
+				setChallenge(w, rep)
+				writeReply(w, rep)
+				return
+			}
+		}
+		out.Access, out.Sub, out.Role = wire.AccessJWT, id.Subject, id.Level.String()
+		if len(id.Roles) > 0 {
+			out.Roles = id.Roles
+		}
+		if !id.ExpiresAt.IsZero() {
+			exp := id.ExpiresAt
+			out.ExpiresAt = &exp
+		}
+	case s.adminToken != nil:
+		out.Access = wire.AccessAdminToken
+	default:
+		out.Access = wire.AccessOpen
+	}
+	writeReply(w, reply{status: http.StatusOK, body: out})
 }

@@ -26,7 +26,7 @@ import (
 // (/health, /metrics, the console's files under /ui/ and the redirect of /,
 // plus JWT_SKIP_PATHS) needs "Authorization: Bearer <JWT>" reaching the
 // route's level (level in the table): read-only for the status and resource
-// reads, read-write for push, pop, ack, lease extension, transactions,
+// reads and /api/v1/auth/whoami (any valid token), read-write for push, pop, ack, lease extension, transactions,
 // traces, seeks and configures, admin for the DLQ, the operator API, the
 // dedup cache switch and deletes; a configure of an existing queue that
 // deletes data needs admin too (Service.configure). Without a valid token:
@@ -37,9 +37,9 @@ import (
 // With JWT off and Config.AdminToken set, the admin routes (admin in the
 // table: every /api/v1/resources/queues route, the /api/v1/consumer-groups
 // routes, /api/v1/admin/dedup-cache, /api/v1/cluster, /api/v1/stats, the
-// /api/v1/queues routes, the DLQ listing /api/v1/dlq and the operator routes
-// of SPEC.md §13) answer 401 unauthorized without "Authorization: Bearer
-// <token>"; so does a configure of an existing queue that deletes data
+// /api/v1/queues routes, the DLQ listing /api/v1/dlq, /api/v1/auth/whoami and
+// the operator routes of SPEC.md §13) answer 401 unauthorized without
+// "Authorization: Bearer <token>"; so does a configure of an existing queue that deletes data
 // (Service.configure). Push, pop, ack and the rest of the message plane
 // never ask for it.
 func (s *Service) Handler() http.Handler {
@@ -160,6 +160,7 @@ func (s *Service) routes() []route {
 			return s.peek(r.Context(), q, err)
 		})},
 		{"GET", "/api/v1/stats", true, auth.ReadOnly, "live push/pop/ack rates, commit p50 and p99, RSS, dedup-cache bytes (the console's overview and timeline; stats.go)", get(func(*http.Request) reply { return s.stats() })},
+		{"GET", "/api/v1/auth/whoami", true, auth.ReadOnly, "who the presented credential is: access (jwt, admin-token, open), sub, role (its level), roles, expiresAt (wire.WhoamiReply; the console's sign-in)", http.HandlerFunc(s.whoami)},
 		{"GET", "/ui/", false, auth.Public, "the web console (package transport/console)", console.Handler("/ui/")},
 		{"GET", "/{$}", false, auth.Public, "redirects to /ui/", http.RedirectHandler("/ui/", http.StatusFound)},
 		{"GET", "/health", false, auth.Public, "200 when PostgreSQL answers (status degraded while NATS is down or the database's disk is full), else 503", get(func(r *http.Request) reply { return s.health(r.Context()) })},

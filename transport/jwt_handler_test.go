@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/queen-mq/queen-go/transport/auth"
 	"github.com/queen-mq/queen-go/transport/auth/authtest"
 	"github.com/queen-mq/queen-go/transport/natstest"
+	"github.com/queen-mq/queen-go/transport/wire"
 )
 
 // With JWT on (SPEC.md §14) the front doors check the token before the
@@ -157,4 +159,96 @@ func TestJWTNATSPushStampsTheTokensSub(t *testing.T) {
 	st, body = request(t, nc, "queen.v1.queue", "q", "Authorization", bearer(t, "reader", "read-only"))
 	require.NotEqual(t, http.StatusUnauthorized, st, "%s", body)
 	require.NotEqual(t, http.StatusForbidden, st, "%s", body)
+}
+
+// TestWhoamiHandler: GET /api/v1/auth/whoami describes the presented
+// credential (wire.WhoamiReply) as the broker decides access: with JWT on
+// the token's sub, level, roles and expiry, 401 without a valid token (also
+// on a JWT_SKIP_PATHS path: it verifies the token itself); with JWT off
+// admin for the admin token (401 without it) and admin for an open broker.
+func TestWhoamiHandler(t *testing.T) {
+	t.Parallel()
+	const path = "/api/v1/auth/whoami"
+	whoami := func(t *testing.T, h http.Handler, authz string) (int, http.Header, wire.WhoamiReply, []byte) {
+		t.Helper()
+		var hdr []string
+		if authz != "" {
+			hdr = []string{"Authorization", authz}
+		}
+		st, h2, body := do(t, h, "GET", path, "", hdr...)
+		var w wire.WhoamiReply
+		if st == http.StatusOK {
+			require.NoError(t, json.Unmarshal(body, &w), "%s", body)
+			var raw map[string]any
+			require.NoError(t, json.Unmarshal(body, &raw))
+			for _, k := range []string{"access", "sub", "role", "roles", "expiresAt"} {
+				require.Contains(t, raw, k, "every field is present: %s", body)
+			}
+		}
+		return st, h2, w, body
+	}
+	keys := &authtest.Keys{Secret: []byte(jwtSecret)}
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+
+	for _, skip := range []bool{false, true} {
+		v, err := auth.New(auth.Config{Algorithm: auth.HS256, Secret: jwtSecret, SkipPaths: map[bool][]string{true: {path}}[skip]})
+		require.NoError(t, err)
+		t.Cleanup(v.Close)
+		f := newFake()
+		s := transport.NewService(transport.Config{Pusher: f, Queues: f, Consumer: f, JWT: v, AdminToken: "ignored-with-jwt"})
+		t.Cleanup(s.StopPolls)
+		h := s.Handler()
+		for _, c := range []struct {
+			claims jwt.MapClaims
+			want   wire.WhoamiReply
+		}{
+			{jwt.MapClaims{"sub": "ro", "role": "read-only", "exp": exp.Unix()}, wire.WhoamiReply{Sub: "ro", Role: "read-only", Roles: []string{"read-only"}}},
+			{jwt.MapClaims{"sub": "rw", "roles": []string{"read-only", "read-write"}, "exp": exp.Unix()}, wire.WhoamiReply{Sub: "rw", Role: "read-write", Roles: []string{"read-only", "read-write"}}},
+			{jwt.MapClaims{"sub": "boss", "role": "admin", "exp": exp.Unix()}, wire.WhoamiReply{Sub: "boss", Role: "admin", Roles: []string{"admin"}}},
+			{jwt.MapClaims{"sub": "norole", "exp": exp.Unix()}, wire.WhoamiReply{Sub: "norole", Role: "read-only", Roles: []string{}}},
+			{jwt.MapClaims{"sub": "forever", "role": "read-write"}, wire.WhoamiReply{Sub: "forever", Role: "read-write", Roles: []string{"read-write"}}},
+		} {
+			st, _, got, body := whoami(t, h, "Bearer "+keys.Sign(t, auth.HS256, c.claims))
+			require.Equal(t, http.StatusOK, st, "skip %v, %v: %s", skip, c.claims, body)
+			c.want.Access = wire.AccessJWT
+			if _, ok := c.claims["exp"]; ok {
+				require.NotNil(t, got.ExpiresAt, "%s", body)
+				require.True(t, exp.Equal(*got.ExpiresAt), "expiresAt %v, want %v", got.ExpiresAt, exp)
+				c.want.ExpiresAt = got.ExpiresAt
+			}
+			require.Equal(t, c.want, got, "skip %v: %s", skip, body)
+		}
+		for authz, why := range map[string]string{
+			"":                        "no token",
+			"Bearer ignored-with-jwt": "malformed",
+			"Bearer " + keys.Sign(t, auth.HS256, jwt.MapClaims{"sub": "old", "role": "admin", "exp": time.Now().Add(-time.Hour).Unix()}): "expired",
+		} {
+			st, hdr, _, body := whoami(t, h, authz)
+			require.Equal(t, http.StatusUnauthorized, st, "skip %v, %q: %s", skip, authz, body)
+			e := decodeError(t, body)
+			require.Equal(t, "unauthorized", e.Code)
+			require.Contains(t, e.Error, why)
+			require.Equal(t, `Bearer realm="queen"`, hdr.Get("WWW-Authenticate"))
+		}
+	}
+
+	// JWT off: the admin token is admin; without it 401 as on the other
+	// admin routes. No admin token: the broker is open.
+	f := newFake()
+	h := f.service(t, "s3cret").Handler()
+	st, _, got, body := whoami(t, h, "Bearer s3cret")
+	require.Equal(t, http.StatusOK, st, "%s", body)
+	require.Equal(t, wire.WhoamiReply{Access: wire.AccessAdminToken, Role: "admin", Roles: []string{}}, got)
+	for _, authz := range []string{"", "Bearer wrong"} {
+		st, hdr, _, body := whoami(t, h, authz)
+		require.Equal(t, http.StatusUnauthorized, st, "%q: %s", authz, body)
+		require.Equal(t, "unauthorized", decodeError(t, body).Code)
+		require.NotEmpty(t, hdr.Get("WWW-Authenticate"))
+	}
+	st, _, got, body = whoami(t, newFake().service(t, "").Handler(), "Bearer anything")
+	require.Equal(t, http.StatusOK, st, "%s", body)
+	require.Equal(t, wire.WhoamiReply{Access: wire.AccessOpen, Role: "admin", Roles: []string{}}, got)
+	st, hdr, _ := do(t, h, "POST", path, "")
+	require.Equal(t, http.StatusMethodNotAllowed, st)
+	require.Equal(t, "GET", hdr.Get("Allow"))
 }

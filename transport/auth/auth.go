@@ -157,6 +157,9 @@ type Identity struct {
 	// Level is the highest level the roles reach: Admin, ReadWrite, or
 	// ReadOnly for any other valid token.
 	Level Level
+	// ExpiresAt is the token's "exp" (UTC, whole seconds); the zero time
+	// when the token has none (it does not expire).
+	ExpiresAt time.Time
 }
 
 // Verifier checks bearer tokens against a Config. It is safe for
@@ -412,6 +415,9 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (Identity, 
 	}
 	id := Identity{Roles: v.roles(claims)}
 	id.Subject, _ = claims.GetSubject()
+	if exp, _ := claims.GetExpirationTime(); exp != nil {
+		id.ExpiresAt = exp.UTC()
+	}
 	id.Level = ReadOnly
 	for _, r := range id.Roles {
 		switch r {

@@ -291,6 +291,23 @@ func TestRolesAndLevels(t *testing.T) {
 	require.Equal(t, "unauthorized", e.Code)
 }
 
+// TestIdentityExpiry: the identity carries the token's "exp" (UTC), and
+// the zero time for a token without one.
+func TestIdentityExpiry(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	v := f.verifier(t, nil)
+	exp := time.Now().Add(42 * time.Minute).Truncate(time.Second)
+	id, e := v.Verify(context.Background(), "Bearer "+f.keys.Sign(t, auth.EdDSA, with(claims("exp", "admin"), "exp", exp.Unix())))
+	require.Nil(t, e)
+	require.True(t, exp.Equal(id.ExpiresAt), "ExpiresAt %v, want %v", id.ExpiresAt, exp)
+	require.Equal(t, time.UTC, id.ExpiresAt.Location())
+	id, e = v.Verify(context.Background(), "Bearer "+f.keys.Sign(t, auth.HS256, with(claims("forever", "read-only"), "exp", nil)))
+	require.Nil(t, e)
+	require.True(t, id.ExpiresAt.IsZero(), "a token without exp: ExpiresAt %v", id.ExpiresAt)
+	require.Equal(t, "forever", id.Subject)
+}
+
 // TestJWKSRefreshOnUnknownKID: a key the identity provider publishes after
 // the broker fetched the set is found by fetching it again.
 func TestJWKSRefreshOnUnknownKID(t *testing.T) {

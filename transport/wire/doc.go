@@ -5,7 +5,7 @@
 // peek, the dedup inspector, DLQ replay, trace events, the dedup cache's
 // switch) into the domain values of package queen, the reply shapes (push,
 // transaction and configure replies, lease, DLQ, replay, queues, seek,
-// trace, /health while starting and serving, stats) and the one decoder of
+// trace, /health while starting and serving, stats, whoami) and the one decoder of
 // an error reply (DecodeError). The values of package queen that a reply
 // carries as they are (options, pop results, the cluster view, ...) name
 // their JSON fields there. The front door (package transport) and the Go
