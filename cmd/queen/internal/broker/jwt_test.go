@@ -340,3 +340,114 @@ func publicPEM(t testing.TB, pub any) []byte {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 }
+
+// whoamiReply is GET /api/v1/auth/whoami's body (wire.WhoamiReply), with
+// ExpiresAt as sent.
+type whoamiReply struct {
+	Access    string   `json:"access"`
+	Sub       string   `json:"sub"`
+	Role      string   `json:"role"`
+	Roles     []string `json:"roles"`
+	ExpiresAt *string  `json:"expiresAt"`
+}
+
+// whoami asks GET /api/v1/auth/whoami with an Authorization value ("" none).
+func (e *env) whoami(t testing.TB, authz string) (int, http.Header, whoamiReply, []byte) {
+	t.Helper()
+	st, h, b := e.httpAuth(t, http.MethodGet, "/api/v1/auth/whoami", authz, nil)
+	var w whoamiReply
+	if st == http.StatusOK {
+		if err := json.Unmarshal(b, &w); err != nil {
+			t.Fatalf("whoami: %s: %v", b, err)
+		}
+	}
+	return st, h, w, b
+}
+
+// TestWhoamiMatrix: GET /api/v1/auth/whoami against real brokers, plain
+// HTTP. JWT on: no token, a token of each role (and none) in each
+// algorithm, with and without exp, expired, and the admin token (not a
+// JWT); JWT off with QUEEN_ADMIN_TOKEN: none, a wrong one, the right one;
+// JWT off without it: the open answer.
+func TestWhoamiMatrix(t *testing.T) {
+	t.Parallel()
+	e := startJWTEnv(t)
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	for _, c := range []struct {
+		alg, role, want string
+		roles            []string
+	}{
+		{auth.HS256, "read-only", "read-only", []string{"read-only"}},
+		{auth.RS256, "read-write", "read-write", []string{"read-write"}},
+		{auth.EdDSA, "admin", "admin", []string{"admin"}},
+		{auth.HS256, "", "read-only", []string{}},
+		{auth.EdDSA, "no-such-role", "read-only", []string{"no-such-role"}},
+	} {
+		claims := jwtClaims("sub-"+c.alg+"-"+c.role, c.role)
+		claims["exp"] = exp.Unix()
+		st, _, w, b := e.whoami(t, "Bearer "+e.keys.Sign(t, c.alg, claims))
+		if st != http.StatusOK {
+			t.Fatalf("%s %q: %d %s", c.alg, c.role, st, b)
+		}
+		if w.ExpiresAt == nil {
+			t.Fatalf("%s %q: no expiresAt: %s", c.alg, c.role, b)
+		}
+		got, err := time.Parse(time.RFC3339, *w.ExpiresAt)
+		if err != nil || !got.Equal(exp) {
+			t.Fatalf("%s %q: expiresAt %s, want %s", c.alg, c.role, *w.ExpiresAt, exp.UTC().Format(time.RFC3339))
+		}
+		w.ExpiresAt = nil
+		eq(t, whoamiReply{Access: "jwt", Sub: "sub-" + c.alg + "-" + c.role, Role: c.want, Roles: c.roles}, w, "whoami of %s %q", c.alg, c.role)
+	}
+	// A token without exp: expiresAt null.
+	forever := jwtClaims("forever", "read-write")
+	delete(forever, "exp")
+	st, _, w, b := e.whoami(t, "Bearer "+e.keys.Sign(t, auth.HS256, forever))
+	if st != http.StatusOK || !strings.Contains(string(b), `"expiresAt":null`) {
+		t.Fatalf("a token without exp: %d %s", st, b)
+	}
+	eq(t, whoamiReply{Access: "jwt", Sub: "forever", Role: "read-write", Roles: []string{"read-write"}}, w, "whoami without exp")
+
+	expired := jwtClaims("old", "admin")
+	expired["exp"] = time.Now().Add(-time.Hour).Unix()
+	for _, c := range []struct{ name, authz, why string }{
+		{"no token", "", "no token"},
+		{"expired", "Bearer " + e.keys.Sign(t, auth.HS256, expired), "the token expired at"},
+		{"wrong signature", "Bearer " + e.other.Sign(t, auth.RS256, jwtClaims("x", "admin")), "signature does not verify"},
+		{"wrong audience", "Bearer " + e.keys.Sign(t, auth.EdDSA, func() jwt.MapClaims { c := jwtClaims("x", "admin"); c["aud"] = "other"; return c }()), "audience"},
+		{"the admin token (JWT on)", "Bearer admin-token-ignored-with-jwt", "malformed"},
+	} {
+		st, h, _, b := e.whoami(t, c.authz)
+		var eb errBody
+		if st != http.StatusUnauthorized || json.Unmarshal(b, &eb) != nil || eb.Code != "unauthorized" || !strings.Contains(eb.Error, c.why) ||
+			h.Get("WWW-Authenticate") != `Bearer realm="queen"` || h.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s: %d %v %s, want 401 unauthorized saying %q", c.name, st, h, b, c.why)
+		}
+	}
+
+	// JWT off, QUEEN_ADMIN_TOKEN set: 401 without the token, admin with it.
+	et := startEnv(t, func(c *Config) { c.AdminToken = "s3cret" })
+	for _, authz := range []string{"", "Bearer wrong", "s3cret"} {
+		st, h, _, b := et.whoami(t, authz)
+		var eb errBody
+		if st != http.StatusUnauthorized || json.Unmarshal(b, &eb) != nil || eb.Code != "unauthorized" || !strings.Contains(eb.Error, "QUEEN_ADMIN_TOKEN") ||
+			h.Get("WWW-Authenticate") == "" {
+			t.Fatalf("admin token broker, %q: %d %s", authz, st, b)
+		}
+	}
+	st, _, w, b = et.whoami(t, "Bearer s3cret")
+	if st != http.StatusOK {
+		t.Fatalf("the admin token: %d %s", st, b)
+	}
+	eq(t, whoamiReply{Access: "admin-token", Role: "admin", Roles: []string{}}, w, "whoami of the admin token")
+
+	// JWT off, no admin token: open, whatever is sent.
+	eo := startEnv(t, nil)
+	for _, authz := range []string{"", "Bearer anything"} {
+		st, _, w, b := eo.whoami(t, authz)
+		if st != http.StatusOK {
+			t.Fatalf("open broker, %q: %d %s", authz, st, b)
+		}
+		eq(t, whoamiReply{Access: "open", Role: "admin", Roles: []string{}}, w, "whoami of an open broker")
+	}
+}
