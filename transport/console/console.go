@@ -3,8 +3,8 @@
 // gateway under /ui/ (GET / redirects there).
 //
 // The page is a one-page app with hash routes — #/overview, #/queues,
-// #/queues/{queue}, #/dedup, #/dlq, #/cluster — that calls the broker's JSON
-// routes from the browser: GET /api/v1/stats (rates, commit p50 and p99,
+// #/queues/{queue}, #/dedup, #/dlq, #/cluster, #/access — that calls the
+// broker's JSON routes from the browser: GET /api/v1/stats (rates, commit p50 and p99,
 // RSS, dedup-cache bytes; polled every 1.5 s on every page, its replies of
 // the last 10 minutes kept in the tab for the overview's timeline charts),
 // /api/v1/resources/queues[/{queue}] (with
@@ -12,10 +12,21 @@
 // partitions and consumer groups with cursor and lag, polled every 2 s) and
 // /api/v1/queues/{queue}/messages (its recent messages, a read-only peek),
 // /api/v1/dlq, /api/v1/dedup and POST /api/v1/dlq/replay (SPEC.md §13),
-// /api/v1/cluster. The files hold no data: they are served without the admin
-// token; with QUEEN_ADMIN_TOKEN set, the page asks for the token, keeps it in
-// the tab's sessionStorage and sends it as "Authorization: Bearer <token>" on
-// every call.
+// /api/v1/cluster, and GET /api/v1/auth/whoami (sign-in; #/access shows its
+// answer).
+//
+// The files hold no data: they are served without a token. The page first
+// asks GET /api/v1/auth/whoami. When the broker answers 401 (JWT_ENABLED, or
+// QUEEN_ADMIN_TOKEN set) it shows a sign-in that takes a pasted JWT or the
+// admin token (a leading "Bearer " is dropped), keeps it in the tab's
+// sessionStorage and sends it as "Authorization: Bearer <token>" on every
+// call. Signed in, the header shows the broker's answer — the token's sub, its
+// role (read-only, read-write or admin; the admin token and an open broker
+// are admin) and its expiry — and the controls the role may not use (the DLQ's
+// list and replay, the dedup inspector, a queue's dead letters: admin) are
+// disabled with the reason beside them instead of being sent to answer 403.
+// Any 401 (an expired token, a bad signature, ...) shows the broker's error
+// message and returns to the sign-in.
 package console
 
 import (

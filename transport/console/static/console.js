@@ -7,10 +7,12 @@ const errorBox = document.getElementById("error");
 const statusBox = document.getElementById("status");
 const tokenForm = document.getElementById("token-form");
 const tokenInput = document.getElementById("token");
-const TOKEN_KEY = "queenAdminToken";
+const whoBox = document.getElementById("who");
+const TOKEN_KEY = "queenToken";
 const POLL_MS = 1500;
 let timer = null;       // the current page's polling timer
-let generation = 0;     // bumped on each route change: stale answers are dropped
+let generation = 0;     // bumped on each route change and on sign-out: stale answers are dropped
+let identity = null;    // GET /api/v1/auth/whoami's reply for the stored token; null: signed out
 
 // el builds an element: el("td", {class: "num"}, "text", child...).
 function el(tag, attrs, ...children) {
@@ -42,7 +44,9 @@ class ApiError extends Error {
   }
 }
 
-// api calls a JSON route with the admin token when one is stored.
+// api calls a JSON route with the stored token (a JWT or the admin token)
+// as "Authorization: Bearer <token>". A 401 signs the tab out: the broker's
+// message shows above the sign-in (signOut), and the ApiError is thrown.
 async function api(method, path, body) {
   const headers = {};
   const token = sessionStorage.getItem(TOKEN_KEY);
@@ -58,20 +62,133 @@ async function api(method, path, body) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = { error: text.slice(0, 200) }; }
   if (resp.status === 401) {
-    tokenForm.hidden = false;
-    throw new ApiError(401, { error: "this broker needs its admin token (QUEEN_ADMIN_TOKEN): enter it above" });
+    const err = new ApiError(401, data);
+    signOut(err.message);
+    throw err;
   }
   if (!resp.ok) throw new ApiError(resp.status, data);
   return data;
 }
 
-tokenForm.addEventListener("submit", (ev) => {
-  ev.preventDefault();
-  sessionStorage.setItem(TOKEN_KEY, tokenInput.value.trim());
-  tokenInput.value = "";
+// ---- sign-in: who the broker says the stored token is (GET
+// /api/v1/auth/whoami), and what its role allows
+
+// The access levels (SPEC.md §14), lowest first; the broker's whoami names
+// the caller's in its "role".
+const LEVELS = ["read-only", "read-write", "admin"];
+
+// What each level allows (README, Access control), for the access page.
+const LEVEL_ALLOWS = {
+  "read-only": "status and resource reads: the overview, queues, a queue's partitions, consumer groups and recent messages (peek), the cluster",
+  "read-write": "push, pop, ack, lease extension, transactions, configure, seek (through the SDKs and the CLI: the console has no such controls)",
+  "admin": "the DLQ (list and replay), the dedup inspector, the dedup cache switch, deletes of queues and consumer groups, configures that delete data",
+};
+
+// reaches reports whether the signed-in caller's role reaches level.
+function reaches(level) {
+  return !!identity && LEVELS.indexOf(identity.role) >= LEVELS.indexOf(level);
+}
+
+// whoName names the signed-in caller in messages.
+function whoName() {
+  if (!identity) return "nobody";
+  if (identity.access === "jwt") return identity.sub ? "sub \"" + identity.sub + "\"" : "this token (no sub)";
+  return identity.access === "open" ? "anyone (open broker)" : "the admin token";
+}
+
+// lacks is "" when the caller may use what needs level, else the reason it
+// may not (shown beside the disabled control and as its title).
+function lacks(level, what) {
+  if (reaches(level)) return "";
+  return what + " needs the " + level + " role; " + whoName() + " has " + (identity ? identity.role : "none") + ".";
+}
+
+// lock disables controls for reason (nothing when reason is "") and returns
+// a paragraph saying it, or null. Each control carries data-needs=level.
+function lock(reason, level, ...controls) {
+  if (!reason) return null;
+  for (const c of controls) {
+    c.disabled = true;
+    c.title = reason;
+    c.dataset.needs = level;
+  }
+  return el("p", { class: "locked-reason", "data-needs": level }, reason);
+}
+
+// showWho fills the header's badge (sub, role, expiry) and marks the nav
+// links of pages whose controls the role may not use.
+function showWho() {
+  whoBox.hidden = !identity;
+  if (!identity) return;
+  const sub = document.getElementById("who-sub"), role = document.getElementById("who-role"), exp = document.getElementById("who-exp");
+  sub.textContent = identity.access === "jwt" ? (identity.sub || "(no sub)") : identity.access === "open" ? "open broker" : "admin token";
+  role.textContent = identity.role;
+  role.dataset.role = identity.role;
+  exp.textContent = identity.expiresAt ? "expires " + fmtIn(identity.expiresAt) : "";
+  exp.title = identity.expiresAt ? fmtTime(identity.expiresAt) : "";
+  document.getElementById("sign-out").hidden = identity.access === "open";
+  for (const a of document.querySelectorAll("header nav a[data-needs]")) {
+    const why = lacks(a.dataset.needs, a.textContent);
+    a.classList.toggle("locked", !!why);
+    a.title = why;
+  }
+}
+
+// signIn asks the broker who the stored token is: true once signed in;
+// false on a 401 (signOut has shown the broker's message and the sign-in)
+// or another failure (shown, and asked again in 3 s).
+async function signIn() {
+  try {
+    const w = await api("GET", "/api/v1/auth/whoami");
+    if (!w || !LEVELS.includes(w.role)) throw new ApiError(0, { error: "the broker's whoami names no known role: " + JSON.stringify(w) });
+    identity = w;
+  } catch (e) {
+    if (e.status !== 401) {
+      showError(e.message);
+      setTimeout(() => { if (!identity && tokenForm.hidden) start(); }, 3000);
+    }
+    return false;
+  }
   tokenForm.hidden = true;
-  route();
+  showWho();
+  return true;
+}
+
+// signOut forgets the token and shows the sign-in, with msg (the broker's
+// 401 message, or "" when asked for) in the error box. Pages still waiting
+// for answers drop them (generation).
+function signOut(msg) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  identity = null;
+  if (timer) { clearInterval(timer); timer = null; }
+  onStats = null;
+  generation++;
+  showWho();
+  statusBox.textContent = "";
+  tokenForm.hidden = false;
+  main.replaceChildren(el("h2", null, "Sign in"),
+    el("p", { class: "muted", id: "signed-out" }, "This broker needs a token: paste a JWT (JWT_ENABLED) or its admin token (QUEEN_ADMIN_TOKEN) above."));
+  showError(msg);
+  tokenInput.focus();
+}
+
+// start signs in with the stored token (with none the broker answers 401
+// when it needs one) and shows the address's page.
+async function start() {
+  if (await signIn()) route();
+}
+
+tokenForm.addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const token = tokenInput.value.trim().replace(/^bearer\s+/i, "");
+  if (!token) { showError("paste a token first: a JWT or the admin token"); return; }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  tokenInput.value = "";
+  showError("");
+  await start();
 });
+
+document.getElementById("sign-out").addEventListener("click", () => signOut(""));
 
 // ---- formatting
 
@@ -85,6 +202,16 @@ function fmtBytes(n) {
 }
 function fmtTime(s) { if (!s) return "—"; const d = new Date(s); return isNaN(d) ? String(s) : d.toISOString().replace("T", " ").replace("Z", " UTC"); }
 function fmtAgo(s, now) { if (!s) return "—"; const d = (new Date(s) - (now ? new Date(now) : new Date())) / 1000; return (d >= 0 ? "in " : "") + Math.abs(d).toFixed(1) + " s" + (d < 0 ? " ago" : ""); }
+// fmtIn is how far a time is from now in whole units: "in 1 h 5 min",
+// "in 42 s", "3 min ago".
+function fmtIn(s) {
+  let d = Math.round((new Date(s) - new Date()) / 1000);
+  const past = d < 0;
+  d = Math.abs(d);
+  const h = Math.floor(d / 3600), m = Math.floor((d % 3600) / 60);
+  const txt = h ? h + " h" + (m ? " " + m + " min" : "") : m ? m + " min" : d + " s";
+  return past ? txt + " ago" : "in " + txt;
+}
 function truncate(s, n) { s = String(s); return s.length > n ? s.slice(0, n) + "…" : s; }
 function payloadText(d) { if (d === undefined || d === null) return "null"; return truncate(typeof d === "string" ? d : JSON.stringify(d), 200); }
 function durationText(sec) { if (sec === undefined || sec === null) return "—"; if (sec === 0) return "0 (off)"; if (sec % 3600 === 0) return sec / 3600 + " h"; if (sec % 60 === 0) return sec / 60 + " min"; return sec + " s"; }
@@ -115,7 +242,7 @@ let onStats = null;    // the overview's redraw while it is shown: onStats(reply
 let statsBusy = false; // a poll is under way (a slow broker: no pile-up)
 
 async function pollStats() {
-  if (statsBusy) return;
+  if (statsBusy || !identity) return;
   statsBusy = true;
   let s = null, err = null;
   try {
@@ -125,6 +252,8 @@ async function pollStats() {
   } finally {
     statsBusy = false;
   }
+  if (!identity) return; // signed out meanwhile
+  showWho(); // the expiry's countdown
   const t = Date.now();
   timeline.push({ t, s });
   while (timeline.length > TIMELINE_MAX || timeline[0].t < t - TIMELINE_MS) timeline.shift();
@@ -445,9 +574,14 @@ async function pageQueue(gen, name, params) {
   };
   await render(d0);
   if (gen !== generation) return;
-  const dl = await api("GET", "/api/v1/dlq?limit=20&queue=" + encodeURIComponent(q.name));
-  if (gen !== generation) return;
-  dlqBox.replaceChildren(dlqTable(dl.messages || [], false), el("p", { class: "muted" }, "See the DLQ page to replay."));
+  const noDLQ = lacks("admin", "Listing dead letters (GET /api/v1/dlq)");
+  if (noDLQ) {
+    dlqBox.replaceChildren(lock(noDLQ, "admin"));
+  } else {
+    const dl = await api("GET", "/api/v1/dlq?limit=20&queue=" + encodeURIComponent(q.name));
+    if (gen !== generation) return;
+    dlqBox.replaceChildren(dlqTable(dl.messages || [], false), el("p", { class: "muted" }, "See the DLQ page to replay."));
+  }
   timer = setInterval(async () => {
     try {
       const d = await api("GET", path);
@@ -469,9 +603,14 @@ function pageDedup(gen, params) {
     el("label", null, "transactionId", el("input", { name: "transactionId", id: "dedup-txn", size: "40" })),
     el("button", { type: "submit", id: "dedup-go" }, "Inspect"));
   const out = el("div", { id: "dedup-result" });
+  const locked = lock(lacks("admin", "The dedup inspector (GET /api/v1/dedup)"), "admin", f.querySelector("#dedup-go"));
   main.replaceChildren(el("h2", null, "Dedup inspector"),
-    el("p", { class: "muted" }, "Is this transactionId inside its partition's window, what did it become, and when does the window close for it? (SPEC.md §13, GET /api/v1/dedup)"), f, out);
+    el("p", { class: "muted" }, "Is this transactionId inside its partition's window, what did it become, and when does the window close for it? (SPEC.md §13, GET /api/v1/dedup)"), f, ...[locked].filter(Boolean), out);
   for (const k of ["queue", "partition", "transactionId"]) if (params.get(k)) f.elements[k].value = params.get(k);
+  if (locked) {
+    f.addEventListener("submit", (ev) => ev.preventDefault());
+    return;
+  }
   f.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     out.replaceChildren();
@@ -516,8 +655,13 @@ function pageDLQ(gen, params) {
     el("button", { type: "button", id: "replay-ids-go" }, "Replay ids"));
   const list = el("div", { id: "dlq-list" });
   const result = el("div", { id: "replay-result" });
-  main.replaceChildren(el("h2", null, "Dead letters"), f, list, el("h3", null, "Replay results"), result);
+  const locked = lock(lacks("admin", "Listing and replaying dead letters (GET /api/v1/dlq, POST /api/v1/dlq/replay)"), "admin", f.querySelector("#dlq-go"), f.querySelector("#replay-ids-go"));
+  main.replaceChildren(el("h2", null, "Dead letters"), f, ...(locked ? [locked] : [list, el("h3", null, "Replay results"), result]));
   for (const k of ["queue", "consumerGroup", "partition"]) if (params.get(k)) f.elements[k].value = params.get(k);
+  if (locked) {
+    f.addEventListener("submit", (ev) => ev.preventDefault());
+    return;
+  }
   let shown = [];
   const filter = () => ({ queue: f.elements.queue.value.trim(), consumerGroup: f.elements.consumerGroup.value.trim(), partition: f.elements.partition.value.trim() });
   const load = async () => {
@@ -616,11 +760,33 @@ function pageCluster(gen) {
   timer = setInterval(tick, 2000);
 }
 
+// ---- access: who is signed in and what the role allows
+
+function pageAccess() {
+  const how = { jwt: "a JWT (JWT_ENABLED): the broker verified the token and read its roles",
+    "admin-token": "the admin token (QUEEN_ADMIN_TOKEN; JWT off): every route",
+    open: "nothing: this broker has no access control (JWT off and no QUEEN_ADMIN_TOKEN), anyone who reaches it may do everything" };
+  const rows = LEVELS.map((lv) => {
+    const ok = reaches(lv);
+    return el("tr", { "data-level": lv, "data-allowed": String(ok) },
+      el("td", null, lv), el("td", null, LEVEL_ALLOWS[lv]),
+      el("td", { class: ok ? "allowed" : "denied" }, ok ? "allowed" : "not allowed: needs the " + lv + " role"));
+  });
+  main.replaceChildren(el("h2", null, "Access"),
+    kv([["signed in with", how[identity.access] || identity.access], ["sub", identity.sub || "—"], ["role", identity.role],
+      ["token's roles", identity.roles && identity.roles.length ? identity.roles.join(", ") : "—"],
+      ["expires", identity.expiresAt ? fmtTime(identity.expiresAt) + " (" + fmtIn(identity.expiresAt) + ")" : "never (the token has no exp)"]], "access-kv"),
+    el("h3", null, "What this role allows"),
+    table(["level", "what", "this role"], rows, "access-table"),
+    el("p", { class: "muted" }, "As the broker answered GET /api/v1/auth/whoami for this token. Controls the role may not use are shown disabled, with the reason."));
+}
+
 // ---- router
 
 async function route() {
   if (timer) { clearInterval(timer); timer = null; }
   onStats = null;
+  if (!identity) return; // signed out: the sign-in stays (signOut), or the sign-in is under way (start)
   const gen = ++generation;
   showError("");
   statusBox.textContent = "";
@@ -637,6 +803,7 @@ async function route() {
       case "dedup": pageDedup(gen, params); break;
       case "dlq": pageDLQ(gen, params); break;
       case "cluster": pageCluster(gen); break;
+      case "access": pageAccess(); break;
       default: main.replaceChildren(el("h2", null, "Not found"), el("p", null, "No page " + page + ": pick one above.")); break;
     }
   } catch (e) {
@@ -648,5 +815,5 @@ async function route() {
 }
 
 window.addEventListener("hashchange", route);
-route();
+start();
 setInterval(pollStats, POLL_MS);

@@ -20,6 +20,7 @@ import (
 
 	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/internal/browsertest"
+	"github.com/queen-mq/queen-go/transport/auth"
 )
 
 // browser is the console's headless Chromium tab (internal/browsertest)
@@ -82,6 +83,11 @@ func TestConsoleBrowser(t *testing.T) {
 	b.waitFor(t, "the overview", `document.getElementById("rate-queued")`)
 	if u := b.eval(t, "location.pathname"); u != "/ui/" {
 		t.Fatalf("/ redirected to %q", u)
+	}
+	// No JWT and no admin token: the broker is open, no sign-in.
+	if sub, role, _ := b.whoShown(t); sub != "open broker" || role != "admin" ||
+		b.eval(t, `document.getElementById("token-form").hidden && document.getElementById("sign-out").hidden`) != "true" {
+		t.Fatalf("an open broker's badge: %q, %q", sub, role)
 	}
 	// Pushes with repeats while the page polls: non-zero queued and
 	// duplicate rates show.
@@ -236,16 +242,27 @@ func TestConsoleBrowser(t *testing.T) {
 	b.noJSErrors(t, "the cluster page")
 }
 
-// TestConsoleBrowserToken: with QUEEN_ADMIN_TOKEN set, the console asks for
-// the token and then sends it.
+// TestConsoleBrowserToken: with QUEEN_ADMIN_TOKEN set (JWT off), the
+// console asks for the token, shows the broker's 401 message for a wrong
+// one, then signs in with it as admin (nothing disabled) and sends it.
 func TestConsoleBrowserToken(t *testing.T) {
 	b := startBrowser(t)
 	e := startEnv(t, func(c *Config) { c.AdminToken = "s3cret" })
 	e.pushOK(t, "http", items(it("tok", "p", "a")), 1)
 	b.run(t, "open the queues page", chromedp.Navigate(e.base+"/ui/#/queues"))
-	b.waitFor(t, "the token form", `!document.getElementById("token-form").hidden && `+errShown)
-	b.eval(t, `document.getElementById("token").value = "s3cret"; document.getElementById("token-form").requestSubmit(); true`)
+	b.waitFor(t, "the token form", signedOutWith("QUEEN_ADMIN_TOKEN"))
+	b.signIn(t, "wrong")
+	b.waitFor(t, "a wrong token refused", signedOutWith("QUEEN_ADMIN_TOKEN (missing or wrong)"))
+	b.signIn(t, "s3cret")
 	b.waitFor(t, "the queue list", `document.querySelector('#queues-table tr[data-queue="tok"]')`)
+	if sub, role, exp := b.whoShown(t); sub != "admin token" || role != "admin" || exp != "" {
+		t.Fatalf("the badge shows %q, %q, %q", sub, role, exp)
+	}
+	b.goHash(t, "#/dlq")
+	b.waitFor(t, "the DLQ page", `document.getElementById("dlq-go")`)
+	if d := b.eval(t, `document.getElementById("dlq-go").disabled || document.getElementById("replay-ids-go").disabled || !!document.querySelector(".locked-reason, header nav a.locked")`); d != "false" {
+		t.Fatalf("the admin token: a control is disabled")
+	}
 	b.noJSErrors(t, "the token")
 }
 
@@ -435,4 +452,181 @@ func TestConsoleTimeline(t *testing.T) {
 		}
 		b.noJSErrors(t, "the screenshot's load")
 	}
+}
+
+// signIn pastes token into the console's sign-in and submits it.
+func (b *browser) signIn(t *testing.T, token string) {
+	t.Helper()
+	b.waitFor(t, "the sign-in", `!document.getElementById("token-form").hidden`)
+	b.eval(t, `document.getElementById("token").value = `+strconv.Quote(token)+`; document.getElementById("token-form").requestSubmit(); true`)
+}
+
+// whoShown is the header's badge: sub, role and expiry ("" when hidden).
+func (b *browser) whoShown(t *testing.T) (sub, role, exp string) {
+	t.Helper()
+	if b.eval(t, `document.getElementById("who").hidden`) == "true" {
+		return "", "", ""
+	}
+	return b.eval(t, `document.getElementById("who-sub").textContent`), b.eval(t, `document.getElementById("who-role").textContent`),
+		b.eval(t, `document.getElementById("who-exp").textContent`)
+}
+
+// signedOutWith is the condition of the sign-in shown again with the
+// broker's message saying why in the error box.
+func signedOutWith(why string) string {
+	return `!document.getElementById("token-form").hidden && document.getElementById("who").hidden && document.getElementById("signed-out") && ` +
+		errShown + ` && document.getElementById("error").textContent.includes(` + strconv.Quote(why) + `) && !sessionStorage.getItem("queenToken")`
+}
+
+// TestConsoleBrowserJWT (issue 41): with JWT on, the console signs in with
+// a pasted JWT, shows the token's sub, role and expiry as the broker's GET
+// /api/v1/auth/whoami gives them, and shows the controls the role may not
+// use disabled with the reason (the DLQ's and the dedup inspector's need
+// admin) rather than letting them fail 403; the access page says what each
+// level allows. An expired token, at sign-in or during the session, shows
+// the broker's 401 message and the sign-in again.
+func TestConsoleBrowserJWT(t *testing.T) {
+	b := startBrowser(t)
+	e := startJWTEnv(t)
+	admin := e.token(t, auth.HS256, "admin")
+	// Queue jq with a message and a dead letter (group g).
+	if st, body := e.pushAuth(t, "http", admin, items(it("jq", "p", "m1"), it("jq", "p", "m2"))); st != http.StatusCreated {
+		t.Fatalf("seed push: %d %s", st, body)
+	}
+	var pop popReply
+	st, _, body := e.httpAuth(t, http.MethodGet, "/api/v1/pop/queue/jq/partition/p?consumerGroup=g&wait=false", admin, nil)
+	if st != http.StatusOK || json.Unmarshal(body, &pop) != nil || len(pop.Messages) != 1 {
+		t.Fatalf("seed pop: %d %s", st, body)
+	}
+	a := ackOf(pop.Messages[0], "dlq")
+	if st, _, body := e.httpAuth(t, http.MethodPost, "/api/v1/ack/batch", admin, json.RawMessage(marshal(map[string]any{"acknowledgments": []any{a}, "consumerGroup": "g"}))); st != http.StatusOK {
+		t.Fatalf("seed dead letter: %d %s", st, body)
+	}
+
+	// No token: the sign-in, with the broker's 401 message.
+	b.run(t, "open the console", chromedp.Navigate(e.base+"/ui/#/dlq?queue=jq"))
+	b.waitFor(t, "the sign-in with the broker's message", signedOutWith("no token"))
+
+	exp := time.Now().Add(2 * time.Hour)
+	for _, c := range []struct {
+		role    string
+		allowed string // the access table's rows, read-only, read-write, admin
+	}{
+		{"read-only", "true,false,false"},
+		{"read-write", "true,true,false"},
+		{"admin", "true,true,true"},
+	} {
+		sub := "alice-" + c.role
+		claims := jwtClaims(sub, c.role)
+		claims["exp"] = exp.Unix()
+		tok := e.keys.Sign(t, auth.HS256, claims)
+		if c.role == "read-write" {
+			tok = "Bearer " + tok // pasted with its scheme: taken too
+		}
+		b.signIn(t, tok)
+		b.waitFor(t, c.role+" signed in", `!document.getElementById("who").hidden && document.getElementById("who-sub").textContent === `+strconv.Quote(sub))
+		gotSub, gotRole, gotExp := b.whoShown(t)
+		if gotSub != sub || gotRole != c.role || !strings.HasPrefix(gotExp, "expires in ") {
+			t.Fatalf("%s: the badge shows sub %q, role %q, %q", c.role, gotSub, gotRole, gotExp)
+		}
+		if title := b.eval(t, `document.getElementById("who-exp").title`); !strings.Contains(title, exp.UTC().Format("2006-01-02 15:04:05")) {
+			t.Fatalf("%s: the expiry's title %q, want %s", c.role, title, exp.UTC())
+		}
+		if n := b.eval(t, `sessionStorage.getItem("queenToken").startsWith("Bearer")`); n != "false" {
+			t.Fatalf("%s: the stored token keeps its scheme", c.role)
+		}
+
+		// The DLQ page (opened on #/dlq?queue=jq): admin lists the dead
+		// letter with its replay button; below admin the controls are
+		// disabled with the reason, and nothing was asked of the DLQ.
+		b.goHash(t, "#/dlq?queue=jq&r="+c.role)
+		b.waitFor(t, c.role+": the DLQ page", `document.getElementById("dlq-go")`)
+		if c.role == "admin" {
+			b.waitFor(t, "admin: the dead letter listed", `document.querySelector('#dlq-table button.replay-one')`)
+			if d := b.eval(t, `document.getElementById("dlq-go").disabled || document.getElementById("replay-ids-go").disabled || !!document.querySelector(".locked-reason")`); d != "false" {
+				t.Fatalf("admin: the DLQ's controls are disabled")
+			}
+			if cls := b.eval(t, `document.querySelector('header nav a[data-page="dlq"]').className`); strings.Contains(cls, "locked") {
+				t.Fatalf("admin: the DLQ link is marked locked: %q", cls)
+			}
+		} else {
+			if d := b.eval(t, `document.getElementById("dlq-go").disabled && document.getElementById("replay-ids-go").disabled && document.getElementById("dlq-go").dataset.needs === "admin"`); d != "true" {
+				t.Fatalf("%s: the DLQ's controls are not disabled", c.role)
+			}
+			why := b.eval(t, `document.querySelector("#main .locked-reason").textContent`)
+			if !strings.Contains(why, "needs the admin role") || !strings.Contains(why, `sub "`+sub+`"`) || !strings.Contains(why, "has "+c.role) {
+				t.Fatalf("%s: the reason shown: %q", c.role, why)
+			}
+			if title := b.eval(t, `document.getElementById("dlq-go").title`); title != why {
+				t.Fatalf("%s: the button's title %q, want the reason %q", c.role, title, why)
+			}
+			if n := b.eval(t, `document.querySelectorAll("#dlq-table").length`); n != "0" {
+				t.Fatalf("%s: dead letters listed", c.role)
+			}
+			if !strings.Contains(b.eval(t, `document.querySelector('header nav a[data-page="dlq"]').className`), "locked") {
+				t.Fatalf("%s: the DLQ link is not marked locked", c.role)
+			}
+			// The dedup inspector likewise.
+			b.goHash(t, "#/dedup?queue=jq&partition=p&transactionId=m1")
+			b.waitFor(t, c.role+": the inspector locked", `document.getElementById("dedup-go") && document.getElementById("dedup-go").disabled && document.querySelector("#main .locked-reason")`)
+			if n := b.eval(t, `document.querySelectorAll("#dedup-state").length`); n != "0" {
+				t.Fatalf("%s: the inspector answered", c.role)
+			}
+		}
+		if errBox := b.eval(t, errShown); errBox != "false" {
+			t.Fatalf("%s: an error shown: %s", c.role, b.eval(t, `document.getElementById("error").textContent`))
+		}
+
+		// A queue's page: its messages (read-only reaches the peek, each
+		// with its producer), its dead letters for admin only.
+		b.goHash(t, "#/queues/jq?partition=p")
+		b.waitFor(t, c.role+": the queue's messages", `document.querySelector('#messages-table tr[data-offset="1"]')`)
+		if p := b.eval(t, `document.querySelector('#messages-table tr[data-offset="1"] td.producer').textContent`); p != "sub-admin" {
+			t.Fatalf("%s: m2's producer shown as %q", c.role, p)
+		}
+		if c.role == "admin" {
+			b.waitFor(t, "admin: the queue's dead letters", `document.querySelector('#queue-dlq #dlq-table')`)
+		} else {
+			b.waitFor(t, c.role+": the queue's dead letters locked", `document.querySelector('#queue-dlq .locked-reason[data-needs="admin"]')`)
+		}
+
+		// The access page: what each level allows, as the broker says.
+		b.goHash(t, "#/access")
+		b.waitFor(t, c.role+": the access page", `document.querySelectorAll('#access-table tr[data-level]').length === 3`)
+		if got := b.eval(t, `[...document.querySelectorAll('#access-table tr[data-level]')].map((r) => r.dataset.allowed).join()`); got != c.allowed {
+			t.Fatalf("%s: levels allowed %s, want %s", c.role, got, c.allowed)
+		}
+		if kv := b.eval(t, `document.getElementById("access-kv").textContent`); !strings.Contains(kv, sub) || !strings.Contains(kv, "JWT") {
+			t.Fatalf("%s: the access page's identity: %q", c.role, kv)
+		}
+		b.noJSErrors(t, c.role)
+
+		// Sign out: the sign-in again, no error.
+		b.eval(t, `document.getElementById("sign-out").click(); true`)
+		b.waitFor(t, c.role+" signed out", `!document.getElementById("token-form").hidden && document.getElementById("who").hidden && document.getElementById("error").hidden && !sessionStorage.getItem("queenToken")`)
+	}
+
+	// An expired token: the broker's message, and the sign-in again.
+	expired := jwtClaims("old", "admin")
+	expired["exp"] = time.Now().Add(-time.Hour).Unix()
+	b.signIn(t, e.keys.Sign(t, auth.HS256, expired))
+	b.waitFor(t, "an expired token refused", signedOutWith("the token expired at"))
+	// A token with another key: likewise.
+	b.signIn(t, e.other.Sign(t, auth.HS256, jwtClaims("mallory", "admin")))
+	b.waitFor(t, "a bad signature refused", signedOutWith("signature does not verify"))
+
+	// During a session: once the broker answers 401 for the stored token
+	// (here it is swapped for an expired one, as the stored token would
+	// be when its exp passes), the next poll shows the message and the
+	// sign-in.
+	b.signIn(t, admin)
+	b.waitFor(t, "admin signed in", `!document.getElementById("who").hidden && document.getElementById("who-role").textContent === "admin"`)
+	b.goHash(t, "#/cluster")
+	b.waitFor(t, "the cluster page", `document.querySelector('#cluster-brokers tr[data-broker]')`)
+	b.eval(t, `sessionStorage.setItem("queenToken", `+strconv.Quote(e.keys.Sign(t, auth.HS256, expired))+`); true`)
+	b.waitFor(t, "signed out by the broker's 401", signedOutWith("the token expired at"))
+	if n := b.eval(t, `document.querySelectorAll("#cluster-brokers").length`); n != "0" {
+		t.Fatalf("the cluster page stayed after the 401")
+	}
+	b.noJSErrors(t, "the expired token")
 }
