@@ -549,6 +549,8 @@ func TestConsoleBrowserJWT(t *testing.T) {
 			if cls := b.eval(t, `document.querySelector('header nav a[data-page="dlq"]').className`); strings.Contains(cls, "locked") {
 				t.Fatalf("admin: the DLQ link is marked locked: %q", cls)
 			}
+			b.goHash(t, "#/dedup?queue=jq&partition=p&transactionId=m1")
+			b.waitFor(t, "admin: the inspector answers", `document.querySelector('#dedup-state[data-state="in_window"]') && !document.getElementById("dedup-go").disabled`)
 		} else {
 			if d := b.eval(t, `document.getElementById("dlq-go").disabled && document.getElementById("replay-ids-go").disabled && document.getElementById("dlq-go").dataset.needs === "admin"`); d != "true" {
 				t.Fatalf("%s: the DLQ's controls are not disabled", c.role)

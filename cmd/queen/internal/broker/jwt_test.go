@@ -375,7 +375,7 @@ func TestWhoamiMatrix(t *testing.T) {
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
 	for _, c := range []struct {
 		alg, role, want string
-		roles            []string
+		roles           []string
 	}{
 		{auth.HS256, "read-only", "read-only", []string{"read-only"}},
 		{auth.RS256, "read-write", "read-write", []string{"read-write"}},
