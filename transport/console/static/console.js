@@ -775,7 +775,7 @@ function pageAccess() {
   main.replaceChildren(el("h2", null, "Access"),
     kv([["signed in with", how[identity.access] || identity.access], ["sub", identity.sub || "—"], ["role", identity.role],
       ["token's roles", identity.roles && identity.roles.length ? identity.roles.join(", ") : "—"],
-      ["expires", identity.expiresAt ? fmtTime(identity.expiresAt) + " (" + fmtIn(identity.expiresAt) + ")" : "never (the token has no exp)"]], "access-kv"),
+      ["expires", identity.expiresAt ? fmtTime(identity.expiresAt) + " (" + fmtIn(identity.expiresAt) + ")" : identity.access === "jwt" ? "never (the token has no exp)" : "—"]], "access-kv"),
     el("h3", null, "What this role allows"),
     table(["level", "what", "this role"], rows, "access-table"),
     el("p", { class: "muted" }, "As the broker answered GET /api/v1/auth/whoami for this token. Controls the role may not use are shown disabled, with the reason."));
