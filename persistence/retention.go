@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +30,8 @@ import (
 // expired, in bounded deletes.
 
 var (
-	sqlRetentionExpired   = q("retention_expired")
-	sqlRetentionCompleted = q("retention_completed")
+	sqlRetentionExpired   = withFloor(q("retention_expired"))
+	sqlRetentionCompleted = withFloor(q("retention_completed"))
 	sqlRetentionSidecar   = q("retention_sidecar")
 	sqlRetentionLock      = q("retention_lock")
 	sqlRetentionUnlock    = q("retention_unlock")
@@ -339,6 +340,18 @@ func rangeGrace(cfg RetentionConfig) *float64 {
 	}
 	g := (cfg.Interval + 30*time.Second).Seconds()
 	return &g
+}
+
+// withFloor splices the floor step (sql/retention_floor.sql) into a
+// retention statement in place of its one {{floor}} line: both deleting
+// statements raise the floors by the same rule, kept in one file. It panics
+// unless the marker is there exactly once (a build-time bug).
+func withFloor(stmt string) string {
+	const marker = "{{floor}}"
+	if strings.Count(stmt, marker) != 1 {
+		panic("persistence: a retention statement must hold exactly one " + marker)
+	}
+	return strings.Replace(stmt, marker, strings.TrimRight(q("retention_floor"), "\n"), 1)
 }
 
 func stopped(stop <-chan struct{}) bool {

@@ -69,17 +69,6 @@ WITH RECURSIVE q AS MATERIALIZED (
        AND (s.tableoid, s.ctid) IN (SELECT tableoid, ctid FROM pick)
     RETURNING s.partition_id, s.last_offset, s.last_offset - s.first_offset + 1 AS frames
 ), f AS (
-    -- The floor (migration 0019): a partition left with no segment after
-    -- the ones deleted here (none starts above them) keeps its end in
-    -- partitions.floor_offset, which queen.partition_cold_end reads when a
-    -- crash emptied queen.partition_ends. A newer segment, if any, is not
-    -- deleted by this statement and carries the end itself.
-    UPDATE queen.partitions p
-       SET floor_offset = m.last_offset
-      FROM (SELECT d.partition_id, max(d.last_offset) AS last_offset FROM d GROUP BY d.partition_id) m
-     WHERE p.id = m.partition_id
-       AND p.floor_offset < m.last_offset
-       AND NOT EXISTS (SELECT 1 FROM queen.segments s
-                        WHERE s.partition_id = m.partition_id AND s.first_offset > m.last_offset)
+{{floor}}
 )
 SELECT count(*), COALESCE(sum(frames), 0)::bigint FROM d
