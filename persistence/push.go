@@ -257,11 +257,11 @@ func (p *probeArgs) add(b *queen.PushBatch, wm, assumed int64) {
 }
 
 // queue queues on pb the window probe of the partitions gathered
-// (bundle_probe, between probe_plan_begin and plan_end), its rows read by
-// scan.
-func (p *probeArgs) queue(pb *pgx.Batch, scan func(pgx.Rows) error) {
+// (bundle_probe, between probe_plan_begin and plan_end); its rows give each
+// locked partition its queue's window and options and fill hits (scan).
+func (p *probeArgs) queue(pb *pgx.Batch, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) {
 	pb.Queue(sqlProbePlanBegin)
-	pb.Queue(sqlBundleProbe, p.pids, p.hashes, p.wms, p.lo, p.hi, p.suspect, p.assumed, p.since, p.until, p.queues).Query(scan)
+	pb.Queue(sqlBundleProbe, p.pids, p.hashes, p.wms, p.lo, p.hi, p.suspect, p.assumed, p.since, p.until, p.queues).Query(p.scan(locked, hits))
 	pb.Queue(sqlPlanEnd)
 }
 
@@ -301,7 +301,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 	} else {
 		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
-	probe.queue(pb, scanProbe(lk.locked, lk.hits))
+	probe.queue(pb, lk.locked, lk.hits)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		if lockTimedOut(err) {
@@ -691,36 +691,45 @@ func scanLockedSkip(locked map[[16]byte]lockedPartition, busy map[[16]byte]bool,
 // seconds converts PostgreSQL's seconds to a Duration.
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// scanProbe reads bundle_probe's rows (pushes and transactions): each partition's
-// window and dedupCheckPayload into locked, and each hit's lowest offset,
-// original id and segment into hits.
-func scanProbe(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) func(pgx.Rows) error {
+// scan reads bundle_probe's rows (pushes and transactions): each queue's
+// window row gives every locked partition of that queue (in p) its window,
+// payload option and retention; each hit goes to hits (the lowest offset
+// of a hash per partition is its original). A partition whose queue has no
+// row (deleted) keeps window -1.
+func (p *probeArgs) scan(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		for rows.Next() {
-			var pid [16]byte
+			var pid, k pgtype.UUID
 			var seconds *int64
-			var k pgtype.UUID
 			var off *int64
 			var mid []byte
 			var check *bool
 			var seg *int64
 			var retained *bool
-			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg, &retained); err != nil {
+			var queue *string
+			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg, &retained, &queue); err != nil {
 				return err
 			}
-			if !k.Valid { // the partition's window row
-				if lp, ok := locked[pid]; ok && seconds != nil {
+			if queue != nil { // a queue's window row
+				if seconds == nil {
+					continue
+				}
+				for i, q := range p.queues {
+					lp, ok := locked[p.pids[i].Bytes]
+					if q != *queue || !ok {
+						continue
+					}
 					lp.window = *seconds
 					lp.checkPayload = check != nil && *check
 					lp.retained = retained != nil && *retained
-					locked[pid] = lp
+					locked[p.pids[i].Bytes] = lp
 				}
 				continue
 			}
-			m := hits[pid]
+			m := hits[pid.Bytes]
 			if m == nil {
 				m = map[queen.Hash]hit{}
-				hits[pid] = m
+				hits[pid.Bytes] = m
 			}
 			if old, ok := m[k.Bytes]; ok && old.offset < *off {
 				continue // the lowest offset is the original

@@ -411,7 +411,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 	pb.Queue(sqlPartitionEndsEnsure, ids)
 	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked, &wait))
 	if len(pushPIDs) > 0 {
-		probe.queue(pb, scanProbe(locked, hits))
+		probe.queue(pb, locked, hits)
 	}
 	start := time.Now()
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {

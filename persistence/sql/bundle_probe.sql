@@ -8,13 +8,15 @@
 -- $8..$9 the created_at span (timestamptz, both ends included; -infinity
 -- and infinity when unbounded) of the sidecar rows that may hold it.
 --
--- Returns one row per partition with hash NULL, giving the window, the
--- dedupCheckPayload option and whether the queue has retentionSeconds
--- (for bundle_insert's choice of segments_timed), read from its queue row,
--- then one row per hit:
--- partition, window, hash, offset, the original's message id sliced from
--- its covering segment (NULL when that segment is gone) and that segment's
--- first offset (for bundle_originals). A window of 0 looks nothing up.
+-- Returns one row per queue named (partition and hash NULL) giving its
+-- window, its dedupCheckPayload option, whether it has retentionSeconds
+-- (for bundle_insert's choice of segments_timed) and, last, its name: the
+-- caller gives each partition its queue's (a partition per row made 470
+-- rows of a 470-partition bundle that said the same thing). Then one row
+-- per hit (queue NULL): partition, window, hash, offset, the original's
+-- message id sliced from its covering segment (NULL when that segment is
+-- gone) and that segment's first offset (for bundle_originals). A window
+-- of 0 looks nothing up.
 --
 -- Two ways to find hits, both limited to rows inside the window:
 --  * narrowed (the watermark is >= 0 and the window is not wider than the
@@ -30,10 +32,13 @@
 -- The watermark is a segment boundary (persistence.PushBatch), so "segments
 -- after it" is first_offset > watermark.
 --
--- The conditions that choose a branch (narrowed, suspect, window > 0) sit
--- inside the LATERAL subqueries, where they only read outer values and
--- become one-time filters: a branch that does not apply reads nothing
--- (outside, they filtered rows only after every lookup had run).
+-- The conditions that choose a branch for a partition (looks_up: not
+-- narrowed or a suspect among its hashes; narrowed and unseen) filter the
+-- scan of w, before the LATERAL subqueries: a partition a branch does not
+-- apply to costs that branch a filtered row, not a rescan of its
+-- subqueries (the usual partition of a warm cache takes neither branch).
+-- The per-hash condition (not narrowed, or this hash a suspect) stays a
+-- one-time filter inside the lookup's subquery.
 --
 -- A lookup is queen.sidecar_find (migration 0011): one index descent per
 -- level-0 range of log_txn_hashes (and the DEFAULT partition) and one
@@ -89,14 +94,17 @@ WITH qo AS MATERIALIZED (
            -- (queen.sidecar_assert_alive); the lookups then skip the check.
            CASE WHEN w0.seconds > 0
                      AND NOT (w0.watermark >= 0 AND w0.seconds <= w0.assumed
-                              AND NOT true = ANY (($6::boolean[])[w0.lo:w0.hi]))
+                              AND NOT w0.any_suspect)
                 THEN queen.sidecar_assert_alive(clock_timestamp() - make_interval(secs => w0.seconds))
-           END AS checked
-      FROM w0
+           END AS checked,
+           -- Whether the partition looks a hash up at all: not narrowed,
+           -- or a suspect among its hashes.
+           (w0.seconds > 0 AND NOT (w0.watermark >= 0 AND w0.seconds <= w0.assumed AND NOT w0.any_suspect)) AS looks_up
+      FROM (SELECT w0.*, true = ANY (($6::boolean[])[w0.lo:w0.hi]) AS any_suspect FROM w0) w0
 )
-SELECT w.partition_id, w.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id,
-       w.check_payload, NULL::bigint AS segment, w.retained
-  FROM w
+SELECT NULL::uuid AS partition_id, qo.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id,
+       qo.check_payload, NULL::bigint AS segment, qo.retained, qo.name AS queue
+  FROM qo
 UNION ALL
 SELECT x.partition_id,
        w.seconds,
@@ -110,7 +118,8 @@ SELECT x.partition_id,
            AND s.created_at = x.created_at),
        NULL::boolean,
        x.segment,
-       NULL::boolean
+       NULL::boolean,
+       NULL::text
   FROM w
  CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
                           ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
@@ -123,9 +132,12 @@ SELECT x.partition_id,
                               CASE WHEN w.narrowed THEN h.since ELSE '-infinity'::timestamptz END,
                               CASE WHEN w.narrowed THEN h.until ELSE 'infinity'::timestamptz END,
                               COALESCE(w.checked, false)) f
-     WHERE (NOT w.narrowed OR h.suspect) AND w.seconds > 0
+     WHERE (NOT w.narrowed OR h.suspect)
     OFFSET 0
  ) x
+ -- Filtered at the scan of w: a partition that looks nothing up never
+ -- reaches the laterals.
+ WHERE w.looks_up
 UNION ALL
 SELECT w.partition_id,
        w.seconds,
@@ -137,13 +149,13 @@ SELECT w.partition_id,
            AND s.created_at = t.created_at),
        NULL::boolean,
        t.first_offset,
-       NULL::boolean
+       NULL::boolean,
+       NULL::text
   FROM w
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes, t.created_at
       FROM queen.segments t
-     WHERE w.narrowed AND w.unseen AND w.seconds > 0
-       AND t.partition_id = w.partition_id
+     WHERE t.partition_id = w.partition_id
        -- A two-sided range on parameters is estimated narrow, so this
        -- stays an index range scan (a one-sided one was planned as a
        -- scan of the table when one partition held most of it).
@@ -161,3 +173,5 @@ SELECT w.partition_id,
       FROM generate_series(0, length(t.hashes) / 16 - 1) AS k (i)
  ) u
  WHERE u.hash = ANY (($2::uuid[])[w.lo:w.hi])
+   -- Filtered at the scan of w, as above.
+   AND w.narrowed AND w.unseen AND w.seconds > 0
