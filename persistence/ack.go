@@ -256,28 +256,29 @@ func lockAcks(b *pgx.Batch, rows []*consumerAcks, items []queen.AckItem) {
 	})
 	var hp []uuid.UUID
 	var ho []int64
+	var hg []string
 	var owner []*consumerAcks
 	for _, a := range rows {
 		a.queueResolve(b, items)
 		for _, i := range a.idx {
 			if items[i].Offset >= 0 && items[i].TransactionID != "" {
-				hp, ho, owner = append(hp, a.key.pid), append(ho, items[i].Offset), append(owner, a)
+				hp, ho, hg, owner = append(hp, a.key.pid), append(ho, items[i].Offset), append(hg, a.key.group), append(owner, a)
 			}
 		}
 	}
-	queueHashesAt(b, hp, ho, owner)
+	queueHashesAt(b, hp, ho, hg, owner)
 }
 
 // queueHashesAt queues on b, when hp is not empty, the transactionId hashes
-// stored at offsets ho of partitions hp (parallel arrays, one element per
-// ack item naming both an offset and a transactionId; consume_hash_at),
-// each landing in its owner's hashAt. An offset whose segment is gone, or
-// that was never allocated, lands nowhere.
-func queueHashesAt(b *pgx.Batch, hp []uuid.UUID, ho []int64, owner []*consumerAcks) {
+// stored at offsets ho of partitions hp acked by groups hg (parallel
+// arrays, one element per ack item naming both an offset and a
+// transactionId; consume_hash_at), each landing in its owner's hashAt. An
+// offset whose segment is gone, or that was never allocated, lands nowhere.
+func queueHashesAt(b *pgx.Batch, hp []uuid.UUID, ho []int64, hg []string, owner []*consumerAcks) {
 	if len(hp) == 0 {
 		return
 	}
-	b.Queue(sqlConsumeHashAt, hp, ho).Query(func(res pgx.Rows) error {
+	b.Queue(sqlConsumeHashAt, hp, ho, hg).Query(func(res pgx.Rows) error {
 		for res.Next() {
 			var i int64
 			var h []byte

@@ -65,7 +65,7 @@ func TestManyPlansStayIndexed(t *testing.T) {
 		{"lock", sqlConsumerLock, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
 		{"lock_skip", sqlConsumerLockSkip, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
 		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
-		{"hash_at", sqlConsumeHashAt, "uuid[], bigint[]", arr + ", array_fill(7::bigint, ARRAY[32])"},
+		{"hash_at", sqlConsumeHashAt, "uuid[], bigint[], text[]", arr + ", array_fill(7::bigint, ARRAY[32]), array_fill('g'::text, ARRAY[32])"},
 		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
 			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +
 				" array_fill(NULL::bigint, ARRAY[32]), array_fill('{}'::jsonb, ARRAY[32]), array_fill(NULL::jsonb, ARRAY[32])"},

@@ -15,6 +15,6 @@ LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
 JOIN queen.queues q ON q.id = p.queue_id
 WHERE q.name = $1
 ON CONFLICT (partition_id, consumer_group) DO UPDATE
-SET "cursor" = EXCLUDED."cursor", lease_id = NULL, lease_expires_at = NULL, lease_to = NULL,
+SET "cursor" = EXCLUDED."cursor", cursor_at = NULL, cursor_at_of = NULL, lease_id = NULL, lease_expires_at = NULL, lease_to = NULL,
     fail_counts = '{}', bisect = NULL, updated_at = clock_timestamp()
 RETURNING c.partition_id

@@ -1,20 +1,30 @@
 -- The transaction-id hashes stored at (partition, offset) pairs, for acks
 -- that name both an offset and a transactionId (checked against it; one
 -- pair or many, from one consumer row or an ack call's many): per element
--- of the parallel arrays $1 (uuid[]) and $2 (bigint[]), its 1-based position and the transaction-id
+-- of the parallel arrays $1 (uuid[]), $2 (bigint[]) and $3 (text[], the
+-- group acking), its 1-based position and the transaction-id
 -- hash stored at that offset of that partition, read from the offset's
 -- segment (16 bytes per frame, in frame order). An offset whose segment is
 -- gone (retention) or never allocated has no row.
 --
--- Each element is one segments_offset descent (per time range) inside a LATERAL
--- subquery keyed by it (ORDER BY first_offset DESC LIMIT 1), never a join
--- of the arrays with a scan of the table.
+-- Each element is one segments_offset descent per time range inside a
+-- LATERAL subquery keyed by it (ORDER BY first_offset DESC LIMIT 1), never a
+-- join of the arrays with a scan of the table. An offset above the group's
+-- cursor lies in a segment at least as old as the cursor's (its time,
+-- consumers.cursor_at, migration 0020), so the ranges stored before that
+-- are pruned; the consumer row is one primary-key lookup.
 SELECT u.i, substring(l.hashes FROM ((u.o - l.first_offset) * 16 + 1)::int FOR 16)
-  FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS u (pid, o, i)
+  FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (pid, o, grp, i)
+ CROSS JOIN LATERAL (
+    SELECT COALESCE(max(CASE WHEN c.cursor_at_of = c."cursor" AND u.o > c."cursor" THEN c.cursor_at END),
+                    '-infinity'::timestamptz) AS since
+      FROM queen.consumers c
+     WHERE c.partition_id = u.pid AND c.consumer_group = u.grp
+ ) b
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.last_offset, t.hashes
       FROM queen.segments t
-     WHERE t.partition_id = u.pid AND t.first_offset <= u.o
+     WHERE t.partition_id = u.pid AND t.first_offset <= u.o AND t.created_at >= b.since
      ORDER BY t.first_offset DESC
      LIMIT 1
  ) l

@@ -21,6 +21,12 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
   FROM unnest($1::uuid[]) WITH ORDINALITY AS u (pid, i)
  CROSS JOIN LATERAL (
     SELECT c."cursor",
+           -- The time of the cursor's segment (migration 0020): every
+           -- segment above it is at least that old, so the ranges stored
+           -- before it are pruned; unknown (-infinity) when it was not
+           -- recorded for this cursor.
+           CASE WHEN c.cursor_at_of = c."cursor" THEN COALESCE(c.cursor_at, '-infinity'::timestamptz)
+                ELSE '-infinity'::timestamptz END AS since,
            clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'delayedProcessing')::bigint, 0)) AS visible
       FROM queen.consumers c
       JOIN queen.partitions p ON p.id = c.partition_id
@@ -43,12 +49,14 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
                    sg.last_offset - GREATEST(sg.first_offset, c."cursor" + 1) + 1 AS n
               FROM queen.segments sg
              WHERE sg.partition_id = u.pid AND sg.last_offset > c."cursor" AND sg.created_at <= c.visible
+               AND sg.created_at >= c.since
                -- An index bound: the segment holding the cursor's next
                -- offset starts at or after this (last_offset alone is a
                -- filter, and the scan read every consumed segment still
                -- stored first).
                AND sg.first_offset >= COALESCE((SELECT b.first_offset FROM queen.segments b
                                                  WHERE b.partition_id = u.pid AND b.first_offset <= c."cursor" + 1
+                                                   AND b.created_at >= c.since
                                                  ORDER BY b.first_offset DESC LIMIT 1), -1)
              ORDER BY sg.first_offset
              LIMIT $3

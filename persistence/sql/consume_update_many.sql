@@ -26,6 +26,21 @@
 WITH w AS (
     UPDATE queen.consumers c
        SET "cursor"         = v.cur,
+           -- The time of the new position (migration 0020): unchanged when
+           -- the cursor is, else read from the segment holding it, its
+           -- index descended only in the ranges at or after the old
+           -- position's time when the cursor moves forward from a known one.
+           cursor_at        = CASE WHEN v.cur < 0 THEN NULL
+                                   WHEN v.cur = c.cursor_at_of AND c."cursor" = c.cursor_at_of THEN c.cursor_at
+                                   ELSE (SELECT s.created_at FROM queen.segments s
+                                          WHERE s.partition_id = c.partition_id AND s.first_offset <= v.cur
+                                            AND s.created_at >= CASE WHEN c.cursor_at_of = c."cursor" AND c."cursor" <= v.cur
+                                                                     THEN COALESCE(c.cursor_at, '-infinity'::timestamptz)
+                                                                     ELSE '-infinity'::timestamptz END
+                                          ORDER BY s.first_offset DESC
+                                          LIMIT 1)
+                              END,
+           cursor_at_of     = CASE WHEN v.cur < 0 THEN NULL ELSE v.cur END,
            lease_id         = v.lease,
            lease_expires_at = CASE WHEN v.lease IS NULL THEN NULL
                                    WHEN v.secs IS NULL THEN c.lease_expires_at
