@@ -36,6 +36,10 @@ WITH RECURSIVE part AS MATERIALIZED (
         SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at, s.timed
           FROM queen.segments s
          WHERE s.partition_id = part.id
+           -- created_at grows with the offset: the oldest segment older than
+           -- the cutoff is the oldest one, or there is none; the ranges stored
+           -- after the cutoff are pruned (run-time partition pruning).
+           AND s.created_at < part.cutoff
          ORDER BY s.first_offset
          LIMIT 1
      ) s
@@ -49,6 +53,7 @@ WITH RECURSIVE part AS MATERIALIZED (
         SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at, s.timed
           FROM queen.segments s
          WHERE s.partition_id = w.id AND s.first_offset > w.first_offset
+           AND s.created_at < w.cutoff
          ORDER BY s.first_offset
          LIMIT 1
      ) s
