@@ -698,6 +698,7 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // row (deleted) keeps window -1.
 func (p *probeArgs) scan(locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
+		windows := map[string]queueWindow{}
 		for rows.Next() {
 			var pid, k pgtype.UUID
 			var seconds *int64
@@ -710,19 +711,9 @@ func (p *probeArgs) scan(locked map[[16]byte]lockedPartition, hits map[[16]byte]
 			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg, &retained, &queue); err != nil {
 				return err
 			}
-			if queue != nil { // a queue's window row
-				if seconds == nil {
-					continue
-				}
-				for i, q := range p.queues {
-					lp, ok := locked[p.pids[i].Bytes]
-					if q != *queue || !ok {
-						continue
-					}
-					lp.window = *seconds
-					lp.checkPayload = check != nil && *check
-					lp.retained = retained != nil && *retained
-					locked[p.pids[i].Bytes] = lp
+			if queue != nil { // a queue's window row, applied below
+				if seconds != nil {
+					windows[*queue] = queueWindow{seconds: *seconds, check: check != nil && *check, retained: retained != nil && *retained}
 				}
 				continue
 			}
@@ -744,8 +735,28 @@ func (p *probeArgs) scan(locked map[[16]byte]lockedPartition, hits map[[16]byte]
 			}
 			m[k.Bytes] = h
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// One pass over the partitions, whatever the number of queues.
+		for i, q := range p.queues {
+			w, ok := windows[q]
+			lp, held := locked[p.pids[i].Bytes]
+			if !ok || !held {
+				continue
+			}
+			lp.window, lp.checkPayload, lp.retained = w.seconds, w.check, w.retained
+			locked[p.pids[i].Bytes] = lp
+		}
+		return nil
 	}
+}
+
+// queueWindow is a queue's window row of bundle_probe: its window
+// (seconds), dedupCheckPayload and whether it has retentionSeconds.
+type queueWindow struct {
+	seconds         int64
+	check, retained bool
 }
 
 func pgUUID(b [16]byte) pgtype.UUID { return pgtype.UUID{Bytes: b, Valid: true} }
