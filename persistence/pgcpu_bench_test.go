@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,4 +126,79 @@ func clusterCPU(dataDir string) float64 {
 		}
 	}
 	return ticks / 100
+}
+
+// BenchmarkCommitSpread measures what PostgreSQL spends per stored message
+// when traffic is spread thin (issue 42): each op is one bundle of 450
+// partitions drawn at random from 10,000, one item each, narrowed by the
+// cache as in BenchmarkCommitSmallSegments (one item in ten a repeat of the
+// partition's last transactionId, passed as a suspect). It reports
+// pg-µs/msg as that benchmark does.
+//
+//	go test -run '^$' -bench CommitSpread -benchtime 1500x ./persistence/
+func BenchmarkCommitSpread(b *testing.B) {
+	const total, per = 10000, 450
+	s := setup(b)
+	ctx := context.Background()
+	keys := make([]queen.PartitionKey, total)
+	for i := range keys {
+		keys[i] = queen.PartitionKey{Queue: "bench", Partition: fmt.Sprintf("p%d", i)}
+	}
+	pids, err := s.EnsurePartitions(ctx, keys)
+	if err != nil {
+		b.Fatal(err)
+	}
+	last := make([]int64, total)
+	prev := make([]string, total) // each partition's last stored transactionId
+	for i := range last {
+		last[i] = -1
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	stored := 0
+	b.ResetTimer()
+	cpuSince := serverCPU(b, s)
+	for n := 0; n < b.N; n++ {
+		picked := map[int]bool{}
+		bs := make([]*queen.PushBatch, 0, per)
+		idx := make([]int, 0, per)
+		for len(bs) < per {
+			i := rng.IntN(total)
+			if picked[i] {
+				continue
+			}
+			picked[i] = true
+			txn := fmt.Sprintf("t-%d-%d", n, i)
+			repeat := prev[i] != "" && len(bs)%10 == 9
+			if repeat {
+				txn = prev[i]
+			}
+			its := items("bench", fmt.Sprintf("p%d", i), txn)
+			sus := map[queen.Hash]queen.Span{}
+			if repeat {
+				sus[its[0].Hash] = queen.Span{}
+			}
+			bs = append(bs, &queen.PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: last[i], Suspects: sus, AssumedWindow: 3600})
+			idx = append(idx, i)
+		}
+		outs, err := s.CommitBundle(ctx, bs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k, o := range outs {
+			if o.Err != nil {
+				b.Fatal(o.Err)
+			}
+			if o.LastOffset >= 0 {
+				stored += int(o.LastOffset - o.FirstOffset + 1)
+				last[idx[k]] = o.LastOffset
+				prev[idx[k]] = fmt.Sprintf("t-%d-%d", n, idx[k])
+			}
+		}
+	}
+	cpu := cpuSince()
+	b.StopTimer()
+	if stored > 0 && cpu > 0 {
+		b.ReportMetric(cpu*1e6/float64(stored), "pg-µs/msg")
+	}
+	b.ReportMetric(float64(stored)/float64(b.N), "msgs/op")
 }
