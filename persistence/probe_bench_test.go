@@ -117,7 +117,7 @@ func BenchmarkColdProbe(b *testing.B) {
 					for b.Loop() {
 						its := fresh()
 						hs := distinctLeaders(&queen.PushBatch{Items: its})
-						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{0}, unbounded(len(hs), pgSince(queen.Span{})), unbounded(len(hs), pgUntil(queen.Span{})), []string{"bench"})
+						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{-1}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{0}, unbounded(len(hs), pgSince(queen.Span{})), unbounded(len(hs), pgUntil(queen.Span{})), []string{"bench"}, []string{"bench"})
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -134,7 +134,7 @@ func BenchmarkColdProbe(b *testing.B) {
 					for b.Loop() {
 						its := fresh()
 						hs := distinctLeaders(&queen.PushBatch{Items: its})
-						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{last}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{3600}, unbounded(len(hs), pgSince(queen.Span{})), unbounded(len(hs), pgUntil(queen.Span{})), []string{"bench"})
+						rows, err := s.pool.Query(ctx, sqlBundleProbe, [][16]byte{pid}, hs, []int64{last}, []int32{1}, []int32{int32(len(hs))}, make([]bool, len(hs)), []int64{3600}, unbounded(len(hs), pgSince(queen.Span{})), unbounded(len(hs), pgUntil(queen.Span{})), []string{"bench"}, []string{"bench"})
 						if err != nil {
 							b.Fatal(err)
 						}

@@ -49,7 +49,7 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 	}
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `PREPARE probe(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[], timestamptz[], timestamptz[], text[]) AS `+sqlBundleProbe)
+	_, err = conn.Exec(ctx, `PREPARE probe(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[], timestamptz[], timestamptz[], text[], text[]) AS `+sqlBundleProbe)
 	require.NoError(t, err)
 	fill(200, 199_999)
 	var hashes []string
@@ -57,7 +57,7 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 		hashes = append(hashes, fmt.Sprintf("'00000000-0000-0000-0000-%012d'::uuid", i))
 	}
 	hashes = append(hashes, hits...)
-	probe := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{-1}', '{1}', '{100}', array_fill(false, ARRAY[100]), '{0}', array_fill('-infinity'::timestamptz, ARRAY[100]), array_fill('infinity'::timestamptz, ARRAY[100]), '{q}')`
+	probe := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{-1}', '{1}', '{100}', array_fill(false, ARRAY[100]), '{0}', array_fill('-infinity'::timestamptz, ARRAY[100]), array_fill('infinity'::timestamptz, ARRAY[100]), '{q}', '{q}')`
 	found := 0
 	res, err := conn.Query(ctx, probe)
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 	// A warm cache's watermark (the last offset): the probe reads the
 	// segments after it through segments_offset (none here) and looks
 	// nothing up by hash.
-	narrowed := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{199999}', '{1}', '{100}', array_fill(false, ARRAY[100]), '{3600}', array_fill('-infinity'::timestamptz, ARRAY[100]), array_fill('infinity'::timestamptz, ARRAY[100]), '{q}')`
+	narrowed := `EXECUTE probe('{` + pid + `}', ARRAY[` + strings.Join(hashes, ",") + `], '{199999}', '{1}', '{100}', array_fill(false, ARRAY[100]), '{3600}', array_fill('-infinity'::timestamptz, ARRAY[100]), array_fill('infinity'::timestamptz, ARRAY[100]), '{q}', '{q}')`
 	rows, err = conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+narrowed)
 	require.NoError(t, err)
 	plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -143,9 +143,9 @@ func TestProbePrunesRangesOutsideTheWindow(t *testing.T) {
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
 		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `PREPARE probe_`+mode+`(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[], timestamptz[], timestamptz[], text[]) AS `+sqlBundleProbe)
+		_, err = conn.Exec(ctx, `PREPARE probe_`+mode+`(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[], timestamptz[], timestamptz[], text[], text[]) AS `+sqlBundleProbe)
 		require.NoError(t, err)
-		probe := fmt.Sprintf(`EXECUTE probe_`+mode+`('{%s}', ARRAY['%s'::uuid, md5('3')::uuid], '{-1}', '{1}', '{2}', '{f,f}', '{0}', '{-infinity,-infinity}', '{infinity,infinity}', '{pr}')`, pid, uuid.UUID(young))
+		probe := fmt.Sprintf(`EXECUTE probe_`+mode+`('{%s}', ARRAY['%s'::uuid, md5('3')::uuid], '{-1}', '{1}', '{2}', '{f,f}', '{0}', '{-infinity,-infinity}', '{infinity,infinity}', '{pr}', '{pr}')`, pid, uuid.UUID(young))
 		rows, err := conn.Query(ctx, probe)
 		require.NoError(t, err)
 		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int, error) { return 1, nil })
@@ -230,10 +230,10 @@ func TestProbePrunesRangesOutsideASuspectsSpan(t *testing.T) {
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
 		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `PREPARE span_`+mode+`(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[], timestamptz[], timestamptz[], text[]) AS `+sqlBundleProbe)
+		_, err = conn.Exec(ctx, `PREPARE span_`+mode+`(uuid[], uuid[], bigint[], int[], int[], boolean[], bigint[], timestamptz[], timestamptz[], text[], text[]) AS `+sqlBundleProbe)
 		require.NoError(t, err)
 		run := func(hash queen.Hash, assumed int, from, to time.Time) ([]string, int) {
-			q := fmt.Sprintf(`EXECUTE span_%s('{%s}', ARRAY['%s'::uuid], '{1}', '{1}', '{1}', '{t}', '{%d}', ARRAY[%s], ARRAY[%s], '{ps}')`,
+			q := fmt.Sprintf(`EXECUTE span_%s('{%s}', ARRAY['%s'::uuid], '{1}', '{1}', '{1}', '{t}', '{%d}', ARRAY[%s], ARRAY[%s], '{ps}', '{ps}')`,
 				mode, pid, uuid.UUID(hash), assumed,
 				strings.Split(span(from, to), ", ")[0], strings.Split(span(from, to), ", ")[1])
 			rows, err := conn.Query(ctx, q)

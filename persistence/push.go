@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 
@@ -224,6 +225,14 @@ func bundleOrder(bs []*queen.PushBatch) []int {
 // probeArgs gathers bundle_probe's parallel arrays for the partitions of a
 // bundle or a transaction, one partition at a time (add), in the order
 // their rows are locked.
+//
+// A partition the cache vouches for (idle: a watermark, a window assumed,
+// no suspect) is not sent: under its row lock it needs no lookup unless its
+// allocator moved past the watermark (another writer) or its queue's window
+// is now wider than the cache assumed, and the first round trip tells both
+// (bundle_lock's ends, the probe's queue rows). rest gathers those for a
+// second probe. Spread traffic is mostly idle partitions: a probe row each
+// cost about as much as the lookups of the rest (issue 42).
 type probeArgs struct {
 	pids, hashes []pgtype.UUID
 	wms, assumed []int64
@@ -231,13 +240,37 @@ type probeArgs struct {
 	suspect      []bool
 	since, until []pgtype.Timestamptz
 	queues       []string
+	// names is the distinct queues of every partition added, idle or not:
+	// the probe reads their windows.
+	names []string
+	idle  []idlePartition
+}
+
+// idlePartition is a partition probeArgs.add kept out of the probe.
+type idlePartition struct {
+	b           *queen.PushBatch
+	wm, assumed int64
 }
 
 // add gathers b's partition: its leaders' hashes (b.Suspects marks the
 // cache's suspects, with the span each was seen in), looked up above
 // offset wm (-1: the whole window) under the window the cache assumed
-// (seconds; 0: none).
+// (seconds; 0: none). A partition with wm >= 0, assumed > 0 and no suspect
+// is kept idle.
 func (p *probeArgs) add(b *queen.PushBatch, wm, assumed int64) {
+	q := b.Items[0].Queue
+	if !slices.Contains(p.names, q) {
+		p.names = append(p.names, q)
+	}
+	if wm >= 0 && assumed > 0 && !anySuspect(b) {
+		p.idle = append(p.idle, idlePartition{b: b, wm: wm, assumed: assumed})
+		return
+	}
+	p.send(b, wm, assumed)
+}
+
+// send puts b's partition in the probe's arrays.
+func (p *probeArgs) send(b *queen.PushBatch, wm, assumed int64) {
 	lo := len(p.hashes) + 1
 	for j, it := range b.Items {
 		if leaderOf(b, j) == j {
@@ -256,12 +289,45 @@ func (p *probeArgs) add(b *queen.PushBatch, wm, assumed int64) {
 	p.hi = append(p.hi, int32(len(p.hashes)))
 }
 
+// anySuspect reports whether one of b's leaders is a suspect of the cache.
+func anySuspect(b *queen.PushBatch) bool {
+	if len(b.Suspects) == 0 {
+		return false
+	}
+	for j, it := range b.Items {
+		if _, sus := b.Suspects[it.Hash]; sus && leaderOf(b, j) == j {
+			return true
+		}
+	}
+	return false
+}
+
+// rest gathers, after the first probe (locked holds each partition's end
+// and window), the idle partitions that need a lookup after all: their end
+// is past the watermark (a write the cache has not seen), or their window
+// is wider than the cache assumed. nil when there are none (the usual
+// case).
+func (p *probeArgs) rest(locked map[[16]byte]lockedPartition) *probeArgs {
+	var r *probeArgs
+	for _, ip := range p.idle {
+		lp, held := locked[ip.b.PartitionID]
+		if !held || lp.window <= 0 || (lp.last <= ip.wm && lp.window <= ip.assumed) {
+			continue
+		}
+		if r == nil {
+			r = &probeArgs{names: p.names}
+		}
+		r.send(ip.b, ip.wm, ip.assumed)
+	}
+	return r
+}
+
 // queue queues on pb the window probe of the partitions gathered
 // (bundle_probe, between probe_plan_begin and plan_end); its rows give each
 // locked partition its queue's window and options and fill hits (scan).
 func (p *probeArgs) queue(pb *pgx.Batch, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) {
 	pb.Queue(sqlProbePlanBegin)
-	pb.Queue(sqlBundleProbe, p.pids, p.hashes, p.wms, p.lo, p.hi, p.suspect, p.assumed, p.since, p.until, p.queues).Query(p.scan(locked, hits))
+	pb.Queue(sqlBundleProbe, p.pids, p.hashes, p.wms, p.lo, p.hi, p.suspect, p.assumed, p.since, p.until, p.queues, p.names).Query(p.scan(locked, hits))
 	pb.Queue(sqlPlanEnd)
 }
 
@@ -327,6 +393,16 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 			}
 		}
 		return nil, lost
+	}
+	if r := probe.rest(lk.locked); r != nil {
+		// Partitions the cache vouched for that another writer moved, or
+		// whose window grew: a second probe, under the same locks.
+		pb := &pgx.Batch{}
+		r.queue(pb, lk.locked, lk.hits)
+		if err := conn.SendBatch(ctx, pb).Close(); err != nil {
+			rollback(conn)
+			return nil, err
+		}
 	}
 	return lk, nil
 }
@@ -739,14 +815,20 @@ func (p *probeArgs) scan(locked map[[16]byte]lockedPartition, hits map[[16]byte]
 			return err
 		}
 		// One pass over the partitions, whatever the number of queues.
-		for i, q := range p.queues {
+		apply := func(pid [16]byte, q string) {
 			w, ok := windows[q]
-			lp, held := locked[p.pids[i].Bytes]
+			lp, held := locked[pid]
 			if !ok || !held {
-				continue
+				return
 			}
 			lp.window, lp.checkPayload, lp.retained = w.seconds, w.check, w.retained
-			locked[p.pids[i].Bytes] = lp
+			locked[pid] = lp
+		}
+		for i, q := range p.queues {
+			apply(p.pids[i].Bytes, q)
+		}
+		for _, ip := range p.idle {
+			apply(ip.b.PartitionID, ip.b.Items[0].Queue)
 		}
 		return nil
 	}

@@ -122,6 +122,53 @@ func TestCommitWatermarkNarrowsProbe(t *testing.T) {
 	require.Equal(t, []queen.Verdict{queen.Duplicate}, verdicts(out))
 }
 
+// A bundle's partitions the cache vouches for (a watermark, a window
+// assumed, no suspect) are kept out of the first probe; those whose end
+// moved past the watermark (another writer) or whose window grew get a
+// second probe under the same locks (probeArgs.rest, issue 42).
+func TestBundleVouchedPartitionsProbedWhenMoved(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	pids := make([]uuid.UUID, 4)
+	for i := range pids {
+		var err error
+		pids[i], err = s.EnsurePartition(ctx, "q", fmt.Sprintf("p%d", i))
+		require.NoError(t, err)
+		commit(t, s, pids[i], items("q", fmt.Sprintf("p%d", i), "a"))
+		commit(t, s, pids[i], items("q", fmt.Sprintf("p%d", i), "b"))
+	}
+	batch := func(i int, wm, assumed int64, txn string, sus bool) *queen.PushBatch {
+		its := items("q", fmt.Sprintf("p%d", i), txn)
+		b := &queen.PushBatch{PartitionID: pids[i], Items: its, Watermark: wm, AssumedWindow: assumed}
+		if sus {
+			b.Suspects = map[queen.Hash]queen.Span{its[0].Hash: {}}
+		}
+		return b
+	}
+	outs, err := s.CommitBundle(ctx, []*queen.PushBatch{
+		// Vouched at its end: "b" is believed new (a lie that proves no
+		// lookup ran).
+		batch(0, 1, 3600, "b", false),
+		// Vouched at offset 0, but its end is 1: probed after all.
+		batch(1, 0, 3600, "b", false),
+		// Vouched at its end under a narrower window than the queue's:
+		// probed after all, in the whole window.
+		batch(2, 1, 60, "a", false),
+		// A suspect: probed in the first round trip.
+		batch(3, 1, 3600, "a", true),
+	})
+	require.NoError(t, err)
+	want := []queen.Verdict{queen.Queued, queen.Duplicate, queen.Duplicate, queen.Duplicate}
+	for i, o := range outs {
+		require.NoError(t, o.Err)
+		require.Equal(t, want[i:i+1], verdicts(o), "partition p%d", i)
+	}
+	require.Equal(t, int64(1), outs[1].Results[0].Offset, "the original's offset is echoed")
+	require.Equal(t, int64(0), outs[2].Results[0].Offset)
+	require.Equal(t, int64(0), outs[3].Results[0].Offset)
+}
+
 func TestCommitWindowZero(t *testing.T) {
 	t.Parallel()
 	s := setup(t)

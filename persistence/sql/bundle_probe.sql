@@ -4,11 +4,15 @@
 -- Per partition (parallel arrays): $1 partition id, $3 its watermark offset
 -- (-1 = the whole window), $4..$5 the 1-based bounds of its distinct
 -- incoming hashes in $2 (uuid[]), $7 the window (seconds) the watermark
--- assumes, $10 its queue's name (text[]). Per hash: $6 whether the cache suspects it (it has seen it),
+-- assumes, $10 its queue's name (text[]). $11 the names of the queues
+-- whose windows to read (text[]): every queue of the bundle, also those of
+-- the partitions the caller kept out of the arrays (persistence.probeArgs:
+-- the cache vouches for them, and their ends and this window tell whether
+-- they need a second probe). Per hash: $6 whether the cache suspects it (it has seen it),
 -- $8..$9 the created_at span (timestamptz, both ends included; -infinity
 -- and infinity when unbounded) of the sidecar rows that may hold it.
 --
--- Returns one row per queue named (partition and hash NULL) giving its
+-- Returns one row per queue named in $11 (partition and hash NULL) giving its
 -- window, its dedupCheckPayload option, whether it has retentionSeconds
 -- (for bundle_insert's choice of segments_timed) and, last, its name: the
 -- caller gives each partition its queue's (a partition per row made 470
@@ -36,7 +40,11 @@
 -- narrowed or a suspect among its hashes; narrowed and unseen) filter the
 -- scan of w, before the LATERAL subqueries: a partition a branch does not
 -- apply to costs that branch a filtered row, not a rescan of its
--- subqueries (the usual partition of a warm cache takes neither branch).
+-- subqueries. The usual partition of a warm cache takes neither branch and
+-- is not sent at all (persistence.probeArgs keeps it out, and probes it
+-- again only when bundle_lock's end or this statement's window says it
+-- moved), so the arrays hold the partitions with suspects, without a
+-- watermark, or moved.
 -- The per-hash condition (not narrowed, or this hash a suspect) stays a
 -- one-time filter inside the lookup's subquery.
 --
@@ -67,7 +75,7 @@ WITH qo AS MATERIALIZED (
     SELECT q.name, q.dedup_window_seconds AS seconds, q.dedup_check_payload AS check_payload,
            COALESCE((q.options ->> 'retentionSeconds')::float8 > 0, false) AS retained
       FROM queen.queues q
-     WHERE q.name = ANY ($10::text[])
+     WHERE q.name = ANY ($11::text[])
 ), w0 AS MATERIALIZED (
     SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed, qo.seconds, qo.check_payload, qo.retained,
            e.last_offset AS "end"
