@@ -98,32 +98,39 @@ func producerOf(ctx context.Context) string {
 	return id.Subject
 }
 
-// whoami answers GET /api/v1/auth/whoami: 200 with a wire.WhoamiReply
-// describing the credential the request presented, so that a client (the
-// console) shows who is signed in and what its level allows, as the broker
-// decides it rather than by decoding the token itself.
+// whoami answers GET /api/v1/auth/whoami (whoamiOf), with the challenge
+// header on a 401.
+func (s *Service) whoami(w http.ResponseWriter, r *http.Request) {
+	rep := s.whoamiOf(r.Context(), r.Header.Get("Authorization"))
+	setChallenge(w, rep)
+	writeReply(w, rep)
+}
+
+// whoamiOf answers GET /api/v1/auth/whoami and queen.v1.auth.whoami: 200
+// with a wire.WhoamiReply describing the credential the request presented
+// (authorization, the Authorization header's value), so that a client (the
+// console, `queen whoami`) shows who is signed in and what its level
+// allows, as the broker decides it rather than by decoding the token
+// itself.
 //
 //   - JWT on: the token's sub, level, roles and expiry. The route's guard
-//     (jwtGuard, level read-only: any valid token) has verified it; on a
-//     JWT_SKIP_PATHS path it is verified here. Without a valid token: 401
-//     unauthorized saying why (auth.Verifier.Verify), as on every route.
+//     (level read-only: any valid token) has verified it and put it in ctx;
+//     on a JWT_SKIP_PATHS path it is verified here. Without a valid token:
+//     401 unauthorized saying why (auth.Verifier.Verify), as on every route.
 //   - JWT off, QUEEN_ADMIN_TOKEN set: role admin, access "admin-token"; the
 //     admin guard has answered 401 unauthorized without the token.
 //   - JWT off, no admin token: role admin, access "open" (no access control).
 //
-// It reads nothing but the Authorization header.
-func (s *Service) whoami(w http.ResponseWriter, r *http.Request) {
+// It reads nothing but the credential.
+func (s *Service) whoamiOf(ctx context.Context, authorization string) reply {
 	out := wire.WhoamiReply{Role: auth.Admin.String(), Roles: []string{}}
 	switch {
 	case s.cfg.JWT != nil:
-		id, ok := auth.FromContext(r.Context())
+		id, ok := auth.FromContext(ctx)
 		if !ok {
 			var e *queen.Error
-			if id, e = s.cfg.JWT.Verify(r.Context(), r.Header.Get("Authorization")); e != nil {
-				rep := errReply(e)
-				setChallenge(w, rep)
-				writeReply(w, rep)
-				return
+			if id, e = s.cfg.JWT.Verify(ctx, authorization); e != nil {
+				return errReply(e)
 			}
 		}
 		out.Access, out.Sub, out.Role = wire.AccessJWT, id.Subject, id.Level.String()
@@ -139,5 +146,5 @@ func (s *Service) whoami(w http.ResponseWriter, r *http.Request) {
 	default:
 		out.Access = wire.AccessOpen
 	}
-	writeReply(w, reply{status: http.StatusOK, body: out})
+	return reply{status: http.StatusOK, body: out}
 }

@@ -161,6 +161,66 @@ func TestJWTNATSPushStampsTheTokensSub(t *testing.T) {
 	require.NotEqual(t, http.StatusForbidden, st, "%s", body)
 }
 
+// TestWhoamiNATS: queen.v1.auth.whoami answers what GET
+// /api/v1/auth/whoami answers, from the message's Authorization header:
+// with JWT on the token's sub and level, 401 without a valid token; with
+// JWT off the admin token's access (401 without it), or an open broker.
+func TestWhoamiNATS(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCluster(t, 1, nil)[0]
+	serve := func(svc *transport.Service) *nats.Conn {
+		bc, err := nats.Connect(srv.ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(bc.Close)
+		ns, err := svc.NewNATS(transport.NATSConfig{Conn: bc, Version: "1.0.0"})
+		require.NoError(t, err)
+		require.NoError(t, ns.Start(context.Background()))
+		t.Cleanup(func() { ns.Stop(context.Background()) }) //nolint:errcheck
+		nc, err := nats.Connect(srv.ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	whoami := func(nc *nats.Conn, authz string) (int, wire.WhoamiReply, []byte) {
+		var hdr []string
+		if authz != "" {
+			hdr = []string{"Authorization", authz}
+		}
+		st, body := request(t, nc, wire.SubjectWhoami, "", hdr...)
+		var w wire.WhoamiReply
+		if st == http.StatusOK {
+			require.NoError(t, json.Unmarshal(body, &w), "%s", body)
+		}
+		return st, w, body
+	}
+
+	nc := serve(jwtService(t, &jwtFake{fakeBroker: newFake()}))
+	st, got, body := whoami(nc, bearer(t, "svc-nats", "read-write"))
+	require.Equal(t, http.StatusOK, st, "%s", body)
+	require.Equal(t, wire.AccessJWT, got.Access)
+	require.Equal(t, "svc-nats", got.Sub)
+	require.Equal(t, "read-write", got.Role)
+	for _, authz := range []string{"", "Bearer x.y.z"} {
+		st, _, body := whoami(nc, authz)
+		require.Equal(t, http.StatusUnauthorized, st, "%q: %s", authz, body)
+		require.Equal(t, "unauthorized", decodeError(t, body).Code)
+	}
+	// Two brokers on one NATS server would share the queue group: one
+	// service at a time, each on a server of its own.
+	srv = natstest.StartCluster(t, 1, nil)[0]
+	nc = serve(newFake().service(t, "s3cret"))
+	st, got, body = whoami(nc, "Bearer s3cret")
+	require.Equal(t, http.StatusOK, st, "%s", body)
+	require.Equal(t, wire.WhoamiReply{Access: wire.AccessAdminToken, Role: "admin", Roles: []string{}}, got)
+	st, _, body = whoami(nc, "")
+	require.Equal(t, http.StatusUnauthorized, st, "%s", body)
+	srv = natstest.StartCluster(t, 1, nil)[0]
+	nc = serve(newFake().service(t, ""))
+	st, got, body = whoami(nc, "")
+	require.Equal(t, http.StatusOK, st, "%s", body)
+	require.Equal(t, wire.AccessOpen, got.Access)
+}
+
 // TestWhoamiHandler: GET /api/v1/auth/whoami describes the presented
 // credential (wire.WhoamiReply) as the broker decides access: with JWT on
 // the token's sub, level, roles and expiry, 401 without a valid token (also

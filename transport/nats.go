@@ -131,7 +131,7 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // that is not SemVer (nats micro wants one).
 // With Config.AdminToken set, the admin subjects (queen.v1.queue,
 // queen.v1.cluster, queen.v1.dedup, queen.v1.dlq.replay, queen.v1.peek,
-// queen.v1.queue.detail) answer 401
+// queen.v1.queue.detail, queen.v1.auth.whoami) answer 401
 // unauthorized unless the request carries the message header
 // "Authorization: Bearer <token>"; so does a queen.v1.configure of an
 // existing queue that deletes data (Service.configure).
@@ -139,7 +139,8 @@ const serviceDescription = "Queen partitioned message queue on PostgreSQL with i
 // With JWT on (Config.JWT, SPEC.md §14) every subject needs the message
 // header "Authorization: Bearer <JWT>" (wire.HeaderAuthorization) reaching
 // its level, as the HTTP routes do: read-only for queen.v1.queue,
-// queen.v1.cluster, queen.v1.peek and queen.v1.queue.detail; read-write for
+// queen.v1.cluster, queen.v1.peek, queen.v1.queue.detail and
+// queen.v1.auth.whoami; read-write for
 // push (a shard-aware client's push on a shard subject too), configure,
 // pop, ack, ack.batch, lease.extend and transaction; admin for
 // queen.v1.dedup and queen.v1.dlq.replay, and for a configure that deletes
@@ -227,6 +228,10 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 			return s.peek(ctx, q, err)
 		}, true, auth.ReadOnly},
 		{"queue_detail", wire.SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true, auth.ReadOnly},
+		{"whoami", wire.SubjectWhoami, func(ctx context.Context, _ []byte) reply {
+			authz, _ := ctx.Value(authorizationKey{}).(string)
+			return s.whoamiOf(ctx, authz)
+		}, true, auth.ReadOnly},
 	}
 	for _, e := range eps {
 		ep := &natsEndpoint{name: e.name, subject: e.subject}

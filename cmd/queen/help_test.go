@@ -25,7 +25,7 @@ func TestDocsStayInTheRepository(t *testing.T) {
 		}
 	}
 	for _, c := range []*cobra.Command{serveCmd(), migrateCmd(), pushCmd(), loadtestCmd(),
-		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd(), natsNodeCmd()} {
+		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd(), whoamiCmd(), natsNodeCmd()} {
 		walk(c)
 	}
 	for _, doc := range []string{"../../README.md", "../../docs/contract.md"} {

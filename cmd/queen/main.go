@@ -68,7 +68,7 @@ func rootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("queen {{.Version}}\n")
 	root.AddCommand(serveCmd(), migrateCmd(), pushCmd(), loadtestCmd(),
-		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd(), natsNodeCmd())
+		queuesCmd(), tailCmd(), dedupCmd(), dlqCmd(), clusterCmd(), whoamiCmd(), natsNodeCmd())
 	return root
 }
 

@@ -471,6 +471,32 @@ func clusterCmd() *cobra.Command {
 	return cmd
 }
 
+func whoamiCmd() *cobra.Command {
+	var o opFlags
+	cmd := &cobra.Command{
+		Use:   "whoami",
+		Short: "Who the broker takes --token for: the access control in force (jwt, admin-token, open), the token's sub, role, roles and expiry (GET /api/v1/auth/whoami)",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, raw, err := call(cmd, &o, "whoami", func(ctx context.Context, c *client.Client) (wire.WhoamiReply, []byte, error) { return c.Whoami(ctx) })
+			if err != nil {
+				return err
+			}
+			o.emit(cmd, raw, func(w io.Writer) {
+				fmt.Fprintf(w, "access\t%s\n", v.Access)
+				fmt.Fprintf(w, "sub\t%s\n", dash(v.Sub))
+				fmt.Fprintf(w, "role\t%s\n", v.Role)
+				fmt.Fprintf(w, "roles\t%s\n", dash(strings.Join(v.Roles, ",")))
+				fmt.Fprintf(w, "expires\t%s\n", timeText(v.ExpiresAt))
+			})
+			return nil
+		},
+	}
+	o.register(cmd)
+	cmd.Flags().Lookup("token").Usage = "token sent as Authorization: Bearer: a JWT with JWT_ENABLED, else the admin token (env QUEEN_ADMIN_TOKEN)"
+	return cmd
+}
+
 // shortRevision keeps the first 12 hex digits of a VCS revision, and its
 // "+dirty".
 func shortRevision(r string) string {

@@ -51,7 +51,7 @@ func startTokenBroker(t *testing.T) *broker.Broker {
 func runOp(t *testing.T, args ...string) (string, int, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "queen", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(queuesCmd(), dedupCmd(), dlqCmd(), clusterCmd())
+	root.AddCommand(queuesCmd(), dedupCmd(), dlqCmd(), clusterCmd(), whoamiCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(io.Discard)
@@ -147,6 +147,7 @@ func TestOperatorVerbs(t *testing.T) {
 		{"dedup", "cq", "p", "k1", "--bogus"},
 		{"queues", "a", "b"},
 		{"cluster", "extra"},
+		{"whoami", "extra"},
 		{"dlq"},
 		{"dlq", "frobnicate"},
 		{"dlq", "list"},
@@ -163,6 +164,14 @@ func TestOperatorVerbs(t *testing.T) {
 	_, code, err = runOp(t, "cluster", "--server", base)
 	require.Equal(t, exitError, code)
 	require.ErrorContains(t, err, "401 unauthorized")
+	_, code, err = runOp(t, "whoami", "--server", base)
+	require.Equal(t, exitError, code)
+	require.ErrorContains(t, err, "whoami: 401 unauthorized")
+	out, code, err = runOp(t, "whoami", "--server", base, "--token", testToken)
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^access\s+admin-token$`, out)
+	require.Regexp(t, `(?m)^role\s+admin$`, out)
 	t.Setenv("QUEEN_ADMIN_TOKEN", testToken)
 	out, code, err = runOp(t, "cluster", "--server", base)
 	require.NoError(t, err)

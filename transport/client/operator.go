@@ -37,6 +37,18 @@ func (c *Client) Cluster(ctx context.Context) (queen.ClusterView, []byte, error)
 	return v, raw, err
 }
 
+// Whoami asks the broker who it takes the client's token for
+// (queen.v1.auth.whoami, GET /api/v1/auth/whoami; SPEC.md §14): the access
+// control in force (wire.AccessJWT, AccessAdminToken or AccessOpen), the
+// token's sub, level, roles and expiry. With JWT on a missing or invalid
+// token is 401 unauthorized saying why; with JWT off and an admin token
+// configured, 401 without it. Errors are *queen.Error.
+func (c *Client) Whoami(ctx context.Context) (wire.WhoamiReply, []byte, error) {
+	var out wire.WhoamiReply
+	raw, err := c.call(ctx, c.admin(wire.SubjectWhoami, http.MethodGet, "/api/v1/auth/whoami", nil, nil), &out)
+	return out, raw, err
+}
+
 // admin is an admin route's request, with the client's AdminToken.
 func (c *Client) admin(subject, method, path string, body, natsBody []byte) *Request {
 	return &Request{Subject: subject, Method: method, Path: path, Body: body, NATSBody: natsBody, Token: c.token}

@@ -30,6 +30,9 @@ const (
 	// SubjectQueueDetail is GET /api/v1/queues/{queue}, with {"queue"} as
 	// the body.
 	SubjectQueueDetail = "queen.v1.queue.detail"
+	// SubjectWhoami is GET /api/v1/auth/whoami (WhoamiReply; any body):
+	// who the broker takes the request's Authorization header for.
+	SubjectWhoami = "queen.v1.auth.whoami"
 )
 
 // The headers both sides of the NATS API read (SPEC.md §11, §13).

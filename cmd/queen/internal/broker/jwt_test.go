@@ -8,6 +8,7 @@ package broker
 // 127.0.0.1), JWT_ALGORITHM=auto, with an issuer and an audience.
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -20,8 +21,10 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	queen "github.com/queen-mq/queen-go"
 	"github.com/queen-mq/queen-go/transport/auth"
 	"github.com/queen-mq/queen-go/transport/auth/authtest"
+	"github.com/queen-mq/queen-go/transport/client"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -422,6 +425,20 @@ func TestWhoamiMatrix(t *testing.T) {
 		if st != http.StatusUnauthorized || json.Unmarshal(b, &eb) != nil || eb.Code != "unauthorized" || !strings.Contains(eb.Error, c.why) ||
 			h.Get("WWW-Authenticate") != `Bearer realm="queen"` || h.Get("Content-Type") != "application/json" {
 			t.Fatalf("%s: %d %v %s, want 401 unauthorized saying %q", c.name, st, h, b, c.why)
+		}
+	}
+
+	// The Go client asks over both front doors (queen.v1.auth.whoami, GET
+	// /api/v1/auth/whoami): the token's identity, 401 without a token.
+	tok := e.keys.Sign(t, auth.EdDSA, jwtClaims("svc-client", "read-write"))
+	for name, tr := range map[string]client.Transport{"nats": client.NATS(e.nc), "http": client.HTTP(client.HTTPConfig{URLs: []string{e.base}})} {
+		w, _, err := client.New(tr, client.Token(tok)).Whoami(context.Background())
+		if err != nil || w.Access != wire.AccessJWT || w.Sub != "svc-client" || w.Role != "read-write" {
+			t.Fatalf("client whoami over %s: %+v %v", name, w, err)
+		}
+		_, _, err = client.New(tr).Whoami(context.Background())
+		if qe := queen.AsError(err); err == nil || qe.Status != http.StatusUnauthorized {
+			t.Fatalf("client whoami over %s without a token: %v, want 401", name, err)
 		}
 	}
 
