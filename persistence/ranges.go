@@ -120,19 +120,29 @@ func (s *Store) EnsureSidecarRanges(ctx context.Context) (SidecarRanges, error) 
 }
 
 func ensureSidecarRanges(ctx context.Context, db txBeginner, span time.Duration) (SidecarRanges, error) {
-	var r SidecarRanges
 	rows, err := db.Query(ctx, sqlSidecarRangeStarts, int64(span/time.Second))
 	if err != nil {
-		return r, unavailable(err)
+		return SidecarRanges{}, unavailable(err)
 	}
 	want, err := pgx.CollectRows(rows, scanBounds)
 	if err != nil {
-		return r, unavailable(err)
+		return SidecarRanges{}, unavailable(err)
 	}
+	return createRanges(ctx, db, "sidecar", sqlSidecarRangeCreate, want)
+}
+
+// createRanges runs create (sidecar_range_create or segment_range_create:
+// $1 lo, $2 hi, true when it created the range) for each range of want,
+// each in its own transaction under the range DDL's lock timeout
+// (rangeDDL), and counts them: Created, or Deferred when the table's lock
+// was not granted in time (the next pass retries). what names the ranges in
+// errors, which are database errors (queen.ErrUnavailable).
+func createRanges(ctx context.Context, db txBeginner, what, create string, want []bounds) (SidecarRanges, error) {
+	var r SidecarRanges
 	for _, b := range want {
 		var created bool
 		err := rangeDDL(ctx, db, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, sqlSidecarRangeCreate, b.lo, b.hi).Scan(&created)
+			return tx.QueryRow(ctx, create, b.lo, b.hi).Scan(&created)
 		})
 		switch {
 		case err == nil:
@@ -142,7 +152,7 @@ func ensureSidecarRanges(ctx context.Context, db txBeginner, span time.Duration)
 		case deferrable(err):
 			r.Deferred++
 		default:
-			return r, unavailable(fmt.Errorf("create sidecar range from %v: %w", b.lo.UTC(), err))
+			return r, unavailable(fmt.Errorf("create %s range from %v: %w", what, b.lo.UTC(), err))
 		}
 	}
 	return r, nil

@@ -112,7 +112,7 @@ func readSegmentRanges(ctx context.Context, db txBeginner) ([]segRange, segmentC
 // way, the largest free aligned cells of a power-of-two fraction of it
 // (the spans are powers of two of minutes aligned on the epoch, so cells
 // nest or are disjoint). from is rounded down to the minute.
-func planSegmentRanges(existing []segRange, from, to time.Time, span time.Duration) [][2]time.Time {
+func planSegmentRanges(existing []segRange, from, to time.Time, span time.Duration) []bounds {
 	if span < time.Minute {
 		span = time.Minute
 	}
@@ -133,7 +133,7 @@ func planSegmentRanges(existing []segRange, from, to time.Time, span time.Durati
 		}
 		return false
 	}
-	var out [][2]time.Time
+	var out []bounds
 	t := unix(from) / 60 * 60
 	end := unix(to)
 	for t < end {
@@ -154,7 +154,7 @@ func planSegmentRanges(existing []segRange, from, to time.Time, span time.Durati
 			}
 			s = hi - t
 		}
-		out = append(out, [2]time.Time{time.Unix(t, 0).UTC(), time.Unix(t+s, 0).UTC()})
+		out = append(out, bounds{time.Unix(t, 0).UTC(), time.Unix(t+s, 0).UTC()})
 		existing = append(existing, segRange{lo: time.Unix(t, 0), hi: time.Unix(t+s, 0)})
 		t += s
 	}
@@ -173,28 +173,11 @@ func (s *Store) EnsureSegmentRanges(ctx context.Context) (SidecarRanges, error) 
 }
 
 func ensureSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, error) {
-	var r SidecarRanges
 	existing, c, err := readSegmentRanges(ctx, db)
 	if err != nil || c.span == 0 {
-		return r, err
+		return SidecarRanges{}, err
 	}
-	for _, b := range planSegmentRanges(existing, c.now, c.now.Add(segmentLead(c.span)), c.span) {
-		var created bool
-		err := rangeDDL(ctx, db, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, sqlSegmentRangeCreate, b[0], b[1]).Scan(&created)
-		})
-		switch {
-		case err == nil:
-			if created {
-				r.Created++
-			}
-		case deferrable(err):
-			r.Deferred++
-		default:
-			return r, unavailable(fmt.Errorf("create segment range from %v: %w", b[0], err))
-		}
-	}
-	return r, nil
+	return createRanges(ctx, db, "segment", sqlSegmentRangeCreate, planSegmentRanges(existing, c.now, c.now.Add(segmentLead(c.span)), c.span))
 }
 
 // segmentDetachLockTimeout bounds a concurrent detach's waits: for the

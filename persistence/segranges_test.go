@@ -19,10 +19,10 @@ func TestPlanSegmentRanges(t *testing.T) {
 		require.NoError(t, err)
 		return x
 	}
-	cells := func(out [][2]time.Time) []string {
+	cells := func(out []bounds) []string {
 		var s []string
 		for _, c := range out {
-			s = append(s, c[0].Format("15:04")+"-"+c[1].Format("15:04"))
+			s = append(s, c.lo.Format("15:04")+"-"+c.hi.Format("15:04"))
 		}
 		return s
 	}
