@@ -66,21 +66,34 @@ func benchSmallSegments(b *testing.B, parts, per int) {
 			}
 			bs[i] = &queen.PushBatch{PartitionID: pid, Items: its, LeaderOf: leadersOf(its), Watermark: last[i], Suspects: sus, AssumedWindow: 3600}
 		}
-		outs, err := s.CommitBundle(ctx, bs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i, o := range outs {
-			if o.Err != nil {
-				b.Fatal(o.Err)
-			}
+		for i, o := range commitAll(b, s, bs) {
 			if o.LastOffset >= 0 {
 				stored += int(o.LastOffset - o.FirstOffset + 1)
 				last[i] = o.LastOffset
 			}
 		}
 	}
-	cpu := cpuSince()
+	reportPGCPU(b, cpuSince(), stored)
+}
+
+// commitAll commits bs (Store.CommitBundle) and fails b on any error.
+func commitAll(b *testing.B, s *Store, bs []*queen.PushBatch) []queen.PushOutcome {
+	b.Helper()
+	outs, err := s.CommitBundle(context.Background(), bs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, o := range outs {
+		if o.Err != nil {
+			b.Fatal(o.Err)
+		}
+	}
+	return outs
+}
+
+// reportPGCPU stops b's timer and reports pg-µs/msg (cpu seconds of the
+// server over stored messages) and msgs/op.
+func reportPGCPU(b *testing.B, cpu float64, stored int) {
 	b.StopTimer()
 	if stored > 0 && cpu > 0 {
 		b.ReportMetric(cpu*1e6/float64(stored), "pg-µs/msg")
@@ -180,14 +193,7 @@ func BenchmarkCommitSpread(b *testing.B) {
 			bs = append(bs, &queen.PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: last[i], Suspects: sus, AssumedWindow: 3600})
 			idx = append(idx, i)
 		}
-		outs, err := s.CommitBundle(ctx, bs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for k, o := range outs {
-			if o.Err != nil {
-				b.Fatal(o.Err)
-			}
+		for k, o := range commitAll(b, s, bs) {
 			if o.LastOffset >= 0 {
 				stored += int(o.LastOffset - o.FirstOffset + 1)
 				last[idx[k]] = o.LastOffset
@@ -195,10 +201,5 @@ func BenchmarkCommitSpread(b *testing.B) {
 			}
 		}
 	}
-	cpu := cpuSince()
-	b.StopTimer()
-	if stored > 0 && cpu > 0 {
-		b.ReportMetric(cpu*1e6/float64(stored), "pg-µs/msg")
-	}
-	b.ReportMetric(float64(stored)/float64(b.N), "msgs/op")
+	reportPGCPU(b, cpuSince(), stored)
 }

@@ -69,15 +69,7 @@ func benchReadPartition(b *testing.B, parts, width, per int) {
 				}
 				bs = append(bs, &queen.PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: -1})
 			}
-			outs, err := s.CommitBundle(ctx, bs)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, o := range outs {
-				if o.Err != nil {
-					b.Fatal(o.Err)
-				}
-			}
+			commitAll(b, s, bs)
 		}
 	}
 	if _, err := s.pool.Exec(ctx, "ANALYZE"); err != nil {

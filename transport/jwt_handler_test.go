@@ -16,7 +16,6 @@ import (
 	"github.com/queen-mq/queen-go/transport"
 	"github.com/queen-mq/queen-go/transport/auth"
 	"github.com/queen-mq/queen-go/transport/auth/authtest"
-	"github.com/queen-mq/queen-go/transport/natstest"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -120,18 +119,7 @@ func TestJWTOffIgnoresProducerSub(t *testing.T) {
 func TestJWTNATSPushStampsTheTokensSub(t *testing.T) {
 	t.Parallel()
 	f := &jwtFake{fakeBroker: newFake()}
-	srv := natstest.StartCluster(t, 1, nil)[0]
-	svc := jwtService(t, f)
-	bc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(bc.Close)
-	ns, err := svc.NewNATS(transport.NATSConfig{Conn: bc, Version: "1.0.0"})
-	require.NoError(t, err)
-	require.NoError(t, ns.Start(context.Background()))
-	t.Cleanup(func() { ns.Stop(context.Background()) }) //nolint:errcheck
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := serveNATS(t, jwtService(t, f))
 
 	for auth, want := range map[string]int{
 		"":                               http.StatusUnauthorized,
@@ -167,20 +155,6 @@ func TestJWTNATSPushStampsTheTokensSub(t *testing.T) {
 // JWT off the admin token's access (401 without it), or an open broker.
 func TestWhoamiNATS(t *testing.T) {
 	t.Parallel()
-	srv := natstest.StartCluster(t, 1, nil)[0]
-	serve := func(svc *transport.Service) *nats.Conn {
-		bc, err := nats.Connect(srv.ClientURL())
-		require.NoError(t, err)
-		t.Cleanup(bc.Close)
-		ns, err := svc.NewNATS(transport.NATSConfig{Conn: bc, Version: "1.0.0"})
-		require.NoError(t, err)
-		require.NoError(t, ns.Start(context.Background()))
-		t.Cleanup(func() { ns.Stop(context.Background()) }) //nolint:errcheck
-		nc, err := nats.Connect(srv.ClientURL())
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		return nc
-	}
 	whoami := func(nc *nats.Conn, authz string) (int, wire.WhoamiReply, []byte) {
 		var hdr []string
 		if authz != "" {
@@ -194,7 +168,7 @@ func TestWhoamiNATS(t *testing.T) {
 		return st, w, body
 	}
 
-	nc := serve(jwtService(t, &jwtFake{fakeBroker: newFake()}))
+	nc := serveNATS(t, jwtService(t, &jwtFake{fakeBroker: newFake()}))
 	st, got, body := whoami(nc, bearer(t, "svc-nats", "read-write"))
 	require.Equal(t, http.StatusOK, st, "%s", body)
 	require.Equal(t, wire.AccessJWT, got.Access)
@@ -205,17 +179,15 @@ func TestWhoamiNATS(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, st, "%q: %s", authz, body)
 		require.Equal(t, "unauthorized", decodeError(t, body).Code)
 	}
-	// Two brokers on one NATS server would share the queue group: one
-	// service at a time, each on a server of its own.
-	srv = natstest.StartCluster(t, 1, nil)[0]
-	nc = serve(newFake().service(t, "s3cret"))
+	// Each service on a NATS server of its own (two on one server would
+	// share the queue group).
+	nc = serveNATS(t, newFake().service(t, "s3cret"))
 	st, got, body = whoami(nc, "Bearer s3cret")
 	require.Equal(t, http.StatusOK, st, "%s", body)
 	require.Equal(t, wire.WhoamiReply{Access: wire.AccessAdminToken, Role: "admin", Roles: []string{}}, got)
 	st, _, body = whoami(nc, "")
 	require.Equal(t, http.StatusUnauthorized, st, "%s", body)
-	srv = natstest.StartCluster(t, 1, nil)[0]
-	nc = serve(newFake().service(t, ""))
+	nc = serveNATS(t, newFake().service(t, ""))
 	st, got, body = whoami(nc, "")
 	require.Equal(t, http.StatusOK, st, "%s", body)
 	require.Equal(t, wire.AccessOpen, got.Access)

@@ -22,8 +22,14 @@ import (
 // §11), and returns a client connection.
 func natsFront(t *testing.T, f transportBroker, token string) *nats.Conn {
 	t.Helper()
+	return serveNATS(t, transport.NewService(transport.Config{Pusher: f, Queues: f, Consumer: f, AdminToken: token}))
+}
+
+// serveNATS starts an embedded NATS server of its own with svc's NATS
+// service on it, and returns a client connection.
+func serveNATS(t *testing.T, svc *transport.Service) *nats.Conn {
+	t.Helper()
 	srv := natstest.StartCluster(t, 1, nil)[0]
-	svc := transport.NewService(transport.Config{Pusher: f, Queues: f, Consumer: f, AdminToken: token})
 	bc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(bc.Close)
