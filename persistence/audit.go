@@ -187,12 +187,24 @@ type DBStats struct {
 // walSince (a WALPosition of an earlier call; "" for none). Read-only; one
 // round trip.
 func (a *Audit) Stats(ctx context.Context, walSince string) (DBStats, error) {
+	return dbStats(ctx, a.pool, walSince)
+}
+
+// StorageStats is Audit.Stats for the broker's own storage gauges: WALBytes
+// is the WAL position in bytes (the WAL written since the cluster began).
+func (s *Store) StorageStats(ctx context.Context) (DBStats, error) {
+	return dbStats(ctx, s.pool, "0/0")
+}
+
+func dbStats(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, walSince string) (DBStats, error) {
 	var since *string
 	if walSince != "" {
 		since = &walSince
 	}
 	var s DBStats
-	if err := a.pool.QueryRow(ctx, sqlAuditStats, since).Scan(&s.DatabaseBytes, &s.SidecarBytes, &s.WALPosition, &s.WALBytes); err != nil {
+	if err := db.QueryRow(ctx, sqlAuditStats, since).Scan(&s.DatabaseBytes, &s.SidecarBytes, &s.WALPosition, &s.WALBytes); err != nil {
 		return s, unavailable(err)
 	}
 	return s, nil

@@ -29,6 +29,10 @@ type statsSample struct {
 	// buckets are queen_push_commit_seconds' cumulative bucket counts, by
 	// upper bound in seconds.
 	bounds, buckets []float64
+	// wal, db and stored are the storage gauges (queen_storage_*): the
+	// WAL position and the database's size in bytes, and the messages
+	// stored when they were read; 0 before their first read.
+	wal, db, stored float64
 }
 
 // statsRing keeps the samples of GET /api/v1/stats.
@@ -87,6 +91,13 @@ func (s *Service) stats() reply {
 			out.CacheBytes = int64(sum(mf))
 		case "queen_mailbox_depth_items":
 			out.MailboxDepth = int64(sum(mf))
+		case "queen_storage_wal_bytes":
+			cur.wal = sum(mf)
+		case "queen_storage_database_bytes":
+			cur.db = sum(mf)
+			out.DatabaseBytes = int64(cur.db)
+		case "queen_storage_stored_messages":
+			cur.stored = sum(mf)
 		}
 	}
 	out.Queued, out.Duplicate, out.Failed = int64(cur.queued), int64(cur.duplicate), int64(cur.fail)
@@ -112,6 +123,7 @@ func (s *Service) stats() reply {
 	if base != nil {
 		prev = *base
 	}
+	out.WALBytesPerMessage, out.DatabaseBytesPerMessage = storagePerMessage(kept, cur)
 	s.statsRing.samples = append(kept, cur)
 	s.statsRing.mu.Unlock()
 
@@ -133,6 +145,30 @@ func (s *Service) stats() reply {
 	out.CommitP50Ms = commitQuantileMs(cur, prev, 0.5)
 	out.CommitP99Ms = commitQuantileMs(cur, prev, 0.99)
 	return reply{status: http.StatusOK, body: out}
+}
+
+// storagePerMessage is the WAL and database growth per stored message
+// between the storage gauges' oldest read among the kept samples and cur's
+// (StatsReply.WALBytesPerMessage): nil, nil until messages were stored
+// between two reads; the database's nil when it shrank.
+func storagePerMessage(kept []statsSample, cur statsSample) (wal, db *float64) {
+	for _, p := range kept {
+		if p.wal <= 0 || cur.wal <= 0 {
+			continue
+		}
+		n := cur.stored - p.stored
+		if n <= 0 {
+			return nil, nil
+		}
+		w := math.Max(0, cur.wal-p.wal) / n
+		wal = &w
+		if cur.db >= p.db {
+			d := (cur.db - p.db) / n
+			db = &d
+		}
+		return wal, db
+	}
+	return nil, nil
 }
 
 // commitQuantileMs is the q-quantile of the push commits between prev and

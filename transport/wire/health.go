@@ -75,4 +75,16 @@ type StatsReply struct {
 	CacheBytes int64 `json:"cacheBytes"`
 	// MailboxDepth is queen_mailbox_depth_items.
 	MailboxDepth int64 `json:"mailboxDepth"`
+	// WALBytesPerMessage and DatabaseBytesPerMessage are what the
+	// database's WAL position (queen_storage_wal_bytes) and size
+	// (queen_storage_database_bytes) grew by per message this broker stored
+	// between the storage gauges' oldest read in the last minute of stats
+	// calls and their latest (they are read every 10 s); null until two
+	// reads with messages stored between them, and the database's null when
+	// it shrank (retention dropped more than was written). In a cluster the
+	// WAL and the database hold every broker's writes.
+	WALBytesPerMessage      *float64 `json:"walBytesPerMessage"`
+	DatabaseBytesPerMessage *float64 `json:"databaseBytesPerMessage"`
+	// DatabaseBytes is queen_storage_database_bytes (0 before its first read).
+	DatabaseBytes int64 `json:"databaseBytes"`
 }

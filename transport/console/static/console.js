@@ -269,8 +269,9 @@ function fmtMs(v) { return v >= 100 ? Math.round(v) + " ms" : (Math.round(v * 10
 // fmt its values' text (axis: on the value axis, when not fmt), unit what
 // the value axis counts in round numbers of, dash a series' dashes (so a
 // line on top of another shows both).
-// End-to-end latency and WAL or database bytes per stored message are not
-// among the broker's metrics (queen loadtest --report charts them).
+// End-to-end latency is not among the broker's metrics (queen loadtest
+// --report charts it); the bytes per stored message come from its storage
+// gauges, read every 10 s, over the last minute.
 const TIMELINE_CHARTS = [
   { id: "tl-rates", title: "Messages/s", fmt: fmtRate, series: [
     { key: "stored", name: "stored/s", color: "#2563eb", v: rateOf("queuedPerSecond") },
@@ -281,7 +282,12 @@ const TIMELINE_CHARTS = [
     { key: "p99", name: "p99", color: "#d97706", v: valueOf("commitP99Ms") }] },
   { id: "tl-rss", title: "Broker RSS", fmt: fmtBytes, axis: (v) => fmtBytes(v).replace(".0 ", " "), unit: 1 << 20, series: [
     { key: "rss", name: "RSS", color: "#4b5563", v: valueOf("rssBytes") }] },
+  { id: "tl-storage", title: "Bytes per stored message", fmt: fmtPerMessage, series: [
+    { key: "wal", name: "WAL", color: "#b45309", v: valueOf("walBytesPerMessage") },
+    { key: "db", name: "database", color: "#0f766e", dash: "5 4", v: valueOf("databaseBytesPerMessage") }] },
 ];
+
+function fmtPerMessage(v) { return Math.round(v) + " B"; }
 
 // niceCeil is the smallest round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6
 // or 8 × 10^k) at or above v; 1 for v <= 0.
@@ -448,8 +454,9 @@ function pageOverview(gen) {
     el("h3", null, "Timeline"),
     el("p", { class: "muted" }, "This broker over the last 10 minutes, sampled every " + POLL_MS / 1000 +
       " s while the console is open on any page: push items it answered queued (stored/s), acks answered acked, messages popped; " +
-      "push commit latency (bucket upper bounds of queen_push_commit_seconds); its resident memory. A failed poll is a gap. " +
-      "End-to-end latency and WAL or database bytes per message are not in the broker's metrics (queen loadtest --report charts them)."),
+      "push commit latency (bucket upper bounds of queen_push_commit_seconds); its resident memory; what the database's WAL and size " +
+      "grew by per message it stored over the last minute (read every 10 s; in a cluster, every broker's writes). A failed poll is a gap. " +
+      "End-to-end latency is not in the broker's metrics (queen loadtest --report charts it)."),
     el("div", { class: "timeline", id: "timeline" }, ...TIMELINE_CHARTS.map(timelineFigure)));
   document.querySelector(".sw-queued").style.background = "var(--queued)";
   document.querySelector(".sw-dup").style.background = "var(--dup)";

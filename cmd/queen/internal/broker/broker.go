@@ -161,6 +161,9 @@ type Config struct {
 	// Revision().
 	Revision string
 	Logger   *slog.Logger
+	// storageEvery is the storage gauges' sampling interval (tests;
+	// default storageEvery, 10 s).
+	storageEvery time.Duration
 }
 
 // DefaultPartitionIdle is the default of QUEEN_PARTITION_IDLE: a partition
@@ -524,6 +527,13 @@ func (b *Broker) startFrontDoors(ctx context.Context) (err error) {
 		Name: "queen_pop_parked_polls", Help: "Long polls waiting for messages.",
 	}, func() float64 { return float64(b.cons.Parked()) }))
 	registerLeaseMetrics(b.metrics, b.store)
+	every := cfg.storageEvery
+	if every <= 0 {
+		every = storageEvery
+	}
+	if err = b.run(ctx, "the storage gauges", newStorageSampler(b.store, b.metrics, every)); err != nil {
+		return err
+	}
 	b.svc = transport.NewService(transport.Config{
 		Pusher: b.router, Queues: b.store, MaxPayloadBytes: cfg.MaxPayloadBytes, Metrics: b.metrics, Logger: b.log,
 		Consumer: consumer{Store: b.store, pops: b.cons}, OnPushed: b.notifier.Pushed, OnQueueDeleted: b.cons.Forget,

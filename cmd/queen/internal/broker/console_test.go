@@ -364,6 +364,9 @@ type timelineState struct {
 	P50, P99, RSS float64
 	StoredLines   int `json:"storedLines"`
 	RSSLines      int `json:"rssLines"`
+	// WAL and DB are the bytes per stored message (the storage chart).
+	WAL, DB  float64
+	WALLines int `json:"walLines"`
 }
 
 const timelineExpr = `(() => {
@@ -374,20 +377,23 @@ const timelineExpr = `(() => {
 		storedPoints: key("tl-rates", "stored") ? Number(key("tl-rates", "stored").dataset.points || 0) : 0,
 		acked: val("tl-rates", "acked"), P50: val("tl-latency", "p50"), P99: val("tl-latency", "p99"), RSS: val("tl-rss", "rss"),
 		storedLines: document.querySelectorAll('#tl-rates polyline[data-series="stored"]').length,
-		rssLines: document.querySelectorAll('#tl-rss polyline[data-series="rss"]').length};
+		rssLines: document.querySelectorAll('#tl-rss polyline[data-series="rss"]').length,
+		WAL: val("tl-storage", "wal"), DB: val("tl-storage", "db"),
+		walLines: document.querySelectorAll('#tl-storage polyline[data-series="wal"]').length};
 })()`
 
 // TestConsoleTimeline (issue 40): the overview's live timeline against a
 // real broker. Pushes, pops and acks while the page polls: the charts gain
-// points, stored/s and acked/s read above 0, the commit latency and the RSS
-// have values, and the timeline outlives a visit to another page.
+// points, stored/s and acked/s read above 0, the commit latency, the RSS and
+// the WAL per stored message have values (the storage gauges read every
+// 100 ms here), and the timeline outlives a visit to another page.
 // QUEEN_CONSOLE_TIMELINE_SCREENSHOT=/path/timeline.png writes a picture of
 // the overview after a 60 s load.
 func TestConsoleTimeline(t *testing.T) {
 	b := startBrowser(t)
-	e := startEnv(t, nil)
+	e := startEnv(t, func(c *Config) { c.storageEvery = 100 * time.Millisecond })
 	b.run(t, "open the console", chromedp.Navigate(e.base+"/ui/#/overview"))
-	b.waitFor(t, "the timeline's charts", `document.getElementById("tl-rates") && document.getElementById("tl-latency") && document.getElementById("tl-rss")`)
+	b.waitFor(t, "the timeline's charts", `document.getElementById("tl-rates") && document.getElementById("tl-latency") && document.getElementById("tl-rss") && document.getElementById("tl-storage")`)
 
 	// One round of load: 30 fresh messages over 3 partitions, then what
 	// group tl gets of them in one pop, acked.
@@ -424,6 +430,11 @@ func TestConsoleTimeline(t *testing.T) {
 		load(30)
 		st = state()
 		return st.Acked > 0 && st.P50 > 0 && st.P99 >= st.P50 && st.RSS > 0 && st.StoredLines > 0 && st.RSSLines > 0, fmt.Sprintf("%+v", st)
+	})
+	eventually(t, 60*time.Second, 200*time.Millisecond, "WAL bytes per stored message", func() (bool, string) {
+		load(30)
+		st = state()
+		return st.WAL > 0 && st.WALLines > 0, fmt.Sprintf("%+v", st)
 	})
 	b.noJSErrors(t, "the timeline")
 
