@@ -140,5 +140,16 @@ func TestFullDiskIsNamedAsSuch(t *testing.T) {
 	require.Contains(t, out.Results[0].Err.Message, "could not extend file")
 	require.True(t, s.StorageFull())
 	freeWrites()
-	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(push("b")), "nothing of the refused push was written")
+	b := push("b")
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(b), "nothing of the refused push was written")
+
+	// A push whose segment (written by COPY, before the rest) needs space.
+	freeSegments := diskFullTrigger(t, s, "test_full_segments", "BEFORE INSERT ON queen.segments_kept")
+	out = push("c")
+	require.Equal(t, queen.Failed, out.Results[0].Verdict)
+	require.Equal(t, queen.ErrStorageFull.Code, out.Results[0].Err.Code, "%s", out.Results[0].Err.Message)
+	freeSegments()
+	c := push("c")
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(c), "nothing of the refused push was written")
+	require.Equal(t, b.Results[0].Offset+1, c.Results[0].Offset, "the refused push took no offset")
 }

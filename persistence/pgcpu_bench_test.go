@@ -46,6 +46,7 @@ func benchSmallSegments(b *testing.B, parts, per int) {
 	stored := 0
 	b.ResetTimer()
 	cpuSince := serverCPU(b, s)
+	walSince := serverWAL(b, s)
 	for n := 0; n < b.N; n++ {
 		bs := make([]*queen.PushBatch, parts)
 		for i, pid := range pids {
@@ -74,6 +75,7 @@ func benchSmallSegments(b *testing.B, parts, per int) {
 		}
 	}
 	reportPGCPU(b, cpuSince(), stored)
+	reportWAL(b, walSince(), stored)
 }
 
 // commitAll commits bs (Store.CommitBundle) and fails b on any error.
@@ -170,6 +172,7 @@ func BenchmarkCommitSpread(b *testing.B) {
 	stored := 0
 	b.ResetTimer()
 	cpuSince := serverCPU(b, s)
+	walSince := serverWAL(b, s)
 	for n := 0; n < b.N; n++ {
 		picked := map[int]bool{}
 		bs := make([]*queen.PushBatch, 0, per)
@@ -202,4 +205,29 @@ func BenchmarkCommitSpread(b *testing.B) {
 		}
 	}
 	reportPGCPU(b, cpuSince(), stored)
+	reportWAL(b, walSince(), stored)
+}
+
+// serverWAL starts measuring the WAL the PostgreSQL server behind s writes;
+// the returned func gives the bytes written since.
+func serverWAL(tb testing.TB, s *Store) func() float64 {
+	tb.Helper()
+	var lsn string
+	if err := s.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		tb.Fatal(err)
+	}
+	return func() float64 {
+		var n float64
+		if err := s.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn() - $1::pg_lsn", lsn).Scan(&n); err != nil {
+			tb.Fatal(err)
+		}
+		return n
+	}
+}
+
+// reportWAL reports wal-B/msg: the WAL bytes written over stored messages.
+func reportWAL(b *testing.B, wal float64, stored int) {
+	if stored > 0 {
+		b.ReportMetric(wal/float64(stored), "wal-B/msg")
+	}
 }

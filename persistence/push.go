@@ -137,15 +137,16 @@ type lockedPartition struct {
 	// (SPEC.md §6).
 	checkPayload bool
 	// retained: the queue has retentionSeconds, read with the window; its
-	// segments go to segments_timed (bundle_insert).
+	// segments go to segments_timed (bundle_stamp).
 	retained bool
 }
 
 // commitBundle runs one attempt of CommitBundle. With skipLocked, the
 // partitions another session holds are skipped (bundle_lock_skip) and their
-// outs answered lock_timeout; the others commit. The attempt is two round
-// trips: lockBundle (BEGIN, the row locks, the window probe), then
-// writeBundle (the writes and COMMIT); between them assign decides each
+// outs answered lock_timeout; the others commit. The attempt is three round
+// trips: lockBundle (BEGIN, the row locks, the window probe, the stamp),
+// then writeBundle (the segments by COPY; the sidecar rows, the allocators
+// and COMMIT); between them assign decides each
 // partition's verdicts and offsets under the locks. A pooled connection
 // found dead at the first round trip (nothing can have committed) is
 // replaced and the attempt run again once (Store.inSession, SPEC.md §9).
@@ -338,12 +339,27 @@ type bundleLocks struct {
 	locked map[[16]byte]lockedPartition
 	hits   map[[16]byte]map[queen.Hash]hit
 	busy   map[[16]byte]bool
+	stamp  stamp
+}
+
+// stamp is the created_at of a commit's writes, read after its row locks
+// were granted (bundle_stamp), and whether a range of segments_timed holds
+// it.
+type stamp struct {
+	at     time.Time
+	ranged bool
+}
+
+// queueStamp queues bundle_stamp on pb, after the statements that take the
+// row locks; its row fills st.
+func queueStamp(pb *pgx.Batch, st *stamp) {
+	pb.Queue(sqlBundleStamp).QueryRow(func(r pgx.Row) error { return r.Scan(&st.at, &st.ranged) })
 }
 
 // lockBundle opens the bundle's transaction, takes the row locks of the
-// partitions in order (bundle_lock, or bundle_lock_skip with skipLocked)
-// and runs the window probe (bundle_probe) for each partition's distinct
-// incoming hashes, in one round trip. A lock not granted within the lock
+// partitions in order (bundle_lock, or bundle_lock_skip with skipLocked),
+// runs the window probe (bundle_probe) for each partition's distinct
+// incoming hashes and reads the stamp (bundle_stamp), in one round trip. A lock not granted within the lock
 // timeout, a deleted partition (queen.ErrPartitionGone, retryable with the
 // same ids) or a failed statement rolls back and returns the error.
 func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
@@ -368,6 +384,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
 	probe.queue(pb, lk.locked, lk.hits)
+	queueStamp(pb, &lk.stamp)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		if lockTimedOut(err) {
@@ -438,13 +455,15 @@ func (s *Store) skipBusy(bs []*queen.PushBatch, outs []queen.PushOutcome, order 
 	return kept
 }
 
-// bundleRows is a bundle's writes as bundle_insert's parallel arrays: per
+// bundleRows is a bundle's or a transaction's writes, stamped st: per
 // segment (one per run of queued items with the same producer in a
-// partition, newSegment) and per frame (its sidecar row); written lists the
-// batches (indexes into bs) that have a segment; want the segments holding
+// partition, newSegment; the rows of copySegments) and per frame (its
+// sidecar row, bundle_insert's parallel arrays); written lists the batches
+// (indexes into bs) that have a segment; want the segments holding
 // originals to compare payloads with, whose frames fill originals after the
 // commit.
 type bundleRows struct {
+	st                           stamp
 	segPIDs                      []pgtype.UUID
 	segFirst, segLast            []int64
 	segIDs, segFrames, segHashes [][]byte
@@ -480,17 +499,42 @@ func (w *bundleRows) addSegments(pid [16]byte, segs []newSegment, retained bool)
 	}
 }
 
-// insertArgs are bundle_insert's arguments, $1 to $12.
+// segmentColumns are the columns copySegments writes, in its rows' order.
+var segmentColumns = []string{"partition_id", "first_offset", "last_offset", "created_at", "message_ids", "frames", "hashes", "timed", "producer_sub"}
+
+// copyer is what copySegments writes through: a pooled session or a
+// transaction.
+type copyer interface {
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error)
+}
+
+// copySegments writes the segments with COPY (one WAL record per page of
+// rows, where an INSERT of the same rows writes one per row: about 45 B of
+// WAL less per segment, most of a message's share when traffic is spread
+// thin), stamped w.st.at; a segment of a queue with retentionSeconds goes
+// to segments_timed when a range holds the stamp, else to segments_kept
+// (bundle_stamp). Nothing is sent when there is no segment.
+func (w *bundleRows) copySegments(ctx context.Context, c copyer) error {
+	if len(w.segPIDs) == 0 {
+		return nil
+	}
+	_, err := c.CopyFrom(ctx, pgx.Identifier{"queen", "segments"}, segmentColumns, pgx.CopyFromSlice(len(w.segPIDs), func(i int) ([]any, error) {
+		return []any{w.segPIDs[i], w.segFirst[i], w.segLast[i], w.st.at, w.segIDs[i], w.segFrames[i], w.segHashes[i],
+			w.segRetained[i] && w.st.ranged, w.segProducers[i]}, nil
+	}))
+	return err
+}
+
+// insertArgs are bundle_insert's arguments, $1 to $7.
 func (w *bundleRows) insertArgs() []any {
-	return []any{w.segPIDs, w.segFirst, w.segLast, w.segIDs, w.segFrames, w.segHashes,
-		w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments, w.segRetained, w.segProducers}
+	return []any{w.st.at, w.segPIDs, w.segLast, w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments}
 }
 
 // bundleWrites assigns each locked partition's verdicts and offsets
 // (assign: rules.Assign over the probe's hits) into outs and gathers the
 // rows to write.
 func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, lk *bundleLocks) *bundleRows {
-	w := &bundleRows{want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
+	w := &bundleRows{st: lk.stamp, want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
 	for _, i := range order {
 		b, out := bs[i], &outs[i]
 		lp := lk.locked[b.PartitionID]
@@ -509,57 +553,63 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 	return w
 }
 
-// writeBundle writes the bundle's rows (bundle_insert), commits, and then
-// reads the originals to compare payloads with (never under the locks; its
-// failure never fails the push). A statement the server refused rolls back
-// (queen.ErrUnavailable, or the lock timeout of another session's DDL); a
-// failure after the COMMIT was sent whose outcome is not known is
-// queen.ErrCommitUnknown (the connection is closed).
+// writeBundle writes the bundle's rows (copySegments, then bundle_insert),
+// commits, and then reads the originals to compare payloads with (never
+// under the locks; its failure never fails the push). A statement the
+// server refused rolls back (notWritten); a failure after the COMMIT was
+// sent whose outcome is not known is queen.ErrCommitUnknown (the
+// connection is closed).
 func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.PushOutcome, w *bundleRows) error {
-	var created time.Time
+	istart := time.Now()
+	if err := w.copySegments(ctx, conn); err != nil {
+		return s.notWritten(conn, err, istart)
+	}
 	committed := false
 	ib := &pgx.Batch{}
-	ib.Queue(sqlBundleInsert, w.insertArgs()...).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			if err := rows.Scan(&created); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	ib.Queue(sqlBundleInsert, w.insertArgs()...)
 	ib.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	// After the commit: the read never holds the row locks and its failure
 	// never fails the push.
 	queueOriginals(ib, w.want, w.originals)
-	istart := time.Now()
 	willCommit(conn)
 	if err := conn.SendBatch(ctx, ib).Close(); err != nil && !committed {
 		var pgErr *pgconn.PgError
-		if lockTimedOut(err) {
-			// A table lock (another session's DDL) was not granted in
-			// time: nothing was committed.
-			notCommitted(conn)
-			s.observe(LockEvent{Op: "push", Wait: time.Since(istart), TimedOut: true})
-			rollback(conn)
-			return err
+		if !lockTimedOut(err) && !errors.As(err, &pgErr) {
+			conn.Conn().Close(context.Background()) //nolint:errcheck
+			return queen.ErrCommitUnknown.With("push commit outcome unknown: %v", err)
 		}
-		if errors.As(err, &pgErr) {
-			// The server refused a statement (or ended the session, 57P01,
-			// before the COMMIT ran): the transaction did not commit.
-			notCommitted(conn)
-			rollback(conn)
-			if storageFull(err) {
-				return storageFullError(err)
-			}
-			return queen.ErrUnavailable.With("push failed: %v", err)
-		}
-		conn.Conn().Close(context.Background()) //nolint:errcheck
-		return queen.ErrCommitUnknown.With("push commit outcome unknown: %v", err)
+		// The server refused a statement (or ended the session, 57P01,
+		// before the COMMIT ran): the transaction did not commit.
+		notCommitted(conn)
+		return s.notWritten(conn, err, istart)
 	}
 	for _, i := range w.written {
-		outs[i].CreatedAt = created
+		outs[i].CreatedAt = w.st.at
 	}
 	return nil
+}
+
+// notWritten rolls back a bundle whose writes failed before its COMMIT
+// was sent, or that the server refused, and returns err as the push's:
+// the lock timeout of another session's DDL as it is (CommitBundle then
+// commits the free partitions), a refused statement queen.ErrUnavailable
+// (queen.ErrStorageFull when the disk is full), a broken connection as it
+// is (nothing was committed; Store.inSession runs the attempt again).
+func (s *Store) notWritten(conn *session, err error, start time.Time) error {
+	rollback(conn)
+	if lockTimedOut(err) {
+		// A table lock (another session's DDL) was not granted in time.
+		s.observe(LockEvent{Op: "push", Wait: time.Since(start), TimedOut: true})
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if storageFull(err) {
+			return storageFullError(err)
+		}
+		return queen.ErrUnavailable.With("push failed: %v", err)
+	}
+	return err
 }
 
 type hit struct {

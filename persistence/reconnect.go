@@ -164,6 +164,12 @@ func (c *session) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	return sessionRow{c.pooled.QueryRow(ctx, sql, args...), c}
 }
 
+// CopyFrom copies rows into table on the connection (COPY FROM STDIN).
+func (c *session) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
+	n, err := c.pooled.CopyFrom(ctx, table, columns, rows)
+	return n, c.note(err)
+}
+
 // SendBatch sends b on the connection; its Close records the outcome.
 func (c *session) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return &sessionTrip{BatchResults: c.pooled.SendBatch(ctx, b), c: c}

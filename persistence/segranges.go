@@ -17,7 +17,7 @@ import (
 // power of two of minutes (1 to 1024) and lo a multiple of it since the
 // epoch (UTC), named segments_YYYYMMDD_HHMM_<span>m after lo and listed
 // in queen.segment_ranges. There is no DEFAULT partition: a segment written
-// while no range holds its time goes to segments_kept (bundle_insert). New
+// while no range holds its time goes to segments_kept (bundle_stamp). New
 // ranges take the span of the longest retention in use (about an eighth
 // of it), so the retained time spans 8 to 16 ranges. Every broker creates
 // the ranges covering now through the lead (segmentLead) when its store

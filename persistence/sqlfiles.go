@@ -41,6 +41,7 @@ var (
 	sqlProbePlanBegin       = q("probe_plan_begin")
 	sqlPlanEnd              = q("plan_end")
 	sqlBundleInsert         = q("bundle_insert")
+	sqlBundleStamp          = q("bundle_stamp")
 	sqlBundleOriginals      = q("bundle_originals")
 	sqlConfigureLock        = q("configure_lock")
 	sqlConfigureUpdate      = q("configure_update")

@@ -32,7 +32,7 @@ type txnPartition struct {
 	// segs is what assign made to write (one segment unless the items'
 	// producers differ); nil when nothing.
 	segs []newSegment
-	// retained: the queue has retentionSeconds (bundle_insert).
+	// retained: the queue has retentionSeconds (bundle_stamp).
 	retained bool
 }
 
@@ -376,20 +376,22 @@ func commitTxn(ctx context.Context, tx pgx.Tx) error {
 // by the ascending pushPIDs): the window probe, verdicts under the locks (a
 // duplicate aborts), one segment per partition.
 func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
-	locked, hits, err := s.lockAndProbe(ctx, tx, lockPIDs, pushPIDs, parts)
+	lk, err := s.lockAndProbe(ctx, tx, lockPIDs, pushPIDs, parts)
 	if err != nil {
 		return err
 	}
-	if err := s.txnVerdicts(pushPIDs, parts, locked, hits); err != nil {
+	if err := s.txnVerdicts(pushPIDs, parts, lk.locked, lk.hits); err != nil {
 		return err
 	}
-	return writeTxnSegments(ctx, tx, pushPIDs, parts)
+	return writeTxnSegments(ctx, tx, pushPIDs, parts, lk.stamp)
 }
 
-// lockAndProbe locks the allocator rows of lockPIDs (ascending) and looks up
-// the leaders' hashes of each pushed partition in its whole window, in one
-// round trip; it returns the locked rows and the hashes found, by partition.
-func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) (map[[16]byte]lockedPartition, map[[16]byte]map[queen.Hash]hit, error) {
+// lockAndProbe locks the allocator rows of lockPIDs (ascending), looks up
+// the leaders' hashes of each pushed partition in its whole window and,
+// when there are pushes, reads their stamp (bundle_stamp), in one round
+// trip; it returns the locked rows, the hashes found by partition and the
+// stamp.
+func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) (*bundleLocks, error) {
 	ids := make([]pgtype.UUID, len(lockPIDs))
 	for k, pid := range lockPIDs {
 		ids[k] = pgUUID(pid)
@@ -401,27 +403,27 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 		probe.add(&parts[pid].batch, -1, 0)
 	}
 
-	locked := make(map[[16]byte]lockedPartition, len(lockPIDs))
-	hits := map[[16]byte]map[queen.Hash]hit{}
+	lk := &bundleLocks{locked: make(map[[16]byte]lockedPartition, len(lockPIDs)), hits: map[[16]byte]map[queen.Hash]hit{}}
 	var wait float64
 	pb := &pgx.Batch{}
 	// A transaction is rare: it rebuilds any allocator row a crash emptied
 	// (queen.partition_ends, migration 0019) before it locks them, in the
 	// same round trip (a row it inserts is its own until it commits).
 	pb.Queue(sqlPartitionEndsEnsure, ids)
-	pb.Queue(sqlBundleLock, ids).Query(scanLocked(locked, &wait))
+	pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	if len(pushPIDs) > 0 {
-		probe.queue(pb, locked, hits)
+		probe.queue(pb, lk.locked, lk.hits)
+		queueStamp(pb, &lk.stamp)
 	}
 	start := time.Now()
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		if lockTimedOut(err) {
 			s.observe(LockEvent{Op: "transaction", Wait: time.Since(start), TimedOut: true})
 		}
-		return nil, nil, unavailable(err)
+		return nil, unavailable(err)
 	}
 	s.observe(LockEvent{Op: "transaction", Wait: seconds(wait)})
-	return locked, hits, nil
+	return lk, nil
 }
 
 // txnVerdicts assigns the verdicts of each pushed partition under its lock
@@ -459,10 +461,10 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 }
 
 // writeTxnSegments writes the segments (frames, ids and hashes) of every
-// pushed partition that has any, in one statement, and stamps their outcomes
-// with its created_at.
-func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition) error {
-	w := &bundleRows{}
+// pushed partition that has any and their sidecar rows (copySegments, then
+// bundle_insert), stamped st, and stamps their outcomes with it.
+func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition, st stamp) error {
+	w := &bundleRows{st: st}
 	var written []*txnPartition
 	for _, pid := range pushPIDs {
 		p := parts[pid]
@@ -475,23 +477,14 @@ func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, part
 	if len(written) == 0 {
 		return nil
 	}
-	var created time.Time
-	rows, err := tx.Query(ctx, sqlBundleInsert, w.insertArgs()...)
-	if err != nil {
+	if err := w.copySegments(ctx, tx); err != nil {
 		return unavailable(err)
 	}
-	for rows.Next() {
-		if err := rows.Scan(&created); err != nil {
-			rows.Close()
-			return unavailable(err)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if _, err := tx.Exec(ctx, sqlBundleInsert, w.insertArgs()...); err != nil {
 		return unavailable(err)
 	}
 	for _, p := range written {
-		p.out.CreatedAt = created
+		p.out.CreatedAt = st.at
 	}
 	return nil
 }

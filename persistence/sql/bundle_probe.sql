@@ -14,10 +14,11 @@
 --
 -- Returns one row per queue named in $11 (partition and hash NULL) giving its
 -- window, its dedupCheckPayload option, whether it has retentionSeconds
--- (for bundle_insert's choice of segments_timed) and, last, its name: the
--- caller gives each partition its queue's (a partition per row made 470
--- rows of a 470-partition bundle that said the same thing). Then one row
--- per hit (queue NULL): partition, window, hash, offset, the original's
+-- (for the choice of segments_timed, persistence.bundleRows.copySegments)
+-- and, last, its name: the caller gives each partition its queue's (a
+-- partition per row made 470 rows of a 470-partition bundle that said the
+-- same thing). Then one row per hit
+-- (queue NULL): partition, window, hash, offset, the original's
 -- message id sliced from its covering segment (NULL when that segment is
 -- gone) and that segment's first offset (for bundle_originals). A window
 -- of 0 looks nothing up.
