@@ -146,8 +146,8 @@ type lockedPartition struct {
 // outs answered lock_timeout; the others commit. The attempt is three round
 // trips: lockBundle (BEGIN, the row locks, the window probe, the stamp),
 // then writeBundle (the segments by COPY; the sidecar rows, the allocators
-// and COMMIT); between them assign decides each
-// partition's verdicts and offsets under the locks. A pooled connection
+// and COMMIT); between them assign decides each partition's verdicts and
+// offsets under the locks. A pooled connection
 // found dead at the first round trip (nothing can have committed) is
 // replaced and the attempt run again once (Store.inSession, SPEC.md §9).
 func (s *Store) commitBundle(ctx context.Context, bs []*queen.PushBatch, outs []queen.PushOutcome, skipLocked bool) error {
@@ -359,9 +359,10 @@ func queueStamp(pb *pgx.Batch, st *stamp) {
 // lockBundle opens the bundle's transaction, takes the row locks of the
 // partitions in order (bundle_lock, or bundle_lock_skip with skipLocked),
 // runs the window probe (bundle_probe) for each partition's distinct
-// incoming hashes and reads the stamp (bundle_stamp), in one round trip. A lock not granted within the lock
-// timeout, a deleted partition (queen.ErrPartitionGone, retryable with the
-// same ids) or a failed statement rolls back and returns the error.
+// incoming hashes and reads the stamp (bundle_stamp), in one round trip. A
+// lock not granted within the lock timeout, a deleted partition
+// (queen.ErrPartitionGone, retryable with the same ids) or a failed
+// statement rolls back and returns the error.
 func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
@@ -560,9 +561,9 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 // sent whose outcome is not known is queen.ErrCommitUnknown (the
 // connection is closed).
 func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.PushOutcome, w *bundleRows) error {
-	istart := time.Now()
+	cstart := time.Now()
 	if err := w.copySegments(ctx, conn); err != nil {
-		return s.notWritten(conn, err, istart)
+		return s.notWritten(conn, err, cstart)
 	}
 	committed := false
 	ib := &pgx.Batch{}
@@ -571,6 +572,7 @@ func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.Pus
 	// After the commit: the read never holds the row locks and its failure
 	// never fails the push.
 	queueOriginals(ib, w.want, w.originals)
+	istart := time.Now()
 	willCommit(conn)
 	if err := conn.SendBatch(ctx, ib).Close(); err != nil && !committed {
 		var pgErr *pgconn.PgError
@@ -595,6 +597,8 @@ func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.Pus
 // commits the free partitions), a refused statement queen.ErrUnavailable
 // (queen.ErrStorageFull when the disk is full), a broken connection as it
 // is (nothing was committed; Store.inSession runs the attempt again).
+// start is when the failed round trip was sent (the lock wait of
+// /metrics).
 func (s *Store) notWritten(conn *session, err error, start time.Time) error {
 	rollback(conn)
 	if lockTimedOut(err) {
