@@ -80,6 +80,24 @@ type SidecarSegment struct {
 	Gone      bool
 }
 
+// SidecarPrints is a partition's fingerprints of the sidecar's ranges
+// inside its window (migration 0021): what its hash cache reads back for
+// segments that retention removed inside the window (SPEC.md §8). Each hash
+// the partition stored inside the window before Uncovered (zero: at any
+// time) has its fingerprint in one of Sets.
+type SidecarPrints struct {
+	Sets      []PrintSet
+	Uncovered time.Time
+}
+
+// PrintSet is the fingerprints of the hashes a partition stored from Since
+// to Until (both included): the first 4 bytes of each hash, concatenated,
+// in no order.
+type PrintSet struct {
+	Since, Until time.Time
+	Prints       []byte
+}
+
 // PopState says why a partition pop returned what it returned.
 type PopState int
 

@@ -48,6 +48,10 @@ func (noCache) StartCold()                                   {}
 // SidecarSource is where partition caches hydrate from (persistence.Store).
 type SidecarSource interface {
 	SidecarRange(ctx context.Context, pid uuid.UUID, after, upTo, windowSeconds int64) ([]queen.SidecarSegment, error)
+	// SidecarPrints returns the partition's fingerprints of the sidecar's
+	// ranges in the window: read when SidecarRange met segments retention
+	// removed inside it.
+	SidecarPrints(ctx context.Context, pid uuid.UUID, windowSeconds int64) (queen.SidecarPrints, error)
 }
 
 // CacheConfig configures the process-wide dedup cache (SPEC.md §8).
@@ -98,7 +102,7 @@ type Cache struct {
 	total   int64      // bytes accounted
 	entries int64      // hashes accounted
 
-	hits, evictions, fullProbes, narrowedProbes, hydrations, gapReads, hydrationErrors atomic.Int64
+	hits, evictions, fullProbes, narrowedProbes, hydrations, gapReads, printReads, hydrationErrors atomic.Int64
 }
 
 // NewCache returns the process-wide cache.
@@ -169,7 +173,10 @@ type CacheStats struct {
 	Hydrations int64 `json:"hydrations"`
 	// GapReads counts sidecar reads of segments others wrote between two of
 	// this broker's commits (other brokers, transactions, lost outcomes).
-	GapReads        int64 `json:"gapReads"`
+	GapReads int64 `json:"gapReads"`
+	// PrintReads counts hydrations that read back, as fingerprints, the
+	// hashes of segments retention removed inside the window.
+	PrintReads      int64 `json:"printReads"`
 	HydrationErrors int64 `json:"hydrationErrors"`
 }
 
@@ -183,6 +190,7 @@ func (c *Cache) Stats() CacheStats {
 	s.Hits, s.Evictions = c.hits.Load(), c.evictions.Load()
 	s.FullProbes, s.NarrowedProbes = c.fullProbes.Load(), c.narrowedProbes.Load()
 	s.Hydrations, s.GapReads, s.HydrationErrors = c.hydrations.Load(), c.gapReads.Load(), c.hydrationErrors.Load()
+	s.PrintReads = c.printReads.Load()
 	return s
 }
 
@@ -273,6 +281,9 @@ func Age(caches []*Cache, pids []uuid.UUID, d time.Duration, move func() error) 
 			for _, g := range p.gens {
 				g.start, g.newest = g.start.Add(-d), g.newest.Add(-d)
 			}
+			for i := range p.prints {
+				p.prints[i].since, p.prints[i].until = p.prints[i].since.Add(-d), p.prints[i].until.Add(-d)
+			}
 			p.newest = p.newest.Add(-d)
 			if !p.unknownUntil.IsZero() {
 				p.unknownUntil = p.unknownUntil.Add(-d)
@@ -358,6 +369,7 @@ type partitionCache struct {
 	mu           sync.Mutex
 	pid          uuid.UUID
 	gens         []*generation // ascending newest
+	prints       []printSet    // of segments retention removed inside the window
 	gaps         [][2]int64    // (after, upTo] ranges still to read
 	seen         int64         // last offset known: the end of the last observed commit
 	window       int64         // seconds the knowledge covers
@@ -418,18 +430,26 @@ func (p *partitionCache) vouches() bool {
 func (p *partitionCache) mayHave(h *queen.Hash) (queen.Span, bool) {
 	var sp queen.Span
 	found := false
+	widen := func(since, until time.Time) {
+		if !found || since.Before(sp.Since) {
+			sp.Since = since
+		}
+		if !found || until.After(sp.Until) {
+			sp.Until = until
+		}
+		found = true
+	}
 	for _, g := range p.gens {
 		for _, f := range g.filters {
 			if f.test(h) {
-				if !found || g.start.Before(sp.Since) {
-					sp.Since = g.start
-				}
-				if !found || g.newest.After(sp.Until) {
-					sp.Until = g.newest
-				}
-				found = true
+				widen(g.start, g.newest)
 				break
 			}
+		}
+	}
+	for i := range p.prints {
+		if ps := &p.prints[i]; ps.test(h) {
+			widen(ps.since, ps.until)
 		}
 	}
 	return sp, found
@@ -593,7 +613,7 @@ func (p *partitionCache) StartCold() {
 }
 
 func (p *partitionCache) reset() {
-	p.gens = nil
+	p.gens, p.prints = nil, nil
 	p.based, p.gaps, p.hydrating = false, nil, false
 	p.unknownUntil = time.Time{}
 	p.epoch++
@@ -610,6 +630,9 @@ func (p *partitionCache) size() int64 {
 	for _, g := range p.gens {
 		n += g.bytes()
 	}
+	for i := range p.prints {
+		n += p.prints[i].bytes()
+	}
 	return n
 }
 
@@ -617,6 +640,9 @@ func (p *partitionCache) count() int64 {
 	var n int64
 	for _, g := range p.gens {
 		n += g.n
+	}
+	for i := range p.prints {
+		n += int64(len(p.prints[i].keys))
 	}
 	return n
 }
@@ -631,6 +657,11 @@ func (p *partitionCache) prune() {
 		k++
 	}
 	p.gens = p.gens[k:]
+	k = 0
+	for k < len(p.prints) && !p.prints[k].until.After(cut) {
+		k++
+	}
+	p.prints = p.prints[k:]
 }
 
 // hydratePage is the offsets one hydration query covers (about 1 MiB of
@@ -663,7 +694,14 @@ func (p *partitionCache) hydrate(epoch uint64) {
 		} else {
 			p.c.gapReads.Add(1)
 		}
-		var read []*generation
+		var (
+			read []*generation
+			// hole: retention removed segments of the gap inside the
+			// window, stored at or before holeUntil (zero while only an
+			// unbounded hole was met: the next segment read bounds it).
+			hole, unbounded bool
+			holeUntil       time.Time
+		)
 		for after := g[0]; after < g[1]; {
 			upTo := min(g[1], after+hydratePage)
 			ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.HydrateTimeout)
@@ -685,17 +723,22 @@ func (p *partitionCache) hydrate(epoch uint64) {
 			for _, sg := range segs {
 				if sg.Gone {
 					// Retention removed segments whose hashes may still be
-					// inside the window: not vouched for until they leave it.
-					t := sg.CreatedAt
-					if t.IsZero() {
-						// Not known: no later than the commit that showed
-						// the gap, which newest covers.
-						t = p.newest
-					}
-					if t.After(p.unknownUntil) {
-						p.unknownUntil = t
+					// inside the window: read back as fingerprints below.
+					hole = true
+					if sg.CreatedAt.IsZero() {
+						unbounded = true
+					} else if sg.CreatedAt.After(holeUntil) {
+						holeUntil = sg.CreatedAt
 					}
 					continue
+				}
+				if unbounded {
+					// Offsets grow with created_at in a partition: a hole
+					// below this segment was stored no later than it.
+					unbounded = false
+					if sg.CreatedAt.After(holeUntil) {
+						holeUntil = sg.CreatedAt
+					}
 				}
 				gen := p.genAt(&read, sg.CreatedAt)
 				for i := 0; i+16 <= len(sg.Hashes); i += 16 {
@@ -711,10 +754,60 @@ func (p *partitionCache) hydrate(epoch uint64) {
 			p.c.account(p, size, n, false)
 			after = upTo
 		}
+		var prints *queen.SidecarPrints
+		if hole {
+			ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.HydrateTimeout)
+			pr, err := p.c.cfg.Source.SidecarPrints(ctx, pid, window)
+			cancel()
+			if err != nil {
+				p.c.hydrationErrors.Add(1)
+				p.c.cfg.Logger.Warn("dedup cache hydration failed; the partition probes its whole window until the next try", "partition", pid, "err", err)
+				p.mu.Lock()
+				if p.epoch == epoch {
+					p.reset()
+				}
+				p.mu.Unlock()
+				p.c.account(p, 0, 0, false)
+				return
+			}
+			prints = &pr
+		}
 		p.mu.Lock()
 		if p.epoch != epoch {
 			p.mu.Unlock()
 			return
+		}
+		if hole {
+			if unbounded || holeUntil.IsZero() {
+				// Not bounded by a later segment of the gap: no later than
+				// the commit that showed it, which newest covers.
+				holeUntil = p.newest
+			}
+			if prints.Uncovered.IsZero() || holeUntil.Before(prints.Uncovered) {
+				// Every hash of the hole has its fingerprint. The sets of
+				// an earlier read that this one lacks (a crash emptied
+				// them since) are kept.
+				fresh := make(map[time.Time]bool, len(prints.Sets))
+				for _, set := range prints.Sets {
+					fresh[set.Since] = true
+				}
+				kept := p.prints[:0]
+				for _, ps := range p.prints {
+					if !fresh[ps.since] {
+						kept = append(kept, ps)
+					}
+				}
+				p.prints = kept
+				for _, set := range prints.Sets {
+					p.prints = append(p.prints, newPrintSet(set))
+				}
+				sort.SliceStable(p.prints, func(a, b int) bool { return p.prints[a].until.Before(p.prints[b].until) })
+				p.c.printReads.Add(1)
+			} else if holeUntil.After(p.unknownUntil) {
+				// A range the hole may be in has no fingerprints: not
+				// vouched for until the hole leaves the window.
+				p.unknownUntil = holeUntil
+			}
 		}
 		p.gens = append(p.gens, read...)
 		sort.SliceStable(p.gens, func(a, b int) bool { return p.gens[a].newest.Before(p.gens[b].newest) })

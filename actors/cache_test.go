@@ -27,6 +27,11 @@ type simDB struct {
 	now   time.Time
 	parts map[uuid.UUID]*simPartition
 	reads int
+	// printsOn: compacted ranges carry fingerprints (SidecarPrints), those
+	// that ended printsLag ago or more.
+	printsOn   bool
+	printsLag  time.Duration
+	printReads int
 }
 
 type simPartition struct {
@@ -98,6 +103,45 @@ func (d *simDB) SidecarRange(_ context.Context, pid uuid.UUID, after, upTo, wind
 		return []queen.SidecarSegment{{Gone: true}}, nil
 	}
 	return nil, nil
+}
+
+// simRange is the model's sidecar range span: fingerprints are kept per
+// range of simRange, as compaction writes them.
+const simRange = 10 * time.Second
+
+// SidecarPrints is the fingerprint read over the model: with prints on,
+// the ranges that ended at least printsLag ago are compacted (complete),
+// the others not; with prints off no range is complete (a release before
+// migration 0021 compacted them).
+func (d *simDB) SidecarPrints(_ context.Context, pid uuid.UUID, window int64) (queen.SidecarPrints, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.printReads++
+	cut := d.now.Add(-time.Duration(window) * time.Second)
+	if !d.printsOn {
+		return queen.SidecarPrints{Uncovered: cut.Add(-simRange)}, nil
+	}
+	complete := d.now.Add(-d.printsLag).Truncate(simRange) // ranges before it are complete
+	sets := map[time.Time]*queen.PrintSet{}
+	for h, frames := range d.part(pid).stored {
+		for _, f := range frames {
+			if !f.created.After(cut) || !f.created.Before(complete) {
+				continue
+			}
+			lo := f.created.Truncate(simRange)
+			set := sets[lo]
+			if set == nil {
+				set = &queen.PrintSet{Since: lo, Until: lo.Add(simRange)}
+				sets[lo] = set
+			}
+			set.Prints = append(set.Prints, h[0:4]...)
+		}
+	}
+	out := queen.SidecarPrints{Uncovered: complete}
+	for _, set := range sets {
+		out.Sets = append(out.Sets, *set)
+	}
+	return out, nil
 }
 
 // retain removes partition pid's segments stored at or before now - keep,
@@ -245,12 +289,19 @@ func waitHydrated(t *testing.T, caches []HashCache) {
 // TestCacheWatermarkIsAPromise drives random pushes, repeats, writes by
 // another broker, window changes, retention removing segments inside the
 // window (hydration then meets holes), budget evictions and time through caches
-// of several partitions, and checks every watermark against the model.
+// of several partitions, and checks every watermark against the model;
+// with and without fingerprints of the compacted ranges (migration 0021),
+// which hydrations read back for the holes.
 func TestCacheWatermarkIsAPromise(t *testing.T) {
-	for _, budget := range []int64{512 << 20, 4 << 10, 1 << 10} {
-		t.Run(fmt.Sprintf("budget-%d", budget), func(t *testing.T) {
+	for _, tc := range []struct {
+		budget int64
+		prints bool
+	}{{512 << 20, false}, {4 << 10, false}, {1 << 10, false}, {512 << 20, true}, {4 << 10, true}} {
+		budget := tc.budget
+		t.Run(fmt.Sprintf("budget-%d/prints-%v", budget, tc.prints), func(t *testing.T) {
 			t.Parallel()
 			d := newSimDB()
+			d.printsOn, d.printsLag = tc.prints, 15*time.Second
 			c := NewCache(CacheConfig{BudgetBytes: budget, Source: d, ColdFor: 20 * time.Second, Logger: quiet()})
 			r := rand.New(rand.NewSource(budget))
 			pids := make([]uuid.UUID, 4)
@@ -296,8 +347,12 @@ func TestCacheWatermarkIsAPromise(t *testing.T) {
 				}
 			}
 			st := c.Stats()
+			t.Logf("%+v", st)
 			require.NotZero(t, st.NarrowedProbes, "%+v", st)
 			require.LessOrEqual(t, st.Bytes, budget, "%+v", st)
+			if tc.prints && budget > 1<<20 {
+				require.NotZero(t, st.PrintReads, "%+v", st)
+			}
 			if budget < 8<<10 {
 				require.NotZero(t, st.Evictions, "%+v", st)
 			}
@@ -334,6 +389,57 @@ func TestCacheDoesNotVouchAcrossARetainedHole(t *testing.T) {
 	b = batchOf(pid, []string{"z"})
 	pc.Prepare(b)
 	require.GreaterOrEqual(t, b.Watermark, int64(0), "vouches again")
+}
+
+// TestCacheVouchesAcrossAFingerprintedHole (SPEC.md §3, §8; issue 40): as
+// TestCacheDoesNotVouchAcrossARetainedHole, but the hole's ranges are
+// compacted with fingerprints (migration 0021). The hydrated cache reads
+// them back and vouches at once; a repeat of an id whose segment retention
+// removed is a suspect looked up in its range's span only, and is still a
+// duplicate; a new id is not a suspect.
+func TestCacheVouchesAcrossAFingerprintedHole(t *testing.T) {
+	d := newSimDB()
+	d.printsOn, d.printsLag = true, 15*time.Second
+	c := NewCache(CacheConfig{BudgetBytes: 512 << 20, Source: d, Logger: quiet()})
+	pid, pc := uuid.New(), c.New()
+	d.part(pid).window = 120
+	for i := range 10 { // at 0..9 s
+		push(t, d, pc, pid, []string{fmt.Sprintf("t%d", i)})
+		d.advance(time.Second)
+	}
+	d.advance(30 * time.Second)
+	for i := range 3 { // at 40..42 s
+		push(t, d, pc, pid, []string{fmt.Sprintf("r%d", i)})
+		d.advance(time.Second)
+	}
+	d.advance(30 * time.Second)        // 73 s: the ranges before 50 s are compacted
+	d.retain(pid, 50*time.Second)      // t0..t9 go, r0..r2 stay; the window is 120 s
+	pc = c.New()                       // the partition activated again (another broker, a restart)
+	push(t, d, pc, pid, []string{"x"}) // hydrates (-1, 12]: a hole, then r0..r2
+	waitHydrated(t, []HashCache{pc})
+	require.Equal(t, 1, d.printReads)
+
+	b := batchOf(pid, []string{"t3", "new"})
+	pc.Prepare(b)
+	require.GreaterOrEqual(t, b.Watermark, int64(0), "vouches across the fingerprinted hole")
+	sp, ok := b.Suspects[hashOf("t3")]
+	require.True(t, ok, "a removed segment's id is a suspect")
+	require.LessOrEqual(t, sp.Until.Sub(sp.Since), 2*simRange, "looked up in its range's span, not the window")
+	_, ok = b.Suspects[hashOf("new")]
+	require.False(t, ok)
+	out := d.commit(t, b)
+	require.Equal(t, queen.Duplicate, out.Results[0].Verdict)
+	require.Equal(t, queen.Queued, out.Results[1].Verdict)
+	require.Equal(t, int64(1), c.Stats().PrintReads)
+
+	// The fingerprints leave with the window.
+	pc.Observe(b, &out)
+	d.advance(121 * time.Second)
+	push(t, d, pc, pid, []string{"y"})
+	p := pc.(*partitionCache)
+	p.mu.Lock()
+	require.Empty(t, p.prints)
+	p.mu.Unlock()
 }
 
 // TestCacheDegradesWithoutThrashing: 64 equally busy partitions whose

@@ -3,6 +3,8 @@ package actors
 import (
 	"encoding/binary"
 	"math/bits"
+	"slices"
+	"time"
 
 	queen "github.com/queen-mq/queen-go"
 )
@@ -72,3 +74,32 @@ func (f *filter) at(h *queen.Hash) (*[8]uint64, uint64, uint64) {
 	blk, _ := bits.Mul64(h1, uint64(len(f.blocks)))
 	return &f.blocks[blk], h2 & 511, (h2>>9)&511 | 1
 }
+
+// printSet is the fingerprints of the hashes a partition stored from since
+// to until (queen.PrintSet), sorted: what a hydration reads back for
+// segments retention removed inside the window. A hash whose first four
+// bytes are among them may be there (a suspect, looked up in that span);
+// one whose are not is not.
+type printSet struct {
+	since, until time.Time
+	keys         []uint32
+}
+
+// printSetBytes is a printSet's fixed cost beside its keys.
+const printSetBytes = 72
+
+func newPrintSet(s queen.PrintSet) printSet {
+	keys := make([]uint32, len(s.Prints)/4)
+	for i := range keys {
+		keys[i] = binary.BigEndian.Uint32(s.Prints[i*4:])
+	}
+	slices.Sort(keys)
+	return printSet{since: s.Since, until: s.Until, keys: keys}
+}
+
+func (s *printSet) test(h *queen.Hash) bool {
+	_, ok := slices.BinarySearch(s.keys, binary.BigEndian.Uint32(h[0:4]))
+	return ok
+}
+
+func (s *printSet) bytes() int64 { return printSetBytes + 4*int64(cap(s.keys)) }

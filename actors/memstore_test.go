@@ -22,6 +22,10 @@ func (emptySidecar) SidecarRange(context.Context, uuid.UUID, int64, int64, int64
 	return nil, nil
 }
 
+func (emptySidecar) SidecarPrints(context.Context, uuid.UUID, int64) (queen.SidecarPrints, error) {
+	return queen.SidecarPrints{}, nil
+}
+
 func liveHeap() int64 {
 	var m runtime.MemStats
 	runtime.GC()

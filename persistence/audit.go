@@ -173,7 +173,7 @@ type DBStats struct {
 	// DatabaseBytes is pg_database_size of the database.
 	DatabaseBytes int64
 	// SidecarBytes is pg_total_relation_size summed over
-	// queen.log_txn_hashes and queen.hash_blocks, every partition of a partitioned table included
+	// queen.log_txn_hashes, queen.hash_blocks and queen.hash_prints, every partition of a partitioned table included
 	// (indexes and TOAST too).
 	SidecarBytes int64
 	// WALPosition is pg_current_wal_lsn() as text ("16/B374D848").

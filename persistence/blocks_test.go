@@ -86,6 +86,84 @@ func TestSidecarCompactionKeepsEveryAnswer(t *testing.T) {
 	require.Equal(t, rowCounts{Segments: 2, Messages: 4, Hashes: 4}, counts(t, s, pid))
 }
 
+// printed reports whether txn's hash has its fingerprint in pr.
+func printed(pr queen.SidecarPrints, txn string) bool {
+	h := queen.HashTxn(txn)
+	for _, set := range pr.Sets {
+		for i := 0; i+4 <= len(set.Prints); i += 4 {
+			if string(set.Prints[i:i+4]) == string(h[0:4]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestSidecarPrintsCoverCompactedRanges (SPEC.md §8, migration 0021): a
+// compaction writes each partition's fingerprints of its range, from level
+// 0 or, after a crash emptied it, from the segments; SidecarPrints returns
+// them with their range's bounds, and names the oldest range without them
+// (level 0, or emptied by a crash) as Uncovered, so a hash cache reads a
+// hole back only where every hash of it has its fingerprint; the retention
+// pass writes a compacted range's fingerprints again from its level-1
+// blocks after a crash emptied them.
+func TestSidecarPrintsCoverCompactedRanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Second)
+	a := partition(t, s, "f", "a")
+	b := partition(t, s, "f", "b")
+	commit(t, s, a, items("f", "a", "x", "y"))
+	commit(t, s, b, items("f", "b", "z"))
+	at := lastStamp(t, s, a)
+
+	pr, err := s.SidecarPrints(ctx, a, 3600)
+	require.NoError(t, err)
+	require.False(t, printed(pr, "x"), "level 0 has no fingerprints")
+	require.False(t, pr.Uncovered.IsZero())
+	require.False(t, pr.Uncovered.After(at), "the range holding x is not covered")
+
+	compactThrough(t, s, at)
+	pr, err = s.SidecarPrints(ctx, a, 3600)
+	require.NoError(t, err)
+	require.True(t, printed(pr, "x"), "%+v", pr)
+	require.True(t, printed(pr, "y"))
+	require.False(t, printed(pr, "z"), "b's hash is b's")
+	require.True(t, pr.Uncovered.IsZero() || pr.Uncovered.After(at), "covered up to the compacted range: %v, x at %v", pr.Uncovered, at)
+	for _, set := range pr.Sets {
+		require.False(t, set.Since.After(at))
+		require.False(t, set.Until.Before(at))
+	}
+
+	// A crash empties them (they are unlogged): not covered, until the
+	// retention leader's pass writes them again from the level-1 blocks.
+	crash(t, s)
+	pr, err = s.SidecarPrints(ctx, a, 3600)
+	require.NoError(t, err)
+	require.False(t, printed(pr, "x"))
+	require.False(t, pr.Uncovered.After(at))
+	r, err := compactSidecarRanges(ctx, s.pool, compactGrace)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, r.Printed, 1)
+	pr, err = s.SidecarPrints(ctx, a, 3600)
+	require.NoError(t, err)
+	require.True(t, printed(pr, "x"), "%+v", pr)
+	require.False(t, printed(pr, "z"))
+	require.True(t, pr.Uncovered.IsZero() || pr.Uncovered.After(at))
+
+	// A range compacted after a crash emptied its level 0 takes its
+	// fingerprints from the segments.
+	_, err = refillLostRanges(ctx, s.pool)
+	require.NoError(t, err)
+	commit(t, s, a, items("f", "a", "w"))
+	at = lastStamp(t, s, a)
+	crash(t, s)
+	compactThrough(t, s, at)
+	pr, err = s.SidecarPrints(ctx, a, 3600)
+	require.NoError(t, err)
+	require.True(t, printed(pr, "w"), "%+v", pr)
+}
+
 // TestSidecarCompactionIgnoresOtherPartitions: a level-1 bucket holds the
 // hashes of every partition; an entry of another partition (the same
 // transactionId pushed there) never makes a push a duplicate.
@@ -103,8 +181,8 @@ func TestSidecarCompactionIgnoresOtherPartitions(t *testing.T) {
 }
 
 // crash empties what PostgreSQL's crash recovery empties: every unlogged
-// table (the sidecar's level-0 ranges and sidecar_alive, and the
-// partitions' allocator rows, migration 0019).
+// table (the sidecar's level-0 ranges and sidecar_alive, the partitions'
+// allocator rows, migration 0019, and the fingerprints, migration 0021).
 func crash(t testing.TB, s *Store) {
 	t.Helper()
 	ctx := context.Background()
@@ -112,7 +190,7 @@ func crash(t testing.TB, s *Store) {
 		_, err := s.pool.Exec(ctx, `TRUNCATE queen.`+r.Name)
 		require.NoError(t, err)
 	}
-	_, err := s.pool.Exec(ctx, `TRUNCATE queen.sidecar_alive, queen.partition_ends`)
+	_, err := s.pool.Exec(ctx, `TRUNCATE queen.sidecar_alive, queen.partition_ends, queen.hash_prints, queen.hash_prints_alive`)
 	require.NoError(t, err)
 }
 

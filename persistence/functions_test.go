@@ -45,7 +45,8 @@ var evolved = map[string]string{
 // added lists the functions first defined by their files, after migration
 // 0016 (no migration defines them), and why.
 var added = map[string]string{
-	"partition_cold_end": "migration 0019: a partition's end from its floor and its newest segment",
+	"partition_cold_end":    "migration 0019: a partition's end from its floor and its newest segment",
+	"sidecar_prints_refill": "migration 0021: a compacted range's fingerprints from its level-1 blocks",
 }
 
 // TestFunctionsAsMigrated: persistence/functions holds exactly the functions

@@ -40,6 +40,8 @@ var (
 	sqlSidecarCompactable   = q("sidecar_compactable")
 	sqlSidecarCompact       = q("sidecar_compact")
 	sqlSidecarRefill        = q("sidecar_refill")
+	sqlSidecarUnprinted     = q("sidecar_unprinted")
+	sqlSidecarPrintsRefill  = q("sidecar_prints_refill")
 )
 
 // DefaultSidecarRange is the time span of one range of the per-hash sidecar
@@ -98,6 +100,10 @@ type SidecarRanges struct {
 	Compacted int
 	Hashes    int64
 	Refilled  int
+	// Printed is the compacted ranges whose fingerprints (migration 0021)
+	// were written again from their level-1 blocks: compacted by a release
+	// before 0.4.4, or emptied by a crash or a failover.
+	Printed int
 }
 
 // bounds is one sidecar range, [lo, hi).
@@ -268,7 +274,43 @@ func sidecarUpkeep(ctx context.Context, db txBeginner, grace time.Duration, lost
 			return r, unavailable(fmt.Errorf("compact sidecar range from %v: %w", w.lo.UTC(), err))
 		}
 	}
-	return r, nil
+	if lostOnly {
+		return r, nil
+	}
+	return r, printRanges(ctx, db, &r)
+}
+
+// printsPerPass bounds the ranges whose fingerprints one upkeep pass writes
+// again (each reads the range's level-1 blocks: about a second per million
+// hashes), so a pass after an upgrade or a crash stays short.
+const printsPerPass = 4
+
+// printRanges writes the fingerprints of the compacted ranges that lack
+// them (sidecar_prints_refill), the newest first, at most printsPerPass,
+// each in its own transaction, counting them in r.Printed.
+func printRanges(ctx context.Context, db txBeginner, r *SidecarRanges) error {
+	rows, err := db.Query(ctx, sqlSidecarUnprinted, pgx.QueryExecModeExec, printsPerPass)
+	if err != nil {
+		return unavailable(err)
+	}
+	los, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return unavailable(err)
+	}
+	for _, lo := range los {
+		var n int64
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, sqlSidecarPrintsRefill, lo).Scan(&n)
+		})
+		switch {
+		case err == nil && n >= 0:
+			r.Printed++
+		case err == nil:
+		default:
+			return unavailable(fmt.Errorf("fingerprints of sidecar range from %v: %w", lo.UTC(), err))
+		}
+	}
+	return nil
 }
 
 // rangeDDL runs fn in a transaction whose lock_timeout is

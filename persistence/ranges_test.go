@@ -194,6 +194,10 @@ func TestSidecarRangeDropKeepsWhatCounts(t *testing.T) {
 	c := step(t, s, low)
 	require.Zero(t, c.Ranges.Dropped)
 	require.Equal(t, 3, c.Ranges.Compacted, "the closed past ranges went to level 1")
+	pr, err := s.SidecarPrints(ctx, w, 3600)
+	require.NoError(t, err)
+	require.True(t, printed(pr, "m0"), "the compaction wrote w's fingerprints: %+v", pr)
+	require.False(t, printed(pr, "l0"), "and only w's")
 	require.Equal(t, rowCounts{Segments: 1, Messages: 1, Hashes: 1}, counts(t, s, w), "w's entry stays in level 1")
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, ackTxn(long, g, "l0", queen.AckCompleted, nil)))
 	again := commit(t, s, long, items("long", "p", "l0"))
@@ -228,6 +232,9 @@ func TestSidecarRangeDropKeepsWhatCounts(t *testing.T) {
 		all, _ := physicalHashes(t, s, pid)
 		require.Equal(t, counts(t, s, pid).Hashes, all, "only level-0 rows are left")
 	}
+	var prints, alive int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.hash_prints), (SELECT count(*) FROM queen.hash_prints_alive)`).Scan(&prints, &alive))
+	require.Equal(t, [2]int{0, 0}, [2]int{prints, alive}, "the fingerprints went with their ranges")
 	again = commit(t, s, w, items("w", "p", "m1", "m0"))
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(again))
 	require.Equal(t, int64(1), again.Results[0].Offset)

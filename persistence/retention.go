@@ -168,6 +168,7 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 	c.Ranges.Compacted += o.Ranges.Compacted
 	c.Ranges.Hashes += o.Ranges.Hashes
 	c.Ranges.Refilled += o.Ranges.Refilled
+	c.Ranges.Printed += o.Ranges.Printed
 	c.SegmentRanges.Created += o.SegmentRanges.Created
 	c.SegmentRanges.Dropped += o.SegmentRanges.Dropped
 	c.SegmentRanges.Deferred += o.SegmentRanges.Deferred
@@ -247,12 +248,13 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		c.Ranges.Compacted += r.Compacted
 		c.Ranges.Hashes += r.Hashes
 		c.Ranges.Refilled += r.Refilled
+		c.Ranges.Printed += r.Printed
 		c.Ranges.Deferred += r.Deferred
 		if err != nil {
 			errs = append(errs, fmt.Errorf("retention: sidecar compaction: %w", err))
 		}
-		if r.Compacted+r.Refilled+r.Deferred > 0 {
-			cfg.Logger.Debug("retention sidecar compaction", "compacted", r.Compacted, "hashes", r.Hashes, "refilled", r.Refilled, "deferred", r.Deferred)
+		if r.Compacted+r.Refilled+r.Printed+r.Deferred > 0 {
+			cfg.Logger.Debug("retention sidecar compaction", "compacted", r.Compacted, "hashes", r.Hashes, "refilled", r.Refilled, "printed", r.Printed, "deferred", r.Deferred)
 		}
 	}
 	// Then the segment ranges whose rows are all past their queue's

@@ -82,3 +82,44 @@ func withHoles(segs []queen.SidecarSegment, lasts []int64, hasEdge bool, edgeLas
 	}
 	return out
 }
+
+var sqlCachePrints = q("cache_prints")
+
+// SidecarPrints returns partition pid's fingerprints of the sidecar ranges
+// inside the last windowSeconds (migration 0021): what a hash cache reads
+// back for the segments retention removed inside the window, whose hashes
+// SidecarRange cannot return (SPEC.md §8). Uncovered is the lo of the
+// oldest range in the window whose fingerprints are not complete (not
+// compacted yet, compacted by a release before 0.4.4, or emptied by a
+// crash; zero when every one is): each hash the partition stored inside
+// the window before Uncovered has its fingerprint in Sets. Errors are
+// database errors (queen.ErrUnavailable).
+func (s *Store) SidecarPrints(ctx context.Context, pid uuid.UUID, windowSeconds int64) (queen.SidecarPrints, error) {
+	rows, err := s.pool.Query(ctx, sqlCachePrints, pid, windowSeconds)
+	if err != nil {
+		return queen.SidecarPrints{}, unavailable(err)
+	}
+	defer rows.Close()
+	var out queen.SidecarPrints
+	for rows.Next() {
+		var (
+			set      queen.PrintSet
+			complete bool
+		)
+		if err := rows.Scan(&set.Since, &set.Until, &complete, &set.Prints); err != nil {
+			return queen.SidecarPrints{}, unavailable(err)
+		}
+		switch {
+		case !complete:
+			if out.Uncovered.IsZero() || set.Since.Before(out.Uncovered) {
+				out.Uncovered = set.Since
+			}
+		case complete && len(set.Prints) >= 4:
+			out.Sets = append(out.Sets, set)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return queen.SidecarPrints{}, unavailable(err)
+	}
+	return out, nil
+}

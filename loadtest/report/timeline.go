@@ -40,7 +40,7 @@ type TimelinePoint struct {
 	// process, BrokerRSS are unavailable: 0 here, "n/a" in the text.
 	BrokerMetrics bool `json:"broker_metrics"`
 	// DBBytes is pg_database_size; SidecarBytes the hash sidecar's
-	// relations (log_txn_hashes, hash_blocks, every partition, indexes and
+	// relations (log_txn_hashes, hash_blocks, hash_prints, every partition, indexes and
 	// TOAST); WALBytes the WAL written since the run started (the
 	// cluster's WAL: every database of the PostgreSQL). All three are 0
 	// when the database could not be read at this sample, WALBytes also

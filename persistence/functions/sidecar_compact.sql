@@ -2,7 +2,10 @@
 -- table (EXCLUSIVE lock: readers go on), builds its level-1 table (blocks
 -- of self-contained entries: hash, partition, created_at, segment and index,
 -- migration 0017) from its level-0 rows, or from the hashes of the
--- range's segments when a crash emptied level 0, attaches it, marks the range compacted and drops
+-- range's segments when a crash emptied level 0, attaches it, writes each
+-- partition's fingerprints of the range (queen.hash_prints, migration 0021:
+-- what a hash cache reads back for segments retention removed inside the
+-- window) and lists them complete, marks the range compacted and drops
 -- the level-0 table, all in the caller's transaction (a short lock_timeout:
 -- the DROP needs log_txn_hashes' lock for a moment). A push stamped inside
 -- the range that had not inserted yet fails (its range is gone) or, once
@@ -75,6 +78,26 @@ BEGIN
              GROUP BY e.bucket
         $q$, b) USING lo, hi, k;
     END IF;
+    -- The fingerprints: a partition's hashes' first four bytes, grouped by
+    -- hashing (a few thousand partitions: the groups fit in work_mem).
+    PERFORM set_config('enable_hashagg', 'on', true);
+    PERFORM set_config('work_mem', '64MB', true);
+    IF l0 THEN
+        EXECUTE format($q$
+            INSERT INTO queen.hash_prints (lo, partition_id, prints)
+            SELECT $1, x.partition_id, string_agg(substring(uuid_send(x.hash) FROM 1 FOR 4), ''::bytea)
+              FROM queen.%I x
+             GROUP BY x.partition_id
+        $q$, n) USING lo;
+    ELSE
+        INSERT INTO queen.hash_prints (lo, partition_id, prints)
+        SELECT sidecar_compact.lo, t.partition_id, string_agg(substring(t.hashes FROM g.i * 16 + 1 FOR 4), ''::bytea)
+          FROM queen.segments t
+         CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
+         WHERE t.created_at >= sidecar_compact.lo AND t.created_at < sidecar_compact.hi
+         GROUP BY t.partition_id;
+    END IF;
+    INSERT INTO queen.hash_prints_alive (lo) VALUES (sidecar_compact.lo) ON CONFLICT DO NOTHING;
     EXECUTE format('ALTER TABLE queen.%I ADD PRIMARY KEY (lo, bucket)', b);
     EXECUTE format('ALTER TABLE queen.%I ADD CONSTRAINT %I CHECK (lo >= %L AND lo < %L)', b, b || '_bounds', lo, hi);
     EXECUTE format('ALTER TABLE queen.hash_blocks ATTACH PARTITION queen.%I FOR VALUES FROM (%L) TO (%L)', b, lo, hi);

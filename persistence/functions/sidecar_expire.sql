@@ -1,6 +1,6 @@
 -- Drops the range [lo, hi) once none of its hashes counts any more: its
--- level-1 table, or its level-0 table when it was never compacted, and its
--- listing. The caller found hi older than every queue's sidecar floor
+-- level-1 table, or its level-0 table when it was never compacted, its
+-- fingerprints (migration 0021) and its listing. The caller found hi older than every queue's sidecar floor
 -- (sidecar_ranges_expired); after the DROP holds its locks the check runs
 -- again against the windows and completed retentions of now (a configure
 -- that widened one meanwhile), and the drop is undone by an error when the
@@ -21,6 +21,8 @@ BEGIN
                  FROM queen.queues q), 0)) THEN
         RAISE EXCEPTION 'sidecar range % is still in use', n USING ERRCODE = 'object_in_use';
     END IF;
+    DELETE FROM queen.hash_prints p WHERE p.lo = sidecar_expire.lo;
+    DELETE FROM queen.hash_prints_alive a WHERE a.lo = sidecar_expire.lo;
     DELETE FROM queen.sidecar_ranges r WHERE r.lo = sidecar_expire.lo;
     DELETE FROM queen.sidecar_alive a WHERE a.lo = sidecar_expire.lo;
     RETURN true;

@@ -1,5 +1,5 @@
 -- The database's size figures for the load test's timeline: the whole
--- database, the hash sidecar (log_txn_hashes and hash_blocks with their indexes
+-- database, the hash sidecar (log_txn_hashes, hash_blocks and hash_prints with their indexes
 -- and TOAST, every partition of a partitioned table included:
 -- pg_partition_tree lists a partitioned table's members and nothing for a
 -- plain table, hence the table itself is added, once), the
@@ -10,7 +10,8 @@ SELECT pg_database_size(current_database()),
        (SELECT COALESCE(sum(pg_total_relation_size(t.relid)), 0)::bigint
         FROM (SELECT relid FROM pg_partition_tree(to_regclass('queen.log_txn_hashes'))
               UNION SELECT to_regclass('queen.log_txn_hashes')
-              UNION SELECT relid FROM pg_partition_tree(to_regclass('queen.hash_blocks'))) t
+              UNION SELECT relid FROM pg_partition_tree(to_regclass('queen.hash_blocks'))
+              UNION SELECT to_regclass('queen.hash_prints')) t
         WHERE t.relid IS NOT NULL),
        pg_current_wal_lsn()::text,
        COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn), 0)::bigint

@@ -9,7 +9,8 @@
 -- range outside the span it looks in), so the level-1 entries of these
 -- partitions leave their blocks (their partition set to NULL: they match
 -- nothing) and are written to level 0 under their new created_at, where
--- the next compaction finds them. One statement: every part reads the
+-- the next compaction finds them; their fingerprints (migration 0021)
+-- leave the compacted ranges with them. One statement: every part reads the
 -- snapshot from before the move.
 WITH s AS (
     UPDATE queen.segments
@@ -24,6 +25,8 @@ WITH s AS (
       FROM queen.hash_blocks k
      CROSS JOIN LATERAL unnest(k.hashes, k.parts, k.firsts, k.idxs, k.stamps) AS u (hash, p, first, idx, stamp)
      WHERE k.parts && $1::uuid[] AND u.p = ANY ($1::uuid[])
+), f AS (
+    DELETE FROM queen.hash_prints p WHERE p.partition_id = ANY ($1::uuid[])
 ), b AS (
     UPDATE queen.hash_blocks k
        SET parts = (SELECT array_agg(CASE WHEN u.p = ANY ($1::uuid[]) THEN NULL ELSE u.p END ORDER BY u.ord)

@@ -689,6 +689,7 @@ func registerCacheMetrics(m *metrics.Set, c *actors.Cache) {
 		counter("queen_dedup_narrowed_probes_total", "Partition probes narrowed by the cache's watermark.", func(s actors.CacheStats) int64 { return s.NarrowedProbes }),
 		counter("queen_dedup_cache_hydrations_total", "Partition caches filled with a whole window read from the sidecar.", func(s actors.CacheStats) int64 { return s.Hydrations }),
 		counter("queen_dedup_cache_gap_reads_total", "Sidecar reads of segments other writers stored between two of this broker's commits.", func(s actors.CacheStats) int64 { return s.GapReads }),
+		counter("queen_dedup_cache_print_reads_total", "Hydrations that read back, as fingerprints, the hashes of segments retention removed inside the window.", func(s actors.CacheStats) int64 { return s.PrintReads }),
 	)
 }
 
