@@ -168,6 +168,8 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 		p.CacheBytes += m.CacheBytes
 		p.CacheEvictions += m.Evictions
 		p.CacheHydrations += m.Hydrations
+		p.CacheNarrowedProbes += m.NarrowedProbes
+		p.CacheFullProbes += m.FullProbes
 	}
 	if p.BrokerRSS == 0 && s.cfg.SelfRSS {
 		p.BrokerRSS = selfRSS()
@@ -192,7 +194,8 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 func (s *sampler) writeLine(now time.Time, p report.TimelinePoint) {
 	cache := "n/a"
 	if p.BrokerMetrics {
-		cache = fmt.Sprintf("%s (evictions %d, hydrations %d)", mib(p.CacheBytes), p.CacheEvictions, p.CacheHydrations)
+		cache = fmt.Sprintf("%s (evictions %d, hydrations %d, narrowed probes %s of %s)", mib(p.CacheBytes), p.CacheEvictions, p.CacheHydrations,
+			report.Commas(p.CacheNarrowedProbes), report.Commas(p.CacheNarrowedProbes+p.CacheFullProbes))
 	}
 	line := fmt.Sprintf("loadtest: sample t=%.0fs stored/s %s · items/s %s · p50 %.1f ms · p99 %.1f ms · broker rss %s · db %s · sidecar %s · wal %s · per stored message wal %s, db %s, sidecar %s · cache %s · ledger %s",
 		p.T, report.Commas(int64(p.StoredPerSecond)), report.Commas(int64(p.ItemsPerSecond)), p.P50, p.P99, p.RSSText(mib), mib(p.DBBytes),

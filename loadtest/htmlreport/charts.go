@@ -521,7 +521,11 @@ func trim(v float64) string {
 }
 
 // faultMarks draws each fault as a vertical line at its start, a band until
-// its recovery and, when there are few, a label at the top.
+// its recovery and, when there are few, a label at the top. When there are
+// many (more than maxFaultLabels: an hour of chaos has hundreds), full-height
+// lines would cover the series, so each is a short tick on the x axis (a
+// rug) without a band, but for the faults that did not recover, which keep
+// their full-height dashed line.
 type faultMarks struct {
 	faults []fault
 	xdiv   float64
@@ -538,9 +542,14 @@ func (m *faultMarks) Plot(c draw.Canvas, p *plot.Plot) {
 		YAlign:   text.YTop,
 		Handler:  plot.DefaultTextHandler,
 	}
+	rug := c.Min.Y + (c.Max.Y-c.Min.Y)*0.06
 	for _, f := range m.faults {
 		col := faultColour(f.Kind)
 		x0, x1 := trX(f.At/m.xdiv), trX(f.Until/m.xdiv)
+		if !m.labels && !f.Failed {
+			c.StrokeLine2(draw.LineStyle{Color: col, Width: vg.Points(1)}, x0, c.Min.Y, x0, rug)
+			continue
+		}
 		if x1 > x0 {
 			band := color.NRGBA{col.R, col.G, col.B, 0x20}
 			c.FillPolygon(band, []vg.Point{{X: x0, Y: c.Min.Y}, {X: x1, Y: c.Min.Y}, {X: x1, Y: c.Max.Y}, {X: x0, Y: c.Max.Y}})

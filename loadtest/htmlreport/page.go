@@ -376,7 +376,7 @@ pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: 12px; lin
 
 <h2 id="timeline">Timeline</h2>
 {{if .NoTimeline}}<p class="note">No timeline points in {{range $i, $n := .NoTimeline}}{{if $i}}, {{end}}{{$n}}{{end}}: the run was shorter than its sample interval (--sample-every), or wrote raw COPY.</p>{{end}}
-{{if .Charts}}<p class="note">Each point covers the interval since the one before it. Faults are vertical lines at their start, shaded until their recovery (a dashed line: its recovery failed).</p>{{end}}
+{{if .Charts}}<p class="note">Each point covers the interval since the one before it. Faults are vertical lines at their start, shaded until their recovery (a dashed line: its recovery failed); on a chart with more than 24 faults, a short tick on the time axis each (a recovery that failed keeps its dashed line).</p>{{end}}
 {{range .Charts}}<figure class="chart" id="chart-{{.ID}}" data-chart="{{.ID}}" data-points="{{.Points}}" data-faults="{{.Faults}}">
 <h3>{{.Title}}</h3>
 {{.SVG}}

@@ -64,6 +64,11 @@ type TimelinePoint struct {
 	CacheBytes      int64 `json:"cache_bytes"`
 	CacheEvictions  int64 `json:"cache_evictions"`
 	CacheHydrations int64 `json:"cache_hydrations"`
+	// CacheNarrowedProbes and CacheFullProbes are the partition probes the
+	// cache narrowed with a watermark and those of the whole window, since
+	// each broker started, summed over the brokers that answered.
+	CacheNarrowedProbes int64 `json:"cache_narrowed_probes"`
+	CacheFullProbes     int64 `json:"cache_full_probes"`
 	// LedgerBytes is the memory of the harness's audit ledgers (4 bits per
 	// id sent plus the ids awaiting their stored frame or answer) and of the
 	// consumer groups' records (16 bytes per offset delivered, in chunks of

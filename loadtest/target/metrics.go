@@ -19,6 +19,11 @@ type BrokerMetrics struct {
 	// queen_dedup_cache_bytes (bytes), _evictions_total and
 	// _hydrations_total.
 	CacheBytes, Evictions, Hydrations int64
+	// NarrowedProbes and FullProbes are the partition probes the cache
+	// narrowed with a watermark and those of the whole window
+	// (queen_dedup_narrowed_probes_total,
+	// queen_dedup_full_window_probes_total).
+	NarrowedProbes, FullProbes int64
 	// LeaseExpiries, Bisections and ExpiryDead are the lease expiries,
 	// bisections and expiry dead letters the broker settled
 	// (queen_lease_expiries_total, queen_lease_bisections_total,
@@ -41,6 +46,8 @@ func ScrapeMetrics(ctx context.Context, hc *http.Client, base string) (BrokerMet
 		"queen_dedup_cache_bytes":               &m.CacheBytes,
 		"queen_dedup_cache_evictions_total":     &m.Evictions,
 		"queen_dedup_cache_hydrations_total":    &m.Hydrations,
+		"queen_dedup_narrowed_probes_total":     &m.NarrowedProbes,
+		"queen_dedup_full_window_probes_total":  &m.FullProbes,
 	}
 	names := []string{"queen_poison_stall_seconds_total"}
 	for n := range ints {
