@@ -54,10 +54,44 @@ func (n *natsNode) isUp() bool {
 	return n.up
 }
 
+// natsStartTries is how many times startNATSNodes starts the nodes on new
+// ports when a port it chose was taken before a node bound it.
+const natsStartTries = 3
+
 // startNATSNodes starts count node processes, each routed to every other,
 // and waits until every node has a route to every other (polling their
-// /routez, at most a minute).
+// /routez, at most a minute). The ports are chosen free (freePort) but
+// bound only by the nodes, so another process may take one in between: a
+// node that exits naming a port in use makes it stop every node and start
+// them again on new ports, up to natsStartTries times.
 func (c *Cluster) startNATSNodes(ctx context.Context, count int) error {
+	for try := 1; ; try++ {
+		err := c.tryNATSNodes(ctx, count)
+		if err == nil || try == natsStartTries || !c.natsPortTaken() {
+			return err
+		}
+		c.status("loadtest: a NATS node's port was taken before it bound it; starting the NATS nodes again on new ports (try %d of %d)", try+1, natsStartTries)
+		for _, n := range c.nodes {
+			n.stop(10 * time.Second)
+			_ = os.Remove(n.logPath)
+		}
+		c.nodes = nil
+	}
+}
+
+// natsPortTaken reports whether a node's log says that a port it was to
+// listen on was in use.
+func (c *Cluster) natsPortTaken() bool {
+	for _, n := range c.nodes {
+		if data, err := os.ReadFile(n.logPath); err == nil && strings.Contains(string(data), "address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+// tryNATSNodes is one try of startNATSNodes.
+func (c *Cluster) tryNATSNodes(ctx context.Context, count int) error {
 	for i := range count {
 		n := &natsNode{idx: i, name: fmt.Sprintf("queen-nats-%d", i), logPath: filepath.Join(c.dir, fmt.Sprintf("nats-%d.log", i))}
 		for _, addr := range []*string{&n.client, &n.route, &n.monitor} {
