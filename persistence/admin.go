@@ -64,7 +64,7 @@ func scanDeadLetter(r pgx.CollectableRow, total *int64) (queen.DeadLetter, error
 		&d.CreatedAt, &d.Error, &d.Attempts, &d.DeadAt, &d.ProducerSub, total); err != nil {
 		return d, err
 	}
-	fs, err := UnpackFrames(mid[:], frame)
+	fs, err := UnpackFrames(StoredIDs(mid[:]), frame)
 	if err != nil || len(fs) != 1 {
 		return d, fmt.Errorf("%w: dead letter %d", ErrCorruptSegment, d.ID)
 	}

@@ -90,17 +90,23 @@ func (a *Audit) EachMessage(ctx context.Context, queues []string, fn func(*Store
 // eachFrame unpacks one segment [first, last] of m's partition and calls fn
 // for each frame, m filled in.
 func eachFrame(m *StoredMessage, first, last int64, ids, frames []byte, fn func(*StoredMessage) error) error {
-	if int64(len(ids)/16) != last-first+1 || len(ids)%16 != 0 {
+	if len(ids) > 0 && (int64(len(ids)/16) != last-first+1 || len(ids)%16 != 0) {
 		return fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds %d message ids", ErrCorruptSegment, m.Queue, m.Partition, first, last, len(ids)/16)
 	}
 	k := int64(0)
-	err := walkFrames(ids, frames, func(v *frameView) error {
+	err := walkFrames(SegmentIDs{Stored: ids, Partition: m.PartitionID, First: first, At: m.CreatedAt}, frames, func(v *frameView) error {
+		if first+k > last {
+			return fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds more frames", ErrCorruptSegment, m.Queue, m.Partition, first, last)
+		}
 		m.Offset = first + k
 		k++
 		m.MessageID = v.messageID
 		m.TransactionID = string(v.txn)
 		return fn(m)
 	})
+	if err == nil && first+k != last+1 {
+		err = fmt.Errorf("%w: queue %q partition %q segment [%d, %d] holds %d frames", ErrCorruptSegment, m.Queue, m.Partition, first, last, k)
+	}
 	if errors.Is(err, ErrCorruptSegment) {
 		return fmt.Errorf("%w: queue %q partition %q segment at offset %d", err, m.Queue, m.Partition, first)
 	}
@@ -340,7 +346,7 @@ func (a *Audit) DeadLetters(ctx context.Context, queues []string) ([]StoredDeadL
 		if part != nil {
 			d.Partition = *part
 		}
-		fs, err := UnpackFrames(d.MessageID[:], frame)
+		fs, err := UnpackFrames(StoredIDs(d.MessageID[:]), frame)
 		if err != nil || len(fs) != 1 {
 			return d, fmt.Errorf("%w: dead letter of queue %q at offset %d", ErrCorruptSegment, d.Queue, d.Offset)
 		}

@@ -33,7 +33,7 @@ func deadLetter(ctx context.Context, tx querier, k ackKey, off int64, errText st
 // raw (packed as in a segment, never compressed: one frame does not
 // compress) and the segment's producer.
 func deadLetterFrom(ctx context.Context, tx querier, k ackKey, off, first int64, created time.Time, ids, frames []byte, producer *string, errText string, attempts int32) error {
-	fs, err := UnpackFrames(ids, frames)
+	fs, err := UnpackFrames(SegmentIDs{Stored: ids, Partition: k.pid, First: first, At: created}, frames)
 	if err != nil || off < first || off-first >= int64(len(fs)) {
 		return fmt.Errorf("%w: partition %s segment at offset %d", ErrCorruptSegment, k.pid, first)
 	}

@@ -5,15 +5,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/klauspost/compress/zstd"
 )
 
 // Frame is one message inside a segment. Frames are packed back to back in
-// segments.frames; their message ids live beside them in segments.message_ids
-// (16 bytes per frame, frame order), so a duplicate's original id is sliced
-// out without reading any frame.
+// segments.frames; their message ids are derived from the segment's
+// partition, offsets and stamp (messageID), or, in a segment written before
+// layout 3 (migration 0022), stored beside them in segments.legacy_ids (16
+// bytes per frame, frame order); SegmentIDs says which.
 //
 // Packed layout of one frame (all lengths unsigned varints):
 //
@@ -148,15 +150,31 @@ func unpackSegment(stored, buf []byte) ([]byte, error) {
 	return out, nil
 }
 
+// SegmentIDs is where a segment's message ids come from: Stored, the row's
+// legacy_ids (16 bytes per frame, frame order; segments written before
+// layout 3, and a dead letter's own id), or, when Stored is empty (the
+// empty bytea later segments store, or nil), derived:
+// the frame k's id is messageID(Partition, First+k, At), At being the
+// segment's created_at.
+type SegmentIDs struct {
+	Stored    []byte
+	Partition uuid.UUID
+	First     int64
+	At        time.Time
+}
+
+// StoredIDs is the SegmentIDs of ids stored as they are (16 bytes each).
+func StoredIDs(ids []byte) SegmentIDs { return SegmentIDs{Stored: ids} }
+
 // UnpackFrames unpacks a segment's frames (as stored: raw or compressed)
-// and message ids. Each frame's strings and payload are copies: the result
-// does not alias the arguments.
-func UnpackFrames(messageIDs, frames []byte) ([]Frame, error) {
-	if len(messageIDs)%16 != 0 {
+// with their message ids. Each frame's strings and payload are copies: the
+// result does not alias the arguments.
+func UnpackFrames(ids SegmentIDs, frames []byte) ([]Frame, error) {
+	if len(ids.Stored)%16 != 0 {
 		return nil, ErrCorruptSegment
 	}
-	out := make([]Frame, 0, len(messageIDs)/16)
-	err := walkFrames(messageIDs, frames, func(v *frameView) error {
+	out := make([]Frame, 0, max(len(ids.Stored)/16, 1))
+	err := walkFrames(ids, frames, func(v *frameView) error {
 		f := Frame{MessageID: v.messageID, TransactionID: string(v.txn), Payload: append([]byte(nil), v.payload...)}
 		if v.trace != nil {
 			t := string(v.trace)
@@ -185,11 +203,12 @@ type frameView struct {
 // segments.frames value: raw packed frames, walked in place, or a zstd
 // frame of them, decompressed into a buffer reused by later walks (so the
 // views are valid only during the callback either way). Bytes that do not
-// decode, or message ids that do not pair one to one with the frames, are
-// ErrCorruptSegment (fn may have been called for the frames before the
-// fault); an error from fn stops the walk and is returned.
-func walkFrames(messageIDs, stored []byte, fn func(*frameView) error) error {
-	if len(messageIDs)%16 != 0 {
+// decode, or stored message ids that do not pair one to one with the
+// frames, are ErrCorruptSegment (fn may have been called for the frames
+// before the fault); an error from fn stops the walk and is returned.
+// Derived ids (ids.Stored empty) are one per frame, however many there are.
+func walkFrames(ids SegmentIDs, stored []byte, fn func(*frameView) error) error {
+	if len(ids.Stored)%16 != 0 {
 		return ErrCorruptSegment
 	}
 	frames := stored
@@ -218,8 +237,13 @@ func walkFrames(messageIDs, stored []byte, fn func(*frameView) error) error {
 		return v, true
 	}
 	var v frameView
-	for i, n := 0, len(messageIDs)/16; i < n; i++ {
-		copy(v.messageID[:], messageIDs[i*16:])
+	derived := len(ids.Stored) == 0
+	for i, n := 0, len(ids.Stored)/16; i < n || (derived && len(b) > 0); i++ {
+		if derived {
+			v.messageID = messageID(ids.Partition, ids.First+int64(i), ids.At)
+		} else {
+			copy(v.messageID[:], ids.Stored[i*16:])
+		}
 		var ok bool
 		if v.txn, ok = next(); !ok || len(b) == 0 {
 			return ErrCorruptSegment

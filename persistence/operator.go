@@ -63,11 +63,7 @@ func (s *Store) InspectDedup(ctx context.Context, queueName, partition string, h
 	if *inside {
 		out.State = queen.InWindow
 	}
-	id := queen.ZeroUUID // the segment is gone: what a duplicate push names
-	if len(mid) == 16 {
-		id = uuid.UUID(mid)
-	}
-	ids := id.String()
+	ids := originalID(uuid.UUID(pid.Bytes), *off, *created, mid).String()
 	at := created.UTC()
 	closes := at.Add(time.Duration(seconds) * time.Second)
 	out.MessageID, out.Offset, out.CreatedAt, out.WindowClosesAt = &ids, off, &at, &closes

@@ -57,7 +57,7 @@ func (s *Store) Peek(ctx context.Context, p queen.PeekQuery) (queen.PeekResult, 
 		if first == nil || created == nil {
 			continue
 		}
-		fs, err := UnpackFrames(ids, frames)
+		fs, err := UnpackFrames(SegmentIDs{Stored: ids, Partition: uuid.UUID(pid.Bytes), First: *first, At: *created}, frames)
 		if err != nil {
 			return out, fmt.Errorf("%w: queue %q partition %q segment at offset %d", err, p.Queue, p.Partition, *first)
 		}

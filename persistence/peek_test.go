@@ -155,7 +155,7 @@ func TestPeekPlanUsesOffsetIndex(t *testing.T) {
 	var created bool
 	require.NoError(t, s.pool.QueryRow(ctx, sqlSegmentRangeCreate, lo, hi).Scan(&created))
 	for _, p := range []any{pid, other} {
-		_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, timed)
+		_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, timed)
 			SELECT $1, g * 10, g * 10 + 9, $2::timestamptz, decode(repeat('ab', 160), 'hex'), decode(repeat('cd', 200), 'hex'), g >= 39000
 			  FROM generate_series(0, 39999) g`, p, lo.Add(10*time.Second))
 		require.NoError(t, err)

@@ -29,7 +29,7 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 	_, err = conn.Exec(ctx, `INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, "cursor")
 		SELECT md5('p' || g)::uuid, 'g', q.id, 4 FROM generate_series($1::int, $2::int) g, queen.queues q`, from, to)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
 		SELECT md5('p' || g)::uuid, o, o + 1, clock_timestamp() - interval '1 hour', ''::bytea, ''::bytea, decode(repeat('cd', 32), 'hex')
 		  FROM generate_series($1::int, $2::int) g, generate_series(0, 8, 2) o`, from, to)
 	require.NoError(t, err)

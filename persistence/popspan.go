@@ -10,7 +10,8 @@ import (
 )
 
 // popSegment is one segment read for a pop: its first offset, when it was
-// stored, its packed message ids and frames (UnpackFrames), and its
+// stored, its stored message ids (empty: derived, SegmentIDs) and packed
+// frames (UnpackFrames), and its
 // messages' producer (nil: none).
 type popSegment struct {
 	first    int64
@@ -63,7 +64,7 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 	}
 	full := false
 	for _, sg := range segs {
-		fs, err := UnpackFrames(sg.ids, sg.frames)
+		fs, err := UnpackFrames(SegmentIDs{Stored: sg.ids, Partition: spec.PartitionID, First: sg.first, At: sg.created}, sg.frames)
 		if err != nil {
 			return queen.PopResult{}, 0, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
 		}

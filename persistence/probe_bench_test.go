@@ -21,7 +21,7 @@ func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 	rows := n / 100
 	stmts := []string{
 		`DROP INDEX queen.log_txn_hashes_lookup`,
-		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
 		 SELECT $1, g*100, g*100+99, clock_timestamp(), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
 		   FROM generate_series(0, %d) g`, rows-1),
@@ -58,7 +58,7 @@ func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n int) {
 		`SELECT queen.sidecar_create_range(to_timestamp((m - k) * 60), to_timestamp((m - k + 1) * 60))
 		   FROM (SELECT floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 AS m) x, generate_series(0, 9) k`,
 		`DELETE FROM queen.sidecar_alive WHERE lo < to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 1) * 60)`,
-		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
 		 SELECT $1, g*100, g*100+99,
 		        to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 - g %% 10) * 60 + 30), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)

@@ -34,7 +34,7 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 		_, err := conn.Exec(ctx, `INSERT INTO queen.log_txn_hashes
 			SELECT $1, md5(g::text)::uuid, g, (g / 100) * 100, clock_timestamp() FROM generate_series($2::int, $3::int) g`, pid, from, to)
 		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+		_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
 			SELECT $1, g, g + 99, clock_timestamp(), decode(repeat('ab', 1600), 'hex'), ''::bytea, decode(repeat('cd', 1600), 'hex')
 			  FROM generate_series($2::int, $3::int, 100) g`, pid, from, to)
 		require.NoError(t, err)

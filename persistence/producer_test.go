@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,8 +159,10 @@ func TestProducerSubMigration(t *testing.T) {
 	require.Contains(t, applied, 18)
 	_, err = conn.Exec(ctx, `ALTER TABLE queen.segments_timed ATTACH PARTITION `+rng+` FOR VALUES FROM ('`+lo.Format(time.RFC3339)+`') TO ('`+hi.Format(time.RFC3339)+`')`)
 	require.NoError(t, err, "the detached range got the column")
+	// The previous release's insert (no producer_sub) still writes; its ids'
+	// column has had its layout-3 name since migration 0022.
 	ids, frames, hashes = frame("older broker")
-	_, err = conn.Exec(ctx, oldInsert, pid, 1, ids, frames, hashes)
+	_, err = conn.Exec(ctx, strings.Replace(oldInsert, "message_ids", "legacy_ids", 1), pid, 1, ids, frames, hashes)
 	require.NoError(t, err, "the previous release's insert still writes")
 
 	s, err := Open(ctx, Config{URL: url})

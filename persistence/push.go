@@ -464,19 +464,19 @@ func (s *Store) skipBusy(bs []*queen.PushBatch, outs []queen.PushOutcome, order 
 // originals to compare payloads with, whose frames fill originals after the
 // commit.
 type bundleRows struct {
-	st                           stamp
-	segPIDs                      []pgtype.UUID
-	segFirst, segLast            []int64
-	segIDs, segFrames, segHashes [][]byte
-	segRetained                  []bool
-	segProducers                 []string
-	rowPIDs                      []pgtype.UUID
-	rowHashes                    []pgtype.UUID
-	rowOffsets                   []int64
-	rowSegments                  []int64
-	written                      []int
-	want                         map[segmentKey]struct{}
-	originals                    map[segmentKey][]byte
+	st                   stamp
+	segPIDs              []pgtype.UUID
+	segFirst, segLast    []int64
+	segFrames, segHashes [][]byte
+	segRetained          []bool
+	segProducers         []string
+	rowPIDs              []pgtype.UUID
+	rowHashes            []pgtype.UUID
+	rowOffsets           []int64
+	rowSegments          []int64
+	written              []int
+	want                 map[segmentKey]struct{}
+	originals            map[segmentKey][]byte
 }
 
 // addSegments adds partition pid's new segments (assign) to the rows, each
@@ -486,7 +486,6 @@ func (w *bundleRows) addSegments(pid [16]byte, segs []newSegment, retained bool)
 		w.segPIDs = append(w.segPIDs, pgUUID(pid))
 		w.segFirst = append(w.segFirst, sg.first)
 		w.segLast = append(w.segLast, sg.last)
-		w.segIDs = append(w.segIDs, sg.msgIDs)
 		w.segFrames = append(w.segFrames, sg.frames)
 		w.segHashes = append(w.segHashes, sg.hashes)
 		w.segRetained = append(w.segRetained, retained)
@@ -501,7 +500,9 @@ func (w *bundleRows) addSegments(pid [16]byte, segs []newSegment, retained bool)
 }
 
 // segmentColumns are the columns copySegments writes, in its rows' order.
-var segmentColumns = []string{"partition_id", "first_offset", "last_offset", "created_at", "message_ids", "frames", "hashes", "timed", "producer_sub"}
+// A segment stores no message ids (layout 3, migration 0022): readers
+// derive them (messageID); legacy_ids keeps its default, an empty bytea.
+var segmentColumns = []string{"partition_id", "first_offset", "last_offset", "created_at", "frames", "hashes", "timed", "producer_sub"}
 
 // copyer is what copySegments writes through: a pooled session or a
 // transaction.
@@ -520,7 +521,7 @@ func (w *bundleRows) copySegments(ctx context.Context, c copyer) error {
 		return nil
 	}
 	_, err := c.CopyFrom(ctx, pgx.Identifier{"queen", "segments"}, segmentColumns, pgx.CopyFromSlice(len(w.segPIDs), func(i int) ([]any, error) {
-		return []any{w.segPIDs[i], w.segFirst[i], w.segLast[i], w.st.at, w.segIDs[i], w.segFrames[i], w.segHashes[i],
+		return []any{w.segPIDs[i], w.segFirst[i], w.segLast[i], w.st.at, w.segFrames[i], w.segHashes[i],
 			w.segRetained[i] && w.st.ranged, w.segProducers[i]}, nil
 	}))
 	return err
@@ -541,7 +542,7 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 		lp := lk.locked[b.PartitionID]
 		out.Window = lp.window
 		out.FullProbe = b.Watermark < 0
-		segs, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], out)
+		segs, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], lk.stamp.at, out)
 		if lp.checkPayload {
 			wantOriginals(b, out, lk.hits[b.PartitionID], w.want)
 		}
@@ -716,21 +717,23 @@ func markMismatches(bs []*queen.PushBatch, outs []queen.PushOutcome, locked map[
 
 // newSegment is one segment a commit writes: a run of consecutive queued
 // items of one batch with the same producer (queen.Item.ProducerSub), their
-// message ids, frames (as segments.frames stores them) and hashes, and the
+// frames (as segments.frames stores them) and hashes, and the
 // producer, stored once per segment (segments.producer_sub, "" for none).
 type newSegment struct {
-	first, last            int64
-	msgIDs, frames, hashes []byte
-	keys                   [][16]byte
-	producer               string
+	first, last    int64
+	frames, hashes []byte
+	keys           [][16]byte
+	producer       string
 }
 
 // assign gives verdicts under the lock (rules.Assign: leaders found by the
 // probe are duplicates of the original, clean leaders get consecutive
 // offsets after last in item order, followers echo their leader; with
-// window 0 every item is clean) and packs the clean items' ids, frames and
+// window 0 every item is clean) and packs the clean items' frames and
 // hashes for the insert, the frames as segments.frames stores them
-// (packSegment: compressed when that saves bytes).
+// (packSegment: compressed when that saves bytes). A queued item's message
+// id is derived from its partition, offset and the commit's stamp at
+// (messageID), as every reader derives it: segments store none.
 //
 // A segment stores one producer, so the clean items are split into
 // segments at each change of producer, in offset order: one segment when
@@ -739,11 +742,11 @@ type newSegment struct {
 // this commit. The segments are consecutive offset ranges of the
 // partition, like those of consecutive commits: readers see nothing
 // different.
-func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Hash]hit, out *queen.PushOutcome) (segs []newSegment, clean int) {
+func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Hash]hit, at time.Time, out *queen.PushOutcome) (segs []newSegment, clean int) {
 	clean = rules.Assign(out.Results, b.Items, b.LeaderOf, b.PartitionID, window, last, func(h queen.Hash) (rules.Original, bool) {
 		x, ok := hits[h]
 		return rules.Original{Offset: x.offset, MessageID: x.id}, ok
-	}, newMessageID)
+	}, func(off int64) uuid.UUID { return messageID(b.PartitionID, off, at) })
 	out.FirstOffset, out.LastOffset = last+1, last+int64(clean)
 	packed := 0 // clean items placed so far
 	for i, it := range b.Items {
@@ -758,11 +761,10 @@ func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Ha
 			}
 			n := clean - packed
 			segs = append(segs, newSegment{first: r.Offset, producer: it.ProducerSub,
-				msgIDs: make([]byte, 0, 16*n), frames: make([]byte, 0, 64*n), hashes: make([]byte, 0, 16*n), keys: make([][16]byte, 0, n)})
+				frames: make([]byte, 0, 64*n), hashes: make([]byte, 0, 16*n), keys: make([][16]byte, 0, n)})
 		}
 		sg := &segs[len(segs)-1]
 		sg.last = r.Offset
-		sg.msgIDs = append(sg.msgIDs, r.MessageID[:]...)
 		sg.frames = AppendFrame(sg.frames, it.TransactionID, it.TraceID, it.Payload)
 		sg.hashes = append(sg.hashes, it.Hash[:]...)
 		sg.keys = append(sg.keys, it.Hash)
@@ -838,7 +840,8 @@ func (p *probeArgs) scan(locked map[[16]byte]lockedPartition, hits map[[16]byte]
 			var seg *int64
 			var retained *bool
 			var queue *string
-			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg, &retained, &queue); err != nil {
+			var created *time.Time
+			if err := rows.Scan(&pid, &seconds, &k, &off, &mid, &check, &seg, &retained, &queue, &created); err != nil {
 				return err
 			}
 			if queue != nil { // a queue's window row, applied below
@@ -855,11 +858,11 @@ func (p *probeArgs) scan(locked map[[16]byte]lockedPartition, hits map[[16]byte]
 			if old, ok := m[k.Bytes]; ok && old.offset < *off {
 				continue // the lowest offset is the original
 			}
-			var id uuid.UUID
-			if len(mid) == 16 {
-				copy(id[:], mid)
+			var at time.Time
+			if created != nil {
+				at = *created
 			}
-			h := hit{offset: *off, id: id}
+			h := hit{offset: *off, id: originalID(uuid.UUID(pid.Bytes), *off, at, mid)}
 			if seg != nil {
 				h.segment = *seg
 			}
@@ -921,13 +924,4 @@ func rollback(conn *session) {
 	if _, err := conn.Exec(context.Background(), "ROLLBACK"); err != nil {
 		conn.Conn().Close(context.Background()) //nolint:errcheck
 	}
-}
-
-// newMessageID returns a UUIDv7 (SPEC.md §2).
-func newMessageID() uuid.UUID {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return uuid.New()
-	}
-	return id
 }

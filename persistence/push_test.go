@@ -75,9 +75,11 @@ func TestCommitVerdictsAndOffsets(t *testing.T) {
 	require.Equal(t, int64(3), second.Results[2].Offset, "offsets only for clean items, in request order")
 
 	// The stored frames round-trip.
-	var ids, frames []byte
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT message_ids, frames FROM queen.segments WHERE partition_id=$1 AND first_offset=2`, pid).Scan(&ids, &frames))
-	fs, err := UnpackFrames(ids, frames)
+	var frames []byte
+	seg := SegmentIDs{Partition: pid, First: 2}
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT legacy_ids, created_at, frames FROM queen.segments WHERE partition_id=$1 AND first_offset=2`, pid).Scan(&seg.Stored, &seg.At, &frames))
+	require.Empty(t, seg.Stored, "segments store no message ids (layout 3)")
+	fs, err := UnpackFrames(seg, frames)
 	require.NoError(t, err)
 	require.Len(t, fs, 2)
 	require.Equal(t, "c", fs[0].TransactionID)
@@ -268,12 +270,12 @@ func TestFrameRoundTrip(t *testing.T) {
 		ids = append(ids, f.MessageID[:]...)
 		frames = AppendFrame(frames, f.TransactionID, f.TraceID, f.Payload)
 	}
-	got, err := UnpackFrames(ids, frames)
+	got, err := UnpackFrames(StoredIDs(ids), frames)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
-	_, err = UnpackFrames(ids, frames[:len(frames)-1])
+	_, err = UnpackFrames(StoredIDs(ids), frames[:len(frames)-1])
 	require.ErrorIs(t, err, ErrCorruptSegment)
-	_, err = UnpackFrames(ids[:20], frames)
+	_, err = UnpackFrames(StoredIDs(ids[:20]), frames)
 	require.ErrorIs(t, err, ErrCorruptSegment)
 }
 

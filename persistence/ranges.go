@@ -37,6 +37,8 @@ var (
 	sqlSidecarRangeDrop     = q("sidecar_range_drop")
 	sqlSidecarLockTimeout   = q("sidecar_lock_timeout")
 	sqlTestAge              = q("test_age")
+	sqlTestAgeUnpinned      = q("test_age_unpinned")
+	sqlTestAgePin           = q("test_age_pin")
 	sqlSidecarCompactable   = q("sidecar_compactable")
 	sqlSidecarCompact       = q("sidecar_compact")
 	sqlSidecarRefill        = q("sidecar_refill")

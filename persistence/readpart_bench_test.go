@@ -83,7 +83,7 @@ func benchReadPartition(b *testing.B, parts, width, per int) {
 	// The peek's rows are hashed where they are read, so the pages of their
 	// out-of-line (TOAST) values are counted too.
 	wrapped := "PREPARE peek(text, text, bigint, int) AS WITH r AS (" + sqlPeekMessages +
-		") SELECT count(md5(r.frames)) + count(md5(r.message_ids)) FROM r"
+		") SELECT count(md5(r.frames)) + count(md5(r.legacy_ids)) FROM r"
 	if _, err := conn.Exec(ctx, wrapped); err != nil {
 		b.Fatal(err)
 	}

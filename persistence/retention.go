@@ -597,10 +597,40 @@ func (r *Retention) release(conn *pgx.Conn) {
 // by d: their segments and sidecar entries then look d older to the
 // window check and retention, which run on PostgreSQL's clock. Hashes in
 // compacted sidecar ranges are written to level 0 again under the moved
-// time (sql/test_age.sql). Callers hold the brokers' caches meanwhile
+// time (sql/test_age.sql). Message ids derived from created_at (layout 3)
+// are stored first (test_age_pin), so they stay what the pushes answered,
+// as when time really passes. Callers hold the brokers' caches meanwhile
 // (actors.Age). Nothing in production calls it.
 func (s *Store) AgePartitions(ctx context.Context, pids []uuid.UUID, d time.Duration) error {
-	if _, err := s.pool.Exec(ctx, sqlTestAge, pids, d.Seconds()); err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sqlTestAgeUnpinned, pids)
+		if err != nil {
+			return err
+		}
+		var segPIDs []uuid.UUID
+		var firsts []int64
+		var ids [][]byte
+		var seg SegmentIDs
+		var last int64
+		_, err = pgx.ForEachRow(rows, []any{&seg.Partition, &seg.First, &last, &seg.At}, func() error {
+			b := make([]byte, 0, 16*(last-seg.First+1))
+			for off := seg.First; off <= last; off++ {
+				id := messageID(seg.Partition, off, seg.At)
+				b = append(b, id[:]...)
+			}
+			segPIDs, firsts, ids = append(segPIDs, seg.Partition), append(firsts, seg.First), append(ids, b)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlTestAgePin, segPIDs, firsts, ids); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, sqlTestAge, pids, d.Seconds())
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("age partitions: %w", err)
 	}
 	return nil

@@ -223,8 +223,8 @@ func TestSegmentRangesAreAddedBesideOpenPushes(t *testing.T) {
 	tx, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, timed)
-		VALUES ($1, 100, 100, clock_timestamp(), '\x00', '\x00', true)`, tq)
+	_, err = tx.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, frames, timed)
+		VALUES ($1, 100, 100, clock_timestamp(), '\x00', true)`, tq)
 	require.NoError(t, err)
 
 	// A longer retention asks for 4-minute ranges further ahead: they are

@@ -380,7 +380,7 @@ func (s *Store) txnPush(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs []uui
 	if err != nil {
 		return err
 	}
-	if err := s.txnVerdicts(pushPIDs, parts, lk.locked, lk.hits); err != nil {
+	if err := s.txnVerdicts(pushPIDs, parts, lk.locked, lk.hits, lk.stamp.at); err != nil {
 		return err
 	}
 	return writeTxnSegments(ctx, tx, pushPIDs, parts, lk.stamp)
@@ -430,7 +430,7 @@ func (s *Store) lockAndProbe(ctx context.Context, tx pgx.Tx, lockPIDs, pushPIDs 
 // (offsets, message ids, the segment to write); any duplicate refuses the
 // transaction, naming the first in request order. A partition deleted
 // meanwhile is ErrPartitionGone.
-func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit) error {
+func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition, locked map[[16]byte]lockedPartition, hits map[[16]byte]map[queen.Hash]hit, at time.Time) error {
 	var dup *queen.TxnConflict
 	var dupRef txnRef
 	for _, pid := range pushPIDs {
@@ -440,7 +440,7 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 			return queen.ErrPartitionGone.With("transaction: partition %q of queue %q was deleted (its queue was deleted); retry", p.batch.Items[0].Partition, p.batch.Items[0].Queue)
 		}
 		p.out = queen.PushOutcome{Results: make([]queen.Result, len(p.batch.Items)), LastOffset: -1, Window: lp.window, FullProbe: true}
-		p.segs, _ = s.assign(&p.batch, lp.window, lp.last, hits[pid], &p.out)
+		p.segs, _ = s.assign(&p.batch, lp.window, lp.last, hits[pid], at, &p.out)
 		p.retained = lp.retained
 		// refs are in request order: the partition's first duplicate is its
 		// lowest.

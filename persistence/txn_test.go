@@ -54,7 +54,7 @@ func txnConflictOf(t *testing.T, err error, want *queen.Error) *queen.TxnConflic
 func txnStored(t *testing.T, s *Store, queueName, name string) []string {
 	t.Helper()
 	rows, err := s.pool.Query(context.Background(), `
-SELECT s.message_ids, s.frames FROM queen.segments s
+SELECT s.legacy_ids, s.partition_id, s.first_offset, s.created_at, s.frames FROM queen.segments s
 JOIN queen.partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id
 WHERE q.name = $1 AND p.name = $2 ORDER BY s.first_offset`, queueName, name)
 	require.NoError(t, err)
@@ -62,8 +62,10 @@ WHERE q.name = $1 AND p.name = $2 ORDER BY s.first_offset`, queueName, name)
 	out := []string{}
 	for rows.Next() {
 		var ids, frames []byte
-		require.NoError(t, rows.Scan(&ids, &frames))
-		fs, err := UnpackFrames(ids, frames)
+		var seg SegmentIDs
+		require.NoError(t, rows.Scan(&ids, &seg.Partition, &seg.First, &seg.At, &frames))
+		seg.Stored = ids
+		fs, err := UnpackFrames(seg, frames)
 		require.NoError(t, err)
 		for _, f := range fs {
 			out = append(out, f.TransactionID)

@@ -38,12 +38,12 @@ type Original struct {
 //     verdict); a leader the probe found (find) is a duplicate of that
 //     original;
 //   - every other item (every item when window is 0) is queued: offsets
-//     last+1, last+2, ... in item order, message ids from newID.
+//     last+1, last+2, ... in item order, each message id newID(its offset).
 //
 // leaderOf nil means every item leads. It returns how many items are
 // queued: their offsets are last+1 to last+queued.
 func Assign(results []queen.Result, items []*queen.Item, leaderOf []int32, partition uuid.UUID, window, last int64,
-	find func(queen.Hash) (Original, bool), newID func() uuid.UUID) (queued int) {
+	find func(queen.Hash) (Original, bool), newID func(offset int64) uuid.UUID) (queued int) {
 	next := last + 1
 	for i, it := range items {
 		r := &results[i]
@@ -58,7 +58,7 @@ func Assign(results []queen.Result, items []*queen.Item, leaderOf []int32, parti
 				continue
 			}
 		}
-		*r = queen.Result{Verdict: queen.Queued, MessageID: newID(), PartitionID: partition, Offset: next}
+		*r = queen.Result{Verdict: queen.Queued, MessageID: newID(next), PartitionID: partition, Offset: next}
 		next++
 	}
 	return int(next - last - 1)

@@ -32,9 +32,9 @@ func TestAssign(t *testing.T) {
 		return out
 	}
 	// ids are handed out 1, 2, 3, ... in the order Assign asks.
-	newIDs := func() func() uuid.UUID {
+	newIDs := func() func(int64) uuid.UUID {
 		n := byte(0)
-		return func() uuid.UUID { n++; return uuid.UUID{15: n} }
+		return func(int64) uuid.UUID { n++; return uuid.UUID{15: n} }
 	}
 	id := func(n byte) uuid.UUID { return uuid.UUID{15: n} }
 	stored := map[queen.Hash]Original{queen.HashTxn("old"): {Offset: 7, MessageID: orig}}

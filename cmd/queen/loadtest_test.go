@@ -105,8 +105,8 @@ func TestLoadtestAudit(t *testing.T) {
 			// A second segment repeating the frames of a stored one, at
 			// fresh offsets.
 			n := dbExec(t, ctx, b.DatabaseURL(), `
-				INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames)
-				SELECT s.partition_id, e.last_offset + 1, e.last_offset + 1 + s.last_offset - s.first_offset, s.created_at, s.message_ids, s.frames
+				INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames)
+				SELECT s.partition_id, e.last_offset + 1, e.last_offset + 1 + s.last_offset - s.first_offset, s.created_at, s.legacy_ids, s.frames
 				FROM queen.segments s
 				JOIN queen.partitions p ON p.id = s.partition_id
 				JOIN queen.partition_ends e ON e.partition_id = p.id

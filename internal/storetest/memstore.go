@@ -205,7 +205,7 @@ func (s *MemStore) commitLocked(p *memPartition, b *queen.PushBatch, now time.Ti
 			}
 		}
 		return rules.Original{}, false
-	}, func() uuid.UUID { return uuid.Must(uuid.NewV7()) })
+	}, func(int64) uuid.UUID { return uuid.Must(uuid.NewV7()) })
 	out.FirstOffset, out.LastOffset = last+1, last+int64(clean)
 	if clean == 0 {
 		return out

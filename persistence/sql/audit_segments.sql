@@ -9,7 +9,7 @@ SELECT q.name,
        s.first_offset,
        s.last_offset,
        s.created_at,
-       s.message_ids,
+       s.legacy_ids,
        s.frames
 FROM queen.queues q
 JOIN queen.partitions p ON p.queue_id = q.id

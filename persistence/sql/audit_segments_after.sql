@@ -15,7 +15,7 @@ SELECT p.name,
        s.first_offset,
        s.last_offset,
        s.created_at,
-       s.message_ids,
+       s.legacy_ids,
        s.frames
 FROM (
     -- Partitions with nothing new (their end is at or below the bound) are
@@ -34,7 +34,7 @@ FROM (
     OFFSET 0
 ) p
 CROSS JOIN LATERAL (
-    SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
+    SELECT s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames
     FROM queen.segments s
     WHERE s.partition_id = p.id
       AND s.first_offset > p.after

@@ -18,10 +18,12 @@
 -- and, last, its name: the caller gives each partition its queue's (a
 -- partition per row made 470 rows of a 470-partition bundle that said the
 -- same thing). Then one row per hit
--- (queue NULL): partition, window, hash, offset, the original's
--- message id sliced from its covering segment (NULL when that segment is
--- gone) and that segment's first offset (for bundle_originals). A window
--- of 0 looks nothing up.
+-- (queue NULL): partition, window, hash, offset, the original's stored
+-- message id from its covering segment (16 bytes sliced from legacy_ids in
+-- a segment written before layout 3, empty when the segment derives its
+-- ids, NULL when the segment is gone), that segment's first offset (for
+-- bundle_originals) and, last, its created_at (the caller derives the id
+-- from it, persistence.messageID). A window of 0 looks nothing up.
 --
 -- Two ways to find hits, both limited to rows inside the window:
 --  * narrowed (the watermark is >= 0 and the window is not wider than the
@@ -112,14 +114,14 @@ WITH qo AS MATERIALIZED (
       FROM (SELECT w0.*, true = ANY (($6::boolean[])[w0.lo:w0.hi]) AS any_suspect FROM w0) w0
 )
 SELECT NULL::uuid AS partition_id, qo.seconds, NULL::uuid AS hash, NULL::bigint AS "offset", NULL::bytea AS message_id,
-       qo.check_payload, NULL::bigint AS segment, qo.retained, qo.name AS queue
+       qo.check_payload, NULL::bigint AS segment, qo.retained, qo.name AS queue, NULL::timestamptz AS created_at
   FROM qo
 UNION ALL
 SELECT x.partition_id,
        w.seconds,
        x.hash,
        x."offset",
-       (SELECT substring(s.message_ids FROM ((x."offset" - s.first_offset) * 16 + 1)::int FOR 16)
+       (SELECT COALESCE(substring(s.legacy_ids FROM ((x."offset" - s.first_offset) * 16 + 1)::int FOR 16), '')
           FROM queen.segments s
          WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment
            -- Written by the same statement, with the same stamp: the time
@@ -128,7 +130,8 @@ SELECT x.partition_id,
        NULL::boolean,
        x.segment,
        NULL::boolean,
-       NULL::text
+       NULL::text,
+       x.created_at
   FROM w
  CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
                           ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
@@ -152,14 +155,15 @@ SELECT w.partition_id,
        w.seconds,
        u.hash,
        t.first_offset + u.i,
-       (SELECT substring(s.message_ids FROM (u.i * 16 + 1)::int FOR 16)
+       (SELECT COALESCE(substring(s.legacy_ids FROM (u.i * 16 + 1)::int FOR 16), '')
           FROM queen.segments s
          WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset
            AND s.created_at = t.created_at),
        NULL::boolean,
        t.first_offset,
        NULL::boolean,
-       NULL::text
+       NULL::text,
+       t.created_at
   FROM w
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes, t.created_at

@@ -1,7 +1,7 @@
 -- The segment of partition $1 holding the lowest stored offset above $2 (a
 -- cursor): where an expired lease's first unacked message lives (SPEC.md
 -- §4). No row when nothing above the cursor is stored (retention took it).
-SELECT first_offset, created_at, message_ids, frames, producer_sub
+SELECT first_offset, created_at, legacy_ids, frames, producer_sub
 FROM queen.segments
 WHERE partition_id = $1 AND last_offset > $2
   -- An index bound (see consume_segments_many).

@@ -17,7 +17,7 @@
 -- never joins the array with a scan of a table. The pop runs it with
 -- enable_seqscan off (consume_plan_begin): a table analysed while nearly
 -- empty would otherwise be planned as a scan repeated per partition.
-SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames, s.producer_sub
+SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, s.producer_sub
   FROM unnest($1::uuid[]) WITH ORDINALITY AS u (pid, i)
  CROSS JOIN LATERAL (
     SELECT c."cursor",
@@ -41,11 +41,11 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames
     OFFSET 0
  ) c
  CROSS JOIN LATERAL (
-    SELECT x.first_offset, x.last_offset, x.created_at, x.message_ids, x.frames, x.producer_sub
+    SELECT x.first_offset, x.last_offset, x.created_at, x.legacy_ids, x.frames, x.producer_sub
       FROM (
         SELECT g.*, sum(g.n) OVER (ORDER BY g.first_offset) AS acc
           FROM (
-            SELECT sg.first_offset, sg.last_offset, sg.created_at, sg.message_ids, sg.frames, sg.producer_sub,
+            SELECT sg.first_offset, sg.last_offset, sg.created_at, sg.legacy_ids, sg.frames, sg.producer_sub,
                    sg.last_offset - GREATEST(sg.first_offset, c."cursor" + 1) + 1 AS n
               FROM queen.segments sg
              WHERE sg.partition_id = u.pid AND sg.last_offset > c."cursor" AND sg.created_at <= c.visible

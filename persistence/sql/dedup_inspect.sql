@@ -6,7 +6,10 @@
 -- (NULL when the queue has no such partition), the queue's window (seconds),
 -- then the chosen sidecar hit (all NULL when the sidecar holds none): its
 -- offset, created_at, whether it is inside the window, and the message id
--- sliced from its covering segment (NULL when that segment is gone).
+-- stored in its covering segment (16 bytes sliced from legacy_ids in a
+-- segment written before layout 3; empty when the segment derives its ids
+-- from the partition, offset and created_at, persistence.messageID; NULL
+-- when that segment is gone).
 --
 -- The lookup is the push probe's (queen.sidecar_find, the whole-window
 -- branch: levels 0 and 1, an entry counting while its time range lives),
@@ -24,7 +27,7 @@ WITH qp AS MATERIALIZED (
      WHERE q.name = $1
 )
 SELECT qp.partition_id, qp.seconds, h."offset", h.created_at, h.in_window,
-       (SELECT substring(s.message_ids FROM ((h."offset" - s.first_offset) * 16 + 1)::int FOR 16)
+       (SELECT COALESCE(substring(s.legacy_ids FROM ((h."offset" - s.first_offset) * 16 + 1)::int FOR 16), '')
           FROM queen.segments s
          WHERE s.partition_id = qp.partition_id AND s.first_offset = h.segment
            AND s.created_at = h.created_at)

@@ -32,16 +32,16 @@ WITH p AS MATERIALIZED (
                       LIMIT 1), -1) AS lo
       FROM p
 )
-SELECT b.partition_id, b.last_offset, s.first_offset, s.created_at, s.message_ids, s.frames, s.producer_sub
+SELECT b.partition_id, b.last_offset, s.first_offset, s.created_at, s.legacy_ids, s.frames, s.producer_sub
   FROM b
   LEFT JOIN LATERAL (
-    SELECT x.first_offset, x.created_at, x.message_ids, x.frames, x.producer_sub
+    SELECT x.first_offset, x.created_at, x.legacy_ids, x.frames, x.producer_sub
       FROM (
-        SELECT g.first_offset, g.created_at, g.message_ids, g.frames, g.producer_sub,
+        SELECT g.first_offset, g.created_at, g.legacy_ids, g.frames, g.producer_sub,
                sum(g.last_offset - GREATEST(g.first_offset, $3::bigint + 1) + 1) OVER (ORDER BY g.first_offset) AS acc,
                g.last_offset - GREATEST(g.first_offset, $3::bigint + 1) + 1 AS n
           FROM (
-            SELECT s.first_offset, s.last_offset, s.created_at, s.message_ids, s.frames, s.producer_sub
+            SELECT s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, s.producer_sub
               FROM queen.segments s
              WHERE s.partition_id = b.partition_id
                AND s.first_offset >= b.lo

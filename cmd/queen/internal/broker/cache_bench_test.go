@@ -50,7 +50,7 @@ func fillWindow(b *testing.B, store *persistence.Store, url, queue, name string,
 	stmts := []string{
 		`INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
 		 SELECT $1, md5($2 || i::text)::uuid, i, (i / 1000) * 1000, clock_timestamp() FROM generate_series(0, $3 - 1) i`,
-		`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, message_ids, frames, hashes)
+		`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
 		 SELECT $1, g * 1000, g * 1000 + 999, clock_timestamp(), string_agg(decode(md5('m' || $2 || i::text), 'hex'), ''::bytea ORDER BY i), ''::bytea,
 		        string_agg(decode(md5($2 || i::text), 'hex'), ''::bytea ORDER BY i)
 		 FROM generate_series(0, $3 - 1) i, LATERAL (SELECT i / 1000 AS g) x GROUP BY g`,

@@ -477,7 +477,7 @@ func dbFrames(t testing.TB, db *pgxpool.Pool, queue, partition string) []storedF
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := db.Query(ctx, `
-SELECT p.name, s.first_offset, s.last_offset, s.message_ids, s.frames
+SELECT p.name, s.first_offset, s.last_offset, s.partition_id, s.created_at, s.legacy_ids, s.frames
 FROM queen.segments s
 JOIN queen.partitions p ON p.id = s.partition_id
 JOIN queen.queues q ON q.id = p.queue_id
@@ -491,11 +491,13 @@ ORDER BY p.name, s.first_offset`, queue, partition)
 	for rows.Next() {
 		var pname string
 		var first, last int64
-		var ids, fr []byte
-		if err := rows.Scan(&pname, &first, &last, &ids, &fr); err != nil {
+		var seg persistence.SegmentIDs
+		var fr []byte
+		if err := rows.Scan(&pname, &first, &last, &seg.Partition, &seg.At, &seg.Stored, &fr); err != nil {
 			t.Fatalf("scan segment: %v", err)
 		}
-		fs, err := persistence.UnpackFrames(ids, fr)
+		seg.First = first
+		fs, err := persistence.UnpackFrames(seg, fr)
 		if err != nil {
 			t.Fatalf("decode segment %s@%d: %v", pname, first, err)
 		}
