@@ -12,11 +12,9 @@ import (
 )
 
 var (
-	sqlAuditSegments      = q("audit_segments")
-	sqlAuditSegmentsAfter = q("audit_segments_after")
-	sqlAuditSegmentsIn    = q("audit_segments_in")
-	sqlAuditDurability    = q("audit_durability")
-	sqlAuditStats         = q("audit_stats")
+	sqlAuditSegments   = q("audit_segments")
+	sqlAuditDurability = q("audit_durability")
+	sqlAuditStats      = q("audit_stats")
 )
 
 // StoredMessage is one stored frame as the load-test audit sees it
@@ -60,31 +58,7 @@ func (a *Audit) Close() { a.pool.Close() }
 // stops the scan and is returned. A segment whose bytes do not decode, or
 // whose offset range does not match its frame count, is ErrCorruptSegment.
 func (a *Audit) EachMessage(ctx context.Context, queues []string, fn func(*StoredMessage) error) error {
-	tx, err := a.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return unavailable(err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
-	rows, err := tx.Query(ctx, sqlAuditSegments, queues)
-	if err != nil {
-		return unavailable(err)
-	}
-	defer rows.Close()
-	var m StoredMessage
-	for rows.Next() {
-		var first, last int64
-		var ids, frames []byte
-		if err := rows.Scan(&m.Queue, &m.Partition, &m.PartitionID, &first, &last, &m.CreatedAt, &ids, &frames); err != nil {
-			return unavailable(err)
-		}
-		if err := eachFrame(&m, first, last, ids, frames, fn); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return unavailable(err)
-	}
-	return nil
+	return a.eachSegment(ctx, queues, nil, nil, false, fn)
 }
 
 // eachFrame unpacks one segment [first, last] of m's partition and calls fn
@@ -129,7 +103,7 @@ func eachFrame(m *StoredMessage, first, last int64, ids, frames []byte, fn func(
 // fn must not keep the *StoredMessage; an error from fn stops the scan and is
 // returned. A segment that does not decode is ErrCorruptSegment.
 func (a *Audit) EachMessageAfter(ctx context.Context, queue string, names []string, after []int64, fn func(*StoredMessage) error) error {
-	return a.eachAfter(ctx, sqlAuditSegmentsAfter, queue, names, after, fn)
+	return a.eachSegment(ctx, []string{queue}, names, after, false, fn)
 }
 
 // EachMessageIn is EachMessageAfter over the partitions listed only (after[i]
@@ -139,28 +113,35 @@ func (a *Audit) EachMessageIn(ctx context.Context, queue string, names []string,
 	if len(names) == 0 {
 		return nil
 	}
-	return a.eachAfter(ctx, sqlAuditSegmentsIn, queue, names, after, fn)
+	return a.eachSegment(ctx, []string{queue}, names, after, true, fn)
 }
 
-func (a *Audit) eachAfter(ctx context.Context, sql, queue string, names []string, after []int64, fn func(*StoredMessage) error) error {
+// eachSegment runs audit_segments (the one statement of the three reads
+// above) over queues in one read-only REPEATABLE READ snapshot, calling fn
+// for every frame: names and after bound the partitions named (listed:
+// read those only).
+func (a *Audit) eachSegment(ctx context.Context, queues, names []string, after []int64, listed bool, fn func(*StoredMessage) error) error {
 	if len(names) != len(after) {
 		return fmt.Errorf("audit: %d partition names but %d offsets", len(names), len(after))
+	}
+	if names == nil {
+		names, after = []string{}, []int64{}
 	}
 	tx, err := a.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return unavailable(err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
-	rows, err := tx.Query(ctx, sql, queue, names, after)
+	rows, err := tx.Query(ctx, sqlAuditSegments, queues, names, after, listed)
 	if err != nil {
 		return unavailable(err)
 	}
 	defer rows.Close()
-	m := StoredMessage{Queue: queue}
+	var m StoredMessage
 	for rows.Next() {
 		var first, last int64
 		var ids, frames []byte
-		if err := rows.Scan(&m.Partition, &m.PartitionID, &first, &last, &m.CreatedAt, &ids, &frames); err != nil {
+		if err := rows.Scan(&m.Queue, &m.Partition, &m.PartitionID, &first, &last, &m.CreatedAt, &ids, &frames); err != nil {
 			return unavailable(err)
 		}
 		if err := eachFrame(&m, first, last, ids, frames, fn); err != nil {

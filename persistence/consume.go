@@ -22,7 +22,7 @@ var (
 	sqlConsumeForget     = q("consume_forget")
 	sqlConsumeHashAt     = q("consume_hash_at")
 	sqlConsumerLock      = q("consumer_lock")
-	sqlConsumerLockSkip  = skipLocked(sqlConsumerLock)
+	sqlConsumerLockSkip  = skipLocked(sqlConsumerLock, "FOR UPDATE OF c")
 	sqlConsumeSegsMany   = q("consume_segments_many")
 	sqlConsumePlanBegin  = q("consume_plan_begin")
 	sqlConsumeUpdateMany = q("consume_update_many")
@@ -42,14 +42,19 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// skipLocked returns lock, a statement holding one FOR UPDATE OF c, with
-// SKIP LOCKED added: the same statement for a pop that skips a row another
-// request holds instead of waiting for it. It panics when lock holds no
-// such clause or several (a statement edited out of shape), at start.
-func skipLocked(lock string) string {
-	const clause = "FOR UPDATE OF c"
+// skipLocked returns lock, a statement holding its lock clause exactly
+// once, with SKIP LOCKED added to it: the same statement (one lock rule)
+// for a caller that skips a row another session holds instead of waiting
+// for it: a pop (consumer_lock, "FOR UPDATE OF c"), and a bundle's second
+// attempt after its first was cancelled by lock_timeout (bundle_lock,
+// "FOR NO KEY UPDATE"; Store.CommitBundle: it takes the locks that are free
+// now, so a stuck partition never fails its neighbours, and
+// partition_ends_present then tells a skipped partition from a missing
+// one). It panics when lock holds no such clause or several (a statement
+// edited out of shape), at start.
+func skipLocked(lock, clause string) string {
 	if strings.Count(lock, clause) != 1 {
-		panic("persistence: a consumer lock statement must hold exactly one " + clause)
+		panic("persistence: a lock statement must hold exactly one " + clause)
 	}
 	return strings.Replace(lock, clause, clause+" SKIP LOCKED", 1)
 }

@@ -142,7 +142,7 @@ type lockedPartition struct {
 }
 
 // commitBundle runs one attempt of CommitBundle. With skipLocked, the
-// partitions another session holds are skipped (bundle_lock_skip) and their
+// partitions another session holds are skipped (bundle_lock with SKIP LOCKED, skipLocked) and their
 // outs answered lock_timeout; the others commit. The attempt is three round
 // trips: lockBundle (BEGIN, the row locks, the window probe, the stamp),
 // then writeBundle (the segments by COPY; the sidecar rows, the allocators
@@ -357,7 +357,8 @@ func queueStamp(pb *pgx.Batch, st *stamp) {
 }
 
 // lockBundle opens the bundle's transaction, takes the row locks of the
-// partitions in order (bundle_lock, or bundle_lock_skip with skipLocked),
+// partitions in order (bundle_lock, or with skipLocked the same with SKIP
+// LOCKED, then partition_ends_present),
 // runs the window probe (bundle_probe) for each partition's distinct
 // incoming hashes and reads the stamp (bundle_stamp), in one round trip. A
 // lock not granted within the lock timeout, a deleted partition
@@ -378,9 +379,11 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 	var wait float64
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
+	var present map[[16]byte]bool
 	if skipLocked {
-		lk.busy = map[[16]byte]bool{}
-		pb.Queue(sqlBundleLockSkip, ids).Query(scanLockedSkip(lk.locked, lk.busy, &wait))
+		present = map[[16]byte]bool{}
+		pb.Queue(sqlBundleLockSkip, ids).Query(scanLocked(lk.locked, &wait))
+		pb.Queue(sqlPartitionEndsPresent, ids).Query(scanPresent(present))
 	} else {
 		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
@@ -395,6 +398,14 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 		return nil, err
 	}
 	s.observe(LockEvent{Op: "push", Wait: seconds(wait)})
+	if skipLocked {
+		lk.busy = map[[16]byte]bool{}
+		for id := range present {
+			if _, ok := lk.locked[id]; !ok {
+				lk.busy[id] = true
+			}
+		}
+	}
 	for _, lp := range lk.locked {
 		if lp.window < 0 {
 			rollback(conn)
@@ -797,24 +808,15 @@ func scanLocked(locked map[[16]byte]lockedPartition, wait *float64) func(pgx.Row
 	}
 }
 
-// scanLockedSkip reads bundle_lock_skip's rows as scanLocked does; the
-// partitions it could not lock go to busy.
-func scanLockedSkip(locked map[[16]byte]lockedPartition, busy map[[16]byte]bool, wait *float64) func(pgx.Rows) error {
+// scanPresent reads partition_ends_present's rows into present.
+func scanPresent(present map[[16]byte]bool) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id [16]byte
-			var last *int64
-			var w float64
-			var held bool
-			if err := rows.Scan(&id, &last, &w, &held); err != nil {
+			if err := rows.Scan(&id); err != nil {
 				return err
 			}
-			*wait = max(*wait, w)
-			if !held || last == nil {
-				busy[id] = true
-				continue
-			}
-			locked[id] = lockedPartition{last: *last, window: -1}
+			present[id] = true
 		}
 		return rows.Err()
 	}

@@ -13,6 +13,9 @@
 -- The third column is the seconds from the statement's start to the row's
 -- lock being granted (the outer projection runs above the CTE's LockRows):
 -- the lock wait of /metrics. The session's lock_timeout bounds each wait.
+-- A bundle's second attempt after a lock timeout runs this same statement
+-- with SKIP LOCKED (persistence.skipLocked, which edits the lock clause
+-- below: it must occur once in this file, comments included).
 WITH l AS (
     SELECT e.partition_id AS id, e.last_offset
       FROM queen.partition_ends e
