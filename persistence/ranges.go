@@ -31,7 +31,7 @@ import (
 // tick when it could not have it.
 
 var (
-	sqlSidecarRangeStarts   = q("sidecar_range_starts")
+	sqlSidecarRangesAhead   = q("sidecar_ranges_ahead")
 	sqlSidecarRangeCreate   = q("sidecar_range_create")
 	sqlSidecarRangesExpired = q("sidecar_ranges_expired")
 	sqlSidecarRangeDrop     = q("sidecar_range_drop")
@@ -128,15 +128,92 @@ func (s *Store) EnsureSidecarRanges(ctx context.Context) (SidecarRanges, error) 
 }
 
 func ensureSidecarRanges(ctx context.Context, db txBeginner, span time.Duration) (SidecarRanges, error) {
-	rows, err := db.Query(ctx, sqlSidecarRangeStarts, int64(span/time.Second))
+	rows, err := db.Query(ctx, sqlSidecarRangesAhead)
 	if err != nil {
 		return SidecarRanges{}, unavailable(err)
 	}
-	want, err := pgx.CollectRows(rows, scanBounds)
-	if err != nil {
+	var now time.Time
+	var have []bounds
+	var lo, hi *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&now, &lo, &hi}, func() error {
+		if lo != nil && hi != nil {
+			have = append(have, bounds{*lo, *hi})
+		}
+		return nil
+	}); err != nil {
 		return SidecarRanges{}, unavailable(err)
 	}
-	return createRanges(ctx, db, "sidecar", sqlSidecarRangeCreate, want)
+	// Three cells of the span: the one holding now and the next two.
+	first := now.Truncate(span)
+	return createRanges(ctx, db, "sidecar", sqlSidecarRangeCreate, planRanges(have, now, first.Add(3*span), span, span))
+}
+
+// planRanges is the one planner of both time-range schemes, segments_timed
+// (segments of queues with retentionSeconds) and the sidecar's
+// log_txn_hashes: it returns the ranges [lo, hi) to create so that
+// [from, to) is covered, given the existing ones. Cells of the span,
+// aligned on the epoch, where they are free; where an existing range of
+// another span is in the way, the largest free aligned cells of a
+// power-of-two fraction of the span down to unit; where even a unit cell is
+// in the way (an existing range not aligned on unit), a range short of it;
+// where the free time starts off the unit's alignment (the end of a range
+// of an older span), a short range up to the next aligned boundary.
+// from is rounded down to unit; span and unit are whole seconds, span at
+// least unit. Segment ranges plan with unit one minute (their spans are
+// powers of two of minutes, so cells nest or are disjoint), the sidecar's
+// with unit its span (every range one cell; after a change of span one
+// short range bridges from where the old ranges end to the new alignment,
+// instead of cells that overlap them).
+func planRanges(existing []bounds, from, to time.Time, span, unit time.Duration) []bounds {
+	if span < unit {
+		span = unit
+	}
+	existing = append([]bounds(nil), existing...)
+	unix := func(t time.Time) int64 { return t.Unix() }
+	covering := func(t int64) (int64, bool) {
+		for _, r := range existing {
+			if unix(r.lo) <= t && t < unix(r.hi) {
+				return unix(r.hi), true
+			}
+		}
+		return 0, false
+	}
+	overlaps := func(lo, hi int64) bool {
+		for _, r := range existing {
+			if unix(r.lo) < hi && lo < unix(r.hi) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []bounds
+	u := int64(unit / time.Second)
+	t := unix(from) / u * u
+	end := unix(to)
+	for t < end {
+		if next, ok := covering(t); ok {
+			t = next
+			continue
+		}
+		s := int64(span / time.Second)
+		for s > u && (t%s != 0 || overlaps(t, t+s)) {
+			s /= 2
+		}
+		hi := t + s
+		if t%s != 0 { // not aligned even on unit: a short range to the next boundary
+			hi = (t/s + 1) * s
+		}
+		for _, r := range existing { // an odd range (not aligned on unit) in the way: stop short of it
+			if lo := unix(r.lo); lo > t && lo < hi {
+				hi = lo
+			}
+		}
+		s = hi - t
+		out = append(out, bounds{time.Unix(t, 0).UTC(), time.Unix(t+s, 0).UTC()})
+		existing = append(existing, bounds{time.Unix(t, 0), time.Unix(t+s, 0)})
+		t += s
+	}
+	return out
 }
 
 // createRanges runs create (sidecar_range_create or segment_range_create:

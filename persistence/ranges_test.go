@@ -146,6 +146,7 @@ func TestSidecarRangeDDLGivesUpOnABusyTable(t *testing.T) {
 
 	holder, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
+	defer holder.Rollback(ctx) //nolint:errcheck // released below; this covers a failure before
 	_, err = holder.Exec(ctx, `LOCK TABLE queen.log_txn_hashes IN ACCESS SHARE MODE`)
 	require.NoError(t, err)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)

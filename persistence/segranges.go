@@ -106,61 +106,6 @@ func readSegmentRanges(ctx context.Context, db txBeginner) ([]segRange, segmentC
 	return rs, c, nil
 }
 
-// planSegmentRanges returns the ranges [lo, hi) to create so that
-// [from, to) is covered, given the existing ones: cells of the span where
-// they are free, and where an existing range of another span is in the
-// way, the largest free aligned cells of a power-of-two fraction of it
-// (the spans are powers of two of minutes aligned on the epoch, so cells
-// nest or are disjoint). from is rounded down to the minute.
-func planSegmentRanges(existing []segRange, from, to time.Time, span time.Duration) []bounds {
-	if span < time.Minute {
-		span = time.Minute
-	}
-	unix := func(t time.Time) int64 { return t.Unix() }
-	covering := func(t int64) (int64, bool) {
-		for _, r := range existing {
-			if unix(r.lo) <= t && t < unix(r.hi) {
-				return unix(r.hi), true
-			}
-		}
-		return 0, false
-	}
-	overlaps := func(lo, hi int64) bool {
-		for _, r := range existing {
-			if unix(r.lo) < hi && lo < unix(r.hi) {
-				return true
-			}
-		}
-		return false
-	}
-	var out []bounds
-	t := unix(from) / 60 * 60
-	end := unix(to)
-	for t < end {
-		if next, ok := covering(t); ok {
-			t = next
-			continue
-		}
-		s := int64(span / time.Second)
-		for s > 60 && (t%s != 0 || overlaps(t, t+s)) {
-			s /= 2
-		}
-		if overlaps(t, t+s) { // an odd range (not minute-aligned): stop short of it
-			hi := t + s
-			for _, r := range existing {
-				if lo := unix(r.lo); lo > t && lo < hi {
-					hi = lo
-				}
-			}
-			s = hi - t
-		}
-		out = append(out, bounds{time.Unix(t, 0).UTC(), time.Unix(t+s, 0).UTC()})
-		existing = append(existing, segRange{lo: time.Unix(t, 0), hi: time.Unix(t+s, 0)})
-		t += s
-	}
-	return out
-}
-
 // EnsureSegmentRanges creates the time ranges of segments_timed covering
 // now through the lead (four spans, at least 5 minutes, plus one) on
 // PostgreSQL's clock, with the span of the longest retentionSeconds in use
@@ -177,7 +122,11 @@ func ensureSegmentRanges(ctx context.Context, db txBeginner) (SidecarRanges, err
 	if err != nil || c.span == 0 {
 		return SidecarRanges{}, err
 	}
-	return createRanges(ctx, db, "segment", sqlSegmentRangeCreate, planSegmentRanges(existing, c.now, c.now.Add(segmentLead(c.span)), c.span))
+	have := make([]bounds, len(existing))
+	for i, x := range existing {
+		have[i] = bounds{x.lo, x.hi}
+	}
+	return createRanges(ctx, db, "segment", sqlSegmentRangeCreate, planRanges(have, c.now, c.now.Add(segmentLead(c.span)), c.span, time.Minute))
 }
 
 // segmentDetachLockTimeout bounds a concurrent detach's waits: for the

@@ -26,20 +26,34 @@ func TestPlanSegmentRanges(t *testing.T) {
 		}
 		return s
 	}
-	rng := func(lo, hi string) segRange { return segRange{lo: at(lo), hi: at(hi)} }
+	rng := func(lo, hi string) bounds { return bounds{at(lo), at(hi)} }
 
 	require.Equal(t, []string{"12:00-12:02", "12:02-12:04", "12:04-12:06"},
-		cells(planSegmentRanges(nil, at("12:00:30"), at("12:05:00"), 2*time.Minute)), "aligned cells of the span from the minute of from")
+		cells(planRanges(nil, at("12:00:30"), at("12:05:00"), 2*time.Minute, time.Minute)), "aligned cells of the span from the minute of from")
 	require.Equal(t, []string{"12:01-12:02", "12:02-12:04", "12:04-12:08", "12:08-12:12"},
-		cells(planSegmentRanges([]segRange{rng("12:00:00", "12:01:00")}, at("12:00:10"), at("12:09:00"), 4*time.Minute)),
+		cells(planRanges([]bounds{rng("12:00:00", "12:01:00")}, at("12:00:10"), at("12:09:00"), 4*time.Minute, time.Minute)),
 		"a wider span starts on its own alignment: smaller cells fill up to it")
 	require.Equal(t, []string{"12:08-12:09", "12:09-12:10"},
-		cells(planSegmentRanges([]segRange{rng("12:00:00", "12:08:00")}, at("12:03:00"), at("12:10:00"), time.Minute)),
+		cells(planRanges([]bounds{rng("12:00:00", "12:08:00")}, at("12:03:00"), at("12:10:00"), time.Minute, time.Minute)),
 		"an existing wider range covers what it covers")
 	require.Equal(t, []string{"12:00-12:02", "12:04-12:08"},
-		cells(planSegmentRanges([]segRange{rng("12:02:00", "12:04:00")}, at("12:00:00"), at("12:05:00"), 4*time.Minute)),
+		cells(planRanges([]bounds{rng("12:02:00", "12:04:00")}, at("12:00:00"), at("12:05:00"), 4*time.Minute, time.Minute)),
 		"a smaller existing range inside a cell splits it")
-	require.Nil(t, planSegmentRanges([]segRange{rng("12:00:00", "12:16:00")}, at("12:00:00"), at("12:10:00"), 4*time.Minute))
+	require.Nil(t, planRanges([]bounds{rng("12:00:00", "12:16:00")}, at("12:00:00"), at("12:10:00"), 4*time.Minute, time.Minute))
+
+	// The sidecar's ranges: unit = span, every range one cell.
+	sec := func(out []bounds) []string {
+		var s []string
+		for _, c := range out {
+			s = append(s, c.lo.Format("15:04:05")+"-"+c.hi.Format("15:04:05"))
+		}
+		return s
+	}
+	require.Equal(t, []string{"12:00:00-12:01:30", "12:01:30-12:03:00", "12:03:00-12:04:30"},
+		sec(planRanges(nil, at("12:01:00"), at("12:04:00"), 90*time.Second, 90*time.Second)), "cells of a 90-second span from the one holding from")
+	require.Equal(t, []string{"12:02:00-12:03:00", "12:03:00-12:04:30"},
+		sec(planRanges([]bounds{rng("12:00:00", "12:01:00"), rng("12:01:00", "12:02:00")}, at("12:01:30"), at("12:04:30"), 90*time.Second, 90*time.Second)),
+		"after a change of span a short range bridges from the old ranges' end to the new alignment")
 }
 
 // segmentTables returns, per table holding them, partition pid's segments.
