@@ -282,6 +282,11 @@ func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]que
 	if sub := chunk[0].ProducerSub; sub != "" {
 		req.Header.Set(wire.HeaderProducerSub, sub)
 	}
+	// With JWT on, the client request's token goes along: the owner's
+	// shard server verifies it (ServerConfig.Authenticate).
+	if a := queen.AuthorizationFrom(ctx); a != "" {
+		req.Header.Set(wire.HeaderAuthorization, a)
+	}
 	msg, err := r.nc.RequestMsgWithContext(ctx, req)
 	switch {
 	case err == nil:

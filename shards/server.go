@@ -54,6 +54,16 @@ type ServerConfig struct {
 	// router answers the items failed with queen.ErrTimeout (outcome unknown,
 	// retryable, SPEC.md §3). Dropped counts them.
 	PendingMsgs, PendingBytes int
+	// Authenticate, when set (JWT on, SPEC.md §14), checks the token a
+	// shard hop carries (wire.HeaderAuthorization, the client request's,
+	// sent along by the Router) at the read-write level, and returns the
+	// producer identity to stamp on its items: the token's "sub", or, when
+	// onBehalf (an admin token: a DLQ replay pushes with each message's
+	// original producer), the hop's wire.HeaderProducerSub. A hop without
+	// a valid token is refused with its 401 or 403 and nothing is written:
+	// the shard subjects take no push the front door would have refused,
+	// whoever may publish on them. nil: hops are not checked (JWT off).
+	Authenticate func(ctx context.Context, authorization string) (producer string, onBehalf bool, e *queen.Error)
 
 	Logger *slog.Logger
 }
@@ -318,7 +328,19 @@ func (s *Server) handlePush(m *nats.Msg) {
 		respondError(m, queen.ErrInvalidJSON.With("%s carries the brokers' internal encoding or, with the header Content-Type: %s, the push body of queen.v1.push: %v", m.Subject, wire.ContentTypeJSON, err))
 		return
 	}
-	if sub := m.Header.Get(wire.HeaderProducerSub); sub != "" {
+	sub := m.Header.Get(wire.HeaderProducerSub)
+	if s.cfg.Authenticate != nil {
+		producer, onBehalf, e := s.cfg.Authenticate(context.Background(), m.Header.Get(wire.HeaderAuthorization))
+		if e != nil {
+			s.cfg.Logger.Warn("shard push refused", "subject", m.Subject, "code", e.Code, "err", e.Message)
+			respondError(m, e)
+			return
+		}
+		if !onBehalf {
+			sub = producer
+		}
+	}
+	if sub != "" {
 		for _, it := range items {
 			it.ProducerSub = sub
 		}

@@ -423,3 +423,58 @@ func TestHopCarriesTheProducer(t *testing.T) {
 	require.Contains(t, rec.subs, "anon")
 	require.Empty(t, rec.subs["anon"])
 }
+
+// TestHopIsAuthenticated (SPEC.md §14): with ServerConfig.Authenticate set
+// (JWT on), a hop in the brokers' encoding must carry a token that passes
+// it: without one it is refused with the check's error and nothing reaches
+// a partition; with a read-write token its items carry the token's
+// producer whatever the hop's producer header says; with an admin token
+// (a DLQ replay) the header's. The Router sends the request's token along.
+func TestHopIsAuthenticated(t *testing.T) {
+	nc := connectNATS(t, 1<<20)
+	rec := &subRecorder{subs: map[string]string{}}
+	tokens := map[string]struct {
+		sub   string
+		admin bool
+	}{"Bearer rw": {"svc-a", false}, "Bearer boss": {"ops", true}}
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: rec, Count: 1,
+		Authenticate: func(_ context.Context, authorization string) (string, bool, *queen.Error) {
+			tk, ok := tokens[authorization]
+			if !ok {
+				return "", false, queen.ErrUnauthorized.With("no token")
+			}
+			return tk.sub, tk.admin, nil
+		}})
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
+	hop := func(txn, authorization, producer string) *nats.Msg {
+		t.Helper()
+		req := nats.NewMsg(wire.ShardPushSubject(0))
+		req.Data = encodeItems(nil, []*queen.Item{{Queue: "q", Partition: "p", TransactionID: txn, Payload: []byte(`1`)}})
+		if authorization != "" {
+			req.Header.Set(wire.HeaderAuthorization, authorization)
+		}
+		if producer != "" {
+			req.Header.Set(wire.HeaderProducerSub, producer)
+		}
+		msg, err := nc.RequestMsg(req, 5*time.Second)
+		require.NoError(t, err)
+		return msg
+	}
+	for _, authorization := range []string{"", "Bearer forged"} {
+		msg := hop("x", authorization, "spoof")
+		require.Equal(t, "401", msg.Header.Get(ErrorCodeHeader), "%s", msg.Data)
+	}
+	require.Empty(t, rec.subs, "nothing reached a partition")
+	hop("rw", "Bearer rw", "spoof")
+	require.Equal(t, "svc-a", rec.subs["rw"], "the token's producer, not the header's")
+	hop("replay", "Bearer boss", "original")
+	require.Equal(t, "original", rec.subs["replay"], "an admin pushes on behalf of the header's producer")
+
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 1})
+	it := &queen.Item{Queue: "q", Partition: "p", TransactionID: "routed", Payload: []byte(`1`), ProducerSub: "svc-a"}
+	require.Equal(t, queen.ErrUnauthorized.Code, r.Push(context.Background(), []*queen.Item{it})[0].Err.Code, "no token in the context")
+	res := r.Push(queen.WithAuthorization(context.Background(), "Bearer rw"), []*queen.Item{it})
+	require.Equal(t, queen.Queued, res[0].Verdict)
+	require.Equal(t, "svc-a", rec.subs["routed"])
+}

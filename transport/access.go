@@ -13,7 +13,9 @@ import (
 // jwtGuard wraps an HTTP route's handler with the JWT check of its level
 // (Config.JWT, SPEC.md §14): a public route or a JWT_SKIP_PATHS path runs
 // as is; any other answers 401 or 403 (auth.Verifier.Check) before its body
-// is read, or runs with the caller's auth.Identity in its context.
+// is read, or runs with the caller's auth.Identity and Authorization header
+// in its context (queen.WithAuthorization: the shard router sends it along
+// on its hops).
 func (s *Service) jwtGuard(rt route, h http.Handler) http.Handler {
 	if rt.level == auth.Public {
 		return h
@@ -31,13 +33,15 @@ func (s *Service) jwtGuard(rt route, h http.Handler) http.Handler {
 			writeReply(w, rep)
 			return
 		}
-		h.ServeHTTP(w, r.WithContext(auth.NewContext(r.Context(), id)))
+		ctx := queen.WithAuthorization(auth.NewContext(r.Context(), id), r.Header.Get("Authorization"))
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // checkNATS is the JWT check of a NATS request on a subject of level need
-// (Config.JWT): ctx with the caller's identity, or the 401/403 reply. With
-// JWT off it lets everything through.
+// (Config.JWT): ctx with the caller's identity and Authorization header
+// (queen.WithAuthorization), or the 401/403 reply. With JWT off it lets
+// everything through.
 func (s *Service) checkNATS(ctx context.Context, authorization string, need auth.Level, subject string) (context.Context, *reply) {
 	if s.cfg.JWT == nil || need == auth.Public {
 		return ctx, nil
@@ -47,7 +51,7 @@ func (s *Service) checkNATS(ctx context.Context, authorization string, need auth
 		rep := errReply(e)
 		return ctx, &rep
 	}
-	return auth.NewContext(ctx, id), nil
+	return queen.WithAuthorization(auth.NewContext(ctx, id), authorization), nil
 }
 
 // setChallenge sets WWW-Authenticate on a 401 or 403 reply (RFC 6750).

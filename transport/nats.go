@@ -182,7 +182,7 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 				ctx := context.Background()
 				authz := m.Header.Get(wire.HeaderAuthorization)
 				if authz != "" {
-					ctx = context.WithValue(ctx, authorizationKey{}, authz)
+					ctx = queen.WithAuthorization(ctx, authz)
 				}
 				// The JWT check runs here, off the subscription's
 				// goroutine: an RS256 verification (or a JWK Set fetch for
@@ -205,7 +205,7 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 	}{
 		{"push", wire.SubjectPush, func(ctx context.Context, b []byte) reply { return s.push(ctx, b, "nats") }, false, auth.ReadWrite},
 		{"configure", wire.SubjectConfigure, func(ctx context.Context, b []byte) reply {
-			authz, _ := ctx.Value(authorizationKey{}).(string)
+			authz := queen.AuthorizationFrom(ctx)
 			return s.configure(ctx, b, s.mayDeleteData(ctx, authz))
 		}, false, auth.ReadWrite},
 		{"queue", wire.SubjectQueue, func(ctx context.Context, b []byte) reply { return s.queue(ctx, string(b)) }, true, auth.ReadOnly},
@@ -229,7 +229,7 @@ func (s *Service) NewNATS(cfg NATSConfig) (*NATSService, error) {
 		}, true, auth.ReadOnly},
 		{"queue_detail", wire.SubjectQueueDetail, func(ctx context.Context, b []byte) reply { return s.queueDetailNATS(ctx, b) }, true, auth.ReadOnly},
 		{"whoami", wire.SubjectWhoami, func(ctx context.Context, _ []byte) reply {
-			authz, _ := ctx.Value(authorizationKey{}).(string)
+			authz := queen.AuthorizationFrom(ctx)
 			return s.whoamiOf(ctx, authz)
 		}, true, auth.ReadOnly},
 	}
@@ -257,10 +257,6 @@ func natsClient(reply string) string {
 	}
 	return "nats:" + reply
 }
-
-// authorizationKey carries a NATS request's Authorization header in its
-// handler's context (the configure endpoint checks it itself).
-type authorizationKey struct{}
 
 // NATSConfig configures the NATS front door (Service.NewNATS).
 type NATSConfig struct {

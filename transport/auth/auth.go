@@ -21,6 +21,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/MicahParks/keyfunc/v3"
@@ -173,6 +174,28 @@ type Verifier struct {
 	jwks   keyfunc.Keyfunc  // JWT_JWKS_URL; nil: none
 	cancel context.CancelFunc
 	skip   []string
+
+	// verified caches the tokens that verified (verifiedTTL): a producer
+	// sends one token with every request, and with shards on several
+	// brokers each hop of a request is verified again (the shard server's
+	// check), so most checks are a map lookup instead of a signature.
+	mu       sync.Mutex
+	verified map[string]verifiedToken
+}
+
+// A verified token is taken again without checking its signature until
+// its "exp" or verifiedTTL after it verified, whichever is first: a key
+// removed from the JWK Set stops its tokens within that time. At most
+// verifiedMax tokens are kept; past that the cache starts again empty.
+const (
+	verifiedTTL = time.Minute
+	verifiedMax = 4096
+)
+
+// verifiedToken is one entry of Verifier.verified.
+type verifiedToken struct {
+	id    Identity
+	until time.Time
 }
 
 // New returns a Verifier for cfg, or a *lifecycle.SettingError naming the
@@ -393,7 +416,9 @@ func (v *Verifier) roleOf(l Level) string {
 
 // Verify reads "Bearer <token>" (the scheme in any case; a bare token is
 // taken too, as upstream does), verifies the token and returns its caller,
-// or a 401 queen.ErrUnauthorized saying why (see Check).
+// or a 401 queen.ErrUnauthorized saying why (see Check). A token that
+// verified is taken again from a cache until its "exp" or verifiedTTL
+// (one minute), whichever is first; a refused one is checked every time.
 func (v *Verifier) Verify(ctx context.Context, authorization string) (Identity, *queen.Error) {
 	raw := strings.TrimSpace(authorization)
 	if raw == "" {
@@ -407,6 +432,16 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (Identity, 
 	}
 	if raw == "" {
 		return Identity{}, unauthorized("no token after Bearer: send the header Authorization: Bearer <JWT>")
+	}
+	now := time.Now()
+	if v.cfg.now != nil {
+		now = v.cfg.now()
+	}
+	v.mu.Lock()
+	hit, ok := v.verified[raw]
+	v.mu.Unlock()
+	if ok && now.Before(hit.until) {
+		return hit.id, nil
 	}
 	claims := jwt.MapClaims{}
 	tok, err := v.parser.ParseWithClaims(raw, claims, v.keyfunc(ctx))
@@ -427,6 +462,16 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (Identity, 
 			id.Level = max(id.Level, ReadWrite)
 		}
 	}
+	until := now.Add(verifiedTTL)
+	if !id.ExpiresAt.IsZero() && id.ExpiresAt.Before(until) {
+		until = id.ExpiresAt
+	}
+	v.mu.Lock()
+	if v.verified == nil || len(v.verified) >= verifiedMax {
+		v.verified = map[string]verifiedToken{}
+	}
+	v.verified[raw] = verifiedToken{id: id, until: until}
+	v.mu.Unlock()
 	return id, nil
 }
 

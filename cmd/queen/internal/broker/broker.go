@@ -462,8 +462,21 @@ func (b *Broker) startShards(ctx context.Context) (err error) {
 	// the NATS front door, built on this server's router and membership:
 	// startFrontDoors gives it to the server (SetDirect) before the
 	// membership serves any shard.
+	// With JWT on, a shard hop carries the client request's token and is
+	// verified again here, at the read-write level: the shard subjects take
+	// no push the front door would refuse (ServerConfig.Authenticate).
+	var hopAuth func(context.Context, string) (string, bool, *queen.Error)
+	if v := b.jwt; v != nil {
+		hopAuth = func(ctx context.Context, authorization string) (string, bool, *queen.Error) {
+			id, e := v.Check(ctx, authorization, auth.ReadWrite, "a shard hop (queen.v1.shard.<n>.push in the brokers' encoding)")
+			if e != nil {
+				return "", false, e
+			}
+			return id.Subject, id.Level == auth.Admin, nil
+		}
+	}
 	if b.shardSrv, err = shards.NewServer(shards.ServerConfig{Conn: b.ncShards, Pusher: shards.ActorPusher(b.host), Count: cfg.ShardCount,
-		MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: b.log}); err != nil {
+		MaxPayloadBytes: cfg.MaxPayloadBytes, Authenticate: hopAuth, Logger: b.log}); err != nil {
 		return err
 	}
 	if err = b.run(ctx, "the shard server", b.shardSrv); err != nil {

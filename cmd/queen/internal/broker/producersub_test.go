@@ -6,14 +6,20 @@ package broker
 // off; with JWT off a message has none (the field is left out).
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/shards"
 	"github.com/queen-mq/queen-go/transport/auth"
+	"github.com/queen-mq/queen-go/transport/auth/authtest"
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
@@ -129,5 +135,67 @@ func TestProducerSubIgnoredWithJWTOff(t *testing.T) {
 		eq(t, "-,-", producers(pop.Messages), "pop of %s", q)
 		e.deadLetter(t, q, "p", "d")
 		eq(t, "-", producers(e.dlq(t, q)), "the DLQ of %s", q)
+	}
+}
+
+// TestJWTHopToTheShardOwner (SPEC.md §14, §9): in a cluster with JWT on, a
+// push that enters one broker for a partition another broker owns is
+// verified again by the owner with the request's token (sent along on the
+// hop), stored with the token's producer, and a hop in the brokers' own
+// encoding published without a token (any NATS client could) is refused
+// 401 and writes nothing.
+func TestJWTHopToTheShardOwner(t *testing.T) {
+	t.Parallel()
+	keys := authtest.NewKeys(t, jwtSecret)
+	withJWT := func(c *Config) {
+		c.ShardLease = 6 * time.Second
+		c.JWT = &auth.Config{Algorithm: "HS256", Secret: jwtSecret, Issuer: jwtIssuer, Audience: jwtAudience}
+	}
+	first := startEnv(t, withJWT)
+	second := startEnvOn(t, first.url, func(c *Config) { withJWT(c); c.NATSURL = first.b.NATSURL() })
+	eventually(t, 30*time.Second, 20*time.Millisecond, "the second broker serves shards the first routes to it", func() (bool, string) {
+		held := second.b.members.Held()
+		if len(held) == 0 || !slices.Equal(held, second.b.shardSrv.Serving()) {
+			return false, fmt.Sprintf("second holds %v, serves %v", held, second.b.shardSrv.Serving())
+		}
+		owners := first.b.members.Owners()
+		for _, s := range held {
+			if owners[s] != second.id() {
+				return false, fmt.Sprintf("first routes shard %d to %q", s, owners[s])
+			}
+		}
+		return true, ""
+	})
+	const q = "jwt-hop"
+	part, _ := partitionOwnedBy(t, second, q, "own")
+	rw := "Bearer " + keys.Sign(t, auth.HS256, jwtClaims("svc-orders", "read-write"))
+	body := marshal(map[string]any{"items": []any{map[string]any{"queue": q, "partition": part, "transactionId": "a", "producerSub": "spoofed"}}})
+	st, _, b := first.httpAuth(t, http.MethodPost, "/api/v1/push", rw, json.RawMessage(body))
+	if st != http.StatusCreated || !strings.Contains(string(b), `"queued"`) {
+		t.Fatalf("push through the first broker: %d %s", st, clip(b))
+	}
+	if s := first.b.router.Stats(); s.Remote == 0 {
+		t.Fatalf("entry broker routed %+v: want a hop to the owner", s)
+	}
+	var peek queen.PeekResult
+	st, _, b = second.httpAuth(t, http.MethodGet, "/api/v1/queues/"+q+"/messages?partition="+url.QueryEscape(part), rw, nil)
+	if st != http.StatusOK || json.Unmarshal(b, &peek) != nil {
+		t.Fatalf("peek: %d %s", st, clip(b))
+	}
+	eq(t, "svc-orders", producers(peek.Messages), "stored through the hop with the token's producer")
+
+	// A hop forged by a NATS client: the brokers' encoding, no token, a
+	// producer of its choice (a router of its own, every shard remote).
+	forger, err := shards.NewRouter(shards.RouterConfig{Conn: first.nc, Count: first.b.cfg.ShardCount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := forger.Push(context.Background(), []*queen.Item{{Queue: q, Partition: part, TransactionID: "forged", Payload: []byte(`1`), ProducerSub: "forged"}})
+	if res[0].Err == nil || res[0].Err.Code != queen.ErrUnauthorized.Code {
+		t.Fatalf("a hop without a token: %+v", res[0])
+	}
+	st, _, b = second.httpAuth(t, http.MethodGet, "/api/v1/queues/"+q+"/messages?partition="+url.QueryEscape(part), rw, nil)
+	if st != http.StatusOK || json.Unmarshal(b, &peek) != nil || len(peek.Messages) != 1 {
+		t.Fatalf("peek after the forged hop: %d %s", st, clip(b))
 	}
 }
