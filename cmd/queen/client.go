@@ -17,10 +17,10 @@ import (
 // listeners `queen serve` opens with the same environment, so a client run
 // beside a broker started with QUEEN_NATS_LISTEN or QUEEN_HTTP_ADDR finds it.
 type clientFlags struct {
-	natsURL string // --nats-url
-	server  string // --server
-	via     string // --via
-	caFile  string // --ca-file
+	natsURL string    // --nats-url
+	server  string    // --server
+	via     string    // --via
+	tls     clientTLS // --ca-file, --client-cert, --client-key
 	// natsCreds, natsNkey, natsUser: --nats-creds, --nats-nkey,
 	// --nats-user (the password from NATS_PASSWORD).
 	natsCreds, natsNkey, natsUser string
@@ -70,7 +70,8 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 	f.StringVar(&c.natsURL, "nats-url", natsURL, "NATS server of the broker, or a comma-separated list of a NATS cluster's servers (env NATS_URL, else nats://<QUEEN_NATS_LISTEN>)")
 	f.StringVar(&c.server, "server", server, "HTTP gateway of the broker, for --via http; giving it implies --via http (env: http://<QUEEN_HTTP_ADDR>)")
 	f.StringVar(&c.via, "via", "nats", "how to reach the broker: nats or http (--server given: http)")
-	f.StringVar(&c.caFile, "ca-file", envOr("QUEEN_CA_FILE", os.Getenv("NATS_CA_FILE")), "PEM CA to trust for an https:// --server or a NATS server with TLS, besides the system's (env QUEEN_CA_FILE, else NATS_CA_FILE)")
+	f.StringVar(&c.tls.caFile, "ca-file", envOr("QUEEN_CA_FILE", os.Getenv("NATS_CA_FILE")), "PEM CA to trust for an https:// --server or a NATS server with TLS, besides the system's (env QUEEN_CA_FILE, else NATS_CA_FILE)")
+	c.tls.registerCert(f)
 	f.StringVar(&c.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (user JWT and nkey seed) (env NATS_CREDS)")
 	f.StringVar(&c.natsNkey, "nats-nkey", os.Getenv("NATS_NKEY"), "file holding a NATS user's nkey seed (env NATS_NKEY)")
 	f.StringVar(&c.natsUser, "nats-user", os.Getenv("NATS_USER"), "NATS user; its password from env NATS_PASSWORD (env NATS_USER)")
@@ -79,7 +80,7 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 // natsAuth is the NATS credentials and CA of the flags.
 func (c *clientFlags) natsAuth() client.NATSAuth {
 	return client.NATSAuth{Creds: c.natsCreds, NkeySeed: c.natsNkey, User: c.natsUser,
-		Password: os.Getenv("NATS_PASSWORD"), CAFile: c.caFile}
+		Password: os.Getenv("NATS_PASSWORD"), CAFile: c.tls.caFile}
 }
 
 // transport resolves --via: "nats" or "http".
@@ -132,10 +133,8 @@ func (c *clientFlags) request(ctx context.Context, cmd *cobra.Command, r *client
 	var cl *client.Client
 	if via == "http" {
 		hc := client.HTTPConfig{URLs: []string{c.server}}
-		if c.caFile != "" {
-			if hc.TLS, err = client.TrustCA(c.caFile); err != nil {
-				return clientReply{}, fmt.Errorf("--ca-file: %w", err)
-			}
+		if hc.TLS, err = c.tls.config(); err != nil {
+			return clientReply{}, fmt.Errorf("--ca-file, --client-cert: %w", err)
 		}
 		cl = client.NewHTTP(hc)
 	} else {

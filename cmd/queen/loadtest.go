@@ -37,7 +37,7 @@ type loadtestFlags struct {
 	cfg                   loadtest.Config
 	targetFrom            string // which setting named the target
 	mode, pgBin, logLevel string
-	caFile                string // --ca-file
+	tls                   clientTLS // --ca-file, --client-cert, --client-key
 	// natsCreds, natsNkey, natsUser: --nats-creds, --nats-nkey,
 	// --nats-user (the password from NATS_PASSWORD).
 	natsCreds, natsNkey, natsUser string
@@ -77,16 +77,14 @@ func loadtestCmd() *cobra.Command {
 func (lf *loadtestFlags) run(cmd *cobra.Command, _ []string) error {
 	ctx := cmd.Context()
 	lf.cfg.Mode = loadtest.Mode(lf.mode)
-	if lf.caFile != "" {
-		tc, err := client.TrustCA(lf.caFile)
-		if err != nil {
-			return fmt.Errorf("--ca-file: %w", err)
-		}
-		lf.cfg.TLS = tc
+	tc, err := lf.tls.config()
+	if err != nil {
+		return fmt.Errorf("--ca-file, --client-cert: %w", err)
 	}
+	lf.cfg.TLS = tc
 	auth := client.NATSAuth{Creds: lf.natsCreds, NkeySeed: lf.natsNkey, User: lf.natsUser, Password: os.Getenv("NATS_PASSWORD")}
 	if strings.HasPrefix(lf.cfg.Target, "nats://") {
-		auth.CAFile = lf.caFile // a NATS target with TLS
+		auth.CAFile = lf.tls.caFile // a NATS target with TLS
 	}
 	opts, err := auth.Options(false)
 	if err != nil {

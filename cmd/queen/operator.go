@@ -99,7 +99,7 @@ func exitCode(err error) int {
 type opFlags struct {
 	server  string
 	token   string
-	caFile  string
+	tls     clientTLS
 	output  string
 	timeout time.Duration
 }
@@ -109,7 +109,8 @@ func (o *opFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.server, "server", server, "HTTP gateway of the broker (env: http://<QUEEN_HTTP_ADDR>, default http://127.0.0.1:6632)")
 	f.StringVar(&o.token, "token", os.Getenv("QUEEN_ADMIN_TOKEN"), "admin token sent as Authorization: Bearer (env QUEEN_ADMIN_TOKEN)")
-	f.StringVar(&o.caFile, "ca-file", os.Getenv("QUEEN_CA_FILE"), "PEM CA to trust for an https:// --server, besides the system's (env QUEEN_CA_FILE)")
+	f.StringVar(&o.tls.caFile, "ca-file", os.Getenv("QUEEN_CA_FILE"), "PEM CA to trust for an https:// --server, besides the system's (env QUEEN_CA_FILE)")
+	o.tls.registerCert(f)
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json (the broker's reply)")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "request timeout")
 	// Bad flags are usage errors (exit 2), like bad arguments.
@@ -144,11 +145,9 @@ func (o *opFlags) client(ctx context.Context) (*client.Client, context.Context, 
 		return nil, nil, nil, usageErr("--server %q: %v", o.server, err)
 	}
 	hc := client.HTTPConfig{URLs: []string{o.server}}
-	if o.caFile != "" {
-		var err error
-		if hc.TLS, err = client.TrustCA(o.caFile); err != nil {
-			return nil, nil, nil, usageErr("--ca-file: %v", err)
-		}
+	var err error
+	if hc.TLS, err = o.tls.config(); err != nil {
+		return nil, nil, nil, usageErr("--ca-file, --client-cert: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	return client.NewHTTP(hc, client.AdminToken(o.token)), ctx, cancel, nil

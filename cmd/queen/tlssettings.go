@@ -20,6 +20,7 @@ import (
 type securityFlags struct {
 	tlsCert    string
 	tlsKey     string
+	tlsCA      string
 	natsConfig string
 	natsCreds  string
 	natsNkey   string
@@ -30,6 +31,7 @@ type securityFlags struct {
 func (s *securityFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&s.tlsCert, "tls-cert", os.Getenv("QUEEN_TLS_CERT"), "PEM certificate (chain) of the HTTP gateway: with --tls-key it serves HTTPS; SIGHUP reads both files again without dropping connections (env QUEEN_TLS_CERT)")
 	f.StringVar(&s.tlsKey, "tls-key", os.Getenv("QUEEN_TLS_KEY"), "PEM private key of --tls-cert (env QUEEN_TLS_KEY)")
+	f.StringVar(&s.tlsCA, "tls-client-ca", os.Getenv("QUEEN_TLS_CLIENT_CA"), "PEM CA whose client certificates the HTTPS gateway requires of every connection (mutual TLS; needs --tls-cert); SIGHUP reads it again (env QUEEN_TLS_CLIENT_CA)")
 	f.StringVar(&s.natsConfig, "nats-config", os.Getenv("QUEEN_NATS_CONFIG"), "nats-server configuration file of the embedded NATS server: its authorization (users, permissions, nkeys, accounts) and tls apply; the listen address stays --nats-listen (env QUEEN_NATS_CONFIG)")
 	f.StringVar(&s.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "the broker's NATS credentials file (user JWT and nkey seed) (env NATS_CREDS)")
 	f.StringVar(&s.natsNkey, "nats-nkey", os.Getenv("NATS_NKEY"), "file holding the broker's NATS user nkey seed (env NATS_NKEY)")
@@ -39,7 +41,7 @@ func (s *securityFlags) register(f *pflag.FlagSet) {
 
 // apply puts the settings into cfg.
 func (s *securityFlags) apply(cfg *broker.Config) {
-	cfg.TLSCertFile, cfg.TLSKeyFile = s.tlsCert, s.tlsKey
+	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile = s.tlsCert, s.tlsKey, s.tlsCA
 	cfg.NATSConfigFile = s.natsConfig
 	cfg.NATSAuth = client.NATSAuth{Creds: s.natsCreds, NkeySeed: s.natsNkey, User: s.natsUser,
 		Password: os.Getenv("NATS_PASSWORD"), CAFile: s.natsCAFile}

@@ -160,3 +160,28 @@ func TestLoadtestWithNATSCredentials(t *testing.T) {
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Positive(t, rep.Verdicts.Queued)
 }
+
+// TestClientTLS: --ca-file, --client-cert and --client-key build the
+// HTTPS trust of the client verbs, the operator verbs and the harness: nil
+// with none set, a client certificate only with its key, a file that does
+// not load named in the error.
+func TestClientTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir, "ca")
+	cert, key := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	ca.Issue(t, 1, cert, key)
+	tc, err := clientTLS{}.config()
+	if err != nil || tc != nil {
+		t.Fatalf("no flag: %v, %v; want nil, nil", tc, err)
+	}
+	tc, err = clientTLS{caFile: ca.File, certFile: cert, keyFile: key}.config()
+	if err != nil || tc.RootCAs == nil || len(tc.Certificates) != 1 {
+		t.Fatalf("CA and client certificate: %+v, %v", tc, err)
+	}
+	if _, err = (clientTLS{certFile: cert}).config(); err == nil || !strings.Contains(err.Error(), "both") {
+		t.Fatalf("a certificate without its key: %v", err)
+	}
+	if _, err = (clientTLS{certFile: cert, keyFile: filepath.Join(dir, "missing.pem")}).config(); err == nil || !strings.Contains(err.Error(), "missing.pem") {
+		t.Fatalf("a key that does not load: %v", err)
+	}
+}

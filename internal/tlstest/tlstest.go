@@ -55,7 +55,8 @@ func NewCA(t testing.TB, dir, name string) *CA {
 	return ca
 }
 
-// Issue signs a server certificate for 127.0.0.1 and localhost with the
+// Issue signs a certificate for 127.0.0.1 and localhost, good for a server
+// and for a client (mutual TLS), with the
 // serial number serial and writes it and its key to certFile and keyFile
 // (replacing them: a renewal).
 func (ca *CA) Issue(t testing.TB, serial int64, certFile, keyFile string) {
@@ -70,7 +71,7 @@ func (ca *CA) Issue(t testing.TB, serial int64, certFile, keyFile string) {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		DNSNames:     []string{"localhost"},
 	}

@@ -93,3 +93,29 @@ func (a NATSAuth) Options(inProcess bool) ([]nats.Option, error) {
 	}
 	return opts, nil
 }
+
+// WithClientCertificate returns tc (a TrustCA result, or nil for the
+// system's roots) presenting the PEM client certificate certFile with its
+// key keyFile to servers that ask for one (mutual TLS: a gateway started
+// with QUEEN_TLS_CLIENT_CA, a NATS server whose tls block verifies
+// clients). Both files or neither; a pair that does not load is an error
+// naming the files.
+func WithClientCertificate(tc *tls.Config, certFile, keyFile string) (*tls.Config, error) {
+	if certFile == "" && keyFile == "" {
+		return tc, nil
+	}
+	if certFile == "" || keyFile == "" {
+		return nil, fmt.Errorf("a client certificate needs both its certificate and its key file")
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("client certificate %s, key %s: %w", certFile, keyFile, err)
+	}
+	if tc == nil {
+		tc = &tls.Config{MinVersion: tls.VersionTLS12}
+	} else {
+		tc = tc.Clone()
+	}
+	tc.Certificates = append(tc.Certificates, pair)
+	return tc, nil
+}

@@ -62,6 +62,11 @@ type Config struct {
 	// with this PEM certificate (chain) and key (QUEEN_TLS_CERT,
 	// QUEEN_TLS_KEY); ReloadTLS reads them again (SIGHUP). Empty: HTTP.
 	TLSCertFile, TLSKeyFile string
+	// TLSClientCAFile, with HTTPS, requires a client certificate signed by
+	// this PEM CA of every connection to the gateway (mutual TLS,
+	// QUEEN_TLS_CLIENT_CA); ReloadTLS reads it again. Without
+	// TLSCertFile it stops the start. Empty: no client certificate asked.
+	TLSClientCAFile string
 	// DatabaseURL uses an external PostgreSQL instead of the managed one.
 	DatabaseURL string
 	// PGBin is where the managed PostgreSQL's binaries are (QUEEN_PG_BIN).
@@ -317,8 +322,8 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 	if _, err = cfg.NATSAuth.Options(false); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
-	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
-		if b.cert, err = newCertificate(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" || cfg.TLSClientCAFile != "" {
+		if b.cert, err = newCertificate(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -340,5 +342,66 @@ func TestDatabaseURLVerifyFullIsHonoured(t *testing.T) {
 		if !strings.Contains(err.Error(), "TLS") {
 			t.Fatalf("sslmode=%s: %v, want the refused TLS named", mode, err)
 		}
+	}
+}
+
+// TestHTTPSRequiresClientCertificates (QUEEN_TLS_CLIENT_CA): the gateway
+// takes a connection only with a client certificate the client CA signed;
+// none, or one of another CA, fails the handshake. A client CA without a
+// certificate stops the start.
+func TestHTTPSRequiresClientCertificates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	serverCA, clientCA := tlstest.NewCA(t, dir, "server-ca"), tlstest.NewCA(t, dir, "client-ca")
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	serverCA.Issue(t, 1, certFile, keyFile)
+	goodCert, goodKey := filepath.Join(dir, "good.pem"), filepath.Join(dir, "good-key.pem")
+	clientCA.Issue(t, 2, goodCert, goodKey)
+	strayCert, strayKey := filepath.Join(dir, "stray.pem"), filepath.Join(dir, "stray-key.pem")
+	serverCA.Issue(t, 3, strayCert, strayKey)
+
+	b := startSecured(t, func(c *Config) {
+		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = certFile, keyFile, clientCA.File
+	})
+	trust, err := client.TrustCA(serverCA.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(tc *tls.Config) error {
+		t.Helper()
+		tr := &http.Transport{TLSClientConfig: tc}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(b.HTTPURL() + "/health")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /health: %d", resp.StatusCode)
+		}
+		return nil
+	}
+	if err := get(trust); err == nil {
+		t.Fatal("a client without a certificate was served")
+	}
+	stray, err := client.WithClientCertificate(trust, strayCert, strayKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := get(stray); err == nil {
+		t.Fatal("a client certificate of another CA was accepted")
+	}
+	good, err := client.WithClientCertificate(trust, goodCert, goodKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := get(good); err != nil {
+		t.Fatalf("a client certificate of the client CA: %v", err)
+	}
+
+	_, err = Start(context.Background(), Config{TLSClientCAFile: clientCA.File, HTTPAddr: "127.0.0.1:0",
+		NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), "QUEEN_TLS_CERT") {
+		t.Fatalf("Start with a client CA and no certificate: %v, want an error naming QUEEN_TLS_CERT", err)
 	}
 }
