@@ -34,10 +34,10 @@ func functionDefs(t *testing.T, conn *pgx.Conn) map[string]string {
 // migration 0016, and why: the files define them anew, the migrations keep
 // the definitions they applied, as history.
 var evolved = map[string]string{
-	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns",
-	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash",
+	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns; 0023: one descent per level-1 table",
+	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash; 0023: ranges share level-1 tables",
 	"sidecar_refill":        "migration 0017: level 0 rebuilt from the segments' hashes",
-	"sidecar_expire":        "migration 0017: ranges expire by time alone",
+	"sidecar_expire":        "migration 0017: ranges expire by time alone; 0023: a level-1 table goes with its last range",
 	"segment_range_keepers": "migration 0017: a range is kept until the sidecar compacted its time",
 	"segment_storage":       "migration 0017: hashes stored EXTERNAL",
 }

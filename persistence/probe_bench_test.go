@@ -47,22 +47,24 @@ func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 }
 
 // fillCompacted puts n in-window hashes into the partition's segments as
-// fillWindow does, but stamped over the ten closed one-minute ranges that
-// end a minute ago, and compacts those ranges into level 1 (migration 0011)
-// from the segments' hashes: a cold lookup then reads one level-1 row per range.
-func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n int) {
+// fillWindow does, but stamped over the r closed one-minute ranges that end
+// a minute ago, and compacts those ranges into level 1 (migration 0011) from
+// the segments' hashes: a cold lookup then reads one level-1 row per range,
+// found by one descent per level-1 table (migration 0023: up to 15
+// contiguous ranges a table under the default one-hour window).
+func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n, r int) {
 	b.Helper()
 	ctx := context.Background()
 	rows := n / 100
 	stmts := []string{
-		`SELECT queen.sidecar_create_range(to_timestamp((m - k) * 60), to_timestamp((m - k + 1) * 60))
-		   FROM (SELECT floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 AS m) x, generate_series(0, 9) k`,
+		fmt.Sprintf(`SELECT queen.sidecar_create_range(to_timestamp((m - k) * 60), to_timestamp((m - k + 1) * 60))
+		   FROM (SELECT floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 AS m) x, generate_series(0, %d) k`, r-1),
 		`DELETE FROM queen.sidecar_alive WHERE lo < to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 1) * 60)`,
 		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
 		 SELECT $1, g*100, g*100+99,
-		        to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 - g %% 10) * 60 + 30), ''::bytea, ''::bytea,
+		        to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 - g %% %d) * 60 + 30), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
-		   FROM generate_series(0, %d) g`, rows-1),
+		   FROM generate_series(0, %d) g`, r, rows-1),
 		fmt.Sprintf(`UPDATE queen.partition_ends SET last_offset = %d WHERE partition_id = $1`, rows*100-1),
 		`SELECT queen.sidecar_compact(r.lo, r.hi) FROM queen.sidecar_ranges r
 		  WHERE r.hi <= to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 1) * 60) AND r.bits IS NULL ORDER BY r.lo`,
@@ -85,23 +87,28 @@ func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n int) {
 // with watermark -1 (a cold cache), with 1,000 and 1,000,000 hashes of the
 // partition in the window. The issue's bar: the 1M figure within 2x of the 1k
 // one. "level=0" keeps them in the open range's per-hash index, "level=1"
-// in ten compacted one-minute ranges. "probe" is the probe statement alone; "push" is a whole push
+// in ten or sixty compacted one-minute ranges (an hour's window). "probe" is the probe statement alone; "push" is a whole push
 // transaction (lock, probe, segment insert, durable commit). The
 // "-narrowed" variants send a warm cache's watermark (SPEC.md §8).
 func BenchmarkColdProbe(b *testing.B) {
-	for _, level := range []int{0, 1} {
+	type shape struct{ level, ranges int }
+	for _, sh := range []shape{{0, 0}, {1, 10}, {1, 60}} {
 		for _, n := range []int{1_000, 1_000_000} {
-			b.Run(fmt.Sprintf("level=%d/hashes=%d", level, n), func(b *testing.B) {
+			name := fmt.Sprintf("level=%d/hashes=%d", sh.level, n)
+			if sh.level == 1 {
+				name = fmt.Sprintf("level=1/ranges=%d/hashes=%d", sh.ranges, n)
+			}
+			b.Run(name, func(b *testing.B) {
 				s := setup(b)
 				ctx := context.Background()
 				pid, err := s.EnsurePartition(ctx, "bench", "p")
 				if err != nil {
 					b.Fatal(err)
 				}
-				if level == 0 {
+				if sh.level == 0 {
 					fillWindow(b, s, pid, n)
 				} else {
-					fillCompacted(b, s, pid, n)
+					fillCompacted(b, s, pid, n, sh.ranges)
 				}
 				seq := 0
 				fresh := func() []*queen.Item {

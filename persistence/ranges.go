@@ -16,10 +16,13 @@ import (
 // queen.sidecar_ranges. While a range is open it is level 0, an UNLOGGED
 // partition of log_txn_hashes named log_txn_hashes_YYYYMMDD_HHMMSS after lo
 // (one per-hash row and index entry per stored message, no WAL); a few
-// seconds after it closes the retention leader compacts it into level 1,
-// hash_blocks_YYYYMMDD_HHMMSS (packed blocks of self-contained entries built
-// from its level-0 rows: hash, partition, created_at, segment and index, 52
-// bytes a hash, migration 0017), and drops its level-0 table. A DEFAULT partition
+// seconds after it closes the retention leader compacts it into level 1
+// (packed blocks of self-contained entries built from its level-0 rows:
+// hash, partition, created_at, segment and index, 52 bytes a hash,
+// migration 0017), in the level-1 table it continues or one of its own,
+// hash_blocks_YYYYMMDD_HHMMSS after the table's first range (migration 0023:
+// up to 16 contiguous ranges a table, listed in queen.sidecar_tables, so a
+// lookup descends once per table), and drops its level-0 table. A DEFAULT partition
 // (logged) takes a row whose range does not exist (a push never fails for a
 // missing range). Every broker creates the ranges covering now through now +
 // 2 spans when its store opens and on every retention tick; the retention
@@ -52,9 +55,10 @@ var (
 // closes, and its btree, one random insert per stored message, stays in
 // shared_buffers); a closed one is compacted into level 1 in one statement,
 // so a shorter span keeps level 0 small and each compaction short (about
-// 0.7 µs of one core per hash). A cold lookup reads one level-1 row per
-// closed range in the window; a suspect is looked up only in the ranges
-// its cache generations span (queen.Span).
+// 0.7 µs of one core per hash). A cold lookup descends once per level-1
+// table in the window (up to 16 closed ranges each) and reads one row per
+// range; a suspect is looked up only in the ranges its cache generations
+// span (queen.Span).
 const DefaultSidecarRange = time.Minute
 
 // Bounds of a sidecar range span: whole seconds from 1 s to 24 h.

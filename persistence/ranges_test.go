@@ -2,11 +2,13 @@ package persistence
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
@@ -329,4 +331,139 @@ func TestMigrationMovesExistingSidecarRows(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	require.GreaterOrEqual(t, len(ranges(t, s)), 3)
+}
+
+// sidecarTables lists the level-1 tables (migration 0023): the first range's
+// lo, the listed ranges' span, bucket bits and ranges compacted into each.
+type sidecarTable struct {
+	Wide, Lo, Hi time.Time
+	Bits, Ranges int
+	Exists       bool
+}
+
+func sidecarTables(t testing.TB, s *Store) []sidecarTable {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), `
+SELECT t.wide, t.lo, t.hi, t.bits, t.ranges, to_regclass(format('queen.%I', queen.hash_blocks_name(t.wide))) IS NOT NULL
+  FROM queen.sidecar_tables t ORDER BY t.wide`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sidecarTable, error) {
+		var x sidecarTable
+		err := r.Scan(&x.Wide, &x.Lo, &x.Hi, &x.Bits, &x.Ranges, &x.Exists)
+		return x, err
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// storedEntries counts partition pid's level-1 entries as stored, listed
+// range or not.
+func storedEntries(t testing.TB, s *Store, pid uuid.UUID) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `
+SELECT count(*) FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(k.parts, 1) AS i WHERE k.parts[i] = $1`, pid).Scan(&n))
+	return n
+}
+
+// TestSidecarTablesShareRanges (migration 0023, SPEC.md §8): contiguous
+// compacted ranges share one level-1 table, bucketed alike, while the table
+// spans at most a quarter of the longest window, so a cold lookup descends
+// once per table, not once per range; a repeat of a hash in any of them is a
+// duplicate naming its original. A range that expires leaves its entries in
+// the table while a later range lives, and they count no more (the
+// inspector does not find them); the table goes with its last range.
+func TestSidecarTablesShareRanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Minute)
+	low := RetentionConfig{TxnsFloor: time.Second}
+	configure(t, s, "w", `{"dedupWindowSeconds":3600}`)
+	for _, ago := range []time.Duration{60 * time.Second, 180 * time.Second, 300 * time.Second} {
+		pastRanges(t, s, ago)
+	}
+	pid := partition(t, s, "w", "p")
+	first := commit(t, s, pid, items("w", "p", "a"))
+	age(t, s, pid, 120*time.Second)
+	second := commit(t, s, pid, items("w", "p", "b"))
+	age(t, s, pid, 60*time.Second) // a about 180 s old, b about 60 s
+
+	c := step(t, s, low)
+	require.GreaterOrEqual(t, c.Ranges.Compacted, 4, "the past ranges, from 6 minutes ago")
+	var compacted int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.sidecar_ranges WHERE bits IS NOT NULL`).Scan(&compacted))
+	tables := sidecarTables(t, s)
+	require.Len(t, tables, 1, "contiguous ranges, 3600 s window: one table (%+v)", tables)
+	require.Equal(t, compacted, tables[0].Ranges)
+	require.True(t, tables[0].Exists)
+	require.Zero(t, tables[0].Bits, "a handful of hashes a range: one bucket")
+	require.Equal(t, int64(2), storedEntries(t, s, pid))
+
+	again := commit(t, s, pid, items("w", "p", "b", "a", "c"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(again))
+	require.Equal(t, second.Results[0].MessageID, again.Results[0].MessageID)
+	require.Equal(t, first.Results[0].MessageID, again.Results[1].MessageID)
+	require.Equal(t, []int64{1, 0}, []int64{again.Results[0].Offset, again.Results[1].Offset})
+
+	// A 100-s window: a's range (over 120 s old) expires, b's stays, and
+	// with it the table, where a's entry stays but no longer counts.
+	configure(t, s, "w", `{"dedupWindowSeconds":100}`)
+	c = step(t, s, low)
+	require.Positive(t, c.Ranges.Dropped)
+	tables = sidecarTables(t, s)
+	require.Len(t, tables, 1)
+	require.True(t, tables[0].Exists)
+	require.Equal(t, int64(2), storedEntries(t, s, pid), "a's entry is still stored")
+	insp, err := s.InspectDedup(ctx, "w", "p", queen.HashTxn("a"))
+	require.NoError(t, err)
+	require.Equal(t, queen.Unknown, insp.State, "a's range is gone: its entry counts no more")
+	insp, err = s.InspectDedup(ctx, "w", "p", queen.HashTxn("b"))
+	require.NoError(t, err)
+	require.Equal(t, queen.InWindow, insp.State)
+	require.Equal(t, int64(1), *insp.Offset)
+
+	// No window: every compacted range expires, and the table with the last.
+	configure(t, s, "w", `{"dedupWindowSeconds":0}`)
+	step(t, s, low)
+	require.Empty(t, sidecarTables(t, s))
+	require.Zero(t, storedEntries(t, s, pid))
+	var left int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'queen.hash_blocks'::regclass`).Scan(&left))
+	require.Zero(t, left, "no level-1 table is left")
+}
+
+// TestSidecarTableStartsOnMoreBits (migration 0023): a range that needs more
+// than 2 bucket bits over the newest table's (its traffic grew over 4x)
+// starts a table of its own on its own bits, so a bucket stays about 48
+// hashes; its repeats are still duplicates.
+func TestSidecarTableStartsOnMoreBits(t *testing.T) {
+	t.Parallel()
+	s := setupSpan(t, time.Minute)
+	low := RetentionConfig{TxnsFloor: time.Second}
+	configure(t, s, "w", `{"dedupWindowSeconds":3600}`)
+	for _, ago := range []time.Duration{60 * time.Second, 180 * time.Second} {
+		pastRanges(t, s, ago)
+	}
+	pid := partition(t, s, "w", "p")
+	commit(t, s, pid, items("w", "p", "one"))
+	age(t, s, pid, 120*time.Second)
+	many := make([]string, 400)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	commit(t, s, pid, items("w", "p", many...))
+	age(t, s, pid, 70*time.Second)
+	step(t, s, low)
+
+	tables := sidecarTables(t, s)
+	require.GreaterOrEqual(t, len(tables), 2, "%+v", tables)
+	var bits []int
+	for _, x := range tables {
+		bits = append(bits, x.Bits)
+	}
+	require.Contains(t, bits, 0, "the quiet ranges: one bucket")
+	require.Contains(t, bits, 4, "400 hashes: 16 buckets of about 25 (%v)", bits)
+	again := commit(t, s, pid, items("w", "p", "m7", "one", "m399", "new"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(again))
+	require.Equal(t, []int64{8, 0, 400}, []int64{again.Results[0].Offset, again.Results[1].Offset, again.Results[2].Offset})
 }

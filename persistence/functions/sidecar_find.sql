@@ -2,14 +2,17 @@
 -- entries created after `after` and within [since, until], each as the
 -- offset, the first offset of its segment and its created_at, from level 0
 -- (one index descent per range, the DEFAULT partition included) and level 1
--- (one primary-key descent per compacted range in the span). Both levels
+-- (one primary-key descent per level-1 table in the span, migration 0023,
+-- then the bucket's row of each of the table's listed ranges: a range that
+-- expired before its table keeps its rows there until the table goes, below
+-- the table's lo, which skips them). Both levels
 -- are self-contained (migration 0017): an entry names its partition and
 -- carries its created_at, so no other row is read and an entry counts while
 -- its range lives, its segment gone or not. Raises QS001 when a level-0
 -- range the span needs was emptied by a crash and is not rebuilt yet,
 -- unless checked (the caller ran queen.sidecar_assert_alive for the
--- statement). The hash's bucket in a compacted range is its top `bits`
--- bits.
+-- statement). The hash's bucket in a level-1 table is its top `bits` bits
+-- (queen.sidecar_tables).
 CREATE OR REPLACE FUNCTION queen.sidecar_find(p uuid, h uuid, after timestamptz, since timestamptz, until timestamptz, checked boolean)
     RETURNS TABLE ("offset" bigint, segment bigint, created_at timestamptz)
     LANGUAGE sql STABLE
@@ -27,16 +30,18 @@ AS $$
                           AND queen.sidecar_lost(r.lo, EXISTS (SELECT 1 FROM queen.sidecar_alive a WHERE a.lo = r.lo))))
     UNION ALL
     SELECT k.firsts[i] + k.idxs[i], k.firsts[i], k.stamps[i]
-      FROM queen.sidecar_ranges r
+      FROM queen.sidecar_tables t
      CROSS JOIN LATERAL (
         SELECT k.hashes, k.parts, k.firsts, k.idxs, k.stamps
           FROM queen.hash_blocks k
-         WHERE k.lo = r.lo
-           AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - r.bits)
+         WHERE k.wide = t.wide
+           AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - t.bits)
+           AND k.lo >= t.lo
+           AND k.lo <= until
         OFFSET 0
      ) k
      CROSS JOIN LATERAL unnest(array_positions(k.hashes, h)) AS i
-     WHERE r.bits IS NOT NULL AND r.hi > after AND r.hi > since AND r.lo <= until
+     WHERE t.hi > after AND t.hi > since AND t.lo <= until
        AND k.parts[i] = p
        AND k.stamps[i] > after AND k.stamps[i] >= since AND k.stamps[i] <= until
 $$;

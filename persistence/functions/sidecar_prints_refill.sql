@@ -2,7 +2,8 @@
 -- compacted range starting at lo from its level-1 blocks, which name each
 -- hash's partition, and lists them complete: for a range compacted by a
 -- release before 0.4.4, or whose fingerprints a crash or a failover
--- emptied (they are unlogged; the blocks are not). In the caller's
+-- emptied (they are unlogged; the blocks are not), read from the range's
+-- rows of its level-1 table (migration 0023). In the caller's
 -- transaction. Returns the hashes read, or -1 when the range is not
 -- compacted or its fingerprints are complete.
 CREATE OR REPLACE FUNCTION queen.sidecar_prints_refill(lo timestamptz) RETURNS bigint
@@ -10,8 +11,9 @@ CREATE OR REPLACE FUNCTION queen.sidecar_prints_refill(lo timestamptz) RETURNS b
 AS $$
 DECLARE
     cnt bigint;
+    w   timestamptz;
 BEGIN
-    PERFORM 1 FROM queen.sidecar_ranges r WHERE r.lo = sidecar_prints_refill.lo AND r.bits IS NOT NULL FOR UPDATE;
+    SELECT r.wide INTO w FROM queen.sidecar_ranges r WHERE r.lo = sidecar_prints_refill.lo AND r.bits IS NOT NULL FOR UPDATE;
     IF NOT FOUND OR EXISTS (SELECT 1 FROM queen.hash_prints_alive a WHERE a.lo = sidecar_prints_refill.lo) THEN
         RETURN -1;
     END IF;
@@ -22,11 +24,11 @@ BEGIN
     SELECT sidecar_prints_refill.lo, e.p, string_agg(substring(uuid_send(e.h) FROM 1 FOR 4), ''::bytea)
       FROM queen.hash_blocks k
      CROSS JOIN LATERAL unnest(k.hashes, k.parts) AS e (h, p)
-     WHERE k.lo = sidecar_prints_refill.lo
+     WHERE k.wide = w AND k.lo = sidecar_prints_refill.lo
      GROUP BY e.p;
     SELECT COALESCE(sum(cardinality(k.hashes)), 0) INTO cnt
       FROM queen.hash_blocks k
-     WHERE k.lo = sidecar_prints_refill.lo;
+     WHERE k.wide = w AND k.lo = sidecar_prints_refill.lo;
     INSERT INTO queen.hash_prints_alive (lo) VALUES (sidecar_prints_refill.lo);
     RETURN cnt;
 END

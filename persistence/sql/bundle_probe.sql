@@ -53,8 +53,9 @@
 --
 -- A lookup is queen.sidecar_find (migration 0011): one index descent per
 -- level-0 range of log_txn_hashes (and the DEFAULT partition) and one
--- primary-key descent per compacted range of hash_blocks in the window (or
--- the suspect's span), never the older ones (both levels self-contained,
+-- primary-key descent per level-1 table of hash_blocks in the window (or
+-- the suspect's span; migration 0023: a table holds up to 16 compacted
+-- ranges), never the older ones (both levels self-contained,
 -- migration 0017); it raises QS001 while a range
 -- it needs is being rebuilt after a crash. A range is planned while it is
 -- young and small (a new one every span); pushes and transactions run this
