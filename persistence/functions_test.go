@@ -47,6 +47,7 @@ var evolved = map[string]string{
 var added = map[string]string{
 	"partition_cold_end":    "migration 0019: a partition's end from its floor and its newest segment",
 	"sidecar_prints_refill": "migration 0021: a compacted range's fingerprints from its level-1 blocks",
+	"sidecar_floor":         "migration 0023: the queues' largest sidecar floor, read by retention, compaction and expiry",
 }
 
 // TestFunctionsAsMigrated: persistence/functions holds exactly the functions

@@ -63,11 +63,7 @@ BEGIN
     -- a sort, which spills less than hashing under the default work_mem.
     PERFORM set_config('max_parallel_workers_per_gather', '0', true);
     PERFORM set_config('enable_hashagg', 'off', true);
-    most := least(16, greatest(1, floor(COALESCE(
-              (SELECT max(GREATEST(q.dedup_window_seconds::float8,
-                                   COALESCE((q.options ->> 'completedRetentionSeconds')::float8, 0)))
-                 FROM queen.queues q), 0)
-              / (4 * extract(epoch FROM hi - lo)))::int));
+    most := least(16, greatest(1, floor(queen.sidecar_floor() / (4 * extract(epoch FROM hi - lo)))::int));
     SELECT s.wide, s.hi, s.bits, s.ranges INTO tw, thi, tk, tn
       FROM queen.sidecar_tables s ORDER BY s.wide DESC LIMIT 1 FOR UPDATE;
     IF FOUND AND thi = lo AND tn < most AND k <= tk + 2 THEN

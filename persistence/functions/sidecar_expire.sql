@@ -33,10 +33,7 @@ BEGIN
     IF n IS NOT NULL AND to_regclass(format('queen.%I', n)) IS NOT NULL THEN
         EXECUTE format('DROP TABLE queen.%I', n);
     END IF;
-    IF hi >= clock_timestamp() - make_interval(secs => COALESCE(
-              (SELECT max(GREATEST(q.dedup_window_seconds::float8,
-                                   COALESCE((q.options ->> 'completedRetentionSeconds')::float8, 0)))
-                 FROM queen.queues q), 0)) THEN
+    IF hi >= clock_timestamp() - make_interval(secs => queen.sidecar_floor()) THEN
         RAISE EXCEPTION 'sidecar range % is still in use', queen.sidecar_range_name(lo) USING ERRCODE = 'object_in_use';
     END IF;
     DELETE FROM queen.hash_prints p WHERE p.lo = sidecar_expire.lo;

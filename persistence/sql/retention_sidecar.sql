@@ -13,11 +13,7 @@
 WITH pick AS MATERIALIZED (
     SELECT y.tableoid, y.ctid
       FROM queen.log_txn_hashes y
-     WHERE y.created_at < (SELECT clock_timestamp() - make_interval(secs => GREATEST(
-                                  (SELECT max(GREATEST(q.dedup_window_seconds::float8,
-                                                       COALESCE((q.options ->> 'completedRetentionSeconds')::float8, 0)))
-                                     FROM queen.queues q),
-                                  $2::float8)))
+     WHERE y.created_at < (SELECT clock_timestamp() - make_interval(secs => GREATEST(queen.sidecar_floor(), $2::float8)))
      LIMIT $1::bigint
 ), d AS (
     DELETE FROM queen.log_txn_hashes x

@@ -5,11 +5,7 @@
 -- 0017: entries are self-contained and expire with their range). Reads
 -- queen.sidecar_ranges.
 WITH f AS MATERIALIZED (
-    SELECT clock_timestamp() - make_interval(secs => GREATEST(
-               (SELECT max(GREATEST(q.dedup_window_seconds::float8,
-                                    COALESCE((q.options ->> 'completedRetentionSeconds')::float8, 0)))
-                  FROM queen.queues q),
-               $1::float8)) AS cutoff
+    SELECT clock_timestamp() - make_interval(secs => GREATEST(queen.sidecar_floor(), $1::float8)) AS cutoff
 )
 SELECT r.lo, r.hi
   FROM queen.sidecar_ranges r, f
