@@ -34,8 +34,8 @@ func functionDefs(t *testing.T, conn *pgx.Conn) map[string]string {
 // migration 0016, and why: the files define them anew, the migrations keep
 // the definitions they applied, as history.
 var evolved = map[string]string{
-	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns; 0023: one descent per level-1 table",
-	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash; 0023: ranges share level-1 tables",
+	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns; 0023: one descent per level-1 table; 0024: packed entries",
+	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash; 0023: ranges share level-1 tables; 0024: packed entries",
 	"sidecar_refill":        "migration 0017: level 0 rebuilt from the segments' hashes",
 	"sidecar_expire":        "migration 0017: ranges expire by time alone; 0023: a level-1 table goes with its last range",
 	"segment_range_keepers": "migration 0017: a range is kept until the sidecar compacted its time",
@@ -47,6 +47,8 @@ var evolved = map[string]string{
 var added = map[string]string{
 	"partition_cold_end":    "migration 0019: a partition's end from its floor and its newest segment",
 	"sidecar_prints_refill": "migration 0021: a compacted range's fingerprints from its level-1 blocks",
+	"hash_entry":            "migration 0024: reads a packed level-1 entry",
+	"hash_entry_pack":       "migration 0024: packs a level-1 entry",
 	"sidecar_floor":         "migration 0023: the queues' largest sidecar floor, read by retention, compaction and expiry",
 }
 

@@ -362,7 +362,8 @@ func storedEntries(t testing.TB, s *Store, pid uuid.UUID) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, s.pool.QueryRow(context.Background(), `
-SELECT count(*) FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(k.parts, 1) AS i WHERE k.parts[i] = $1`, pid).Scan(&n))
+SELECT count(*) FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(k.hashes, 1) AS i
+ CROSS JOIN LATERAL queen.hash_entry(k.entries, i) e WHERE e.num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid).Scan(&n))
 	return n
 }
 

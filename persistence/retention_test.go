@@ -40,9 +40,10 @@ SELECT (SELECT count(*) FROM queen.segments WHERE partition_id = $1),
        (SELECT count(DISTINCT z.o) FROM (
             SELECT x."offset" AS o FROM queen.log_txn_hashes x WHERE x.partition_id = $1
             UNION ALL
-            SELECT k.firsts[i] + k.idxs[i] FROM queen.hash_blocks k
-             CROSS JOIN LATERAL generate_subscripts(k.parts, 1) AS i
-             WHERE k.parts[i] = $1) z)`, pid).Scan(&c.Segments, &c.Messages, &c.Hashes))
+            SELECT e.first + e.idx FROM queen.hash_blocks k
+             CROSS JOIN LATERAL generate_subscripts(k.hashes, 1) AS i
+             CROSS JOIN LATERAL queen.hash_entry(k.entries, i) e
+             WHERE e.num = (SELECT num FROM queen.partitions WHERE id = $1)) z)`, pid).Scan(&c.Segments, &c.Messages, &c.Hashes))
 	return c
 }
 

@@ -1,7 +1,9 @@
 -- Compacts the closed range [lo, hi): waits for the writers of its level-0
 -- table (EXCLUSIVE lock: readers go on), writes its level-1 blocks (of
 -- self-contained entries: hash, partition, created_at, segment and index,
--- migration 0017) from its level-0 rows, or from the hashes of the range's
+-- migration 0017, packed 28 bytes an entry with the partition's number,
+-- migration 0024: queen.hash_entry_pack; a partition deleted meanwhile has
+-- no entry) from its level-0 rows, or from the hashes of the range's
 -- segments when a crash emptied level 0, writes each partition's
 -- fingerprints of the range (queen.hash_prints, migration 0021: what a hash
 -- cache reads back for segments retention removed inside the window) and
@@ -78,25 +80,24 @@ BEGIN
     END IF;
     IF l0 THEN
         EXECUTE format($q$
-            INSERT INTO queen.%I (lo, bucket, hashes, firsts, idxs, parts, stamps, wide)
-            SELECT $1, e.bucket, array_agg(e.hash), array_agg(e.first), array_agg(e.idx),
-                   array_agg(e.partition_id), array_agg(e.created_at), $3
-              FROM (SELECT x.hash, x.segment AS first, (x."offset" - x.segment)::int AS idx,
-                           x.partition_id, x.created_at,
+            INSERT INTO queen.%I (lo, bucket, hashes, entries, wide)
+            SELECT $1, e.bucket, array_agg(e.hash), string_agg(e.entry, ''::bytea), $3
+              FROM (SELECT x.hash, queen.hash_entry_pack(n.num, x.segment, (x."offset" - x.segment)::int, x.created_at) AS entry,
                            ('x' || substr(x.hash::text, 1, 8))::bit(32)::bigint >> (32 - $2) AS bucket
                       FROM queen.%I x
+                      JOIN queen.partitions n ON n.id = x.partition_id
                     OFFSET 0) e
              GROUP BY e.bucket
         $q$, b, n) USING lo, k, w;
     ELSE
         EXECUTE format($q$
-            INSERT INTO queen.%I (lo, bucket, hashes, firsts, idxs, parts, stamps, wide)
-            SELECT $1, e.bucket, array_agg(e.hash), array_agg(e.first), array_agg(e.idx),
-                   array_agg(e.partition_id), array_agg(e.created_at), $4
+            INSERT INTO queen.%I (lo, bucket, hashes, entries, wide)
+            SELECT $1, e.bucket, array_agg(e.hash), string_agg(e.entry, ''::bytea), $4
               FROM (SELECT encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid AS hash,
-                           t.first_offset AS first, g.i AS idx, t.partition_id, t.created_at,
+                           queen.hash_entry_pack(n.num, t.first_offset, g.i, t.created_at) AS entry,
                            ('x' || encode(substring(t.hashes FROM g.i * 16 + 1 FOR 4), 'hex'))::bit(32)::bigint >> (32 - $3) AS bucket
                       FROM queen.segments t
+                      JOIN queen.partitions n ON n.id = t.partition_id
                      CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
                      WHERE t.created_at >= $1 AND t.created_at < $2
                     OFFSET 0) e

@@ -6,8 +6,10 @@
 -- then the bucket's row of each of the table's listed ranges: a range that
 -- expired before its table keeps its rows there until the table goes, below
 -- the table's lo, which skips them). Both levels
--- are self-contained (migration 0017): an entry names its partition and
--- carries its created_at, so no other row is read and an entry counts while
+-- are self-contained (migration 0017): an entry names its partition (at
+-- level 1 by its number, migration 0024: one primary-key read of
+-- queen.partitions per hash found in a bucket, none otherwise) and
+-- carries its created_at, so no segment is read and an entry counts while
 -- its range lives, its segment gone or not. Raises QS001 when a level-0
 -- range the span needs was emptied by a crash and is not rebuilt yet,
 -- unless checked (the caller ran queen.sidecar_assert_alive for the
@@ -29,10 +31,10 @@ AS $$
                         WHERE r.bits IS NULL AND r.hi > after AND r.hi > since AND r.lo <= until
                           AND queen.sidecar_lost(r.lo, EXISTS (SELECT 1 FROM queen.sidecar_alive a WHERE a.lo = r.lo))))
     UNION ALL
-    SELECT k.firsts[i] + k.idxs[i], k.firsts[i], k.stamps[i]
+    SELECT e.first + e.idx, e.first, e.stamp
       FROM queen.sidecar_tables t
      CROSS JOIN LATERAL (
-        SELECT k.hashes, k.parts, k.firsts, k.idxs, k.stamps
+        SELECT k.hashes, k.entries
           FROM queen.hash_blocks k
          WHERE k.wide = t.wide
            AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - t.bits)
@@ -41,7 +43,8 @@ AS $$
         OFFSET 0
      ) k
      CROSS JOIN LATERAL unnest(array_positions(k.hashes, h)) AS i
+     CROSS JOIN LATERAL queen.hash_entry(k.entries, i) e
      WHERE t.hi > after AND t.hi > since AND t.lo <= until
-       AND k.parts[i] = p
-       AND k.stamps[i] > after AND k.stamps[i] >= since AND k.stamps[i] <= until
+       AND e.num = (SELECT n.num FROM queen.partitions n WHERE n.id = p)
+       AND e.stamp > after AND e.stamp >= since AND e.stamp <= until
 $$;

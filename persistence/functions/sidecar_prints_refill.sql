@@ -1,7 +1,7 @@
 -- Writes the fingerprints (queen.hash_prints, migration 0021) of the
 -- compacted range starting at lo from its level-1 blocks, which name each
--- hash's partition, and lists them complete: for a range compacted by a
--- release before 0.4.4, or whose fingerprints a crash or a failover
+-- hash's partition (by its number, migration 0024), and lists them
+-- complete: for a range compacted by a release before 0.4.4, or whose fingerprints a crash or a failover
 -- emptied (they are unlogged; the blocks are not), read from the range's
 -- rows of its level-1 table (migration 0023). In the caller's
 -- transaction. Returns the hashes read, or -1 when the range is not
@@ -21,11 +21,13 @@ BEGIN
     PERFORM set_config('work_mem', '64MB', true);
     DELETE FROM queen.hash_prints p WHERE p.lo = sidecar_prints_refill.lo;
     INSERT INTO queen.hash_prints (lo, partition_id, prints)
-    SELECT sidecar_prints_refill.lo, e.p, string_agg(substring(uuid_send(e.h) FROM 1 FOR 4), ''::bytea)
+    SELECT sidecar_prints_refill.lo, n.id, string_agg(substring(uuid_send(k.hashes[g.i]) FROM 1 FOR 4), ''::bytea)
       FROM queen.hash_blocks k
-     CROSS JOIN LATERAL unnest(k.hashes, k.parts) AS e (h, p)
+     CROSS JOIN LATERAL generate_subscripts(k.hashes, 1) AS g (i)
+     CROSS JOIN LATERAL queen.hash_entry(k.entries, g.i) e
+      JOIN queen.partitions n ON n.num = e.num
      WHERE k.wide = w AND k.lo = sidecar_prints_refill.lo
-     GROUP BY e.p;
+     GROUP BY n.id;
     SELECT COALESCE(sum(cardinality(k.hashes)), 0) INTO cnt
       FROM queen.hash_blocks k
      WHERE k.wide = w AND k.lo = sidecar_prints_refill.lo;

@@ -415,9 +415,11 @@ func dbStats(t testing.TB, db *pgxpool.Pool, queue string) stats {
 	entries := `,
      sc AS (SELECT x.partition_id, x.segment, x."offset" FROM queen.log_txn_hashes x WHERE x.partition_id IN (SELECT id FROM p)
             UNION
-            SELECT k.parts[i], k.firsts[i], k.firsts[i] + k.idxs[i]
-              FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(k.parts, 1) AS i
-             WHERE k.parts[i] IN (SELECT id FROM p))`
+            SELECT n.id, e.first, e.first + e.idx
+              FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(k.hashes, 1) AS i
+             CROSS JOIN LATERAL queen.hash_entry(k.entries, i) e
+              JOIN queen.partitions n ON n.num = e.num
+             WHERE n.id IN (SELECT id FROM p))`
 	if typ != "" {
 		hashCount := "octet_length(hashes) / 16"
 		if typ == "ARRAY" {
