@@ -6,5 +6,5 @@
 -- order, their entries end to end in `entries`; queen.hash_entry reads the
 -- i-th back.
 CREATE OR REPLACE FUNCTION queen.hash_entry_pack(num bigint, first bigint, idx integer, stamp timestamptz) RETURNS bytea
-    LANGUAGE sql IMMUTABLE STRICT
+    LANGUAGE sql IMMUTABLE
 AS $$ SELECT int8send(num) || int8send(first) || int4send(idx) || timestamptz_send(stamp) $$;
