@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -374,4 +375,80 @@ SELECT $1, h.hash, $2 + h.i - 1, $2, t.now FROM t, unnest($7::uuid[]) WITH ORDIN
 	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(other), "another partition is independent")
 	// The hashes moved into the segments: an ack by offset checks them.
 	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, after, ackTxn(a, g, "x3", queen.AckCompleted, nil)))
+}
+
+// TestMigrationPacksLevel1Entries (migration 0024): a level-1 table of
+// 0.5.1's shape (four parallel arrays) is rewritten with packed entries: each
+// hash keeps its position, its entry reads back the partition's number, the
+// segment's first offset, the index and created_at to the microsecond, the
+// entries of a partition deleted before the upgrade are left out (a row
+// holding only those goes), and the table keeps its name, key and place in
+// queen.hash_blocks.
+func TestMigrationPacksLevel1Entries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := databaseAt(t, 23)
+	const pa, pb, gone = "01a22cb6-e34c-7283-bd05-8abc3fa7ac21", "01a22cb6-e34c-7283-bd05-8abc3fa7ac22", "01a22cb6-e34c-7283-bd05-8abc3fa7ac23"
+	h := func(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
+	const lo, stamp = "2026-12-06 03:00:00+00", "2026-12-06 03:00:07.123457+00"
+	for _, q := range []string{
+		`INSERT INTO queen.queues (name) VALUES ('up')`,
+		`INSERT INTO queen.partitions (id, queue_id, name) SELECT '` + pa + `', id, 'a' FROM queen.queues`,
+		`INSERT INTO queen.partitions (id, queue_id, name) SELECT '` + pb + `', id, 'b' FROM queen.queues`,
+		`INSERT INTO queen.sidecar_ranges (lo, hi, bits, compacted_at, wide) VALUES ('` + lo + `', '` + lo + `'::timestamptz + interval '1 minute', 1, now(), '` + lo + `')`,
+		`INSERT INTO queen.sidecar_tables (wide, lo, hi, bits, ranges) VALUES ('` + lo + `', '` + lo + `', '` + lo + `'::timestamptz + interval '1 minute', 1, 1)`,
+		`CREATE TABLE queen.hash_blocks_20261206_030000 (LIKE queen.hash_blocks)`,
+		// Bucket 0: a's, the deleted partition's and b's; bucket 1: the
+		// deleted partition's alone.
+		`INSERT INTO queen.hash_blocks_20261206_030000 (lo, bucket, hashes, firsts, idxs, parts, stamps, wide) VALUES
+		   ('` + lo + `', 0, ARRAY['` + h(1) + `', '` + h(2) + `', '` + h(3) + `']::uuid[], ARRAY[40, 7, 9000000000], ARRAY[2, 0, 70000],
+		    ARRAY['` + pa + `', '` + gone + `', '` + pb + `']::uuid[], ARRAY['` + stamp + `', '` + stamp + `', '` + lo + `']::timestamptz[], '` + lo + `'),
+		   ('` + lo + `', 1, ARRAY['` + h(4) + `']::uuid[], ARRAY[1], ARRAY[0], ARRAY['` + gone + `']::uuid[], ARRAY['` + stamp + `']::timestamptz[], '` + lo + `')`,
+		`ALTER TABLE queen.hash_blocks_20261206_030000 ADD PRIMARY KEY (wide, bucket, lo)`,
+		`ALTER TABLE queen.hash_blocks ATTACH PARTITION queen.hash_blocks_20261206_030000 FOR VALUES IN ('` + lo + `')`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, versionsUpTo(math.MaxInt)[len(versionsUpTo(23)):], applied)
+
+	type entry struct {
+		Bucket, First int64
+		Hash, Part    string
+		Idx           int32
+		Stamp         string
+	}
+	rows, err := conn.Query(ctx, `
+SELECT k.bucket, k.hashes[i]::text, n.id::text, e.first, e.idx, to_char(e.stamp AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')
+  FROM queen.hash_blocks k
+ CROSS JOIN LATERAL generate_subscripts(k.hashes, 1) AS i
+ CROSS JOIN LATERAL queen.hash_entry(k.entries, i) e
+  JOIN queen.partitions n ON n.num = e.num
+ ORDER BY k.bucket, i`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (entry, error) {
+		var e entry
+		return e, r.Scan(&e.Bucket, &e.Hash, &e.Part, &e.First, &e.Idx, &e.Stamp)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []entry{
+		{Bucket: 0, Hash: h(1), Part: pa, First: 40, Idx: 2, Stamp: "2026-12-06 03:00:07.123457"},
+		{Bucket: 0, Hash: h(3), Part: pb, First: 9000000000, Idx: 70000, Stamp: "2026-12-06 03:00:00.000000"},
+	}, got, "every entry of a live partition, in order, exact; none of the deleted one's")
+	var blocks, attached int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.hash_blocks`).Scan(&blocks))
+	require.Equal(t, 1, blocks, "a row holding only a deleted partition's entries goes")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'queen.hash_blocks'::regclass AND inhrelid = 'queen.hash_blocks_20261206_030000'::regclass`).Scan(&attached))
+	require.Equal(t, 1, attached, "the table keeps its name and its place")
+	require.False(t, tableExists(t, url, "hash_blocks_0023"), "the old parent is gone")
+
+	// The lookup reads them: a's hash in a's partition, not in b's.
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.sidecar_find($1, $2, '-infinity', '-infinity', 'infinity', true)`, pa, h(1)).Scan(&n))
+	require.Equal(t, 1, n)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.sidecar_find($1, $2, '-infinity', '-infinity', 'infinity', true)`, pb, h(1)).Scan(&n))
+	require.Equal(t, 0, n)
 }
