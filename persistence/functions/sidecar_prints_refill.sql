@@ -1,9 +1,10 @@
 -- Writes the fingerprints (queen.hash_prints, migration 0021) of the
 -- compacted range starting at lo from its level-1 blocks, which name each
 -- hash's partition (by its number, migration 0024), and lists them
--- complete: for a range compacted by a release before 0.4.4, or whose fingerprints a crash or a failover
--- emptied (they are unlogged; the blocks are not), read from the range's
--- rows of its level-1 table (migration 0023). In the caller's
+-- complete: for a range compacted by a release before 0.4.4, or whose
+-- fingerprints a crash or a failover emptied (they are unlogged; the
+-- blocks are not), read from the range's rows of its level-1 table
+-- (migration 0023). In the caller's
 -- transaction. Returns the hashes read, or -1 when the range is not
 -- compacted or its fingerprints are complete.
 CREATE OR REPLACE FUNCTION queen.sidecar_prints_refill(lo timestamptz) RETURNS bigint

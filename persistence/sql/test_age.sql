@@ -8,8 +8,8 @@
 -- bounds, which no stored created_at leaves in production (a lookup skips a
 -- range outside the span it looks in), so the level-1 entries of these
 -- partitions leave their blocks (their partition number set to 0, which no
--- partition has: they match nothing) and are written to level 0 under their new created_at, where
--- the next compaction finds them; their fingerprints (migration 0021)
+-- partition has: they match nothing) and are written to level 0 under
+-- their new created_at, where the next compaction finds them; their fingerprints (migration 0021)
 -- leave the compacted ranges with them. One statement: every part reads the
 -- snapshot from before the move.
 WITH s AS (
