@@ -75,8 +75,8 @@ func TestAuditCorruptSegment(t *testing.T) {
 	require.NoError(t, err)
 	commit(t, s, pid, items("audit", "a", "x", "y"))
 	// A segment claiming more offsets than it holds frames.
-	_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames)
-		SELECT partition_id, 10, 12, created_at, legacy_ids, frames FROM queen.segments WHERE partition_id = $1`, pid)
+	_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames)
+		SELECT partition_num, 10, 12, created_at, legacy_ids, frames FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid)
 	require.NoError(t, err)
 	a, err := OpenAudit(ctx, s.pool.Config().ConnString())
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ func lastStamp(t testing.TB, s *Store, pid uuid.UUID) time.Time {
 	t.Helper()
 	var at time.Time
 	require.NoError(t, s.pool.QueryRow(context.Background(),
-		`SELECT max(created_at) FROM queen.segments WHERE partition_id = $1`, pid).Scan(&at))
+		`SELECT max(created_at) FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid).Scan(&at))
 	return at
 }
 

@@ -151,7 +151,7 @@ func compressedItems(queueName, partition string, n int) []*queen.Item {
 func storedFrames(t *testing.T, s *Store, pid uuid.UUID, first int64) []byte {
 	t.Helper()
 	var b []byte
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT frames FROM queen.segments WHERE partition_id = $1 AND first_offset = $2`, pid, first).Scan(&b))
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT frames FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset = $2`, pid, first).Scan(&b))
 	return b
 }
 
@@ -226,8 +226,8 @@ func TestRawSegmentsStillRead(t *testing.T) {
 	pid, err := s.EnsurePartition(ctx, "r", "p")
 	require.NoError(t, err)
 	want, ids, packed := loadSegment(19)
-	_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames)
-		VALUES ($1, 0, 18, clock_timestamp(), $2, $3)`, pid, ids, packed)
+	_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames)
+		SELECT num, 0, 18, clock_timestamp(), $2, $3 FROM queen.partitions WHERE id = $1`, pid, ids, packed)
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, `UPDATE queen.partition_ends SET last_offset = 18 WHERE partition_id = $1`, pid)
 	require.NoError(t, err)

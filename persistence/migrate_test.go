@@ -452,3 +452,120 @@ SELECT k.bucket, k.hashes[i]::text, n.id::text, e.first, e.idx, to_char(e.stamp 
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.sidecar_find($1, $2, '-infinity', '-infinity', 'infinity', true)`, pb, h(1)).Scan(&n))
 	require.Equal(t, 0, n)
 }
+
+// TestMigrationNumbersSegments (issue 42, layout 4): migration 0025 rewrites
+// every segment of 0.5.2's shape with its partition's number in place of its
+// id, in segments_kept, in an attached range and in a range detached and
+// awaiting its drop (attached again, its bounds checked), bytes for bytes;
+// the segments of a deleted partition and its allocator row go; every
+// allocator row learns its partition's number; a push of the release
+// before (which names partition_id) fails.
+func TestMigrationNumbersSegments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := databaseAt(t, 24)
+	const pa, pb, gone = "01a22cb6-e34c-7283-bd05-8abc3fa7ac31", "01a22cb6-e34c-7283-bd05-8abc3fa7ac32", "01a22cb6-e34c-7283-bd05-8abc3fa7ac33"
+	const lo = "2026-12-06 03:00:00+00"
+	const r1, r2 = "segments_20261206_0300_1m", "segments_20261206_0301_1m"
+	seg := func(pid string, first, last int64, at, frames string, timed bool, sub string) string {
+		return fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, frames, timed, hashes, producer_sub)
+		   VALUES ('%s', %d, %d, '%s', '%s'::bytea, %t, decode(repeat('ab', %d), 'hex'), %s)`, pid, first, last, at, frames, timed, 16*min(last-first+1, 3), sub)
+	}
+	for _, q := range []string{
+		`INSERT INTO queen.queues (name) VALUES ('up')`,
+		`INSERT INTO queen.partitions (id, queue_id, name) SELECT '` + pa + `', id, 'a' FROM queen.queues`,
+		`INSERT INTO queen.partitions (id, queue_id, name) SELECT '` + pb + `', id, 'b' FROM queen.queues`,
+		`INSERT INTO queen.partition_ends (partition_id, last_offset) VALUES ('` + pa + `', 9000000001), ('` + pb + `', 2), ('` + gone + `', 0)`,
+		`CREATE TABLE queen.` + r1 + ` (LIKE queen.segments INCLUDING DEFAULTS)`,
+		`ALTER TABLE queen.` + r1 + ` ADD CONSTRAINT ` + r1 + `_bounds CHECK (timed AND created_at >= '` + lo + `' AND created_at < '` + lo + `'::timestamptz + interval '1 minute')`,
+		`ALTER TABLE queen.segments_timed ATTACH PARTITION queen.` + r1 + ` FOR VALUES FROM ('` + lo + `') TO ('` + lo + `'::timestamptz + interval '1 minute')`,
+		`CREATE TABLE queen.` + r2 + ` (LIKE queen.segments INCLUDING DEFAULTS)`,
+		`INSERT INTO queen.segment_ranges (name, lo, hi) VALUES
+		   ('` + r1 + `', '` + lo + `', '` + lo + `'::timestamptz + interval '1 minute'),
+		   ('` + r2 + `', '` + lo + `'::timestamptz + interval '1 minute', '` + lo + `'::timestamptz + interval '2 minutes')`,
+		seg(pa, 0, 2, "2026-12-06 02:59:00.000001+00", "a-kept", false, "'alice'"),
+		seg(pb, 0, 2, "2026-12-06 02:59:01+00", "b-kept", false, "''"),
+		seg(gone, 0, 0, "2026-12-06 02:59:02+00", "gone", false, "''"),
+		seg(pa, 3, 9000000000, "2026-12-06 03:00:07.123457+00", "a-timed", true, "NULL"),
+		// The detached range holds a row of its own (inserted directly: it
+		// is no partition).
+		`INSERT INTO queen.` + r2 + ` (partition_id, first_offset, last_offset, created_at, frames, timed, hashes)
+		   VALUES ('` + pa + `', 9000000001, 9000000001, '2026-12-06 03:01:30+00', 'a-detached', true, decode(repeat('cd', 16), 'hex'))`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+
+	applied, err := Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, versionsUpTo(math.MaxInt)[len(versionsUpTo(24)):], applied)
+
+	type segment struct {
+		Table, Part, At, Frames, Sub string
+		First, Last, Hashes          int64
+		Timed                        bool
+	}
+	rows, err := conn.Query(ctx, `
+SELECT s.tableoid::regclass::text, n.id::text, s.first_offset, s.last_offset,
+       to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), convert_from(s.frames, 'UTF8'), s.timed,
+       length(s.hashes), COALESCE(s.producer_sub, '<null>')
+  FROM queen.segments s
+  JOIN queen.partitions n ON n.num = s.partition_num
+ ORDER BY s.created_at`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (segment, error) {
+		var s segment
+		return s, r.Scan(&s.Table, &s.Part, &s.First, &s.Last, &s.At, &s.Frames, &s.Timed, &s.Hashes, &s.Sub)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []segment{
+		{Table: "queen.segments_kept", Part: pa, First: 0, Last: 2, At: "2026-12-06 02:59:00.000001", Frames: "a-kept", Hashes: 48, Sub: "alice"},
+		{Table: "queen.segments_kept", Part: pb, First: 0, Last: 2, At: "2026-12-06 02:59:01.000000", Frames: "b-kept", Hashes: 48, Sub: ""},
+		{Table: "queen." + r1, Part: pa, First: 3, Last: 9000000000, At: "2026-12-06 03:00:07.123457", Frames: "a-timed", Timed: true, Hashes: 48, Sub: "<null>"},
+		{Table: "queen." + r2, Part: pa, First: 9000000001, Last: 9000000001, At: "2026-12-06 03:01:30.000000", Frames: "a-detached", Timed: true, Hashes: 16, Sub: ""},
+	}, got, "every segment of a live partition, exact, in its table; none of the deleted partition's")
+	var total int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.segments`).Scan(&total))
+	require.Equal(t, 4, total)
+
+	for _, r := range []string{r1, r2} {
+		var attached, checks int
+		var storage string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'queen.segments_timed'::regclass AND inhrelid = $1::regclass`, "queen."+r).Scan(&attached))
+		require.Equal(t, 1, attached, "%s is a range of segments_timed", r)
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_constraint WHERE conname = $1`, r+"_bounds").Scan(&checks))
+		require.Equal(t, 1, checks, "%s keeps its bounds check", r)
+		require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(attstorage::text, '' ORDER BY attname) FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('frames', 'hashes', 'legacy_ids')`, "queen."+r).Scan(&storage))
+		require.Equal(t, "eee", storage, "%s stores frames, hashes and legacy ids EXTERNAL", r)
+	}
+	for _, old := range []string{"segments_0024", "segments_kept_0024", "segments_timed_0024", r1 + "_0024", r2 + "_0024"} {
+		require.False(t, tableExists(t, url, old), "%s is gone", old)
+	}
+	var key string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_get_indexdef('queen.segments_offset'::regclass)`).Scan(&key))
+	require.Contains(t, key, "(partition_num, first_offset)")
+
+	type end struct {
+		Part      string
+		Last, Num int64
+	}
+	rows, err = conn.Query(ctx, `SELECT e.partition_id::text, e.last_offset, e.num - n.num FROM queen.partition_ends e JOIN queen.partitions n ON n.id = e.partition_id ORDER BY n.name`)
+	require.NoError(t, err)
+	ends, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (end, error) {
+		var e end
+		return e, r.Scan(&e.Part, &e.Last, &e.Num)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []end{{Part: pa, Last: 9000000001}, {Part: pb, Last: 2}}, ends, "each allocator row names its partition's number; the deleted partition's goes")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.partition_ends`).Scan(&total))
+	require.Equal(t, 2, total)
+
+	// The end a crash's rebuild reads, through the numbers.
+	var cold int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT queen.partition_cold_end($1, -1)`, pb).Scan(&cold))
+	require.Equal(t, int64(2), cold)
+
+	// A push of the release before names partition_id: it fails.
+	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, frames) VALUES ($1, 3, 3, now(), '')`, pb)
+	require.ErrorContains(t, err, "partition_id")
+}

@@ -39,7 +39,7 @@ func TestInspectDedup(t *testing.T) {
 
 	// The segment of a and b is gone (retention): a duplicate push names the
 	// zero id, and so does the inspector.
-	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segments WHERE partition_id = $1 AND first_offset = 0`, pid)
+	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset = 0`, pid)
 	require.NoError(t, err)
 	d, err = s.InspectDedup(ctx, "iq", "p", queen.HashTxn("a"))
 	require.NoError(t, err)
@@ -57,7 +57,7 @@ func TestInspectDedup(t *testing.T) {
 	require.Equal(t, queen.Queued, commit(t, s, pid, items("iq", "p", "b")).Results[0].Verdict)
 
 	// c's window closes (its rows moved back two hours): expired.
-	_, err = s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 hours', timed = false WHERE partition_id = $1 AND first_offset = 2`, pid)
+	_, err = s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 hours', timed = false WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset = 2`, pid)
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, `UPDATE queen.log_txn_hashes SET created_at = created_at - interval '2 hours' WHERE partition_id = $1 AND segment = 2`, pid)
 	require.NoError(t, err)

@@ -36,7 +36,7 @@ func mismatches(out queen.PushOutcome) []bool {
 func segmentCount(t testing.TB, s *Store, pid uuid.UUID) int {
 	t.Helper()
 	var n int
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen.segments WHERE partition_id = $1`, pid).Scan(&n))
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid).Scan(&n))
 	return n
 }
 
@@ -133,7 +133,7 @@ func TestPayloadMismatchOptionAndGoneOriginal(t *testing.T) {
 	require.Equal(t, []bool{false}, mismatches(commit(t, s, pid, []*queen.Item{payloadItem("q", "p", "a", `2`)})))
 	checkPayload(t, s, "q", true)
 
-	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segments WHERE partition_id = $1`, pid)
+	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid)
 	require.NoError(t, err)
 	out := commit(t, s, pid, []*queen.Item{payloadItem("q", "p", "a", `2`)})
 	require.Equal(t, queen.Duplicate, out.Results[0].Verdict)

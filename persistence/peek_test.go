@@ -135,7 +135,7 @@ func TestQueueDetail(t *testing.T) {
 	require.NotNil(t, e.Partitions)
 }
 
-// The peek's plan bounds its segment scan by the (partition_id,
+// The peek's plan bounds its segment scan by the (partition_num,
 // first_offset) index on every leaf table of the partitioned segments table
 // (migration 0010), custom and generic plans alike, on a filled partition:
 // a peek near the end of 40,000 segments reads a few index pages, never the
@@ -155,8 +155,8 @@ func TestPeekPlanUsesOffsetIndex(t *testing.T) {
 	var created bool
 	require.NoError(t, s.pool.QueryRow(ctx, sqlSegmentRangeCreate, lo, hi).Scan(&created))
 	for _, p := range []any{pid, other} {
-		_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, timed)
-			SELECT $1, g * 10, g * 10 + 9, $2::timestamptz, decode(repeat('ab', 160), 'hex'), decode(repeat('cd', 200), 'hex'), g >= 39000
+		_, err = s.pool.Exec(ctx, `INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, timed)
+			SELECT (SELECT num FROM queen.partitions WHERE id = $1), g * 10, g * 10 + 9, $2::timestamptz, decode(repeat('ab', 160), 'hex'), decode(repeat('cd', 200), 'hex'), g >= 39000
 			  FROM generate_series(0, 39999) g`, p, lo.Add(10*time.Second))
 		require.NoError(t, err)
 	}
@@ -180,7 +180,7 @@ func TestPeekPlanUsesOffsetIndex(t *testing.T) {
 		// (queues and partitions hold one row or two here: a sequential scan
 		// of them is the planner's right choice.)
 		require.NotRegexp(t, `Seq Scan on segments`, plan, "%s:\n%s", what, plan)
-		require.Regexp(t, `Index Cond: \(\(partition_id = b\.partition_id\) AND \(first_offset >= b\.lo\)\)`, plan, "%s:\n%s", what, plan)
+		require.Regexp(t, `Index Cond: \(\(partition_num = b\.num\) AND \(first_offset >= b\.lo\)\)`, plan, "%s:\n%s", what, plan)
 		for _, leaf := range []string{"segments_kept", "segments_2"} { // segments_YYYYMMDD_HHMM_2m: the range
 			require.Regexp(t, `Index (Only )?Scan (Backward )?using \S+ on `+leaf, plan, "%s: %s read by its index:\n%s", what, leaf, plan)
 		}

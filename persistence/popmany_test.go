@@ -498,7 +498,7 @@ func TestSegmentsManyMatchesAlone(t *testing.T) {
 		require.Len(t, res.Messages, n)
 	}
 	backdate := func(pid uuid.UUID, from int64) {
-		_, err := s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 minutes' WHERE partition_id = $1 AND first_offset >= $2`, pid, from)
+		_, err := s.pool.Exec(ctx, `UPDATE queen.segments SET created_at = created_at - interval '2 minutes' WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset >= $2`, pid, from)
 		require.NoError(t, err)
 	}
 	var pids []uuid.UUID

@@ -21,13 +21,13 @@ func fillWindow(b *testing.B, s *Store, pid uuid.UUID, n int) {
 	rows := n / 100
 	stmts := []string{
 		`DROP INDEX queen.log_txn_hashes_lookup`,
-		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
-		 SELECT $1, g*100, g*100+99, clock_timestamp(), ''::bytea, ''::bytea,
+		fmt.Sprintf(`INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
+		 SELECT (SELECT num FROM queen.partitions WHERE id = $1), g*100, g*100+99, clock_timestamp(), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
 		   FROM generate_series(0, %d) g`, rows-1),
 		`INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
-		 SELECT l.partition_id, encode(substring(l.hashes FROM i*16+1 FOR 16), 'hex')::uuid, l.first_offset + i, l.first_offset, l.created_at
-		   FROM queen.segments l, generate_series(0, 99) i WHERE l.partition_id = $1`,
+		 SELECT p.id, encode(substring(l.hashes FROM i*16+1 FOR 16), 'hex')::uuid, l.first_offset + i, l.first_offset, l.created_at
+		   FROM queen.segments l JOIN queen.partitions p ON p.num = l.partition_num CROSS JOIN generate_series(0, 99) i WHERE p.id = $1`,
 		fmt.Sprintf(`UPDATE queen.partition_ends SET last_offset = %d WHERE partition_id = $1`, rows*100-1),
 		`CREATE INDEX log_txn_hashes_lookup ON queen.log_txn_hashes (hash)`,
 		`VACUUM ANALYZE queen.segments`,
@@ -60,8 +60,8 @@ func fillCompacted(b *testing.B, s *Store, pid uuid.UUID, n, r int) {
 		fmt.Sprintf(`SELECT queen.sidecar_create_range(to_timestamp((m - k) * 60), to_timestamp((m - k + 1) * 60))
 		   FROM (SELECT floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 AS m) x, generate_series(0, %d) k`, r-1),
 		`DELETE FROM queen.sidecar_alive WHERE lo < to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 1) * 60)`,
-		fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
-		 SELECT $1, g*100, g*100+99,
+		fmt.Sprintf(`INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
+		 SELECT (SELECT num FROM queen.partitions WHERE id = $1), g*100, g*100+99,
 		        to_timestamp((floor(extract(epoch FROM clock_timestamp()) / 60)::bigint - 2 - g %% %d) * 60 + 30), ''::bytea, ''::bytea,
 		        (SELECT string_agg(decode(md5(g::text || '/' || i::text), 'hex'), ''::bytea ORDER BY i) FROM generate_series(0, 99) i)
 		   FROM generate_series(0, %d) g`, r, rows-1),

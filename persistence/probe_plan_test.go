@@ -34,8 +34,8 @@ func TestProbePlanCachedOnSmallTablesStaysIndexed(t *testing.T) {
 		_, err := conn.Exec(ctx, `INSERT INTO queen.log_txn_hashes
 			SELECT $1, md5(g::text)::uuid, g, (g / 100) * 100, clock_timestamp() FROM generate_series($2::int, $3::int) g`, pid, from, to)
 		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
-			SELECT $1, g, g + 99, clock_timestamp(), decode(repeat('ab', 1600), 'hex'), ''::bytea, decode(repeat('cd', 1600), 'hex')
+		_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
+			SELECT (SELECT num FROM queen.partitions WHERE id = $1), g, g + 99, clock_timestamp(), decode(repeat('ab', 1600), 'hex'), ''::bytea, decode(repeat('cd', 1600), 'hex')
 			  FROM generate_series($2::int, $3::int, 100) g`, pid, from, to)
 		require.NoError(t, err)
 	}
@@ -200,8 +200,11 @@ func TestProbePrunesRangesOutsideASuspectsSpan(t *testing.T) {
 	// One stamp for both tables, as a push writes them.
 	var back time.Time
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT clock_timestamp() - interval '6 minutes'`).Scan(&back))
-	for _, table := range []string{"segments", "log_txn_hashes"} {
-		_, err := s.pool.Exec(ctx, `UPDATE queen.`+table+` SET created_at = $2 WHERE partition_id = $1`, pid, back)
+	for _, q := range []string{
+		`UPDATE queen.segments SET created_at = $2 WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`,
+		`UPDATE queen.log_txn_hashes SET created_at = $2 WHERE partition_id = $1`,
+	} {
+		_, err := s.pool.Exec(ctx, q, pid, back)
 		require.NoError(t, err)
 	}
 	var err error

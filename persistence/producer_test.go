@@ -35,7 +35,7 @@ type segProducer struct {
 func segmentProducers(t *testing.T, s *Store, pid uuid.UUID) []segProducer {
 	t.Helper()
 	rows, err := s.pool.Query(context.Background(),
-		`SELECT first_offset, last_offset, producer_sub FROM queen.segments WHERE partition_id = $1 ORDER BY first_offset`, pid)
+		`SELECT first_offset, last_offset, producer_sub FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) ORDER BY first_offset`, pid)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []segProducer
@@ -154,7 +154,9 @@ func TestProducerSubMigration(t *testing.T) {
 	_, err = conn.Exec(ctx, oldInsert, pid, 0, ids, frames, hashes)
 	require.NoError(t, err)
 
-	applied, err := Migrate(ctx, url)
+	// Up to the schema before migration 0025, which rewrites the segments
+	// (the detached range among them) and names their partition by number.
+	applied, err := migrateTo(ctx, url, 24)
 	require.NoError(t, err)
 	require.Contains(t, applied, 18)
 	_, err = conn.Exec(ctx, `ALTER TABLE queen.segments_timed ATTACH PARTITION `+rng+` FOR VALUES FROM ('`+lo.Format(time.RFC3339)+`') TO ('`+hi.Format(time.RFC3339)+`')`)
@@ -164,6 +166,9 @@ func TestProducerSubMigration(t *testing.T) {
 	ids, frames, hashes = frame("older broker")
 	_, err = conn.Exec(ctx, strings.Replace(oldInsert, "message_ids", "legacy_ids", 1), pid, 1, ids, frames, hashes)
 	require.NoError(t, err, "the previous release's insert still writes")
+	applied, err = Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Contains(t, applied, 25)
 
 	s, err := Open(ctx, Config{URL: url})
 	require.NoError(t, err)
@@ -187,12 +192,12 @@ func TestProducerSubNoneCostsOneByte(t *testing.T) {
 	require.NoError(t, err)
 	commit(t, s, pid, items("pz", "p", "a"))
 	commit(t, s, pid, items("pz", "p", "b"))
-	_, err = s.pool.Exec(ctx, `UPDATE queen.segments SET producer_sub = NULL WHERE partition_id = $1 AND first_offset = 1`, pid)
+	_, err = s.pool.Exec(ctx, `UPDATE queen.segments SET producer_sub = NULL WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset = 1`, pid)
 	require.NoError(t, err)
 	var empty, null int
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT
-	    (SELECT pg_column_size(s.*) FROM queen.segments s WHERE partition_id = $1 AND first_offset = 0),
-	    (SELECT pg_column_size(s.*) FROM queen.segments s WHERE partition_id = $1 AND first_offset = 1)`, pid).Scan(&empty, &null))
+	    (SELECT pg_column_size(s.*) FROM queen.segments s WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset = 0),
+	    (SELECT pg_column_size(s.*) FROM queen.segments s WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset = 1)`, pid).Scan(&empty, &null))
 	t.Logf("a one-message segment row: %d bytes with an empty producer, %d with NULL", empty, null)
 	require.Equal(t, 7, null-empty, "NULL: a null bitmap, the data 8 bytes further; empty: one byte")
 }

@@ -133,6 +133,9 @@ func failed(b *queen.PushBatch, qe *queen.Error) queen.PushOutcome {
 
 type lockedPartition struct {
 	last, window int64
+	// num is the partition's number (queen.partitions.num), which its
+	// segments store in place of its id (migration 0025).
+	num int64
 	// checkPayload is the queue's dedupCheckPayload, read with the window
 	// (SPEC.md §6).
 	checkPayload bool
@@ -477,6 +480,7 @@ func (s *Store) skipBusy(bs []*queen.PushBatch, outs []queen.PushOutcome, order 
 type bundleRows struct {
 	st                   stamp
 	segPIDs              []pgtype.UUID
+	segNums              []int64
 	segFirst, segLast    []int64
 	segFrames, segHashes [][]byte
 	segRetained          []bool
@@ -491,10 +495,12 @@ type bundleRows struct {
 }
 
 // addSegments adds partition pid's new segments (assign) to the rows, each
-// with its frames' sidecar rows; retained: its queue has retentionSeconds.
-func (w *bundleRows) addSegments(pid [16]byte, segs []newSegment, retained bool) {
+// with its frames' sidecar rows; num is the partition's number (bundle_lock),
+// retained: its queue has retentionSeconds.
+func (w *bundleRows) addSegments(pid [16]byte, num int64, segs []newSegment, retained bool) {
 	for _, sg := range segs {
 		w.segPIDs = append(w.segPIDs, pgUUID(pid))
+		w.segNums = append(w.segNums, num)
 		w.segFirst = append(w.segFirst, sg.first)
 		w.segLast = append(w.segLast, sg.last)
 		w.segFrames = append(w.segFrames, sg.frames)
@@ -512,8 +518,9 @@ func (w *bundleRows) addSegments(pid [16]byte, segs []newSegment, retained bool)
 
 // segmentColumns are the columns copySegments writes, in its rows' order.
 // A segment stores no message ids (layout 3, migration 0022): readers
-// derive them (messageID); legacy_ids keeps its default, an empty bytea.
-var segmentColumns = []string{"partition_id", "first_offset", "last_offset", "created_at", "frames", "hashes", "timed", "producer_sub"}
+// derive them (messageID); legacy_ids keeps its default, an empty bytea. It
+// names its partition by number (layout 4, migration 0025).
+var segmentColumns = []string{"partition_num", "first_offset", "last_offset", "created_at", "frames", "hashes", "timed", "producer_sub"}
 
 // copyer is what copySegments writes through: a pooled session or a
 // transaction.
@@ -532,7 +539,7 @@ func (w *bundleRows) copySegments(ctx context.Context, c copyer) error {
 		return nil
 	}
 	_, err := c.CopyFrom(ctx, pgx.Identifier{"queen", "segments"}, segmentColumns, pgx.CopyFromSlice(len(w.segPIDs), func(i int) ([]any, error) {
-		return []any{w.segPIDs[i], w.segFirst[i], w.segLast[i], w.st.at, w.segFrames[i], w.segHashes[i],
+		return []any{w.segNums[i], w.segFirst[i], w.segLast[i], w.st.at, w.segFrames[i], w.segHashes[i],
 			w.segRetained[i] && w.st.ranged, w.segProducers[i]}, nil
 	}))
 	return err
@@ -561,7 +568,7 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 			continue
 		}
 		w.written = append(w.written, i)
-		w.addSegments(b.PartitionID, segs, lp.retained)
+		w.addSegments(b.PartitionID, lp.num, segs, lp.retained)
 	}
 	return w
 }
@@ -788,8 +795,8 @@ func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Ha
 	return segs, clean
 }
 
-// scanLocked reads bundle_lock's rows: each locked partition's allocator,
-// its window unknown (-1) until the probe reads it; *wait gets the longest
+// scanLocked reads bundle_lock's rows: each locked partition's allocator
+// and number, its window unknown (-1) until the probe reads it; *wait gets the longest
 // lock wait, in seconds.
 func scanLocked(locked map[[16]byte]lockedPartition, wait *float64) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
@@ -797,7 +804,7 @@ func scanLocked(locked map[[16]byte]lockedPartition, wait *float64) func(pgx.Row
 			var id [16]byte
 			var lp lockedPartition
 			var w float64
-			if err := rows.Scan(&id, &lp.last, &w); err != nil {
+			if err := rows.Scan(&id, &lp.last, &lp.num, &w); err != nil {
 				return err
 			}
 			lp.window = -1

@@ -77,7 +77,7 @@ func TestCommitVerdictsAndOffsets(t *testing.T) {
 	// The stored frames round-trip.
 	var frames []byte
 	seg := SegmentIDs{Partition: pid, First: 2}
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT legacy_ids, created_at, frames FROM queen.segments WHERE partition_id=$1 AND first_offset=2`, pid).Scan(&seg.Stored, &seg.At, &frames))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT legacy_ids, created_at, frames FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset=2`, pid).Scan(&seg.Stored, &seg.At, &frames))
 	require.Empty(t, seg.Stored, "segments store no message ids (layout 3)")
 	fs, err := UnpackFrames(seg, frames)
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestCommitVerdictsAndOffsets(t *testing.T) {
 	third := commit(t, s, pid, items("q", "p", "a", "c"))
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate}, verdicts(third))
 	var segs int
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id=$1`, pid).Scan(&segs))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid).Scan(&segs))
 	require.Equal(t, 2, segs)
 }
 
@@ -187,7 +187,7 @@ func TestCommitWindowZero(t *testing.T) {
 		require.Equal(t, int64(0), out.Window)
 	}
 	var n int64
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT sum(length(hashes)/16) FROM queen.segments WHERE partition_id=$1`, pid).Scan(&n))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT sum(length(hashes)/16) FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid).Scan(&n))
 	require.Equal(t, int64(6), n, "the hashes are written with dedup off")
 
 	// Back to the default window: the next push checks again.
@@ -251,7 +251,7 @@ func TestDuplicateOfDeletedSegmentHasZeroID(t *testing.T) {
 	pid, err := s.EnsurePartition(ctx, "q", "p")
 	require.NoError(t, err)
 	commit(t, s, pid, items("q", "p", "a"))
-	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segments WHERE partition_id=$1`, pid)
+	_, err = s.pool.Exec(ctx, `DELETE FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid)
 	require.NoError(t, err)
 	out := commit(t, s, pid, items("q", "p", "a"))
 	require.Equal(t, queen.Duplicate, out.Results[0].Verdict)

@@ -35,8 +35,8 @@ func counts(t testing.TB, s *Store, pid uuid.UUID) rowCounts {
 	t.Helper()
 	var c rowCounts
 	require.NoError(t, s.pool.QueryRow(context.Background(), `
-SELECT (SELECT count(*) FROM queen.segments WHERE partition_id = $1),
-       (SELECT COALESCE(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_id = $1),
+SELECT (SELECT count(*) FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)),
+       (SELECT COALESCE(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)),
        (SELECT count(DISTINCT z.o) FROM (
             SELECT x."offset" AS o FROM queen.log_txn_hashes x WHERE x.partition_id = $1
             UNION ALL
@@ -50,7 +50,7 @@ SELECT (SELECT count(*) FROM queen.segments WHERE partition_id = $1),
 // segmentOffsets lists the first offsets of partition pid's segments.
 func segmentOffsets(t testing.TB, s *Store, pid uuid.UUID) []int64 {
 	t.Helper()
-	rows, err := s.pool.Query(context.Background(), `SELECT first_offset FROM queen.segments WHERE partition_id = $1 ORDER BY first_offset`, pid)
+	rows, err := s.pool.Query(context.Background(), `SELECT first_offset FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) ORDER BY first_offset`, pid)
 	require.NoError(t, err)
 	var out []int64
 	for rows.Next() {

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
-	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 
 func TestPlanSegmentRanges(t *testing.T) {
@@ -59,7 +58,7 @@ func TestPlanSegmentRanges(t *testing.T) {
 // segmentTables returns, per table holding them, partition pid's segments.
 func segmentTables(t testing.TB, s *Store, pid uuid.UUID) map[string]int {
 	t.Helper()
-	rows, err := s.pool.Query(context.Background(), `SELECT tableoid::regclass::text, count(*) FROM queen.segments WHERE partition_id = $1 GROUP BY 1`, pid)
+	rows, err := s.pool.Query(context.Background(), `SELECT tableoid::regclass::text, count(*) FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) GROUP BY 1`, pid)
 	require.NoError(t, err)
 	out := map[string]int{}
 	for rows.Next() {
@@ -86,8 +85,11 @@ func pastSegmentRange(t testing.TB, s *Store, pids ...uuid.UUID) string {
 	require.NoError(t, s.pool.QueryRow(ctx, sqlSegmentRangeCreate, lo, hi).Scan(&created))
 	require.True(t, created)
 	for _, pid := range pids {
-		for _, table := range []string{"segments", "log_txn_hashes"} {
-			_, err := s.pool.Exec(ctx, `UPDATE queen.`+table+` SET created_at = $2 WHERE partition_id = $1`, pid, hi.Add(-5*time.Second))
+		for _, q := range []string{
+			`UPDATE queen.segments SET created_at = $2 WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`,
+			`UPDATE queen.log_txn_hashes SET created_at = $2 WHERE partition_id = $1`,
+		} {
+			_, err := s.pool.Exec(ctx, q, pid, hi.Add(-5*time.Second))
 			require.NoError(t, err)
 		}
 	}
@@ -171,23 +173,17 @@ func TestSegmentRangeDropWaitsForEveryQueuesRetention(t *testing.T) {
 	require.Empty(t, segmentOffsets(t, s, lp))
 }
 
+// A database of the 0009 shape (segments a plain table) migrates up: its
+// segments move to segments_kept (migration 0010) and come through every
+// later rewrite of the table (0025: the partition named by number).
 func TestMigrationKeepsExistingSegments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
+	url, conn := databaseAt(t, 9)
 	const pid = "01a22cb6-e34c-7283-bd05-8abc3fa7ac11"
 	for _, q := range []string{
-		// Back to the 0009 shape.
-		`DROP TABLE queen.segments, queen.segment_ranges`,
-		`DROP FUNCTION queen.segment_create_range, queen.segment_drop_detached, queen.segment_range_keepers,
-		               queen.segment_range_name, queen.segment_span_minutes, queen.segment_storage`,
-		`DELETE FROM queen.schema_migrations WHERE version = 10`,
-		`CREATE TABLE queen.segments (partition_id uuid NOT NULL, first_offset bigint NOT NULL, last_offset bigint NOT NULL,
-		     created_at timestamptz NOT NULL, message_ids bytea NOT NULL, frames bytea NOT NULL, PRIMARY KEY (partition_id, first_offset))`,
-		`CREATE INDEX segments_created_at ON queen.segments (created_at)`,
+		`INSERT INTO queen.queues (name) VALUES ('mk')`,
+		`INSERT INTO queen.partitions (id, queue_id, name, last_offset) SELECT '` + pid + `', id, 'p', 299 FROM queen.queues`,
 		`INSERT INTO queen.segments SELECT '` + pid + `', g * 10, g * 10 + 9, clock_timestamp() - make_interval(secs => 1200 - g * 40), '\x01'::bytea, '\x02'::bytea
 		   FROM generate_series(0, 29) g`,
 	} {
@@ -196,9 +192,11 @@ func TestMigrationKeepsExistingSegments(t *testing.T) {
 	}
 	applied, err := Migrate(ctx, url)
 	require.NoError(t, err)
-	require.Equal(t, []int{10}, applied)
+	require.Equal(t, 10, applied[0])
+	require.Contains(t, applied, 25)
 	var kept, last int64
-	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*), max(last_offset) FROM queen.segments_kept WHERE partition_id = $1`, pid).Scan(&kept, &last))
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*), max(last_offset) FROM queen.segments_kept
+		WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid).Scan(&kept, &last))
 	require.Equal(t, int64(30), kept)
 	require.Equal(t, int64(299), last)
 	s, err := Open(ctx, Config{URL: url})
@@ -237,8 +235,8 @@ func TestSegmentRangesAreAddedBesideOpenPushes(t *testing.T) {
 	tx, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, frames, timed)
-		VALUES ($1, 100, 100, clock_timestamp(), '\x00', true)`, tq)
+	_, err = tx.Exec(ctx, `INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, frames, timed)
+		SELECT num, 100, 100, clock_timestamp(), '\x00', true FROM queen.partitions WHERE id = $1`, tq)
 	require.NoError(t, err)
 
 	// A longer retention asks for 4-minute ranges further ahead: they are
@@ -278,7 +276,7 @@ func segmentReader(t *testing.T, s *Store, pid uuid.UUID) pgx.Tx {
 	require.NoError(t, err)
 	t.Cleanup(func() { reader.Rollback(ctx) }) //nolint:errcheck
 	var n int
-	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_id = $1`, pid).Scan(&n))
+	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, pid).Scan(&n))
 	require.Equal(t, 1, n)
 	return reader
 }

@@ -34,6 +34,8 @@ type txnPartition struct {
 	segs []newSegment
 	// retained: the queue has retentionSeconds (bundle_stamp).
 	retained bool
+	// num is the partition's number, which its segments store (bundle_lock).
+	num int64
 }
 
 // Transaction runs the operations of req in one PostgreSQL transaction
@@ -442,6 +444,7 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 		p.out = queen.PushOutcome{Results: make([]queen.Result, len(p.batch.Items)), LastOffset: -1, Window: lp.window, FullProbe: true}
 		p.segs, _ = s.assign(&p.batch, lp.window, lp.last, hits[pid], at, &p.out)
 		p.retained = lp.retained
+		p.num = lp.num
 		// refs are in request order: the partition's first duplicate is its
 		// lowest.
 		for n, r := range p.out.Results {
@@ -472,7 +475,7 @@ func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, part
 			continue
 		}
 		written = append(written, p)
-		w.addSegments(pid, p.segs, p.retained)
+		w.addSegments(pid, p.num, p.segs, p.retained)
 	}
 	if len(written) == 0 {
 		return nil

@@ -54,8 +54,8 @@ func txnConflictOf(t *testing.T, err error, want *queen.Error) *queen.TxnConflic
 func txnStored(t *testing.T, s *Store, queueName, name string) []string {
 	t.Helper()
 	rows, err := s.pool.Query(context.Background(), `
-SELECT s.legacy_ids, s.partition_id, s.first_offset, s.created_at, s.frames FROM queen.segments s
-JOIN queen.partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id
+SELECT s.legacy_ids, p.id, s.first_offset, s.created_at, s.frames FROM queen.segments s
+JOIN queen.partitions p ON p.num = s.partition_num JOIN queen.queues q ON q.id = p.queue_id
 WHERE q.name = $1 AND p.name = $2 ORDER BY s.first_offset`, queueName, name)
 	require.NoError(t, err)
 	defer rows.Close()

@@ -105,14 +105,14 @@ func TestLoadtestAudit(t *testing.T) {
 			// A second segment repeating the frames of a stored one, at
 			// fresh offsets.
 			n := dbExec(t, ctx, b.DatabaseURL(), `
-				INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames)
-				SELECT s.partition_id, e.last_offset + 1, e.last_offset + 1 + s.last_offset - s.first_offset, s.created_at, s.legacy_ids, s.frames
+				INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames)
+				SELECT s.partition_num, e.last_offset + 1, e.last_offset + 1 + s.last_offset - s.first_offset, s.created_at, s.legacy_ids, s.frames
 				FROM queen.segments s
-				JOIN queen.partitions p ON p.id = s.partition_id
+				JOIN queen.partitions p ON p.num = s.partition_num
 				JOIN queen.partition_ends e ON e.partition_id = p.id
 				JOIN queen.queues q ON q.id = p.queue_id
 				WHERE q.name = $1
-				ORDER BY s.partition_id, s.first_offset
+				ORDER BY s.partition_num, s.first_offset
 				LIMIT 1`, cfg.Queue)
 			require.Equal(t, int64(1), n)
 			return nil
@@ -131,13 +131,13 @@ func TestLoadtestAudit(t *testing.T) {
 		cfg.AfterLoad = func(ctx context.Context) error {
 			n := dbExec(t, ctx, b.DatabaseURL(), `
 				DELETE FROM queen.segments
-				WHERE (partition_id, first_offset) IN (
-					SELECT s.partition_id, s.first_offset
+				WHERE (partition_num, first_offset) IN (
+					SELECT s.partition_num, s.first_offset
 					FROM queen.segments s
-					JOIN queen.partitions p ON p.id = s.partition_id
+					JOIN queen.partitions p ON p.num = s.partition_num
 					JOIN queen.queues q ON q.id = p.queue_id
 					WHERE q.name = $1
-					ORDER BY s.partition_id, s.first_offset
+					ORDER BY s.partition_num, s.first_offset
 					LIMIT 1)`, cfg.Queue)
 			require.Equal(t, int64(1), n)
 			return nil

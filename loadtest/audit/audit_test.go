@@ -246,7 +246,7 @@ func deleteFrameOf(t *testing.T, e *auditEnv, seq uint64) int64 {
 			require.NoError(t, err)
 			defer conn.Close(ctx)
 			var n int64
-			require.NoError(t, conn.QueryRow(ctx, `DELETE FROM queen.segments WHERE partition_id = $1 AND first_offset <= $2 AND last_offset >= $2
+			require.NoError(t, conn.QueryRow(ctx, `DELETE FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1) AND first_offset <= $2 AND last_offset >= $2
 				RETURNING last_offset - first_offset + 1`, m.PartitionID, m.Offset).Scan(&n))
 			return n
 		}

@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION queen.partition_cold_end(pid uuid, floor bigint) RETU
     LANGUAGE sql STABLE
 AS $$
     SELECT GREATEST(floor, (SELECT s.last_offset FROM queen.segments s
-                             WHERE s.partition_id = pid
+                             WHERE s.partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = pid)
                              ORDER BY s.first_offset DESC
                              LIMIT 1))
 $$;

@@ -15,16 +15,16 @@ DECLARE
 BEGIN
     EXECUTE format($q$
         WITH RECURSIVE d AS (
-            (SELECT s.partition_id FROM queen.%1$I s ORDER BY s.partition_id LIMIT 1)
+            (SELECT s.partition_num FROM queen.%1$I s ORDER BY s.partition_num LIMIT 1)
             UNION ALL
-            SELECT (SELECT s.partition_id FROM queen.%1$I s WHERE s.partition_id > d.partition_id
-                     ORDER BY s.partition_id LIMIT 1)
-              FROM d WHERE d.partition_id IS NOT NULL
+            SELECT (SELECT s.partition_num FROM queen.%1$I s WHERE s.partition_num > d.partition_num
+                     ORDER BY s.partition_num LIMIT 1)
+              FROM d WHERE d.partition_num IS NOT NULL
         ), qs AS (
             SELECT q.id, COALESCE((q.options ->> 'retentionSeconds')::float8, 0) AS r
               FROM queen.queues q
              WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p
-                             WHERE p.id IN (SELECT partition_id FROM d WHERE partition_id IS NOT NULL))
+                             WHERE p.num IN (SELECT partition_num FROM d WHERE partition_num IS NOT NULL))
              FOR SHARE
         )
         SELECT count(*) FROM qs WHERE qs.r <= 0 OR $1 - make_interval(secs => qs.r) < $2

@@ -94,10 +94,9 @@ BEGIN
             INSERT INTO queen.%I (lo, bucket, hashes, entries, wide)
             SELECT $1, e.bucket, array_agg(e.hash), string_agg(e.entry, ''::bytea), $4
               FROM (SELECT encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid AS hash,
-                           queen.hash_entry_pack(n.num, t.first_offset, g.i, t.created_at) AS entry,
+                           queen.hash_entry_pack(t.partition_num, t.first_offset, g.i, t.created_at) AS entry,
                            ('x' || encode(substring(t.hashes FROM g.i * 16 + 1 FOR 4), 'hex'))::bit(32)::bigint >> (32 - $3) AS bucket
                       FROM queen.segments t
-                      JOIN queen.partitions n ON n.id = t.partition_id
                      CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
                      WHERE t.created_at >= $1 AND t.created_at < $2
                     OFFSET 0) e
@@ -117,11 +116,12 @@ BEGIN
         $q$, n) USING lo;
     ELSE
         INSERT INTO queen.hash_prints (lo, partition_id, prints)
-        SELECT sidecar_compact.lo, t.partition_id, string_agg(substring(t.hashes FROM g.i * 16 + 1 FOR 4), ''::bytea)
+        SELECT sidecar_compact.lo, n.id, string_agg(substring(t.hashes FROM g.i * 16 + 1 FOR 4), ''::bytea)
           FROM queen.segments t
+          JOIN queen.partitions n ON n.num = t.partition_num
          CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
          WHERE t.created_at >= sidecar_compact.lo AND t.created_at < sidecar_compact.hi
-         GROUP BY t.partition_id;
+         GROUP BY n.id;
     END IF;
     INSERT INTO queen.hash_prints_alive (lo) VALUES (sidecar_compact.lo) ON CONFLICT DO NOTHING;
     IF w = lo THEN

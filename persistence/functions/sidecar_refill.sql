@@ -11,9 +11,10 @@ DECLARE
     cnt bigint;
 BEGIN
     INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
-    SELECT t.partition_id, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
+    SELECT n.id, encode(substring(t.hashes FROM g.i * 16 + 1 FOR 16), 'hex')::uuid,
            t.first_offset + g.i, t.first_offset, t.created_at
       FROM queen.segments t
+      JOIN queen.partitions n ON n.num = t.partition_num
      CROSS JOIN LATERAL generate_series(0, length(t.hashes) / 16 - 1) AS g (i)
      WHERE t.created_at >= lo AND t.created_at < hi;
     GET DIAGNOSTICS cnt = ROW_COUNT;

@@ -9,9 +9,9 @@
 WITH q AS (
     SELECT id FROM queen.queues WHERE name = $1 FOR UPDATE
 ), p AS (
-    SELECT id FROM queen.partitions WHERE queue_id IN (SELECT id FROM q) ORDER BY id FOR UPDATE
+    SELECT id, num FROM queen.partitions WHERE queue_id IN (SELECT id FROM q) ORDER BY id FOR UPDATE
 ), s AS (
-    DELETE FROM queen.segments WHERE partition_id IN (SELECT id FROM p)
+    DELETE FROM queen.segments WHERE partition_num IN (SELECT num FROM p)
 ), h AS (
     DELETE FROM queen.log_txn_hashes WHERE partition_id IN (SELECT id FROM p)
 ), e AS (

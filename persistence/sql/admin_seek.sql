@@ -7,7 +7,7 @@ SELECT p.id, $2, p.queue_id,
        CASE WHEN $4::boolean THEN -1
             WHEN $3::timestamptz IS NULL THEN COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset))
             ELSE COALESCE((SELECT s.first_offset - 1 FROM queen.segments s
-                           WHERE s.partition_id = p.id AND s.created_at >= $3::timestamptz
+                           WHERE s.partition_num = p.num AND s.created_at >= $3::timestamptz
                            ORDER BY s.first_offset LIMIT 1), COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)))
        END
 FROM queen.partitions p

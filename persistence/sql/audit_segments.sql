@@ -38,7 +38,7 @@ SELECT p.queue,
        s.legacy_ids,
        s.frames
 FROM (
-    SELECT p.id, p.name, ($1::text[])[1] AS queue, r.after
+    SELECT p.id, p.num, p.name, ($1::text[])[1] AS queue, r.after
       FROM unnest($2::text[], $3::bigint[]) AS r(name, after)
       JOIN queen.partitions p
         ON p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = ($1::text[])[1])
@@ -47,7 +47,7 @@ FROM (
      WHERE $4::boolean
        AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > r.after
     UNION ALL
-    SELECT p.id, p.name, q.name, COALESCE(r.after, -1)
+    SELECT p.id, p.num, p.name, q.name, COALESCE(r.after, -1)
       FROM queen.queues q
       JOIN queen.partitions p ON p.queue_id = q.id
       LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
@@ -59,7 +59,7 @@ FROM (
 CROSS JOIN LATERAL (
     SELECT s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames
     FROM queen.segments s
-    WHERE s.partition_id = p.id
+    WHERE s.partition_num = p.num
       AND s.first_offset > p.after
     ORDER BY s.first_offset
 ) s

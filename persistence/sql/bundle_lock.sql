@@ -17,12 +17,12 @@
 -- with SKIP LOCKED (persistence.skipLocked, which edits the lock clause
 -- below: it must occur once in this file, comments included).
 WITH l AS (
-    SELECT e.partition_id AS id, e.last_offset
+    SELECT e.partition_id AS id, e.last_offset, e.num
       FROM queen.partition_ends e
      WHERE e.partition_id = ANY ($1::uuid[])
      ORDER BY e.partition_id
        FOR NO KEY UPDATE
 )
-SELECT l.id, l.last_offset,
+SELECT l.id, l.last_offset, l.num,
        EXTRACT(epoch FROM clock_timestamp() - statement_timestamp())::float8
 FROM l

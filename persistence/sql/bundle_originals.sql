@@ -12,6 +12,7 @@ SELECT k.partition_id, k.first_offset, s.frames
  CROSS JOIN LATERAL (
     SELECT s.frames
       FROM queen.segments s
-     WHERE s.partition_id = k.partition_id AND s.first_offset = k.first_offset
+     WHERE s.partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = k.partition_id)
+       AND s.first_offset = k.first_offset
     OFFSET 0
  ) s

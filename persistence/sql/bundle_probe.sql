@@ -82,14 +82,16 @@ WITH qo AS MATERIALIZED (
      WHERE q.name = ANY ($11::text[])
 ), w0 AS MATERIALIZED (
     SELECT i.partition_id, i.watermark, i.lo, i.hi, i.assumed, qo.seconds, qo.check_payload, qo.retained,
-           e.last_offset AS "end"
+           e.last_offset AS "end", e.num
       FROM unnest($1::uuid[], $3::bigint[], $4::int[], $5::int[], $7::bigint[], $10::text[]) AS i (partition_id, watermark, lo, hi, assumed, queue)
       LEFT JOIN qo ON qo.name = i.queue
       LEFT JOIN LATERAL (
-        SELECT e.last_offset FROM queen.partition_ends e WHERE e.partition_id = i.partition_id OFFSET 0
+        -- The partition's number (migration 0025: segments name their
+        -- partition by it), from the allocator row the caller holds locked.
+        SELECT e.last_offset, e.num FROM queen.partition_ends e WHERE e.partition_id = i.partition_id OFFSET 0
       ) e ON true
 ), w AS MATERIALIZED (
-    SELECT w0.partition_id, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload, w0.retained,
+    SELECT w0.partition_id, w0.num, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload, w0.retained,
            (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed,
            -- Whether a segment may start after the watermark: the
            -- partition's end (its allocator row, which the caller holds
@@ -124,7 +126,7 @@ SELECT x.partition_id,
        x."offset",
        (SELECT COALESCE(substring(s.legacy_ids FROM ((x."offset" - s.first_offset) * 16 + 1)::int FOR 16), '')
           FROM queen.segments s
-         WHERE s.partition_id = x.partition_id AND s.first_offset = x.segment
+         WHERE s.partition_num = x.num AND s.first_offset = x.segment
            -- Written by the same statement, with the same stamp: the time
            -- ranges of segments_timed other than this one are pruned.
            AND s.created_at = x.created_at),
@@ -137,7 +139,7 @@ SELECT x.partition_id,
  CROSS JOIN LATERAL unnest(($2::uuid[])[w.lo:w.hi], ($6::boolean[])[w.lo:w.hi],
                           ($8::timestamptz[])[w.lo:w.hi], ($9::timestamptz[])[w.lo:w.hi]) AS h (hash, suspect, since, until)
  CROSS JOIN LATERAL (
-    SELECT w.partition_id, h.hash, f."offset", f.segment, f.created_at
+    SELECT w.partition_id, w.num, h.hash, f."offset", f.segment, f.created_at
       FROM queen.sidecar_find(w.partition_id, h.hash, w.after,
                               -- The suspect's span, when the cache's knowledge
                               -- holds (narrowed): the ranges outside it are
@@ -158,7 +160,7 @@ SELECT w.partition_id,
        t.first_offset + u.i,
        (SELECT COALESCE(substring(s.legacy_ids FROM (u.i * 16 + 1)::int FOR 16), '')
           FROM queen.segments s
-         WHERE s.partition_id = w.partition_id AND s.first_offset = t.first_offset
+         WHERE s.partition_num = w.num AND s.first_offset = t.first_offset
            AND s.created_at = t.created_at),
        NULL::boolean,
        t.first_offset,
@@ -169,7 +171,7 @@ SELECT w.partition_id,
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.hashes, t.created_at
       FROM queen.segments t
-     WHERE t.partition_id = w.partition_id
+     WHERE t.partition_num = w.num
        -- A two-sided range on parameters is estimated narrow, so this
        -- stays an index range scan (a one-sided one was planned as a
        -- scan of the table when one partition held most of it).

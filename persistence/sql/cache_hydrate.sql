@@ -16,7 +16,7 @@
 WITH s AS MATERIALIZED (
     SELECT t.first_offset, t.last_offset, t.created_at, t.hashes
       FROM queen.segments t
-     WHERE t.partition_id = $1
+     WHERE t.partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = $1)
        AND t.first_offset > $2
        AND t.first_offset <= $3
        AND t.created_at > statement_timestamp() - make_interval(secs => $4::bigint)
@@ -32,7 +32,7 @@ SELECT e.first_offset, e.last_offset, e.created_at, NULL, true
  CROSS JOIN LATERAL (
     SELECT x.first_offset, x.last_offset, x.created_at
       FROM queen.segments x
-     WHERE x.partition_id = $1
+     WHERE x.partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = $1)
        AND x.first_offset < COALESCE(f.first, $3 + 1)
        AND x.first_offset > -4611686018427387904
      ORDER BY x.first_offset DESC

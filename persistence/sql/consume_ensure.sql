@@ -6,7 +6,7 @@
 -- none: from $3, or from now when $4 (subscriptionMode new). An ack ($5
 -- false) never subscribes. A no-op when the consumer row exists.
 WITH part AS (
-    SELECT p.id, p.queue_id FROM queen.partitions p WHERE p.id = $1
+    SELECT p.id, p.num, p.queue_id FROM queen.partitions p WHERE p.id = $1
 ), sub AS (
     INSERT INTO queen.subscriptions (queue_id, consumer_group, from_ts)
     SELECT part.queue_id, $2, CASE WHEN $4::boolean THEN clock_timestamp() ELSE $3::timestamptz END
@@ -25,7 +25,7 @@ INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, "cursor")
 SELECT part.id, $2, part.queue_id,
        CASE WHEN (SELECT from_ts FROM eff) IS NULL THEN -1
             ELSE COALESCE((SELECT s.last_offset FROM queen.segments s
-                           WHERE s.partition_id = part.id AND s.created_at < (SELECT from_ts FROM eff)
+                           WHERE s.partition_num = part.num AND s.created_at < (SELECT from_ts FROM eff)
                            ORDER BY s.first_offset DESC LIMIT 1), -1)
        END
 FROM part

@@ -17,14 +17,15 @@ SELECT u.i, substring(l.hashes FROM ((u.o - l.first_offset) * 16 + 1)::int FOR 1
   FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (pid, o, grp, i)
  CROSS JOIN LATERAL (
     SELECT COALESCE(max(CASE WHEN c.cursor_at_of = c."cursor" AND u.o > c."cursor" THEN c.cursor_at END),
-                    '-infinity'::timestamptz) AS since
+                    '-infinity'::timestamptz) AS since,
+           (SELECT n.num FROM queen.partitions n WHERE n.id = u.pid) AS num
       FROM queen.consumers c
      WHERE c.partition_id = u.pid AND c.consumer_group = u.grp
  ) b
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.last_offset, t.hashes
       FROM queen.segments t
-     WHERE t.partition_id = u.pid AND t.first_offset <= u.o AND t.created_at >= b.since
+     WHERE t.partition_num = b.num AND t.first_offset <= u.o AND t.created_at >= b.since
      ORDER BY t.first_offset DESC
      LIMIT 1
  ) l

@@ -5,7 +5,7 @@ SELECT first_offset, created_at, legacy_ids, frames, producer_sub
 FROM (
     SELECT first_offset, last_offset, created_at, legacy_ids, frames, producer_sub
     FROM queen.segments
-    WHERE partition_id = $1 AND first_offset <= $2
+    WHERE partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = $1) AND first_offset <= $2
     ORDER BY first_offset DESC
     LIMIT 1
 ) s

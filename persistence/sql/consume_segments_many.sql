@@ -20,7 +20,7 @@
 SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, s.producer_sub
   FROM unnest($1::uuid[]) WITH ORDINALITY AS u (pid, i)
  CROSS JOIN LATERAL (
-    SELECT c."cursor",
+    SELECT c."cursor", p.num,
            -- The time of the cursor's segment (migration 0020): every
            -- segment above it is at least that old, so the ranges stored
            -- before it are pruned; unknown (-infinity) when it was not
@@ -36,7 +36,7 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames,
        AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
        AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > c."cursor"
        AND (COALESCE((q.options ->> 'windowBuffer')::bigint, 0) = 0
-            OR (SELECT w.created_at FROM queen.segments w WHERE w.partition_id = u.pid ORDER BY w.first_offset DESC LIMIT 1)
+            OR (SELECT w.created_at FROM queen.segments w WHERE w.partition_num = p.num ORDER BY w.first_offset DESC LIMIT 1)
                <= clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'windowBuffer')::bigint, 0)))
     OFFSET 0
  ) c
@@ -48,14 +48,14 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames,
             SELECT sg.first_offset, sg.last_offset, sg.created_at, sg.legacy_ids, sg.frames, sg.producer_sub,
                    sg.last_offset - GREATEST(sg.first_offset, c."cursor" + 1) + 1 AS n
               FROM queen.segments sg
-             WHERE sg.partition_id = u.pid AND sg.last_offset > c."cursor" AND sg.created_at <= c.visible
+             WHERE sg.partition_num = c.num AND sg.last_offset > c."cursor" AND sg.created_at <= c.visible
                AND sg.created_at >= c.since
                -- An index bound: the segment holding the cursor's next
                -- offset starts at or after this (last_offset alone is a
                -- filter, and the scan read every consumed segment still
                -- stored first).
                AND sg.first_offset >= COALESCE((SELECT b.first_offset FROM queen.segments b
-                                                 WHERE b.partition_id = u.pid AND b.first_offset <= c."cursor" + 1
+                                                 WHERE b.partition_num = c.num AND b.first_offset <= c."cursor" + 1
                                                    AND b.created_at >= c.since
                                                  ORDER BY b.first_offset DESC LIMIT 1), -1)
              ORDER BY sg.first_offset

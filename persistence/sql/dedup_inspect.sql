@@ -21,7 +21,7 @@
 -- window, the lowest offset (the original); otherwise the newest (the last
 -- whose window closed).
 WITH qp AS MATERIALIZED (
-    SELECT p.id AS partition_id, q.dedup_window_seconds AS seconds, clock_timestamp() AS now
+    SELECT p.id AS partition_id, p.num, q.dedup_window_seconds AS seconds, clock_timestamp() AS now
       FROM queen.queues q
       LEFT JOIN queen.partitions p ON p.queue_id = q.id AND p.name = $2
      WHERE q.name = $1
@@ -29,7 +29,7 @@ WITH qp AS MATERIALIZED (
 SELECT qp.partition_id, qp.seconds, h."offset", h.created_at, h.in_window,
        (SELECT COALESCE(substring(s.legacy_ids FROM ((h."offset" - s.first_offset) * 16 + 1)::int FOR 16), '')
           FROM queen.segments s
-         WHERE s.partition_id = qp.partition_id AND s.first_offset = h.segment
+         WHERE s.partition_num = qp.num AND s.first_offset = h.segment
            AND s.created_at = h.created_at)
   FROM qp
   LEFT JOIN LATERAL (

@@ -5,8 +5,8 @@ WITH p AS (
     INSERT INTO queen.partitions (id, queue_id, name)
     SELECT $3, q.id, $2 FROM queen.queues q WHERE q.name = $1
     ON CONFLICT (queue_id, name) DO NOTHING
-    RETURNING id
+    RETURNING id, num
 )
-INSERT INTO queen.partition_ends (partition_id, last_offset)
-SELECT id, -1 FROM p
+INSERT INTO queen.partition_ends (partition_id, last_offset, num)
+SELECT id, -1, num FROM p
 ON CONFLICT (partition_id) DO NOTHING

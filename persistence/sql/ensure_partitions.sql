@@ -13,8 +13,8 @@ WITH p AS (
       JOIN queen.queues q ON q.name = u.queue
      ORDER BY u.ord
     ON CONFLICT (queue_id, name) DO NOTHING
-    RETURNING id
+    RETURNING id, num
 )
-INSERT INTO queen.partition_ends (partition_id, last_offset)
-SELECT id, -1 FROM p
+INSERT INTO queen.partition_ends (partition_id, last_offset, num)
+SELECT id, -1, num FROM p
 ON CONFLICT (partition_id) DO NOTHING

@@ -15,14 +15,14 @@ WITH gone AS (
     -- outlives its partition, and a push's lock (bundle_lock) needs no
     -- check that the partition exists. Rows are rebuilt rarely: the lock
     -- record costs nothing measurable.
-    SELECT p.id, p.floor_offset
+    SELECT p.id, p.num, p.floor_offset
       FROM queen.partitions p
      WHERE ($1::uuid[] IS NULL OR p.id = ANY ($1::uuid[]))
        AND NOT EXISTS (SELECT 1 FROM queen.partition_ends e WHERE e.partition_id = p.id)
        FOR KEY SHARE OF p
 ), ins AS (
-    INSERT INTO queen.partition_ends (partition_id, last_offset)
-    SELECT l.id, queen.partition_cold_end(l.id, l.floor_offset)
+    INSERT INTO queen.partition_ends (partition_id, last_offset, num)
+    SELECT l.id, queen.partition_cold_end(l.id, l.floor_offset), l.num
       FROM l
     ON CONFLICT (partition_id) DO NOTHING
     RETURNING 1

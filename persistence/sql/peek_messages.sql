@@ -17,7 +17,7 @@
 -- segments whatever the partition holds (one index descent per leaf table
 -- of the partitioned segments table).
 WITH p AS MATERIALIZED (
-    SELECT p.id AS partition_id, COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) AS last_offset
+    SELECT p.id AS partition_id, p.num, COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) AS last_offset
       FROM queen.queues q
       LEFT JOIN queen.partitions p ON p.queue_id = q.id AND p.name = $2
       LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
@@ -25,9 +25,9 @@ WITH p AS MATERIALIZED (
 ), b AS MATERIALIZED (
     -- The bound: the last segment starting at or below $3 + 1 (it may hold
     -- offset $3 + 1), else -1; one backward descent per leaf table.
-    SELECT p.partition_id, p.last_offset,
+    SELECT p.partition_id, p.num, p.last_offset,
            COALESCE((SELECT s.first_offset FROM queen.segments s
-                      WHERE s.partition_id = p.partition_id AND s.first_offset <= $3::bigint + 1
+                      WHERE s.partition_num = p.num AND s.first_offset <= $3::bigint + 1
                       ORDER BY s.first_offset DESC
                       LIMIT 1), -1) AS lo
       FROM p
@@ -43,7 +43,7 @@ SELECT b.partition_id, b.last_offset, s.first_offset, s.created_at, s.legacy_ids
           FROM (
             SELECT s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, s.producer_sub
               FROM queen.segments s
-             WHERE s.partition_id = b.partition_id
+             WHERE s.partition_num = b.num
                AND s.first_offset >= b.lo
                AND s.last_offset > $3::bigint
              ORDER BY s.first_offset

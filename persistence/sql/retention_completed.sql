@@ -29,20 +29,20 @@ WITH RECURSIVE q AS MATERIALIZED (
     UNION
     SELECT s.queue_id, s.consumer_group FROM queen.subscriptions s WHERE s.queue_id IN (SELECT id FROM q)
 ), part AS MATERIALIZED (
-    SELECT p.id, q.cutoff, min(COALESCE(c."cursor", -1)) AS bound
+    SELECT p.id, p.num, q.cutoff, min(COALESCE(c."cursor", -1)) AS bound
       FROM q
       JOIN queen.partitions p ON p.queue_id = q.id
       JOIN grp g ON g.queue_id = q.id
       LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
-     GROUP BY p.id, q.cutoff
+     GROUP BY p.id, p.num, q.cutoff
     HAVING min(COALESCE(c."cursor", -1)) >= 0
 ), walk AS (
-    SELECT part.id, part.cutoff, part.bound, s.tableoid, s.ctid, s.first_offset, s.frames, 1 AS n
+    SELECT part.id, part.num, part.cutoff, part.bound, s.tableoid, s.ctid, s.first_offset, s.frames, 1 AS n
       FROM part
      CROSS JOIN LATERAL (
         SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
           FROM queen.segments s
-         WHERE s.partition_id = part.id
+         WHERE s.partition_num = part.num
            -- created_at grows with the offset: the oldest segment older than
            -- the cutoff is the oldest one, or there is none; the ranges stored
            -- after the cutoff are pruned (run-time partition pruning).
@@ -52,12 +52,12 @@ WITH RECURSIVE q AS MATERIALIZED (
      ) s
      WHERE s.created_at < part.cutoff AND s.last_offset <= part.bound
     UNION ALL
-    SELECT w.id, w.cutoff, w.bound, s.tableoid, s.ctid, s.first_offset, s.frames, w.n + 1
+    SELECT w.id, w.num, w.cutoff, w.bound, s.tableoid, s.ctid, s.first_offset, s.frames, w.n + 1
       FROM walk w
      CROSS JOIN LATERAL (
         SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at
           FROM queen.segments s
-         WHERE s.partition_id = w.id AND s.first_offset > w.first_offset
+         WHERE s.partition_num = w.num AND s.first_offset > w.first_offset
            AND s.created_at < w.cutoff
          ORDER BY s.first_offset
          LIMIT 1
@@ -72,7 +72,7 @@ WITH RECURSIVE q AS MATERIALIZED (
     DELETE FROM queen.segments s
      WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM pick))
        AND (s.tableoid, s.ctid) IN (SELECT tableoid, ctid FROM pick)
-    RETURNING s.partition_id, s.last_offset, s.last_offset - s.first_offset + 1 AS frames
+    RETURNING s.partition_num, s.last_offset, s.last_offset - s.first_offset + 1 AS frames
 ), f AS (
 {{floor}}
 )

@@ -22,7 +22,7 @@
 -- that is not compacted yet stays, because a crash rebuilds that range from
 -- the segments' hashes (queen.sidecar_refill).
 WITH RECURSIVE part AS MATERIALIZED (
-    SELECT p.id,
+    SELECT p.id, p.num,
            LEAST(clock_timestamp() - make_interval(secs => (q.options ->> 'retentionSeconds')::float8),
                  (SELECT COALESCE(min(r.lo), 'infinity'::timestamptz) FROM queen.sidecar_ranges r WHERE r.bits IS NULL)) AS cutoff,
            make_interval(secs => COALESCE(60 * queen.segment_span_minutes((q.options ->> 'retentionSeconds')::float8) + $2::float8, 0)) AS grace
@@ -30,12 +30,12 @@ WITH RECURSIVE part AS MATERIALIZED (
       JOIN queen.partitions p ON p.queue_id = q.id
      WHERE COALESCE((q.options ->> 'retentionSeconds')::bigint, 0) > 0
 ), walk AS (
-    SELECT part.id, part.cutoff, part.grace, s.tableoid, s.ctid, s.first_offset, s.frames, 1 AS n
+    SELECT part.id, part.num, part.cutoff, part.grace, s.tableoid, s.ctid, s.first_offset, s.frames, 1 AS n
       FROM part
      CROSS JOIN LATERAL (
         SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at, s.timed
           FROM queen.segments s
-         WHERE s.partition_id = part.id
+         WHERE s.partition_num = part.num
            -- created_at grows with the offset: the oldest segment older than
            -- the cutoff is the oldest one, or there is none; the ranges stored
            -- after the cutoff are pruned (run-time partition pruning).
@@ -47,12 +47,12 @@ WITH RECURSIVE part AS MATERIALIZED (
        AND (NOT s.timed
             OR s.created_at < part.cutoff - part.grace)
     UNION ALL
-    SELECT w.id, w.cutoff, w.grace, s.tableoid, s.ctid, s.first_offset, s.frames, w.n + 1
+    SELECT w.id, w.num, w.cutoff, w.grace, s.tableoid, s.ctid, s.first_offset, s.frames, w.n + 1
       FROM walk w
      CROSS JOIN LATERAL (
         SELECT s.tableoid, s.ctid, s.first_offset, s.last_offset - s.first_offset + 1 AS frames, s.created_at, s.timed
           FROM queen.segments s
-         WHERE s.partition_id = w.id AND s.first_offset > w.first_offset
+         WHERE s.partition_num = w.num AND s.first_offset > w.first_offset
            AND s.created_at < w.cutoff
          ORDER BY s.first_offset
          LIMIT 1
@@ -69,7 +69,7 @@ WITH RECURSIVE part AS MATERIALIZED (
     DELETE FROM queen.segments s
      WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM pick))
        AND (s.tableoid, s.ctid) IN (SELECT tableoid, ctid FROM pick)
-    RETURNING s.partition_id, s.last_offset, s.last_offset - s.first_offset + 1 AS frames
+    RETURNING s.partition_num, s.last_offset, s.last_offset - s.first_offset + 1 AS frames
 ), f AS (
 {{floor}}
 )

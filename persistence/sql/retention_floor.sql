@@ -7,8 +7,8 @@
 -- deleted by the statement and carries the end itself.
     UPDATE queen.partitions p
        SET floor_offset = m.last_offset
-      FROM (SELECT d.partition_id, max(d.last_offset) AS last_offset FROM d GROUP BY d.partition_id) m
-     WHERE p.id = m.partition_id
+      FROM (SELECT d.partition_num, max(d.last_offset) AS last_offset FROM d GROUP BY d.partition_num) m
+     WHERE p.num = m.partition_num
        AND p.floor_offset < m.last_offset
        AND NOT EXISTS (SELECT 1 FROM queen.segments s
-                        WHERE s.partition_id = m.partition_id AND s.first_offset > m.last_offset)
+                        WHERE s.partition_num = m.partition_num AND s.first_offset > m.last_offset)

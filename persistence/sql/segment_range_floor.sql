@@ -9,8 +9,8 @@
 -- {{range}} as in segment_range_detach.
 UPDATE queen.partitions p
    SET floor_offset = m.last_offset
-  FROM (SELECT x.id, (SELECT s.last_offset FROM {{range}} s
-                       WHERE s.partition_id = x.id
+  FROM (SELECT x.id, x.num, (SELECT s.last_offset FROM {{range}} s
+                       WHERE s.partition_num = x.num
                        ORDER BY s.first_offset DESC
                        LIMIT 1) AS last_offset
           FROM queen.partitions x) m
@@ -18,4 +18,4 @@ UPDATE queen.partitions p
    AND m.last_offset IS NOT NULL
    AND p.floor_offset < m.last_offset
    AND NOT EXISTS (SELECT 1 FROM queen.segments s
-                    WHERE s.partition_id = m.id AND s.first_offset > m.last_offset)
+                    WHERE s.partition_num = m.num AND s.first_offset > m.last_offset)

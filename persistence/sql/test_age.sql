@@ -15,7 +15,7 @@
 WITH s AS (
     UPDATE queen.segments
        SET created_at = created_at - make_interval(secs => $2::float8), timed = false
-     WHERE partition_id = ANY ($1::uuid[])
+     WHERE partition_num IN (SELECT p.num FROM queen.partitions p WHERE p.id = ANY ($1::uuid[]))
 ), h AS (
     UPDATE queen.log_txn_hashes
        SET created_at = created_at - make_interval(secs => $2::float8)

@@ -4,4 +4,5 @@
 UPDATE queen.segments s
    SET legacy_ids = u.ids
   FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS u (p, f, ids)
- WHERE s.partition_id = u.p AND s.first_offset = u.f
+  JOIN queen.partitions n ON n.id = u.p
+ WHERE s.partition_num = n.num AND s.first_offset = u.f

@@ -3,6 +3,7 @@
 -- first and last offset, created_at. Their ids are written to legacy_ids
 -- (test_age_pin) before test_age moves created_at, so ids stay what the
 -- pushes answered, as they do when time really passes.
-SELECT partition_id, first_offset, last_offset, created_at
-  FROM queen.segments
- WHERE partition_id = ANY ($1::uuid[]) AND octet_length(legacy_ids) = 0
+SELECT p.id, s.first_offset, s.last_offset, s.created_at
+  FROM queen.segments s
+  JOIN queen.partitions p ON p.num = s.partition_num
+ WHERE p.id = ANY ($1::uuid[]) AND octet_length(s.legacy_ids) = 0

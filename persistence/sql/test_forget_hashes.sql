@@ -4,6 +4,7 @@
 -- compaction wrote). Acks by transactionId of its messages then resolve
 -- nothing and an offset's ack is not checked against its transactionId.
 WITH s AS (
-    UPDATE queen.segments SET hashes = NULL WHERE partition_id = $1 AND first_offset = $2
+    UPDATE queen.segments SET hashes = NULL
+     WHERE partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = $1) AND first_offset = $2
 )
 DELETE FROM queen.log_txn_hashes WHERE partition_id = $1 AND segment = $2

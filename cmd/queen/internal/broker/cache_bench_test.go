@@ -50,11 +50,11 @@ func fillWindow(b *testing.B, store *persistence.Store, url, queue, name string,
 	stmts := []string{
 		`INSERT INTO queen.log_txn_hashes (partition_id, hash, "offset", segment, created_at)
 		 SELECT $1, md5($2 || i::text)::uuid, i, (i / 1000) * 1000, clock_timestamp() FROM generate_series(0, $3 - 1) i`,
-		`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
-		 SELECT $1, g * 1000, g * 1000 + 999, clock_timestamp(), string_agg(decode(md5('m' || $2 || i::text), 'hex'), ''::bytea ORDER BY i), ''::bytea,
+		`INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
+		 SELECT (SELECT num FROM queen.partitions WHERE id = $1), g * 1000, g * 1000 + 999, clock_timestamp(), string_agg(decode(md5('m' || $2 || i::text), 'hex'), ''::bytea ORDER BY i), ''::bytea,
 		        string_agg(decode(md5($2 || i::text), 'hex'), ''::bytea ORDER BY i)
 		 FROM generate_series(0, $3 - 1) i, LATERAL (SELECT i / 1000 AS g) x GROUP BY g`,
-		`UPDATE queen.partitions SET last_offset = $3 - 1 WHERE id = $1 AND $2 <> ''`,
+		`UPDATE queen.partition_ends SET last_offset = $3 - 1 WHERE partition_id = $1 AND $2 <> ''`,
 	}
 	for _, s := range stmts {
 		if _, err := db.Exec(ctx, s, pid, name, n); err != nil {

@@ -161,7 +161,7 @@ func TestConsumeUnresolvableAndAckByOffset(t *testing.T) {
 	m := got.Messages[0]
 	// Its hashes age out of the sidecar (the segment's and the per-hash
 	// rows, as if past every floor).
-	if _, err := e.db.Exec(context.Background(), `UPDATE queen.segments SET hashes = NULL WHERE partition_id = $1`, m.PartitionID); err != nil {
+	if _, err := e.db.Exec(context.Background(), `UPDATE queen.segments SET hashes = NULL WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, m.PartitionID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.db.Exec(context.Background(), `DELETE FROM queen.log_txn_hashes WHERE partition_id = $1`, m.PartitionID); err != nil {

@@ -433,11 +433,11 @@ func dbStats(t testing.TB, db *pgxpool.Pool, queue string) stats {
 	var s stats
 	err := db.QueryRow(ctx, `
 WITH q AS (SELECT id FROM queen.queues WHERE name = $1),
-     p AS (SELECT p.id, e.last_offset FROM queen.partitions p JOIN queen.partition_ends e ON e.partition_id = p.id WHERE p.queue_id IN (SELECT id FROM q))`+entries+`
+     p AS (SELECT p.id, p.num, e.last_offset FROM queen.partitions p JOIN queen.partition_ends e ON e.partition_id = p.id WHERE p.queue_id IN (SELECT id FROM q))`+entries+`
 SELECT (SELECT count(*) FROM q),
        (SELECT count(*) FROM p),
-       (SELECT count(*) FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),
-       (SELECT coalesce(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_id IN (SELECT id FROM p)),`+sidecar+`
+       (SELECT count(*) FROM queen.segments WHERE partition_num IN (SELECT num FROM p)),
+       (SELECT coalesce(sum(last_offset - first_offset + 1), 0)::bigint FROM queen.segments WHERE partition_num IN (SELECT num FROM p)),`+sidecar+`
        (SELECT coalesce(sum(last_offset + 1), 0)::bigint FROM p)`, queue).
 		Scan(&s.Queues, &s.Partitions, &s.Segments, &s.Messages, &s.SidecarSegments, &s.Hashes, &s.LastOffsets)
 	if err != nil {
@@ -479,9 +479,9 @@ func dbFrames(t testing.TB, db *pgxpool.Pool, queue, partition string) []storedF
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := db.Query(ctx, `
-SELECT p.name, s.first_offset, s.last_offset, s.partition_id, s.created_at, s.legacy_ids, s.frames
+SELECT p.name, s.first_offset, s.last_offset, p.id, s.created_at, s.legacy_ids, s.frames
 FROM queen.segments s
-JOIN queen.partitions p ON p.id = s.partition_id
+JOIN queen.partitions p ON p.num = s.partition_num
 JOIN queen.queues q ON q.id = p.queue_id
 WHERE q.name = $1 AND ($2 = '' OR p.name = $2)
 ORDER BY p.name, s.first_offset`, queue, partition)

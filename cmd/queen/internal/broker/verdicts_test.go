@@ -340,7 +340,7 @@ func TestDuplicateOfDeletedSegment(t *testing.T) {
 			q := "retained-" + via
 			orig := e.pushOK(t, via, items(it(q, "p", "gone-1"), it(q, "p", "kept")), 2)
 			wantStatuses(t, orig, "queued", "queued")
-			tag, err := e.db.Exec(context.Background(), `DELETE FROM queen.segments WHERE partition_id = $1`, orig[0].PartitionID)
+			tag, err := e.db.Exec(context.Background(), `DELETE FROM queen.segments WHERE partition_num = (SELECT num FROM queen.partitions WHERE id = $1)`, orig[0].PartitionID)
 			if err != nil {
 				t.Fatal(err)
 			}
