@@ -1,6 +1,7 @@
 -- Takes the write locks of every partition of a bundle in ascending id
 -- order (the global lock order, so concurrent bundles cannot deadlock) and
--- reads each allocator (SPEC.md §2, §3, DESIGN.md): the rows of
+-- reads each allocator and the partition's number, which its segments
+-- carry (migration 0025) (SPEC.md §2, §3, DESIGN.md): the rows of
 -- queen.partition_ends (migration 0019, UNLOGGED: the lock and the update
 -- write no WAL). $1 partition ids. A partition with no row here is either
 -- deleted or has lost its row to a crash (partition_ends_ensure rebuilds

@@ -10,7 +10,7 @@
 -- producer (migration 0018).
 --
 -- The segments are read as consume_segments_many reads them: an index bound on
--- (partition_id, first_offset) — the segment holding offset $3 + 1 starts
+-- (partition_num, first_offset) — the segment holding offset $3 + 1 starts
 -- at or after the last segment starting at or below it — then at most $4
 -- segments in order (each holds a message above $3), cut by a running count
 -- once $4 messages are covered, so a peek of a few messages reads a few
