@@ -456,8 +456,10 @@ SELECT k.bucket, k.hashes[i]::text, n.id::text, e.first, e.idx, to_char(e.stamp 
 // TestMigrationNumbersSegments (issue 42, layout 4): migration 0025 rewrites
 // every segment of 0.5.2's shape with its partition's number in place of its
 // id, in segments_kept, in an attached range and in a range detached and
-// awaiting its drop (attached again, its bounds checked), bytes for bytes;
-// the segments of a deleted partition and its allocator row go; every
+// awaiting its drop (left detached, in the new shape, so
+// segment_drop_detached drops or attaches it as before), bytes for bytes;
+// the rows of a range attached by hand but not listed go to segments_kept,
+// untimed; the segments of a deleted partition and its allocator row go; every
 // allocator row learns its partition's number; a push of the release
 // before (which names partition_id) fails.
 func TestMigrationNumbersSegments(t *testing.T) {
@@ -466,7 +468,7 @@ func TestMigrationNumbersSegments(t *testing.T) {
 	url, conn := databaseAt(t, 24)
 	const pa, pb, gone = "01a22cb6-e34c-7283-bd05-8abc3fa7ac31", "01a22cb6-e34c-7283-bd05-8abc3fa7ac32", "01a22cb6-e34c-7283-bd05-8abc3fa7ac33"
 	const lo = "2026-12-06 03:00:00+00"
-	const r1, r2 = "segments_20261206_0300_1m", "segments_20261206_0301_1m"
+	const r1, r2, r3 = "segments_20261206_0300_1m", "segments_20261206_0301_1m", "segments_20261206_0302_1m"
 	seg := func(pid string, first, last int64, at, frames string, timed bool, sub string) string {
 		return fmt.Sprintf(`INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, frames, timed, hashes, producer_sub)
 		   VALUES ('%s', %d, %d, '%s', '%s'::bytea, %t, decode(repeat('ab', %d), 'hex'), %s)`, pid, first, last, at, frames, timed, 16*min(last-first+1, 3), sub)
@@ -475,7 +477,7 @@ func TestMigrationNumbersSegments(t *testing.T) {
 		`INSERT INTO queen.queues (name) VALUES ('up')`,
 		`INSERT INTO queen.partitions (id, queue_id, name) SELECT '` + pa + `', id, 'a' FROM queen.queues`,
 		`INSERT INTO queen.partitions (id, queue_id, name) SELECT '` + pb + `', id, 'b' FROM queen.queues`,
-		`INSERT INTO queen.partition_ends (partition_id, last_offset) VALUES ('` + pa + `', 9000000001), ('` + pb + `', 2), ('` + gone + `', 0)`,
+		`INSERT INTO queen.partition_ends (partition_id, last_offset) VALUES ('` + pa + `', 9000000001), ('` + pb + `', 3), ('` + gone + `', 0)`,
 		`CREATE TABLE queen.` + r1 + ` (LIKE queen.segments INCLUDING DEFAULTS)`,
 		`ALTER TABLE queen.` + r1 + ` ADD CONSTRAINT ` + r1 + `_bounds CHECK (timed AND created_at >= '` + lo + `' AND created_at < '` + lo + `'::timestamptz + interval '1 minute')`,
 		`ALTER TABLE queen.segments_timed ATTACH PARTITION queen.` + r1 + ` FOR VALUES FROM ('` + lo + `') TO ('` + lo + `'::timestamptz + interval '1 minute')`,
@@ -483,6 +485,10 @@ func TestMigrationNumbersSegments(t *testing.T) {
 		`INSERT INTO queen.segment_ranges (name, lo, hi) VALUES
 		   ('` + r1 + `', '` + lo + `', '` + lo + `'::timestamptz + interval '1 minute'),
 		   ('` + r2 + `', '` + lo + `'::timestamptz + interval '1 minute', '` + lo + `'::timestamptz + interval '2 minutes')`,
+		// r3: attached, never listed.
+		`CREATE TABLE queen.` + r3 + ` (LIKE queen.segments INCLUDING DEFAULTS)`,
+		`ALTER TABLE queen.segments_timed ATTACH PARTITION queen.` + r3 + ` FOR VALUES FROM ('` + lo + `'::timestamptz + interval '2 minutes') TO ('` + lo + `'::timestamptz + interval '3 minutes')`,
+		seg(pb, 3, 3, "2026-12-06 03:02:30+00", "b-unlisted", true, "''"),
 		seg(pa, 0, 2, "2026-12-06 02:59:00.000001+00", "a-kept", false, "'alice'"),
 		seg(pb, 0, 2, "2026-12-06 02:59:01+00", "b-kept", false, "''"),
 		seg(gone, 0, 0, "2026-12-06 02:59:02+00", "gone", false, "''"),
@@ -522,17 +528,26 @@ SELECT s.tableoid::regclass::text, n.id::text, s.first_offset, s.last_offset,
 		{Table: "queen.segments_kept", Part: pa, First: 0, Last: 2, At: "2026-12-06 02:59:00.000001", Frames: "a-kept", Hashes: 48, Sub: "alice"},
 		{Table: "queen.segments_kept", Part: pb, First: 0, Last: 2, At: "2026-12-06 02:59:01.000000", Frames: "b-kept", Hashes: 48, Sub: ""},
 		{Table: "queen." + r1, Part: pa, First: 3, Last: 9000000000, At: "2026-12-06 03:00:07.123457", Frames: "a-timed", Timed: true, Hashes: 48, Sub: "<null>"},
-		{Table: "queen." + r2, Part: pa, First: 9000000001, Last: 9000000001, At: "2026-12-06 03:01:30.000000", Frames: "a-detached", Timed: true, Hashes: 16, Sub: ""},
+		{Table: "queen.segments_kept", Part: pb, First: 3, Last: 3, At: "2026-12-06 03:02:30.000000", Frames: "b-unlisted", Hashes: 16, Sub: ""},
 	}, got, "every segment of a live partition, exact, in its table; none of the deleted partition's")
 	var total int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.segments`).Scan(&total))
 	require.Equal(t, 4, total)
+	var detached segment
+	require.NoError(t, conn.QueryRow(ctx, `
+SELECT n.id::text, s.first_offset, s.last_offset, to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),
+       convert_from(s.frames, 'UTF8'), s.timed, length(s.hashes), COALESCE(s.producer_sub, '<null>')
+  FROM queen.`+r2+` s JOIN queen.partitions n ON n.num = s.partition_num`).Scan(
+		&detached.Part, &detached.First, &detached.Last, &detached.At, &detached.Frames, &detached.Timed, &detached.Hashes, &detached.Sub))
+	require.Equal(t, segment{Part: pa, First: 9000000001, Last: 9000000001, At: "2026-12-06 03:01:30.000000", Frames: "a-detached", Timed: true, Hashes: 16, Sub: ""},
+		detached, "the detached range's row, rewritten")
+	require.False(t, tableExists(t, url, r3), "the unlisted range went with the old tree")
 
 	for _, r := range []string{r1, r2} {
 		var attached, checks int
 		var storage string
 		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'queen.segments_timed'::regclass AND inhrelid = $1::regclass`, "queen."+r).Scan(&attached))
-		require.Equal(t, 1, attached, "%s is a range of segments_timed", r)
+		require.Equal(t, map[string]int{r1: 1, r2: 0}[r], attached, "%s: attached as it was", r)
 		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_constraint WHERE conname = $1`, r+"_bounds").Scan(&checks))
 		require.Equal(t, 1, checks, "%s keeps its bounds check", r)
 		require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(attstorage::text, '' ORDER BY attname) FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('frames', 'hashes', 'legacy_ids')`, "queen."+r).Scan(&storage))
@@ -556,14 +571,14 @@ SELECT s.tableoid::regclass::text, n.id::text, s.first_offset, s.last_offset,
 		return e, r.Scan(&e.Part, &e.Last, &e.Num)
 	})
 	require.NoError(t, err)
-	require.Equal(t, []end{{Part: pa, Last: 9000000001}, {Part: pb, Last: 2}}, ends, "each allocator row names its partition's number; the deleted partition's goes")
+	require.Equal(t, []end{{Part: pa, Last: 9000000001}, {Part: pb, Last: 3}}, ends, "each allocator row names its partition's number; the deleted partition's goes")
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.partition_ends`).Scan(&total))
 	require.Equal(t, 2, total)
 
 	// The end a crash's rebuild reads, through the numbers.
 	var cold int64
 	require.NoError(t, conn.QueryRow(ctx, `SELECT queen.partition_cold_end($1, -1)`, pb).Scan(&cold))
-	require.Equal(t, int64(2), cold)
+	require.Equal(t, int64(3), cold, "b's newest segment, the unlisted range's")
 
 	// A push of the release before names partition_id: it fails.
 	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at, frames) VALUES ($1, 3, 3, now(), '')`, pb)

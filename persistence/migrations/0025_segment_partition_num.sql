@@ -22,10 +22,14 @@
 -- from the old one, joined with queen.partitions (segments of a partition
 -- deleted since, which nothing reads, are left out), indexed, and the old
 -- tree is dropped. A range detached from segments_timed and awaiting its
--- drop is rewritten and attached like the others: the next retention pass
--- detaches and drops it again. The rewrite writes the stored segments once
--- more (the WAL of their size): plan the upgrade for it (README,
--- Upgrading).
+-- drop is rewritten in the new shape and left detached, so
+-- queen.segment_drop_detached drops it (or attaches it back) as before. Rows
+-- of a range attached but not listed (only made by hand) go to
+-- segments_kept, untimed, as bundle_insert routes a segment no listed range
+-- holds. The rewrite writes the stored segments once more (the WAL of their
+-- size) and, in one transaction, holds the old and the new tree until it
+-- commits (free disk of about the segments' size is needed) and a few
+-- locks per range: plan the upgrade for it (README, Upgrading).
 --
 -- A layout migration (persistence.LayoutMarker): brokers of an older
 -- release write segments.partition_id, which is gone, so once this runs
@@ -70,11 +74,13 @@ CREATE TABLE queen.segments_timed PARTITION OF queen.segments FOR VALUES IN (tru
 DO $$
 DECLARE
     r record;
+    attached boolean;
 BEGIN
     FOR r IN SELECT g.name, g.lo, g.hi FROM queen.segment_ranges g
               WHERE to_regclass(format('queen.%I', g.name)) IS NOT NULL
               ORDER BY g.lo
     LOOP
+        attached := EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = format('queen.%I', r.name)::regclass);
         EXECUTE format('ALTER TABLE queen.%I RENAME TO %I', r.name, r.name || '_0024');
         EXECUTE format('CREATE TABLE queen.%I (LIKE queen.segments INCLUDING DEFAULTS) '
                        'WITH (autovacuum_enabled = false, toast.autovacuum_enabled = false)', r.name);
@@ -85,20 +91,22 @@ BEGIN
                        'SELECT p.num, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, s.timed, s.hashes, s.producer_sub '
                        '  FROM queen.%I s JOIN queen.partitions p ON p.id = s.partition_id',
                        r.name, r.name || '_0024');
-        -- The old range goes now (a detached one is in no tree), so the
-        -- rewrite holds at most one range twice.
         EXECUTE format('DROP TABLE queen.%I', r.name || '_0024');
         EXECUTE format('ALTER TABLE queen.%I ADD CONSTRAINT %I CHECK (timed AND created_at >= %L AND created_at < %L)',
                        r.name, r.name || '_bounds', r.lo, r.hi);
-        EXECUTE format('ALTER TABLE queen.segments_timed ATTACH PARTITION queen.%I FOR VALUES FROM (%L) TO (%L)',
-                       r.name, r.lo, r.hi);
+        IF attached THEN
+            EXECUTE format('ALTER TABLE queen.segments_timed ATTACH PARTITION queen.%I FOR VALUES FROM (%L) TO (%L)',
+                           r.name, r.lo, r.hi);
+        END IF;
     END LOOP;
 END
 $$;
 
+-- segments_kept, and what is left in the old segments_timed: the rows of
+-- ranges attached but not listed, untimed.
 INSERT INTO queen.segments_kept (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, timed, hashes, producer_sub)
-SELECT p.num, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, s.timed, s.hashes, s.producer_sub
-  FROM queen.segments_kept_0024 s
+SELECT p.num, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, false, s.hashes, s.producer_sub
+  FROM queen.segments_0024 s
   JOIN queen.partitions p ON p.id = s.partition_id;
 
 DROP TABLE queen.segments_0024;

@@ -5,8 +5,9 @@
 -- segments' first offsets (parallel arrays, one entry per distinct segment;
 -- bundle_probe names them). A segment that is gone returns no row.
 --
--- One primary-key lookup per segment (LATERAL ... OFFSET 0 keeps it a
--- per-row lookup whatever the statistics).
+-- One primary-key lookup of the partition's number (migration 0025) and one
+-- index lookup per segment (LATERAL ... OFFSET 0 keeps it a per-row lookup
+-- whatever the statistics).
 SELECT k.partition_id, k.first_offset, s.frames
   FROM unnest($1::uuid[], $2::bigint[]) AS k (partition_id, first_offset)
  CROSS JOIN LATERAL (

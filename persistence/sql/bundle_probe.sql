@@ -31,8 +31,9 @@
 --    writes the cache has not seen, unpacked and matched against the
 --    incoming hashes (usually there are none, and the partition's end on
 --    its allocator row, queen.partition_ends, which the caller has locked,
---    says so: then no segment is read; the end is exact under that lock,
---    and a row a crash emptied reads as unknown, so the segments are read);
+--    says so: then no segment is read; the end is exact under that lock;
+--    a partition without a row, which a crash emptied, is not locked, and
+--    the caller discards this statement's answer for it, persistence.lostEnds);
 --    plus one index lookup per suspect, in the window and within its span
 --    (the time of the cache's generations that may hold it).
 --  * otherwise: one index lookup per incoming hash, in the whole window.
@@ -95,9 +96,8 @@ WITH qo AS MATERIALIZED (
            (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed,
            -- Whether a segment may start after the watermark: the
            -- partition's end (its allocator row, which the caller holds
-           -- locked, migration 0019) is past it, or unknown (a row a crash
-           -- emptied). At the end, the cache has seen every write and the
-           -- segments are not read.
+           -- locked, migration 0019) is past it. At the end, the cache has
+           -- seen every write and the segments are not read.
            (w0."end" IS NULL OR w0."end" > w0.watermark) AS unseen,
            -- The window's lower edge at the probe, on PostgreSQL's clock: a
            -- column, so queen.sidecar_find is inlined (a volatile argument

@@ -12,7 +12,8 @@
 -- join of the arrays with a scan of the table. An offset above the group's
 -- cursor lies in a segment at least as old as the cursor's (its time,
 -- consumers.cursor_at, migration 0020), so the ranges stored before that
--- are pruned; the consumer row is one primary-key lookup.
+-- are pruned; the consumer row and the partition's number (migration 0025)
+-- are one primary-key lookup each.
 SELECT u.i, substring(l.hashes FROM ((u.o - l.first_offset) * 16 + 1)::int FOR 16)
   FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (pid, o, grp, i)
  CROSS JOIN LATERAL (

@@ -33,7 +33,8 @@ WITH w AS (
            cursor_at        = CASE WHEN v.cur < 0 THEN NULL
                                    WHEN v.cur = c.cursor_at_of AND c."cursor" = c.cursor_at_of THEN c.cursor_at
                                    ELSE (SELECT s.created_at FROM queen.segments s
-                                          WHERE s.partition_num = v.num AND s.first_offset <= v.cur
+                                          WHERE s.partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = c.partition_id)
+                                            AND s.first_offset <= v.cur
                                             AND s.created_at >= CASE WHEN c.cursor_at_of = c."cursor" AND c."cursor" <= v.cur
                                                                      THEN COALESCE(c.cursor_at, '-infinity'::timestamptz)
                                                                      ELSE '-infinity'::timestamptz END
@@ -50,11 +51,11 @@ WITH w AS (
            bisect           = v.bisect,
            updated_at       = clock_timestamp()
       FROM (
-        SELECT u.i, u.cur, u.lease, u.secs, u.lease_to, u.counts, u.bisect, k.tid, k.num
+        SELECT u.i, u.cur, u.lease, u.secs, u.lease_to, u.counts, u.bisect, k.tid
           FROM unnest($1::uuid[], $3::bigint[], $4::uuid[], $5::float8[], $6::bigint[], $7::jsonb[], $8::jsonb[])
                WITH ORDINALITY AS u (pid, cur, lease, secs, lease_to, counts, bisect, i)
          CROSS JOIN LATERAL (
-            SELECT k.ctid AS tid, (SELECT n.num FROM queen.partitions n WHERE n.id = u.pid) AS num
+            SELECT k.ctid AS tid
               FROM queen.consumers k
              WHERE k.partition_id = u.pid AND k.consumer_group = $2
             OFFSET 0
