@@ -796,8 +796,8 @@ func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Ha
 }
 
 // scanLocked reads bundle_lock's rows: each locked partition's allocator
-// and number, its window unknown (-1) until the probe reads it; *wait gets the longest
-// lock wait, in seconds.
+// and number, its window unknown (-1) until the probe reads it; *wait gets
+// the longest lock wait, in seconds.
 func scanLocked(locked map[[16]byte]lockedPartition, wait *float64) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		for rows.Next() {
