@@ -52,8 +52,8 @@ func OpenAudit(ctx context.Context, url string) (*Audit, error) {
 func (a *Audit) Close() { a.pool.Close() }
 
 // EachMessage calls fn for every stored frame of the named queues, segment by
-// segment (partition id, then offset), streaming: one segment is in memory at
-// a time. The scan runs in one read-only REPEATABLE READ transaction, so it
+// segment (a partition's segments together, in offset order; the partitions
+// in no particular order), streaming: one segment is in memory at a time. The scan runs in one read-only REPEATABLE READ transaction, so it
 // sees one snapshot. fn must not keep the *StoredMessage; an error from fn
 // stops the scan and is returned. A segment whose bytes do not decode, or
 // whose offset range does not match its frame count, is ErrCorruptSegment.
@@ -90,8 +90,8 @@ func eachFrame(m *StoredMessage, first, last int64, ids, frames []byte, fn func(
 // EachMessageAfter calls fn for every stored frame of queue whose segment
 // starts above the last offset already read in its partition: after[i] for
 // the partition named names[i] (names and after have the same length; a
-// partition not listed is read from offset 0), segment by segment (partition
-// id, then offset), streaming, in one read-only REPEATABLE READ snapshot like
+// partition not listed is read from offset 0), segment by segment (as
+// EachMessage: a partition's together, in offset order), streaming, in one read-only REPEATABLE READ snapshot like
 // EachMessage. Offsets are allocated and committed in order under the
 // partition's row lock (SPEC.md §1), so a caller that moves a partition's
 // bound to the last offset it saw reads every segment exactly once, as long
