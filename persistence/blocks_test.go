@@ -182,7 +182,8 @@ func TestSidecarCompactionIgnoresOtherPartitions(t *testing.T) {
 
 // crash empties what PostgreSQL's crash recovery empties: every unlogged
 // table (the sidecar's level-0 ranges and sidecar_alive, the partitions'
-// allocator rows, migration 0019, and the fingerprints, migration 0021).
+// allocator rows, migration 0019, with their mark, migration 0026, and the
+// fingerprints, migration 0021).
 func crash(t testing.TB, s *Store) {
 	t.Helper()
 	ctx := context.Background()
@@ -190,7 +191,7 @@ func crash(t testing.TB, s *Store) {
 		_, err := s.pool.Exec(ctx, `TRUNCATE queen.`+r.Name)
 		require.NoError(t, err)
 	}
-	_, err := s.pool.Exec(ctx, `TRUNCATE queen.sidecar_alive, queen.partition_ends, queen.hash_prints, queen.hash_prints_alive`)
+	_, err := s.pool.Exec(ctx, `TRUNCATE queen.sidecar_alive, queen.partition_ends, queen.partition_ends_alive, queen.hash_prints, queen.hash_prints_alive`)
 	require.NoError(t, err)
 }
 

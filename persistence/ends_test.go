@@ -79,6 +79,29 @@ func TestPartitionEndsRebuiltAfterCrash(t *testing.T) {
 	require.Equal(t, int64(1), last)
 	c = step(t, s, RetentionConfig{})
 	require.Zero(t, c.Ends)
+
+	// The full rebuild marked the rows whole (migration 0026), and a pass
+	// then stops at the mark: a row removed by hand (no crash does that; a
+	// crash empties the mark too) stays missing.
+	var marked bool
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.partition_ends_alive)`).Scan(&marked))
+	require.True(t, marked, "the full rebuild marks the rows whole")
+	_, err = s.pool.Exec(ctx, `DELETE FROM queen.partition_ends WHERE partition_id = $1`, p2)
+	require.NoError(t, err)
+	c = step(t, s, RetentionConfig{})
+	require.Zero(t, c.Ends, "a pass does not look for missing rows while they are marked whole")
+	last, _ = end(t, s, p2)
+	require.Equal(t, int64(-2), last)
+	// Without the mark (a crash empties it with the rows), the next pass
+	// looks, rebuilds and marks again.
+	_, err = s.pool.Exec(ctx, `TRUNCATE queen.partition_ends_alive`)
+	require.NoError(t, err)
+	c = step(t, s, RetentionConfig{})
+	require.Equal(t, int64(1), c.Ends)
+	last, _ = end(t, s, p2)
+	require.Equal(t, int64(1), last)
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.partition_ends_alive)`).Scan(&marked))
+	require.True(t, marked)
 }
 
 // TestFloorKeepsOffsetsWhenRetentionDeletesEverything: retention that

@@ -4,10 +4,23 @@
 -- broker's start and retention pass). A row another session inserts
 -- meanwhile wins (its writer held it locked, so its value is newer). With
 -- $1 NULL it also deletes any row whose partition is gone. Returns the number of rows inserted.
-WITH gone AS (
+--
+-- With $1 NULL it does nothing while queen.partition_ends_alive has its row
+-- (migration 0026: no crash emptied the rows since the last full rebuild;
+-- a crash empties both tables at once), and inserts that row with the rows
+-- it rebuilt, in the same statement. Rebuilds of named partitions (a push
+-- or a transaction that found its rows gone) leave it out: the rest are
+-- still missing until a full rebuild.
+WITH done AS MATERIALIZED (
+    SELECT $1::uuid[] IS NULL AND EXISTS (SELECT 1 FROM queen.partition_ends_alive) AS whole
+), gone AS (
     DELETE FROM queen.partition_ends e
-     WHERE $1::uuid[] IS NULL
+     WHERE $1::uuid[] IS NULL AND NOT (SELECT d.whole FROM done d)
        AND NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = e.partition_id)
+), marked AS (
+    INSERT INTO queen.partition_ends_alive (alive)
+    SELECT true FROM done d WHERE $1::uuid[] IS NULL AND NOT d.whole
+    ON CONFLICT (alive) DO NOTHING
 ), l AS (
     -- FOR KEY SHARE: a queue's deletion (admin_delete_queue_lock, FOR
     -- UPDATE) waits for this rebuild and then deletes the row it inserted,
@@ -18,6 +31,7 @@ WITH gone AS (
     SELECT p.id, p.num, p.floor_offset
       FROM queen.partitions p
      WHERE ($1::uuid[] IS NULL OR p.id = ANY ($1::uuid[]))
+       AND NOT (SELECT d.whole FROM done d)
        AND NOT EXISTS (SELECT 1 FROM queen.partition_ends e WHERE e.partition_id = p.id)
        FOR KEY SHARE OF p
 ), ins AS (
