@@ -118,6 +118,8 @@ type Config struct {
 	// onRefusing runs in a partition actor that refuses to passivate,
 	// before it answers.
 	onRefusing func(partitionKey)
+	// onCommitDone runs in a partition actor that receives a commitDone.
+	onCommitDone func(partitionKey)
 }
 
 // Host owns the actor system and the parent of the partition actors.

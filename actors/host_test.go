@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,6 +117,52 @@ func TestPushesWaitingDuringACommitAreFused(t *testing.T) {
 	}
 	require.Equal(t, uint64(2), h.Commits(), "11 requests, 2 commits")
 	require.Len(t, st.commits[1], 20)
+}
+
+// TestPushesDuringACommitAreFusedAfterIt (issue 42): with the partition's
+// id known, a commit may finish without a commitDone when nothing waits for
+// it (partitionActor.flight); a push that comes while it is in flight makes
+// the actor wait for one, so the push is committed right after it instead
+// of waiting for a commitDone that never comes.
+func TestPushesDuringACommitAreFusedAfterIt(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
+	var dones atomic.Int32
+	h := startHost(t, Config{Store: st, onCommitDone: func(partitionKey) { dones.Add(1) }})
+	defer h.Stop(context.Background()) //nolint:errcheck
+	// Should the test fail, a commit held at the gate goes on, so Stop
+	// returns (deferred calls run in reverse).
+	defer close(st.gate)
+
+	first, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
+	require.NoError(t, err)
+	<-st.started
+	st.gate <- struct{}{}
+	_, err = first.Wait(context.Background())
+	require.NoError(t, err)
+	// The first commit resolved the partition's id: its commitDone carries it.
+	require.Eventually(t, func() bool { return dones.Load() == 1 }, 5*time.Second, time.Millisecond)
+
+	second, err := h.Enqueue("q", "p", []*queen.Item{item("b")})
+	require.NoError(t, err)
+	<-st.started // in flight and held
+	third, err := h.Enqueue("q", "p", []*queen.Item{item("c")})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return pendingItems(h) == 1 }, 5*time.Second, time.Millisecond)
+	st.gate <- struct{}{}
+	rs, err := second.Wait(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, queen.Queued, rs[0].Verdict)
+	select {
+	case <-st.started: // the third push's commit, after the second's
+	case <-time.After(10 * time.Second):
+		t.Fatal("the push that came during the second commit was never committed")
+	}
+	st.gate <- struct{}{}
+	rs, err = third.Wait(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, queen.Queued, rs[0].Verdict)
+	require.Equal(t, [][]string{{"a"}, {"b"}, {"c"}}, st.commits)
+	require.Equal(t, int32(2), dones.Load(), "the second commit's outcome told the waiting actor; the third's finished without")
 }
 
 func pendingItems(h *Host) int {

@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
@@ -34,15 +35,31 @@ type pushResp struct {
 }
 
 // commitDone tells a partition actor that its in-flight commit finished.
+// A commit that needs nothing more of the actor finishes without it (see
+// partitionActor.flight).
 type commitDone struct {
 	partitionID uuid.UUID
 }
 
+// The states of partitionActor.flight.
+const (
+	// flightNone: no commit in flight, or the last one finished without a
+	// commitDone.
+	flightNone int32 = iota
+	// flightSilent: a commit is in flight, and its outcome may finish it
+	// without a commitDone (nothing waits for it).
+	flightSilent
+	// flightWait: a commit is in flight and the actor waits for its
+	// commitDone (requests came meanwhile, or it refused to passivate).
+	flightWait
+)
+
 // partitionActor serialises one partition's pushes. Receive never blocks: a
-// commit runs in a goroutine and reports back with commitDone, while requests
-// that arrive meanwhile wait in pending and are fused into the next commit.
+// commit runs in a goroutine and reports back with commitDone when the
+// actor needs it (flight), while requests that arrive meanwhile wait in
+// pending and are fused into the next commit.
 // It is what every active partition costs, so it holds nothing else (an
-// idle one: 112 bytes here, its cache, and protoactor's process).
+// idle one: 120 bytes here, its cache, and protoactor's process).
 type partitionActor struct {
 	host        *Host
 	key         partitionKey
@@ -51,8 +68,34 @@ type partitionActor struct {
 	pendingN    int32
 	committing  bool
 	refused     bool // refused to passivate: tell the parent once idle
-	pendingB    int64
-	cache       HashCache
+	// flight is the in-flight commit's handshake with its outcome, which
+	// runs on the bundler's goroutine (flightNone, flightSilent,
+	// flightWait). Spread thin, a partition gets one push per commit and
+	// nothing waits when its commit finishes: a commitDone would cost a
+	// message and a mailbox run per (partition, commit) to say so (issue
+	// 42). So the outcome of a commit that succeeded, with the partition's
+	// id unchanged, moves flightSilent to flightNone and sends nothing; the
+	// actor, which still thinks the commit in flight, learns it finished
+	// when it next needs to (inFlight). An actor that needs to wait moves
+	// flightSilent to flightWait first, and the outcome then sends
+	// commitDone as before.
+	flight   atomic.Int32
+	pendingB int64
+	cache    HashCache
+}
+
+// inFlight reports whether a commit is still in flight and, if so, makes
+// sure its outcome sends commitDone (the actor waits for it). A commit
+// that finished without one is over: committing is cleared.
+func (a *partitionActor) inFlight() bool {
+	if !a.committing {
+		return false
+	}
+	if a.flight.CompareAndSwap(flightSilent, flightWait) || a.flight.Load() == flightWait {
+		return true
+	}
+	a.committing = false
+	return false
 }
 
 func (a *partitionActor) Receive(ctx actor.Context) {
@@ -68,11 +111,15 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 		a.pendingN += int32(len(m.items))
 		a.pendingB += m.bytes
 		a.host.metrics.MailboxDepth.Add(float64(len(m.items)))
-		if !a.committing {
+		if !a.inFlight() {
 			a.startCommit(ctx)
 		}
 	case *commitDone:
+		if a.host.cfg.onCommitDone != nil {
+			a.host.cfg.onCommitDone(a.key)
+		}
 		a.committing = false
+		a.flight.Store(flightNone)
 		a.partitionID = m.partitionID
 		if len(a.pending) > 0 {
 			a.startCommit(ctx)
@@ -83,7 +130,7 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 			ctx.Send(a.host.parent, &partitionIdle{})
 		}
 	case *passivateReq:
-		if a.committing || len(a.pending) > 0 {
+		if a.inFlight() || len(a.pending) > 0 {
 			if a.host.cfg.onRefusing != nil {
 				a.host.cfg.onRefusing(a.key)
 			}
@@ -144,9 +191,11 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 	a.pendingB -= nb
 	a.host.metrics.MailboxDepth.Sub(float64(n))
 	a.committing = true
+	a.flight.Store(flightSilent)
 
 	self := ctx.Self()
 	root := ctx.ActorSystem().Root
+	startID := a.partitionID
 	job := &commitJob{key: a.key, batch: batch, bytes: nb, done: func(out queen.PushOutcome, err error) {
 		done := &commitDone{partitionID: batch.PartitionID}
 		if err == nil {
@@ -159,6 +208,11 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 				done.partitionID = uuid.Nil
 			}
 		}
+		// Nothing more for the actor to learn (no error, the id it had),
+		// and it does not wait: finish without a message. Decided before
+		// the answers go out, so an actor whose push was answered this way
+		// is idle (a passivation asked next is not refused).
+		silent := err == nil && done.partitionID == startID && a.flight.CompareAndSwap(flightSilent, flightNone)
 		a.host.metrics.FusedRequests.Observe(float64(len(reqs)))
 		i := 0
 		for _, r := range reqs {
@@ -166,7 +220,9 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 			i += len(r.items)
 			r.respond(pushResp{results: res})
 		}
-		root.Send(self, done)
+		if !silent {
+			root.Send(self, done)
+		}
 	}}
 	if batch.PartitionID != uuid.Nil {
 		a.host.bundler.submit(job)

@@ -323,3 +323,34 @@ func TestAReactivatedPartitionKeepsItsID(t *testing.T) {
 	require.Equal(t, orig.PartitionID, again.PartitionID)
 	require.Equal(t, int64(1), st.Ensures(), "the id was not looked up again")
 }
+
+// TestACommitNothingWaitsForLeavesTheActorIdle (issue 42): once a
+// partition's id is known, a commit that succeeded and that nothing waited
+// for finishes without a commitDone message, decided before its push is
+// answered: the actor is idle once the answer is out, so a single
+// passivation asked then stops it (an actor still waiting for its
+// commitDone refuses, and this test asks only once); pushes before and
+// after stay exact. A push that comes while a commit is in flight still
+// gets one (TestPushesDuringACommitAreFusedAfterIt).
+func TestACommitNothingWaitsForLeavesTheActorIdle(t *testing.T) {
+	var refusals, dones atomic.Int32
+	h, _ := cachedHost(t, Config{
+		onRefusing:   func(partitionKey) { refusals.Add(1) },
+		onCommitDone: func(partitionKey) { dones.Add(1) },
+	})
+	first := pushTxn(t, h, "p", "t0")
+	require.Equal(t, queen.Queued, first.Verdict)
+	// The first commit resolved the partition's id: its commitDone carries it.
+	waitFor(t, func() bool { return dones.Load() == 1 })
+	second := pushTxn(t, h, "p", "t1")
+	require.Equal(t, queen.Queued, second.Verdict)
+	require.Equal(t, first.Offset+1, second.Offset)
+	h.Passivate(0)
+	waitFor(t, func() bool { return h.PartitionStats().Active == 0 })
+	require.Zero(t, refusals.Load(), "the actor was idle when its push was answered")
+	require.Equal(t, int32(1), dones.Load(), "the second commit finished without a commitDone")
+	again := pushTxn(t, h, "p", "t1")
+	require.Equal(t, queen.Duplicate, again.Verdict)
+	require.Equal(t, second.MessageID, again.MessageID)
+	require.Equal(t, queen.Queued, pushTxn(t, h, "p", "t2").Verdict)
+}
