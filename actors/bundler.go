@@ -25,9 +25,9 @@ type commitJob struct {
 // flight, a free committer starts another only once Config.ParallelItems
 // items wait, or Config.CommitHold after that commit began (hold); a
 // commit with no other in flight starts at once. Each partition has at
-// most one job in flight (its actor waits for the outcome), so a bundle
-// never holds a partition twice and the queue is bounded by the number of
-// active partitions.
+// most one job in flight (its actor starts the next only after the
+// outcome), so a bundle never holds a partition twice and the queue is
+// bounded by the number of active partitions.
 type bundler struct {
 	h      *Host
 	mu     sync.Mutex

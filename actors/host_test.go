@@ -165,6 +165,58 @@ func TestPushesDuringACommitAreFusedAfterIt(t *testing.T) {
 	require.Equal(t, int32(2), dones.Load(), "the second commit's outcome told the waiting actor; the third's finished without")
 }
 
+// TestRequestsLeftByTheFuseLimitsAreCommitted (issue 42): a commit that
+// takes only part of the waiting requests (MaxFusedItems) starts waiting
+// for its outcome's commitDone, so the requests it left are committed after
+// it; finishing it without one stranded them until the next push.
+func TestRequestsLeftByTheFuseLimitsAreCommitted(t *testing.T) {
+	st := &fakeStore{gate: make(chan struct{}), started: make(chan struct{}, 100)}
+	h := startHost(t, Config{Store: st, MaxFusedItems: 1})
+	defer func() {
+		// Bounded: should the test fail, a request may never be answered.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.Stop(ctx) //nolint:errcheck
+	}()
+	// Should the test fail, a commit held at the gate goes on (deferred
+	// calls run in reverse).
+	defer close(st.gate)
+	commitAt := func(what string) {
+		t.Helper()
+		select {
+		case <-st.started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s was never committed (%d items waiting)", what, pendingItems(h))
+		}
+		st.gate <- struct{}{}
+	}
+
+	first, err := h.Enqueue("q", "p", []*queen.Item{item("a")})
+	require.NoError(t, err)
+	commitAt("a")
+	_, err = first.Wait(context.Background())
+	require.NoError(t, err)
+	var pend []*Pending
+	for _, txn := range []string{"b", "c", "d"} {
+		p, err := h.Enqueue("q", "p", []*queen.Item{item(txn)})
+		require.NoError(t, err)
+		pend = append(pend, p)
+		if txn == "b" {
+			<-st.started // b in flight and held; c and d wait behind it
+		}
+	}
+	require.Eventually(t, func() bool { return pendingItems(h) == 2 }, 5*time.Second, time.Millisecond)
+	st.gate <- struct{}{} // b
+	commitAt("c")         // one item a commit: d stays waiting
+	commitAt("d")
+	for _, p := range pend {
+		rs, err := p.Wait(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, queen.Queued, rs[0].Verdict)
+	}
+	require.Equal(t, [][]string{{"a"}, {"b"}, {"c"}, {"d"}}, st.commits)
+}
+
 func pendingItems(h *Host) int {
 	// The mailbox gauge counts items waiting in partition actors.
 	m := &dtoGauge{}

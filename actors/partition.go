@@ -47,10 +47,11 @@ const (
 	// commitDone.
 	flightNone int32 = iota
 	// flightSilent: a commit is in flight, and its outcome may finish it
-	// without a commitDone (nothing waits for it).
+	// without a commitDone (no request waits behind it).
 	flightSilent
 	// flightWait: a commit is in flight and the actor waits for its
-	// commitDone (requests came meanwhile, or it refused to passivate).
+	// commitDone (requests wait: left by the fuse limits when it started,
+	// or come meanwhile; or the actor refused to passivate).
 	flightWait
 )
 
@@ -76,9 +77,10 @@ type partitionActor struct {
 	// 42). So the outcome of a commit that succeeded, with the partition's
 	// id unchanged, moves flightSilent to flightNone and sends nothing; the
 	// actor, which still thinks the commit in flight, learns it finished
-	// when it next needs to (inFlight). An actor that needs to wait moves
-	// flightSilent to flightWait first, and the outcome then sends
-	// commitDone as before.
+	// when it next needs to (inFlight). A commit started with requests
+	// still pending (the fuse limits) starts in flightWait, and an actor
+	// that comes to wait moves flightSilent to flightWait first; the
+	// outcome then sends commitDone as before.
 	flight   atomic.Int32
 	pendingB int64
 	cache    HashCache
@@ -139,7 +141,8 @@ func (a *partitionActor) Receive(ctx actor.Context) {
 			return
 		}
 		// Idle: nothing waits and nothing commits (a commit's outcome was
-		// observed before its commitDone arrived). The parent holds the
+		// observed before its commitDone arrived, or before it finished
+		// without one). The parent holds the
 		// pushes that come meanwhile and hands them to the next
 		// incarnation once this one has terminated.
 		a.cache.Passivate()
@@ -191,7 +194,13 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 	a.pendingB -= nb
 	a.host.metrics.MailboxDepth.Sub(float64(n))
 	a.committing = true
-	a.flight.Store(flightSilent)
+	if len(a.pending) > 0 {
+		// The fuse limits left requests waiting: this commit's outcome
+		// must wake the actor for them.
+		a.flight.Store(flightWait)
+	} else {
+		a.flight.Store(flightSilent)
+	}
 
 	self := ctx.Self()
 	root := ctx.ActorSystem().Root
@@ -209,7 +218,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 			}
 		}
 		// Nothing more for the actor to learn (no error, the id it had),
-		// and it does not wait: finish without a message. Decided before
+		// and no request waits (flightSilent): finish without a message. Decided before
 		// the answers go out, so an actor whose push was answered this way
 		// is idle (a passivation asked next is not refused).
 		silent := err == nil && done.partitionID == startID && a.flight.CompareAndSwap(flightSilent, flightNone)
