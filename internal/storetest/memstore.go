@@ -26,8 +26,11 @@ import (
 // concurrent use.
 type MemStore struct {
 	// Stateless makes the store keep nothing per partition: every commit
-	// starts at offset 0 and finds no duplicate (for memory measurements
-	// of the actors alone). Set it before the first call.
+	// finds no duplicate and starts right after the batch's Watermark (at
+	// offset 0 for -1), as if the cache's knowledge were the partition's
+	// end and no other writer wrote; for measurements of the actors alone,
+	// where a commit starting elsewhere would send the cache to read a gap
+	// on every commit. Set it before the first call.
 	Stateless bool
 
 	ensures atomic.Int64 // partitions resolved by EnsurePartitions
@@ -52,7 +55,11 @@ type memPartition struct {
 	id    uuid.UUID
 	name  string
 	queue *memQueue
-	msgs  []memMessage // by offset (no retention: offset = index)
+	msgs  []memMessage // by offset (no retention: offset = first + index)
+	// first is the offset of msgs[0]: 0, or with Stateless the batch's
+	// watermark + 1 (the store keeps nothing, so the cache's knowledge is
+	// taken as the partition's end, as if no other writer had written).
+	first int64
 	// byHash lists the offsets holding each hash, ascending.
 	byHash map[queen.Hash][]int64
 }
@@ -168,7 +175,7 @@ func (s *MemStore) CommitBundle(_ context.Context, bs []*queen.PushBatch) ([]que
 	for k, b := range bs {
 		p := s.parts[b.PartitionID]
 		if s.Stateless {
-			p = &memPartition{id: b.PartitionID, queue: &memQueue{opts: queen.DefaultOptions()}, byHash: map[queen.Hash][]int64{}}
+			p = &memPartition{id: b.PartitionID, queue: &memQueue{opts: queen.DefaultOptions()}, byHash: map[queen.Hash][]int64{}, first: max(b.Watermark+1, 0)}
 		}
 		if p == nil {
 			err := queen.ErrPartitionGone.With("partition %s does not exist", b.PartitionID)
@@ -192,7 +199,7 @@ func (s *MemStore) CommitBundle(_ context.Context, bs []*queen.PushBatch) ([]que
 // commitLocked commits one batch to p at time now. s.mu held.
 func (s *MemStore) commitLocked(p *memPartition, b *queen.PushBatch, now time.Time) queen.PushOutcome {
 	window := p.queue.opts.DedupWindowSeconds
-	last := int64(len(p.msgs)) - 1
+	last := p.first + int64(len(p.msgs)) - 1
 	if n := len(p.msgs); n > 0 && !now.After(p.msgs[n-1].created) {
 		now = p.msgs[n-1].created.Add(time.Microsecond) // monotone per partition, as under the row lock
 	}
@@ -200,7 +207,7 @@ func (s *MemStore) commitLocked(p *memPartition, b *queen.PushBatch, now time.Ti
 	cut := now.Add(-time.Duration(window) * time.Second)
 	clean := rules.Assign(out.Results, b.Items, b.LeaderOf, p.id, window, last, func(h queen.Hash) (rules.Original, bool) {
 		for _, off := range p.byHash[h] {
-			if m := p.msgs[off]; m.created.After(cut) {
+			if m := p.msgs[off-p.first]; m.created.After(cut) {
 				return rules.Original{Offset: off, MessageID: m.id}, true
 			}
 		}
