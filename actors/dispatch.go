@@ -34,9 +34,13 @@ const (
 // waiting workers return and a run scheduled later still runs, on a
 // goroutine that then returns.
 type workers struct {
-	work       chan func() // unbuffered: a send succeeds only to a waiting worker
-	done       chan struct{}
-	idle       atomic.Int32 // workers waiting, or about to
+	work chan func() // unbuffered: a send succeeds only to a waiting worker
+	done chan struct{}
+	// idle counts the workers waiting, or about to (a worker counts
+	// itself before it waits, and stops counting just after it is handed
+	// a run): at most maxIdle wait, and a run scheduled in the moment
+	// before a worker waits starts a goroutine, which is harmless.
+	idle       atomic.Int32
 	maxIdle    int32
 	throughput int
 	// started and alive count the goroutines started and not yet

@@ -122,7 +122,8 @@ type Config struct {
 	onCommitDone func(partitionKey)
 }
 
-// Host owns the actor system and the parent of the partition actors.
+// Host owns the actor system and the parent of the partition actors. A
+// started Host holds goroutines (its workers, the bundler) until Stop.
 type Host struct {
 	cfg      Config
 	metrics  *metrics.Set

@@ -314,12 +314,20 @@ func TestByteBoundsRefuseLargeBodies(t *testing.T) {
 	_ = held
 }
 
-// startHost is NewHost and Start for valid settings; the caller stops it.
+// startHost is NewHost and Start for valid settings; the caller may stop
+// it, and the test's cleanup does.
 func startHost(tb testing.TB, cfg Config) *Host {
 	tb.Helper()
 	h, err := NewHost(cfg)
 	require.NoError(tb, err)
 	require.NoError(tb, h.Start(context.Background()))
+	tb.Cleanup(func() {
+		// Stop is idempotent: this releases the host's workers when a
+		// test did not stop it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.Stop(ctx) //nolint:errcheck
+	})
 	return h
 }
 
