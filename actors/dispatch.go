@@ -28,9 +28,9 @@ const (
 // (runtime.copystack was 12 % of BenchmarkPushSpread's CPU at 10,000
 // partitions). A worker keeps its grown stack from run to run.
 //
-// Schedule never waits: a run that blocks (a cache hydration waiting for
-// its turn, a reply to a full channel) holds its worker only, as it held
-// its goroutine before, so the pool adds no way to deadlock. After stop,
+// Schedule never waits: a run that blocks holds its worker only, as it
+// held its goroutine before, so the pool adds no way to deadlock (a run
+// never waits for a worker, so no run waits for another to finish). After stop,
 // waiting workers return and a run scheduled later still runs, on a
 // goroutine that then returns.
 type workers struct {
