@@ -5,8 +5,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/queen-mq/queen-go/internal/storetest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/queen-mq/queen-go/internal/storetest"
 )
 
 func TestWorkersRunEachRunOnceAndReuseWaitingWorkers(t *testing.T) {
