@@ -122,8 +122,7 @@ type Config struct {
 	onCommitDone func(partitionKey)
 }
 
-// Host owns the actor system and the parent of the partition actors. A
-// started Host holds goroutines (its workers, the bundler) until Stop.
+// Host owns the actor system and the parent of the partition actors.
 type Host struct {
 	cfg      Config
 	metrics  *metrics.Set
@@ -141,9 +140,6 @@ type Host struct {
 	wg       sync.WaitGroup
 	bundler  *bundler
 	resolver *resolver
-	// workers runs the actors' mailboxes (the parent's and the partition
-	// actors'): from Start on.
-	workers *workers
 	// start anchors the idle clock: push times are kept as nanoseconds
 	// since start (monotonic with the real clock).
 	start      time.Time
@@ -252,12 +248,11 @@ func (h *Host) Start(context.Context) error {
 	h.start = h.cfg.Now()
 	quiet := slog.New(slog.NewTextHandler(discard{}, nil))
 	h.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	h.workers = newWorkers(maxIdleWorkers, mailboxThroughput)
 	h.parent = h.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		p := &parentActor{host: h, children: map[partitionKey]*child{}}
 		p.lru.prev, p.lru.next = &p.lru, &p.lru
 		return p
-	}, actor.WithDispatcher(h.workers)))
+	}))
 	h.bundler.start()
 	if h.cfg.PartitionIdle > 0 {
 		h.sweepStop, h.sweepDone = make(chan struct{}), make(chan struct{})
@@ -478,7 +473,6 @@ func (h *Host) Stop(ctx context.Context) error {
 	h.system.Root.StopFuture(h.parent).Wait() //nolint:errcheck
 	h.bundler.stop()
 	h.system.Shutdown()
-	h.workers.stop()
 	return err
 }
 
@@ -536,8 +530,7 @@ var stopOnFailure = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive {
 // props returns the shared partition-actor Props: a lock-free unbounded
 // mailbox (a linked queue, ~16 bytes while empty, where the default ring
 // starts at 10 slots; the host's MaxPendingItems and MaxInFlightItems bound
-// what waits), the host's workers (workers: no goroutine started per
-// mailbox run) and the stopping guardian.
+// what waits) and the stopping guardian.
 func (p *parentActor) props() *actor.Props {
 	if p.shared == nil {
 		p.shared = actor.PropsFromProducer(func() actor.Actor {
@@ -545,7 +538,7 @@ func (p *parentActor) props() *actor.Props {
 				panic("actors: partition actor produced outside spawn")
 			}
 			return p.next
-		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithDispatcher(p.host.workers), actor.WithGuardian(stopOnFailure))
+		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure))
 	}
 	return p.shared
 }

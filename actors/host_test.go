@@ -322,7 +322,7 @@ func startHost(tb testing.TB, cfg Config) *Host {
 	require.NoError(tb, err)
 	require.NoError(tb, h.Start(context.Background()))
 	tb.Cleanup(func() {
-		// Stop is idempotent: this releases the host's workers when a
+		// Stop is idempotent: this releases the host's goroutines when a
 		// test did not stop it.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
