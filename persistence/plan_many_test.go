@@ -133,3 +133,53 @@ func explainBuffers(t *testing.T, conn *pgx.Conn, name, exec string) (string, in
 	require.NoError(t, err)
 	return text, buffers
 }
+
+// TestPopPlanSkipsTheTimeIndex: with a long consumed history in
+// queen.segments_kept (created_at rising with the offset, the BRIN index
+// on created_at summarised by a VACUUM, as autovacuum does), a pop's
+// consume_segments_many reads from each partition's cursor through
+// segments_offset: no bitmap of the BRIN index, whose pages cover the
+// whole table newer than the cursor's segment, so its cost grew with the
+// table (a 64-partition run with consumers and no retention: 6.8 ms a
+// call after two minutes, 27.7 ms after six, the push rate falling with
+// it). The buffers stay those of a few index descents per partition.
+func TestPopPlanSkipsTheTimeIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := manyDB(t)
+	fillMany(t, conn, 4, 63)
+	const segs = 2_000 // per partition, two messages each, as 64 partitions' traffic lands
+	_, err := conn.Exec(ctx, `DELETE FROM queen.segments`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, hashes)
+		SELECT p.num, 2 * o, 2 * o + 1, timestamptz '2026-01-01' + o * interval '10 ms', ''::bytea, $2::bytea, decode(repeat('cd', 32), 'hex')
+		  FROM generate_series(0, $1::int - 1) o CROSS JOIN generate_series(0, 63) g JOIN queen.partitions p ON p.id = md5('p' || g)::uuid
+		 ORDER BY o, p.num`, segs, make([]byte, 1000))
+	require.NoError(t, err)
+	// Every cursor 10 segments before its partition's end, at its
+	// segment's time.
+	cursor := 2*segs - 20
+	_, err = conn.Exec(ctx, `UPDATE queen.partition_ends SET last_offset = $1::bigint * 2 - 1`, segs)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `UPDATE queen.consumers SET "cursor" = $1::bigint, cursor_at_of = $1::bigint,
+		cursor_at = timestamptz '2026-01-01' + ($1::bigint / 2) * interval '10 ms'`, cursor)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `VACUUM ANALYZE queen.segments_kept, queen.consumers, queen.partitions`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, sqlConsumePlanBegin)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `PREPARE segments_long(uuid[], text, int) AS `+sqlConsumeSegsMany)
+	require.NoError(t, err)
+	exec := `ARRAY[md5('p0')::uuid, md5('p1')::uuid, md5('p2')::uuid, md5('p3')::uuid], 'g', 100`
+	text, buffers := explainBuffers(t, conn, "segments_long", exec)
+	t.Logf("%s", text)
+	require.NotContains(t, text, "Bitmap", "%s", text)
+	require.Contains(t, text, "rows=40 loops=1", "ten segments a partition\n%s", text)
+	require.Less(t, buffers, 4*40, "%s", text)
+	_, err = conn.Exec(ctx, `ROLLBACK`)
+	require.NoError(t, err)
+}

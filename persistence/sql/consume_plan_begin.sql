@@ -1,6 +1,7 @@
 -- The first statement of a pop's or an ack's transaction (after BEGIN), for
 -- that transaction only (a transaction's consumer rows: until plan_end): no
--- sequential scan, and the cached generic plan of every prepared statement.
+-- sequential scan, no bitmap scan, and the cached generic plan of every
+-- prepared statement.
 -- The consumer statements (consumer_lock, consume_segments_many,
 -- consume_update_many) take arrays and look every row up by key inside
 -- LATERAL subqueries:
@@ -15,5 +16,15 @@
 --     an ack of one partition, the common case) keeps planning every call
 --     afresh: that planning cost 2.5x the PostgreSQL CPU of a one-partition
 --     pop and ack (BenchmarkDrainPopAck).
--- COMMIT or ROLLBACK restores both settings.
-SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)
+--   - a bitmap scan is never what a keyed lookup wants, and in
+--     consume_segments_many one was chosen: the BRIN index on the segments'
+--     created_at (a bound that prunes time ranges) ANDed with
+--     segments_offset, a bitmap of every page range newer than the
+--     cursor's segment, so a pop cost more as segments_kept grew (a
+--     64-partition run with consumers and no retention: 6.8 ms a call at
+--     minute 2, 27.7 ms at minute 6, the push rate falling with it;
+--     TestPopPlanSkipsTheTimeIndex). Without bitmap scans it reads from the
+--     cursor through segments_offset, in offset order.
+-- COMMIT or ROLLBACK restores the settings.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)
