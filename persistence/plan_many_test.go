@@ -48,14 +48,8 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	ctx := context.Background()
 	conn := manyDB(t)
 	var err error
-	_, err = conn.Exec(ctx, `ANALYZE queen.consumers, queen.partitions, queen.segments_kept`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `BEGIN`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, sqlConsumePlanBegin)
-	require.NoError(t, err)
+	execAll(t, conn, `ANALYZE queen.consumers, queen.partitions, queen.segments_kept`,
+		`SET plan_cache_mode = force_generic_plan`, `BEGIN`, sqlConsumePlanBegin)
 	ids := make([]string, 32)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("md5('p%d')::uuid", i*300)
@@ -101,6 +95,16 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	}
 	_, err = conn.Exec(ctx, `ROLLBACK`)
 	require.NoError(t, err)
+}
+
+// execAll runs each statement on conn, in order, and fails the test at the
+// first error.
+func execAll(t *testing.T, conn *pgx.Conn, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		_, err := conn.Exec(context.Background(), q)
+		require.NoError(t, err, q)
+	}
 }
 
 // manyDB returns a connection to a fresh migrated database holding queue
@@ -164,16 +168,9 @@ func TestPopPlanSkipsTheTimeIndex(t *testing.T) {
 	_, err = conn.Exec(ctx, `UPDATE queen.consumers SET "cursor" = $1::bigint, cursor_at_of = $1::bigint,
 		cursor_at = timestamptz '2026-01-01' + ($1::bigint / 2) * interval '10 ms'`, cursor)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `VACUUM ANALYZE queen.segments_kept, queen.consumers, queen.partitions`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `BEGIN`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, sqlConsumePlanBegin)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `PREPARE segments_long(uuid[], text, int) AS `+sqlConsumeSegsMany)
-	require.NoError(t, err)
+	execAll(t, conn, `VACUUM ANALYZE queen.segments_kept, queen.consumers, queen.partitions`,
+		`SET plan_cache_mode = force_generic_plan`, `BEGIN`, sqlConsumePlanBegin,
+		`PREPARE segments_long(uuid[], text, int) AS `+sqlConsumeSegsMany)
 	exec := `ARRAY[md5('p0')::uuid, md5('p1')::uuid, md5('p2')::uuid, md5('p3')::uuid], 'g', 100`
 	text, buffers := explainBuffers(t, conn, "segments_long", exec)
 	t.Logf("%s", text)
