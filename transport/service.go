@@ -120,8 +120,9 @@ type Config struct {
 // DefaultMaxInFlightBodyBytes is Config.MaxInFlightBodyBytes's default,
 // 128 MiB: a broker handling that many bytes of bodies holds about 2.5 times
 // as much (decoded items, frames, the statement to PostgreSQL), which stays
-// inside serve's soft memory limit (the dedup cache budget + 160 MiB) while
-// the cache is small (80 concurrent 15 MiB uploads: README, Settings).
+// inside serve's soft memory limit (the dedup cache and partition budgets +
+// 160 MiB) while the cache is small (80 concurrent 15 MiB uploads: README,
+// Settings).
 const DefaultMaxInFlightBodyBytes = 128 << 20
 
 // Service holds the request logic both transports share: same JSON bodies,

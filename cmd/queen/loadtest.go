@@ -527,7 +527,7 @@ func withEmbeddedBroker(ctx context.Context, stderr io.Writer, log *slog.Logger,
 	}
 	// The broker's memory limit, as serve sets it, plus the harness's share
 	// (its ledger is a few bits per id; see loadtest's timeline).
-	serveMemoryLimit(int64(bcfg.DedupCacheMB)<<20 + embeddedHarnessHeadroom)
+	serveMemoryLimit(int64(bcfg.DedupCacheMB)<<20+embeddedHarnessHeadroom, bcfg.PartitionMemoryMB)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	b, err := broker.Start(sctx, bcfg)
 	cancel()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -79,7 +80,7 @@ func TestPartitionMemorySettings(t *testing.T) {
 		want int
 		bad  bool
 	}{
-		{"", 64, false},
+		{"", 256, false},
 		{"0", 0, false},
 		{"128", 128, false},
 		{"64MB", 0, true},
@@ -102,7 +103,34 @@ func TestPartitionMemorySettings(t *testing.T) {
 	if n := broker.MaxActivePartitions(64); n < 47000 || n > 48000 {
 		t.Errorf("64 MiB allows %d active partitions; want about 47,900", n)
 	}
+	if n := broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB); n < 150000 {
+		t.Errorf("the default allows %d active partitions; want room for 100,000 spread ones and more", n)
+	}
 	if n := broker.MaxActivePartitions(0); n != 0 {
 		t.Errorf("0 MiB allows %d active partitions; want 0 (no bound)", n)
+	}
+}
+
+// TestServeMemoryLimitCountsThePartitions: the soft memory limit of serve
+// is the dedup cache's budget plus the partition actors' budget plus the
+// headroom, so a broker holding as many actors as its bound allows does not
+// run its collector against a limit sized for the cache alone.
+func TestServeMemoryLimitCountsThePartitions(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	serveMemoryLimit(512<<20, broker.DefaultPartitionMemoryMB)
+	if got, want := debug.SetMemoryLimit(-1), int64(512<<20+broker.DefaultPartitionMemoryMB<<20+serveHeadroom); got != want {
+		t.Errorf("limit %d MiB; want %d MiB", got>>20, want>>20)
+	}
+	serveMemoryLimit(512<<20, 0)
+	if got, want := debug.SetMemoryLimit(-1), int64(512<<20+serveHeadroom); got != want {
+		t.Errorf("no partition bound: limit %d MiB; want %d MiB", got>>20, want>>20)
+	}
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	debug.SetMemoryLimit(prev)
+	serveMemoryLimit(512<<20, 256)
+	if got := debug.SetMemoryLimit(-1); got != prev {
+		t.Errorf("GOMEMLIMIT set: serve changed the limit to %d MiB", got>>20)
 	}
 }

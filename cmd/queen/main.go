@@ -38,7 +38,8 @@ func main() {
 	}
 	// ...but the heap must not grow five-fold under large bodies: past a
 	// soft limit the collector runs as often as needed. GOMEMLIMIT wins;
-	// serve lowers it to its cache budget plus headroom (serveMemoryLimit).
+	// serve sets it to its cache and partition budgets plus headroom
+	// (serveMemoryLimit).
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(2 << 30)
 	}
@@ -82,20 +83,23 @@ func versionText(b queen.Build) string {
 }
 
 // serveHeadroom is the memory a broker's Go heap needs beside its dedup
-// cache: the push path's working set, connection buffers and the runtime.
-// With the binary's mapped code (about 30 MB of RSS, outside the Go limit)
-// a broker whose heap reaches the limit stays within the cache budget +
-// 200 MB of RSS (the sustained-load target).
+// cache and its partition actors: the push path's working set, connection
+// buffers and the runtime. With the binary's mapped code (about 30 MB of RSS,
+// outside the Go limit) a broker whose heap reaches the limit stays within
+// the cache budget + the partition budget + 200 MB of RSS.
 const serveHeadroom = 160 << 20
 
-// serveMemoryLimit sets the Go soft memory limit of `queen serve` to the
-// dedup cache's budget plus serveHeadroom (SPEC.md §8: the budget bounds the
-// memory the process really spends on the cache), unless GOMEMLIMIT is set.
-// The cache holds pointer-free filters, so a heap near the limit costs the
-// collector little; GOGC 200 still spaces collections while the heap is
-// small.
-func serveMemoryLimit(cacheBudget int64) {
+// serveMemoryLimit sets the Go soft memory limit of `queen serve` (and of
+// `loadtest --embedded`) to the dedup cache's budget (SPEC.md §8: the budget
+// bounds the memory the process really spends on the cache) plus the
+// partition actors' budget (QUEEN_PARTITION_MEMORY_MB, MiB; 0, no bound,
+// adds nothing) plus serveHeadroom, unless GOMEMLIMIT is set. Counting the
+// actors keeps a broker that holds as many as its bound allows from running
+// its collector against a limit sized for the cache alone. The cache holds
+// pointer-free filters, so a heap near the limit costs the collector little;
+// GOGC 200 still spaces collections while the heap is small.
+func serveMemoryLimit(cacheBudget int64, partitionMB int) {
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(cacheBudget + serveHeadroom)
+		debug.SetMemoryLimit(cacheBudget + int64(partitionMB)<<20 + serveHeadroom)
 	}
 }

@@ -132,7 +132,6 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := dedupCacheSettings(&cfg, dedupCache); err != nil {
 				return err
 			}
-			serveMemoryLimit(int64(cfg.DedupCacheMB) << 20)
 			if err := retentionSettings(cmd, &cfg.Retention); err != nil {
 				return err
 			}
@@ -151,6 +150,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 			if err := partitionMemorySettings(cmd, &cfg.PartitionMemoryMB); err != nil {
 				return err
 			}
+			serveMemoryLimit(int64(cfg.DedupCacheMB)<<20, cfg.PartitionMemoryMB)
 			if cfg.MaxPayloadBytes <= 0 || cfg.MaxPayloadBytes > 16<<20 {
 				return fmt.Errorf("--max-payload-bytes %d: want 1 to %d (the 16 MiB body limit)", cfg.MaxPayloadBytes, 16<<20)
 			}
@@ -211,7 +211,7 @@ HTTP gateway on 127.0.0.1:6632. SIGINT/SIGTERM drain in-flight pushes, then stop
 	_ = f.MarkHidden("test-txns-floor")
 	f.DurationVar(&cfg.ShardLease, "shard-lease", shards.DefaultLease, "how long a shard lease lives without renewal, a Go duration; renewed every third of it, and a dead broker's shards move after it (env QUEEN_SHARD_LEASE)")
 	f.DurationVar(&cfg.PartitionIdle, "partition-idle", broker.DefaultPartitionIdle, "a partition actor with no push for this long is passivated (stopped, its memory freed; the next push spawns it again), a Go duration from 1s to 24h, or 0 to keep every partition active (env QUEEN_PARTITION_IDLE)")
-	f.IntVar(&cfg.PartitionMemoryMB, "partition-memory-mb", broker.DefaultPartitionMemoryMB, "heap the active partition actors may hold, MiB, from 1 to 65536, or 0 for no bound: at most this ÷ 1400 bytes are alive at once (64 MiB: about 47,900), the least recently pushed passivated first past it (env QUEEN_PARTITION_MEMORY_MB)")
+	f.IntVar(&cfg.PartitionMemoryMB, "partition-memory-mb", broker.DefaultPartitionMemoryMB, "heap the active partition actors may hold, MiB, from 1 to 65536, or 0 for no bound: at most this ÷ 1400 bytes are alive at once (256 MiB: about 191,700), the least recently pushed passivated first past it (env QUEEN_PARTITION_MEMORY_MB)")
 	f.IntVar(&cfg.ShardCount, "shard-count", 0, "shards of a new cluster (64 when 0); fixed at creation, a broker with another count refuses to start (env QUEEN_SHARD_COUNT)")
 	return cmd
 }
@@ -267,12 +267,12 @@ func partitionMemorySettings(cmd *cobra.Command, mb *int) error {
 	if v := os.Getenv("QUEEN_PARTITION_MEMORY_MB"); v != "" && (cmd == nil || !cmd.Flags().Changed("partition-memory-mb")) {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return fmt.Errorf("QUEEN_PARTITION_MEMORY_MB=%q is not a whole number of MiB (for example 64, or 0 for no bound)", v)
+			return fmt.Errorf("QUEEN_PARTITION_MEMORY_MB=%q is not a whole number of MiB (for example 256, or 0 for no bound)", v)
 		}
 		*mb = n
 	}
 	if *mb < 0 || *mb > 65536 {
-		return fmt.Errorf("partition memory %d MiB (--partition-memory-mb, QUEEN_PARTITION_MEMORY_MB): want 0 (no bound) or 1 to 65536, for example 64", *mb)
+		return fmt.Errorf("partition memory %d MiB (--partition-memory-mb, QUEEN_PARTITION_MEMORY_MB): want 0 (no bound) or 1 to 65536, for example 256", *mb)
 	}
 	return nil
 }
