@@ -85,7 +85,9 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	for _, c := range cases {
 		text, buffers := explainBuffers(t, conn, c.name, c.exec)
 		require.NotContains(t, text, "Seq Scan", "%s\n%s", c.name, text)
-		require.NotContains(t, text, "Hash Join", "%s\n%s", c.name, text)
+		if c.name != "hash_at" { // hash_at joins its arrays' rows with its (partition, group) rows, both in memory
+			require.NotContains(t, text, "Hash Join", "%s\n%s", c.name, text)
+		}
 		require.NotContains(t, text, "Merge Join", "%s\n%s", c.name, text)
 		require.Contains(t, text, "rows=32 loops=1", "%s: a row per partition\n%s", c.name, text)
 		// A few index descents per partition: tens of buffers each; a scan
@@ -95,6 +97,47 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	}
 	_, err = conn.Exec(ctx, `ROLLBACK`)
 	require.NoError(t, err)
+}
+
+// TestHashAtReadsEachConsumerOnce: consume_hash_at reads a consumer row
+// and a partition's number once per (partition, group) named, not once per
+// offset: an ack of ten offsets in each of 32 partitions (a pop's batch, as
+// dense traffic lands) costs a segment descent per offset and little more,
+// with every offset's hash found. Read per offset, it cost about 10 buffers
+// an offset (3 consumer, 3 partition, 3-4 segment).
+func TestHashAtReadsEachConsumerOnce(t *testing.T) {
+	t.Parallel()
+	conn := manyDB(t)
+	fillMany(t, conn, 4, 10_000)
+	execAll(t, conn, `ANALYZE queen.consumers, queen.partitions, queen.segments_kept`,
+		`SET plan_cache_mode = force_generic_plan`, `BEGIN`, sqlConsumePlanBegin,
+		`PREPARE hash_at(uuid[], bigint[], text[]) AS `+sqlConsumeHashAt)
+	const parts, per = 32, 10
+	var ids, offs []string
+	for p := range parts {
+		for o := range per {
+			ids, offs = append(ids, fmt.Sprintf("md5('p%d')::uuid", p*300)), append(offs, strconv.Itoa(o))
+		}
+	}
+	exec := "ARRAY[" + strings.Join(ids, ",") + "], ARRAY[" + strings.Join(offs, ",") + "]::bigint[], array_fill('g'::text, ARRAY[" + strconv.Itoa(parts*per) + "])"
+	text, buffers := explainBuffers(t, conn, "hash_at", exec)
+	require.NotContains(t, text, "Seq Scan", text)
+	require.Contains(t, text, fmt.Sprintf("rows=%d loops=1", parts*per), "a row per offset\n%s", text)
+	require.Less(t, buffers, parts*per*6, text)
+	t.Logf("%d buffers for %d offsets:\n%s", buffers, parts*per, text)
+	rows, err := conn.Query(context.Background(), `EXECUTE hash_at(`+exec+`)`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]byte, error) {
+		var i int64
+		var h []byte
+		return h, r.Scan(&i, &h)
+	})
+	require.NoError(t, err)
+	require.Len(t, got, parts*per)
+	for _, h := range got {
+		require.Equal(t, strings.Repeat("\xcd", 16), string(h))
+	}
+	execAll(t, conn, `ROLLBACK`)
 }
 
 // execAll runs each statement on conn, in order, and fails the test at the

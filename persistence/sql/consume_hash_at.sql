@@ -7,26 +7,39 @@
 -- segment (16 bytes per frame, in frame order). An offset whose segment is
 -- gone (retention) or never allocated has no row.
 --
--- Each element is one segments_offset descent per time range inside a
--- LATERAL subquery keyed by it (ORDER BY first_offset DESC LIMIT 1), never a
--- join of the arrays with a scan of the table. An offset above the group's
+-- The consumer row and the partition's number (migration 0025) are read
+-- once per (partition, group) named, in k, not once per element: an ack of
+-- a pop's 100 offsets of one partition reads them once. Each element is
+-- then one segments_offset descent per time range inside a LATERAL
+-- subquery keyed by it (ORDER BY first_offset DESC LIMIT 1), never a join
+-- of the arrays with a scan of the table. An offset above the group's
 -- cursor lies in a segment at least as old as the cursor's (its time,
 -- consumers.cursor_at, migration 0020), so the ranges stored before that
--- are pruned; the consumer row and the partition's number (migration 0025)
--- are one primary-key lookup each.
+-- are pruned.
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (pid, o, grp, i)
+), k AS MATERIALIZED (
+    -- An aggregate over the (partition, group)'s consumer row, so that it
+    -- stays a keyed lookup per element of d whatever the plan was made
+    -- for (a join here became a merge join over all of consumers_pkey).
+    SELECT d.pid, d.grp, b.cur, b.cursor_at, b.num
+      FROM (SELECT DISTINCT pid, grp FROM u) d
+     CROSS JOIN LATERAL (
+        SELECT max(c."cursor") AS cur,
+               max(CASE WHEN c.cursor_at_of = c."cursor" THEN c.cursor_at END) AS cursor_at,
+               (SELECT n.num FROM queen.partitions n WHERE n.id = d.pid) AS num
+          FROM queen.consumers c
+         WHERE c.partition_id = d.pid AND c.consumer_group = d.grp
+     ) b
+)
 SELECT u.i, substring(l.hashes FROM ((u.o - l.first_offset) * 16 + 1)::int FOR 16)
-  FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (pid, o, grp, i)
- CROSS JOIN LATERAL (
-    SELECT COALESCE(max(CASE WHEN c.cursor_at_of = c."cursor" AND u.o > c."cursor" THEN c.cursor_at END),
-                    '-infinity'::timestamptz) AS since,
-           (SELECT n.num FROM queen.partitions n WHERE n.id = u.pid) AS num
-      FROM queen.consumers c
-     WHERE c.partition_id = u.pid AND c.consumer_group = u.grp
- ) b
+  FROM u
+  JOIN k ON k.pid = u.pid AND k.grp = u.grp
  CROSS JOIN LATERAL (
     SELECT t.first_offset, t.last_offset, t.hashes
       FROM queen.segments t
-     WHERE t.partition_num = b.num AND t.first_offset <= u.o AND t.created_at >= b.since
+     WHERE t.partition_num = k.num AND t.first_offset <= u.o
+       AND t.created_at >= COALESCE(CASE WHEN u.o > k.cur THEN k.cursor_at END, '-infinity'::timestamptz)
      ORDER BY t.first_offset DESC
      LIMIT 1
  ) l
