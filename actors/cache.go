@@ -622,6 +622,13 @@ func (p *partitionCache) reset() {
 // partitionBytes is a partition cache's fixed cost while it holds knowledge.
 const partitionBytes = 256
 
+// MinPartitionCacheBytes is the least a partition cache holding knowledge
+// accounts within the cache's budget (QUEEN_DEDUP_CACHE_MB): its record,
+// one generation and one filter of one 64-byte block, 480 bytes. Every
+// active partition pushed to holds at least this much, so a budget holds at
+// most BudgetBytes ÷ this many active partitions' caches before it evicts.
+const MinPartitionCacheBytes = partitionBytes + generationBytes + 64 + filterStructBytes
+
 func (p *partitionCache) size() int64 {
 	if !p.based {
 		return 0

@@ -391,6 +391,18 @@ func TestCacheDoesNotVouchAcrossARetainedHole(t *testing.T) {
 	require.GreaterOrEqual(t, b.Watermark, int64(0), "vouches again")
 }
 
+// TestPartitionCacheFloor: a partition cache holding one hash accounts
+// MinPartitionCacheBytes, the floor the broker's bound on active
+// partitions is checked against (broker.ActivePartitionsBound).
+func TestPartitionCacheFloor(t *testing.T) {
+	d := newSimDB()
+	c := NewCache(CacheConfig{BudgetBytes: 512 << 20, Source: d, Logger: quiet()})
+	push(t, d, c.New(), uuid.New(), []string{"t0"})
+	st := c.Stats()
+	require.Equal(t, 1, st.Partitions, "%+v", st)
+	require.Equal(t, int64(MinPartitionCacheBytes), st.Bytes, "%+v", st)
+}
+
 // TestCacheVouchesAcrossAFingerprintedHole (SPEC.md §3, §8; issue 40): as
 // TestCacheDoesNotVouchAcrossARetainedHole, but the hole's ranges are
 // compacted with fingerprints (migration 0021). The hydrated cache reads

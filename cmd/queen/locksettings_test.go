@@ -106,6 +106,25 @@ func TestPartitionMemorySettings(t *testing.T) {
 	if n := broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB); n < 150000 {
 		t.Errorf("the default allows %d active partitions; want room for 100,000 spread ones and more", n)
 	}
+	// The cache's budget caps the bound at half of what it holds at a
+	// partition's least: the defaults leave it to the partition budget,
+	// a 64-MiB cache does not (191,739 actors would fill it and every
+	// spawn would evict), no bound stays no bound, a cache off caps nothing.
+	for _, c := range []struct {
+		mb         int
+		cache      int64
+		want, near int
+	}{
+		{broker.DefaultPartitionMemoryMB, 512 << 20, broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB), 0},
+		{broker.DefaultPartitionMemoryMB, 64 << 20, 0, 69_905},
+		{broker.DefaultPartitionMemoryMB, 0, broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB), 0},
+		{0, 64 << 20, 0, 0},
+	} {
+		got := broker.ActivePartitionsBound(c.mb, c.cache)
+		if c.near > 0 && (got < c.near-100 || got > c.near+100) || c.near == 0 && got != c.want {
+			t.Errorf("ActivePartitionsBound(%d MiB, cache %d MiB) = %d; want %d", c.mb, c.cache>>20, got, max(c.want, c.near))
+		}
+	}
 	if n := broker.MaxActivePartitions(0); n != 0 {
 		t.Errorf("0 MiB allows %d active partitions; want 0 (no bound)", n)
 	}

@@ -140,9 +140,11 @@ type Config struct {
 	// PartitionMemoryMB bounds the heap the active partitions hold, MiB
 	// (QUEEN_PARTITION_MEMORY_MB / --partition-memory-mb, whose default is
 	// DefaultPartitionMemoryMB): at most PartitionMemoryMB MiB ÷
-	// actors.ActivePartitionBytes partition actors are alive at once, the
-	// least recently pushed passivated first past it. 0 (the zero value):
-	// no bound. See actors.Config.MaxActivePartitions.
+	// actors.ActivePartitionBytes partition actors are alive at once (and
+	// no more than half the dedup cache's budget holds,
+	// ActivePartitionsBound), the least recently pushed passivated first
+	// past it. 0 (the zero value): no bound. See
+	// actors.Config.MaxActivePartitions.
 	PartitionMemoryMB int
 	// MaxActivePartitions, when > 0, is the bound on active partitions
 	// itself, instead of PartitionMemoryMB's (tests use tiny bounds).
@@ -186,6 +188,31 @@ const DefaultPartitionMemoryMB = 256
 // (mb << 20 ÷ actors.ActivePartitionBytes; 0: no bound).
 func MaxActivePartitions(mb int) int {
 	return int(int64(mb) << 20 / actors.ActivePartitionBytes)
+}
+
+// cacheBudgetOn is budget, or 0 when the cache is off.
+func cacheBudgetOn(budget int64, off bool) int64 {
+	if off {
+		return 0
+	}
+	return budget
+}
+
+// ActivePartitionsBound is the bound on active partition actors of a broker
+// whose partition budget is mb MiB and whose dedup cache's budget is
+// cacheBytes (0: the cache is off): MaxActivePartitions(mb), but no more
+// than half the cache's budget holds at a partition cache's least
+// (actors.MinPartitionCacheBytes), so that the actors alone never fill the
+// cache and it degrades (evicts the least recently used) rather than
+// evicting on every spawn. With the defaults (256 and 512 MiB) the partition
+// budget decides: 191,739; with QUEEN_DEDUP_CACHE_MB=64, the cache:
+// 69,905. mb 0: no bound.
+func ActivePartitionsBound(mb int, cacheBytes int64) int {
+	n := MaxActivePartitions(mb)
+	if n > 0 && cacheBytes > 0 {
+		n = max(1, min(n, int(cacheBytes/2/actors.MinPartitionCacheBytes)))
+	}
+	return n
 }
 
 func (c *Config) defaults() {
@@ -451,7 +478,7 @@ func (b *Broker) startActors(ctx context.Context) (err error) {
 	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, ColdFor: cfg.DedupCacheColdFor, Source: b.store, Logger: b.log})
 	registerCacheMetrics(b.metrics, b.cache)
 	if b.host, err = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle,
-		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, MaxActivePartitions(cfg.PartitionMemoryMB))}); err != nil {
+		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, ActivePartitionsBound(cfg.PartitionMemoryMB, cacheBudgetOn(budget, cfg.DedupCacheOff)))}); err != nil {
 		return err
 	}
 	if err = b.run(ctx, "the partition actors", b.host); err != nil {
