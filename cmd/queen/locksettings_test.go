@@ -111,18 +111,17 @@ func TestPartitionMemorySettings(t *testing.T) {
 	// a 64-MiB cache does not (191,739 actors would fill it and every
 	// spawn would evict), no bound stays no bound, a cache off caps nothing.
 	for _, c := range []struct {
-		mb         int
-		cache      int64
-		want, near int
+		mb    int
+		cache int64
+		want  int
 	}{
-		{broker.DefaultPartitionMemoryMB, 512 << 20, broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB), 0},
-		{broker.DefaultPartitionMemoryMB, 64 << 20, 0, 69_905},
-		{broker.DefaultPartitionMemoryMB, 0, broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB), 0},
-		{0, 64 << 20, 0, 0},
+		{broker.DefaultPartitionMemoryMB, 512 << 20, broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB)},
+		{broker.DefaultPartitionMemoryMB, 64 << 20, 69_905},
+		{broker.DefaultPartitionMemoryMB, 0, broker.MaxActivePartitions(broker.DefaultPartitionMemoryMB)},
+		{0, 64 << 20, 0},
 	} {
-		got := broker.ActivePartitionsBound(c.mb, c.cache)
-		if c.near > 0 && (got < c.near-100 || got > c.near+100) || c.near == 0 && got != c.want {
-			t.Errorf("ActivePartitionsBound(%d MiB, cache %d MiB) = %d; want %d", c.mb, c.cache>>20, got, max(c.want, c.near))
+		if got := broker.ActivePartitionsBound(c.mb, c.cache); got != c.want {
+			t.Errorf("ActivePartitionsBound(%d MiB, cache %d MiB) = %d; want %d", c.mb, c.cache>>20, got, c.want)
 		}
 	}
 	if n := broker.MaxActivePartitions(0); n != 0 {

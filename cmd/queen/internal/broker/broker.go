@@ -190,14 +190,6 @@ func MaxActivePartitions(mb int) int {
 	return int(int64(mb) << 20 / actors.ActivePartitionBytes)
 }
 
-// cacheBudgetOn is budget, or 0 when the cache is off.
-func cacheBudgetOn(budget int64, off bool) int64 {
-	if off {
-		return 0
-	}
-	return budget
-}
-
 // ActivePartitionsBound is the bound on active partition actors of a broker
 // whose partition budget is mb MiB and whose dedup cache's budget is
 // cacheBytes (0: the cache is off): MaxActivePartitions(mb), but no more
@@ -475,10 +467,14 @@ func (b *Broker) startActors(ctx context.Context) (err error) {
 	if cfg.DedupCacheBytes > 0 {
 		budget = cfg.DedupCacheBytes
 	}
+	capBy := budget // the bound's cap (ActivePartitionsBound); none with the cache off
+	if cfg.DedupCacheOff {
+		capBy = 0
+	}
 	b.cache = actors.NewCache(actors.CacheConfig{BudgetBytes: budget, Disabled: cfg.DedupCacheOff, ColdFor: cfg.DedupCacheColdFor, Source: b.store, Logger: b.log})
 	registerCacheMetrics(b.metrics, b.cache)
 	if b.host, err = actors.NewHost(actors.Config{Store: b.store, Metrics: b.metrics, Logger: b.log, MaxPendingItems: cfg.MaxPendingItems, NewCache: b.cache.New, PartitionIdle: cfg.PartitionIdle,
-		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, ActivePartitionsBound(cfg.PartitionMemoryMB, cacheBudgetOn(budget, cfg.DedupCacheOff)))}); err != nil {
+		MaxActivePartitions: cmp.Or(cfg.MaxActivePartitions, ActivePartitionsBound(cfg.PartitionMemoryMB, capBy))}); err != nil {
 		return err
 	}
 	if err = b.run(ctx, "the partition actors", b.host); err != nil {
