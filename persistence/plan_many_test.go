@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -222,4 +223,115 @@ func TestPopPlanSkipsTheTimeIndex(t *testing.T) {
 	require.Less(t, buffers, 4*40, "%s", text)
 	_, err = conn.Exec(ctx, `ROLLBACK`)
 	require.NoError(t, err)
+}
+
+// TestConsumerReadsSkipRangesAhead: a queue with a retention stores its
+// segments in time ranges, and the broker makes five or more of them ahead
+// of now (segmentLead), empty until their time comes. A backward descent
+// of segments_offset through the partitioned table (ORDER BY first_offset
+// DESC LIMIT 1) starts every range it does not prune: each empty range
+// ahead cost two buffers per offset in an ack's consume_hash_at (about 70 %
+// of the statement at 64 partitions and a 10-minute retention), per moved
+// cursor in consume_update_many and per partition in a pop's
+// consume_segments_many. Every segment a statement sees was stamped before
+// the statement read the clock, so the ranges that start later are pruned:
+// none of them is executed, and the answers stay those of the segments
+// stored.
+func TestConsumerReadsSkipRangesAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := manyDB(t)
+	execAll(t, conn, `UPDATE queen.queues SET options = options || '{"retentionSeconds": 600}'`)
+	_, err := ensureSegmentRanges(ctx, conn)
+	require.NoError(t, err)
+	ranges, _, err := readSegmentRanges(ctx, conn)
+	require.NoError(t, err)
+	var now time.Time
+	require.NoError(t, conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now))
+	ahead := map[string]bool{}
+	for _, r := range ranges {
+		if r.lo.After(now.Add(time.Minute)) { // later than this test can run into
+			ahead[r.name] = true
+		}
+	}
+	require.GreaterOrEqual(t, len(ahead), 4, "ranges made ahead: %v", ranges)
+	// Partitions p0..p3: five more two-message segments each (offsets
+	// 10..19), stored now, so in the range of now; every cursor at 11,
+	// with its segment's time.
+	execAll(t, conn,
+		`INSERT INTO queen.segments (partition_num, first_offset, last_offset, created_at, legacy_ids, frames, hashes, timed)
+		 SELECT p.num, o, o + 1, clock_timestamp(), ''::bytea, ''::bytea, decode(repeat('ef', 32), 'hex'), true
+		   FROM queen.partitions p CROSS JOIN generate_series(10, 18, 2) o`,
+		`UPDATE queen.partition_ends SET last_offset = 19`,
+		`UPDATE queen.consumers c SET "cursor" = 11, cursor_at_of = 11,
+		        cursor_at = (SELECT s.created_at FROM queen.segments s JOIN queen.partitions p ON p.num = s.partition_num
+		                      WHERE p.id = c.partition_id AND s.first_offset = 10)`,
+		`ANALYZE queen.consumers, queen.partitions`,
+		`BEGIN`, sqlConsumePlanBegin,
+		`PREPARE hash_at(uuid[], bigint[], text[]) AS `+sqlConsumeHashAt,
+		`PREPARE segments_many(uuid[], text, int) AS `+sqlConsumeSegsMany,
+		`PREPARE update_many(uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]) AS `+sqlConsumeUpdateMany)
+	arr := `ARRAY[md5('p0')::uuid, md5('p1')::uuid, md5('p2')::uuid, md5('p3')::uuid]`
+	var ackIDs, ackOffs []string
+	for p := range 4 {
+		for o := 12; o <= 15; o++ {
+			ackIDs, ackOffs = append(ackIDs, fmt.Sprintf("md5('p%d')::uuid", p)), append(ackOffs, strconv.Itoa(o))
+		}
+	}
+	cases := []struct{ name, exec string }{
+		// An ack of offsets 12..15 of each partition, naming their transactionIds.
+		{"hash_at", "ARRAY[" + strings.Join(ackIDs, ",") + "], ARRAY[" + strings.Join(ackOffs, ",") + "]::bigint[], array_fill('g'::text, ARRAY[16])"},
+		{"segments_many", arr + `, 'g', 100`},
+		// The cursors move to 15.
+		{"update_many", arr + `, 'g', array_fill(15::bigint, ARRAY[4]), array_fill(NULL::uuid, ARRAY[4]), array_fill(NULL::float8, ARRAY[4]),
+			array_fill(NULL::bigint, ARRAY[4]), array_fill('{}'::jsonb, ARRAY[4]), array_fill(NULL::jsonb, ARRAY[4])`},
+	}
+	scanned := regexp.MustCompile(` on (segments_\w+) `)
+	for _, c := range cases {
+		text, _ := explainBuffers(t, conn, c.name, c.exec)
+		t.Logf("%s:\n%s", c.name, text)
+		seen := 0
+		for _, line := range strings.Split(text, "\n") {
+			m := scanned.FindStringSubmatch(line)
+			if m == nil || !ahead[m[1]] {
+				continue
+			}
+			seen++
+			require.Contains(t, line, "never executed", "%s: a range ahead of now was read\n%s", c.name, text)
+		}
+		require.Positive(t, seen, "%s: the plan names the ranges ahead (pruned at run time, not at planning)\n%s", c.name, text)
+	}
+	// The answers: every offset's hash, each partition's segments above
+	// the cursor (10..19), and the cursors' times.
+	rows, err := conn.Query(ctx, `EXECUTE hash_at(`+cases[0].exec+`)`)
+	require.NoError(t, err)
+	hashes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]byte, error) {
+		var i int64
+		var h []byte
+		return h, r.Scan(&i, &h)
+	})
+	require.NoError(t, err)
+	require.Len(t, hashes, 16)
+	for _, h := range hashes {
+		require.Equal(t, strings.Repeat("\xef", 16), string(h))
+	}
+	// update_many ran under EXPLAIN ANALYZE: the cursors are at 15, at
+	// their segment's time, found in the range of now.
+	var moved int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		JOIN queen.segments s ON s.partition_num = p.num AND s.first_offset = 14
+		WHERE c."cursor" = 15 AND c.cursor_at_of = 15 AND c.cursor_at = s.created_at`).Scan(&moved))
+	require.Equal(t, 4, moved)
+	rows, err = conn.Query(ctx, `EXECUTE segments_many(`+arr+`, 'g', 100)`)
+	require.NoError(t, err)
+	firsts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+		var i, first, last int64
+		var at time.Time
+		var ids, frames []byte
+		var sub *string
+		return first, r.Scan(&i, &first, &last, &at, &ids, &frames, &sub)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []int64{16, 18, 16, 18, 16, 18, 16, 18}, firsts, "the segments above each cursor")
+	execAll(t, conn, `ROLLBACK`)
 }

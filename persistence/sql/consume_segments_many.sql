@@ -27,7 +27,12 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames,
            -- recorded for this cursor.
            CASE WHEN c.cursor_at_of = c."cursor" THEN COALESCE(c.cursor_at, '-infinity'::timestamptz)
                 ELSE '-infinity'::timestamptz END AS since,
-           clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'delayedProcessing')::bigint, 0)) AS visible
+           clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'delayedProcessing')::bigint, 0)) AS visible,
+           -- Every segment this statement sees was stamped before it
+           -- committed, so before this clock reading (taken after the
+           -- snapshot): the empty ranges made ahead of time
+           -- (persistence.segmentLead) are pruned from the bound's descent.
+           clock_timestamp() AS now
       FROM queen.consumers c
       JOIN queen.partitions p ON p.id = c.partition_id
       LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
@@ -56,7 +61,7 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames,
                -- stored first).
                AND sg.first_offset >= COALESCE((SELECT b.first_offset FROM queen.segments b
                                                  WHERE b.partition_num = c.num AND b.first_offset <= c."cursor" + 1
-                                                   AND b.created_at >= c.since
+                                                   AND b.created_at >= c.since AND b.created_at <= c.now
                                                  ORDER BY b.first_offset DESC LIMIT 1), -1)
              ORDER BY sg.first_offset
              LIMIT $3

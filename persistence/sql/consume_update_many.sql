@@ -29,12 +29,15 @@ WITH w AS (
            -- The time of the new position (migration 0020): unchanged when
            -- the cursor is, else read from the segment holding it, its
            -- index descended only in the ranges at or after the old
-           -- position's time when the cursor moves forward from a known one.
+           -- position's time when the cursor moves forward from a known one,
+           -- and never in the empty ranges made ahead of time
+           -- (persistence.segmentLead): every segment this statement sees
+           -- was stamped before v read the clock, after the snapshot.
            cursor_at        = CASE WHEN v.cur < 0 THEN NULL
                                    WHEN v.cur = c.cursor_at_of AND c."cursor" = c.cursor_at_of THEN c.cursor_at
                                    ELSE (SELECT s.created_at FROM queen.segments s
                                           WHERE s.partition_num = (SELECT n.num FROM queen.partitions n WHERE n.id = c.partition_id)
-                                            AND s.first_offset <= v.cur
+                                            AND s.first_offset <= v.cur AND s.created_at <= v.now
                                             AND s.created_at >= CASE WHEN c.cursor_at_of = c."cursor" AND c."cursor" <= v.cur
                                                                      THEN COALESCE(c.cursor_at, '-infinity'::timestamptz)
                                                                      ELSE '-infinity'::timestamptz END
@@ -51,7 +54,7 @@ WITH w AS (
            bisect           = v.bisect,
            updated_at       = clock_timestamp()
       FROM (
-        SELECT u.i, u.cur, u.lease, u.secs, u.lease_to, u.counts, u.bisect, k.tid
+        SELECT u.i, u.cur, u.lease, u.secs, u.lease_to, u.counts, u.bisect, k.tid, clock_timestamp() AS now
           FROM unnest($1::uuid[], $3::bigint[], $4::uuid[], $5::float8[], $6::bigint[], $7::jsonb[], $8::jsonb[])
                WITH ORDINALITY AS u (pid, cur, lease, secs, lease_to, counts, bisect, i)
          CROSS JOIN LATERAL (
