@@ -60,7 +60,7 @@ func TestNewRouterRefusesInvalidSettings(t *testing.T) {
 		setting string
 	}{
 		{RouterConfig{}, "RouterConfig.Conn"},
-		{RouterConfig{Conn: &nats.Conn{}, Owners: owners(true)}, "RouterConfig.Local"},
+		{RouterConfig{Conn: &nats.Conn{}, Owners: owners(testOwner)}, "RouterConfig.Local"},
 		{RouterConfig{Conn: &nats.Conn{}, Count: -1}, "RouterConfig.Count"},
 		{RouterConfig{Conn: &nats.Conn{}, HopTimeout: -time.Second}, "RouterConfig.HopTimeout"},
 	} {

@@ -331,16 +331,19 @@ func (m *Membership) announce() {
 	}
 }
 
-// Remote reports whether another broker holds a live lease on shard n (the
-// Router then sends it there); false when this broker holds it, or nobody
-// holds a live one, so it is served here.
-func (m *Membership) Remote(n int) bool {
+// RemoteOwner returns the id of the broker holding a live lease on shard n
+// when it is another broker (the Router then sends its items there, in one
+// hop with those of the push's other shards it holds); "" when this broker
+// holds it, or nobody holds a live one, so it is served here.
+func (m *Membership) RemoteOwner(n int) string {
 	v := m.view.Load()
 	if v == nil || n < 0 || n >= len(v.owner) {
-		return false
+		return ""
 	}
-	o := v.owner[n]
-	return o != "" && o != m.self && time.Now().Before(v.until[n])
+	if o := v.owner[n]; o != "" && o != m.self && time.Now().Before(v.until[n]) {
+		return o
+	}
+	return ""
 }
 
 // Held lists the shards this broker holds, in order.

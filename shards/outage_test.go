@@ -72,7 +72,7 @@ func TestHopPastItsDeadlineIsNotExecutedAfterNATSReturns(t *testing.T) {
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
 	local := &recorder{got: map[string][]string{}}
-	r := newRouter(t, RouterConfig{Conn: nc, Count: 1, Owners: owners(true), Local: local, HopTimeout: 10 * time.Second})
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 1, Owners: owners(testOwner), Local: local, HopTimeout: 10 * time.Second})
 	item := func(txn string) *queen.Item {
 		return &queen.Item{Queue: "q", Partition: "p", TransactionID: txn, Payload: []byte(`{}`)}
 	}

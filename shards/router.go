@@ -19,8 +19,9 @@ import (
 	"github.com/queen-mq/queen-go/transport/wire"
 )
 
-// Router splits push requests by shard and sends each group to its shard's
-// subject. It is safe for concurrent use.
+// Router splits push requests by shard and sends the items of the shards
+// other brokers own to their owners, one hop per owner. It is safe for
+// concurrent use.
 type Router struct {
 	nc    *nats.Conn
 	count int
@@ -32,15 +33,17 @@ type Router struct {
 	// hopTimeout bounds one request to a shard owner (0: the caller's
 	// deadline only); see RouterConfig.HopTimeout.
 	hopTimeout time.Duration
-	stats      struct{ local, remote, fallback, unreachable atomic.Uint64 }
+	stats      struct{ local, remote, hops, fallback, unreachable atomic.Uint64 }
 }
 
 // Owners is the Router's view of shard ownership (Membership).
 type Owners interface {
-	// Remote reports whether another broker holds a live lease on shard n,
-	// so its items go to that broker over NATS. False means serve them here:
-	// this broker holds the lease, or no broker holds a live one.
-	Remote(n int) bool
+	// RemoteOwner returns the id of the broker holding a live lease on
+	// shard n when that is another broker (its items go there over NATS,
+	// in one hop with the push's other shards that broker holds), and ""
+	// to serve them here: this broker holds the lease, or no broker holds
+	// a live one.
+	RemoteOwner(n int) string
 }
 
 // RouterConfig configures a Router. Zero values take the defaults named.
@@ -50,13 +53,17 @@ type RouterConfig struct {
 	// Count is the cluster's shard count; default DefaultCount.
 	Count int
 	// Owners and Local make the router cluster-aware: a shard's items go
-	// over NATS only when Owners reports another broker holds a live lease
-	// on it; every other shard's items, and those of a shard whose subject
-	// has no responder (its owner stopped serving it), go straight to
-	// Local, this broker's partition actors. Correctness never waits for
-	// ownership: the partition row lock decides every verdict wherever the
-	// actor runs (SPEC.md §9). Nil Local (and Owners): every shard's items
-	// go over NATS. Owners without Local is refused.
+	// over NATS only when Owners names another broker holding a live lease
+	// on it, in one hop per owner and push (on the subject of the lowest of
+	// the owner's shards, which only a broker serving it answers); every
+	// other shard's items, and those of a hop with no responder (the
+	// owner stopped or died) or that the broker answers shutting_down (it
+	// is stopping, or no longer serves their shard: nothing written), go
+	// straight to Local, this broker's partition actors. Correctness never
+	// waits for ownership: the partition row lock decides every verdict
+	// wherever the actor runs (SPEC.md §9). Nil Local (and Owners): every
+	// shard's items go over NATS, one hop per shard on its subject
+	// (wire.ShardPushSubject). Owners without Local is refused.
 	Owners Owners
 	Local  PartitionPusher
 	// HopTimeout bounds each request to another broker's shard: a hop
@@ -102,18 +109,42 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 }
 
 // RouterStats counts the shard groups a Router handled: served here because
-// this broker owns the shard or no one does (Local), sent to the owner
-// (Remote), sent but served here after all because no broker answered the
-// subject (Fallback, also counted in Remote), and not sent because the NATS
-// connection was down, their items answered failed with
-// queen.ErrNATSUnavailable (Unreachable, chunks, also counted in Remote).
+// this broker owns the shard or no one does (Local), and sent to the owner
+// (Remote); the hops that carried the Remote groups (Hops: one request per
+// push, owner and chunk, however many of the owner's shards it carries); the
+// hops whose items were served here after all because no broker answered
+// the subject or the owner did not serve them (Fallback, also counted in
+// Hops); and the hops not sent because the NATS connection was down, their
+// items answered failed with queen.ErrNATSUnavailable (Unreachable, also
+// counted in Hops).
 type RouterStats struct {
-	Local, Remote, Fallback, Unreachable uint64
+	Local, Remote, Hops, Fallback, Unreachable uint64
 }
 
 // Stats returns the counts so far.
 func (r *Router) Stats() RouterStats {
-	return RouterStats{Local: r.stats.local.Load(), Remote: r.stats.remote.Load(), Fallback: r.stats.fallback.Load(), Unreachable: r.stats.unreachable.Load()}
+	return RouterStats{Local: r.stats.local.Load(), Remote: r.stats.remote.Load(), Hops: r.stats.hops.Load(),
+		Fallback: r.stats.fallback.Load(), Unreachable: r.stats.unreachable.Load()}
+}
+
+// hop is a group of a push's items sent to another broker in one request
+// (one per chunk): every shard of the push one owner holds, or, for a
+// router without Owners, one shard. It goes on the subject of its lowest
+// shard (wire.ShardPushSubject), which only a broker serving that shard
+// answers; that broker serves the items of the shards it serves and answers
+// the others shutting_down (Server).
+type hop struct {
+	owner string // "" without Owners
+	shard int    // the lowest shard of the group: its subject
+	idx   []int  // indexes of the items, in request order
+}
+
+// name is the hop's destination in errors.
+func (h *hop) name() string {
+	if h.owner == "" {
+		return "shard " + strconv.Itoa(h.shard)
+	}
+	return "broker " + h.owner + " (shards from " + strconv.Itoa(h.shard) + ")"
 }
 
 // Push routes items and returns one verdict per item in request order. It
@@ -122,36 +153,55 @@ func (r *Router) Stats() RouterStats {
 // unknown, so clients retry with the same transaction ids): queen.ErrTimeout
 // for a hop not answered by its deadline, queen.ErrNATSUnavailable at once
 // for another broker's shard while the NATS connection is down.
+//
+// The items of every shard one owner holds travel in one hop (chunked below
+// the NATS payload limit), so a push spanning k shards of N brokers makes at
+// most N-1 hops, not about k(N-1)/N.
 func (r *Router) Push(ctx context.Context, items []*queen.Item) []queen.Result {
 	results := make([]queen.Result, len(items))
-	groups := map[int][]int{}
-	var shardsInOrder []int
+	var here []int // indexes of the items served by this broker
+	var hops []*hop
+	byDest := map[string]*hop{}
+	seen := map[int]bool{}
+	localGroups, remoteGroups := 0, 0
 	for i, it := range items {
 		n := queen.ShardOf(it.Queue, it.Partition, r.count)
-		if _, ok := groups[n]; !ok {
-			shardsInOrder = append(shardsInOrder, n)
+		var owner string
+		if r.owners != nil {
+			owner = r.owners.RemoteOwner(n)
 		}
-		groups[n] = append(groups[n], i)
-	}
-	var wg sync.WaitGroup
-	var here []int // indexes of the items served by this broker
-	localGroups, remoteGroups := 0, 0
-	for _, n := range shardsInOrder {
-		if r.local != nil && (r.owners == nil || !r.owners.Remote(n)) {
-			localGroups++
-			if len(shardsInOrder) == 1 {
-				here = groups[n]
-			} else {
-				here = append(here, groups[n]...)
+		if r.local != nil && owner == "" {
+			if !seen[n] {
+				seen[n] = true
+				localGroups++
 			}
+			here = append(here, i)
 			continue
 		}
-		remoteGroups++
+		if !seen[n] {
+			seen[n] = true
+			remoteGroups++
+		}
+		key := owner
+		if owner == "" {
+			key = strconv.Itoa(n)
+		}
+		h, ok := byDest[key]
+		if !ok {
+			h = &hop{owner: owner, shard: n}
+			byDest[key] = h
+			hops = append(hops, h)
+		}
+		h.shard = min(h.shard, n)
+		h.idx = append(h.idx, i)
+	}
+	var wg sync.WaitGroup
+	for _, h := range hops {
 		wg.Add(1)
-		go func(n int, idx []int) {
+		go func(h *hop) {
 			defer wg.Done()
-			r.pushShard(ctx, n, items, idx, results)
-		}(n, groups[n])
+			r.pushHop(ctx, h, items, results)
+		}(h)
 	}
 	if localGroups > 0 {
 		r.stats.local.Add(uint64(localGroups))
@@ -164,9 +214,10 @@ func (r *Router) Push(ctx context.Context, items []*queen.Item) []queen.Result {
 	return results
 }
 
-// pushShard sends one shard's items in chunks below the NATS payload limit,
-// one after another so that a partition's items keep request order.
-func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx []int, results []queen.Result) {
+// pushHop sends h's items in chunks below the NATS payload limit, one after
+// another so that a partition's items keep request order.
+func (r *Router) pushHop(ctx context.Context, h *hop, items []*queen.Item, results []queen.Result) {
+	idx := h.idx
 	for start := 0; start < len(idx); {
 		end, size := start, 16
 		for end < len(idx) {
@@ -185,7 +236,8 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 		for j := range chunk {
 			chunk[j] = items[idx[start+j]]
 		}
-		rs, err := r.request(ctx, n, chunk)
+		r.stats.hops.Add(1)
+		rs, err := r.request(ctx, h, chunk)
 		if err == errTooLarge && r.local != nil {
 			// One item above the NATS server's max_payload (an external
 			// server with a smaller limit than the embedded one's 16 MiB):
@@ -197,18 +249,18 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 			continue
 		}
 		if err == errTooLarge {
-			err = queen.ErrPayloadTooLarge.With("an item of shard %d does not fit the NATS server's max_payload (%d bytes); raise max_payload to 16 MiB or more",
-				n, r.nc.MaxPayload())
+			err = queen.ErrPayloadTooLarge.With("an item for %s does not fit the NATS server's max_payload (%d bytes); raise max_payload to 16 MiB or more",
+				h.name(), r.nc.MaxPayload())
 		}
 		if err == errNoResponders {
 			if r.local != nil {
-				// No broker serves the shard (its owner released it, stopped
-				// or died): serve the rest of its items here, in order.
+				// No broker answers the subject (the owner stopped or died,
+				// or released the shard): serve the rest here, in order.
 				r.stats.fallback.Add(1)
 				waitGroups(ctx, enqueueByPartition(r.local, items, idx[start:]), results)
 				return
 			}
-			err = queen.ErrUnavailable.With("no broker serves shard %d; retry with the same transaction ids", n)
+			err = queen.ErrUnavailable.With("no broker answers for %s; retry with the same transaction ids", h.name())
 		}
 		var again []int
 		for j := range chunk {
@@ -223,8 +275,9 @@ func (r *Router) pushShard(ctx context.Context, n int, items []*queen.Item, idx 
 			}
 		}
 		if len(again) > 0 {
-			// The owner is shutting down and stored none of these: serve
-			// them here, before the shard's next chunk.
+			// The owner is shutting down, or no longer serves their
+			// shards, and stored none of these: serve them here, before
+			// the next chunk.
 			r.stats.fallback.Add(1)
 			waitGroups(ctx, enqueueByPartition(r.local, items, again), results)
 		}
@@ -243,14 +296,14 @@ func hopMsg(ctx context.Context, subject string, body []byte) *nats.Msg {
 	return m
 }
 
-// natsDown is the error of a hop to shard n not sent because nc is not
-// connected to any NATS server.
-func natsDown(nc *nats.Conn, n int) *queen.Error {
-	return queen.ErrNATSUnavailable.With("shard %d is served by another broker and this broker's NATS connection is %s (no NATS server reachable): nothing was sent or written; retry with the same transaction ids",
-		n, strings.ToLower(nc.Status().String()))
+// natsDown is the error of a hop to name (a broker or a shard) not sent
+// because nc is not connected to any NATS server.
+func natsDown(nc *nats.Conn, name string) *queen.Error {
+	return queen.ErrNATSUnavailable.With("these items are served by another broker (%s) and this broker's NATS connection is %s (no NATS server reachable): nothing was sent or written; retry with the same transaction ids",
+		name, strings.ToLower(nc.Status().String()))
 }
 
-// errNoResponders: no broker subscribes to the shard's subject. No broker
+// errNoResponders: no broker subscribes to the hop's subject. No broker
 // received the items, so they may be served elsewhere.
 var errNoResponders = errors.New("shards: no responders")
 
@@ -258,27 +311,27 @@ var errNoResponders = errors.New("shards: no responders")
 // nothing was sent.
 var errTooLarge = errors.New("shards: above max_payload")
 
-// request sends one chunk to shard n's owner and waits for its verdicts, at
+// request sends one chunk to h's subject and waits for its verdicts, at
 // most until the hop's deadline (ctx's, or HopTimeout's when earlier), which
 // travels with it (wire.HeaderDeadline). While the connection is down it
 // sends nothing and answers queen.ErrNATSUnavailable: nats.go would keep the
 // request in its reconnect buffer and deliver it when a server returns,
 // long after the caller gave up.
-func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]queen.Result, error) {
+func (r *Router) request(ctx context.Context, h *hop, chunk []*queen.Item) ([]queen.Result, error) {
 	body := encodeItems(make([]byte, 0, 256*len(chunk)), chunk)
 	if int64(len(body)) > r.nc.MaxPayload() {
 		return nil, errTooLarge
 	}
 	if !r.nc.IsConnected() {
 		r.stats.unreachable.Add(1)
-		return nil, natsDown(r.nc, n)
+		return nil, natsDown(r.nc, h.name())
 	}
 	if r.hopTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.hopTimeout)
 		defer cancel()
 	}
-	req := hopMsg(ctx, wire.ShardPushSubject(n), body)
+	req := hopMsg(ctx, wire.ShardPushSubject(h.shard), body)
 	if sub := chunk[0].ProducerSub; sub != "" {
 		req.Header.Set(wire.HeaderProducerSub, sub)
 	}
@@ -297,27 +350,27 @@ func (r *Router) request(ctx context.Context, n int, chunk []*queen.Item) ([]que
 		return nil, errTooLarge
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrReconnectBufExceeded):
 		r.stats.unreachable.Add(1)
-		return nil, natsDown(r.nc, n)
+		return nil, natsDown(r.nc, h.name())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.Canceled):
-		return nil, queen.ErrTimeout.With("shard %d did not answer in time; the outcome is unknown, retry with the same transaction ids", n)
+		return nil, queen.ErrTimeout.With("%s did not answer in time; the outcome is unknown, retry with the same transaction ids", h.name())
 	default:
-		return nil, queen.ErrUnavailable.With("shard %d request failed: %v", n, err)
+		return nil, queen.ErrUnavailable.With("the request to %s failed: %v", h.name(), err)
 	}
 	if code := msg.Header.Get(ErrorCodeHeader); code != "" {
 		// Refused whole (SPEC.md §10): the items are not written.
 		e := &queen.Error{}
 		if json.Unmarshal(msg.Data, e) != nil || e.Code == "" {
-			return nil, queen.ErrInternal.With("shard %d answered status %s: %s", n, code, msg.Data)
+			return nil, queen.ErrInternal.With("%s answered status %s: %s", h.name(), code, msg.Data)
 		}
 		e.Status, _ = strconv.Atoi(code)
 		return nil, e
 	}
 	rs, err := decodeResults(msg.Data)
 	if err != nil {
-		return nil, queen.ErrInternal.With("shard %d: %v", n, err)
+		return nil, queen.ErrInternal.With("%s: %v", h.name(), err)
 	}
 	if len(rs) != len(chunk) {
-		return nil, queen.ErrInternal.With("shard %d answered %d verdicts for %d items", n, len(rs), len(chunk))
+		return nil, queen.ErrInternal.With("%s answered %d verdicts for %d items", h.name(), len(rs), len(chunk))
 	}
 	return rs, nil
 }

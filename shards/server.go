@@ -294,7 +294,12 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // partition's group at once (so pushes keep their arrival order per
 // partition) and waits for the verdicts on another goroutine. A client's
 // push (Content-Type: application/json) goes to the direct handler instead.
-// A request that arrives after the deadline its sender set
+// A hop from another broker's router carries the items of every shard of
+// a push that the router believes this broker owns, on the subject of one
+// of them: the items of the shards this Server serves are enqueued, the
+// others (their lease moved since the router's view) are answered failed
+// with queen.ErrShuttingDown, nothing written, and the router serves them
+// itself. A request that arrives after the deadline its sender set
 // (wire.HeaderDeadline) is not executed: nothing reaches a partition, and
 // it is answered queen.ErrTimeout (its sender, if still listening, retries
 // with the same transaction ids).
@@ -363,14 +368,27 @@ func (s *Server) handlePush(m *nats.Msg) {
 		m.Respond(encodeResults(nil, failed)) //nolint:errcheck
 		return
 	}
+	// The items of the shards served, the others.
+	here, elsewhere := make([]int, 0, len(items)), []int(nil)
+	for i, it := range items {
+		if _, ok := s.subs[queen.ShardOf(it.Queue, it.Partition, s.cfg.Count)]; ok {
+			here = append(here, i)
+		} else {
+			elsewhere = append(elsewhere, i)
+		}
+	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	groups := enqueueByPartition(s.cfg.Pusher, items, nil)
+	groups := enqueueByPartition(s.cfg.Pusher, items, here)
 	go func() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 		defer cancel()
 		results := make([]queen.Result, len(items))
+		for _, i := range elsewhere {
+			results[i] = queen.FailedResult(uuid.Nil, queen.ErrShuttingDown.With("shard %d is not served by this broker (its lease moved): nothing written; the sending broker serves it",
+				queen.ShardOf(items[i].Queue, items[i].Partition, s.cfg.Count)))
+		}
 		waitGroups(ctx, groups, results)
 		if err := m.Respond(encodeResults(make([]byte, 0, 48*len(results)), results)); err != nil {
 			s.cfg.Logger.Warn("shard push reply not sent", "err", err)

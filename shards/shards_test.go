@@ -228,10 +228,14 @@ func connectNATS(t *testing.T, maxPayload int32) *nats.Conn {
 	return nc
 }
 
-// owners is a fixed Owners: every shard remote or none.
-type owners bool
+// owners is a fixed Owners: every shard owned by the broker it names, or
+// none ("": served here).
+type owners string
 
-func (o owners) Remote(int) bool { return bool(o) }
+func (o owners) RemoteOwner(int) string { return string(o) }
+
+// testOwner is the other broker's id in tests with owners.
+const testOwner = "owner"
 
 // TestClusterRouterServesHereWhenNoOwnerAnswers: shards this broker owns (or
 // nobody does) go straight to the local pusher; a shard routed to an owner
@@ -259,15 +263,15 @@ func TestClusterRouterServesHereWhenNoOwnerAnswers(t *testing.T) {
 	}
 
 	rec := &recorder{got: map[string][]string{}}
-	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(false), Local: rec})
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(""), Local: rec})
 	check(r, rec, r.Push(context.Background(), items))
 	require.Equal(t, RouterStats{Local: r.Stats().Local}, r.Stats())
 	require.NotZero(t, r.Stats().Local)
 
 	rec = &recorder{got: map[string][]string{}}
-	r = newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(true), Local: rec})
+	r = newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(testOwner), Local: rec})
 	check(r, rec, r.Push(context.Background(), items))
-	require.Equal(t, r.Stats().Remote, r.Stats().Fallback, "no responder on any shard: all served here")
+	require.Equal(t, RouterStats{Remote: r.Stats().Remote, Hops: 1, Fallback: 1}, r.Stats(), "every shard's items in one hop, no responder: all served here")
 
 	// An owner shutting down answers every item shutting_down.
 	sub, err := nc.QueueSubscribe(SubjectPrefix+".*.push", queueGroup, func(m *nats.Msg) {
@@ -285,9 +289,89 @@ func TestClusterRouterServesHereWhenNoOwnerAnswers(t *testing.T) {
 	defer sub.Unsubscribe() //nolint:errcheck
 	require.NoError(t, nc.Flush())
 	rec = &recorder{got: map[string][]string{}}
-	r = newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(true), Local: rec})
+	r = newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(testOwner), Local: rec})
 	check(r, rec, r.Push(context.Background(), items))
 	require.NotZero(t, r.Stats().Fallback)
+}
+
+// ownerOf is an Owners given as a function of the shard.
+type ownerOf func(n int) string
+
+func (o ownerOf) RemoteOwner(n int) string { return o(n) }
+
+// TestClusterRouterSendsOneHopPerOwner: a push spanning every shard of a
+// three-broker cluster makes one hop to each other broker (carrying the
+// items of all the shards it owns), not one per shard; each owner stores
+// the items of its shards in request order; and the items of a shard the
+// sender believes owned but its owner does not serve (its lease moved) are
+// answered shutting_down by the owner, nothing written there, and served
+// by the sender.
+func TestClusterRouterSendsOneHopPerOwner(t *testing.T) {
+	nc := connectNATS(t, 0)
+	const count = 16
+	recs := map[string]*recorder{}
+	for _, id := range []string{"a", "b"} {
+		recs[id] = &recorder{got: map[string][]string{}}
+		s := newServer(t, ServerConfig{Conn: nc, Pusher: recs[id], Count: count})
+		for n := range count {
+			// a serves the even shards, b the odd ones but shard 3.
+			if (id == "a") == (n%2 == 0) && n != 3 {
+				require.NoError(t, s.Serve(n))
+			}
+		}
+		defer s.Stop(context.Background()) //nolint:errcheck
+	}
+	require.NoError(t, nc.Flush())
+	// The sender's view: shards 0-11 alternate between a and b, 12-15 are its own.
+	owner := func(n int) string {
+		switch {
+		case n >= 12:
+			return ""
+		case n%2 == 0:
+			return "a"
+		default:
+			return "b"
+		}
+	}
+	local := &recorder{got: map[string][]string{}}
+	r := newRouter(t, RouterConfig{Conn: nc, Count: count, Owners: ownerOf(owner), Local: local})
+	var items []*queen.Item
+	shardsSeen := map[int]bool{}
+	for i := range 400 {
+		it := &queen.Item{Queue: "q", Partition: fmt.Sprintf("p%d", i%100), TransactionID: fmt.Sprintf("t%03d", i), Payload: []byte(`{}`)}
+		shardsSeen[queen.ShardOf(it.Queue, it.Partition, count)] = true
+		items = append(items, it)
+	}
+	require.Len(t, shardsSeen, count, "the push spans every shard")
+	res := r.Push(context.Background(), items)
+	for i, x := range res {
+		require.Equal(t, queen.Queued, x.Verdict, "item %d: %+v", i, x.Err)
+		require.Equal(t, int64(i/100), x.Offset, "item %d answered out of order", i)
+	}
+	st := r.Stats()
+	require.Equal(t, uint64(2), st.Hops, "one hop to a, one to b: %+v", st)
+	require.Equal(t, uint64(12), st.Remote, "12 shard groups owned elsewhere: %+v", st)
+	require.Equal(t, uint64(4), st.Local, "%+v", st)
+	require.Equal(t, uint64(1), st.Fallback, "b's hop held shard 3's items, which b does not serve: %+v", st)
+	for p := range 100 {
+		key := fmt.Sprintf("q/p%d", p)
+		n := queen.ShardOf("q", fmt.Sprintf("p%d", p), count)
+		where := owner(n)
+		if where == "" || n == 3 {
+			where = "here"
+		}
+		for id, rec := range map[string]*recorder{"a": recs["a"], "b": recs["b"], "here": local} {
+			got := rec.got[key]
+			if id != where {
+				require.Empty(t, got, "partition p%d (shard %d) stored on %s, want %s", p, n, id, where)
+				continue
+			}
+			require.Len(t, got, 4, "partition p%d (shard %d) on %s", p, n, id)
+			for j, txn := range got {
+				require.Equal(t, fmt.Sprintf("t%03d", j*100+p), txn)
+			}
+		}
+	}
 }
 
 // TestClusterRouterBoundsAHopToADeadOwner: an owner that received a hop and
@@ -300,7 +384,7 @@ func TestClusterRouterBoundsAHopToADeadOwner(t *testing.T) {
 	defer sub.Unsubscribe() //nolint:errcheck
 	require.NoError(t, nc.Flush())
 	rec := &recorder{got: map[string][]string{}}
-	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(true), Local: rec, HopTimeout: 100 * time.Millisecond})
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: owners(testOwner), Local: rec, HopTimeout: 100 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res := r.Push(ctx, []*queen.Item{{Queue: "q", Partition: "p", TransactionID: "t", Payload: []byte(`{}`)}})
@@ -322,7 +406,7 @@ func TestRouterServesItemsAboveMaxPayloadHere(t *testing.T) {
 	require.NoError(t, s.ServeAll())
 	defer s.Stop(context.Background()) //nolint:errcheck
 	local := &recorder{got: map[string][]string{}}
-	r := newRouter(t, RouterConfig{Conn: nc, Count: 1, Owners: owners(true), Local: local})
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 1, Owners: owners(testOwner), Local: local})
 
 	small, big := []byte(`{}`), []byte(`"`+strings.Repeat("x", 100<<10)+`"`)
 	items := []*queen.Item{

@@ -20,10 +20,11 @@ func registerClusterMetrics(m *metrics.Set, members *shards.Membership, r *shard
 			func() float64 { return float64(len(members.Held())) }),
 		route("queen_shard_routes_local_total", "Shard groups of pushes served by this broker's actors (it owns the shard, or nobody does).", func(s shards.RouterStats) uint64 { return s.Local }),
 		route("queen_shard_routes_remote_total", "Shard groups of pushes sent to the owning broker over NATS.", func(s shards.RouterStats) uint64 { return s.Remote }),
+		route("queen_shard_hops_total", "Requests sent to other brokers over NATS: one per push, owner and chunk, carrying the items of every shard of the push that broker owns.", func(s shards.RouterStats) uint64 { return s.Hops }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_shard_pending_dropped_total", Help: "Shard push messages dropped because a shard subscription's pending bound was full (slow consumer); their routers answered the items failed with code timeout."},
 			func() float64 { return float64(srv.Dropped()) }),
-		route("queen_shard_routes_fallback_total", "Shard groups sent to an owner that did not serve them (no responder, shutting down) and served here.", func(s shards.RouterStats) uint64 { return s.Fallback }),
-		route("queen_shard_routes_unreachable_total", "Shard hops (chunks) not sent because this broker's NATS connection was down; their items were answered failed with code nats_unavailable.", func(s shards.RouterStats) uint64 { return s.Unreachable }),
+		route("queen_shard_routes_fallback_total", "Hops whose items were served here after all: no broker answered (it stopped or died), or it answered shutting_down (stopping, or no longer serving the items' shards; nothing written there).", func(s shards.RouterStats) uint64 { return s.Fallback }),
+		route("queen_shard_routes_unreachable_total", "Hops (chunks) not sent because this broker's NATS connection was down; their items were answered failed with code nats_unavailable.", func(s shards.RouterStats) uint64 { return s.Unreachable }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_shard_expired_total", Help: "Shard push requests not executed because they arrived after their sender's deadline (kept in a NATS reconnect buffer through an outage); answered timeout."},
 			func() float64 { return float64(srv.Expired()) }),
 	)

@@ -364,8 +364,8 @@ func TestClusterDualOwnershipExactVerdicts(t *testing.T) {
 	eventually(t, 20*time.Second, 10*time.Millisecond, "a claims b's shards", func() (bool, string) {
 		return slices.Contains(a.b.members.Held(), shard), fmt.Sprintf("a holds %v", a.b.members.Held())
 	})
-	if a.b.members.Remote(shard) || b.b.members.Remote(shard) {
-		t.Fatalf("shard %d: a routes it remote %v, b routes it remote %v; want both to serve it", shard, a.b.members.Remote(shard), b.b.members.Remote(shard))
+	if a.b.members.RemoteOwner(shard) != "" || b.b.members.RemoteOwner(shard) != "" {
+		t.Fatalf("shard %d: a routes it to %q, b routes it to %q; want both to serve it", shard, a.b.members.RemoteOwner(shard), b.b.members.RemoteOwner(shard))
 	}
 	if !slices.Contains(b.b.members.Held(), shard) {
 		t.Fatalf("b no longer believes it holds shard %d", shard)

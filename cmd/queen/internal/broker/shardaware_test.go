@@ -46,8 +46,8 @@ func spread(queue, prefix string, parts, n int) []client.PushItem {
 // commit that did not finish in time on a busy machine) are sent again
 // with the same transaction ids, as a client does, until they get a
 // verdict; a retried item that was stored after all is duplicate with the
-// original's id.
-func pushExact(t *testing.T, c *client.Client, items []client.PushItem, want queen.Verdict, ids map[string]string) {
+// original's id. It returns the number of pushes it sent.
+func pushExact(t *testing.T, c *client.Client, items []client.PushItem, want queen.Verdict, ids map[string]string) (pushes int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -61,6 +61,7 @@ func pushExact(t *testing.T, c *client.Client, items []client.PushItem, want que
 			send[j] = items[i]
 		}
 		rs, err := c.Push(ctx, send)
+		pushes++
 		if len(rs) != len(send) {
 			t.Fatalf("push of %d items (attempt %d): %d replies, %v", len(send), attempt, len(rs), err)
 		}
@@ -89,6 +90,40 @@ func pushExact(t *testing.T, c *client.Client, items []client.PushItem, want que
 			t.Logf("%d of %d items failed (retryable); sending them again", len(again), len(idx))
 		}
 		idx = again
+	}
+	return pushes
+}
+
+// TestClusterPlainPushHopsOncePerOwner: in a 3-broker cluster a plain
+// client's push (queen.v1.push, entering any broker) spanning most shards
+// makes at most one hop to each other broker, carrying every shard that
+// broker owns (queen_shard_hops_total grows by at most 2 a push, summed
+// over the brokers, while queen_shard_routes_remote_total counts the shard
+// groups they carried, many per hop); repeats are duplicate with the
+// original ids.
+func TestClusterPlainPushHopsOncePerOwner(t *testing.T) {
+	t.Parallel()
+	envs := startCluster(t, 3, 2*time.Second)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "three brokers share the shards", func() (bool, string) { return settled(t, envs, 3) })
+	sum := func(name string) (n float64) {
+		for _, e := range envs {
+			n += e.metricValue(t, name)
+		}
+		return n
+	}
+	hops0, groups0 := sum("queen_shard_hops_total"), sum("queen_shard_routes_remote_total")
+	c := client.NewNATS(envs[0].nc)
+	ids := map[string]string{}
+	bundle := spread("plainhops", "t", 96, 192) // 96 partitions: most of the 64 shards
+	pushes := pushExact(t, c, bundle, queen.Queued, ids)
+	pushes += pushExact(t, c, bundle, queen.Duplicate, ids)
+	hops, groups := sum("queen_shard_hops_total")-hops0, sum("queen_shard_routes_remote_total")-groups0
+	t.Logf("%d pushes: %v hops carrying %v shard groups", pushes, hops, groups)
+	if hops > float64(2*pushes) {
+		t.Fatalf("%d pushes made %v hops: want at most one per other broker and push", pushes, hops)
+	}
+	if groups < 3*hops {
+		t.Fatalf("%v hops carried %v shard groups: want many shards a hop", hops, groups)
 	}
 }
 
