@@ -126,6 +126,15 @@ func TestHashAtReadsEachConsumerOnce(t *testing.T) {
 	require.Contains(t, text, fmt.Sprintf("rows=%d loops=1", parts*per), "a row per offset\n%s", text)
 	require.Less(t, buffers, parts*per*6, text)
 	t.Logf("%d buffers for %d offsets:\n%s", buffers, parts*per, text)
+	requireHashesAt(t, conn, exec, parts*per, 0xcd)
+	execAll(t, conn, `ROLLBACK`)
+}
+
+// requireHashesAt runs the prepared hash_at with arguments exec and
+// requires n rows, each hash 16 bytes of b (as fillMany and the tests
+// store them).
+func requireHashesAt(t *testing.T, conn *pgx.Conn, exec string, n int, b byte) {
+	t.Helper()
 	rows, err := conn.Query(context.Background(), `EXECUTE hash_at(`+exec+`)`)
 	require.NoError(t, err)
 	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]byte, error) {
@@ -134,11 +143,10 @@ func TestHashAtReadsEachConsumerOnce(t *testing.T) {
 		return h, r.Scan(&i, &h)
 	})
 	require.NoError(t, err)
-	require.Len(t, got, parts*per)
+	require.Len(t, got, n)
 	for _, h := range got {
-		require.Equal(t, strings.Repeat("\xcd", 16), string(h))
+		require.Equal(t, strings.Repeat(string([]byte{b}), 16), string(h))
 	}
-	execAll(t, conn, `ROLLBACK`)
 }
 
 // execAll runs each statement on conn, in order, and fails the test at the
@@ -303,18 +311,7 @@ func TestConsumerReadsSkipRangesAhead(t *testing.T) {
 	}
 	// The answers: every offset's hash, each partition's segments above
 	// the cursor (10..19), and the cursors' times.
-	rows, err := conn.Query(ctx, `EXECUTE hash_at(`+cases[0].exec+`)`)
-	require.NoError(t, err)
-	hashes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]byte, error) {
-		var i int64
-		var h []byte
-		return h, r.Scan(&i, &h)
-	})
-	require.NoError(t, err)
-	require.Len(t, hashes, 16)
-	for _, h := range hashes {
-		require.Equal(t, strings.Repeat("\xef", 16), string(h))
-	}
+	requireHashesAt(t, conn, cases[0].exec, 16, 0xef)
 	// update_many ran under EXPLAIN ANALYZE: the cursors are at 15, at
 	// their segment's time, found in the range of now.
 	var moved int
@@ -322,7 +319,7 @@ func TestConsumerReadsSkipRangesAhead(t *testing.T) {
 		JOIN queen.segments s ON s.partition_num = p.num AND s.first_offset = 14
 		WHERE c."cursor" = 15 AND c.cursor_at_of = 15 AND c.cursor_at = s.created_at`).Scan(&moved))
 	require.Equal(t, 4, moved)
-	rows, err = conn.Query(ctx, `EXECUTE segments_many(`+arr+`, 'g', 100)`)
+	rows, err := conn.Query(ctx, `EXECUTE segments_many(`+arr+`, 'g', 100)`)
 	require.NoError(t, err)
 	firsts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
 		var i, first, last int64
