@@ -110,13 +110,13 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 
 // RouterStats counts the shard groups a Router handled: served here because
 // this broker owns the shard or no one does (Local), and sent to the owner
-// (Remote); the hops that carried the Remote groups (Hops: one request per
-// push, owner and chunk, however many of the owner's shards it carries); the
-// hops whose items were served here after all because no broker answered
-// the subject or the owner did not serve them (Fallback, also counted in
-// Hops); and the hops not sent because the NATS connection was down, their
-// items answered failed with queen.ErrNATSUnavailable (Unreachable, also
-// counted in Hops).
+// (Remote); the requests sent to other brokers (Hops: one per push, owner
+// and chunk, however many of the owner's shards it carries); the chunks
+// whose items were served here after all because no broker answered the
+// subject, the owner did not serve them or an item was above the NATS
+// server's max_payload (Fallback); and the chunks not sent because the NATS
+// connection was down, their items answered failed with
+// queen.ErrNATSUnavailable (Unreachable).
 type RouterStats struct {
 	Local, Remote, Hops, Fallback, Unreachable uint64
 }
@@ -162,24 +162,28 @@ func (r *Router) Push(ctx context.Context, items []*queen.Item) []queen.Result {
 	var here []int // indexes of the items served by this broker
 	var hops []*hop
 	byDest := map[string]*hop{}
-	seen := map[int]bool{}
+	// Each shard's owner, read once per push: the view may change while
+	// the push is split (a lease running out), and one partition's items
+	// must all go one way, or its order breaks.
+	owners := map[int]string{}
 	localGroups, remoteGroups := 0, 0
 	for i, it := range items {
 		n := queen.ShardOf(it.Queue, it.Partition, r.count)
-		var owner string
-		if r.owners != nil {
-			owner = r.owners.RemoteOwner(n)
+		owner, seen := owners[n]
+		if !seen {
+			if r.owners != nil {
+				owner = r.owners.RemoteOwner(n)
+			}
+			owners[n] = owner
 		}
 		if r.local != nil && owner == "" {
-			if !seen[n] {
-				seen[n] = true
+			if !seen {
 				localGroups++
 			}
 			here = append(here, i)
 			continue
 		}
-		if !seen[n] {
-			seen[n] = true
+		if !seen {
 			remoteGroups++
 		}
 		key := owner
@@ -236,7 +240,6 @@ func (r *Router) pushHop(ctx context.Context, h *hop, items []*queen.Item, resul
 		for j := range chunk {
 			chunk[j] = items[idx[start+j]]
 		}
-		r.stats.hops.Add(1)
 		rs, err := r.request(ctx, h, chunk)
 		if err == errTooLarge && r.local != nil {
 			// One item above the NATS server's max_payload (an external
@@ -262,10 +265,20 @@ func (r *Router) pushHop(ctx context.Context, h *hop, items []*queen.Item, resul
 			}
 			err = queen.ErrUnavailable.With("no broker answers for %s; retry with the same transaction ids", h.name())
 		}
+		if err != nil {
+			// This chunk's outcome may be unknown (a timeout: the owner
+			// may still commit it). Nothing after it is sent or served
+			// here, so no later item of its partitions can overtake it:
+			// the rest of the hop fails with the same retryable error.
+			for _, i := range idx[start:] {
+				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(errOr(err)))
+			}
+			return
+		}
 		var again []int
 		for j := range chunk {
 			i := idx[start+j]
-			if err != nil || j >= len(rs) {
+			if j >= len(rs) {
 				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(errOr(err)))
 				continue
 			}
@@ -332,6 +345,7 @@ func (r *Router) request(ctx context.Context, h *hop, chunk []*queen.Item) ([]qu
 		defer cancel()
 	}
 	req := hopMsg(ctx, wire.ShardPushSubject(h.shard), body)
+	r.stats.hops.Add(1)
 	if sub := chunk[0].ProducerSub; sub != "" {
 		req.Header.Set(wire.HeaderProducerSub, sub)
 	}

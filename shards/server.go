@@ -174,7 +174,7 @@ func (s *Server) Serve(n int) error {
 	if _, ok := s.subs[n]; ok {
 		return nil
 	}
-	sub, err := s.cfg.Conn.QueueSubscribe(wire.ShardPushSubject(n), queueGroup, s.handlePush)
+	sub, err := s.cfg.Conn.QueueSubscribe(wire.ShardPushSubject(n), queueGroup, func(m *nats.Msg) { s.handlePush(m, n) })
 	if err != nil {
 		return err
 	}
@@ -257,8 +257,10 @@ func (s *Server) Serving() []int {
 
 // Stop unsubscribes from every shard and waits, bounded by ctx (ctx.Err()),
 // first until every subscription has drained — the messages already received
-// are handled as usual, including those of shards unserved before (a hop's
-// request is never left unanswered when the connection closes next) —, then
+// are answered, including those of shards unserved before (a hop's request
+// is never left unanswered when the connection closes next): the items of
+// each message's own shard are served as usual, those of a hop's other
+// shards answered shutting_down, which their router serves itself —, then
 // until the pushes in flight are answered. Calling it again waits again; it
 // never fails otherwise.
 func (s *Server) Stop(ctx context.Context) error {
@@ -290,20 +292,21 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-// handlePush runs on the subscription's goroutine: it enqueues every
+// handlePush runs on shard n's subscription goroutine: it enqueues every
 // partition's group at once (so pushes keep their arrival order per
 // partition) and waits for the verdicts on another goroutine. A client's
 // push (Content-Type: application/json) goes to the direct handler instead.
 // A hop from another broker's router carries the items of every shard of
 // a push that the router believes this broker owns, on the subject of one
-// of them: the items of the shards this Server serves are enqueued, the
-// others (their lease moved since the router's view) are answered failed
-// with queen.ErrShuttingDown, nothing written, and the router serves them
-// itself. A request that arrives after the deadline its sender set
+// of them (n): the items of shard n and of the other shards this Server
+// serves are enqueued (shard n's also while its subscription drains, as
+// before hops carried several shards), the others (their lease moved since
+// the router's view) are answered failed with queen.ErrShuttingDown,
+// nothing written, and the router serves them itself. A request that arrives after the deadline its sender set
 // (wire.HeaderDeadline) is not executed: nothing reaches a partition, and
 // it is answered queen.ErrTimeout (its sender, if still listening, retries
 // with the same transaction ids).
-func (s *Server) handlePush(m *nats.Msg) {
+func (s *Server) handlePush(m *nats.Msg, n int) {
 	if late, e := pastDeadline(m, time.Now()); e != nil {
 		respondError(m, e)
 		return
@@ -371,7 +374,9 @@ func (s *Server) handlePush(m *nats.Msg) {
 	// The items of the shards served, the others.
 	here, elsewhere := make([]int, 0, len(items)), []int(nil)
 	for i, it := range items {
-		if _, ok := s.subs[queen.ShardOf(it.Queue, it.Partition, s.cfg.Count)]; ok {
+		if k := queen.ShardOf(it.Queue, it.Partition, s.cfg.Count); k == n {
+			here = append(here, i)
+		} else if _, ok := s.subs[k]; ok {
 			here = append(here, i)
 		} else {
 			elsewhere = append(elsewhere, i)

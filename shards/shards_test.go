@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,6 +373,75 @@ func TestClusterRouterSendsOneHopPerOwner(t *testing.T) {
 			}
 		}
 	}
+}
+
+// flipOwner is an Owners whose answer changes after its first call for each
+// shard (a lease running out while a push is split): owner, then "".
+type flipOwner struct {
+	mu     sync.Mutex
+	owner  string
+	called map[int]bool
+}
+
+func (f *flipOwner) RemoteOwner(n int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.called[n] {
+		return ""
+	}
+	f.called[n] = true
+	return f.owner
+}
+
+// TestClusterRouterReadsEachShardsOwnerOncePerPush: a view of ownership
+// that changes while a push is split (a lease running out) sends all of a
+// partition's items one way, so their order holds: here they all go to
+// the owner the first answer named.
+func TestClusterRouterReadsEachShardsOwnerOncePerPush(t *testing.T) {
+	nc := connectNATS(t, 0)
+	remote := &recorder{got: map[string][]string{}}
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: remote, Count: 4})
+	require.NoError(t, s.ServeAll())
+	defer s.Stop(context.Background()) //nolint:errcheck
+	local := &recorder{got: map[string][]string{}}
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: &flipOwner{owner: testOwner, called: map[int]bool{}}, Local: local})
+	var items []*queen.Item
+	for i := range 20 {
+		items = append(items, &queen.Item{Queue: "q", Partition: "p", TransactionID: fmt.Sprintf("t%02d", i), Payload: []byte(`{}`)})
+	}
+	for i, x := range r.Push(context.Background(), items) {
+		require.Equal(t, queen.Queued, x.Verdict, "item %d: %+v", i, x.Err)
+		require.Equal(t, int64(i), x.Offset, "item %d", i)
+	}
+	require.Empty(t, local.got, "no item of the partition was served here")
+	require.Len(t, remote.got["q/p"], 20)
+}
+
+// TestClusterRouterSendsNothingAfterAnUnknownOutcome: once a chunk of a
+// hop is not answered in time (the owner may still commit it), the hop's
+// later chunks are neither sent nor served here, where they could
+// overtake it: every item is answered failed with timeout, one chunk sent.
+func TestClusterRouterSendsNothingAfterAnUnknownOutcome(t *testing.T) {
+	nc := connectNATS(t, 64<<10)
+	var got atomic.Int64
+	sub, err := nc.QueueSubscribe(SubjectPrefix+".*.push", queueGroup, func(*nats.Msg) { got.Add(1) }) // never answers
+	require.NoError(t, err)
+	defer sub.Unsubscribe() //nolint:errcheck
+	require.NoError(t, nc.Flush())
+	local := &recorder{got: map[string][]string{}}
+	r := newRouter(t, RouterConfig{Conn: nc, Count: 1, Owners: owners(testOwner), Local: local, HopTimeout: 100 * time.Millisecond})
+	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	var items []*queen.Item
+	for i := range 200 { // about 200 KiB: several chunks below 64 KiB
+		items = append(items, &queen.Item{Queue: "q", Partition: fmt.Sprintf("p%d", i%3), TransactionID: fmt.Sprintf("t%03d", i), Payload: payload})
+	}
+	for i, x := range r.Push(context.Background(), items) {
+		require.Equal(t, queen.Failed, x.Verdict, "item %d", i)
+		require.ErrorIs(t, x.Err, queen.ErrTimeout, "item %d", i)
+	}
+	require.Empty(t, local.got, "nothing served here behind a chunk whose outcome is unknown")
+	require.Equal(t, uint64(1), r.Stats().Hops, "one chunk sent")
+	require.Eventually(t, func() bool { return got.Load() == 1 }, 10*time.Second, time.Millisecond)
 }
 
 // TestClusterRouterBoundsAHopToADeadOwner: an owner that received a hop and
