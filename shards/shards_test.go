@@ -375,6 +375,17 @@ func TestClusterRouterSendsOneHopPerOwner(t *testing.T) {
 	}
 }
 
+// servingAll starts a Server on nc serving all count shards into a
+// recorder, stopped at the test's end, and returns the recorder.
+func servingAll(t *testing.T, nc *nats.Conn, count int) *recorder {
+	t.Helper()
+	rec := &recorder{got: map[string][]string{}}
+	s := newServer(t, ServerConfig{Conn: nc, Pusher: rec, Count: count})
+	require.NoError(t, s.ServeAll())
+	t.Cleanup(func() { s.Stop(context.Background()) }) //nolint:errcheck
+	return rec
+}
+
 // flipOwner is an Owners whose answer changes after its first call for each
 // shard (a lease running out while a push is split): owner, then "".
 type flipOwner struct {
@@ -399,10 +410,7 @@ func (f *flipOwner) RemoteOwner(n int) string {
 // the owner the first answer named.
 func TestClusterRouterReadsEachShardsOwnerOncePerPush(t *testing.T) {
 	nc := connectNATS(t, 0)
-	remote := &recorder{got: map[string][]string{}}
-	s := newServer(t, ServerConfig{Conn: nc, Pusher: remote, Count: 4})
-	require.NoError(t, s.ServeAll())
-	defer s.Stop(context.Background()) //nolint:errcheck
+	remote := servingAll(t, nc, 4)
 	local := &recorder{got: map[string][]string{}}
 	r := newRouter(t, RouterConfig{Conn: nc, Count: 4, Owners: &flipOwner{owner: testOwner, called: map[int]bool{}}, Local: local})
 	var items []*queen.Item
