@@ -252,8 +252,15 @@ func (r *Router) pushHop(ctx context.Context, h *hop, items []*queen.Item, resul
 			continue
 		}
 		if err == errTooLarge {
-			err = queen.ErrPayloadTooLarge.With("an item for %s does not fit the NATS server's max_payload (%d bytes); raise max_payload to 16 MiB or more",
+			// Refused before anything was sent (a router without Local):
+			// that item alone fails, the hop goes on.
+			e := queen.ErrPayloadTooLarge.With("an item for %s does not fit the NATS server's max_payload (%d bytes); raise max_payload to 16 MiB or more",
 				h.name(), r.nc.MaxPayload())
+			for _, i := range idx[start:end] {
+				results[i] = queen.FailedResult(uuid.Nil, e)
+			}
+			start = end
+			continue
 		}
 		if err == errNoResponders {
 			if r.local != nil {
@@ -271,18 +278,14 @@ func (r *Router) pushHop(ctx context.Context, h *hop, items []*queen.Item, resul
 			// here, so no later item of its partitions can overtake it:
 			// the rest of the hop fails with the same retryable error.
 			for _, i := range idx[start:] {
-				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(errOr(err)))
+				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(err))
 			}
 			return
 		}
 		var again []int
 		for j := range chunk {
 			i := idx[start+j]
-			if j >= len(rs) {
-				results[i] = queen.FailedResult(uuid.Nil, queen.AsError(errOr(err)))
-				continue
-			}
-			results[i] = rs[j]
+			results[i] = rs[j] // request answers one verdict per item, or an error
 			if r.local != nil && rs[j].Verdict == queen.Failed && rs[j].Err != nil && rs[j].Err.Code == queen.ErrShuttingDown.Code {
 				again = append(again, i)
 			}
