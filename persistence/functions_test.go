@@ -34,10 +34,10 @@ func functionDefs(t *testing.T, conn *pgx.Conn) map[string]string {
 // migration 0016, and why: the files define them anew, the migrations keep
 // the definitions they applied, as history.
 var evolved = map[string]string{
-	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns; 0023: one descent per level-1 table; 0024: packed entries",
-	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash; 0023: ranges share level-1 tables; 0024: packed entries",
+	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns; 0023: one descent per level-1 table; 0024: packed entries; 0027: a closed table's merged index",
+	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash; 0023: ranges share level-1 tables; 0024: packed entries; 0027: a merged table takes no more ranges",
 	"sidecar_refill":        "migration 0017: level 0 rebuilt from the segments' hashes",
-	"sidecar_expire":        "migration 0017: ranges expire by time alone; 0023: a level-1 table goes with its last range",
+	"sidecar_expire":        "migration 0017: ranges expire by time alone; 0023: a level-1 table goes with its last range; 0027: and its merged index",
 	"segment_range_keepers": "migration 0017: a range is kept until the sidecar compacted its time",
 	"segment_storage":       "migration 0017: hashes stored EXTERNAL",
 }
@@ -50,6 +50,7 @@ var added = map[string]string{
 	"hash_entry":            "migration 0024: reads a packed level-1 entry",
 	"hash_entry_pack":       "migration 0024: packs a level-1 entry",
 	"sidecar_floor":         "migration 0023: the queues' largest sidecar floor, read by retention, compaction and expiry",
+	"sidecar_merge":         "migration 0027: a closed level-1 table's merged index, a step at a time",
 }
 
 // TestFunctionsAsMigrated: persistence/functions holds exactly the functions

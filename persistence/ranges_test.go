@@ -471,3 +471,112 @@ func TestSidecarTableStartsOnMoreBits(t *testing.T) {
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(again))
 	require.Equal(t, []int64{8, 0, 400}, []int64{again.Results[0].Offset, again.Results[1].Offset, again.Results[2].Offset})
 }
+
+// mergedTable is a level-1 table's merged index (migration 0027) as listed
+// in queen.hash_merged_alive, with the prints its partition holds.
+type mergedTable struct {
+	Wide     time.Time
+	Bits     int
+	Ranges   int
+	Complete bool
+	Prints   int64
+}
+
+func mergedTables(t testing.TB, s *Store) []mergedTable {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), `
+SELECT a.wide, a.bits, cardinality(a.los), a.complete,
+       (SELECT COALESCE(sum(cardinality(x.prints)), 0)::bigint FROM queen.hash_merged x WHERE x.wide = a.wide)
+  FROM queen.hash_merged_alive a ORDER BY a.wide`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (mergedTable, error) {
+		var m mergedTable
+		return m, r.Scan(&m.Wide, &m.Bits, &m.Ranges, &m.Complete, &m.Prints)
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestSidecarMergedTables (migration 0027, SPEC.md §3, §8: the cold probe
+// independent of the window's length): once a level-1 table is closed (a
+// newer one exists) the upkeep writes its merged index, one row per bucket
+// naming the range that holds each hash, and lookups read it instead of a
+// row per range: repeats of hashes in merged tables are duplicates naming
+// their originals, new ids are queued. The merged index is unlogged: with
+// its listing gone (a crash), lookups read range by range again and the
+// next pass merges again. It goes with its table.
+func TestSidecarMergedTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Minute)
+	low := RetentionConfig{TxnsFloor: time.Second, CompactGrace: time.Nanosecond}
+	// A 600-s window: a level-1 table holds at most 2 one-minute ranges
+	// (a quarter of the window), so the past ranges fill several tables.
+	configure(t, s, "w", `{"dedupWindowSeconds":600}`)
+	for _, ago := range []time.Duration{60 * time.Second, 180 * time.Second, 300 * time.Second, 420 * time.Second} {
+		pastRanges(t, s, ago)
+	}
+	pid := partition(t, s, "w", "p")
+	first := commit(t, s, pid, items("w", "p", "a", "a2"))
+	age(t, s, pid, 120*time.Second)
+	second := commit(t, s, pid, items("w", "p", "b"))
+	age(t, s, pid, 120*time.Second)
+	third := commit(t, s, pid, items("w", "p", "c"))
+	age(t, s, pid, 120*time.Second) // a about 360 s old, b 240 s, c 120 s
+
+	c := step(t, s, low)
+	require.GreaterOrEqual(t, c.Ranges.Compacted, 6)
+	tables := sidecarTables(t, s)
+	require.GreaterOrEqual(t, len(tables), 3, "2 ranges a table: %+v", tables)
+	merged := mergedTables(t, s)
+	require.NotEmpty(t, merged, "the closed tables are merged in the same pass")
+	var prints int64
+	for _, m := range merged {
+		require.True(t, m.Complete, "%+v", m)
+		require.GreaterOrEqual(t, m.Ranges, 2)
+		require.NotEqual(t, tables[len(tables)-1].Wide, m.Wide, "the newest table is not merged")
+		prints += m.Prints
+	}
+	require.Equal(t, int64(3), prints, "a, a2 and b are in closed tables, each once: %+v", merged)
+	require.Equal(t, len(merged), c.Ranges.Merged)
+
+	inWindow := func(txn string) queen.DedupState {
+		t.Helper()
+		insp, err := s.InspectDedup(ctx, "w", "p", queen.HashTxn(txn))
+		require.NoError(t, err)
+		return insp.State
+	}
+	require.Equal(t, queen.InWindow, inWindow("a"))
+
+	// The lookup reads the merged index: its rows emptied while it is still
+	// listed complete, a is not found (this is what a crash must not do;
+	// a crash empties the listing too).
+	_, err := s.pool.Exec(ctx, `TRUNCATE queen.hash_merged`)
+	require.NoError(t, err)
+	require.Equal(t, queen.Unknown, inWindow("a"), "the merged index is what the lookup reads")
+	// A crash: the listing goes with the rows; lookups read range by range.
+	_, err = s.pool.Exec(ctx, `TRUNCATE queen.hash_merged_alive`)
+	require.NoError(t, err)
+	require.Equal(t, queen.InWindow, inWindow("a"))
+	c = step(t, s, low)
+	require.Equal(t, len(merged), c.Ranges.Merged, "merged again")
+	require.Len(t, mergedTables(t, s), len(merged))
+
+	again := commit(t, s, pid, items("w", "p", "c", "b", "a2", "a", "d"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(again))
+	require.Equal(t, third.Results[0].MessageID, again.Results[0].MessageID)
+	require.Equal(t, second.Results[0].MessageID, again.Results[1].MessageID)
+	require.Equal(t, first.Results[1].MessageID, again.Results[2].MessageID)
+	require.Equal(t, first.Results[0].MessageID, again.Results[3].MessageID)
+	require.Equal(t, []int64{3, 2, 1, 0}, []int64{again.Results[0].Offset, again.Results[1].Offset, again.Results[2].Offset, again.Results[3].Offset})
+
+	// No window: every range expires, each table with its last range, and
+	// its merged index with it.
+	configure(t, s, "w", `{"dedupWindowSeconds":0}`)
+	step(t, s, low)
+	require.Empty(t, sidecarTables(t, s))
+	require.Empty(t, mergedTables(t, s))
+	var left int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'queen.hash_merged'::regclass`).Scan(&left))
+	require.Zero(t, left, "no merged index is left")
+}

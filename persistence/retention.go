@@ -169,6 +169,8 @@ func (c *RetentionCounts) add(o RetentionCounts) {
 	c.Ranges.Hashes += o.Ranges.Hashes
 	c.Ranges.Refilled += o.Ranges.Refilled
 	c.Ranges.Printed += o.Ranges.Printed
+	c.Ranges.Merged += o.Ranges.Merged
+	c.Ranges.MergedHashes += o.Ranges.MergedHashes
 	c.SegmentRanges.Created += o.SegmentRanges.Created
 	c.SegmentRanges.Dropped += o.SegmentRanges.Dropped
 	c.SegmentRanges.Deferred += o.SegmentRanges.Deferred
@@ -249,12 +251,14 @@ func retentionPass(ctx context.Context, db rowQuerier, cfg RetentionConfig, time
 		c.Ranges.Hashes += r.Hashes
 		c.Ranges.Refilled += r.Refilled
 		c.Ranges.Printed += r.Printed
+		c.Ranges.Merged += r.Merged
+		c.Ranges.MergedHashes += r.MergedHashes
 		c.Ranges.Deferred += r.Deferred
 		if err != nil {
 			errs = append(errs, fmt.Errorf("retention: sidecar compaction: %w", err))
 		}
-		if r.Compacted+r.Refilled+r.Printed+r.Deferred > 0 {
-			cfg.Logger.Debug("retention sidecar compaction", "compacted", r.Compacted, "hashes", r.Hashes, "refilled", r.Refilled, "printed", r.Printed, "deferred", r.Deferred)
+		if r.Compacted+r.Refilled+r.Printed+r.Merged+r.Deferred > 0 {
+			cfg.Logger.Debug("retention sidecar compaction", "compacted", r.Compacted, "hashes", r.Hashes, "refilled", r.Refilled, "printed", r.Printed, "merged", r.Merged, "merged_hashes", r.MergedHashes, "deferred", r.Deferred)
 		}
 	}
 	// Then the segment ranges whose rows are all past their queue's

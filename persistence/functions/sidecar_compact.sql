@@ -68,7 +68,10 @@ BEGIN
     most := least(16, greatest(1, floor(queen.sidecar_floor() / (4 * extract(epoch FROM hi - lo)))::int));
     SELECT s.wide, s.hi, s.bits, s.ranges INTO tw, thi, tk, tn
       FROM queen.sidecar_tables s ORDER BY s.wide DESC LIMIT 1 FOR UPDATE;
-    IF FOUND AND thi = lo AND tn < most AND k <= tk + 2 THEN
+    -- A merged table (migration 0027) takes no more ranges: its index
+    -- lists the ones it had.
+    IF FOUND AND thi = lo AND tn < most AND k <= tk + 2
+       AND NOT EXISTS (SELECT 1 FROM queen.hash_merged_alive a WHERE a.wide = tw) THEN
         IF to_regclass(format('queen.%I', queen.hash_blocks_name(tw))) IS NOT NULL THEN
             w := tw;
             k := tk;

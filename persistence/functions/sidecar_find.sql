@@ -2,10 +2,13 @@
 -- entries created after `after` and within [since, until], each as the
 -- offset, the first offset of its segment and its created_at, from level 0
 -- (one index descent per range, the DEFAULT partition included) and level 1
--- (one primary-key descent per level-1 table in the span, migration 0023,
--- then the bucket's row of each of the table's listed ranges: a range that
--- expired before its table keeps its rows there until the table goes, below
--- the table's lo, which skips them). Both levels
+-- (per level-1 table in the span, migration 0023: the bucket's row of its
+-- merged index when the table is closed and merged, migration 0027, and
+-- the row of each range it names, usually none; otherwise one primary-key
+-- descent and the bucket's row of each of the table's listed ranges. A
+-- range that expired before its table keeps its rows there, and its place
+-- in the merged index, until the table goes, below the table's lo, which
+-- skips them). Both levels
 -- are self-contained (migration 0017): an entry names its partition (at
 -- level 1 by its number, migration 0024: one primary-key read of
 -- queen.partitions per hash found in a bucket, none otherwise) and
@@ -33,10 +36,36 @@ AS $$
     UNION ALL
     SELECT e.first + e.idx, e.first, e.stamp
       FROM queen.sidecar_tables t
+      LEFT JOIN queen.hash_merged_alive a ON a.wide = t.wide AND a.complete
      CROSS JOIN LATERAL (
+        -- A merged table (migration 0027): its one row of the hash's
+        -- bucket names the ranges whose row may hold the hash (its print,
+        -- the first 8 bytes, matches), usually none; the row of each is
+        -- read once.
+        SELECT k.hashes, k.entries
+          FROM (SELECT DISTINCT a.los[get_byte(x.ranges, j - 1) + 1] AS lo
+                  FROM queen.hash_merged x
+                 CROSS JOIN LATERAL unnest(array_positions(x.prints, ('x' || replace(substr(h::text, 1, 18), '-', ''))::bit(64)::bigint)) AS j
+                 WHERE a.wide IS NOT NULL
+                   AND x.wide = t.wide
+                   AND x.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - a.bits)
+                OFFSET 0) r
+         CROSS JOIN LATERAL (
+            SELECT k.hashes, k.entries
+              FROM queen.hash_blocks k
+             WHERE k.wide = t.wide
+               AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - t.bits)
+               AND k.lo = r.lo
+            OFFSET 0
+         ) k
+         WHERE r.lo >= t.lo AND r.lo <= until
+        UNION ALL
+        -- Otherwise (the open table, or one whose merged index is not
+        -- written or a crash emptied) the bucket's row of each range.
         SELECT k.hashes, k.entries
           FROM queen.hash_blocks k
-         WHERE k.wide = t.wide
+         WHERE a.wide IS NULL
+           AND k.wide = t.wide
            AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - t.bits)
            AND k.lo >= t.lo
            AND k.lo <= until

@@ -1,5 +1,5 @@
 -- The database's size figures for the load test's timeline: the whole
--- database, the hash sidecar (log_txn_hashes, hash_blocks and hash_prints with their indexes
+-- database, the hash sidecar (log_txn_hashes, hash_blocks, hash_merged and hash_prints with their indexes
 -- and TOAST, every partition of a partitioned table included:
 -- pg_partition_tree lists a partitioned table's members and nothing for a
 -- plain table, hence the table itself is added, once), the
@@ -11,6 +11,7 @@ SELECT pg_database_size(current_database()),
         FROM (SELECT relid FROM pg_partition_tree(to_regclass('queen.log_txn_hashes'))
               UNION SELECT to_regclass('queen.log_txn_hashes')
               UNION SELECT relid FROM pg_partition_tree(to_regclass('queen.hash_blocks'))
+              UNION SELECT relid FROM pg_partition_tree(to_regclass('queen.hash_merged'))
               UNION SELECT to_regclass('queen.hash_prints')) t
         WHERE t.relid IS NOT NULL),
        pg_current_wal_lsn()::text,
