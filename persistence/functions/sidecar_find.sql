@@ -4,8 +4,9 @@
 -- (one index descent per range, the DEFAULT partition included) and level 1
 -- (per level-1 table in the span, migration 0023: the bucket's row of its
 -- merged index when the table is closed and merged, migration 0027, and
--- the row of each range it names, usually none; otherwise one primary-key
--- descent and the bucket's row of each of the table's listed ranges. A
+-- the bucket's rows of the table only when a print in it matches, usually
+-- not; otherwise one primary-key descent and the bucket's row of each of
+-- the table's listed ranges. A
 -- range that expired before its table keeps its rows there, and its place
 -- in the merged index, until the table goes, below the table's lo, which
 -- skips them). Both levels
@@ -40,35 +41,24 @@ AS $$
      CROSS JOIN LATERAL (
         -- A merged table (migration 0027): its one row of the hash's
         -- bucket names the ranges whose row may hold the hash (its print,
-        -- the first 8 bytes, matches), usually none; the row of each is
-        -- read once.
-        SELECT k.hashes, k.entries
-          FROM (SELECT DISTINCT a.los[get_byte(x.ranges, j - 1) + 1] AS lo
-                  FROM queen.hash_merged x
-                 CROSS JOIN LATERAL unnest(array_positions(x.prints, ('x' || replace(substr(h::text, 1, 18), '-', ''))::bit(64)::bigint)) AS j
-                 WHERE a.wide IS NOT NULL
-                   AND x.wide = t.wide
-                   AND x.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - a.bits)
-                OFFSET 0) r
-         CROSS JOIN LATERAL (
-            SELECT k.hashes, k.entries
-              FROM queen.hash_blocks k
-             WHERE k.wide = t.wide
-               AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - t.bits)
-               AND k.lo = r.lo
-            OFFSET 0
-         ) k
-         WHERE r.lo >= t.lo AND r.lo <= until
-        UNION ALL
-        -- Otherwise (the open table, or one whose merged index is not
-        -- written or a crash emptied) the bucket's row of each range.
+        -- the first 8 bytes, matches), usually none. NULL: not merged,
+        -- every range is read.
+        SELECT CASE WHEN a.wide IS NOT NULL THEN ARRAY(
+                   SELECT a.los[get_byte(x.ranges, j - 1) + 1]
+                     FROM queen.hash_merged x
+                    CROSS JOIN LATERAL unnest(array_positions(x.prints, ('x' || replace(substr(h::text, 1, 18), '-', ''))::bit(64)::bigint)) AS j
+                    WHERE x.wide = t.wide
+                      AND x.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - a.bits)) END AS los
+     ) r
+     CROSS JOIN LATERAL (
         SELECT k.hashes, k.entries
           FROM queen.hash_blocks k
-         WHERE a.wide IS NULL
+         WHERE (r.los IS NULL OR cardinality(r.los) > 0)
            AND k.wide = t.wide
            AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - t.bits)
            AND k.lo >= t.lo
            AND k.lo <= until
+           AND (r.los IS NULL OR k.lo = ANY (r.los))
         OFFSET 0
      ) k
      CROSS JOIN LATERAL unnest(array_positions(k.hashes, h)) AS i
