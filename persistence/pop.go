@@ -294,15 +294,21 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 }
 
 // commitPop sends the statements extra queues (when not nil) and COMMIT in
-// one round trip.
+// one round trip; an error after the server answered the COMMIT is not
+// the pop's (it committed).
 func commitPop(ctx context.Context, tx querier, extra func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	if extra != nil {
 		extra(b)
 	}
-	b.Queue("COMMIT")
+	// Once the server answered the COMMIT, the lease is taken whatever
+	// follows (a restart's 57P01 that ends the session right after it must
+	// not run the attempt again: the retry would find the span leased and
+	// answer nothing until the lease expired).
+	committed := false
+	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	willCommit(tx)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil && !committed {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			// The server answered an error: the transaction rolled back.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -127,6 +128,8 @@ type session struct {
 	// full: a round trip failed because the database is out of disk space
 	// (storageFull).
 	full bool
+	// afterCommit: Store.afterCommit (a test's fault).
+	afterCommit string
 }
 
 // Conn is the underlying connection.
@@ -172,6 +175,9 @@ func (c *session) CopyFrom(ctx context.Context, table pgx.Identifier, columns []
 
 // SendBatch sends b on the connection; its Close records the outcome.
 func (c *session) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if c.afterCommit != "" && slices.ContainsFunc(b.QueuedQueries, func(q *pgx.QueuedQuery) bool { return q.SQL == "COMMIT" }) {
+		b.Queue(c.afterCommit)
+	}
 	return &sessionTrip{BatchResults: c.pooled.SendBatch(ctx, b), c: c}
 }
 
@@ -224,7 +230,7 @@ func (s *Store) inSession(ctx context.Context, attempt func(*session) error) err
 		if err != nil {
 			return unavailable(err)
 		}
-		c := &session{pooled: conn}
+		c := &session{pooled: conn, afterCommit: s.afterCommit}
 		err = attempt(c)
 		conn.Release()
 		if err != nil && brokenConn(err) {

@@ -206,3 +206,47 @@ func TestTerminatedSessionsUnderLoadAnswerNoUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// A pop and an ack whose session ends right after the server ran their
+// COMMIT (57P01, as a restart can end it between the COMMIT and the next
+// message) took effect once and answer as such: the pop delivers its span
+// under the lease it took, the ack answers acked (not stale, as an attempt
+// run again did), and a failed ack counts one failed delivery (its retry
+// counted two). The fault is a statement sent after each COMMIT that ends
+// its own session.
+func TestSessionEndedAfterCommitCommittedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	s, err := Open(ctx, Config{URL: url, MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	configure(t, s, "q", `{"retryLimit":5}`)
+	pid, err := s.EnsurePartition(ctx, "q", "p")
+	require.NoError(t, err)
+	commit(t, s, pid, items("q", "p", "m1", "m2", "m3"))
+	// Every COMMIT of a session from here on is followed by the end of the
+	// session.
+	s.afterCommit = `SELECT pg_terminate_backend(pg_backend_pid())`
+	before := s.conns.retried.Load()
+
+	res, st := pop(t, s, pid, g, 2)
+	require.Equal(t, queen.PopDelivered, st, "the pop's lease is its own")
+	require.Equal(t, []string{"m1", "m2"}, txns(res))
+	lease := uuid.MustParse(*res.LeaseID)
+
+	at := func(off int64, status queen.AckStatus) queen.AckItem {
+		it := ackAt(pid, g, off)
+		it.Status, it.LeaseID = status, &lease
+		return it
+	}
+	require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, at(0, queen.AckCompleted)))
+	require.Equal(t, []queen.AckOutcome{queen.RetryScheduled}, ack(t, s, at(1, queen.AckFailed)))
+	require.Equal(t, before, s.conns.retried.Load(), "no attempt ran again")
+
+	s.afterCommit = ""
+	res, st = pop(t, s, pid, g, 1)
+	require.Equal(t, queen.PopDelivered, st)
+	require.Equal(t, []string{"m2"}, txns(res))
+	require.Equal(t, 1, res.Messages[0].RetryCount, "one failed delivery counted")
+}
