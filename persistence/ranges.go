@@ -22,7 +22,9 @@ import (
 // migration 0017), in the level-1 table it continues or one of its own,
 // hash_blocks_YYYYMMDD_HHMMSS after the table's first range (migration 0023:
 // up to 16 contiguous ranges a table, listed in queen.sidecar_tables, so a
-// lookup descends once per table), and drops its level-0 table. A DEFAULT partition
+// lookup descends once per table), and drops its level-0 table; once a newer
+// table exists it writes the closed table's merged index (migration 0027,
+// unlogged: one row per bucket, so a lookup reads one row per closed table). A DEFAULT partition
 // (logged) takes a row whose range does not exist (a push never fails for a
 // missing range). Every broker creates the ranges covering now through now +
 // 2 spans when its store opens and on every retention tick; the retention
@@ -57,10 +59,11 @@ var (
 // closes, and its btree, one random insert per stored message, stays in
 // shared_buffers); a closed one is compacted into level 1 in one statement,
 // so a shorter span keeps level 0 small and each compaction short (about
-// 0.7 µs of one core per hash). A cold lookup descends once per level-1
-// table in the window (up to 16 closed ranges each) and reads one row per
-// range; a suspect is looked up only in the ranges its cache generations
-// span (queen.Span).
+// 0.7 µs of one core per hash). A cold lookup reads, per level-1 table in
+// the window (up to 16 closed ranges each), one row of its merged index once
+// the table is closed and merged (migration 0027: mergeTables), else one
+// row per range; a suspect is looked up only in the ranges its cache
+// generations span (queen.Span).
 const DefaultSidecarRange = time.Minute
 
 // Bounds of a sidecar range span: whole seconds from 1 s to 24 h.

@@ -53,11 +53,12 @@
 -- one-time filter inside the lookup's subquery.
 --
 -- A lookup is queen.sidecar_find (migration 0011): one index descent per
--- level-0 range of log_txn_hashes (and the DEFAULT partition) and one
--- primary-key descent per level-1 table of hash_blocks in the window (or
--- the suspect's span; migration 0023: a table holds up to 16 compacted
--- ranges), never the older ones (both levels self-contained,
--- migration 0017); it raises QS001 while a range
+-- level-0 range of log_txn_hashes (and the DEFAULT partition) and, per
+-- level-1 table of hash_blocks in the window (or the suspect's span;
+-- migration 0023: a table holds up to 16 compacted ranges), one row of its
+-- merged index once it is closed and merged (migration 0027), else one
+-- primary-key descent and a row per range, never the older ones (both
+-- levels self-contained, migration 0017); it raises QS001 while a range
 -- it needs is being rebuilt after a crash. A range is planned while it is
 -- young and small (a new one every span); pushes and transactions run this
 -- statement with enable_seqscan off (probe_plan_begin / plan_end), so
