@@ -367,6 +367,21 @@ SELECT count(*) FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(
 	return n
 }
 
+// pastWindow opens a store of one-minute sidecar ranges whose queue "w" has
+// a dedup window of window seconds, creates the ranges around each of agos
+// ago (pastRanges), and returns it with a retention config that compacts a
+// range as soon as it closes (the production grace, 5 s, left a range that
+// closed as the test ran uncompacted in the first seconds of a minute).
+func pastWindow(t *testing.T, window int, agos ...time.Duration) (*Store, RetentionConfig) {
+	t.Helper()
+	s := setupSpan(t, time.Minute)
+	configure(t, s, "w", fmt.Sprintf(`{"dedupWindowSeconds":%d}`, window))
+	for _, ago := range agos {
+		pastRanges(t, s, ago)
+	}
+	return s, RetentionConfig{TxnsFloor: time.Second, CompactGrace: time.Nanosecond}
+}
+
 // TestSidecarTablesShareRanges (migration 0023, SPEC.md §8): contiguous
 // compacted ranges share one level-1 table, bucketed alike, while the table
 // spans at most a quarter of the longest window, so a cold lookup descends
@@ -377,15 +392,7 @@ SELECT count(*) FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(
 func TestSidecarTablesShareRanges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := setupSpan(t, time.Minute)
-	// b's range closes about when the test runs (b is aged 60 s into a
-	// one-minute range): with the production grace (5 s) it was not
-	// compacted yet when the test ran in the first seconds of a minute.
-	low := RetentionConfig{TxnsFloor: time.Second, CompactGrace: time.Nanosecond}
-	configure(t, s, "w", `{"dedupWindowSeconds":3600}`)
-	for _, ago := range []time.Duration{60 * time.Second, 180 * time.Second, 300 * time.Second} {
-		pastRanges(t, s, ago)
-	}
+	s, low := pastWindow(t, 3600, 60*time.Second, 180*time.Second, 300*time.Second)
 	pid := partition(t, s, "w", "p")
 	first := commit(t, s, pid, items("w", "p", "a"))
 	age(t, s, pid, 120*time.Second)
@@ -508,14 +515,9 @@ SELECT a.wide, a.bits, cardinality(a.los), a.complete,
 func TestSidecarMergedTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := setupSpan(t, time.Minute)
-	low := RetentionConfig{TxnsFloor: time.Second, CompactGrace: time.Nanosecond}
 	// A 600-s window: a level-1 table holds at most 2 one-minute ranges
 	// (a quarter of the window), so the past ranges fill several tables.
-	configure(t, s, "w", `{"dedupWindowSeconds":600}`)
-	for _, ago := range []time.Duration{60 * time.Second, 180 * time.Second, 300 * time.Second, 420 * time.Second} {
-		pastRanges(t, s, ago)
-	}
+	s, low := pastWindow(t, 600, 60*time.Second, 180*time.Second, 300*time.Second, 420*time.Second)
 	pid := partition(t, s, "w", "p")
 	first := commit(t, s, pid, items("w", "p", "a", "a2"))
 	age(t, s, pid, 120*time.Second)

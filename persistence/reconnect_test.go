@@ -217,10 +217,7 @@ func TestTerminatedSessionsUnderLoadAnswerNoUnavailable(t *testing.T) {
 func TestSessionEndedAfterCommitCommittedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	s, err := Open(ctx, Config{URL: url, MaxConns: 4})
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
+	s := setup(t)
 	configure(t, s, "q", `{"retryLimit":5}`)
 	pid, err := s.EnsurePartition(ctx, "q", "p")
 	require.NoError(t, err)
