@@ -156,14 +156,10 @@ func ackTx(ctx context.Context, conn querier, items []queen.AckItem, out []queen
 		}
 	}
 	ws.queue(b)
-	// Once the server answered the COMMIT, the acks are applied whatever
-	// follows (a restart's 57P01 that ends the session right after it must
-	// not run the attempt again: it would answer stale, and count a failed
-	// ack's delivery twice).
-	committed := false
-	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
-	willCommit(conn)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil && !committed {
+	// Answered, the COMMIT applied the acks (run again, they would answer
+	// stale, and a failed ack count its delivery twice).
+	committed := queueCommit(conn, b)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil && !*committed {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			// The server answered an error (a statement before the

@@ -301,14 +301,10 @@ func commitPop(ctx context.Context, tx querier, extra func(b *pgx.Batch)) error 
 	if extra != nil {
 		extra(b)
 	}
-	// Once the server answered the COMMIT, the lease is taken whatever
-	// follows (a restart's 57P01 that ends the session right after it must
-	// not run the attempt again: the retry would find the span leased and
-	// answer nothing until the lease expired).
-	committed := false
-	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
-	willCommit(tx)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil && !committed {
+	// Answered, the COMMIT took the lease (run again, the pop would find
+	// the span leased and answer nothing until the lease expired).
+	committed := queueCommit(tx, b)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil && !*committed {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			// The server answered an error: the transaction rolled back.

@@ -584,16 +584,14 @@ func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.Pus
 	if err := w.copySegments(ctx, conn); err != nil {
 		return s.notWritten(conn, err, cstart)
 	}
-	committed := false
 	ib := &pgx.Batch{}
 	ib.Queue(sqlBundleInsert, w.insertArgs()...)
-	ib.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
+	committed := queueCommit(conn, ib)
 	// After the commit: the read never holds the row locks and its failure
 	// never fails the push.
 	queueOriginals(ib, w.want, w.originals)
 	istart := time.Now()
-	willCommit(conn)
-	if err := conn.SendBatch(ctx, ib).Close(); err != nil && !committed {
+	if err := conn.SendBatch(ctx, ib).Close(); err != nil && !*committed {
 		var pgErr *pgconn.PgError
 		if !lockTimedOut(err) && !errors.As(err, &pgErr) {
 			conn.Conn().Close(context.Background()) //nolint:errcheck

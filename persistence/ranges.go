@@ -380,6 +380,9 @@ func sidecarUpkeep(ctx context.Context, db txBeginner, grace time.Duration, lost
 // its own transaction (about 1.7 µs of one core a hash: about 2 s).
 const mergeStepHashes = 1 << 20
 
+// mergeTablesPerPass bounds the tables one upkeep pass lists to merge.
+const mergeTablesPerPass = 4
+
 // mergePassBudget bounds the time one upkeep pass spends merging; the next
 // pass goes on where it stopped. A table closes every quarter of the window
 // at most (15 minutes for an hour), so the passes keep up.
@@ -392,7 +395,7 @@ const mergePassBudget = 10 * time.Second
 // the indexes it completed and in r.MergedHashes the hashes it indexed
 // (r.Deferred when a lock was busy: the next pass tries again).
 func mergeTables(ctx context.Context, db txBeginner, r *SidecarRanges) error {
-	rows, err := db.Query(ctx, sqlSidecarUnmerged, pgx.QueryExecModeExec, 4)
+	rows, err := db.Query(ctx, sqlSidecarUnmerged, pgx.QueryExecModeExec, mergeTablesPerPass)
 	if err != nil {
 		return unavailable(err)
 	}

@@ -204,6 +204,18 @@ func willCommit(tx querier) {
 	}
 }
 
+// queueCommit queues COMMIT on b, the round trip that carries tx's COMMIT,
+// marks it so (willCommit), and returns whether the server answered the
+// COMMIT: once it did, the transaction committed whatever the round trip
+// returns after it (a restart's 57P01 can end the session right after the
+// COMMIT ran), and the attempt must not run again.
+func queueCommit(tx querier, b *pgx.Batch) *bool {
+	committed := new(bool)
+	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { *committed = true; return nil })
+	willCommit(tx)
+	return committed
+}
+
 // notCommitted undoes willCommit when the server answered that the
 // transaction failed before its COMMIT ran (a PostgreSQL error, not a lost
 // connection): the attempt committed nothing.

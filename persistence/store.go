@@ -121,7 +121,7 @@ type Store struct {
 	lost        lostRanges
 	known       *knownRows // consumer rows seen to exist (known.go)
 	full        fullDisk   // when a statement last met a full disk (diskfull.go)
-	// afterCommit, set by tests only (export_test.go), is a statement a
+	// afterCommit, set by tests only (reconnect_test.go), is a statement a
 	// session sends after the COMMIT of each round trip that carries one:
 	// a fault, such as ending the session right after the COMMIT ran, as
 	// a restart's 57P01 can.

@@ -6,10 +6,9 @@
 -- merged index when the table is closed and merged, migration 0027, and
 -- the bucket's rows of the table only when a print in it matches, usually
 -- not; otherwise one primary-key descent and the bucket's row of each of
--- the table's listed ranges. A
--- range that expired before its table keeps its rows there, and its place
--- in the merged index, until the table goes, below the table's lo, which
--- skips them). Both levels
+-- the table's listed ranges. A range that expired before its table keeps
+-- its rows there, and its place in the merged index, until the table goes,
+-- below the table's lo, which skips them). Both levels
 -- are self-contained (migration 0017): an entry names its partition (at
 -- level 1 by its number, migration 0024: one primary-key read of
 -- queen.partitions per hash found in a bucket, none otherwise) and
