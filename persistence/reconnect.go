@@ -211,7 +211,12 @@ func willCommit(tx querier) {
 // COMMIT ran), and the attempt must not run again.
 func queueCommit(tx querier, b *pgx.Batch) *bool {
 	committed := new(bool)
-	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { *committed = true; return nil })
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		// A transaction an earlier statement aborted answers its COMMIT
+		// with ROLLBACK, and committed nothing.
+		*committed = tag.String() == "COMMIT"
+		return nil
+	})
 	willCommit(tx)
 	return committed
 }

@@ -247,3 +247,23 @@ func TestSessionEndedAfterCommitCommittedOnce(t *testing.T) {
 	require.Equal(t, []string{"m2"}, txns(res))
 	require.Equal(t, 1, res.Messages[0].RetryCount, "one failed delivery counted")
 }
+
+// A transaction whose session ends right after its COMMIT ran committed:
+// it is answered as committed, not as unavailable ("nothing written"), and
+// its push is then a duplicate (SPEC.md §5).
+func TestTransactionEndedAfterCommitCommitted(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	configure(t, s, "q", `{}`)
+	s.afterCommit = `SELECT pg_terminate_backend(pg_backend_pid())`
+	res, err := runTxn(s, txnPushOp(txnItem("q", "p", "t1")))
+	require.NoError(t, err, "the COMMIT ran")
+	require.Len(t, res, 1)
+	require.Len(t, res[0].Push, 1)
+	require.Equal(t, queen.Queued, res[0].Push[0].Verdict)
+
+	s.afterCommit = ""
+	_, err = runTxn(s, txnPushOp(txnItem("q", "p", "t1")))
+	txnConflictOf(t, err, queen.ErrDuplicate)
+	require.Equal(t, []string{"t1"}, txnStored(t, s, "q", "p"))
+}

@@ -94,7 +94,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) (_ []que
 	if err := plan.applyAcks(ctx, tx); err != nil {
 		return nil, err
 	}
-	if err := commitTxn(ctx, tx); err != nil {
+	if err := s.commitTxn(ctx, tx); err != nil {
 		return nil, err
 	}
 	s.leases.add(plan.leases)
@@ -359,19 +359,33 @@ func (plan *txnPlan) applyAcks(ctx context.Context, tx pgx.Tx) error {
 
 // commitTxn commits tx: a commit PostgreSQL refused is ErrUnavailable
 // (ErrStorageFull when the database is out of disk space; nothing
-// written), one whose answer was lost ErrCommitUnknown.
-func commitTxn(ctx context.Context, tx pgx.Tx) error {
-	if err := tx.Commit(ctx); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			if storageFull(err) {
-				return storageFullError(err)
-			}
-			return queen.ErrUnavailable.With("transaction failed: %v", err)
-		}
-		return queen.ErrCommitUnknown.With("transaction commit outcome unknown: %v", err)
+// written), one whose answer was lost ErrCommitUnknown. Once the server
+// answered the COMMIT the transaction committed, whatever the round trip
+// returns after it (a restart's 57P01 can end the session right after the
+// COMMIT ran; queueCommit): it is not reported as failed.
+func (s *Store) commitTxn(ctx context.Context, tx pgx.Tx) error {
+	b := &pgx.Batch{}
+	committed := queueCommit(tx, b)
+	if s.afterCommit != "" {
+		b.Queue(s.afterCommit)
 	}
-	return nil
+	err := tx.SendBatch(ctx, b).Close()
+	switch {
+	case err == nil && !*committed:
+		// The server answered the COMMIT with a rollback: an earlier
+		// statement had failed (each is checked, so it cannot happen).
+		return queen.ErrUnavailable.With("transaction failed: rolled back at its commit")
+	case err == nil || *committed:
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if storageFull(err) {
+			return storageFullError(err)
+		}
+		return queen.ErrUnavailable.With("transaction failed: %v", err)
+	}
+	return queen.ErrCommitUnknown.With("transaction commit outcome unknown: %v", err)
 }
 
 // txnPush locks lockPIDs (ascending) and writes the pushes of parts (keyed
