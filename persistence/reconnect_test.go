@@ -264,6 +264,7 @@ func TestTransactionEndedAfterCommitCommitted(t *testing.T) {
 
 	s.afterCommit = ""
 	_, err = runTxn(s, txnPushOp(txnItem("q", "p", "t1")))
-	txnConflictOf(t, err, queen.ErrDuplicate)
+	c := txnConflictOf(t, err, queen.ErrDuplicate)
+	require.Equal(t, 0, c.Op, "the push is the duplicate")
 	require.Equal(t, []string{"t1"}, txnStored(t, s, "q", "p"))
 }
