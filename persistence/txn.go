@@ -72,11 +72,24 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) (_ []que
 	if err != nil {
 		return nil, err
 	}
-	tx, err := s.pool.Begin(ctx)
+	// The connection is released idle after a COMMIT the server answered
+	// (commitTxn sends it as a statement, which the pgx.Tx does not see):
+	// a ROLLBACK after it would be a round trip for nothing.
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit a no-op
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.Rollback(context.Background()) //nolint:errcheck // the transaction is over either way
+		}
+	}()
 
 	if len(plan.lockPIDs) > 0 {
 		if err := s.txnPush(ctx, tx, plan.lockPIDs, plan.pushPIDs, plan.parts); err != nil {
@@ -97,6 +110,7 @@ func (s *Store) Transaction(ctx context.Context, req *queen.TxnRequest) (_ []que
 	if err := s.commitTxn(ctx, tx); err != nil {
 		return nil, err
 	}
+	committed = true
 	s.leases.add(plan.leases)
 	return plan.res, nil
 }
