@@ -37,6 +37,14 @@ type PushBatch struct {
 	// the window read under the lock is larger (a configure widened it), the
 	// watermark is ignored and every hash is looked up.
 	AssumedWindow int64
+	// PartitionNum is the partition's number (queen.partitions.num, which
+	// its segments carry) when the caller learnt it from an earlier
+	// PushOutcome of this PartitionID, else 0. With it and a Watermark >= 0
+	// the commit takes the partition's row lock where it bumps the
+	// allocator, expecting the partition to end at Watermark, instead of
+	// locking the row first (persistence.Store.CommitBundle; README,
+	// Architecture, "The write authority").
+	PartitionNum int64
 }
 
 // Span bounds the created_at of the sidecar rows that may hold a suspect
@@ -60,6 +68,9 @@ type PushOutcome struct {
 	CreatedAt time.Time
 	// FullProbe reports that the probe covered the whole window (watermark -1).
 	FullProbe bool
+	// PartitionNum is the partition's number, for the next PushBatch of the
+	// same PartitionID (0 when the commit failed).
+	PartitionNum int64
 	// Err is set when this batch alone was answered failed while the
 	// bundle's other batches got their verdicts: its partition's row lock
 	// was held by another session (ErrLockTimeout).

@@ -81,7 +81,14 @@ type partitionActor struct {
 	// still pending (the fuse limits) starts in flightWait, and an actor
 	// that comes to wait moves flightSilent to flightWait first; the
 	// outcome then sends commitDone as before.
-	flight   atomic.Int32
+	flight atomic.Int32
+	// num is the partition's number from the last commit's outcome, 0
+	// when unknown (none yet, or it failed): with the cache's watermark it
+	// lets the next commit take the partition's row lock at the bump
+	// (queen.PushBatch.PartitionNum). Written by the outcome before it
+	// settles flight, so the actor reads the outcome's value once it knows
+	// the commit finished.
+	num      atomic.Int64
 	pendingB int64
 	cache    HashCache
 }
@@ -171,8 +178,9 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		take++
 	}
 	batch := &queen.PushBatch{
-		PartitionID: a.partitionID,
-		Items:       make([]*queen.Item, 0, n),
+		PartitionID:  a.partitionID,
+		Items:        make([]*queen.Item, 0, n),
+		PartitionNum: a.num.Load(),
 	}
 	for _, r := range a.pending[:take] {
 		batch.Items = append(batch.Items, r.items...)
@@ -209,7 +217,9 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 		done := &commitDone{partitionID: batch.PartitionID}
 		if err == nil {
 			a.cache.Observe(batch, &out)
+			a.num.Store(out.PartitionNum)
 		} else {
+			a.num.Store(0)
 			a.cache.Forget()
 			if errors.Is(err, queen.ErrPartitionGone) {
 				// The queue was deleted: the next push resolves (and

@@ -54,6 +54,11 @@ type Set struct {
 	// LockTimeouts counts lock waits cut off by the lock timeout
 	// (QUEEN_LOCK_TIMEOUT; code lock_timeout), by op as LockWaitSeconds.
 	LockTimeouts *prometheus.CounterVec
+	// PushMoved counts push transactions run again because a partition
+	// its actor knew had been moved by another writer (or had lost its
+	// allocator row to a crash) when its row lock was taken at the
+	// allocator's bump: nothing was written by the first attempt.
+	PushMoved prometheus.Counter
 }
 
 // New creates and registers the metrics, with Go and process collectors.
@@ -112,9 +117,12 @@ func New() *Set {
 		LockTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "queen_lock_timeouts_total", Help: "Lock waits cut off by the lock timeout (QUEEN_LOCK_TIMEOUT), answered with code lock_timeout.",
 		}, []string{"op"}),
+		PushMoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queen_push_moved_total", Help: "Push transactions run again with every row locked first: a partition the actor knew had been moved by another writer (a transaction, another broker) or had lost its allocator row.",
+		}),
 	}
 	r.MustRegister(m.PushRequests, m.PushItems, m.QueueItems, m.DedupPayloadMismatch, m.Commits, m.CommitSeconds, m.FusedRequests, m.MailboxDepth, m.Overloads, m.StalledBodies, m.PollsRefused,
-		m.PopMessages, m.AckItems, m.TracesDiscarded, m.LockWaitSeconds, m.LockTimeouts,
+		m.PopMessages, m.AckItems, m.TracesDiscarded, m.LockWaitSeconds, m.LockTimeouts, m.PushMoved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{"push", "ack", "transaction"} {
 		m.LockTimeouts.WithLabelValues(op) // exported at 0 before the first timeout

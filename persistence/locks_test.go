@@ -39,6 +39,19 @@ func (l *lockLog) timeouts(op string) int {
 	return n
 }
 
+// count counts the events of op that match.
+func (l *lockLog) count(op string, match func(LockEvent) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if e.Op == op && match(e) {
+			n++
+		}
+	}
+	return n
+}
+
 // setupLocks returns a Store with a short lock timeout, its lock log, and the
 // database URL (for a second session that holds locks).
 func setupLocks(t *testing.T) (*Store, *lockLog, string) {

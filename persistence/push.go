@@ -42,11 +42,21 @@ func (s *Store) Commit(ctx context.Context, b *queen.PushBatch) (queen.PushOutco
 
 // CommitBundle runs the push transaction of SPEC.md §3 for several partitions
 // at once, in one PostgreSQL transaction (DESIGN.md: throughput comes from
-// fewer commits): row locks in ascending partition id order, one window probe
-// above each partition's watermark, offsets for the clean items only, one
-// segment per partition (its frames, ids and hashes), commit. A duplicate writes
-// nothing. Verdicts stay independent per partition. Each batch must name a
-// distinct partition.
+// fewer commits): one window probe above each partition's watermark, offsets
+// for the clean items only, one segment per partition (its frames and
+// hashes), each partition's row lock, commit. A duplicate writes nothing.
+// Verdicts stay independent per partition. Each batch must name a distinct
+// partition.
+//
+// Where a partition's row lock is taken (README, Architecture, "The write
+// authority"): a batch whose actor knows the partition (Watermark >= 0 and
+// PartitionNum, from an earlier outcome) is probed without it, and its lock
+// is taken where its allocator is bumped, only if the partition still ends
+// at the watermark; the others are locked first, in ascending partition id
+// order (bundle_lock). When a partition moved meanwhile (another writer), or
+// its allocator row is gone, nothing is written: the bundle is rolled back
+// and run again at once with every row locked first. Either way each
+// commit's writes are stamped under all of its row locks.
 //
 // It returns one queen.PushOutcome per batch, in order. On error every item of
 // every batch is answered queen.Failed: queen.ErrUnavailable when the
@@ -70,17 +80,22 @@ func (s *Store) Commit(ctx context.Context, b *queen.PushBatch) (queen.PushOutco
 // too; a retry with the same transaction ids settles it.
 func (s *Store) CommitBundle(ctx context.Context, bs []*queen.PushBatch) ([]queen.PushOutcome, error) {
 	outs := make([]queen.PushOutcome, len(bs))
-	err := s.commitBundle(ctx, bs, outs, false)
+	err := s.commitBundle(ctx, bs, outs, lockKnownAtBump)
+	if errors.Is(err, errEndMoved) {
+		// A partition its actor knew had moved (or lost its allocator
+		// row); nothing was written. Lock every row first and probe again.
+		err = s.commitBundle(ctx, bs, outs, lockFirst)
+	}
 	if errors.Is(err, queen.ErrPartitionGone) && s.reresolve(ctx, bs) {
 		// A queue was deleted while its partition ids were cached: the
 		// partitions were created again under their names; commit once more
 		// (nothing was written by the failed attempt).
-		err = s.commitBundle(ctx, bs, outs, false)
+		err = s.commitBundle(ctx, bs, outs, lockFirst)
 	}
 	if lockTimedOut(err) && nonEmpty(bs) > 1 {
 		// A lock was not granted in time; nothing was written. Commit the
 		// partitions that are free now, answer the held ones lock_timeout.
-		err = s.commitBundle(ctx, bs, outs, true)
+		err = s.commitBundle(ctx, bs, outs, lockSkipBusy)
 	}
 	if err != nil {
 		qe := queen.AsError(unavailable(err))
@@ -105,7 +120,7 @@ func (s *Store) reresolve(ctx context.Context, bs []*queen.PushBatch) bool {
 			return false
 		}
 		if id != b.PartitionID {
-			b.PartitionID, b.Watermark, b.Suspects = id, -1, nil
+			b.PartitionID, b.Watermark, b.Suspects, b.PartitionNum = id, -1, nil, 0
 			changed = true
 		}
 	}
@@ -144,16 +159,38 @@ type lockedPartition struct {
 	retained bool
 }
 
-// commitBundle runs one attempt of CommitBundle. With skipLocked, the
-// partitions another session holds are skipped (bundle_lock with SKIP LOCKED, skipLocked) and their
-// outs answered lock_timeout; the others commit. The attempt is three round
-// trips: lockBundle (BEGIN, the row locks, the window probe, the stamp),
-// then writeBundle (the segments by COPY; the sidecar rows, the allocators
-// and COMMIT); between them assign decides each partition's verdicts and
-// offsets under the locks. A pooled connection
-// found dead at the first round trip (nothing can have committed) is
-// replaced and the attempt run again once (Store.inSession, SPEC.md §9).
-func (s *Store) commitBundle(ctx context.Context, bs []*queen.PushBatch, outs []queen.PushOutcome, skipLocked bool) error {
+// lockMode is where an attempt of CommitBundle takes its partitions' row
+// locks.
+type lockMode int
+
+const (
+	// lockKnownAtBump: the partitions their actors know (a watermark and
+	// the partition's number) at the allocators' bump, if they still end
+	// at the watermark (bundle_bump); the others first (bundle_lock).
+	lockKnownAtBump lockMode = iota
+	// lockFirst: every partition first, in ascending id order.
+	lockFirst
+	// lockSkipBusy: lockFirst with SKIP LOCKED; the partitions another
+	// session holds are answered lock_timeout.
+	lockSkipBusy
+)
+
+// errEndMoved is an attempt's answer when a partition its actor knew no
+// longer ended at the watermark at the bump, or had no allocator row:
+// nothing was written (the attempt was rolled back before its segments).
+var errEndMoved = errors.New("persistence: a partition moved since its actor's last commit")
+
+// commitBundle runs one attempt of CommitBundle, its row locks taken as mode
+// says (lockSkipBusy: the partitions another session holds are skipped, bundle_lock with SKIP LOCKED, and
+// their outs answered lock_timeout; the others commit). The attempt is four
+// round trips: lockBundle (BEGIN, the row locks of the partitions locked
+// first, the window probe), then writeBundle (the allocators' bump, which
+// takes the other row locks, and the stamp; the segments by COPY; the
+// sidecar rows and COMMIT); between them assign decides each partition's
+// verdicts and offsets. A pooled connection found dead at the first round
+// trip (nothing can have committed) is replaced and the attempt run again
+// once (Store.inSession, SPEC.md §9).
+func (s *Store) commitBundle(ctx context.Context, bs []*queen.PushBatch, outs []queen.PushOutcome, mode lockMode) error {
 	order := bundleOrder(bs)
 	if len(order) == 0 {
 		for i := range outs {
@@ -165,14 +202,14 @@ func (s *Store) commitBundle(ctx context.Context, bs []*queen.PushBatch, outs []
 		for i := range outs {
 			outs[i] = queen.PushOutcome{Results: make([]queen.Result, len(bs[i].Items)), LastOffset: -1}
 		}
-		return s.commitOn(ctx, conn, bs, outs, order, skipLocked)
+		return s.commitOn(ctx, conn, bs, outs, order, mode)
 	})
 }
 
 // commitOn runs commitBundle's attempt on conn, over the non-empty batches
 // in lock order.
-func (s *Store) commitOn(ctx context.Context, conn *session, bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, skipLocked bool) error {
-	lk, err := s.lockBundle(ctx, conn, bs, order, skipLocked)
+func (s *Store) commitOn(ctx context.Context, conn *session, bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, mode lockMode) error {
+	lk, err := s.lockBundle(ctx, conn, bs, order, mode)
 	var lost *lostEnds
 	if errors.As(err, &lost) {
 		// A crash or a failover emptied some allocator rows (UNLOGGED,
@@ -181,7 +218,7 @@ func (s *Store) commitOn(ctx context.Context, conn *session, bs []*queen.PushBat
 		if _, err := conn.Exec(ctx, sqlPartitionEndsEnsure, lost.ids); err != nil {
 			return unavailable(err)
 		}
-		lk, err = s.lockBundle(ctx, conn, bs, order, skipLocked)
+		lk, err = s.lockBundle(ctx, conn, bs, order, mode)
 	}
 	if errors.As(err, &lost) {
 		return lost.gone
@@ -204,7 +241,7 @@ func (s *Store) commitOn(ctx context.Context, conn *session, bs []*queen.PushBat
 		markMismatches(bs, outs, lk.locked, lk.hits, w.originals)
 		return nil
 	}
-	if err := s.writeBundle(ctx, conn, outs, w); err != nil {
+	if err := s.writeBundle(ctx, conn, bs, outs, w); err != nil {
 		return err
 	}
 	markMismatches(bs, outs, lk.locked, lk.hits, w.originals)
@@ -335,9 +372,11 @@ func (p *probeArgs) queue(pb *pgx.Batch, locked map[[16]byte]lockedPartition, hi
 	pb.Queue(sqlPlanEnd)
 }
 
-// bundleLocks is what the first round trip of a bundle learnt: each locked
-// partition's allocator, window and payload option; the window's hits by
-// partition and hash; with skipLocked, the partitions another session held.
+// bundleLocks is what the first round trip of a bundle learnt: each
+// partition's end (its allocator, read under its row lock, or the watermark
+// its actor expects it at), number, window and payload option; the window's
+// hits by partition and hash; with lockSkipBusy, the partitions another
+// session held. A transaction's also has the stamp.
 type bundleLocks struct {
 	locked map[[16]byte]lockedPartition
 	hits   map[[16]byte]map[queen.Hash]hit
@@ -345,9 +384,9 @@ type bundleLocks struct {
 	stamp  stamp
 }
 
-// stamp is the created_at of a commit's writes, read after its row locks
-// were granted (bundle_stamp), and whether a range of segments_timed holds
-// it.
+// stamp is the created_at of a commit's writes, read after all of its row
+// locks were granted (bundle_stamp), and whether a range of segments_timed
+// holds it.
 type stamp struct {
 	at     time.Time
 	ranged bool
@@ -359,39 +398,51 @@ func queueStamp(pb *pgx.Batch, st *stamp) {
 	pb.Queue(sqlBundleStamp).QueryRow(func(r pgx.Row) error { return r.Scan(&st.at, &st.ranged) })
 }
 
+// knownEnd reports whether b's partition is known to its actor (a
+// watermark, the partition's number): in lockKnownAtBump its row lock is
+// taken at the bump, where it must still end at the watermark.
+func knownEnd(b *queen.PushBatch, mode lockMode) bool {
+	return mode == lockKnownAtBump && b.Watermark >= 0 && b.PartitionNum > 0
+}
+
 // lockBundle opens the bundle's transaction, takes the row locks of the
-// partitions in order (bundle_lock, or with skipLocked the same with SKIP
-// LOCKED, then partition_ends_present),
-// runs the window probe (bundle_probe) for each partition's distinct
-// incoming hashes and reads the stamp (bundle_stamp), in one round trip. A
-// lock not granted within the lock timeout, a deleted partition
-// (queen.ErrPartitionGone, retryable with the same ids) or a failed
-// statement rolls back and returns the error.
-func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, order []int, skipLocked bool) (*bundleLocks, error) {
+// partitions to lock first (all but the known ones in lockKnownAtBump;
+// bundle_lock in ascending id order, or in lockSkipBusy the same with SKIP
+// LOCKED, then partition_ends_present) and runs the window probe
+// (bundle_probe) for each partition's distinct incoming hashes, in one
+// round trip. A known partition's end is its watermark until the bump says
+// otherwise. A lock not granted within the lock timeout, a deleted
+// partition (queen.ErrPartitionGone, retryable with the same ids) or a
+// failed statement rolls back and returns the error.
+func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, order []int, mode lockMode) (*bundleLocks, error) {
+	lk := &bundleLocks{locked: make(map[[16]byte]lockedPartition, len(order)), hits: make(map[[16]byte]map[queen.Hash]hit)}
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
-	ids := make([]pgtype.UUID, len(order))
+	ids := make([]pgtype.UUID, 0, len(order))
 	var probe probeArgs
-	for k, i := range order {
+	for _, i := range order {
 		b := bs[i]
-		ids[k] = pgUUID(b.PartitionID)
+		if knownEnd(b, mode) {
+			lk.locked[b.PartitionID] = lockedPartition{last: b.Watermark, num: b.PartitionNum, window: -1}
+		} else {
+			ids = append(ids, pgUUID(b.PartitionID))
+		}
 		probe.add(b, b.Watermark, b.AssumedWindow)
 	}
 
-	lk := &bundleLocks{locked: make(map[[16]byte]lockedPartition, len(order)), hits: make(map[[16]byte]map[queen.Hash]hit)}
 	var wait float64
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
 	var present map[[16]byte]bool
-	if skipLocked {
+	switch {
+	case mode == lockSkipBusy:
 		present = map[[16]byte]bool{}
 		pb.Queue(sqlBundleLockSkip, ids).Query(scanLocked(lk.locked, &wait))
 		pb.Queue(sqlPartitionEndsPresent, ids).Query(scanPresent(present))
-	} else {
+	case len(ids) > 0:
 		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
 	probe.queue(pb, lk.locked, lk.hits)
-	queueStamp(pb, &lk.stamp)
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		if lockTimedOut(err) {
@@ -400,8 +451,12 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 		rollback(conn)
 		return nil, err
 	}
-	s.observe(LockEvent{Op: "push", Wait: seconds(wait)})
-	if skipLocked {
+	if mode == lockSkipBusy || len(ids) > 0 {
+		// The lock wait of the partitions locked first; those locked at
+		// the bump wait there, unmeasured unless the wait times out.
+		s.observe(LockEvent{Op: "push", Wait: seconds(wait)})
+	}
+	if mode == lockSkipBusy {
 		lk.busy = map[[16]byte]bool{}
 		for id := range present {
 			if _, ok := lk.locked[id]; !ok {
@@ -428,7 +483,7 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 	}
 	if r := probe.rest(lk.locked); r != nil {
 		// Partitions the cache vouched for that another writer moved, or
-		// whose window grew: a second probe, under the same locks.
+		// whose window grew: a second probe, in the same transaction.
 		pb := &pgx.Batch{}
 		r.queue(pb, lk.locked, lk.hits)
 		if err := conn.SendBatch(ctx, pb).Close(); err != nil {
@@ -471,15 +526,17 @@ func (s *Store) skipBusy(bs []*queen.PushBatch, outs []queen.PushOutcome, order 
 }
 
 // bundleRows is a bundle's or a transaction's writes, stamped st: per
-// segment (one per run of queued items with the same producer in a
-// partition, newSegment; the rows of copySegments) and per frame (its
-// sidecar row, bundle_insert's parallel arrays); written lists the batches
-// (indexes into bs) that have a segment; want the segments holding
-// originals to compare payloads with, whose frames fill originals after the
-// commit.
+// partition written (its allocator's bump, bundle_bump's parallel arrays:
+// the end its offsets follow and its new end), per segment (one per run of
+// queued items with the same producer in a partition, newSegment; the rows
+// of copySegments) and per frame (its sidecar row, bundle_insert's parallel
+// arrays); written lists the batches (indexes into bs) that have a segment;
+// want the segments holding originals to compare payloads with, whose
+// frames fill originals after the commit.
 type bundleRows struct {
 	st                   stamp
-	segPIDs              []pgtype.UUID
+	bumpPIDs             []pgtype.UUID
+	bumpFrom, bumpTo     []int64
 	segNums              []int64
 	segFirst, segLast    []int64
 	segFrames, segHashes [][]byte
@@ -494,12 +551,15 @@ type bundleRows struct {
 	originals            map[segmentKey][]byte
 }
 
-// addSegments adds partition pid's new segments (assign) to the rows, each
-// with its frames' sidecar rows; num is the partition's number (bundle_lock),
-// retained: its queue has retentionSeconds.
+// addSegments adds partition pid's new segments (assign: consecutive
+// offsets, at least one segment) to the rows, each with its frames' sidecar
+// rows, and the partition's bump; num is the partition's number (bundle_lock
+// or its actor), retained: its queue has retentionSeconds.
 func (w *bundleRows) addSegments(pid [16]byte, num int64, segs []newSegment, retained bool) {
+	w.bumpPIDs = append(w.bumpPIDs, pgUUID(pid))
+	w.bumpFrom = append(w.bumpFrom, segs[0].first-1)
+	w.bumpTo = append(w.bumpTo, segs[len(segs)-1].last)
 	for _, sg := range segs {
-		w.segPIDs = append(w.segPIDs, pgUUID(pid))
 		w.segNums = append(w.segNums, num)
 		w.segFirst = append(w.segFirst, sg.first)
 		w.segLast = append(w.segLast, sg.last)
@@ -535,32 +595,48 @@ type copyer interface {
 // to segments_timed when a range holds the stamp, else to segments_kept
 // (bundle_stamp). Nothing is sent when there is no segment.
 func (w *bundleRows) copySegments(ctx context.Context, c copyer) error {
-	if len(w.segPIDs) == 0 {
+	if len(w.segNums) == 0 {
 		return nil
 	}
-	_, err := c.CopyFrom(ctx, pgx.Identifier{"queen", "segments"}, segmentColumns, pgx.CopyFromSlice(len(w.segPIDs), func(i int) ([]any, error) {
+	_, err := c.CopyFrom(ctx, pgx.Identifier{"queen", "segments"}, segmentColumns, pgx.CopyFromSlice(len(w.segNums), func(i int) ([]any, error) {
 		return []any{w.segNums[i], w.segFirst[i], w.segLast[i], w.st.at, w.segFrames[i], w.segHashes[i],
 			w.segRetained[i] && w.st.ranged, w.segProducers[i]}, nil
 	}))
 	return err
 }
 
-// insertArgs are bundle_insert's arguments, $1 to $7.
+// insertArgs are bundle_insert's arguments, $1 to $5.
 func (w *bundleRows) insertArgs() []any {
-	return []any{w.st.at, w.segPIDs, w.segLast, w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments}
+	return []any{w.st.at, w.rowPIDs, w.rowHashes, w.rowOffsets, w.rowSegments}
+}
+
+// queueBump queues bundle_bump on pb: the allocators' bump, which takes
+// the row locks the commit does not hold yet; *bumped gets the number of
+// allocators bumped (fewer than w.bumpPIDs: a partition did not end where
+// its offsets assumed).
+func (w *bundleRows) queueBump(pb *pgx.Batch, bumped *int) {
+	pb.Queue(sqlBundleBump, w.bumpPIDs, w.bumpFrom, w.bumpTo).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			*bumped++
+		}
+		return rows.Err()
+	})
 }
 
 // bundleWrites assigns each locked partition's verdicts and offsets
 // (assign: rules.Assign over the probe's hits) into outs and gathers the
 // rows to write.
 func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, lk *bundleLocks) *bundleRows {
-	w := &bundleRows{st: lk.stamp, want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
+	w := &bundleRows{want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
 	for _, i := range order {
 		b, out := bs[i], &outs[i]
 		lp := lk.locked[b.PartitionID]
 		out.Window = lp.window
 		out.FullProbe = b.Watermark < 0
-		segs, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], lk.stamp.at, out)
+		out.PartitionNum = lp.num
+		// The stamp is read at the bump: the new messages' ids, which
+		// derive from it, are set then (stampIDs).
+		segs, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], time.Time{}, out)
 		if lp.checkPayload {
 			wantOriginals(b, out, lk.hits[b.PartitionID], w.want)
 		}
@@ -573,13 +649,45 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 	return w
 }
 
-// writeBundle writes the bundle's rows (copySegments, then bundle_insert),
-// commits, and then reads the originals to compare payloads with (never
-// under the locks; its failure never fails the push). A statement the
+// writeBundle bumps the allocators (bundle_bump, which takes the row locks
+// of the partitions not locked yet) and reads the stamp, in one round trip;
+// a partition that did not end where its offsets assumed (or had no
+// allocator row, or a deadlock with another writer) rolls everything back
+// and returns errEndMoved, nothing written. Then it sets the new messages'
+// ids from the stamp, writes the bundle's rows (copySegments, then
+// bundle_insert), commits, and reads the originals to compare payloads with
+// (never under the locks; its failure never fails the push). A statement the
 // server refused rolls back (notWritten); a failure after the COMMIT was
 // sent whose outcome is not known is queen.ErrCommitUnknown (the
 // connection is closed).
-func (s *Store) writeBundle(ctx context.Context, conn *session, outs []queen.PushOutcome, w *bundleRows) error {
+func (s *Store) writeBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, outs []queen.PushOutcome, w *bundleRows) error {
+	bstart := time.Now()
+	bb := &pgx.Batch{}
+	bumped := 0
+	w.queueBump(bb, &bumped)
+	// Read after the bump: every write of the commit is stamped under all of
+	// its row locks (SPEC.md §2).
+	queueStamp(bb, &w.st)
+	if err := conn.SendBatch(ctx, bb).Close(); err != nil {
+		if deadlocked(err) {
+			// Known partitions locked at the bump, in the order of its plan,
+			// against another writer's: run again with every lock first.
+			rollback(conn)
+			s.observe(LockEvent{Op: "push", Moved: true})
+			return errEndMoved
+		}
+		return s.notWritten(conn, err, bstart)
+	}
+	if bumped != len(w.bumpPIDs) {
+		// A known partition moved, or lost its allocator row: nothing is
+		// written yet.
+		rollback(conn)
+		s.observe(LockEvent{Op: "push", Moved: true})
+		return errEndMoved
+	}
+	for _, i := range w.written {
+		stampIDs(bs[i], &outs[i], w.st.at)
+	}
 	cstart := time.Now()
 	if err := w.copySegments(ctx, conn); err != nil {
 		return s.notWritten(conn, err, cstart)
@@ -791,6 +899,18 @@ func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Ha
 		sg.frames = packSegment(sg.frames)
 	}
 	return segs, clean
+}
+
+// stampIDs sets the message ids of b's new messages (out's offsets
+// FirstOffset to LastOffset: the queued items and the duplicates that
+// follow one of them), derived from their partition, offset and the
+// commit's stamp at (messageID), once the stamp is read.
+func stampIDs(b *queen.PushBatch, out *queen.PushOutcome, at time.Time) {
+	for i := range out.Results {
+		if r := &out.Results[i]; r.Offset >= out.FirstOffset && r.Offset <= out.LastOffset {
+			r.MessageID = messageID(b.PartitionID, r.Offset, at)
+		}
+	}
 }
 
 // scanLocked reads bundle_lock's rows: each locked partition's allocator

@@ -331,3 +331,81 @@ func TestCommitBundleKeepsPartitionsIndependent(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestBundleKnownPartitionMovedIsRunAgain (SPEC.md §2, §3; README,
+// Architecture, "The write authority"): a batch whose actor knows its
+// partition (a watermark and the partition's number) is probed before its
+// row is locked, and its lock is taken at the allocator's bump, only where
+// the partition still ends at the watermark. A partition another writer
+// moved meanwhile, or whose allocator row a crash emptied, writes nothing
+// in that attempt: the bundle runs again with every row locked first, so
+// a repeat of the other writer's id is a duplicate, the offsets continue
+// and the partitions beside it commit once.
+func TestBundleKnownPartitionMovedIsRunAgain(t *testing.T) {
+	t.Parallel()
+	s, log, _ := setupLocks(t)
+	ctx := context.Background()
+	moved := func() int { return log.count("push", func(e LockEvent) bool { return e.Moved }) }
+	lockedFirst := func() int { return log.count("push", func(e LockEvent) bool { return !e.Moved }) }
+	pids := make([]uuid.UUID, 3)
+	nums := make([]int64, 3)
+	for i := range pids {
+		pids[i] = partition(t, s, "kq", fmt.Sprintf("p%d", i))
+		out := commit(t, s, pids[i], items("kq", fmt.Sprintf("p%d", i), "a"))
+		require.Positive(t, out.PartitionNum, "an outcome names the partition's number")
+		nums[i] = out.PartitionNum
+	}
+	known := func(i int, wm int64, txns ...string) *queen.PushBatch {
+		its := items("kq", fmt.Sprintf("p%d", i), txns...)
+		return &queen.PushBatch{PartitionID: pids[i], Items: its, LeaderOf: leadersOf(its), Watermark: wm, AssumedWindow: 3600, PartitionNum: nums[i]}
+	}
+
+	// Nothing moved: the rows are locked at the bump only.
+	before := lockedFirst()
+	outs, err := s.CommitBundle(ctx, []*queen.PushBatch{known(0, 0, "a2"), known(2, 0, "a2")})
+	require.NoError(t, err)
+	for i, o := range outs {
+		require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(o))
+		require.Equal(t, int64(1), o.LastOffset, "batch %d", i)
+	}
+	require.Equal(t, before, lockedFirst(), "no partition was locked before the probe")
+	require.Zero(t, moved())
+
+	// Another writer (its actor's cache never saw it) stores "b" in p1.
+	commit(t, s, pids[1], items("kq", "p1", "b"))
+	// p1's actor still vouches at offset 0 and believes "b" new: no lookup
+	// runs for it.
+	outs, err = s.CommitBundle(ctx, []*queen.PushBatch{known(0, 1, "c"), known(1, 0, "b", "d"), known(2, 1, "e")})
+	require.NoError(t, err)
+	require.Equal(t, 1, moved(), "the first attempt found p1 moved")
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(outs[0]))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Queued}, verdicts(outs[1]), "the moved partition is probed again under its lock")
+	require.Equal(t, int64(1), outs[1].Results[0].Offset, "the original's offset is echoed")
+	require.Equal(t, int64(2), outs[1].Results[1].Offset, "offsets continue after the other writer's")
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(outs[2]))
+	for i, o := range outs {
+		require.Equal(t, nums[i], o.PartitionNum)
+	}
+	res, st := pop(t, s, pids[1], "g", 10)
+	require.Equal(t, queen.PopDelivered, st)
+	require.Equal(t, []string{"a", "b", "d"}, txns(res), "b is stored once")
+	res, _ = pop(t, s, pids[0], "g", 10)
+	require.Equal(t, []string{"a", "a2", "c"}, txns(res), "the partitions beside it commit once")
+	require.Equal(t, outs[0].Results[0].MessageID.String(), res.Messages[2].ID, "a new message's id derives from the stamp read at the bump")
+	require.Equal(t, outs[0].CreatedAt.UnixMicro(), res.Messages[2].CreatedAt.UnixMicro())
+
+	// A crash empties the allocator rows: the bump finds none, the bundle
+	// runs again and rebuilds them.
+	crashAndRefill(t, s)
+	outs, err = s.CommitBundle(ctx, []*queen.PushBatch{known(0, 2, "f"), known(2, 2, "g", "c")})
+	require.NoError(t, err)
+	require.Equal(t, 2, moved())
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(outs[0]))
+	require.Equal(t, int64(3), outs[0].Results[0].Offset)
+	require.Equal(t, []queen.Verdict{queen.Queued, queen.Queued}, verdicts(outs[1]))
+	require.Equal(t, int64(4), outs[1].Results[1].Offset, "offsets continue after the crash")
+	for i, pid := range []uuid.UUID{pids[0], pids[2]} {
+		last, _ := end(t, s, pid)
+		require.Equal(t, outs[i].LastOffset, last, "the allocator row is rebuilt and bumped")
+	}
+}

@@ -43,6 +43,7 @@ var (
 	sqlPlanEnd              = q("plan_end")
 	sqlBundleInsert         = q("bundle_insert")
 	sqlBundleStamp          = q("bundle_stamp")
+	sqlBundleBump           = q("bundle_bump")
 	sqlBundleOriginals      = q("bundle_originals")
 	sqlConfigureLock        = q("configure_lock")
 	sqlConfigureUpdate      = q("configure_update")

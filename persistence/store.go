@@ -84,6 +84,11 @@ type LockEvent struct {
 	// TimedOut reports the statement was cancelled by the lock timeout
 	// (SQLSTATE 55P03 lock_not_available).
 	TimedOut bool
+	// Moved reports a push attempt that found, at the allocators' bump, a
+	// partition its actor knew moved by another writer (or without its
+	// allocator row): nothing was written and the bundle ran again with
+	// every row locked first (Store.CommitBundle). Wait is then zero.
+	Moved bool
 }
 
 // leaseCounter is the Store's running queen.LeaseStats.
@@ -298,6 +303,13 @@ func unavailable(err error) error {
 func lockTimedOut(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// deadlocked reports whether err is PostgreSQL's deadlock_detected (40P01):
+// the statement's transaction was chosen to end a deadlock, and rolled back.
+func deadlocked(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
 
 // EnsurePartition returns the id of partition (queue, name), creating the

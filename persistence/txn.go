@@ -491,9 +491,10 @@ func (s *Store) txnVerdicts(pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartit
 	return nil
 }
 
-// writeTxnSegments writes the segments (frames, ids and hashes) of every
-// pushed partition that has any and their sidecar rows (copySegments, then
-// bundle_insert), stamped st, and stamps their outcomes with it.
+// writeTxnSegments writes the segments (frames and hashes) of every pushed
+// partition that has any, bumps their allocators and writes their sidecar
+// rows (copySegments, then bundle_bump and bundle_insert), stamped st, and
+// stamps their outcomes with it.
 func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, parts map[uuid.UUID]*txnPartition, st stamp) error {
 	w := &bundleRows{st: st}
 	var written []*txnPartition
@@ -511,8 +512,17 @@ func writeTxnSegments(ctx context.Context, tx pgx.Tx, pushPIDs []uuid.UUID, part
 	if err := w.copySegments(ctx, tx); err != nil {
 		return unavailable(err)
 	}
-	if _, err := tx.Exec(ctx, sqlBundleInsert, w.insertArgs()...); err != nil {
+	// The rows are locked (lockAndProbe) and the stamp read: the bump finds
+	// every partition where the offsets assumed.
+	pb := &pgx.Batch{}
+	bumped := 0
+	w.queueBump(pb, &bumped)
+	pb.Queue(sqlBundleInsert, w.insertArgs()...)
+	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return unavailable(err)
+	}
+	if bumped != len(w.bumpPIDs) {
+		return queen.ErrInternal.With("transaction: %d of %d partitions' allocators moved under their row locks", len(w.bumpPIDs)-bumped, len(w.bumpPIDs))
 	}
 	for _, p := range written {
 		p.out.CreatedAt = st.at

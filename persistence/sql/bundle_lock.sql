@@ -1,5 +1,6 @@
--- Takes the write locks of every partition of a bundle in ascending id
--- order (the global lock order, so concurrent bundles cannot deadlock) and
+-- Takes the write locks of the partitions of a bundle its actors do not
+-- know (all of them for a transaction, or for a bundle run again:
+-- persistence.lockBundle) in ascending id order (the global lock order) and
 -- reads each allocator and the partition's number, which its segments
 -- carry (migration 0025) (SPEC.md §2, §3, DESIGN.md): the rows of
 -- queen.partition_ends (migration 0019, UNLOGGED: the lock and the update

@@ -1,6 +1,10 @@
 -- The window probe of a bundle (SPEC.md §3, §8), run as its own statement
 -- after bundle_lock, so its snapshot includes every commit made before the
 -- locks were granted: the pushes of other brokers and the latest configure.
+-- A partition its actor knew (persistence.lockBundle) is not locked yet:
+-- what this statement reads of it may be overtaken by a writer that commits
+-- before the bump takes its lock, and the bump then finds it moved
+-- (bundle_bump) and nothing is written.
 -- Per partition (parallel arrays): $1 partition id, $3 its watermark offset
 -- (-1 = the whole window), $4..$5 the 1-based bounds of its distinct
 -- incoming hashes in $2 (uuid[]), $7 the window (seconds) the watermark
@@ -30,10 +34,12 @@
 --    cache assumed): the hashes of the segments after the watermark, the
 --    writes the cache has not seen, unpacked and matched against the
 --    incoming hashes (usually there are none, and the partition's end on
---    its allocator row, queen.partition_ends, which the caller has locked,
---    says so: then no segment is read; the end is exact under that lock;
---    a partition without a row, which a crash emptied, is not locked, and
---    the caller discards this statement's answer for it, persistence.lostEnds);
+--    its allocator row, queen.partition_ends, says so: then no segment is
+--    read; the end is exact under the row's lock, and for a partition not
+--    locked yet the bump checks that it did not move; a partition without
+--    a row, which a crash emptied, is not locked, and the caller discards
+--    this statement's answer for it, persistence.lostEnds, or the bump
+--    finds no row);
 --    plus one index lookup per suspect, in the window and within its span
 --    (the time of the cache's generations that may hold it).
 --  * otherwise: one index lookup per incoming hash, in the whole window.
@@ -47,7 +53,7 @@
 -- subqueries. The usual partition of a warm cache takes neither branch and
 -- is not sent at all (persistence.probeArgs keeps it out, and probes it
 -- again only when bundle_lock's end or this statement's window says it
--- moved), so the arrays hold the partitions with suspects, without a
+-- moved, or after the bump found it moved), so the arrays hold the partitions with suspects, without a
 -- watermark, or moved.
 -- The per-hash condition (not narrowed, or this hash a suspect) stays a
 -- one-time filter inside the lookup's subquery.
@@ -74,9 +80,10 @@
 --
 -- The queue rows are read once per queue named, not once per partition (a
 -- bundle spread over 1,000 partitions of one queue read the same row 1,000
--- times through the partition's). The caller holds the partitions' row
--- locks, so each partition exists and belongs to the queue it names (a
--- queue's deletion deletes its partitions, which waits for those locks).
+-- times through the partition's). Each partition belongs to the queue it
+-- names: a partition locked by bundle_lock exists (a queue's deletion
+-- deletes its partitions, which waits for those locks), and a deleted one
+-- not locked yet has no allocator row left for the bump to find.
 WITH qo AS MATERIALIZED (
     SELECT q.name, q.dedup_window_seconds AS seconds, q.dedup_check_payload AS check_payload,
            COALESCE((q.options ->> 'retentionSeconds')::float8 > 0, false) AS retained
@@ -114,8 +121,8 @@ WITH qo AS MATERIALIZED (
     SELECT w0.partition_id, w0.num, w0.watermark, w0.lo, w0.hi, w0.seconds, w0.check_payload, w0.retained,
            (w0.watermark >= 0 AND w0.seconds <= w0.assumed) AS narrowed,
            -- Whether a segment may start after the watermark: the
-           -- partition's end (its allocator row, which the caller holds
-           -- locked, migration 0019) is past it. At the end, the cache has
+           -- partition's end (its allocator row, migration 0019) is past
+           -- it. At the end, the cache has
            -- seen every write and the segments are not read.
            (w0."end" IS NULL OR w0."end" > w0.watermark) AS unseen,
            -- The window's lower edge (a column, so queen.sidecar_find is

@@ -1,7 +1,8 @@
 -- The stamp of a bundle's or a transaction's writes (SPEC.md §2): its
--- segments' and sidecar rows' created_at, read on PostgreSQL's clock in the
--- round trip that takes the row locks, after bundle_lock and the window
--- probe, so each partition's stamps rise from commit to commit (the next
+-- segments' and sidecar rows' created_at, read on PostgreSQL's clock once
+-- the commit holds all of its row locks (a push: after bundle_bump, which
+-- takes the last of them; a transaction: after bundle_lock and the window
+-- probe), so each partition's stamps rise from commit to commit (the next
 -- writer's stamp is read after this one's locks are released). Also
 -- whether a range of segments_timed holds it: a segment of a queue with
 -- retentionSeconds is timed only then, else it goes to segments_kept

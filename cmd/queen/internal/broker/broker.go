@@ -427,7 +427,13 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 	b.setPhase("opening")
 	if b.store, err = persistence.Open(ctx, persistence.Config{
 		URL: b.dbURL, SidecarRange: cfg.SidecarRange, LockTimeout: cfg.LockTimeout,
-		ObserveLock: func(e persistence.LockEvent) { b.metrics.ObserveLock(e.Op, e.Wait.Seconds(), e.TimedOut) },
+		ObserveLock: func(e persistence.LockEvent) {
+			if e.Moved {
+				b.metrics.PushMoved.Inc()
+				return
+			}
+			b.metrics.ObserveLock(e.Op, e.Wait.Seconds(), e.TimedOut)
+		},
 	}); err != nil {
 		return err
 	}

@@ -422,3 +422,38 @@ func TestTxnPushWakesLongPolls(t *testing.T) {
 		t.Fatalf("long poll returned %q; the transaction did not wake it", txnsOf(r.Messages))
 	}
 }
+
+// TestTxnPushMovesAPartitionItsActorKnows (SPEC.md §2, §3; README,
+// Architecture, "The write authority"): once a partition's actor knows it
+// (its cache vouches, an outcome gave its number), the next push takes its
+// row lock at the allocator's bump. A transaction that wrote to the
+// partition meanwhile moved it: that push writes nothing at the bump and
+// runs again with the row locked first, so a repeat of the transaction's id
+// is a duplicate of it, the offsets continue after it, and the run again is
+// counted in /metrics.
+func TestTxnPushMovesAPartitionItsActorKnows(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	for _, via := range transports {
+		q := "moved-" + via
+		e.pushOK(t, via, items(it(q, "p", "w1")), 1)
+		e.pushOK(t, via, items(it(q, "p", "w2")), 1)
+		before := e.metricValue(t, `queen_push_moved_total`)
+		rep := e.txnOK(t, via, txnBody(txnPush(it(q, "p", "t1"))))
+		orig := rep.Results[0].Items[0]
+		got := e.pushOK(t, via, items(it(q, "p", "t1"), it(q, "p", "n1")), 2)
+		wantStatuses(t, got, "duplicate", "queued")
+		eq(t, orig.MessageID, got[0].MessageID, "%s: the duplicate echoes the transaction's message", via)
+		if after := e.metricValue(t, `queen_push_moved_total`); after != before+1 {
+			t.Fatalf("%s: queen_push_moved_total %v -> %v, want one run again", via, before, after)
+		}
+		if got := txnCounts(e.frames(t, q, "")); got["t1"] != 1 || got["n1"] != 1 || len(got) != 4 {
+			t.Fatalf("%s: stored %v", via, got)
+		}
+		// Known again: the next push needs no run again.
+		e.pushOK(t, via, items(it(q, "p", "n2")), 1)
+		if after := e.metricValue(t, `queen_push_moved_total`); after != before+1 {
+			t.Fatalf("%s: queen_push_moved_total %v after a push nobody moved", via, after)
+		}
+	}
+}
