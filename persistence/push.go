@@ -381,7 +381,10 @@ type bundleLocks struct {
 	locked map[[16]byte]lockedPartition
 	hits   map[[16]byte]map[queen.Hash]hit
 	busy   map[[16]byte]bool
-	stamp  stamp
+	// stamp, when stamped: read in the first round trip, every row being
+	// locked first; otherwise writeBundle reads it at the bump.
+	stamp   stamp
+	stamped bool
 }
 
 // stamp is the created_at of a commit's writes, read after all of its row
@@ -399,10 +402,26 @@ func queueStamp(pb *pgx.Batch, st *stamp) {
 }
 
 // knownEnd reports whether b's partition is known to its actor (a
-// watermark, the partition's number): in lockKnownAtBump its row lock is
-// taken at the bump, where it must still end at the watermark.
-func knownEnd(b *queen.PushBatch, mode lockMode) bool {
-	return mode == lockKnownAtBump && b.Watermark >= 0 && b.PartitionNum > 0
+// watermark, the partition's number): in lockKnownAtBump, in a bundle with
+// at least Config.LockAtBumpFrom of them, its row lock is taken at the
+// bump, where it must still end at the watermark.
+func knownEnd(b *queen.PushBatch) bool {
+	return b.Watermark >= 0 && b.PartitionNum > 0
+}
+
+// atBump reports whether the known partitions of the bundle's batches
+// (order) are locked at the bump in this attempt.
+func (s *Store) atBump(bs []*queen.PushBatch, order []int, mode lockMode) bool {
+	if mode != lockKnownAtBump || s.atBumpFrom < 0 || len(order) < s.atBumpFrom {
+		return false
+	}
+	n := 0
+	for _, i := range order {
+		if knownEnd(bs[i]) {
+			n++
+		}
+	}
+	return n >= s.atBumpFrom
 }
 
 // lockBundle opens the bundle's transaction, takes the row locks of the
@@ -416,13 +435,14 @@ func knownEnd(b *queen.PushBatch, mode lockMode) bool {
 // failed statement rolls back and returns the error.
 func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, order []int, mode lockMode) (*bundleLocks, error) {
 	lk := &bundleLocks{locked: make(map[[16]byte]lockedPartition, len(order)), hits: make(map[[16]byte]map[queen.Hash]hit)}
+	atBump := s.atBump(bs, order, mode)
 	// uuid arrays go to pgx as []pgtype.UUID: a registered type, encoded in
 	// binary without reflection.
 	ids := make([]pgtype.UUID, 0, len(order))
 	var probe probeArgs
 	for _, i := range order {
 		b := bs[i]
-		if knownEnd(b, mode) {
+		if atBump && knownEnd(b) {
 			lk.locked[b.PartitionID] = lockedPartition{last: b.Watermark, num: b.PartitionNum, window: -1}
 		} else {
 			ids = append(ids, pgUUID(b.PartitionID))
@@ -443,6 +463,12 @@ func (s *Store) lockBundle(ctx context.Context, conn *session, bs []*queen.PushB
 		pb.Queue(sqlBundleLock, ids).Query(scanLocked(lk.locked, &wait))
 	}
 	probe.queue(pb, lk.locked, lk.hits)
+	if !atBump {
+		// Every row is locked: the stamp is read now, and the bump goes
+		// with the last round trip.
+		queueStamp(pb, &lk.stamp)
+		lk.stamped = true
+	}
 	start := time.Now()
 	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
 		if lockTimedOut(err) {
@@ -535,6 +561,7 @@ func (s *Store) skipBusy(bs []*queen.PushBatch, outs []queen.PushOutcome, order 
 // frames fill originals after the commit.
 type bundleRows struct {
 	st                   stamp
+	stamped              bool // st read with the locks, before the bump
 	bumpPIDs             []pgtype.UUID
 	bumpFrom, bumpTo     []int64
 	segNums              []int64
@@ -627,16 +654,17 @@ func (w *bundleRows) queueBump(pb *pgx.Batch, bumped *int) {
 // (assign: rules.Assign over the probe's hits) into outs and gathers the
 // rows to write.
 func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, lk *bundleLocks) *bundleRows {
-	w := &bundleRows{want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
+	w := &bundleRows{st: lk.stamp, stamped: lk.stamped, want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
 	for _, i := range order {
 		b, out := bs[i], &outs[i]
 		lp := lk.locked[b.PartitionID]
 		out.Window = lp.window
 		out.FullProbe = b.Watermark < 0
 		out.PartitionNum = lp.num
-		// The stamp is read at the bump: the new messages' ids, which
-		// derive from it, are set then (stampIDs).
-		segs, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], time.Time{}, out)
+		// Unless every row was locked first, the stamp is read at the bump:
+		// the new messages' ids, which derive from it, are set then
+		// (stampIDs).
+		segs, clean := s.assign(b, lp.window, lp.last, lk.hits[b.PartitionID], lk.stamp.at, out)
 		if lp.checkPayload {
 			wantOriginals(b, out, lk.hits[b.PartitionID], w.want)
 		}
@@ -649,50 +677,36 @@ func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, or
 	return w
 }
 
-// writeBundle bumps the allocators (bundle_bump, which takes the row locks
-// of the partitions not locked yet) and reads the stamp, in one round trip;
-// a partition that did not end where its offsets assumed (or had no
-// allocator row, or a deadlock with another writer) rolls everything back
-// and returns errEndMoved, nothing written. Then it sets the new messages'
-// ids from the stamp, writes the bundle's rows (copySegments, then
-// bundle_insert), commits, and reads the originals to compare payloads with
-// (never under the locks; its failure never fails the push). A statement the
+// writeBundle writes the bundle's rows and commits. When some partitions
+// are to be locked at the bump (the stamp not read yet), bumpFirst bumps
+// the allocators and reads the stamp first (errEndMoved: nothing written),
+// and the new messages' ids are set from that stamp; otherwise the bump
+// goes with the last round trip. Then the segments (copySegments), the
+// sidecar rows (bundle_insert) and COMMIT, and after it the originals to
+// compare payloads with are read (never under the locks; its failure never
+// fails the push). A statement the
 // server refused rolls back (notWritten); a failure after the COMMIT was
 // sent whose outcome is not known is queen.ErrCommitUnknown (the
 // connection is closed).
 func (s *Store) writeBundle(ctx context.Context, conn *session, bs []*queen.PushBatch, outs []queen.PushOutcome, w *bundleRows) error {
-	bstart := time.Now()
-	bb := &pgx.Batch{}
-	bumped := 0
-	w.queueBump(bb, &bumped)
-	// Read after the bump: every write of the commit is stamped under all of
-	// its row locks (SPEC.md §2).
-	queueStamp(bb, &w.st)
-	if err := conn.SendBatch(ctx, bb).Close(); err != nil {
-		if deadlocked(err) {
-			// Known partitions locked at the bump, in the order of its plan,
-			// against another writer's: run again with every lock first.
-			rollback(conn)
-			s.observe(LockEvent{Op: "push", Moved: true})
-			return errEndMoved
+	if !w.stamped {
+		if err := s.bumpFirst(ctx, conn, w); err != nil {
+			return err
 		}
-		return s.notWritten(conn, err, bstart)
-	}
-	if bumped != len(w.bumpPIDs) {
-		// A known partition moved, or lost its allocator row: nothing is
-		// written yet.
-		rollback(conn)
-		s.observe(LockEvent{Op: "push", Moved: true})
-		return errEndMoved
-	}
-	for _, i := range w.written {
-		stampIDs(bs[i], &outs[i], w.st.at)
+		for _, i := range w.written {
+			stampIDs(bs[i], &outs[i], w.st.at)
+		}
 	}
 	cstart := time.Now()
 	if err := w.copySegments(ctx, conn); err != nil {
 		return s.notWritten(conn, err, cstart)
 	}
 	ib := &pgx.Batch{}
+	if w.stamped {
+		// Every row is locked (bundle_lock): each partition ends where its
+		// offsets assumed.
+		w.queueBump(ib, new(int))
+	}
 	ib.Queue(sqlBundleInsert, w.insertArgs()...)
 	committed := queueCommit(conn, ib)
 	// After the commit: the read never holds the row locks and its failure
@@ -899,6 +913,39 @@ func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Ha
 		sg.frames = packSegment(sg.frames)
 	}
 	return segs, clean
+}
+
+// bumpFirst bumps the allocators (bundle_bump, which takes the row locks of
+// the partitions not locked yet) and reads the stamp (bundle_stamp), in one
+// round trip, before anything else of the bundle is written. A partition
+// that did not end where its offsets assumed, had no allocator row, or
+// deadlocked with another writer rolls the transaction back: errEndMoved.
+func (s *Store) bumpFirst(ctx context.Context, conn *session, w *bundleRows) error {
+	start := time.Now()
+	pb := &pgx.Batch{}
+	bumped := 0
+	w.queueBump(pb, &bumped)
+	// Read after the bump: every write of the commit is stamped under all of
+	// its row locks (SPEC.md §2).
+	queueStamp(pb, &w.st)
+	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
+		if deadlocked(err) {
+			// Known partitions locked at the bump, in the order of its plan,
+			// against another writer's: run again with every lock first.
+			rollback(conn)
+			s.observe(LockEvent{Op: "push", Moved: true})
+			return errEndMoved
+		}
+		return s.notWritten(conn, err, start)
+	}
+	if bumped != len(w.bumpPIDs) {
+		// A known partition moved, or lost its allocator row: nothing is
+		// written yet.
+		rollback(conn)
+		s.observe(LockEvent{Op: "push", Moved: true})
+		return errEndMoved
+	}
+	return nil
 }
 
 // stampIDs sets the message ids of b's new messages (out's offsets

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
+	"github.com/queen-mq/queen-go/persistence/pgtest"
 )
 
 func items(queueName, partition string, txns ...string) []*queen.Item {
@@ -343,8 +344,12 @@ func TestCommitBundleKeepsPartitionsIndependent(t *testing.T) {
 // and the partitions beside it commit once.
 func TestBundleKnownPartitionMovedIsRunAgain(t *testing.T) {
 	t.Parallel()
-	s, log, _ := setupLocks(t)
 	ctx := context.Background()
+	log := &lockLog{}
+	// Every bundle locks its known partitions at the bump, however small.
+	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(t), LockAtBumpFrom: 1, ObserveLock: log.observe})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
 	moved := func() int { return log.count("push", func(e LockEvent) bool { return e.Moved }) }
 	lockedFirst := func() int { return log.count("push", func(e LockEvent) bool { return !e.Moved }) }
 	pids := make([]uuid.UUID, 3)
@@ -407,5 +412,50 @@ func TestBundleKnownPartitionMovedIsRunAgain(t *testing.T) {
 	for i, pid := range []uuid.UUID{pids[0], pids[2]} {
 		last, _ := end(t, s, pid)
 		require.Equal(t, outs[i].LastOffset, last, "the allocator row is rebuilt and bumped")
+	}
+}
+
+// TestSmallBundleLocksFirst (Config.LockAtBumpFrom): a bundle with fewer
+// known partitions than the bound locks every row before its probe and
+// reads its stamp with the locks (no round trip for the bump); from the
+// bound on, the known partitions are locked at the bump.
+func TestSmallBundleLocksFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	log := &lockLog{}
+	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(t), LockAtBumpFrom: 3, ObserveLock: log.observe})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	lockedFirst := func() int { return log.count("push", func(e LockEvent) bool { return !e.Moved }) }
+	pids := make([]uuid.UUID, 3)
+	nums := make([]int64, 3)
+	for i := range pids {
+		pids[i] = partition(t, s, "sb", fmt.Sprintf("p%d", i))
+		nums[i] = commit(t, s, pids[i], items("sb", fmt.Sprintf("p%d", i), "a")).PartitionNum
+	}
+	known := func(i int, txn string) *queen.PushBatch {
+		its := items("sb", fmt.Sprintf("p%d", i), txn)
+		return &queen.PushBatch{PartitionID: pids[i], Items: its, Watermark: 0, AssumedWindow: 3600, PartitionNum: nums[i]}
+	}
+	before := lockedFirst()
+	outs, err := s.CommitBundle(ctx, []*queen.PushBatch{known(0, "b"), known(1, "b")})
+	require.NoError(t, err)
+	require.Equal(t, before+1, lockedFirst(), "two known partitions, under the bound of 3: locked first")
+	for _, o := range outs {
+		require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(o))
+		require.Equal(t, int64(1), o.LastOffset)
+	}
+	res, _ := pop(t, s, pids[0], "g", 10)
+	require.Equal(t, outs[0].Results[0].MessageID.String(), res.Messages[1].ID, "ids derive from the stamp read with the locks")
+	before = lockedFirst()
+	outs, err = s.CommitBundle(ctx, []*queen.PushBatch{
+		{PartitionID: pids[0], Items: items("sb", "p0", "c"), Watermark: 1, AssumedWindow: 3600, PartitionNum: nums[0]},
+		{PartitionID: pids[1], Items: items("sb", "p1", "c"), Watermark: 1, AssumedWindow: 3600, PartitionNum: nums[1]},
+		known(2, "c"),
+	})
+	require.NoError(t, err)
+	require.Equal(t, before, lockedFirst(), "three known partitions: locked at the bump")
+	for _, o := range outs {
+		require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(o))
 	}
 }

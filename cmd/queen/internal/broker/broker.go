@@ -107,6 +107,10 @@ type Config struct {
 	// lock is held longer answers that partition's items failed with code
 	// lock_timeout and commits its other partitions without it.
 	LockTimeout time.Duration
+	// LockAtBumpFrom is persistence.Config.LockAtBumpFrom: the fewest
+	// partitions their actors know a push bundle must hold for their row
+	// locks to be taken at the allocators' bump (0: 128).
+	LockAtBumpFrom int
 	// DedupCacheOff starts with the broker-side dedup cache off
 	// (QUEEN_DEDUP_CACHE=off, SPEC.md §8); it can be switched live through
 	// /api/v1/admin/dedup-cache.
@@ -426,7 +430,7 @@ func (b *Broker) startEngines(ctx context.Context) (err error) {
 	}
 	b.setPhase("opening")
 	if b.store, err = persistence.Open(ctx, persistence.Config{
-		URL: b.dbURL, SidecarRange: cfg.SidecarRange, LockTimeout: cfg.LockTimeout,
+		URL: b.dbURL, SidecarRange: cfg.SidecarRange, LockTimeout: cfg.LockTimeout, LockAtBumpFrom: cfg.LockAtBumpFrom,
 		ObserveLock: func(e persistence.LockEvent) {
 			if e.Moved {
 				b.metrics.PushMoved.Inc()

@@ -426,14 +426,16 @@ func TestTxnPushWakesLongPolls(t *testing.T) {
 // TestTxnPushMovesAPartitionItsActorKnows (SPEC.md §2, §3; README,
 // Architecture, "The write authority"): once a partition's actor knows it
 // (its cache vouches, an outcome gave its number), the next push takes its
-// row lock at the allocator's bump. A transaction that wrote to the
+// row lock at the allocator's bump (with LockAtBumpFrom 1: by default only
+// bundles of 128 such partitions or more do). A transaction that wrote to the
 // partition meanwhile moved it: that push writes nothing at the bump and
 // runs again with the row locked first, so a repeat of the transaction's id
 // is a duplicate of it, the offsets continue after it, and the run again is
 // counted in /metrics.
 func TestTxnPushMovesAPartitionItsActorKnows(t *testing.T) {
 	t.Parallel()
-	e := startEnv(t, nil)
+	// Every bundle locks its known partitions at the bump, however small.
+	e := startEnv(t, func(c *Config) { c.LockAtBumpFrom = 1 })
 	for _, via := range transports {
 		q := "moved-" + via
 		e.pushOK(t, via, items(it(q, "p", "w1")), 1)
