@@ -294,10 +294,14 @@ func TestSegmentRangeDropDoesNotBlockPushes(t *testing.T) {
 	// detach waits for it.
 	reader := segmentReader(t, s, tq)
 
-	done := make(chan RetentionCounts, 1)
+	type stepped struct {
+		c   RetentionCounts
+		err error
+	}
+	done := make(chan stepped, 1)
 	go func() {
-		c, _ := s.RetentionStep(ctx, RetentionConfig{})
-		done <- c
+		c, err := s.RetentionStep(ctx, RetentionConfig{})
+		done <- stepped{c, err}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -309,16 +313,17 @@ func TestSegmentRangeDropDoesNotBlockPushes(t *testing.T) {
 		}
 		require.True(t, time.Now().Before(deadline), "the detach never waited for the reader")
 		select {
-		case c := <-done:
-			t.Fatalf("the step ended without waiting for the reader: %+v", c)
+		case r := <-done:
+			t.Fatalf("the step ended without waiting for the reader: %+v (error: %v)", r.c, r.err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	// While the detach waits, pushes to a retained queue go on.
 	commitEach(t, s, tq, "tq", "p", "m1", "m2")
 	require.NoError(t, reader.Commit(ctx))
-	c := <-done
-	require.Equal(t, 1, c.SegmentRanges.Dropped)
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, 1, r.c.SegmentRanges.Dropped)
 	require.False(t, rangeExists(t, s, old))
 	require.Equal(t, []int64{1, 2}, segmentOffsets(t, s, tq))
 }
