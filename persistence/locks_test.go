@@ -52,6 +52,14 @@ func (l *lockLog) count(op string, match func(LockEvent) bool) int {
 	return n
 }
 
+// moved counts the pushes run again because a known partition moved.
+func (l *lockLog) moved() int { return l.count("push", func(e LockEvent) bool { return e.Moved }) }
+
+// lockedFirst counts the pushes that locked rows before their probe.
+func (l *lockLog) lockedFirst() int {
+	return l.count("push", func(e LockEvent) bool { return !e.Moved })
+}
+
 // setupLocks returns a Store with a short lock timeout, its lock log, and the
 // database URL (for a second session that holds locks).
 func setupLocks(t *testing.T) (*Store, *lockLog, string) {

@@ -345,13 +345,9 @@ func TestCommitBundleKeepsPartitionsIndependent(t *testing.T) {
 func TestBundleKnownPartitionMovedIsRunAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	log := &lockLog{}
 	// Every bundle locks its known partitions at the bump, however small.
-	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(t), LockAtBumpFrom: 1, ObserveLock: log.observe})
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	moved := func() int { return log.count("push", func(e LockEvent) bool { return e.Moved }) }
-	lockedFirst := func() int { return log.count("push", func(e LockEvent) bool { return !e.Moved }) }
+	s, log := setupAtBump(t, 1)
+	moved, lockedFirst := log.moved, log.lockedFirst
 	pids := make([]uuid.UUID, 3)
 	nums := make([]int64, 3)
 	for i := range pids {
@@ -422,11 +418,8 @@ func TestBundleKnownPartitionMovedIsRunAgain(t *testing.T) {
 func TestSmallBundleLocksFirst(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	log := &lockLog{}
-	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(t), LockAtBumpFrom: 3, ObserveLock: log.observe})
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	lockedFirst := func() int { return log.count("push", func(e LockEvent) bool { return !e.Moved }) }
+	s, log := setupAtBump(t, 3)
+	lockedFirst := log.lockedFirst
 	pids := make([]uuid.UUID, 3)
 	nums := make([]int64, 3)
 	for i := range pids {
@@ -458,4 +451,15 @@ func TestSmallBundleLocksFirst(t *testing.T) {
 	for _, o := range outs {
 		require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(o))
 	}
+}
+
+// setupAtBump returns a Store whose bundles lock their known partitions at
+// the bump from `from` of them on (Config.LockAtBumpFrom), and its lock log.
+func setupAtBump(t *testing.T, from int) (*Store, *lockLog) {
+	t.Helper()
+	log := &lockLog{}
+	s, err := Open(context.Background(), Config{URL: pgtest.NewDatabase(t), LockAtBumpFrom: from, ObserveLock: log.observe})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return s, log
 }
