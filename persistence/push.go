@@ -871,7 +871,9 @@ type newSegment struct {
 // hashes for the insert, the frames as segments.frames stores them
 // (packSegment: compressed when that saves bytes). A queued item's message
 // id is derived from its partition, offset and the commit's stamp at
-// (messageID), as every reader derives it: segments store none.
+// (messageID), as every reader derives it: segments store none. A zero at
+// (the stamp not read yet: it is read at the bump) leaves the ids nil for
+// stampIDs to set.
 //
 // A segment stores one producer, so the clean items are split into
 // segments at each change of producer, in offset order: one segment when
@@ -884,7 +886,12 @@ func (s *Store) assign(b *queen.PushBatch, window, last int64, hits map[queen.Ha
 	clean = rules.Assign(out.Results, b.Items, b.LeaderOf, b.PartitionID, window, last, func(h queen.Hash) (rules.Original, bool) {
 		x, ok := hits[h]
 		return rules.Original{Offset: x.offset, MessageID: x.id}, ok
-	}, func(off int64) uuid.UUID { return messageID(b.PartitionID, off, at) })
+	}, func(off int64) uuid.UUID {
+		if at.IsZero() {
+			return uuid.Nil
+		}
+		return messageID(b.PartitionID, off, at)
+	})
 	out.FirstOffset, out.LastOffset = last+1, last+int64(clean)
 	packed := 0 // clean items placed so far
 	for i, it := range b.Items {
