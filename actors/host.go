@@ -538,7 +538,7 @@ func (p *parentActor) props() *actor.Props {
 				panic("actors: partition actor produced outside spawn")
 			}
 			return p.next
-		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure))
+		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithGuardian(stopOnFailure), actor.WithDispatcher(dispatcher()))
 	}
 	return p.shared
 }
