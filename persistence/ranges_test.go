@@ -410,8 +410,12 @@ func TestSidecarTablesShareRanges(t *testing.T) {
 	require.Zero(t, tables[0].Bits, "a handful of hashes a range: one bucket")
 	require.Equal(t, int64(2), storedEntries(t, s, pid))
 
-	again := commit(t, s, pid, items("w", "p", "b", "a", "c"))
-	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(again))
+	// Duplicates only: a new item would write a level-0 row in the current
+	// minute, whose range a later step compacts if the minute ends while
+	// the test runs (then the 0-s window's step lists it, and only the next
+	// one expires it).
+	again := commit(t, s, pid, items("w", "p", "b", "a"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate}, verdicts(again))
 	require.Equal(t, second.Results[0].MessageID, again.Results[0].MessageID)
 	require.Equal(t, first.Results[0].MessageID, again.Results[1].MessageID)
 	require.Equal(t, []int64{1, 0}, []int64{again.Results[0].Offset, again.Results[1].Offset})
@@ -564,8 +568,10 @@ func TestSidecarMergedTables(t *testing.T) {
 	require.Equal(t, len(merged), c.Ranges.Merged, "merged again")
 	require.Len(t, mergedTables(t, s), len(merged))
 
-	again := commit(t, s, pid, items("w", "p", "c", "b", "a2", "a", "d"))
-	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Duplicate, queen.Duplicate, queen.Queued}, verdicts(again))
+	// Duplicates only (see TestSidecarTablesShareRanges): a new item's
+	// range could close and be compacted before the last step.
+	again := commit(t, s, pid, items("w", "p", "c", "b", "a2", "a"))
+	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate, queen.Duplicate, queen.Duplicate}, verdicts(again))
 	require.Equal(t, third.Results[0].MessageID, again.Results[0].MessageID)
 	require.Equal(t, second.Results[0].MessageID, again.Results[1].MessageID)
 	require.Equal(t, first.Results[1].MessageID, again.Results[2].MessageID)
