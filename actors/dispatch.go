@@ -28,20 +28,12 @@ type workers struct {
 	queue chan func()
 }
 
-var (
-	workersOnce sync.Once
-	workerPool  *workers
-)
-
 // dispatcher returns the process's worker pool, starting it on first use
 // with four workers per GOMAXPROCS and room for 256 runs per worker.
-func dispatcher() actor.Dispatcher {
-	workersOnce.Do(func() {
-		n := 4 * runtime.GOMAXPROCS(0)
-		workerPool = newWorkers(n, 256*n)
-	})
-	return workerPool
-}
+var dispatcher = sync.OnceValue(func() actor.Dispatcher {
+	n := 4 * runtime.GOMAXPROCS(0)
+	return newWorkers(n, 256*n)
+})
 
 // newWorkers starts n workers sharing a queue of depth runs.
 func newWorkers(n, depth int) *workers {
