@@ -325,3 +325,68 @@ SELECT $1, h.hash, h.o, 0, t.now FROM t, (VALUES (encode($2, 'hex')::uuid, 0), (
 	require.Equal(t, []queen.Verdict{queen.Duplicate, queen.Duplicate}, verdicts(out), "level 1")
 	require.Equal(t, int64(1), out.Results[0].Offset)
 }
+
+// TestSidecarFindReadsFromTheSpan (SPEC.md §3, §8): a lookup in a level-1
+// table that is not merged yet (the open one) reads the bucket's rows from
+// the range holding its span's start on, not every row since the table's
+// lo, and still finds a hash stored after that start in the same range.
+func TestSidecarFindReadsFromTheSpan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupSpan(t, time.Second)
+	pid := partition(t, s, "f", "p")
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(commit(t, s, pid, items("f", "p", "a"))))
+	atA := lastStamp(t, s, pid)
+	compactThrough(t, s, atA)
+	// b lands in a later range: the one holding a is closed.
+	require.Equal(t, []queen.Verdict{queen.Queued}, verdicts(commit(t, s, pid, items("f", "p", "b"))))
+	atB := lastStamp(t, s, pid)
+	compactThrough(t, s, atB)
+
+	// Both ranges are in one open level-1 table of one bucket, so without
+	// the bound a lookup of b would read a's row too.
+	var tables, bits int
+	require.NoError(t, s.pool.QueryRow(ctx, `
+SELECT count(*), max(t.bits) FROM queen.sidecar_tables t
+ WHERE t.lo <= $1 AND t.hi > $2
+   AND NOT EXISTS (SELECT 1 FROM queen.hash_merged_alive a WHERE a.wide = t.wide AND a.complete)`, atA, atB).Scan(&tables, &bits))
+	require.Equal(t, 1, tables, "a and b are in one open level-1 table")
+	require.Zero(t, bits, "one bucket")
+
+	find := func(txn string, since time.Time) (offsets []int64, blockRows float64) {
+		h := queen.HashTxn(txn)
+		args := []any{pid, uuid.UUID(h), since}
+		const q = `SELECT "offset" FROM queen.sidecar_find($1, $2, '-infinity', $3, 'infinity', true)`
+		rows, err := s.pool.Query(ctx, q, args...)
+		require.NoError(t, err)
+		for rows.Next() {
+			var o int64
+			require.NoError(t, rows.Scan(&o))
+			offsets = append(offsets, o)
+		}
+		require.NoError(t, rows.Err())
+		var plan []map[string]any
+		require.NoError(t, s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+q, args...).Scan(&plan))
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			if rel, _ := n["Relation Name"].(string); len(rel) > len("hash_blocks") && rel[:len("hash_blocks")] == "hash_blocks" {
+				blockRows += n["Actual Rows"].(float64) * n["Actual Loops"].(float64)
+			}
+			kids, _ := n["Plans"].([]any)
+			for _, k := range kids {
+				walk(k.(map[string]any))
+			}
+		}
+		walk(plan[0]["Plan"].(map[string]any))
+		return offsets, blockRows
+	}
+	// A span starting at b's stamp, inside b's range (past its lo): b is
+	// found from its range's row alone.
+	offsets, read := find("b", atB)
+	require.Equal(t, []int64{1}, offsets)
+	require.Equal(t, float64(1), read, "only the row of the range holding the span's start")
+	// The whole window still reads both rows and finds a.
+	offsets, read = find("a", atA.Add(-time.Hour))
+	require.Equal(t, []int64{0}, offsets)
+	require.Equal(t, float64(2), read)
+}

@@ -55,7 +55,16 @@ AS $$
          WHERE (r.los IS NULL OR cardinality(r.los) > 0)
            AND k.wide = t.wide
            AND k.bucket = ('x' || substr(h::text, 1, 8))::bit(32)::bigint >> (32 - t.bits)
-           AND k.lo >= t.lo
+           -- Not merged (r.los NULL): only the ranges from the one that
+           -- holds `since` on. A range's rows are stamped inside it and
+           -- ranges do not overlap, so the rows of earlier ranges cannot
+           -- match; a range no longer listed leaves the bound lower,
+           -- never higher. A suspect's span is a cache generation (an
+           -- eighth of the window), and an open table grows a row per
+           -- bucket a range (up to 16): without the bound, its lookups
+           -- read every row since the table's lo, more each minute.
+           AND k.lo >= GREATEST(t.lo, CASE WHEN r.los IS NULL THEN
+                   (SELECT max(s.lo) FROM queen.sidecar_ranges s WHERE s.lo <= since) END)
            AND k.lo <= until
            AND (r.los IS NULL OR k.lo = ANY (r.los))
         OFFSET 0
