@@ -62,8 +62,10 @@ AS $$
            -- never higher. A suspect's span is a cache generation (an
            -- eighth of the window), and an open table grows a row per
            -- bucket a range (up to 16): without the bound, its lookups
-           -- read every row since the table's lo, more each minute.
-           AND k.lo >= GREATEST(t.lo, CASE WHEN r.los IS NULL THEN
+           -- read every row since the table's lo, more each minute. The
+           -- bound is looked up only where it can skip a row: a table of
+           -- several ranges whose lo is before `since`.
+           AND k.lo >= GREATEST(t.lo, CASE WHEN r.los IS NULL AND t.ranges > 1 AND since > t.lo THEN
                    (SELECT max(s.lo) FROM queen.sidecar_ranges s WHERE s.lo <= since) END)
            AND k.lo <= until
            AND (r.los IS NULL OR k.lo = ANY (r.los))
