@@ -34,7 +34,7 @@ func functionDefs(t *testing.T, conn *pgx.Conn) map[string]string {
 // migration 0016, and why: the files define them anew, the migrations keep
 // the definitions they applied, as history.
 var evolved = map[string]string{
-	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns; 0023: one descent per level-1 table; 0024: packed entries; 0027: a closed table's merged index",
+	"sidecar_find":          "migration 0017: level 1 self-contained, no log_txns; 0023: one descent per level-1 table; 0024: packed entries; 0027: a closed table's merged index; 0.6.9: an open table read from the range holding the span's start",
 	"sidecar_compact":       "migration 0017: self-contained blocks, built from the segments after a crash; 0023: ranges share level-1 tables; 0024: packed entries; 0027: a merged table takes no more ranges",
 	"sidecar_refill":        "migration 0017: level 0 rebuilt from the segments' hashes",
 	"sidecar_expire":        "migration 0017: ranges expire by time alone; 0023: a level-1 table goes with its last range; 0027: and its merged index",

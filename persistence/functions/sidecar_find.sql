@@ -6,7 +6,8 @@
 -- merged index when the table is closed and merged, migration 0027, and
 -- the bucket's rows of the table only when a print in it matches, usually
 -- not; otherwise one primary-key descent and the bucket's row of each of
--- the table's listed ranges. A range that expired before its table keeps
+-- the table's listed ranges from the one holding `since` on, 0.6.9). A
+-- range that expired before its table keeps
 -- its rows there, and its place in the merged index, until the table goes,
 -- below the table's lo, which skips them). Both levels
 -- are self-contained (migration 0017): an entry names its partition (at
