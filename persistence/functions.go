@@ -77,8 +77,10 @@ func mustReadFunctions() ([]schemaFunction, string) {
 // caller holds the migration lock and has applied every migration this
 // binary embeds, so the schema is the one the bodies were written for; a
 // binary whose schema version is older than the database's never gets here
-// (SchemaTooNewError). Function bodies change only with a new migration, so
-// binaries of one schema version agree on them.
+// (SchemaTooNewError). Function bodies change with a new migration, or
+// between releases of one schema version only where they return the same
+// rows (0.6.9: sidecar_find reads less): then the broker that starts last
+// applies its own, and either set answers alike.
 func applyFunctions(ctx context.Context, conn *pgx.Conn, fns []schemaFunction, digest string, schema int) (applied bool, err error) {
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		var have string
