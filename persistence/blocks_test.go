@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -369,7 +370,7 @@ SELECT count(*), max(t.bits) FROM queen.sidecar_tables t
 		require.NoError(t, s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+q, args...).Scan(&plan))
 		var walk func(n map[string]any)
 		walk = func(n map[string]any) {
-			if rel, _ := n["Relation Name"].(string); len(rel) > len("hash_blocks") && rel[:len("hash_blocks")] == "hash_blocks" {
+			if rel, _ := n["Relation Name"].(string); strings.HasPrefix(rel, "hash_blocks_") {
 				blockRows += n["Actual Rows"].(float64) * n["Actual Loops"].(float64)
 			}
 			kids, _ := n["Plans"].([]any)
