@@ -96,6 +96,10 @@ type Cache struct {
 	enabled atomic.Bool
 	// hydrating bounds concurrent hydrations (MaxHydrations tokens).
 	hydrating chan struct{}
+	// The fields above are read by every Prepare and Observe; those below
+	// are written by them. The pad keeps them on separate cache lines, so
+	// that the writes of one core do not evict what the others read.
+	_ [64]byte
 
 	mu      sync.Mutex
 	lru     *list.List // of *partitionCache holding memory; front = most recently used
@@ -278,7 +282,8 @@ func Age(caches []*Cache, pids []uuid.UUID, d time.Duration, move func() error) 
 	err := move()
 	for _, p := range held {
 		if err == nil {
-			for _, g := range p.gens {
+			for i := range p.gens {
+				g := &p.gens[i]
 				g.start, g.newest = g.start.Add(-d), g.newest.Add(-d)
 			}
 			for i := range p.prints {
@@ -318,31 +323,41 @@ func (c *Cache) room(p *partitionCache) bool {
 
 // generation holds the hashes of the segments stored in one span of time
 // (window/8), until the newest of them is older than the window.
+//
+// A partition's generations and a generation's filters are held by value
+// (partitionCache.gens, filters): with traffic spread over many
+// partitions, each message's Prepare and Observe find the partition's
+// cache cold in the CPU's caches, and every pointer followed between the
+// partition and a filter's blocks was one more miss.
 type generation struct {
 	start, newest time.Time // created_at of its oldest and newest segment
-	filters       []*filter // the last one is being filled
+	filters       []filter  // the last one is being filled
 	n             int64
+	size          int64 // generationBytes and its filters' bytes
 }
 
 // generationBytes is a generation's fixed cost beside its filters.
 const generationBytes = 96
 
-func (g *generation) add(h *queen.Hash) {
-	f := g.filters[len(g.filters)-1]
+func newGeneration(t time.Time, keys int) generation {
+	f := newFilter(keys)
+	return generation{start: t, newest: t, filters: []filter{f}, size: generationBytes + f.bytes()}
+}
+
+// add adds h and returns the bytes the generation grew by (a new filter,
+// twice the last one's capacity, once the last one is full).
+func (g *generation) add(h *queen.Hash) int64 {
+	var grew int64
+	f := &g.filters[len(g.filters)-1]
 	if f.full() {
-		f = newFilter(2 * f.limit)
-		g.filters = append(g.filters, f)
+		g.filters = append(g.filters, newFilter(2*f.limit))
+		f = &g.filters[len(g.filters)-1]
+		grew = f.bytes()
+		g.size += grew
 	}
 	f.add(h)
 	g.n++
-}
-
-func (g *generation) bytes() int64 {
-	n := int64(generationBytes)
-	for _, f := range g.filters {
-		n += f.bytes()
-	}
-	return n
+	return grew
 }
 
 // partitionCache is one partition's cache. Knowledge: every hash stored in
@@ -353,26 +368,28 @@ func (g *generation) bytes() int64 {
 // the window: unknownUntil <= newest - window, where newest is the newest
 // commit's created_at (PostgreSQL's clock; a probe's clock is later).
 //
-// Every active partition has one, so its fields are ordered to pack (224
-// bytes).
+// Every active partition has one, so its fields are ordered to pack (256
+// bytes, partitionBytes).
 type partitionCache struct {
 	c *Cache
 
-	// guarded by c.mu
+	// guarded by c.mu (and warm and gone below)
 	elem      *list.Element
 	accounted int64
 	entries   int64
 	lastSize  int64 // accounted when last evicted: the room a re-hydration needs
-	warm      bool
-	gone      bool // passivated: accounts nothing from now on
 
-	mu           sync.Mutex
-	pid          uuid.UUID
-	gens         []*generation // ascending newest
-	prints       []printSet    // of segments retention removed inside the window
-	gaps         [][2]int64    // (after, upTo] ranges still to read
-	seen         int64         // last offset known: the end of the last observed commit
-	window       int64         // seconds the knowledge covers
+	mu   sync.Mutex
+	pid  uuid.UUID
+	gens []generation // ascending newest
+	// held and heldN are the bytes and hashes of gens (their size and n
+	// summed), kept as gens change so that accounting a commit does not
+	// walk them.
+	held, heldN  int64
+	prints       []printSet // of segments retention removed inside the window
+	gaps         [][2]int64 // (after, upTo] ranges still to read
+	seen         int64      // last offset known: the end of the last observed commit
+	window       int64      // seconds the knowledge covers
 	epoch        uint64
 	newest       time.Time // the newest commit's created_at
 	unknownUntil time.Time // zero: nothing unknown
@@ -381,6 +398,10 @@ type partitionCache struct {
 	hydrating    bool
 	// cold: evicted; no knowledge is gathered until newest reaches coldUntil.
 	cold bool
+
+	// guarded by c.mu
+	warm bool
+	gone bool // passivated: accounts nothing from now on
 }
 
 func (p *partitionCache) Prepare(b *queen.PushBatch) {
@@ -439,9 +460,10 @@ func (p *partitionCache) mayHave(h *queen.Hash) (queen.Span, bool) {
 		}
 		found = true
 	}
-	for _, g := range p.gens {
-		for _, f := range g.filters {
-			if f.test(h) {
+	for i := range p.gens {
+		g := &p.gens[i]
+		for j := range g.filters {
+			if g.filters[j].test(h) {
 				widen(g.start, g.newest)
 				break
 			}
@@ -506,10 +528,14 @@ func (p *partitionCache) Observe(b *queen.PushBatch, out *queen.PushOutcome) {
 	}
 	if wrote {
 		if p.window > 0 {
-			g := p.genAt(&p.gens, out.CreatedAt)
+			g, fresh := p.genAt(&p.gens, out.CreatedAt)
+			if fresh {
+				p.held += g.size
+			}
 			for i, r := range out.Results {
 				if r.Verdict == queen.Queued {
-					g.add(&b.Items[i].Hash)
+					p.held += g.add(&b.Items[i].Hash)
+					p.heldN++
 				}
 			}
 		}
@@ -528,10 +554,11 @@ func (p *partitionCache) Observe(b *queen.PushBatch, out *queen.PushOutcome) {
 
 // genAt returns the generation of *gens (ascending time) that a segment
 // stored at t goes to: the newest one while t is within its span, else a new
-// one sized like the one before.
-func (p *partitionCache) genAt(gens *[]*generation, t time.Time) *generation {
+// one sized like the one before (fresh: appended). The pointer is into
+// *gens: valid until it is appended to again.
+func (p *partitionCache) genAt(gens *[]generation, t time.Time) (g *generation, fresh bool) {
 	if k := len(*gens); k > 0 {
-		g := (*gens)[k-1]
+		g := &(*gens)[k-1]
 		if t.Sub(g.start) < p.span() {
 			if t.After(g.newest) {
 				g.newest = t
@@ -541,22 +568,16 @@ func (p *partitionCache) genAt(gens *[]*generation, t time.Time) *generation {
 				// oldest created_at it holds (Span relies on it).
 				g.start = t
 			}
-			return g
+			return g, false
 		}
 	}
-	return p.newGeneration(t, gens)
-}
-
-// newGeneration appends a generation starting at t to *gens, its first
-// filter sized for the hashes of the generation before it.
-func (p *partitionCache) newGeneration(t time.Time, gens *[]*generation) *generation {
+	// The first filter is sized for the hashes of the generation before.
 	keys := filterMinKeys
 	if k := len(*gens); k > 0 {
 		keys = int((*gens)[k-1].n + (*gens)[k-1].n/4)
 	}
-	g := &generation{start: t, newest: t, filters: []*filter{newFilter(keys)}}
-	*gens = append(*gens, g)
-	return g
+	*gens = append(*gens, newGeneration(t, keys))
+	return &(*gens)[len(*gens)-1], true
 }
 
 // span is a generation's length of time: an eighth of the window.
@@ -614,6 +635,7 @@ func (p *partitionCache) StartCold() {
 
 func (p *partitionCache) reset() {
 	p.gens, p.prints = nil, nil
+	p.held, p.heldN = 0, 0
 	p.based, p.gaps, p.hydrating = false, nil, false
 	p.unknownUntil = time.Time{}
 	p.epoch++
@@ -633,10 +655,7 @@ func (p *partitionCache) size() int64 {
 	if !p.based {
 		return 0
 	}
-	n := int64(partitionBytes)
-	for _, g := range p.gens {
-		n += g.bytes()
-	}
+	n := int64(partitionBytes) + p.held
 	for i := range p.prints {
 		n += p.prints[i].bytes()
 	}
@@ -644,10 +663,7 @@ func (p *partitionCache) size() int64 {
 }
 
 func (p *partitionCache) count() int64 {
-	var n int64
-	for _, g := range p.gens {
-		n += g.n
-	}
+	n := p.heldN
 	for i := range p.prints {
 		n += int64(len(p.prints[i].keys))
 	}
@@ -660,7 +676,9 @@ func (p *partitionCache) prune() {
 	cut := p.newest.Add(-time.Duration(p.window) * time.Second)
 	k := 0
 	for k < len(p.gens) && !p.gens[k].newest.After(cut) {
-		p.gens[k] = nil
+		p.held -= p.gens[k].size
+		p.heldN -= p.gens[k].n
+		p.gens[k] = generation{}
 		k++
 	}
 	p.gens = p.gens[k:]
@@ -702,7 +720,7 @@ func (p *partitionCache) hydrate(epoch uint64) {
 			p.c.gapReads.Add(1)
 		}
 		var (
-			read []*generation
+			read []generation
 			// hole: retention removed segments of the gap inside the
 			// window, stored at or before holeUntil (zero while only an
 			// unbounded hole was met: the next segment read bounds it).
@@ -747,15 +765,15 @@ func (p *partitionCache) hydrate(epoch uint64) {
 						holeUntil = sg.CreatedAt
 					}
 				}
-				gen := p.genAt(&read, sg.CreatedAt)
+				gen, _ := p.genAt(&read, sg.CreatedAt)
 				for i := 0; i+16 <= len(sg.Hashes); i += 16 {
 					gen.add((*queen.Hash)(sg.Hashes[i : i+16]))
 				}
 			}
 			size, n := p.size(), p.count()
-			for _, gen := range read {
-				size += gen.bytes()
-				n += gen.n
+			for i := range read {
+				size += read[i].size
+				n += read[i].n
 			}
 			p.mu.Unlock()
 			p.c.account(p, size, n, false)
@@ -815,6 +833,10 @@ func (p *partitionCache) hydrate(epoch uint64) {
 				// vouched for until the hole leaves the window.
 				p.unknownUntil = holeUntil
 			}
+		}
+		for i := range read {
+			p.held += read[i].size
+			p.heldN += read[i].n
 		}
 		p.gens = append(p.gens, read...)
 		sort.SliceStable(p.gens, func(a, b int) bool { return p.gens[a].newest.Before(p.gens[b].newest) })

@@ -345,6 +345,9 @@ func TestCacheWatermarkIsAPromise(t *testing.T) {
 				default:
 					waitHydrated(t, caches)
 				}
+				for _, pc := range caches {
+					checkHeld(t, pc)
+				}
 			}
 			st := c.Stats()
 			t.Logf("%+v", st)
@@ -358,6 +361,29 @@ func TestCacheWatermarkIsAPromise(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkHeld checks that a partition cache's running totals of its
+// generations' bytes and hashes (held, heldN: what it accounts on every
+// commit without walking them) are what a walk over them finds.
+func checkHeld(t *testing.T, hc HashCache) {
+	t.Helper()
+	p := hc.(*partitionCache)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var size, n int64
+	for i := range p.gens {
+		g := &p.gens[i]
+		gs := int64(generationBytes)
+		for j := range g.filters {
+			gs += g.filters[j].bytes()
+		}
+		require.Equal(t, gs, g.size, "generation %d", i)
+		size += gs
+		n += g.n
+	}
+	require.Equal(t, size, p.held, "bytes of %d generations", len(p.gens))
+	require.Equal(t, n, p.heldN, "hashes of %d generations", len(p.gens))
 }
 
 // TestCacheDoesNotVouchAcrossARetainedHole (SPEC.md §3, §8): retention

@@ -31,15 +31,15 @@ const (
 	// partition's first generation starts there and grows by doubling.
 	filterMinKeys = 32
 	// filterStructBytes is a filter's fixed cost beside its blocks (the
-	// struct, the slice header, the pointer in its generation).
+	// struct in its generation's slice, rounded up).
 	filterStructBytes = 64
 )
 
 // newFilter returns an empty filter for about keys hashes.
-func newFilter(keys int) *filter {
+func newFilter(keys int) filter {
 	keys = max(keys, filterMinKeys)
 	nb := (keys*filterBitsPerKey + 511) / 512
-	return &filter{blocks: make([][8]uint64, nb), limit: nb * 512 / filterBitsPerKey}
+	return filter{blocks: make([][8]uint64, nb), limit: nb * 512 / filterBitsPerKey}
 }
 
 func (f *filter) full() bool { return f.n >= f.limit }

@@ -43,6 +43,22 @@ type bundleRows struct {
 	originals            map[segmentKey][]byte
 }
 
+// reserve sizes the rows for about parts partitions (one segment each, the
+// usual case) and items frames, so that gathering them does not grow the
+// slices step by step: spread over many partitions, a bundle gathers about
+// one segment per message, and the growing was most of the Go heap a
+// commit allocated.
+func (w *bundleRows) reserve(parts, items int) {
+	w.bumpPIDs = make([]pgtype.UUID, 0, parts)
+	w.bumpFrom, w.bumpTo = make([]int64, 0, parts), make([]int64, 0, parts)
+	w.segNums, w.segFirst, w.segLast = make([]int64, 0, parts), make([]int64, 0, parts), make([]int64, 0, parts)
+	w.segFrames, w.segHashes = make([][]byte, 0, parts), make([][]byte, 0, parts)
+	w.segRetained, w.segProducers = make([]bool, 0, parts), make([]string, 0, parts)
+	w.rowPIDs, w.rowHashes = make([]pgtype.UUID, 0, items), make([]pgtype.UUID, 0, items)
+	w.rowOffsets, w.rowSegments = make([]int64, 0, items), make([]int64, 0, items)
+	w.written = make([]int, 0, parts)
+}
+
 // addSegments adds partition pid's new segments (assign: consecutive
 // offsets, at least one segment) to the rows, each with its frames' sidecar
 // rows, and the partition's bump; num is the partition's number (bundle_lock
@@ -90,9 +106,14 @@ func (w *bundleRows) copySegments(ctx context.Context, c copyer) error {
 	if len(w.segNums) == 0 {
 		return nil
 	}
+	// One row buffer for every segment: COPY encodes a row before it asks
+	// for the next.
+	row := make([]any, len(segmentColumns))
+	row[3] = w.st.at
 	_, err := c.CopyFrom(ctx, pgx.Identifier{"queen", "segments"}, segmentColumns, pgx.CopyFromSlice(len(w.segNums), func(i int) ([]any, error) {
-		return []any{w.segNums[i], w.segFirst[i], w.segLast[i], w.st.at, w.segFrames[i], w.segHashes[i],
-			w.segRetained[i] && w.st.ranged, w.segProducers[i]}, nil
+		row[0], row[1], row[2] = w.segNums[i], w.segFirst[i], w.segLast[i]
+		row[4], row[5], row[6], row[7] = w.segFrames[i], w.segHashes[i], w.segRetained[i] && w.st.ranged, w.segProducers[i]
+		return row, nil
 	}))
 	return err
 }
@@ -120,6 +141,11 @@ func (w *bundleRows) queueBump(pb *pgx.Batch, bumped *int) {
 // rows to write.
 func (s *Store) bundleWrites(bs []*queen.PushBatch, outs []queen.PushOutcome, order []int, lk *bundleLocks) *bundleRows {
 	w := &bundleRows{st: lk.stamp, stamped: lk.stamped, want: map[segmentKey]struct{}{}, originals: map[segmentKey][]byte{}}
+	items := 0
+	for _, i := range order {
+		items += len(bs[i].Items)
+	}
+	w.reserve(len(order), items)
 	for _, i := range order {
 		b, out := bs[i], &outs[i]
 		lp := lk.locked[b.PartitionID]

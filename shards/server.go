@@ -434,35 +434,55 @@ type partGroup struct {
 // enqueueByPartition hands the items at idx (every item when idx is nil) to
 // p, one Enqueue per partition in order of first appearance, without
 // waiting: pushes enqueued one after another from one goroutine keep their
-// arrival order per partition.
+// arrival order per partition. The groups, their indexes and their items
+// are carved from one allocation each: spread over many partitions, a
+// request holds about one item per partition, and a few allocations per
+// partition were a good part of what the collector had to do.
 func enqueueByPartition(p PartitionPusher, items []*queen.Item, idx []int) []*partGroup {
-	byPartition := map[[2]string]*partGroup{}
-	var order []*partGroup
-	add := func(i int) {
-		k := [2]string{items[i].Queue, items[i].Partition}
+	n := len(items)
+	if idx != nil {
+		n = len(idx)
+	}
+	at := func(j int) int {
+		if idx == nil {
+			return j
+		}
+		return idx[j]
+	}
+	byPartition := make(map[[2]string]int, n)
+	of := make([]int, n) // the group of the j-th item
+	var counts []int
+	for j := range n {
+		it := items[at(j)]
+		k := [2]string{it.Queue, it.Partition}
 		g, ok := byPartition[k]
 		if !ok {
-			g = &partGroup{}
+			g = len(counts)
 			byPartition[k] = g
-			order = append(order, g)
+			counts = append(counts, 0)
 		}
-		g.idx = append(g.idx, i)
+		of[j] = g
+		counts[g]++
 	}
-	if idx == nil {
-		for i := range items {
-			add(i)
-		}
-	} else {
-		for _, i := range idx {
-			add(i)
-		}
+	groups := make([]partGroup, len(counts))
+	order := make([]*partGroup, len(counts))
+	parts := make([][]*queen.Item, len(counts))
+	idxs, its := make([]int, n), make([]*queen.Item, n)
+	start := 0
+	for g, c := range counts {
+		end := start + c
+		groups[g].idx, parts[g] = idxs[start:start:end], its[start:start:end]
+		order[g] = &groups[g]
+		start = end
 	}
-	for _, g := range order {
-		part := make([]*queen.Item, len(g.idx))
-		for j, i := range g.idx {
-			part[j] = items[i]
-		}
-		g.w, g.err = p.Enqueue(part[0].Queue, part[0].Partition, part)
+	for j, g := range of {
+		i := at(j)
+		groups[g].idx = append(groups[g].idx, i)
+		parts[g] = append(parts[g], items[i])
+	}
+	for g := range groups {
+		part := parts[g]
+		groups[g].w, groups[g].err = p.Enqueue(part[0].Queue, part[0].Partition, part)
 	}
 	return order
 }
