@@ -214,7 +214,8 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 	root := ctx.ActorSystem().Root
 	startID := a.partitionID
 	job := &commitJob{key: a.key, batch: batch, bytes: nb, done: func(out queen.PushOutcome, err error) {
-		done := &commitDone{partitionID: batch.PartitionID}
+		// The id the actor learns (a commitDone, allocated only when sent).
+		doneID := batch.PartitionID
 		if err == nil {
 			a.cache.Observe(batch, &out)
 			a.num.Store(out.PartitionNum)
@@ -224,14 +225,14 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 			if errors.Is(err, queen.ErrPartitionGone) {
 				// The queue was deleted: the next push resolves (and
 				// recreates) the partition.
-				done.partitionID = uuid.Nil
+				doneID = uuid.Nil
 			}
 		}
 		// Nothing more for the actor to learn (no error, the id it had),
 		// and no request waits (flightSilent): finish without a message. Decided before
 		// the answers go out, so an actor whose push was answered this way
 		// is idle (a passivation asked next is not refused).
-		silent := err == nil && done.partitionID == startID && a.flight.CompareAndSwap(flightSilent, flightNone)
+		silent := err == nil && doneID == startID && a.flight.CompareAndSwap(flightSilent, flightNone)
 		a.host.metrics.FusedRequests.Observe(float64(len(reqs)))
 		i := 0
 		for _, r := range reqs {
@@ -240,7 +241,7 @@ func (a *partitionActor) startCommit(ctx actor.Context) {
 			r.respond(pushResp{results: res})
 		}
 		if !silent {
-			root.Send(self, done)
+			root.Send(self, &commitDone{partitionID: doneID})
 		}
 	}}
 	if batch.PartitionID != uuid.Nil {
