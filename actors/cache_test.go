@@ -480,6 +480,38 @@ func TestCacheVouchesAcrossAFingerprintedHole(t *testing.T) {
 	p.mu.Unlock()
 }
 
+// TestCacheEvictsTheLeastRecentlyUsed: recency is kept the CLOCK way (a
+// cache accounted again is marked, and an eviction that reaches it gives it
+// a second chance), which evicts here as an LRU list would: of three caches
+// that fill the budget, the one pushed to again stays, and the least
+// recently used one goes when a fourth comes.
+func TestCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
+	d := newSimDB()
+	c := NewCache(CacheConfig{BudgetBytes: 3 * MinPartitionCacheBytes, Source: d, Logger: quiet()})
+	pids := make([]uuid.UUID, 4)
+	caches := make([]HashCache, 4)
+	for i := range pids {
+		pids[i], caches[i] = uuid.New(), c.New()
+	}
+	for i := range 3 {
+		push(t, d, caches[i], pids[i], []string{fmt.Sprintf("p%d-a", i)})
+	}
+	require.Zero(t, c.Stats().Evictions, "three fit")
+	push(t, d, caches[0], pids[0], []string{"p0-b"})
+	push(t, d, caches[3], pids[3], []string{"p3-a"})
+	require.Equal(t, int64(1), c.Stats().Evictions, "the fourth is one too many")
+	evicted := func(i int) bool {
+		p := caches[i].(*partitionCache)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.cold
+	}
+	require.False(t, evicted(0), "pushed to again: kept")
+	require.True(t, evicted(1), "the least recently used goes")
+	require.False(t, evicted(2))
+	require.False(t, evicted(3))
+}
+
 // TestCacheDegradesWithoutThrashing: 64 equally busy partitions whose
 // windows need about four times the budget. Over many windows each partition
 // is read back from the sidecar at most once per window, the budget holds,
