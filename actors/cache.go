@@ -102,7 +102,7 @@ type Cache struct {
 	_ [64]byte
 
 	mu      sync.Mutex
-	lru     *list.List // of *partitionCache holding memory; front = most recently used
+	lru     *list.List // of *partitionCache holding memory; front = most recently placed (used marks a later use: account)
 	total   int64      // bytes accounted
 	entries int64      // hashes accounted
 
