@@ -374,12 +374,33 @@ SELECT count(*) FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(
 // closed as the test ran uncompacted in the first seconds of a minute).
 func pastWindow(t *testing.T, window int, agos ...time.Duration) (*Store, RetentionConfig) {
 	t.Helper()
+	clearOfMinuteEnd(t, 15*time.Second)
 	s := setupSpan(t, time.Minute)
 	configure(t, s, "w", fmt.Sprintf(`{"dedupWindowSeconds":%d}`, window))
 	for _, ago := range agos {
 		pastRanges(t, s, ago)
 	}
 	return s, RetentionConfig{TxnsFloor: time.Second, CompactGrace: time.Nanosecond}
+}
+
+// clearOfMinuteEnd returns once the clock (this machine's, which the local
+// PostgreSQL shares) is at least 5 s into its minute and clear before its
+// end, waiting when it is not: a test of one-minute ranges whose steps
+// expect the current range open, and the last closed one at least its
+// floor old, must not see a range close while it runs (a step would then
+// compact it too: one more range in a table, or a range too young to
+// expire).
+func clearOfMinuteEnd(t *testing.T, clear time.Duration) {
+	t.Helper()
+	const settled = 5 * time.Second
+	now := time.Now()
+	into := now.Sub(now.Truncate(time.Minute))
+	switch {
+	case into < settled:
+		<-time.After(settled - into)
+	case time.Minute-into < clear:
+		<-time.After(time.Minute - into + settled)
+	}
 }
 
 // TestSidecarTablesShareRanges (migration 0023, SPEC.md §8): contiguous
