@@ -371,7 +371,9 @@ SELECT count(*) FROM queen.hash_blocks k CROSS JOIN LATERAL generate_subscripts(
 // a dedup window of window seconds, creates the ranges around each of agos
 // ago (pastRanges), and returns it with a retention config that compacts a
 // range as soon as it closes (the production grace, 5 s, left a range that
-// closed as the test ran uncompacted in the first seconds of a minute).
+// closed as the test ran uncompacted in the first seconds of a minute). It
+// first waits until no range can close while the test runs
+// (clearOfMinuteEnd).
 func pastWindow(t *testing.T, window int, agos ...time.Duration) (*Store, RetentionConfig) {
 	t.Helper()
 	clearOfMinuteEnd(t, 15*time.Second)
