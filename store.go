@@ -125,6 +125,11 @@ const (
 	// PopNotYet: messages exist above the cursor but are not visible yet
 	// (delayedProcessing, windowBuffer), or are all leased.
 	PopNotYet
+	// PopUnreached: a pop of several partitions spent its batch, its reply
+	// bytes or its partition count (PopPartitions' most) before it came to
+	// this one, so it claimed nothing here; the partition may hold
+	// messages, and a wildcard pop tries it first next time.
+	PopUnreached
 )
 
 // PopSpec is one partition pop.

@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -313,6 +314,191 @@ func TestPopMultiPartition(t *testing.T) {
 	res = pop(t, New(st2, Options{}), queen.PopRequest{Queue: "q", Batch: 3, Partitions: 2})
 	require.Len(t, res.Messages, 3)
 	require.Equal(t, 2, res.PartitionsClaimed)
+}
+
+// A pop of several partitions whose batch fills before it reaches the
+// last of them (queen.PopUnreached) leaves those to the next pop, which
+// tries them before the rotation's, after the partition it delivered last
+// (with autoAck nothing holds it): they wait one pop, not a sweep of the
+// whole hint (at 10,000 partitions a sweep is seconds).
+func TestPopTriesUnreachedPartitionsFirst(t *testing.T) {
+	st := newCounting()
+	var pids []uuid.UUID
+	for i := range 40 {
+		pid, _ := st.Push("q", fmt.Sprintf("p%02d", i), "a", "b", "c")
+		pids = append(pids, pid)
+	}
+	c := New(st, Options{})
+	c.update("q", "g", func(*groupHint) {}) // the group pops: it has a hint
+	c.Notify("q", pids)
+	req := queen.PopRequest{Queue: "q", Batch: 12, Partitions: 8, AutoAck: true}
+	served := map[uuid.UUID][]int64{}
+	var prev []uuid.UUID // the previous pop's unreached partitions
+	for round := 0; len(served) < len(pids) || len(prev) > 0; round++ {
+		require.Less(t, round, 20, "120 messages in pops of 12")
+		st.reset()
+		res := pop(t, c, req)
+		require.NotEmpty(t, st.popMany)
+		call := st.popMany[0]
+		if len(prev) > 0 {
+			require.Equal(t, prev, call[:len(prev)], "round %d tries the partitions the last pop did not reach first", round)
+		}
+		before := map[uuid.UUID]int{}
+		for _, pid := range call {
+			before[pid] = len(served[pid])
+		}
+		got := map[uuid.UUID]bool{}
+		for _, m := range res.Messages {
+			pid := uuid.MustParse(m.PartitionID)
+			served[pid] = append(served[pid], m.Offset)
+			got[pid] = true
+		}
+		var first, last uuid.UUID // the partitions delivered first and last: the batch may have cut last short
+		var unreached []uuid.UUID
+		for _, pid := range call {
+			if got[pid] {
+				if first == uuid.Nil {
+					first = pid
+				}
+				last = pid
+			} else if before[pid] < 3 {
+				unreached = append(unreached, pid)
+			}
+		}
+		prev = nil
+		if len(res.Messages) == req.Batch && last != first {
+			prev = append([]uuid.UUID{last}, unreached...)
+		}
+		if round == 0 {
+			require.Len(t, res.Messages, 12)
+			require.Len(t, unreached, 4, "four partitions fill the batch, four are not reached")
+		}
+	}
+	for _, pid := range pids {
+		require.Equal(t, []int64{0, 1, 2}, served[pid], "every message of %s once, in order", pid)
+	}
+}
+
+// A full pop may leave messages in the partition it leased last; the ack
+// that ends that lease puts the partition at the front of the group's next
+// pick, behind the partitions the pop did not reach.
+func TestPopAckedPartialPartitionComesNext(t *testing.T) {
+	st := newCounting()
+	var pids []uuid.UUID
+	for i := range 40 {
+		pid, _ := st.Push("q", fmt.Sprintf("p%02d", i), "a", "b", "c", "d", "e")
+		pids = append(pids, pid)
+	}
+	c := New(st, Options{})
+	c.update("q", "g", func(*groupHint) {})
+	c.Notify("q", pids)
+	req := queen.PopRequest{Queue: "q", Batch: 12, Partitions: 8}
+	res := pop(t, c, req)
+	require.Len(t, res.Messages, 12)
+	call := st.popMany[0]
+	require.Equal(t, 3, res.PartitionsClaimed, "5 + 5 + 2 of the third")
+	partial := call[2]
+	require.Equal(t, partial.String(), res.Messages[11].PartitionID)
+	lease := uuid.MustParse(*res.LeaseID)
+	var acks []queen.AckItem
+	for _, m := range res.Messages {
+		acks = append(acks, queen.AckItem{PartitionID: uuid.MustParse(m.PartitionID), Offset: m.Offset,
+			Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease, TransactionID: m.TransactionID})
+	}
+	_, err := c.Ack(context.Background(), acks)
+	require.NoError(t, err)
+	st.reset()
+	pop(t, c, req)
+	next := st.popMany[0]
+	require.Equal(t, append(append([]uuid.UUID(nil), call[3:]...), partial), next[:6],
+		"the unreached partitions, then the one the batch cut short")
+}
+
+// A deep partition that fills a pop's batch alone is not put first again:
+// pops of several partitions keep rotating over every partition with
+// messages, also when each holds more than a batch.
+func TestPopDeepPartitionsKeepRotating(t *testing.T) {
+	for _, autoAck := range []bool{true, false} {
+		st := newCounting()
+		var pids []uuid.UUID
+		for i := range 8 {
+			msgs := make([]string, 50)
+			for j := range msgs {
+				msgs[j] = fmt.Sprintf("m%d", j)
+			}
+			pid, _ := st.Push("q", fmt.Sprintf("p%d", i), msgs...)
+			pids = append(pids, pid)
+		}
+		c := New(st, Options{})
+		c.update("q", "g", func(*groupHint) {})
+		c.Notify("q", pids)
+		served := map[string]bool{}
+		for range 8 {
+			res := pop(t, c, queen.PopRequest{Queue: "q", Batch: 10, Partitions: 4, AutoAck: autoAck})
+			require.Len(t, res.Messages, 10)
+			served[res.Partition] = true
+			if !autoAck {
+				lease := uuid.MustParse(*res.LeaseID)
+				var acks []queen.AckItem
+				for _, m := range res.Messages {
+					acks = append(acks, queen.AckItem{PartitionID: uuid.MustParse(m.PartitionID), Offset: m.Offset,
+						Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease, TransactionID: m.TransactionID})
+				}
+				_, err := c.Ack(context.Background(), acks)
+				require.NoError(t, err)
+			}
+		}
+		require.Len(t, served, 8, "eight pops of one deep partition each serve all eight (autoAck %v)", autoAck)
+	}
+}
+
+// racyStore answers a pop of partition racy empty while a push to it is
+// notified, as when the push commits after the pop read the partition.
+type racyStore struct {
+	*countingStore
+	c     *Coordinator
+	racy  uuid.UUID
+	fired bool
+}
+
+func (s *racyStore) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error) {
+	res, states, err := s.countingStore.PopPartitions(ctx, spec, pids, most)
+	for i, pid := range pids {
+		if pid == s.racy && !s.fired && states[i] == queen.PopEmpty {
+			s.fired = true
+			s.MemStore.Push("q", "racy", "late")
+			s.c.Notify("q", []uuid.UUID{pid})
+		}
+	}
+	return res, states, err
+}
+
+// A pop that finds a partition empty drops it from the hint only if no
+// push to it was notified while the pop ran: a message committed after the
+// pop read the partition stays hinted, and the next pops find it without
+// a candidate scan.
+func TestPopKeepsPartitionNotifiedDuringIt(t *testing.T) {
+	cs := newCounting()
+	racy, _ := cs.Push("q", "racy", "a")
+	other, _ := cs.Push("q", "other", "a", "b", "c")
+	st := &racyStore{countingStore: cs, racy: racy}
+	c := New(st, Options{})
+	st.c = c
+	c.update("q", "g", func(*groupHint) {})
+	c.Notify("q", []uuid.UUID{racy, other})
+	req := queen.PopRequest{Queue: "q", AutoAck: true}
+	require.Equal(t, "racy", pop(t, c, req).Partition)
+	require.Equal(t, "other", pop(t, c, req).Partition)
+	require.Equal(t, "other", pop(t, c, req).Partition, "racy was empty, and a push to it was notified meanwhile")
+	require.True(t, st.fired)
+	c.update("q", "g", func(g *groupHint) { require.True(t, g.hinted(racy), "still hinted") })
+	cs.reset()
+	got := map[string]int{}
+	for range 2 {
+		got[pop(t, c, req).Partition]++
+	}
+	require.Equal(t, map[string]int{"racy": 1, "other": 1}, got)
+	require.Zero(t, cs.candidates, "found through the hint")
 }
 
 // A long poll parks until a push to its queue is notified, and answers

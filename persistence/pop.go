@@ -42,8 +42,8 @@ import (
 // expired lease to settle (see expireLease) costs its settlement's round
 // trips. states has one queen.PopState per pid: PopDelivered, PopEmpty,
 // PopBusy (another consumer's live lease or a skipped lock), PopNotYet
-// (nothing visible, or not tried because the pop was full). On an error nothing is
-// claimed.
+// (nothing visible) or PopUnreached (not tried: the pop was full). On an
+// error nothing is claimed.
 func (s *Store) PopPartitions(ctx context.Context, spec queen.PopSpec, pids []uuid.UUID, most int) (queen.PopResult, []queen.PopState, error) {
 	states := make([]queen.PopState, len(pids))
 	if len(pids) == 0 {
@@ -240,7 +240,7 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 		}
 		left := spec.Batch - len(out.Messages)
 		if left <= 0 || (most > 0 && claimed >= most) || (len(out.Messages) > 0 && size+queen.PopMessageOverhead > maxBytes) {
-			pm.states[i] = queen.PopNotYet
+			pm.states[i] = queen.PopUnreached
 			continue
 		}
 		limit, stall, changed := st.bisect.Deliver(st.cursor, left, st.now)

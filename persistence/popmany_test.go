@@ -136,7 +136,7 @@ func TestPopPartitionsSpansExact(t *testing.T) {
 	res, states, err := s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 5, SkipLocked: true}, pids, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"p0-0", "p0-1", "p0-2", "p1-0", "p1-1"}, txns(res))
-	require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered, queen.PopNotYet, queen.PopNotYet}, states)
+	require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered, queen.PopUnreached, queen.PopUnreached}, states)
 	require.Equal(t, "p0", res.Partition)
 	var acks []queen.AckItem
 	lease := uuid.MustParse(*res.LeaseID)
@@ -153,7 +153,7 @@ func TestPopPartitionsSpansExact(t *testing.T) {
 	res, states, err = s.PopPartitions(ctx, queen.PopSpec{Group: "g", Batch: 100, SkipLocked: true}, pids, 2)
 	require.NoError(t, err)
 	require.Equal(t, []string{"p1-2", "p2-0", "p2-1", "p2-2"}, txns(res))
-	require.Equal(t, []queen.PopState{queen.PopEmpty, queen.PopDelivered, queen.PopDelivered, queen.PopNotYet}, states)
+	require.Equal(t, []queen.PopState{queen.PopEmpty, queen.PopDelivered, queen.PopDelivered, queen.PopUnreached}, states)
 	// The other group starts at the beginning, autoAck moves its cursors.
 	res, _, err = s.PopPartitions(ctx, queen.PopSpec{Group: "h", Batch: 4, AutoAck: true}, pids[2:], 0)
 	require.NoError(t, err)

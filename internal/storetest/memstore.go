@@ -490,7 +490,7 @@ func (s *MemStore) PopPartitions(_ context.Context, spec queen.PopSpec, pids []u
 		s.expireLocked(p, spec.Group, c, now)
 		left := spec.Batch - len(out.Messages)
 		if left <= 0 || (most > 0 && claimed >= most) || (len(out.Messages) > 0 && size+queen.PopMessageOverhead > maxBytes) {
-			states[i] = queen.PopNotYet
+			states[i] = queen.PopUnreached
 			continue
 		}
 		ps := spec

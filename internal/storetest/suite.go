@@ -535,7 +535,7 @@ var cases = []suiteCase{
 		spec := queen.PopSpec{Group: "g", Batch: 10}
 		res, states, err := f.s.PopPartitions(f.ctx, spec, pids, 2)
 		require.NoError(t, err)
-		require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered, queen.PopNotYet}, states)
+		require.Equal(t, []queen.PopState{queen.PopDelivered, queen.PopDelivered, queen.PopUnreached}, states)
 		require.Len(t, res.Messages, 4)
 		require.Equal(t, "p1", res.Partition, "the reply names the first claimed partition")
 		lease := leaseOf(t, res)
