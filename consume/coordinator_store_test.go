@@ -466,7 +466,7 @@ func (s *racyStore) PopPartitions(ctx context.Context, spec queen.PopSpec, pids 
 	for i, pid := range pids {
 		if pid == s.racy && !s.fired && states[i] == queen.PopEmpty {
 			s.fired = true
-			s.MemStore.Push("q", "racy", "late")
+			s.Push("q", "racy", "late")
 			s.c.Notify("q", []uuid.UUID{pid})
 		}
 	}
