@@ -399,6 +399,17 @@ func TestPopAckedPartialPartitionComesNext(t *testing.T) {
 	require.Equal(t, 3, res.PartitionsClaimed, "5 + 5 + 2 of the third")
 	partial := call[2]
 	require.Equal(t, partial.String(), res.Messages[11].PartitionID)
+	ackAll(t, c, res)
+	st.reset()
+	pop(t, c, req)
+	next := st.popMany[0]
+	require.Equal(t, append(append([]uuid.UUID(nil), call[3:]...), partial), next[:6],
+		"the unreached partitions, then the one the batch cut short")
+}
+
+// ackAll acks every message of res (group "g") through the coordinator.
+func ackAll(t *testing.T, c *Coordinator, res queen.PopResult) {
+	t.Helper()
 	lease := uuid.MustParse(*res.LeaseID)
 	var acks []queen.AckItem
 	for _, m := range res.Messages {
@@ -407,11 +418,6 @@ func TestPopAckedPartialPartitionComesNext(t *testing.T) {
 	}
 	_, err := c.Ack(context.Background(), acks)
 	require.NoError(t, err)
-	st.reset()
-	pop(t, c, req)
-	next := st.popMany[0]
-	require.Equal(t, append(append([]uuid.UUID(nil), call[3:]...), partial), next[:6],
-		"the unreached partitions, then the one the batch cut short")
 }
 
 // A deep partition that fills a pop's batch alone is not put first again:
@@ -438,14 +444,7 @@ func TestPopDeepPartitionsKeepRotating(t *testing.T) {
 			require.Len(t, res.Messages, 10)
 			served[res.Partition] = true
 			if !autoAck {
-				lease := uuid.MustParse(*res.LeaseID)
-				var acks []queen.AckItem
-				for _, m := range res.Messages {
-					acks = append(acks, queen.AckItem{PartitionID: uuid.MustParse(m.PartitionID), Offset: m.Offset,
-						Status: queen.AckCompleted, ConsumerGroup: "g", LeaseID: &lease, TransactionID: m.TransactionID})
-				}
-				_, err := c.Ack(context.Background(), acks)
-				require.NoError(t, err)
+				ackAll(t, c, res)
 			}
 		}
 		require.Len(t, served, 8, "eight pops of one deep partition each serve all eight (autoAck %v)", autoAck)
