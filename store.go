@@ -114,7 +114,8 @@ type PopState int
 
 // The pop states.
 const (
-	// PopDelivered: messages were returned.
+	// PopDelivered: messages were returned, every visible one above the
+	// cursor (within the row's bisection).
 	PopDelivered PopState = iota
 	// PopEmpty: nothing above the group's cursor; the partition is drained
 	// for the group until the next push.
@@ -130,6 +131,12 @@ const (
 	// this one, so it claimed nothing here; the partition may hold
 	// messages, and a wildcard pop tries it first next time.
 	PopUnreached
+	// PopCut: messages were returned, and the pop's batch or reply bytes
+	// (or the row's bisection) ended before the partition's messages did:
+	// more are stored above them (visible, or with their visibility
+	// unknown when the batch ended at the last one read). A wildcard pop
+	// of several partitions tries it first again once its lease ends.
+	PopCut
 )
 
 // PopSpec is one partition pop.

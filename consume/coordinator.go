@@ -82,16 +82,16 @@ type groupHint struct {
 	// first holds hinted partitions that may keep messages a pop had no
 	// room for, in the order reported, at most maxFirst: the ones it did
 	// not reach (its batch, reply bytes or partition count were spent
-	// first: queen.PopUnreached) and the one it delivered last (at once
-	// with autoAck, at the ack otherwise: partial). The next pick takes
+	// first: queen.PopUnreached) and the ones it cut short (queen.PopCut;
+	// at once with autoAck, at the ack otherwise: partial). The next pick takes
 	// them before the rotation's, so what did not fit waits one pop rather
 	// than a whole sweep of the hint: without it, at 10,000 partitions the
 	// skipped partitions gathered messages, filled later pops sooner and
 	// were skipped again, and the p99 of a partition's wait for its pop
 	// grew from 2.4 to 6.6 s within a minute.
 	first []uuid.UUID
-	// partial holds partitions a full pop leased last, which may keep
-	// messages the batch had no room for, at most maxFirst: the ack that
+	// partial holds partitions a pop of several cut short (queen.PopCut)
+	// under a lease, at most maxFirst: the ack that
 	// ends the lease (Coordinator.Ack) moves each to first, so what the
 	// batch left behind waits one ack rather than a sweep.
 	partial map[uuid.UUID]struct{}
@@ -244,7 +244,8 @@ func (g *groupHint) dropQuiet(pid uuid.UUID, since uint64) {
 	}
 }
 
-// hold records that a full pop leased pid last (groupHint.partial).
+// hold records that a pop of several cut pid short under a lease
+// (groupHint.partial).
 func (g *groupHint) hold(pid uuid.UUID) {
 	if g.partial == nil {
 		g.partial = map[uuid.UUID]struct{}{}
@@ -387,7 +388,7 @@ func (c *Coordinator) tryOnce(ctx context.Context, req queen.PopRequest) (queen.
 			return queen.PopResult{}, false, err
 		}
 		res, states, err := c.store.PopPartitions(ctx, spec, []uuid.UUID{pid}, 1)
-		if err == nil && states[0] == queen.PopDelivered {
+		if err == nil && (states[0] == queen.PopDelivered || states[0] == queen.PopCut) {
 			c.learn(req.Queue, pid)
 		}
 		return res, false, err
@@ -430,18 +431,16 @@ func (c *Coordinator) tryAny(ctx context.Context, req queen.PopRequest, spec que
 				return queen.PopResult{}, err
 			}
 			claimed := 0
-			var empty, unreached []uuid.UUID
-			first, last := uuid.Nil, uuid.Nil // the first and last partitions delivered
+			var empty, unreached, cut []uuid.UUID
 			for i, st := range states {
 				pid := call[i]
 				switch st {
-				case queen.PopDelivered:
+				case queen.PopDelivered, queen.PopCut:
 					c.learn(req.Queue, pid)
 					claimed++
-					if first == uuid.Nil {
-						first = pid
+					if st == queen.PopCut {
+						cut = append(cut, pid)
 					}
-					last = pid
 				case queen.PopEmpty:
 					empty = append(empty, pid)
 				case queen.PopBusy:
@@ -450,23 +449,27 @@ func (c *Coordinator) tryAny(ctx context.Context, req queen.PopRequest, spec que
 					unreached = append(unreached, pid)
 				}
 			}
-			// A pop that filled its batch (or left partitions unreached)
-			// may have left messages in the partition it delivered last;
-			// unless that one was also the first (it took the batch alone,
-			// so putting it first again would let one deep partition keep
-			// every pop), the group's next pick tries it early.
-			full := last != first && (len(unreached) > 0 || len(res.Messages) >= spec.Batch)
-			if full && spec.AutoAck {
-				unreached = append([]uuid.UUID{last}, unreached...)
+			// A partition the pop cut short (queen.PopCut) keeps messages
+			// now; the group's next pick tries it early (at once with
+			// autoAck, at the ack that ends its lease otherwise), unless it
+			// was the only one delivered: it took the batch alone, and
+			// putting it first again would let one deep partition keep
+			// every pop.
+			if claimed == 1 {
+				cut = nil
 			}
-			if len(empty)+len(unreached) > 0 || full {
+			if len(cut) > 0 && spec.AutoAck {
+				unreached = append(cut, unreached...)
+				cut = nil
+			}
+			if len(empty)+len(unreached)+len(cut) > 0 {
 				c.update(req.Queue, req.ConsumerGroup, func(g *groupHint) {
 					for _, pid := range empty {
 						g.dropQuiet(pid, since)
 					}
 					g.putFirst(unreached)
-					if full && !spec.AutoAck {
-						g.hold(last)
+					for _, pid := range cut {
+						g.hold(pid)
 					}
 				})
 			}
@@ -562,8 +565,8 @@ func (c *Coordinator) learn(queue string, pid uuid.UUID) {
 	c.mu.Unlock()
 }
 
-// Ack applies acks (persistence.Store.Ack), moves the partitions a full
-// pop leased last to the front of their group's picks (groupHint.partial)
+// Ack applies acks (persistence.Store.Ack), moves the partitions a pop of
+// several cut short to the front of their group's picks (groupHint.partial)
 // and wakes the polls of queues whose messages became deliverable again
 // (failed or retry acks).
 func (c *Coordinator) Ack(ctx context.Context, items []queen.AckItem) ([]queen.AckResult, error) {

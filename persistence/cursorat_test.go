@@ -60,7 +60,7 @@ func TestConsumerReadsPruneRangesBeforeTheCursor(t *testing.T) {
 
 	// g takes and acks m0..m2: its cursor (2) lies in the current range.
 	res, st := pop(t, s, pid, "g", 3)
-	require.Equal(t, queen.PopDelivered, st)
+	require.Equal(t, queen.PopCut, st)
 	require.Equal(t, []string{"m0", "m1", "m2"}, txns(res))
 	for _, m := range res.Messages {
 		require.Equal(t, []queen.AckOutcome{queen.Acked}, ack(t, s, queen.AckItem{PartitionID: pid, Offset: m.Offset,

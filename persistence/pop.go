@@ -40,7 +40,7 @@ import (
 // run with enable_seqscan off (consume_plan_begin); only the creation of
 // rows not yet known is a statement per partition. An
 // expired lease to settle (see expireLease) costs its settlement's round
-// trips. states has one queen.PopState per pid: PopDelivered, PopEmpty,
+// trips. states has one queen.PopState per pid: PopDelivered, PopCut, PopEmpty,
 // PopBusy (another consumer's live lease or a skipped lock), PopNotYet
 // (nothing visible) or PopUnreached (not tried: the pop was full). On an
 // error nothing is claimed.
@@ -264,7 +264,7 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 		}
 		ps := spec
 		ps.PartitionID, ps.Batch, ps.MaxBytes, ps.BytesStrict = pid, limit, maxBytes-size, spec.BytesStrict || len(out.Messages) > 0
-		res, last, err := spanMessages(ps, st, pm.segs[i])
+		res, last, cut, err := spanMessages(ps, st, pm.segs[i])
 		if err != nil {
 			return out, 0, err
 		}
@@ -273,6 +273,9 @@ func (pm *popMany) claim(w *rowWrites, lease uuid.UUID, most int) (queen.PopResu
 			continue
 		}
 		pm.states[i] = queen.PopDelivered
+		if cut {
+			pm.states[i] = queen.PopCut
+		}
 		if spec.AutoAck {
 			for off := range st.failCounts {
 				if off <= last {

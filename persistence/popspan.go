@@ -55,8 +55,11 @@ func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
 // as queen.PopMessageBytes; the first always fits unless
 // spec.BytesStrict), the rest left unleased for the next pop. The reply's
 // queue, partition and group are set when it holds any message; last is
-// the offset of its last message. It reads no database.
-func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res queen.PopResult, last int64, err error) {
+// the offset of its last message. cut says a span it returned was cut
+// short (queen.PopCut): a message of segs above the cursor was left out,
+// or the batch is full and st's partition ends above last. It reads no
+// database.
+func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res queen.PopResult, last int64, cut bool, err error) {
 	pidText := spec.PartitionID.String()
 	maxBytes, size := spec.MaxBytes, 0
 	if maxBytes <= 0 {
@@ -66,15 +69,19 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 	for _, sg := range segs {
 		fs, err := UnpackFrames(SegmentIDs{Stored: sg.ids, Partition: spec.PartitionID, First: sg.first, At: sg.created}, sg.frames)
 		if err != nil {
-			return queen.PopResult{}, 0, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
+			return queen.PopResult{}, 0, false, fmt.Errorf("%w: partition %s segment at offset %d", err, spec.PartitionID, sg.first)
 		}
 		for i := range fs {
 			off := sg.first + int64(i)
-			if off <= st.cursor || full || len(res.Messages) >= spec.Batch {
+			if off <= st.cursor {
+				continue
+			}
+			if full || len(res.Messages) >= spec.Batch {
+				cut = true
 				continue
 			}
 			if size += queen.PopMessageBytes(len(fs[i].Payload), sg.producer); size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
-				full = true // the rest stays unleased for the next pop
+				full, cut = true, true // the rest stays unleased for the next pop
 				continue
 			}
 			m := queen.Message{
@@ -89,6 +96,11 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 	}
 	if len(res.Messages) > 0 {
 		res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = st.queue, st.partition, pidText, spec.Group
+		// consume_segments_many reads no more segments than fill the
+		// batch, so a batch that ended at the last message read may still
+		// have stored messages after it.
+		cut = cut || (len(res.Messages) >= spec.Batch && last < st.lastOffset)
+		return res, last, cut, nil
 	}
-	return res, last, nil
+	return res, last, false, nil
 }

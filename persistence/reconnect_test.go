@@ -228,7 +228,7 @@ func TestSessionEndedAfterCommitCommittedOnce(t *testing.T) {
 	before := s.conns.retried.Load()
 
 	res, st := pop(t, s, pid, g, 2)
-	require.Equal(t, queen.PopDelivered, st, "the pop's lease is its own")
+	require.Equal(t, queen.PopCut, st, "the pop's lease is its own")
 	require.Equal(t, []string{"m1", "m2"}, txns(res))
 	lease := uuid.MustParse(*res.LeaseID)
 
@@ -243,7 +243,7 @@ func TestSessionEndedAfterCommitCommittedOnce(t *testing.T) {
 
 	s.afterCommit = ""
 	res, st = pop(t, s, pid, g, 1)
-	require.Equal(t, queen.PopDelivered, st)
+	require.Equal(t, queen.PopCut, st)
 	require.Equal(t, []string{"m2"}, txns(res))
 	require.Equal(t, 1, res.Messages[0].RetryCount, "one failed delivery counted")
 }

@@ -497,7 +497,7 @@ func (s *MemStore) PopPartitions(_ context.Context, spec queen.PopSpec, pids []u
 		ps.PartitionID, ps.MaxBytes, ps.BytesStrict = pid, maxBytes-size, spec.BytesStrict || len(out.Messages) > 0
 		res, st := s.claimLocked(p, ps, c, left, now)
 		states[i] = st
-		if st != queen.PopDelivered {
+		if st != queen.PopDelivered && st != queen.PopCut {
 			continue
 		}
 		if !spec.AutoAck {
@@ -537,7 +537,8 @@ func (s *MemStore) claimLocked(p *memPartition, spec queen.PopSpec, c *memConsum
 	var res queen.PopResult
 	size := 0
 	pidText := p.id.String()
-	for off := c.cursor + 1; off <= last && len(res.Messages) < limit; off++ {
+	off := c.cursor + 1
+	for ; off <= last && len(res.Messages) < limit; off++ {
 		m := p.msgs[off]
 		if m.created.After(visible) {
 			break
@@ -554,6 +555,10 @@ func (s *MemStore) claimLocked(p *memPartition, spec queen.PopSpec, c *memConsum
 	if len(res.Messages) == 0 {
 		return queen.PopResult{}, queen.PopNotYet
 	}
+	state := queen.PopDelivered
+	if off <= last && !p.msgs[off].created.After(visible) {
+		state = queen.PopCut // the batch or the bytes ended first
+	}
 	res.Queue, res.Partition, res.PartitionID, res.ConsumerGroup = p.queue.name, p.name, pidText, spec.Group
 	if spec.AutoAck {
 		to := res.Messages[len(res.Messages)-1].Offset
@@ -564,7 +569,7 @@ func (s *MemStore) claimLocked(p *memPartition, spec queen.PopSpec, c *memConsum
 			}
 		}
 	}
-	return res, queen.PopDelivered
+	return res, state
 }
 
 // leaseLocked leases c's span up to last under id for the queue's
