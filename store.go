@@ -114,8 +114,8 @@ type PopState int
 
 // The pop states.
 const (
-	// PopDelivered: messages were returned, every visible one above the
-	// cursor (within the row's bisection).
+	// PopDelivered: messages were returned, every one above the cursor
+	// that is visible now (PopCut when more are).
 	PopDelivered PopState = iota
 	// PopEmpty: nothing above the group's cursor; the partition is drained
 	// for the group until the next push.

@@ -83,17 +83,17 @@ type groupHint struct {
 	// room for, in the order reported, at most maxFirst: the ones it did
 	// not reach (its batch, reply bytes or partition count were spent
 	// first: queen.PopUnreached) and the ones it cut short (queen.PopCut;
-	// at once with autoAck, at the ack otherwise: partial). The next pick takes
-	// them before the rotation's, so what did not fit waits one pop rather
-	// than a whole sweep of the hint: without it, at 10,000 partitions the
-	// skipped partitions gathered messages, filled later pops sooner and
-	// were skipped again, and the p99 of a partition's wait for its pop
-	// grew from 2.4 to 6.6 s within a minute.
+	// at once with autoAck, at the ack otherwise: partial). The next pick
+	// takes them before the rotation's, so what did not fit waits one pop
+	// rather than a whole sweep of the hint: without it, at 10,000
+	// partitions the skipped partitions gathered messages, filled later
+	// pops sooner and were skipped again, and the p99 of a partition's wait
+	// for its pop grew from 2.4 to 6.6 s within a minute.
 	first []uuid.UUID
 	// partial holds partitions a pop of several cut short (queen.PopCut)
-	// under a lease, at most maxFirst: the ack that
-	// ends the lease (Coordinator.Ack) moves each to first, so what the
-	// batch left behind waits one ack rather than a sweep.
+	// under a lease, at most maxFirst: the ack that ends the lease
+	// (Coordinator.Ack) moves each to first, so what the batch left behind
+	// waits one ack rather than a sweep.
 	partial map[uuid.UUID]struct{}
 }
 
