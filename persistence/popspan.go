@@ -65,7 +65,7 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 	if maxBytes <= 0 {
 		maxBytes = queen.MaxPopReplyBytes
 	}
-	full := false
+segments:
 	for _, sg := range segs {
 		fs, err := UnpackFrames(SegmentIDs{Stored: sg.ids, Partition: spec.PartitionID, First: sg.first, At: sg.created}, sg.frames)
 		if err != nil {
@@ -76,13 +76,15 @@ func spanMessages(spec queen.PopSpec, st *consumerState, segs []popSegment) (res
 			if off <= st.cursor {
 				continue
 			}
-			if full || len(res.Messages) >= spec.Batch {
+			// The batch or the bytes end here: the rest stays unleased
+			// for the next pop, and the segments after it are not unpacked.
+			if len(res.Messages) >= spec.Batch {
 				cut = true
-				continue
+				break segments
 			}
 			if size += queen.PopMessageBytes(len(fs[i].Payload), sg.producer); size > maxBytes && (len(res.Messages) > 0 || spec.BytesStrict) {
-				full, cut = true, true // the rest stays unleased for the next pop
-				continue
+				cut = true
+				break segments
 			}
 			m := queen.Message{
 				ID: fs[i].MessageID.String(), TransactionID: fs[i].TransactionID, TraceID: fs[i].TraceID,
