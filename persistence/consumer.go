@@ -35,6 +35,11 @@ type consumerState struct {
 	windowBuffer int64
 	now          time.Time
 	lockWait     float64 // seconds this row's lock waited (consumer_lock)
+	// num is the partition's number (queen.partitions.num, the segments'
+	// key) and since the time of the cursor's segment (-infinity when not
+	// recorded): a pop passes both to consume_segments_many.
+	num   int64
+	since pgtype.Timestamptz
 	// bisect is the row's poison isolation (SPEC.md §4); expireLease and
 	// the pop change it, every write of the row stores it.
 	bisect rules.Bisection
@@ -48,7 +53,7 @@ type consumerState struct {
 func (c *consumerState) scan(row pgx.Row, i *int64) error {
 	var counts, bisect []byte
 	if err := row.Scan(i, &c.cursor, &c.leaseID, &c.live, &c.leaseTo, &counts, &c.lastOffset, &c.partition,
-		&c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect, &c.lockWait); err != nil {
+		&c.queue, &c.leaseTime, &c.retryLimit, &c.delayed, &c.windowBuffer, &c.now, &bisect, &c.num, &c.since, &c.lockWait); err != nil {
 		return err
 	}
 	var m map[string]int32

@@ -73,7 +73,8 @@ func TestConsumerReadsPruneRangesBeforeTheCursor(t *testing.T) {
 	require.True(t, at, "the cursor's time is recorded")
 
 	// The next pop's read and an ack's check skip the old range.
-	plan := explainRead(t, s, sqlConsumeSegsMany, []uuid.UUID{pid}, "g", 10)
+	args, _ := spanArgs(t, s, []uuid.UUID{pid}, "g", 10)
+	plan := explainRead(t, s, sqlConsumeSegsMany, args...)
 	require.Regexp(t, `on `+leaf+` .*\(never executed\)|Subplans Removed`, plan, plan)
 	require.NotRegexp(t, `on `+leaf+` .*\(actual time`, plan, plan)
 	plan = explainRead(t, s, sqlConsumeHashAt, []uuid.UUID{pid}, []int64{3}, []string{"g"})
@@ -88,7 +89,8 @@ func TestConsumerReadsPruneRangesBeforeTheCursor(t *testing.T) {
 	// nothing is pruned, and the old messages are read again.
 	_, err := s.pool.Exec(ctx, `UPDATE queen.consumers SET "cursor" = 0, lease_id = NULL, lease_expires_at = NULL WHERE partition_id = $1 AND consumer_group = 'g'`, pid)
 	require.NoError(t, err)
-	plan = explainRead(t, s, sqlConsumeSegsMany, []uuid.UUID{pid}, "g", 10)
+	args, _ = spanArgs(t, s, []uuid.UUID{pid}, "g", 10)
+	plan = explainRead(t, s, sqlConsumeSegsMany, args...)
 	require.Regexp(t, `on `+leaf+` .*\(actual time`, plan, plan)
 	res, st = pop(t, s, pid, "g", 10)
 	require.Equal(t, queen.PopDelivered, st)

@@ -25,7 +25,11 @@ func knownPop(t *testing.T, s *Store, spec queen.PopSpec, pids []uuid.UUID) (que
 	var settled queen.LeaseStats
 	res, err := popManyTx(ctx, cq, spec, pids, 0, states, &settled, s.known)
 	require.NoError(t, err)
-	require.Equal(t, 2, cq.trips, "claim and commit")
+	if len(res.Messages) > 0 {
+		require.Equal(t, 3, cq.trips, "lock, read, claim and commit")
+	} else {
+		require.LessOrEqual(t, cq.trips, 3, "lock, read (unless nothing is readable), commit")
+	}
 	return res, states, cq.count(sqlConsumeEnsure)
 }
 

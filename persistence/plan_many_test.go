@@ -36,6 +36,29 @@ func fillMany(t *testing.T, conn *pgx.Conn, from, to int) {
 	require.NoError(t, err)
 }
 
+// spanArgsSQL is consume_segments_many's arguments as SQL literals for an
+// EXECUTE (whose parameters cannot be subqueries): what a pop passes from
+// consumer_lock (the partition's number, the cursor and its segment's
+// time), read now from the consumer rows of group 'g' of the partitions
+// arr (a uuid[] expression), no delayedProcessing or windowBuffer, and
+// batch.
+func spanArgsSQL(t *testing.T, conn *pgx.Conn, arr string, batch int) string {
+	t.Helper()
+	var nums, cursors, since string
+	var n int
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT COALESCE(array_agg(p.num ORDER BY u.i), '{}')::text,
+		       COALESCE(array_agg(c."cursor" ORDER BY u.i), '{}')::text,
+		       COALESCE(array_agg(CASE WHEN c.cursor_at_of = c."cursor" THEN COALESCE(c.cursor_at, '-infinity') ELSE '-infinity'::timestamptz END ORDER BY u.i), '{}')::text,
+		       count(*)
+		  FROM unnest(`+arr+`) WITH ORDINALITY AS u (id, i) JOIN queen.partitions p ON p.id = u.id
+		  JOIN queen.consumers c ON c.partition_id = u.id AND c.consumer_group = 'g'`).Scan(&nums, &cursors, &since, &n))
+	return fmt.Sprintf(`'%s'::bigint[], '%s'::bigint[], '%s'::timestamptz[], array_fill(0::bigint, ARRAY[%d]), array_fill(0::bigint, ARRAY[%d]), %d`,
+		nums, cursors, since, n, n, batch)
+}
+
+// spanArgTypes is consume_segments_many's parameter types, for a PREPARE.
+const spanArgTypes = "bigint[], bigint[], timestamptz[], bigint[], bigint[], int"
+
 // TestManyPlansStayIndexed: the consumer statements of pops, acks and
 // transactions (consumer_lock and its SKIP LOCKED form,
 // consume_segments_many, consume_update_many releasing or taking a lease,
@@ -59,7 +82,7 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	cases := []struct{ name, sql, args, exec string }{
 		{"lock", sqlConsumerLock, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
 		{"lock_skip", sqlConsumerLockSkip, "uuid[], text[]", arr + ", array_fill('g'::text, ARRAY[32])"},
-		{"segments_many", sqlConsumeSegsMany, "uuid[], text, int", arr + ", 'g', 100"},
+		{"segments_many", sqlConsumeSegsMany, spanArgTypes, spanArgsSQL(t, conn, arr, 100)},
 		{"hash_at", sqlConsumeHashAt, "uuid[], bigint[], text[]", arr + ", array_fill(7::bigint, ARRAY[32]), array_fill('g'::text, ARRAY[32])"},
 		{"update_many", sqlConsumeUpdateMany, "uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]",
 			arr + ", 'g', array_fill(5::bigint, ARRAY[32]), array_fill(NULL::uuid, ARRAY[32]), array_fill(NULL::float8, ARRAY[32])," +
@@ -83,6 +106,11 @@ func TestManyPlansStayIndexed(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, sqlConsumePlanBegin)
 	require.NoError(t, err)
+	for i := range cases {
+		if cases[i].sql == sqlConsumeSegsMany { // the rows the fill made
+			cases[i].exec = spanArgsSQL(t, conn, arr, 100)
+		}
+	}
 	for _, c := range cases {
 		text, buffers := explainBuffers(t, conn, c.name, c.exec)
 		require.NotContains(t, text, "Seq Scan", "%s\n%s", c.name, text)
@@ -222,8 +250,8 @@ func TestPopPlanSkipsTheTimeIndex(t *testing.T) {
 	require.NoError(t, err)
 	execAll(t, conn, `VACUUM ANALYZE queen.segments_kept, queen.consumers, queen.partitions`,
 		`SET plan_cache_mode = force_generic_plan`, `BEGIN`, sqlConsumePlanBegin,
-		`PREPARE segments_long(uuid[], text, int) AS `+sqlConsumeSegsMany)
-	exec := `ARRAY[md5('p0')::uuid, md5('p1')::uuid, md5('p2')::uuid, md5('p3')::uuid], 'g', 100`
+		`PREPARE segments_long(`+spanArgTypes+`) AS `+sqlConsumeSegsMany)
+	exec := spanArgsSQL(t, conn, `ARRAY[md5('p0')::uuid, md5('p1')::uuid, md5('p2')::uuid, md5('p3')::uuid]`, 100)
 	text, buffers := explainBuffers(t, conn, "segments_long", exec)
 	t.Logf("%s", text)
 	require.NotContains(t, text, "Bitmap", "%s", text)
@@ -277,7 +305,7 @@ func TestConsumerReadsSkipRangesAhead(t *testing.T) {
 		`ANALYZE queen.consumers, queen.partitions`,
 		`BEGIN`, sqlConsumePlanBegin,
 		`PREPARE hash_at(uuid[], bigint[], text[]) AS `+sqlConsumeHashAt,
-		`PREPARE segments_many(uuid[], text, int) AS `+sqlConsumeSegsMany,
+		`PREPARE segments_many(`+spanArgTypes+`) AS `+sqlConsumeSegsMany,
 		`PREPARE update_many(uuid[], text, bigint[], uuid[], float8[], bigint[], jsonb[], jsonb[]) AS `+sqlConsumeUpdateMany)
 	arr := `ARRAY[md5('p0')::uuid, md5('p1')::uuid, md5('p2')::uuid, md5('p3')::uuid]`
 	var ackIDs, ackOffs []string
@@ -289,7 +317,7 @@ func TestConsumerReadsSkipRangesAhead(t *testing.T) {
 	cases := []struct{ name, exec string }{
 		// An ack of offsets 12..15 of each partition, naming their transactionIds.
 		{"hash_at", "ARRAY[" + strings.Join(ackIDs, ",") + "], ARRAY[" + strings.Join(ackOffs, ",") + "]::bigint[], array_fill('g'::text, ARRAY[16])"},
-		{"segments_many", arr + `, 'g', 100`},
+		{"segments_many", spanArgsSQL(t, conn, arr, 100)},
 		// The cursors move to 15.
 		{"update_many", arr + `, 'g', array_fill(15::bigint, ARRAY[4]), array_fill(NULL::uuid, ARRAY[4]), array_fill(NULL::float8, ARRAY[4]),
 			array_fill(NULL::bigint, ARRAY[4]), array_fill('{}'::jsonb, ARRAY[4]), array_fill(NULL::jsonb, ARRAY[4])`},
@@ -319,7 +347,7 @@ func TestConsumerReadsSkipRangesAhead(t *testing.T) {
 		JOIN queen.segments s ON s.partition_num = p.num AND s.first_offset = 14
 		WHERE c."cursor" = 15 AND c.cursor_at_of = 15 AND c.cursor_at = s.created_at`).Scan(&moved))
 	require.Equal(t, 4, moved)
-	rows, err := conn.Query(ctx, `EXECUTE segments_many(`+arr+`, 'g', 100)`)
+	rows, err := conn.Query(ctx, `EXECUTE segments_many(`+spanArgsSQL(t, conn, arr, 100)+`)`)
 	require.NoError(t, err)
 	firsts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
 		var i, first, last int64

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	queen "github.com/queen-mq/queen-go"
 )
@@ -30,17 +31,20 @@ import (
 // partition; the reply's Queue, Partition and PartitionID name the first
 // claimed partition.
 //
-// It is one transaction of two round trips whatever len(pids): the first
-// creates the consumer rows on first use (in ascending partition id order,
-// as Ack does), locks them (skipping a row another request holds when
-// spec.SkipLocked, else waiting in ascending order) and reads every
-// partition's segments; the second writes the claimed rows and commits.
-// The locks, the reads and the writes are one statement each whatever
-// len(pids) (consumer_lock, consume_segments_many, consume_update_many),
-// run with enable_seqscan off (consume_plan_begin); only the creation of
-// rows not yet known is a statement per partition. An
-// expired lease to settle (see expireLease) costs its settlement's round
-// trips. states has one queen.PopState per pid: PopDelivered, PopCut, PopEmpty,
+// It is one transaction of three round trips whatever len(pids): the
+// first creates the consumer rows on first use (in ascending partition id
+// order, as Ack does) and locks them (skipping a row another request holds
+// when spec.SkipLocked, else waiting in ascending order); the second reads
+// the segments of every locked partition that has something above its
+// cursor and no live lease, keyed by what the lock read (the partition's
+// number, the cursor and its segment's time), so no row is looked up
+// twice; the third writes the claimed rows and commits. The locks, the
+// reads and the writes are one statement each whatever len(pids)
+// (consumer_lock, consume_segments_many, consume_update_many), run with
+// enable_seqscan off (consume_plan_begin); only the creation of rows not
+// yet known is a statement per partition. An expired lease to settle (see
+// expireLease) costs its settlement's reads, and its row's write rides
+// on the second round trip. states has one queen.PopState per pid: PopDelivered, PopCut, PopEmpty,
 // PopBusy (another consumer's live lease or a skipped lock), PopNotYet
 // (nothing visible) or PopUnreached (not tried: the pop was full). On an
 // error nothing is claimed.
@@ -87,7 +91,7 @@ func popManyTx(ctx context.Context, tx querier, spec queen.PopSpec, pids []uuid.
 	if err := pm.read(ctx, tx); err != nil {
 		return queen.PopResult{}, err
 	}
-	if err := pm.settleExpired(ctx, tx); err != nil {
+	if err := pm.readSpans(ctx, tx); err != nil {
 		return queen.PopResult{}, err
 	}
 	lease := spec.LeaseID
@@ -97,7 +101,7 @@ func popManyTx(ctx context.Context, tx querier, spec queen.PopSpec, pids []uuid.
 			return queen.PopResult{}, err
 		}
 	}
-	// Round trip 2: write the claimed rows (and the bisections a pop that
+	// Round trip 3: write the claimed rows (and the bisections a pop that
 	// delivers nothing changed) in one statement (consume_update_many) and
 	// commit.
 	var w rowWrites
@@ -140,9 +144,8 @@ type popMany struct {
 
 // read is round trip 1: BEGIN and consume_plan_begin (no sequential
 // scans in this transaction), then create the consumer rows (unless known,
-// one statement per partition, ascending partition id), lock them (one
-// statement, consumer_lock: ascending partition id) and read every
-// partition's span (one statement, consume_segments_many).
+// one statement per partition, ascending partition id) and lock them (one
+// statement, consumer_lock: ascending partition id).
 func (pm *popMany) read(ctx context.Context, tx querier) error {
 	order := make([]int, len(pm.pids))
 	for i := range order {
@@ -160,7 +163,6 @@ func (pm *popMany) read(ctx context.Context, tx querier) error {
 		}
 	}
 	lockMany(b, pm.pids, spec.Group, spec.SkipLocked, pm.sts, pm.found)
-	b.Queue(sqlConsumeSegsMany, pm.pids, spec.Group, spec.Batch).Query(readSegmentsMany(pm.segs))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return unavailable(err)
 	}
@@ -177,17 +179,21 @@ func (pm *popMany) read(ctx context.Context, tx querier) error {
 	return nil
 }
 
-// settleExpired settles the expired leases nobody released (rare): their
-// rows are written and their segments read again, in one more round trip
-// (one consume_update_many and one consume_segments_many for them all).
-func (pm *popMany) settleExpired(ctx context.Context, tx querier) error {
+// readSpans is round trip 2: it settles the expired leases nobody
+// released (rare; see expireLease, whose reads are round trips of their
+// own) and writes their rows (one consume_update_many for them all), then
+// reads the spans of every locked row without a live lease whose partition
+// ends above its cursor, in one consume_segments_many fed by the lock's
+// columns, so no consumer, partition or queue row is looked up twice.
+func (pm *popMany) readSpans(ctx context.Context, tx querier) error {
 	var w rowWrites
-	var again []int
+	b := &pgx.Batch{}
 	for i, pid := range pm.pids {
 		st := &pm.sts[i]
 		if !pm.found[i] || st.live {
 			continue
 		}
+		locked := st.cursor
 		expired, err := expireLease(ctx, tx, ackKey{pid, pm.spec.Group}, st)
 		if err != nil {
 			return err
@@ -195,31 +201,34 @@ func (pm *popMany) settleExpired(ctx context.Context, tx querier) error {
 		if !expired {
 			continue
 		}
+		if st.cursor != locked {
+			// A dead letter moved the cursor: the time of its segment is
+			// not known here, so no range is pruned.
+			st.since = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+		}
 		counts, bisect, err := rowState(st)
 		if err != nil {
 			return err
 		}
 		w.add(pid, st.cursor, uuid.Nil, nil, nil, counts, bisect)
-		again = append(again, i)
 	}
-	if len(again) == 0 {
-		return nil
-	}
-	pids := make([]uuid.UUID, len(again))
-	segs := make([][]popSegment, len(again))
-	for k, i := range again {
-		pids[k] = pm.pids[i]
-	}
-	b := &pgx.Batch{}
 	w.queue(b, pm.spec.Group, nil)
-	b.Queue(sqlConsumeSegsMany, pids, pm.spec.Group, pm.spec.Batch).Query(readSegmentsMany(segs))
-	if err := sendAcks(ctx, tx, b); err != nil {
-		return err
+	var at []int
+	var nums, cursors, delayed, buffers []int64
+	var since []pgtype.Timestamptz
+	for i := range pm.pids {
+		st := &pm.sts[i]
+		if !pm.found[i] || st.live || st.cursor >= st.lastOffset {
+			continue
+		}
+		at = append(at, i)
+		nums, cursors, since = append(nums, st.num), append(cursors, st.cursor), append(since, st.since)
+		delayed, buffers = append(delayed, st.delayed), append(buffers, st.windowBuffer)
 	}
-	for k, i := range again {
-		pm.segs[i] = segs[k]
+	if len(at) > 0 {
+		b.Queue(sqlConsumeSegsMany, nums, cursors, since, delayed, buffers, pm.spec.Batch).Query(readSegmentsMany(pm.segs, at))
 	}
-	return nil
+	return sendAcks(ctx, tx, b)
 }
 
 // claim takes, partition by partition in pids' order, the messages that

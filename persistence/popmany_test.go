@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	queen "github.com/queen-mq/queen-go"
@@ -92,20 +93,21 @@ func countedPop(t *testing.T, s *Store, spec queen.PopSpec, pids []uuid.UUID, mo
 	return res, states, cq
 }
 
-// TestPopPartitionsOneRoundTrip: a multi-partition pop claims every
-// partition it tries in one round trip and commits in a second, whatever
-// the number of partitions tried (1 to 50), and a pop that finds them all
-// leased makes the same two. The consumer rows are locked by one statement
-// (consumer_lock's SKIP LOCKED form), their spans read by one (consume_segments_many)
-// and the claimed rows written by one (consume_update_many), not one each
-// per partition.
-func TestPopPartitionsOneRoundTrip(t *testing.T) {
+// TestPopPartitionsRoundTrips: a multi-partition pop locks every
+// partition it tries in one round trip, reads their spans in a second and
+// claims and commits in a third, whatever the number of partitions tried
+// (1 to 50), and a pop that finds them all leased reads nothing: two. The
+// consumer rows are locked by one statement (consumer_lock's SKIP LOCKED
+// form), their spans read by one (consume_segments_many, keyed by what the
+// lock read) and the claimed rows written by one (consume_update_many), not
+// one each per partition.
+func TestPopPartitionsRoundTrips(t *testing.T) {
 	s := setup(t)
 	for _, n := range []int{1, 5, 50} {
 		q := fmt.Sprintf("rt%d", n)
 		pids := spanPartitions(t, s, q, n, 3)
 		res, states, cq := countedPop(t, s, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
-		require.Equal(t, 2, cq.trips, "%d partitions: claim and commit", n)
+		require.Equal(t, 3, cq.trips, "%d partitions: lock, read, claim and commit", n)
 		require.Equal(t, 1, cq.count(sqlConsumerLockSkip), "%d partitions: one lock statement", n)
 		require.Equal(t, 1, cq.count(sqlConsumeSegsMany), "%d partitions: one segments statement", n)
 		require.Equal(t, 1, cq.count(sqlConsumePlanBegin))
@@ -116,8 +118,9 @@ func TestPopPartitionsOneRoundTrip(t *testing.T) {
 			require.Equal(t, queen.PopDelivered, st, "partition %d", i)
 		}
 		_, states, cq = countedPop(t, s, queen.PopSpec{Group: "g", Batch: 1000, SkipLocked: true}, pids, 0)
-		require.Equal(t, 2, cq.trips, "%d leased partitions", n)
+		require.Equal(t, 2, cq.trips, "%d leased partitions: lock and commit", n)
 		require.Equal(t, 1, cq.count(sqlConsumerLockSkip), "%d leased partitions: one lock statement", n)
+		require.Equal(t, 0, cq.count(sqlConsumeSegsMany), "%d leased partitions: nothing read", n)
 		for _, st := range states {
 			require.Equal(t, queen.PopBusy, st)
 		}
@@ -458,18 +461,49 @@ func TestPopPartitionsSkipsHeldRow(t *testing.T) {
 	require.Equal(t, []string{"p0-1"}, txns(res))
 }
 
-// segFirsts runs consume_segments_many over pids and returns, per
-// position, the first offsets of the rows.
+// spanArgs is consume_segments_many's arguments for the consumer rows of
+// pids and group as a pop passes them (popMany.readSpans): each row read by
+// consumer_lock, only the rows without a live lease whose partition ends
+// above the cursor, then batch; at maps each element to its index in pids.
+func spanArgs(t *testing.T, s *Store, pids []uuid.UUID, group string, batch int) (args []any, at []int) {
+	t.Helper()
+	groups := make([]string, len(pids))
+	for i := range groups {
+		groups[i] = group
+	}
+	rows, err := s.pool.Query(context.Background(), sqlConsumerLock, pids, groups)
+	require.NoError(t, err)
+	defer rows.Close()
+	var nums, cursors, delayed, buffers []int64
+	var since []pgtype.Timestamptz
+	for rows.Next() {
+		var st consumerState
+		var i int64
+		require.NoError(t, st.scan(rows, &i))
+		if st.live || st.cursor >= st.lastOffset {
+			continue
+		}
+		at = append(at, int(i-1))
+		nums, cursors, since = append(nums, st.num), append(cursors, st.cursor), append(since, st.since)
+		delayed, buffers = append(delayed, st.delayed), append(buffers, st.windowBuffer)
+	}
+	require.NoError(t, rows.Err())
+	return []any{nums, cursors, since, delayed, buffers, batch}, at
+}
+
+// segFirsts runs consume_segments_many over pids as a pop does (spanArgs)
+// and returns, per 1-based position in pids, the first offsets of the rows.
 func segFirsts(t *testing.T, s *Store, pids []uuid.UUID, group string, batch int) map[int64][]int64 {
 	t.Helper()
-	rows, err := s.pool.Query(context.Background(), sqlConsumeSegsMany, pids, group, batch)
+	args, at := spanArgs(t, s, pids, group, batch)
+	rows, err := s.pool.Query(context.Background(), sqlConsumeSegsMany, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[int64][]int64{}
 	for rows.Next() {
 		vals, err := rows.Values()
 		require.NoError(t, err)
-		i := vals[0].(int64)
+		i := int64(at[vals[0].(int64)-1] + 1)
 		out[i] = append(out[i], vals[1].(int64))
 	}
 	require.NoError(t, rows.Err())

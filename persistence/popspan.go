@@ -31,8 +31,9 @@ func producerSub(stored *string) *string {
 }
 
 // readSegmentsMany returns a consume_segments_many row reader that appends
-// each row to segs[position-1].
-func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
+// each row to segs[at[position-1]] (at: the index in segs of each element
+// the statement was given).
+func readSegmentsMany(segs [][]popSegment, at []int) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		for rows.Next() {
 			var i, last int64
@@ -41,10 +42,10 @@ func readSegmentsMany(segs [][]popSegment) func(pgx.Rows) error {
 				return err
 			}
 			sg.producer = producerSub(sg.producer)
-			if i < 1 || i > int64(len(segs)) {
-				return fmt.Errorf("persistence: consume_segments_many returned position %d of %d", i, len(segs))
+			if i < 1 || i > int64(len(at)) {
+				return fmt.Errorf("persistence: consume_segments_many returned position %d of %d", i, len(at))
 			}
-			segs[i-1] = append(segs[i-1], sg)
+			segs[at[i-1]] = append(segs[at[i-1]], sg)
 		}
 		return rows.Err()
 	}

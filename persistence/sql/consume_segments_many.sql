@@ -1,48 +1,41 @@
--- The segments to deliver (SPEC.md §4, §6): per partition id in $1
--- (uuid[]), the segments holding the next messages of group $2 above its
--- cursor (read from the consumer row, which this transaction has just
--- locked), each row led by the partition's 1-based position in $1, ordered
--- by position then offset: only when no live lease holds the consumer row,
--- only messages stored at least delayedProcessing seconds ago, only once
--- the partition's newest segment is windowBuffer seconds old, and per
--- partition at most as many segments as fill a batch of $3 messages (each
--- segment holds at least one message above the cursor, so at most $3 are
--- read, and the running count stops earlier when segments hold many). A
--- partition without a consumer row, or with nothing to deliver, has no
--- row. One partition's pop passes one element.
+-- The segments to deliver (SPEC.md §4, §6), per element k of the parallel
+-- arrays of the consumer rows a pop has just locked (consumer_lock, whose
+-- columns they are): $1 the partition's number (bigint[]), $2 the group's
+-- cursor (bigint[]), $3 the time of the cursor's segment (timestamptz[],
+-- consumer_lock's since: -infinity when unknown), $4 the queue's
+-- delayedProcessing and $5 its windowBuffer (bigint[], seconds). Each row is
+-- led by k, ordered by k then offset: the segments holding the next
+-- messages above the cursor, only messages stored at least
+-- delayedProcessing seconds ago, only once the partition's newest segment
+-- is windowBuffer seconds old, and at most as many segments as fill a
+-- batch of $6 messages (each segment holds at least one message above the
+-- cursor, so at most $6 are read, and the running count stops earlier when
+-- segments hold many). The caller passes only rows without a live lease
+-- whose partition ends above the cursor; an element with nothing to
+-- deliver has no row.
 --
--- Every lookup is per partition inside a LATERAL subquery keyed by the outer
--- row (the consumer row and its partition by primary key, the segments by
--- segments_offset), so a generic plan cached while the tables were small
--- never joins the array with a scan of a table. The pop runs it with
+-- It reads no consumer, partition or queue row: the lock read them in the
+-- same transaction, under the lock, so a pop pays each lookup once
+-- (about 13 buffers a partition at 10,000 partitions). Every lookup is a
+-- descent of segments_offset per element inside a LATERAL subquery keyed
+-- by the element, so a generic plan cached while the tables were small
+-- never joins the arrays with a scan of a table. The pop runs it with
 -- enable_seqscan off (consume_plan_begin): a table analysed while nearly
 -- empty would otherwise be planned as a scan repeated per partition.
 SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames, s.producer_sub
-  FROM unnest($1::uuid[]) WITH ORDINALITY AS u (pid, i)
+  FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::bigint[])
+       WITH ORDINALITY AS u (num, cur, since, delayed, wbuf, i)
  CROSS JOIN LATERAL (
-    SELECT c."cursor", p.num,
-           -- The time of the cursor's segment (migration 0020): every
-           -- segment above it is at least that old, so the ranges stored
-           -- before it are pruned; unknown (-infinity) when it was not
-           -- recorded for this cursor.
-           CASE WHEN c.cursor_at_of = c."cursor" THEN COALESCE(c.cursor_at, '-infinity'::timestamptz)
-                ELSE '-infinity'::timestamptz END AS since,
-           clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'delayedProcessing')::bigint, 0)) AS visible,
+    SELECT u.num, u.cur AS "cursor", u.since,
+           clock_timestamp() - make_interval(secs => u.delayed) AS visible,
            -- Every segment this statement sees was stamped before it
            -- committed, so before this clock reading (taken after the
            -- snapshot): the empty ranges made ahead of time
            -- (persistence.segmentLead) are pruned from the bound's descent.
            clock_timestamp() AS now
-      FROM queen.consumers c
-      JOIN queen.partitions p ON p.id = c.partition_id
-      LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
-      JOIN queen.queues q ON q.id = p.queue_id
-     WHERE c.partition_id = u.pid AND c.consumer_group = $2
-       AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
-       AND COALESCE(e.last_offset, queen.partition_cold_end(p.id, p.floor_offset)) > c."cursor"
-       AND (COALESCE((q.options ->> 'windowBuffer')::bigint, 0) = 0
-            OR (SELECT w.created_at FROM queen.segments w WHERE w.partition_num = p.num ORDER BY w.first_offset DESC LIMIT 1)
-               <= clock_timestamp() - make_interval(secs => COALESCE((q.options ->> 'windowBuffer')::bigint, 0)))
+     WHERE u.wbuf = 0
+        OR (SELECT w.created_at FROM queen.segments w WHERE w.partition_num = u.num ORDER BY w.first_offset DESC LIMIT 1)
+           <= clock_timestamp() - make_interval(secs => u.wbuf)
     OFFSET 0
  ) c
  CROSS JOIN LATERAL (
@@ -64,9 +57,9 @@ SELECT u.i, s.first_offset, s.last_offset, s.created_at, s.legacy_ids, s.frames,
                                                    AND b.created_at >= c.since AND b.created_at <= c.now
                                                  ORDER BY b.first_offset DESC LIMIT 1), -1)
              ORDER BY sg.first_offset
-             LIMIT $3
+             LIMIT $6
           ) g
       ) x
-     WHERE x.acc - x.n < $3
+     WHERE x.acc - x.n < $6
  ) s
  ORDER BY u.i, s.first_offset

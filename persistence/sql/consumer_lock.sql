@@ -9,7 +9,8 @@
 -- waited: from the previous row's lock being granted (the statement's start
 -- for the first) to this one's, so a wait is counted once, by the row that
 -- waited (the /metrics ack lock wait). The session's lock_timeout bounds
--- each wait.
+-- each wait. The two before it are the partition's number and the time of
+-- the cursor's segment, which a pop passes on to consume_segments_many.
 --
 -- Rows are locked in the order of their positions (WITH ORDINALITY, sorted;
 -- a sorted subquery is not flattened, and the LATERAL subquery is the inner
@@ -20,7 +21,7 @@
 -- with enable_seqscan off (consume_plan_begin); TestManyPlansStayIndexed
 -- checks the cached plan.
 SELECT z.i, z."cursor", z.lease_id, z.live, z.lease_to, z.fail_counts, z.last_offset, z.partition_name,
-       z.queue_name, z.lease_time, z.retry_limit, z.delayed, z.window_buffer, z.now, z.bisect,
+       z.queue_name, z.lease_time, z.retry_limit, z.delayed, z.window_buffer, z.now, z.bisect, z.num, z.since,
        EXTRACT(epoch FROM z.granted - COALESCE(lag(z.granted) OVER (ORDER BY z.i), statement_timestamp()))::float8
   FROM (
     SELECT u.i, l.*, clock_timestamp() AS granted
@@ -41,7 +42,14 @@ SELECT z.i, z."cursor", z.lease_id, z.live, z.lease_to, z.fail_counts, z.last_of
                COALESCE((q.options ->> 'delayedProcessing')::bigint, 0) AS delayed,
                COALESCE((q.options ->> 'windowBuffer')::bigint, 0) AS window_buffer,
                clock_timestamp() AS now,
-               c.bisect
+               c.bisect,
+               p.num,
+               -- The time of the cursor's segment (migration 0020): every
+               -- segment above the cursor is at least that old
+               -- (consume_segments_many prunes the ranges before it);
+               -- -infinity when it was not recorded for this cursor.
+               CASE WHEN c.cursor_at_of = c."cursor" THEN COALESCE(c.cursor_at, '-infinity'::timestamptz)
+                    ELSE '-infinity'::timestamptz END AS since
           FROM queen.consumers c
           JOIN queen.partitions p ON p.id = c.partition_id
           LEFT JOIN queen.partition_ends e ON e.partition_id = p.id
