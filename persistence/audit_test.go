@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -100,6 +101,9 @@ func TestAuditMessagesAfter(t *testing.T) {
 	defer a.Close()
 
 	names := []string{"a", "b"}
+	// since: the time of the segment holding each bound, as a caller
+	// keeps it (the bounded reads search only the ranges from there on).
+	since := make([]time.Time, len(names))
 	read := func(after []int64, only []int) []string {
 		t.Helper()
 		var got []string
@@ -107,19 +111,22 @@ func TestAuditMessagesAfter(t *testing.T) {
 			require.Equal(t, "audit", m.Queue)
 			got = append(got, fmt.Sprintf("%s/%d/%s", m.Partition, m.Offset, m.TransactionID))
 			i := slices.Index(names, m.Partition)
-			after[i] = max(after[i], m.Offset)
+			if m.Offset > after[i] {
+				after[i], since[i] = m.Offset, m.CreatedAt
+			}
 			return nil
 		}
 		if only == nil {
-			require.NoError(t, a.EachMessageAfter(ctx, "audit", names, after, fn))
+			require.NoError(t, a.EachMessageAfter(ctx, "audit", names, after, since, fn))
 			return got
 		}
 		var ns []string
 		var as []int64
+		var ts []time.Time
 		for _, i := range only {
-			ns, as = append(ns, names[i]), append(as, after[i])
+			ns, as, ts = append(ns, names[i]), append(as, after[i]), append(ts, since[i])
 		}
-		require.NoError(t, a.EachMessageIn(ctx, "audit", ns, as, fn))
+		require.NoError(t, a.EachMessageIn(ctx, "audit", ns, as, ts, fn))
 		return got
 	}
 	after := []int64{-1, -1}
@@ -136,17 +143,24 @@ func TestAuditMessagesAfter(t *testing.T) {
 	commit(t, s, pb, items("audit", "b", "s"))
 	require.Equal(t, []string{"a/3/t"}, read(after, []int{0}))
 	require.Empty(t, read(after, []int{0}), "nothing new in a")
-	require.NoError(t, a.EachMessageIn(ctx, "audit", []string{"nope"}, []int64{-1}, func(*StoredMessage) error {
+	// The time bound applies: a bound later than every segment hides
+	// them (a caller's since is never later than the segment it read).
+	require.NoError(t, a.EachMessageIn(ctx, "audit", []string{"b"}, []int64{-1}, []time.Time{time.Now().Add(time.Hour)}, func(*StoredMessage) error {
+		t.Fatal("a segment stamped before the bound")
+		return nil
+	}))
+	require.NoError(t, a.EachMessageIn(ctx, "audit", []string{"nope"}, []int64{-1}, nil, func(*StoredMessage) error {
 		t.Fatal("a partition the queue does not have")
 		return nil
 	}))
-	require.NoError(t, a.EachMessageIn(ctx, "other", []string{"a"}, []int64{-1}, func(*StoredMessage) error {
+	require.NoError(t, a.EachMessageIn(ctx, "other", []string{"a"}, []int64{-1}, nil, func(*StoredMessage) error {
 		t.Fatal("a queue that does not exist")
 		return nil
 	}))
 	require.Equal(t, []string{"b/3/s"}, read(after, []int{1, 0}))
 	require.Equal(t, []int64{3, 3}, after)
-	require.Error(t, a.EachMessageIn(ctx, "audit", []string{"a"}, nil, func(*StoredMessage) error { return nil }))
+	require.Error(t, a.EachMessageIn(ctx, "audit", []string{"a"}, nil, nil, func(*StoredMessage) error { return nil }))
+	require.Error(t, a.EachMessageIn(ctx, "audit", []string{"a"}, []int64{3}, []time.Time{}, func(*StoredMessage) error { return nil }))
 
 	st, err := a.Stats(ctx, "")
 	require.NoError(t, err)

@@ -31,8 +31,11 @@ type Auditor struct {
 	partIdx map[string]int
 	ledgers []*Ledger
 	// after is the last offset read per partition (index into parts; -1
-	// for none).
+	// for none), and since the time of the segment holding it (zero for
+	// none): a pass searches a partition's new segments only in the time
+	// ranges from there on (persistence.Audit.EachMessageIn).
 	after []int64
+	since []time.Time
 	dirty *DirtySet
 	// sequential: the run spreads sequentially (txnid.PartIn).
 	sequential bool
@@ -45,9 +48,10 @@ type Auditor struct {
 	passes    int
 	unaudited int64
 
-	// names and offs are a pass's request, reused.
+	// names, offs and times are a pass's request, reused.
 	names []string
 	offs  []int64
+	times []time.Time
 
 	stop, done chan struct{}
 	// lastErr is the last pass's error ("" when it passed), for the
@@ -70,7 +74,7 @@ func (au *Auditor) Follow(fn func(*persistence.StoredMessage)) { au.also = fn }
 // (txnid.PartIn). Start runs the passes during the run, Finish the last.
 func NewAuditor(a *persistence.Audit, queue string, parts []string, ledgers []*Ledger, dirty *DirtySet, sequential bool) *Auditor {
 	au := &Auditor{a: a, queue: queue, parts: parts, ledgers: ledgers, partIdx: make(map[string]int, len(parts)),
-		after: make([]int64, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts), 64), found: report.NewFindings(), sequential: sequential}
+		after: make([]int64, len(parts)), since: make([]time.Time, len(parts)), dirty: dirty, sweepN: sweepSlice(len(parts), 64), found: report.NewFindings(), sequential: sequential}
 	for i, p := range parts {
 		au.partIdx[p] = i
 		au.after[i] = -1
@@ -158,7 +162,7 @@ func (au *Auditor) pass(ctx context.Context, all bool) (int64, error) {
 			au.found.Add(report.IssueUnaudited, "partition %s offsets %d to %d were deleted before the audit read them (retention shorter than the audit's lag?)",
 				m.Partition, prev+1, m.Offset-1)
 		}
-		au.after[i] = m.Offset
+		au.after[i], au.since[i] = m.Offset, m.CreatedAt
 		n++
 		au.check(m, false)
 		if au.also != nil {
@@ -171,11 +175,18 @@ func (au *Auditor) pass(ctx context.Context, all bool) (int64, error) {
 		if au.dirty != nil {
 			au.dirty.take(nil)
 		}
-		err = au.a.EachMessageAfter(ctx, au.queue, au.parts, au.after, fn)
+		// The last pass (all) searches every time range: a segment a
+		// clock stepped back hid from the bounded reads is found here,
+		// its offsets reported as skipped by the gap check above.
+		var since []time.Time
+		if !all {
+			since = au.since
+		}
+		err = au.a.EachMessageAfter(ctx, au.queue, au.parts, au.after, since, fn)
 	} else {
-		au.names, au.offs = au.names[:0], au.offs[:0]
+		au.names, au.offs, au.times = au.names[:0], au.offs[:0], au.times[:0]
 		add := func(i int) {
-			au.names, au.offs = append(au.names, au.parts[i]), append(au.offs, au.after[i])
+			au.names, au.offs, au.times = append(au.names, au.parts[i]), append(au.offs, au.after[i]), append(au.times, au.since[i])
 		}
 		marked := au.dirty.take(add)
 		for k := au.sweepN; k > 0; k-- {
@@ -184,7 +195,7 @@ func (au *Auditor) pass(ctx context.Context, all bool) (int64, error) {
 			}
 			au.sweep = (au.sweep + 1) % len(au.parts)
 		}
-		err = au.a.EachMessageIn(ctx, au.queue, au.names, au.offs, fn)
+		err = au.a.EachMessageIn(ctx, au.queue, au.names, au.offs, au.times, fn)
 		if err != nil {
 			// The marks taken are lost with the failed pass: read
 			// them again next time.

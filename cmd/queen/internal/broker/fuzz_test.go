@@ -401,7 +401,7 @@ func (fz *fuzzEnv) checkStored(t *testing.T, r fuzzRequest, items []reply, offse
 		}
 		added := map[[2]string]int{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := fz.audit.EachMessageIn(ctx, queue, names, after, func(m *persistence.StoredMessage) error {
+		err := fz.audit.EachMessageIn(ctx, queue, names, after, nil, func(m *persistence.StoredMessage) error {
 			qp := [2]string{queue, m.Partition}
 			added[qp]++
 			id := m.MessageID.String()
