@@ -14,6 +14,7 @@ import (
 
 var (
 	sqlAuditSegments   = q("audit_segments")
+	sqlAuditPlanBegin  = q("audit_plan_begin")
 	sqlAuditDurability = q("audit_durability")
 	sqlAuditStats      = q("audit_stats")
 )
@@ -149,6 +150,9 @@ func (a *Audit) eachSegment(ctx context.Context, queues, names []string, after [
 		return unavailable(err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, sqlAuditPlanBegin); err != nil {
+		return unavailable(err)
+	}
 	rows, err := tx.Query(ctx, sqlAuditSegments, queues, names, after, listed, at)
 	if err != nil {
 		return unavailable(err)

@@ -226,7 +226,9 @@ func explainBuffers(t *testing.T, conn *pgx.Conn, name, exec string) (string, in
 // whole table newer than the cursor's segment, so its cost grew with the
 // table (a 64-partition run with consumers and no retention: 6.8 ms a
 // call after two minutes, 27.7 ms after six, the push rate falling with
-// it). The buffers stay those of a few index descents per partition.
+// it). The buffers stay those of a few index descents per partition. The
+// audit's incremental read (audit_segments), bounded in time the same way,
+// goes through segments_offset too.
 func TestPopPlanSkipsTheTimeIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -257,6 +259,24 @@ func TestPopPlanSkipsTheTimeIndex(t *testing.T) {
 	require.NotContains(t, text, "Bitmap", "%s", text)
 	require.Contains(t, text, "rows=40 loops=1", "ten segments a partition\n%s", text)
 	require.Less(t, buffers, 4*40, "%s", text)
+	_, err = conn.Exec(ctx, `ROLLBACK`)
+	require.NoError(t, err)
+
+	// The audit's incremental read of the same partitions above the same
+	// bounds, bounded in time from the bound's segment on (the time
+	// ranges before it pruned), in the audit's transaction
+	// (audit_plan_begin): through segments_offset too, no bitmap.
+	var queue string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT name FROM queen.queues LIMIT 1`).Scan(&queue))
+	execAll(t, conn, `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`, sqlAuditPlanBegin,
+		`PREPARE audit_after(text[], text[], bigint[], boolean, timestamptz[]) AS `+sqlAuditSegments)
+	since := fmt.Sprintf(`timestamptz '2026-01-01' + %d * interval '10 ms'`, cursor/2)
+	exec = fmt.Sprintf(`ARRAY['%s'], ARRAY['p0', 'p1', 'p2', 'p3'], array_fill(%d::bigint, ARRAY[4]), true, array_fill(%s, ARRAY[4])`, queue, cursor, since)
+	text, buffers = explainBuffers(t, conn, "audit_after", exec)
+	t.Logf("%s", text)
+	require.NotContains(t, text, "Bitmap", "%s", text)
+	require.Contains(t, text, "rows=36 loops=1", "nine segments a partition above its bound\n%s", text)
+	require.Less(t, buffers, 4*60, "%s", text)
 	_, err = conn.Exec(ctx, `ROLLBACK`)
 	require.NoError(t, err)
 }
