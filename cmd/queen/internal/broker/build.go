@@ -9,7 +9,7 @@ import (
 
 // Release is this release of Queen (Config.Version's default; `queen
 // --version`).
-const Release = "0.6.12"
+const Release = "0.6.13"
 
 // Revision is the VCS revision this binary was built from (the build's
 // vcs.revision), with "+dirty" when the work tree had local changes
