@@ -293,9 +293,22 @@ func processesWithArgs(args ...string) []int {
 // item got a verdict.
 func passedRun(t *testing.T, c *child) report.Report {
 	t.Helper()
-	require.Equal(t, 0, c.wait(t), "stderr:\n%s", c.stderr.String())
+	code := c.wait(t)
 	var rep report.Report
-	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &rep), "stdout is one JSON object: %s", c.stdout.String())
+	decoded := json.Unmarshal(c.stdout.Bytes(), &rep)
+	if code != 0 && decoded == nil {
+		// The findings are in the report: name them.
+		var push, consume []string
+		if rep.Audit != nil {
+			push = rep.Audit.Examples
+		}
+		if rep.Consume != nil && rep.Consume.Audit != nil {
+			consume = rep.Consume.Audit.Examples
+		}
+		require.Equal(t, 0, code, "stderr:\n%s\naudit: %v\nconsume audit: %v", c.stderr.String(), push, consume)
+	}
+	require.Equal(t, 0, code, "stderr:\n%s", c.stderr.String())
+	require.NoError(t, decoded, "stdout is one JSON object: %s", c.stdout.String())
 	require.True(t, rep.Audit.Passed, "%v", rep.Audit.Examples)
 	require.Zero(t, rep.GaveUp, "every item got a verdict")
 	require.NotNil(t, rep.Consume)
